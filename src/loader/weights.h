@@ -1,0 +1,56 @@
+// The DeepSeek-V4 checkpoint as the released files hold it (MODEL.md §7): the name, shape and
+// dtype of every tensor for a ModelConfig, dequantisation of FP8 block-scaled and MXFP4
+// tensors, and the lossless FP4 -> FP8 cast of §14.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "config/model_config.h"
+#include "core/tensor.h"
+#include "loader/safetensors.h"
+
+namespace dsv4 {
+
+// How a weight is stored, which decides its companion ".scale" tensor.
+enum class WeightFormat {
+  kPlain,   // bf16 / fp32 / int64, no scale
+  kFp8,     // e4m3 [out, in] + e8m0 scale [ceil(out/128), ceil(in/128)]
+  kMxfp4,   // packed e2m1 pairs stored as I8 [out, in/2] + e8m0 scale [out, in/32]
+};
+
+// One expected checkpoint tensor. For kFp8/kMxfp4 weights the ".scale" tensor is listed as
+// its own entry too (format kPlain, dtype F8_E8M0), right after the weight.
+struct ExpectedTensor {
+  TensorSpec spec;
+  WeightFormat format = WeightFormat::kPlain;
+};
+
+// Prefix of a layer's tensors: "layers.{l}." for l < L, "mtp.{l-L}." for MTP layers.
+std::string layer_prefix(const ModelConfig& cfg, int64_t layer);
+
+// Every tensor a checkpoint of `cfg` holds, in a fixed order (globals, then each layer, then
+// MTP). The routed experts follow cfg's expert_dtype (fp4 -> kMxfp4, fp8 -> kFp8).
+std::vector<ExpectedTensor> expected_tensors(const ModelConfig& cfg);
+
+// W[o, i] = e4m3(w[o, i]) * 2^(scale[o/128, i/128] - 127), written to out (row-major [out, in]).
+// Checks shapes and dtypes; throws TensorError naming `name`.
+void dequant_fp8_block(ConstTensorView w, ConstTensorView scale, std::span<float> out,
+                       const std::string& name);
+
+// W[o, i] = e2m1(nibble of w[o, i/2]) * 2^(scale[o, i/32] - 127), low nibble = even i.
+void dequant_mxfp4(ConstTensorView w, ConstTensorView scale, std::span<float> out,
+                   const std::string& name);
+
+// DeepSeek's lossless cast of an MXFP4 weight to FP8 with 128x128 block scales (MODEL.md §14).
+// Throws TensorError when some per-32 scale in a 128x128 block is below s_max / 2^6 (the cast
+// would drop bits).
+struct Fp8BlockWeight {
+  Tensor weight;  // e4m3 [out, in]
+  Tensor scale;   // e8m0 [ceil(out/128), ceil(in/128)]
+};
+Fp8BlockWeight cast_mxfp4_to_fp8(ConstTensorView w, ConstTensorView scale, const std::string& name);
+
+}  // namespace dsv4

@@ -1,0 +1,12 @@
+// The `dsv4` subcommands. Each add_*_command registers its options on `app` and sets a
+// callback that does the work; library errors propagate to main(), which reports them.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace dsv4::tools {
+
+void add_make_model_command(CLI::App& app);
+void add_inspect_command(CLI::App& app);
+
+}  // namespace dsv4::tools
