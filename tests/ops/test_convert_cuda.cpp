@@ -110,7 +110,7 @@ TEST(ConvertCuda, DequantFp8BlockMatchesHost) {
     }
 }
 
-TEST(ConvertCuda, ReportsLaunchErrorsAsCudaError) {
+TEST(ConvertCuda, ErrorPathFailedCallsThrowCudaError) {
   SKIP_WITHOUT_GPU();
   EXPECT_THROW(DSV4_CUDA_CHECK(cudaMemcpy(nullptr, reinterpret_cast<void*>(1), 16, cudaMemcpyDeviceToDevice)),
                CudaError);
