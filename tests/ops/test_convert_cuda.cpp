@@ -8,42 +8,17 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/device.h"
 #include "core/numeric.h"
 #include "kernels/convert.h"
+#include "tests/ops/cuda_test_util.h"
 
 namespace dsv4 {
 namespace {
 
-// A device buffer freed on scope exit.
-template <typename T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t n) : n_(n) { DSV4_CUDA_CHECK(cudaMalloc(&p_, n * sizeof(T))); }
-  ~DeviceBuffer() { cudaFree(p_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  T* get() const { return p_; }
-  void upload(const std::vector<T>& v) {
-    DSV4_CUDA_CHECK(cudaMemcpy(p_, v.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  std::vector<T> download() const {
-    std::vector<T> v(n_);
-    DSV4_CUDA_CHECK(cudaMemcpy(v.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return v;
-  }
-  void poison() { DSV4_CUDA_CHECK(cudaMemset(p_, 0xa5, n_ * sizeof(T))); }
-
- private:
-  T* p_ = nullptr;
-  size_t n_;
-};
-
-#define SKIP_WITHOUT_GPU() \
-  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device on this machine"
+using testing::DeviceBuffer;
 
 TEST(ConvertCuda, DeviceRoundingMatchesHostBitForBit) {
-  SKIP_WITHOUT_GPU();
+  DSV4_SKIP_WITHOUT_GPU();
   std::vector<float> x;
   for (int c = 0; c < 256; ++c) {  // every e4m3 value and every midpoint between neighbours
     const float v = e4m3_to_float(static_cast<uint8_t>(c));
@@ -85,7 +60,7 @@ TEST(ConvertCuda, DeviceRoundingMatchesHostBitForBit) {
 }
 
 TEST(ConvertCuda, DequantFp8BlockMatchesHost) {
-  SKIP_WITHOUT_GPU();
+  DSV4_SKIP_WITHOUT_GPU();
   const int64_t rows = 300, cols = 200;  // edges that are not multiples of 128
   const int64_t srows = (rows + 127) / 128, scols = (cols + 127) / 128;
   std::mt19937 rng(3);
@@ -111,9 +86,10 @@ TEST(ConvertCuda, DequantFp8BlockMatchesHost) {
 }
 
 TEST(ConvertCuda, ErrorPathFailedCallsThrowCudaError) {
-  SKIP_WITHOUT_GPU();
+  DSV4_SKIP_WITHOUT_GPU();
   EXPECT_THROW(DSV4_CUDA_CHECK(cudaMemcpy(nullptr, reinterpret_cast<void*>(1), 16, cudaMemcpyDeviceToDevice)),
                CudaError);
+  cudaGetLastError();  // the runtime remembers the error; clear it so later tests start clean
 }
 
 }  // namespace
