@@ -11,20 +11,6 @@
 namespace dsv4::cuda {
 namespace {
 
-// RAII holders for the cuBLASLt descriptors of one call.
-struct MatmulDesc {
-  cublasLtMatmulDesc_t d = nullptr;
-  ~MatmulDesc() { if (d) cublasLtMatmulDescDestroy(d); }
-};
-struct Layout {
-  cublasLtMatrixLayout_t l = nullptr;
-  ~Layout() { if (l) cublasLtMatrixLayoutDestroy(l); }
-};
-struct Preference {
-  cublasLtMatmulPreference_t p = nullptr;
-  ~Preference() { if (p) cublasLtMatmulPreferenceDestroy(p); }
-};
-
 template <typename T>
 void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const T& v) {
   DSV4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, a, &v, sizeof v));
@@ -55,41 +41,66 @@ Fp8BlockGemm::~Fp8BlockGemm() {
   cublasLtDestroy(handle_);
 }
 
+// Descriptors and algorithm for one shape. The scale pointers are set per call.
+struct Fp8BlockGemm::Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+const Fp8BlockGemm::Plan& Fp8BlockGemm::plan_for(int64_t m_padded, int64_t n, int64_t k) {
+  auto& slot = plans_[{m_padded, n, k}];
+  if (slot) return *slot;
+  auto plan = std::make_unique<Plan>();
+  // Column-major view: D^T[n, m] = W[n, k] (A, op T) x X^T[k, m] (B, op N).
+  DSV4_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  set_attr(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
+  set_attr(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+  set_attr(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+           static_cast<int32_t>(CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F));
+  set_attr(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+           static_cast<int32_t>(CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F));
+  DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_8F_E4M3, k, n, k));
+  DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_8F_E4M3, k, m_padded, k));
+  DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, CUDA_R_16BF, n, m_padded, n));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  DSV4_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  const cublasStatus_t st = [&] {
+    const cublasStatus_t s1 = cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_, sizeof workspace_bytes_);
+    if (s1 != CUBLAS_STATUS_SUCCESS) return s1;
+    return cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->d, plan->d, pref, 1,
+                                          &heuristic, &found);
+  }();
+  cublasLtMatmulPreferenceDestroy(pref);
+  DSV4_CUBLAS_CHECK(st);
+  if (found == 0)
+    throw CudaError("fp8 gemm: cuBLASLt has no algorithm for m_padded=" + std::to_string(m_padded) +
+                    " n=" + std::to_string(n) + " k=" + std::to_string(k));
+  plan->algo = heuristic.algo;
+  slot = std::move(plan);
+  return *slot;
+}
+
 void Fp8BlockGemm::run(const Fp8GemmParams& p, cudaStream_t stream) {
   if (p.k % 128 != 0 || p.m_padded % 4 != 0 || p.m_padded < 16)
     throw UsageError("fp8 gemm: k=" + std::to_string(p.k) + " must be a multiple of 128 and m_padded=" +
                      std::to_string(p.m_padded) + " a multiple of 4 and >= 16");
-  // Column-major view: D^T[n, m] = W[n, k] (A, op T) x X^T[k, m] (B, op N).
-  MatmulDesc desc;
-  DSV4_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  set_attr(desc.d, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
-  set_attr(desc.d, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
-  set_attr(desc.d, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
-           static_cast<int32_t>(CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F));
-  set_attr(desc.d, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
-           static_cast<int32_t>(CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F));
-  set_attr(desc.d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(p.w_scale));
-  set_attr(desc.d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(p.x_scale));
-
-  Layout a, b, d;
-  DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a.l, CUDA_R_8F_E4M3, p.k, p.n, p.k));
-  DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b.l, CUDA_R_8F_E4M3, p.k, p.m_padded, p.k));
-  DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.l, CUDA_R_16BF, p.n, p.m_padded, p.n));
-
-  Preference pref;
-  DSV4_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.p));
-  DSV4_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                         &workspace_bytes_, sizeof workspace_bytes_));
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int found = 0;
-  DSV4_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, desc.d, a.l, b.l, d.l, d.l, pref.p, 1,
-                                                   &heuristic, &found));
-  if (found == 0)
-    throw CudaError("fp8 gemm: cuBLASLt has no algorithm for m_padded=" + std::to_string(p.m_padded) +
-                    " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k));
+  const Plan& plan = plan_for(p.m_padded, p.n, p.k);
+  set_attr(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(p.w_scale));
+  set_attr(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(p.x_scale));
   const float alpha = 1.0f, beta = 0.0f;
-  DSV4_CUBLAS_CHECK(cublasLtMatmul(handle_, desc.d, &alpha, p.w, a.l, p.x, b.l, &beta, p.out, d.l, p.out, d.l,
-                                   &heuristic.algo, workspace_, workspace_bytes_, stream));
+  DSV4_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, p.w, plan.a, p.x, plan.b, &beta, p.out, plan.d,
+                                   p.out, plan.d, &plan.algo, workspace_, workspace_bytes_, stream));
 }
 
 }  // namespace dsv4::cuda

@@ -9,6 +9,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
 #include <vector>
 
 namespace dsv4::cuda {
@@ -31,7 +34,8 @@ struct Fp8GemmParams {
   int64_t k = 0;                     // multiple of 128
 };
 
-// Owns the cuBLASLt handle and workspace; not thread-safe (one per stream user).
+// Owns the cuBLASLt handle, the workspace and one plan (descriptors + chosen algorithm) per
+// shape, made on first use so later calls only launch; not thread-safe (one per stream user).
 class Fp8BlockGemm {
  public:
   Fp8BlockGemm();
@@ -43,7 +47,11 @@ class Fp8BlockGemm {
   void run(const Fp8GemmParams& p, cudaStream_t stream);
 
  private:
+  struct Plan;
+  const Plan& plan_for(int64_t m_padded, int64_t n, int64_t k);
+
   cublasLtHandle_t handle_ = nullptr;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::unique_ptr<Plan>> plans_;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
 };
