@@ -36,6 +36,10 @@ std::string single_quoted(std::string_view s) { return "'" + std::string(s) + "'
 
 std::string os_error(int err) { return std::strerror(err); }
 
+std::string offsets_str(const TensorInfo& t) {
+  return "[" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "]";
+}
+
 // ---- Header parsing ----
 
 uint64_t read_le64(std::span<const std::byte> bytes) {
@@ -134,15 +138,14 @@ TensorInfo parse_tensor_entry(const std::string& name, const json& entry, uint64
                       " is not two non-negative integers");
   info.begin = offsets[0].get<uint64_t>();
   info.end = offsets[1].get<uint64_t>();
-  if (info.begin > info.end)
-    throw FormatError(where + "data_offsets " + offsets.dump() + " has begin after end");
+  const std::string offsets_text = "data_offsets " + offsets_str(info);
+  if (info.begin > info.end) throw FormatError(where + offsets_text + " has begin after end");
   if (info.end > data_bytes)
-    throw FormatError(where + "data_offsets " + offsets.dump() + " out of range (data section is " +
+    throw FormatError(where + offsets_text + " out of range (data section is " +
                       std::to_string(data_bytes) + " bytes)");
   if (info.end - info.begin != nbytes)
-    throw FormatError(where + "data_offsets " + offsets.dump() + " span " +
-                      std::to_string(info.end - info.begin) + " bytes but " +
-                      std::string(safetensors_name(info.dtype).value()) + " " +
+    throw FormatError(where + offsets_text + " span " + std::to_string(info.end - info.begin) +
+                      " bytes but " + std::string(safetensors_name(info.dtype).value()) + " " +
                       shape_str(info.shape) + " needs " + std::to_string(nbytes));
   return info;
 }
@@ -157,11 +160,9 @@ void sort_and_check_overlap(std::vector<TensorInfo>& tensors, const std::string&
   for (const TensorInfo& t : tensors) {
     if (t.begin == t.end) continue;
     if (previous && t.begin < previous->end)
-      throw FormatError(file_name + ": tensor " + single_quoted(t.name) + ": data_offsets [" +
-                        std::to_string(t.begin) + ", " + std::to_string(t.end) +
-                        "] overlap those of tensor " + single_quoted(previous->name) + " [" +
-                        std::to_string(previous->begin) + ", " + std::to_string(previous->end) +
-                        "]");
+      throw FormatError(file_name + ": tensor " + single_quoted(t.name) + ": data_offsets " +
+                        offsets_str(t) + " overlap those of tensor " +
+                        single_quoted(previous->name) + " " + offsets_str(*previous));
     previous = &t;
   }
 }
@@ -638,11 +639,11 @@ struct ShardedWriter::Impl {
   void open_next_shard() {
     writer =
         std::make_unique<SafetensorsWriter>(dir / shards[shard].file_name, shards[shard].specs);
-    written_in_shard = 0;
   }
   void finish_shard() {
     writer->finish();
     writer.reset();
+    written_in_shard = 0;
     ++shard;
   }
 };
