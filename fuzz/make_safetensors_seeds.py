@@ -12,7 +12,7 @@ OUT = pathlib.Path(__file__).resolve().parent / "corpus" / "safetensors_header"
 
 
 def image(header, data: bytes = b"") -> bytes:
-    """Length prefix + JSON header (space-padded to 8 bytes, as the reference writer does) + data."""
+    """Length prefix, JSON header (space-padded to a multiple of 8 bytes), then data."""
     text = (header if isinstance(header, str) else json.dumps(header)).encode()
     text += b" " * (-len(text) % 8)
     return struct.pack("<Q", len(text)) + text + data
