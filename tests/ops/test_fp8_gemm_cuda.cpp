@@ -21,6 +21,8 @@ struct Shape3 {
   int64_t m, n, k;
 };
 
+void PrintTo(const Shape3& s, std::ostream* os) { *os << "m=" << s.m << " n=" << s.n << " k=" << s.k; }
+
 class Fp8GemmCuda : public ::testing::TestWithParam<Shape3> {};
 
 TEST_P(Fp8GemmCuda, MatchesHostReference) {
@@ -111,7 +113,11 @@ TEST_P(Fp8GemmCuda, MatchesHostReference) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Fp8GemmCuda,
                          ::testing::Values(Shape3{1, 256, 512}, Shape3{16, 512, 1024}, Shape3{33, 200, 384},
-                                           Shape3{100, 1536, 4096}, Shape3{7, 4096, 7168}));
+                                           Shape3{100, 1536, 4096}, Shape3{7, 4096, 7168}),
+                         [](const auto& info) {
+                           return "m" + std::to_string(info.param.m) + "_n" + std::to_string(info.param.n) +
+                                  "_k" + std::to_string(info.param.k);
+                         });
 
 TEST(Fp8GemmCuda, PaddedM) {
   EXPECT_EQ(cuda::fp8_gemm_padded_m(1), 16);
