@@ -21,7 +21,8 @@ RegexSplit::RegexSplit(const std::string& pattern, bool literal, const std::stri
     : pattern_(pattern) {
   int error = 0;
   PCRE2_SIZE error_offset = 0;
-  const uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0u);
+  // PCRE2_LITERAL admits no PCRE2_UCP (which only changes what classes match).
+  const uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
   code_.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
                             options, &error, &error_offset, nullptr));
   if (!code_) {
