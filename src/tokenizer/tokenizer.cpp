@@ -152,7 +152,9 @@ class WordCache {
 
   void insert(std::string_view piece, std::span<const int32_t> ids) {
     std::unique_lock lock(mutex_);
-    if (map_.size() < kWordCacheCapacity) map_.try_emplace(std::string(piece), ids.begin(), ids.end());
+    if (map_.size() < kWordCacheCapacity) {
+      map_.try_emplace(std::string(piece), ids.begin(), ids.end());
+    }
   }
 
  private:
@@ -281,6 +283,8 @@ void load_pre_tokenizer(const json& root, const FieldReader& reader, PreTokenize
   }
 }
 
+// unk_token and byte_fallback are not read: they act only on a character missing from the
+// vocabulary, and load_model requires all 256 byte-level characters to be there.
 void check_model_options(const json& model, const FieldReader& reader) {
   if (const auto dropout = model.find("dropout");
       dropout != model.end() && !dropout->is_null() &&

@@ -66,6 +66,7 @@ class Tokenizer {
 // Incremental decoding for streaming: feed ids one at a time and get back only complete UTF-8
 // characters; a character split across tokens is held until its last byte arrives. The
 // concatenation of every next() and the final flush() equals Tokenizer::decode of all the ids.
+// The tokenizer must outlive the decoder and not be moved from.
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& tokenizer) : tokenizer_(&tokenizer) {}

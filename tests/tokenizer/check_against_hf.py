@@ -97,7 +97,8 @@ def numbers(rng):
         elif kind == 2:
             parts.append(f"{rng.randint(0, 10**9):,}")
         elif kind == 3:
-            parts.append(f"{rng.randint(1900, 2100)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}")
+            year, month, day = rng.randint(1900, 2100), rng.randint(1, 12), rng.randint(1, 28)
+            parts.append(f"{year}-{month:02d}-{day:02d}")
         elif kind == 4:
             parts.append(rng.choice(DIGITS_EXTRA))
         else:
@@ -254,7 +255,8 @@ def main():
     print(f"check_against_hf: {len(corpus)} strings, {sum(map(len, corpus))} characters, "
           f"{sum(map(len, expected))} tokens")
     for i in id_mismatches[: args.show]:
-        print(f"ids differ for string {i}:\n{describe_id_mismatch(hf, corpus[i], expected[i], got[i])}")
+        context = describe_id_mismatch(hf, corpus[i], expected[i], got[i])
+        print(f"ids differ for string {i}:\n{context}")
     for i in round_trip_mismatches[: args.show]:
         print(f"decode(encode(s)) != s for string {i}:\n  s      {corpus[i][:200]!r}\n"
               f"  decode {decoded[i][:200]!r}")

@@ -216,7 +216,8 @@ TEST(TokenizerInvalidUtf8, ReplacedByReplacementCharacterBeforeEncoding) {
   EXPECT_EQ(tiny().encode("\xE2\x82"), tiny().encode(fffd));  // truncated: one U+FFFD
   EXPECT_EQ(tiny().encode("\xED\xA0\x80"), tiny().encode(fffd + fffd + fffd));  // surrogate
   EXPECT_EQ(tiny().encode("\xC0\xAF"), tiny().encode(fffd + fffd));             // overlong
-  EXPECT_EQ(tiny().decode(tiny().encode("x\xF4\x90\x80\x80y")), "x" + fffd + fffd + fffd + fffd + "y");
+  EXPECT_EQ(tiny().decode(tiny().encode("x\xF4\x90\x80\x80y")),  // above U+10FFFF
+            "x" + fffd + fffd + fffd + fffd + "y");
   EXPECT_EQ(tiny().decode(tiny().encode("<tag>\xFF")), "<tag>" + fffd);
 }
 
