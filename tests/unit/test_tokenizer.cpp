@@ -8,6 +8,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -208,6 +209,31 @@ TEST(TokenizerStreamDecoder, ConcatenationEqualsDecode) {
     streamed += stream.flush();
     EXPECT_EQ(streamed, tiny().decode(ids)) << "round " << round;
   }
+}
+
+TEST(TokenizerEncode, ConcurrentEncodesShareTheCacheSafely) {
+  // A fresh tokenizer, so the threads fill its word cache while reading it.
+  const Tokenizer tokenizer = load_json(tiny_json(), "tiny_threads.json");
+  std::vector<std::string> texts;
+  for (int i = 0; i < 300; ++i) {
+    texts.push_back("hello " + std::string(i % 7 + 1, 'a') + " w" + std::to_string(i) + " abc");
+  }
+  std::vector<Ids> expected;
+  for (const auto& text : texts) expected.push_back(tiny().encode(text));
+  std::vector<int> wrong(4, 0);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < wrong.size(); ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 20; ++round) {
+        for (size_t i = 0; i < texts.size(); ++i) {
+          const size_t k = (i * 7 + t * 31 + round) % texts.size();
+          wrong[t] += tokenizer.encode(texts[k]) != expected[k];
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(wrong, std::vector<int>(4, 0));
 }
 
 TEST(TokenizerInvalidUtf8, ReplacedByReplacementCharacterBeforeEncoding) {
