@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   dsv4::tools::add_make_model_command(app);
   dsv4::tools::add_inspect_command(app);
+  dsv4::tools::add_tokenize_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
