@@ -6,7 +6,10 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <exception>
+#include <functional>
 #include <numeric>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -88,7 +91,7 @@ inline double portable_log(double x) {
 }
 
 // cos and sin of 2 pi u for u in [0, 1): the quadrant q = floor(4u) is split off exactly, the rest
-// x = (4u - q) pi/2 in [0, pi/2) goes through nine Taylor terms each (error < 1e-13).
+// x = (4u - q) pi/2 in [0, pi/2) goes through nine Taylor terms each (error < 1e-12).
 inline void portable_cos_sin_2pi(double u, double& c, double& s) {
   const double t = 4.0 * u;
   const double q = std::floor(t);
@@ -108,22 +111,50 @@ inline void portable_cos_sin_2pi(double u, double& c, double& s) {
 constexpr int64_t kFp8Block = 128;
 constexpr int64_t kFp4Block = 32;
 
-// Draws `count` values a + b * z (z ~ N(0, 1), stream indices first..first+count) into out.
+// Fills out with a + b * z, z ~ N(0, 1) taken from stream indices first, first + 1, ...
 void fill_affine(const CounterRng& rng, uint64_t first, std::span<float> out, float a, float b) {
   rng.fill_normal(first, out);
   for (float& v : out) v = a + b * v;
 }
 
-// A bf16 tensor of a + b * z, generated in pieces to keep the float buffer small.
+// Runs body(begin, end) over contiguous pieces of [0, n), at least `min_piece` long, on up to
+// one thread per core. The values never depend on the split: each comes from its own counter.
+void parallel_ranges(int64_t n, int64_t min_piece, const std::function<void(int64_t, int64_t)>& body) {
+  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const int64_t pieces = std::clamp<int64_t>(n / std::max<int64_t>(min_piece, 1), 1, cores);
+  if (pieces == 1) {
+    body(0, n);
+    return;
+  }
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(pieces));
+  for (int64_t i = 0; i < pieces; ++i)
+    threads.emplace_back([&, i] {
+      try {
+        body(n * i / pieces, n * (i + 1) / pieces);
+      } catch (...) {
+        errors[static_cast<size_t>(i)] = std::current_exception();
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+constexpr int64_t kParallelElements = 1 << 18;  // the smallest piece of work worth a thread
+
+// A bf16 tensor of a + b * z, generated in pieces to keep the float buffers small.
 Tensor bf16_tensor(const CounterRng& rng, const Shape& shape, float a, float b) {
   Tensor t(DType::kBF16, shape);
-  std::span<uint16_t> dst = t.span<uint16_t>();
-  std::vector<float> buf(std::min<size_t>(dst.size(), 1 << 16));
-  for (size_t i = 0; i < dst.size(); i += buf.size()) {
-    const size_t n = std::min(buf.size(), dst.size() - i);
-    fill_affine(rng, i, std::span<float>(buf.data(), n), a, b);
-    for (size_t j = 0; j < n; ++j) dst[i + j] = float_to_bf16(buf[j]);
-  }
+  uint16_t* dst = t.data<uint16_t>();
+  parallel_ranges(t.numel(), kParallelElements, [&](int64_t begin, int64_t end) {
+    std::vector<float> buf(static_cast<size_t>(std::min<int64_t>(end - begin, 1 << 16)));
+    for (int64_t i = begin; i < end; i += static_cast<int64_t>(buf.size())) {
+      const size_t n = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(buf.size()), end - i));
+      fill_affine(rng, static_cast<uint64_t>(i), std::span<float>(buf.data(), n), a, b);
+      for (size_t j = 0; j < n; ++j) dst[static_cast<size_t>(i) + j] = float_to_bf16(buf[j]);
+    }
+  });
   return t;
 }
 
@@ -138,31 +169,35 @@ Tensor f32_tensor(const CounterRng& rng, const Shape& shape, float a, float b) {
 SyntheticTensor fp8_linear(const CounterRng& rng, const Shape& shape) {
   const int64_t rows = shape.at(0);
   const int64_t cols = shape.at(1);
+  const int64_t block_rows = (rows + kFp8Block - 1) / kFp8Block;
   const int64_t block_cols = (cols + kFp8Block - 1) / kFp8Block;
-  SyntheticTensor out{Tensor(DType::kF8E4M3, shape),
-                      Tensor(DType::kF8E8M0, {(rows + kFp8Block - 1) / kFp8Block, block_cols})};
+  SyntheticTensor out{Tensor(DType::kF8E4M3, shape), Tensor(DType::kF8E8M0, {block_rows, block_cols})};
   uint8_t* codes = out.data.data<uint8_t>();
   uint8_t* scales = out.scale->data<uint8_t>();
   const float std_dev = 1.0f / std::sqrt(static_cast<float>(cols));
-  std::vector<float> stripe(static_cast<size_t>(std::min(rows, kFp8Block) * cols));
-  for (int64_t r0 = 0; r0 < rows; r0 += kFp8Block) {
-    const int64_t nr = std::min(kFp8Block, rows - r0);
-    const std::span<float> x(stripe.data(), static_cast<size_t>(nr * cols));
-    fill_affine(rng, static_cast<uint64_t>(r0 * cols), x, 0.0f, std_dev);
-    for (int64_t bc = 0; bc < block_cols; ++bc) {
-      const int64_t c0 = bc * kFp8Block;
-      const int64_t c1 = std::min(cols, c0 + kFp8Block);
-      float amax = 0.0f;
-      for (int64_t r = 0; r < nr; ++r)
-        for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(x[static_cast<size_t>(r * cols + c)]));
-      const int e = pow2_scale_exponent(amax, kFp8AmaxFloor, kE4M3Max);
-      scales[(r0 / kFp8Block) * block_cols + bc] = e8m0_from_exponent(e);
-      const float inv_scale = std::ldexp(1.0f, -e);  // exact: x * 2^-e rounds like ldexp(x, -e)
-      for (int64_t r = 0; r < nr; ++r)
-        for (int64_t c = c0; c < c1; ++c)
-          codes[(r0 + r) * cols + c] = float_to_e4m3(x[static_cast<size_t>(r * cols + c)] * inv_scale);
+  const int64_t stripes_per_piece = kParallelElements / (kFp8Block * cols) + 1;
+  parallel_ranges(block_rows, stripes_per_piece, [&](int64_t first_stripe, int64_t end_stripe) {
+    std::vector<float> stripe(static_cast<size_t>(std::min(rows, kFp8Block) * cols));
+    for (int64_t br = first_stripe; br < end_stripe; ++br) {
+      const int64_t r0 = br * kFp8Block;
+      const int64_t nr = std::min(kFp8Block, rows - r0);
+      const std::span<float> x(stripe.data(), static_cast<size_t>(nr * cols));
+      fill_affine(rng, static_cast<uint64_t>(r0 * cols), x, 0.0f, std_dev);
+      for (int64_t bc = 0; bc < block_cols; ++bc) {
+        const int64_t c0 = bc * kFp8Block;
+        const int64_t c1 = std::min(cols, c0 + kFp8Block);
+        float amax = 0.0f;
+        for (int64_t r = 0; r < nr; ++r)
+          for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(x[static_cast<size_t>(r * cols + c)]));
+        const int e = pow2_scale_exponent(amax, kFp8AmaxFloor, kE4M3Max);
+        scales[br * block_cols + bc] = e8m0_from_exponent(e);
+        const float inv_scale = std::ldexp(1.0f, -e);  // exact: x * 2^-e rounds like ldexp(x, -e)
+        for (int64_t r = 0; r < nr; ++r)
+          for (int64_t c = c0; c < c1; ++c)
+            codes[(r0 + r) * cols + c] = float_to_e4m3(x[static_cast<size_t>(r * cols + c)] * inv_scale);
+      }
     }
-  }
+  });
   return out;
 }
 
@@ -171,21 +206,23 @@ SyntheticTensor fp8_linear(const CounterRng& rng, const Shape& shape) {
 SyntheticTensor mxfp4_linear(const CounterRng& rng, const Shape& packed_shape) {
   const int64_t rows = packed_shape.at(0);
   const int64_t cols = 2 * packed_shape.at(1);
-  SyntheticTensor out{Tensor(DType::kI8, packed_shape), Tensor(DType::kF8E8M0, {rows, cols / kFp4Block})};
+  const int64_t groups = cols / kFp4Block;
+  SyntheticTensor out{Tensor(DType::kI8, packed_shape), Tensor(DType::kF8E8M0, {rows, groups})};
   uint8_t* packed = out.data.data<uint8_t>();
   uint8_t* scales = out.scale->data<uint8_t>();
   const float std_dev = 1.0f / std::sqrt(static_cast<float>(cols));
-  std::vector<float> row(static_cast<size_t>(cols));
-  uint8_t codes[kFp4Block];
-  for (int64_t r = 0; r < rows; ++r) {
-    fill_affine(rng, static_cast<uint64_t>(r * cols), row, 0.0f, std_dev);
-    for (int64_t g = 0; g < cols / kFp4Block; ++g) {
-      scales[r * (cols / kFp4Block) + g] =
-          quantize_block_e2m1(row.data() + g * kFp4Block, static_cast<int>(kFp4Block), codes);
-      for (int64_t j = 0; j < kFp4Block; j += 2)
-        packed[(r * cols + g * kFp4Block + j) / 2] = pack_e2m1x2(codes[j], codes[j + 1]);
+  parallel_ranges(rows, kParallelElements / cols + 1, [&](int64_t first_row, int64_t end_row) {
+    std::vector<float> row(static_cast<size_t>(cols));
+    uint8_t codes[kFp4Block];
+    for (int64_t r = first_row; r < end_row; ++r) {
+      fill_affine(rng, static_cast<uint64_t>(r * cols), row, 0.0f, std_dev);
+      for (int64_t g = 0; g < groups; ++g) {
+        scales[r * groups + g] = quantize_block_e2m1(row.data() + g * kFp4Block, static_cast<int>(kFp4Block), codes);
+        for (int64_t j = 0; j < kFp4Block; j += 2)
+          packed[(r * cols + g * kFp4Block + j) / 2] = pack_e2m1x2(codes[j], codes[j + 1]);
+      }
     }
-  }
+  });
   return out;
 }
 
@@ -196,16 +233,18 @@ Tensor tid2eid_table(const CounterRng& rng, const Shape& shape, int64_t n_expert
   const int64_t k = shape.at(1);
   Tensor t(DType::kI64, shape);
   int64_t* ids = t.data<int64_t>();
-  std::vector<int64_t> perm(static_cast<size_t>(n_experts));
-  for (int64_t r = 0; r < rows; ++r) {
-    std::iota(perm.begin(), perm.end(), int64_t{0});
-    for (int64_t j = 0; j < k; ++j) {
-      const uint64_t left = static_cast<uint64_t>(n_experts - j);
-      const int64_t pick = j + static_cast<int64_t>(rng.bits(static_cast<uint64_t>(r * k + j)) % left);
-      std::swap(perm[static_cast<size_t>(j)], perm[static_cast<size_t>(pick)]);
-      ids[r * k + j] = perm[static_cast<size_t>(j)];
+  parallel_ranges(rows, kParallelElements / n_experts + 1, [&](int64_t first_row, int64_t end_row) {
+    std::vector<int64_t> perm(static_cast<size_t>(n_experts));
+    for (int64_t r = first_row; r < end_row; ++r) {
+      std::iota(perm.begin(), perm.end(), int64_t{0});
+      for (int64_t j = 0; j < k; ++j) {
+        const uint64_t left = static_cast<uint64_t>(n_experts - j);
+        const int64_t pick = j + static_cast<int64_t>(rng.bits(static_cast<uint64_t>(r * k + j)) % left);
+        std::swap(perm[static_cast<size_t>(j)], perm[static_cast<size_t>(pick)]);
+        ids[r * k + j] = perm[static_cast<size_t>(j)];
+      }
     }
-  }
+  });
   return t;
 }
 

@@ -267,14 +267,57 @@ TEST(SyntheticCheckpoint, WritesACompleteShardedCheckpoint) {
     EXPECT_NE(entry.path().extension(), ".partial") << entry.path();
 }
 
-TEST(SyntheticCheckpoint, SameSeedSameBytesOtherSeedOtherBytes) {
+// A checkpoint made for one config, checked against configs that differ from it.
+TEST(SyntheticCheckpoint, CheckFindsMissingWrongAndUnexpectedTensors) {
   const ModelConfig cfg = small_tiny();
+  TempDir dir("check");
+  SyntheticCheckpointOptions options;
+  options.max_shard_bytes = 8 << 20;
+  write_synthetic_checkpoint(cfg, dir.path(), options);
+  const Checkpoint ckpt(dir.path());
+
+  ModelParams p = cfg.params();
+  p.expert_dtype = ExpertDType::kFp8;  // FP8 experts expected, MXFP4 found
+  const CheckpointCheck fp8 = check_checkpoint(ModelConfig(p, "fp8 experts"), ckpt);
+  EXPECT_TRUE(fp8.missing.empty());
+  EXPECT_TRUE(fp8.unexpected.empty());
+  EXPECT_FALSE(fp8.ok());
+  EXPECT_EQ(fp8.wrong.size(), 5u * 8 * 3 * 2);  // 5 layers x 8 experts x (w1, w2, w3) x (weight, scale)
+  const WrongTensor& w = fp8.wrong.at(0);
+  EXPECT_EQ(w.name, "layers.0.ffn.experts.0.w1.weight");
+  EXPECT_EQ(w.expected_dtype, DType::kF8E4M3);
+  EXPECT_EQ(w.expected_shape, (Shape{256, 512}));
+  EXPECT_EQ(w.actual_dtype, DType::kI8);
+  EXPECT_EQ(w.actual_shape, (Shape{256, 256}));
+
+  p = cfg.params();
+  p.n_routed_experts = 9;  // one expert more than the checkpoint has
+  const CheckpointCheck more = check_checkpoint(ModelConfig(p, "9 experts"), ckpt);
+  EXPECT_EQ(more.missing.size(), 5u * 3 * 2);
+  EXPECT_EQ(more.missing.at(0), "layers.0.ffn.experts.8.w1.weight");
+  // gate.weight [9, D] in every layer, gate.bias [9] in the 4 score-routed ones.
+  EXPECT_EQ(more.wrong.size(), 5u + 4u);
+  EXPECT_TRUE(more.unexpected.empty());
+
+  p = cfg.params();
+  p.n_routed_experts = 7;
+  const CheckpointCheck fewer = check_checkpoint(ModelConfig(p, "7 experts"), ckpt);
+  EXPECT_TRUE(fewer.missing.empty());
+  EXPECT_EQ(fewer.unexpected.size(), 5u * 3 * 2);
+  EXPECT_EQ(fewer.unexpected.at(0), "layers.0.ffn.experts.7.w1.scale");  // sorted by name
+}
+
+TEST(SyntheticCheckpoint, SameSeedSameBytesOtherSeedOtherBytes) {
+  ModelParams p = small_tiny().params();  // every tensor kind, fewer bytes: 2 experts of width 128
+  p.n_routed_experts = 2;
+  p.moe_intermediate_size = 128;
+  const ModelConfig cfg(p, "micro");
   TempDir a("seed-a");
   TempDir b("seed-b");
   TempDir c("seed-c");
   SyntheticCheckpointOptions options;
   options.seed = 4;
-  options.max_shard_bytes = 8 << 20;
+  options.max_shard_bytes = 2 << 20;
   const auto summary = write_synthetic_checkpoint(cfg, a.path(), options);
   write_synthetic_checkpoint(cfg, b.path(), options);
   options.seed = 5;
