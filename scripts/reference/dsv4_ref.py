@@ -364,7 +364,7 @@ def indexer_topk(x: torch.Tensor, qr: torch.Tensor, w: dict, prefix: str, rope: 
     head_w = nm.bf16_linear(x, w[prefix + "weights_proj.weight"]) * (hd ** -0.5 * nh ** -0.5)
     scores = torch.einsum("thd,jd->thj", q, keys).relu()  # [T, nh, nc]
     index = (scores * head_w.unsqueeze(-1)).sum(dim=1)  # [T, nc]
-    visible = torch.arange(n_comp).unsqueeze(0) < ((torch.arange(T) + 1) // 4).unsqueeze(1)
+    visible = compressed_visible(T, n_comp, 4)
     index = index.masked_fill(~visible, float("-inf"))
     k = min(cfg.index_topk, n_comp)
     chosen = topk_stable(index, k)
@@ -379,6 +379,17 @@ def indexer_topk(x: torch.Tensor, qr: torch.Tensor, w: dict, prefix: str, rope: 
 
 # ---------------------------------------------------------------------------------------------
 # Attention (MODEL.md §3)
+
+
+def window_mask(T: int, window: int) -> torch.Tensor:
+    """[T(query), T(key)]: query p sees the raw tokens max(0, p-W+1) .. p."""
+    p = torch.arange(T)
+    return (p.unsqueeze(0) <= p.unsqueeze(1)) & (p.unsqueeze(0) > p.unsqueeze(1) - window)
+
+
+def compressed_visible(T: int, n_comp: int, ratio: int) -> torch.Tensor:
+    """[T, n_comp]: entry j (tokens j*m .. j*m+m-1) is visible to query p iff (j+1)*m <= p+1."""
+    return torch.arange(n_comp).unsqueeze(0) < ((torch.arange(T) + 1) // ratio).unsqueeze(1)
 
 
 def sparse_attention(q: torch.Tensor, kv: torch.Tensor, mask: torch.Tensor, sink: torch.Tensor,
@@ -414,11 +425,10 @@ def attention(x: torch.Tensor, layer: int, w: dict, prefix: str, rope: RopeTable
     kv = torch.cat([nm.qat_fp8(kv[:, : d - r], 64), kv[:, d - r:]], dim=1)
 
     # Which entries each query sees (§3.5): the window, then compressed entries
-    window_mask = (positions.unsqueeze(0) <= positions.unsqueeze(1)) & (
-        positions.unsqueeze(0) > positions.unsqueeze(1) - cfg.window)  # [T(query), T(key)]
+    window = window_mask(T, cfg.window)
     topk = None
     if ratio == 0:
-        kv_all, mask = kv, window_mask
+        kv_all, mask = kv, window
     else:
         ckv = compress(x, w, prefix + "compressor.", ratio, d, False, rope, cfg, nm)  # [nc, d]
         n_comp = ckv.shape[0]
@@ -428,9 +438,9 @@ def attention(x: torch.Tensor, layer: int, w: dict, prefix: str, rope: RopeTable
             comp_mask.scatter_(1, torch.where(topk < 0, n_comp, topk), True)
             comp_mask = comp_mask[:, :n_comp]
         else:
-            comp_mask = torch.arange(n_comp).unsqueeze(0) < ((positions + 1) // ratio).unsqueeze(1)
+            comp_mask = compressed_visible(T, n_comp, ratio)
         kv_all = torch.cat([kv, ckv], dim=0)
-        mask = torch.cat([window_mask, comp_mask], dim=1)
+        mask = torch.cat([window, comp_mask], dim=1)
     o = sparse_attention(q, kv_all, mask, w[prefix + "attn_sink"], cfg, nm)  # [T, H, d]
 
     # Output path (§3.7): inverse RoPE at the query position, grouped wo_a, then wo_b
