@@ -348,6 +348,13 @@ def topk_stable(scores: torch.Tensor, k: int) -> torch.Tensor:
     return torch.sort(scores, dim=-1, descending=True, stable=True).indices[..., :k]
 
 
+def index_scores(q: torch.Tensor, keys: torch.Tensor, head_w: torch.Tensor, hd: int, nh: int) -> torch.Tensor:
+    """I[t, j] = sum_h (w[t, h] * hd^-0.5 * nh^-0.5) * relu(q[t, h] . K[j]) in fp32 (the
+    official code keeps these products in bf16; see README.md)."""
+    w = head_w * (hd ** -0.5 * nh ** -0.5)
+    return (torch.einsum("thd,jd->thj", q, keys).relu() * w.unsqueeze(-1)).sum(dim=1)
+
+
 def indexer_topk(x: torch.Tensor, qr: torch.Tensor, w: dict, prefix: str, rope: RopeTable,
                  cos: torch.Tensor, sin: torch.Tensor, cfg: Config, nm: Numerics) -> torch.Tensor:
     """CSA top-k: [T, index_topk] compressed-entry ids, the valid ones ascending, then -1.
@@ -360,10 +367,8 @@ def indexer_topk(x: torch.Tensor, qr: torch.Tensor, w: dict, prefix: str, rope: 
     q = nm.qat_fp4(nm.act(quant.hadamard(q)))
     keys = compress(x, w, prefix + "compressor.", 4, hd, True, rope, cfg, nm)  # [nc, hd]
     n_comp = keys.shape[0]
-    # weights_proj is a bf16 linear (bf16 out); the scale product and the score stay fp32.
-    head_w = nm.bf16_linear(x, w[prefix + "weights_proj.weight"]) * (hd ** -0.5 * nh ** -0.5)
-    scores = torch.einsum("thd,jd->thj", q, keys).relu()  # [T, nh, nc]
-    index = (scores * head_w.unsqueeze(-1)).sum(dim=1)  # [T, nc]
+    head_w = nm.bf16_linear(x, w[prefix + "weights_proj.weight"])  # [T, nh], bf16 out
+    index = index_scores(q, keys, head_w, hd, nh)  # [T, nc]
     visible = compressed_visible(T, n_comp, 4)
     index = index.masked_fill(~visible, float("-inf"))
     k = min(cfg.index_topk, n_comp)
