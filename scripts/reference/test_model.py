@@ -1,6 +1,7 @@
-# Checks of the PyTorch reference model (dsv4_ref.py) on a small random checkpoint written by
-# make_test_checkpoint.py: mHC Sinkhorn, RoPE, compressor, routing, indexer top-k, causality,
-# the MTP path, and how far the default numerics are from the exact-math mode.
+# Checks of the PyTorch reference model (dsv4_ref.py) on a small random checkpoint (written by
+# make_test_checkpoint.py, or $DSV4_REF_MODEL): mHC Sinkhorn, RoPE, compressor, routing, indexer
+# top-k, causality, the MTP path, and how far the default numerics are from the exact-math mode.
+import os
 import sys
 import tempfile
 from functools import lru_cache
@@ -20,6 +21,10 @@ DEFAULT, EXACT = R.Numerics(exact=False), R.Numerics(exact=True)
 
 @lru_cache(1)
 def model() -> R.Model:
+    """The checkpoint in $DSV4_REF_MODEL (e.g. `dsv4 make-model --preset tiny` output) if set,
+    else a small random one of the same geometry written here."""
+    if os.environ.get("DSV4_REF_MODEL"):
+        return R.Model(Path(os.environ["DSV4_REF_MODEL"]))
     tmp = Path(tempfile.mkdtemp(prefix="dsv4_pyref_"))
     make_test_checkpoint.make_checkpoint(tmp, {**make_test_checkpoint.T1_CONFIG, "vocab_size": 512}, seed=3)
     return R.Model(tmp)
