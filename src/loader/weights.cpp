@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <array>
+#include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "core/numeric.h"
@@ -161,6 +163,19 @@ void check_packed_fp4(ConstTensorView w, const std::string& name) {
                       std::string(dtype_name(t)) + " " + shape_str(w.shape()));
 }
 
+// Checks an MXFP4 weight and its per-32 scales; returns the logical [rows, cols].
+std::pair<int64_t, int64_t> check_mxfp4(ConstTensorView w, ConstTensorView scale, const std::string& name) {
+  check_packed_fp4(w, name);
+  check_rank2(scale, DType::kF8E8M0, name, "MXFP4 scale");
+  const int64_t rows = w.dim(0);
+  const int64_t cols = 2 * w.dim(1);
+  if (cols % kFp4Block != 0)
+    throw TensorError(name + ": MXFP4 weight has " + std::to_string(cols) +
+                      " inputs per row, not a multiple of 32");
+  check_scale_shape(scale, {rows, cols / kFp4Block}, name);
+  return {rows, cols};
+}
+
 // The value of every e4m3 code and of every e8m0 code, so dequantisation is a table look-up.
 struct CodeTables {
   std::array<float, 256> e4m3{};
@@ -265,14 +280,7 @@ void dequant_fp8_block(ConstTensorView w, ConstTensorView scale, std::span<float
 
 void dequant_mxfp4(ConstTensorView w, ConstTensorView scale, std::span<float> out,
                    const std::string& name) {
-  check_packed_fp4(w, name);
-  check_rank2(scale, DType::kF8E8M0, name, "MXFP4 scale");
-  const int64_t rows = w.dim(0);
-  const int64_t cols = 2 * w.dim(1);
-  if (cols % kFp4Block != 0)
-    throw TensorError(name + ": MXFP4 weight has " + std::to_string(cols) +
-                      " inputs per row, not a multiple of 32");
-  check_scale_shape(scale, {rows, cols / kFp4Block}, name);
+  const auto [rows, cols] = check_mxfp4(w, scale, name);
   check_out_size(out, rows * cols, name);
   const CodeTables& tables = code_tables();
   const uint8_t* packed = w.data<uint8_t>();
@@ -288,15 +296,8 @@ void dequant_mxfp4(ConstTensorView w, ConstTensorView scale, std::span<float> ou
 }
 
 Fp8BlockWeight cast_mxfp4_to_fp8(ConstTensorView w, ConstTensorView scale, const std::string& name) {
-  check_packed_fp4(w, name);
-  check_rank2(scale, DType::kF8E8M0, name, "MXFP4 scale");
-  const int64_t rows = w.dim(0);
-  const int64_t cols = 2 * w.dim(1);
-  if (cols % kFp4Block != 0)
-    throw TensorError(name + ": MXFP4 weight has " + std::to_string(cols) +
-                      " inputs per row, not a multiple of 32");
+  const auto [rows, cols] = check_mxfp4(w, scale, name);
   const int64_t groups = cols / kFp4Block;
-  check_scale_shape(scale, {rows, groups}, name);
 
   Fp8BlockWeight result{Tensor(DType::kF8E4M3, {rows, cols}),
                         Tensor(DType::kF8E8M0, {ceil_div(rows, kFp8Block), ceil_div(cols, kFp8Block)})};
