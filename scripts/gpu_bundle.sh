@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Collects what a GPU run needs (the GPU test binaries, stripped) into .dev/gpu/, the folder the
-# device tool carries to the H200 machine. Usage: scripts/gpu_bundle.sh [BUILD_DIR]
+# Collects what a GPU run needs (the GPU test binaries and benchmarks, stripped, and the shared
+# libraries the GPU machine lacks) into .dev/gpu/, the folder the device tool carries to the
+# H200 machine. Usage: scripts/gpu_bundle.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -9,6 +10,13 @@ rm -rf "$out" && mkdir -p "$out"
 for bin in "$build"/tests/ops/test_ops_cuda "$build"/bench/bench_fp8_gemm "$build"/tools/dsv4; do
   [ -x "$bin" ] || continue
   cp "$bin" "$out/" && strip "$out/$(basename "$bin")"
+done
+# The GPU machine's OpenBLAS has another soname; carry the CPU reference's BLAS with its
+# Fortran runtime so the binaries that hold the CPU backend (the oracle) start there.
+mkdir -p "$out/lib"
+for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
+  path=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
+  [ -n "$path" ] && cp -L "$path" "$out/lib/"
 done
 cp scripts/gpu_run.sh "$out/"
 du -sh "$out"

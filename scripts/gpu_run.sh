@@ -5,6 +5,7 @@
 # provoke CUDA errors on purpose, so the sanitizer runs leave them out.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 out=${OUT:-$here/gpu-out}
 mkdir -p "$out"
 status=0
