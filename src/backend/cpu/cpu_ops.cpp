@@ -10,10 +10,10 @@
 #include <new>
 #include <thread>
 
+#include "backend/cpu/fast_quant.h"
 #include "backend/cpu/float_io.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/parallel_rows.h"
-#include "core/quant.h"
 
 namespace dsv4::cpu {
 
@@ -209,8 +209,8 @@ void CpuOps::quant_sim(const QuantSimParams& p) {
     for (int64_t r = r0; r < r1; ++r) {
       load_floats(p.x, r * width, p.cols, v.data());
       for (int64_t b = 0; b < p.cols; b += p.block) {
-        if (p.format == QuantFormat::kE4M3) fake_quant_block_e4m3(v.data() + b, static_cast<int>(p.block));
-        else fake_quant_block_e2m1(v.data() + b, static_cast<int>(p.block));
+        if (p.format == QuantFormat::kE4M3) fake_quant_e4m3(v.data() + b, p.block);
+        else fake_quant_e2m1(v.data() + b, p.block);
       }
       store_floats(p.x, r * width, p.cols, v.data());
     }

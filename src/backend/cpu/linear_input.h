@@ -8,7 +8,7 @@
 
 #include "backend/cpu/float_io.h"
 #include "backend/cpu/parallel_rows.h"
-#include "core/quant.h"
+#include "backend/cpu/fast_quant.h"
 
 namespace dsv4::cpu {
 
@@ -18,7 +18,7 @@ constexpr int64_t kActQuantBlock = 128;
 inline void quantize_activation_row(float* row, int64_t K, ActQuant q) {
   if (q == ActQuant::kNone) return;
   for (int64_t b = 0; b < K; b += kActQuantBlock)
-    fake_quant_block_e4m3(row + b, static_cast<int>(std::min(kActQuantBlock, K - b)));
+    fake_quant_e4m3(row + b, std::min(kActQuantBlock, K - b));
 }
 
 inline std::vector<float> linear_input(ThreadPool& pool, ConstTensorView x, ActQuant q) {
