@@ -35,6 +35,26 @@ std::string layer_prefix(const ModelConfig& cfg, int64_t layer);
 // MTP). The routed experts follow cfg's expert_dtype (fp4 -> kMxfp4, fp8 -> kFp8).
 std::vector<ExpectedTensor> expected_tensors(const ModelConfig& cfg);
 
+// Bytes of tensor data a checkpoint of `cfg` holds (the sum over expected_tensors; safetensors
+// headers and the index add a little on top).
+uint64_t expected_checkpoint_bytes(const ModelConfig& cfg);
+
+// A checkpoint compared with expected_tensors(cfg).
+struct WrongTensor {
+  std::string name;
+  DType expected_dtype;
+  Shape expected_shape;
+  DType actual_dtype;
+  Shape actual_shape;
+};
+struct CheckpointCheck {
+  std::vector<std::string> missing;     // expected, absent (in expected_tensors order)
+  std::vector<WrongTensor> wrong;       // present with another dtype or shape
+  std::vector<std::string> unexpected;  // present, not expected (sorted)
+  bool ok() const { return missing.empty() && wrong.empty(); }
+};
+CheckpointCheck check_checkpoint(const ModelConfig& cfg, const Checkpoint& ckpt);
+
 // W[o, i] = e4m3(w[o, i]) * 2^(scale[o/128, i/128] - 127), written to out (row-major [out, in]).
 // Checks shapes and dtypes; throws TensorError naming `name`.
 void dequant_fp8_block(ConstTensorView w, ConstTensorView scale, std::span<float> out,
