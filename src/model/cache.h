@@ -35,6 +35,11 @@ class SequenceCache {
   // Room for `capacity` tokens. `dtype` stores the kv rows and entries: kBF16, or kF32 for
   // exact-math forwards.
   SequenceCache(Ops& ops, const ModelConfig& cfg, int64_t capacity, DType dtype);
+  // A copy would share the buffers and let two sequences overwrite each other's state.
+  SequenceCache(const SequenceCache&) = delete;
+  SequenceCache& operator=(const SequenceCache&) = delete;
+  SequenceCache(SequenceCache&&) = default;
+  SequenceCache& operator=(SequenceCache&&) = default;
 
   int64_t capacity() const { return capacity_; }
   DType dtype() const { return dtype_; }

@@ -28,6 +28,9 @@ ForwardContext::ForwardContext(Ops& ops_, const ModelConfig& cfg_, const Forward
     if (c.start_pos + c.num_tokens > c.cache->capacity())
       throw UsageError(which + " would grow to " + std::to_string(c.start_pos + c.num_tokens) +
                        " tokens, beyond its capacity of " + std::to_string(c.cache->capacity()));
+    if (c.start_pos + c.num_tokens > cfg.params().max_position_embeddings)
+      throw UsageError(which + " would reach position " + std::to_string(c.start_pos + c.num_tokens - 1) +
+                       ", beyond max_position_embeddings (" + std::to_string(cfg.params().max_position_embeddings) + ")");
     if (c.cache->dtype() != act)
       throw UsageError(which + " has " + std::string(dtype_name(c.cache->dtype())) + " caches but the forward is " +
                        (exact ? "exact-math (needs f32)" : "default-mode (needs bf16)"));
