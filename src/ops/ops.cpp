@@ -1,5 +1,5 @@
-// View helpers of the Ops interface: reshaping and row slices of contiguous tensors (pointer
-// arithmetic only, so they work on device pointers too).
+// View helpers of the Ops interface: reshaped device tensors and row slices (pointer arithmetic
+// only, so they work on device memory too).
 #include "ops/ops.h"
 
 #include "core/error.h"
@@ -7,13 +7,6 @@
 namespace dsv4 {
 
 namespace {
-
-template <typename View>
-View reshape_impl(View v, const Shape& shape) {
-  if (shape_numel(shape) != v.numel())
-    throw UsageError("cannot view a tensor of shape " + shape_str(v.shape()) + " as " + shape_str(shape));
-  return View(v.bytes(), v.dtype(), shape);
-}
 
 template <typename View>
 View slice_rows_impl(View v, int64_t begin, int64_t end) {
@@ -29,12 +22,11 @@ View slice_rows_impl(View v, int64_t begin, int64_t end) {
 }  // namespace
 
 DeviceTensor DeviceTensor::reshaped(Shape shape) const {
-  reshape_impl(view(), shape);  // checks the element count
+  if (shape_numel(shape) != numel())
+    throw UsageError("cannot view a tensor of shape " + shape_str(shape_) + " as " + shape_str(shape));
   return DeviceTensor(storage_, dtype_, std::move(shape));
 }
 
-TensorView reshape(TensorView v, const Shape& shape) { return reshape_impl(v, shape); }
-ConstTensorView reshape(ConstTensorView v, const Shape& shape) { return reshape_impl(v, shape); }
 TensorView slice_rows(TensorView v, int64_t begin, int64_t end) { return slice_rows_impl(v, begin, end); }
 ConstTensorView slice_rows(ConstTensorView v, int64_t begin, int64_t end) {
   return slice_rows_impl(v, begin, end);

@@ -47,9 +47,6 @@ class DeviceTensor {
   Shape shape_;
 };
 
-// The same bytes seen with another shape of equal element count; throws UsageError otherwise.
-TensorView reshape(TensorView v, const Shape& shape);
-ConstTensorView reshape(ConstTensorView v, const Shape& shape);
 // Rows [begin, end) along dim 0.
 TensorView slice_rows(TensorView v, int64_t begin, int64_t end);
 ConstTensorView slice_rows(ConstTensorView v, int64_t begin, int64_t end);

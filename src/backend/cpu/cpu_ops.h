@@ -15,7 +15,6 @@ class CpuOps final : public Ops {
   explicit CpuOps(int threads = 0);
 
   std::string_view name() const override { return "cpu"; }
-  int threads() const { return pool_.size(); }
 
   DeviceTensor alloc(DType dtype, Shape shape) override;
   void upload(ConstTensorView host, TensorView dst) override;
