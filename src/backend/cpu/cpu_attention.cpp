@@ -1,0 +1,251 @@
+// CpuOps attention family: the compressor's gated pooling with its per-sequence state rings
+// (MODEL.md §4), the lightning indexer's scores and top-k (§5), and sparse attention with the
+// per-head sink over the window and the compressed entries (§3.5-3.6).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/float_io.h"
+
+namespace dsv4::cpu {
+
+namespace {
+
+// The sequence a batch token belongs to, and its position.
+struct TokenPlace {
+  int64_t seq;
+  int64_t pos;
+};
+
+template <typename Seq>
+std::vector<TokenPlace> place_tokens(const char* op, std::span<const Seq> seqs, int64_t T) {
+  std::vector<TokenPlace> places(static_cast<size_t>(T), TokenPlace{-1, 0});
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const SeqSlice& sl = seqs[s].slice;
+    if (sl.token_begin < 0 || sl.num_tokens < 0 || sl.token_begin + sl.num_tokens > T || sl.start_pos < 0)
+      throw UsageError(std::string(op) + ": sequence " + std::to_string(s) + " covers tokens [" +
+                       std::to_string(sl.token_begin) + ", " + std::to_string(sl.token_begin + sl.num_tokens) +
+                       ") of a batch of " + std::to_string(T));
+    for (int64_t i = 0; i < sl.num_tokens; ++i) {
+      TokenPlace& tp = places[static_cast<size_t>(sl.token_begin + i)];
+      if (tp.seq >= 0) throw UsageError(std::string(op) + ": token " + std::to_string(sl.token_begin + i) +
+                                        " belongs to two sequences");
+      tp = {static_cast<int64_t>(s), sl.start_pos + i};
+    }
+  }
+  for (int64_t t = 0; t < T; ++t)
+    if (places[static_cast<size_t>(t)].seq < 0)
+      throw UsageError(std::string(op) + ": token " + std::to_string(t) + " belongs to no sequence");
+  return places;
+}
+
+// The rows [0, rows) of a [capacity, width] cache as fp32.
+std::vector<float> load_cache_rows(const char* op, ConstTensorView cache, int64_t rows, int64_t width) {
+  expect_rank(op, "cache", cache, 2);
+  expect_float(op, "cache", cache);
+  if (cache.dim(1) != width || cache.dim(0) < rows)
+    throw UsageError(std::string(op) + ": a cache of shape " + shape_str(cache.shape()) + " cannot hold " +
+                     std::to_string(rows) + " entries of width " + std::to_string(width));
+  std::vector<float> out(static_cast<size_t>(rows * width));
+  load_floats(cache, 0, rows * width, out.data());
+  return out;
+}
+
+}  // namespace
+
+void CpuOps::compressor_pool(const CompressorPoolParams& p) {
+  expect_rank("compressor_pool", "kv", p.kv, 2);
+  expect_dtype("compressor_pool", "kv", p.kv, DType::kF32);
+  const int64_t T = p.kv.dim(0), width = p.kv.dim(1), m = p.ratio;
+  if (m <= 0) throw UsageError("compressor_pool: ratio must be positive");
+  const bool overlap = m == 4;
+  const int64_t coff = overlap ? 2 : 1, dc = width / coff, ring = coff * m;
+  expect_shape("compressor_pool", "score", p.score, {T, width});
+  expect_dtype("compressor_pool", "score", p.score, DType::kF32);
+  const float* ape = weight_f32("compressor_pool", p.ape, {m, width});
+  expect_rank("compressor_pool", "out", p.out, 2);
+  expect_dtype("compressor_pool", "out", p.out, DType::kF32);
+  if (p.out.dim(1) != dc) throw UsageError("compressor_pool: out must have " + std::to_string(dc) + " columns");
+  const float* kv = p.kv.data<float>();
+  const float* score = p.score.data<float>();
+  float* out = p.out.data<float>();
+
+  for (const CompressorSeq& s : p.seqs) {
+    expect_shape("compressor_pool", "state_kv", s.state_kv, {ring, width});
+    expect_shape("compressor_pool", "state_score", s.state_score, {ring, width});
+    expect_dtype("compressor_pool", "state_kv", s.state_kv, DType::kF32);
+    expect_dtype("compressor_pool", "state_score", s.state_score, DType::kF32);
+    float* skv = s.state_kv.data<float>();
+    float* ssc = s.state_score.data<float>();
+    int64_t out_row = s.out_begin;
+    for (int64_t i = 0; i < s.slice.num_tokens; ++i) {
+      const int64_t t = s.slice.token_begin + i, pos = s.slice.start_pos + i, slot = pos % ring;
+      if (t < 0 || t >= T) throw UsageError("compressor_pool: token " + std::to_string(t) + " outside the batch");
+      for (int64_t c = 0; c < width; ++c) {
+        skv[slot * width + c] = kv[t * width + c];
+        ssc[slot * width + c] = score[t * width + c] + ape[(pos % m) * width + c];
+      }
+      if ((pos + 1) % m != 0) continue;
+      if (out_row >= p.out.dim(0)) throw UsageError("compressor_pool: out has too few rows for the completed blocks");
+      // Block j's rows: with overlap, the previous block's first half (absent for j = 0) then this
+      // block's second half; without, this block's rows. Softmax over rows per channel.
+      const int64_t j = pos / m;
+      std::vector<const float*> kv_rows, score_rows;
+      if (overlap && j >= 1)
+        for (int64_t r = 0; r < m; ++r) {
+          const int64_t sl = ((j - 1) * m + r) % ring;
+          kv_rows.push_back(skv + sl * width);
+          score_rows.push_back(ssc + sl * width);
+        }
+      const int64_t half = overlap ? dc : 0;
+      for (int64_t r = 0; r < m; ++r) {
+        const int64_t sl = (j * m + r) % ring;
+        kv_rows.push_back(skv + sl * width + half);
+        score_rows.push_back(ssc + sl * width + half);
+      }
+      float* o = out + out_row * dc;
+      std::vector<float> e(kv_rows.size());
+      for (int64_t c = 0; c < dc; ++c) {
+        float mx = -std::numeric_limits<float>::infinity();
+        for (const float* sr : score_rows) mx = std::fmax(mx, sr[c]);
+        float sum = 0;
+        for (size_t r = 0; r < e.size(); ++r) sum += (e[r] = std::exp(score_rows[r][c] - mx));
+        float acc = 0;
+        for (size_t r = 0; r < e.size(); ++r) acc += kv_rows[r][c] * (e[r] / sum);
+        o[c] = acc;
+      }
+      ++out_row;
+    }
+  }
+}
+
+void CpuOps::indexer_topk(const IndexerTopkParams& p) {
+  expect_rank("indexer_topk", "q", p.q, 3);
+  expect_float("indexer_topk", "q", p.q);
+  const int64_t T = p.q.dim(0), heads = p.q.dim(1), dh = p.q.dim(2);
+  expect_shape("indexer_topk", "weights", p.weights, {T, heads});
+  expect_float("indexer_topk", "weights", p.weights);
+  expect_rank("indexer_topk", "topk", p.topk, 2);
+  expect_dtype("indexer_topk", "topk", p.topk, DType::kI32);
+  if (p.topk.dim(0) != T) throw UsageError("indexer_topk: topk must have one row per token");
+  if (p.ratio <= 0) throw UsageError("indexer_topk: ratio must be positive");
+  const int64_t k = p.topk.dim(1);
+  const std::vector<TokenPlace> places = place_tokens("indexer_topk", p.seqs, T);
+
+  std::vector<std::vector<float>> keys(p.seqs.size());
+  for (size_t s = 0; s < p.seqs.size(); ++s) {
+    const SeqSlice& sl = p.seqs[s].slice;
+    keys[s] = load_cache_rows("indexer_topk", p.seqs[s].keys, (sl.start_pos + sl.num_tokens) / p.ratio, dh);
+  }
+  const std::vector<float> q = load_all(p.q);
+  const std::vector<float> w = load_all(p.weights);
+  int32_t* out = p.topk.data<int32_t>();
+  pool_.parallel_for(T, [&](int64_t t) {
+    const TokenPlace tp = places[static_cast<size_t>(t)];
+    const int64_t visible = (tp.pos + 1) / p.ratio;
+    const float* key = keys[static_cast<size_t>(tp.seq)].data();
+    std::vector<float> score(static_cast<size_t>(visible));
+    for (int64_t j = 0; j < visible; ++j) {
+      float acc = 0;
+      for (int64_t h = 0; h < heads; ++h) {
+        const float qk = dot(q.data() + (t * heads + h) * dh, key + j * dh, dh);
+        acc += (w[t * heads + h] * p.weight_scale) * std::fmax(qk, 0.0f);
+      }
+      score[j] = std::isnan(acc) ? -std::numeric_limits<float>::infinity() : acc;
+    }
+    std::vector<int32_t> ids(static_cast<size_t>(visible));
+    std::iota(ids.begin(), ids.end(), 0);
+    if (visible > k) {
+      std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+        return score[a] > score[b] || (score[a] == score[b] && a < b);
+      });
+      ids.resize(static_cast<size_t>(k));
+      std::sort(ids.begin(), ids.end());
+    }
+    int32_t* row = out + t * k;
+    for (int64_t i = 0; i < k; ++i) row[i] = i < static_cast<int64_t>(ids.size()) ? ids[i] : -1;
+  });
+}
+
+void CpuOps::sparse_attention(const SparseAttentionParams& p) {
+  expect_rank("sparse_attention", "q", p.q, 3);
+  expect_float("sparse_attention", "q", p.q);
+  const int64_t T = p.q.dim(0), H = p.q.dim(1), d = p.q.dim(2), W = p.window;
+  expect_shape("sparse_attention", "kv", p.kv, {T, d});
+  expect_float("sparse_attention", "kv", p.kv);
+  expect_shape("sparse_attention", "out", p.out, {T, H, d});
+  expect_float("sparse_attention", "out", p.out);
+  const float* sink = weight_f32("sparse_attention", p.sink, {H});
+  const bool has_topk = !is_empty(p.topk);
+  if (has_topk) {
+    expect_rank("sparse_attention", "topk", p.topk, 2);
+    expect_dtype("sparse_attention", "topk", p.topk, DType::kI32);
+    if (p.topk.dim(0) != T) throw UsageError("sparse_attention: topk must have one row per token");
+    if (p.ratio <= 0) throw UsageError("sparse_attention: topk given for a layer without compression");
+  }
+  if (W <= 0) throw UsageError("sparse_attention: window must be positive");
+  const std::vector<TokenPlace> places = place_tokens("sparse_attention", p.seqs, T);
+
+  std::vector<std::vector<float>> windows(p.seqs.size()), compressed(p.seqs.size());
+  for (size_t s = 0; s < p.seqs.size(); ++s) {
+    const SeqSlice& sl = p.seqs[s].slice;
+    if (sl.start_pos > 0) windows[s] = load_cache_rows("sparse_attention", p.seqs[s].window, W, d);
+    if (p.ratio > 0)
+      compressed[s] = load_cache_rows("sparse_attention", p.seqs[s].compressed, (sl.start_pos + sl.num_tokens) / p.ratio, d);
+  }
+  const std::vector<float> kv = load_all(p.kv);
+  const std::vector<float> q = load_all(p.q);
+  const int64_t k = has_topk ? p.topk.dim(1) : 0;
+  const int32_t* topk = has_topk ? p.topk.data<int32_t>() : nullptr;
+
+  pool_.parallel_for(T, [&](int64_t t) {
+    const TokenPlace tp = places[static_cast<size_t>(t)];
+    const SeqSlice& sl = p.seqs[static_cast<size_t>(tp.seq)].slice;
+    std::vector<const float*> entries;
+    for (int64_t pos = std::max<int64_t>(0, tp.pos - W + 1); pos <= tp.pos; ++pos)
+      entries.push_back(pos >= sl.start_pos ? kv.data() + (sl.token_begin + pos - sl.start_pos) * d
+                                            : windows[static_cast<size_t>(tp.seq)].data() + (pos % W) * d);
+    if (p.ratio > 0) {
+      const int64_t visible = (tp.pos + 1) / p.ratio;
+      const float* comp = compressed[static_cast<size_t>(tp.seq)].data();
+      if (has_topk) {
+        for (int64_t i = 0; i < k; ++i) {
+          const int32_t j = topk[t * k + i];
+          if (j < 0) continue;
+          if (j >= visible)
+            throw UsageError("sparse_attention: token " + std::to_string(t) + " at position " + std::to_string(tp.pos) +
+                             " selects compressed entry " + std::to_string(j) + " of only " + std::to_string(visible));
+          entries.push_back(comp + j * d);
+        }
+      } else {
+        for (int64_t j = 0; j < visible; ++j) entries.push_back(comp + j * d);
+      }
+    }
+    const size_t S = entries.size();
+    std::vector<float> z(S), o(static_cast<size_t>(d));
+    for (int64_t h = 0; h < H; ++h) {
+      const float* qh = q.data() + (t * H + h) * d;
+      float mx = -std::numeric_limits<float>::infinity();
+      for (size_t e = 0; e < S; ++e) {
+        z[e] = dot(qh, entries[e], d) * p.softmax_scale;
+        mx = std::fmax(mx, z[e]);
+      }
+      float sum = 0;
+      for (size_t e = 0; e < S; ++e) sum += (z[e] = std::exp(z[e] - mx));
+      const float den = sum + std::exp(sink[h] - mx);
+      std::fill(o.begin(), o.end(), 0.0f);
+      for (size_t e = 0; e < S; ++e) {
+        const float wgt = z[e] / den;
+        const float* v = entries[e];
+        for (int64_t c = 0; c < d; ++c) o[c] += wgt * v[c];
+      }
+      store_floats(p.out, (t * H + h) * d, d, o.data());
+    }
+  });
+}
+
+}  // namespace dsv4::cpu

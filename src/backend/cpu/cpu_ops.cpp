@@ -1,0 +1,264 @@
+// CpuOps: memory, weight loading and the elementwise ops (embedding, RMSNorm, RoPE,
+// quantisation-aware rounding, Hadamard, broadcast add).
+#include "backend/cpu/cpu_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <thread>
+
+#include "backend/cpu/fast_quant.h"
+#include "backend/cpu/float_io.h"
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/parallel_rows.h"
+
+namespace dsv4::cpu {
+
+namespace {
+
+int resolve_threads(int threads) {
+  if (threads > 0) return threads;
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : static_cast<int>(hw);
+}
+
+void check_same_bytes(const char* op, ConstTensorView a, ConstTensorView b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape())
+    throw UsageError(std::string(op) + ": " + std::string(dtype_name(a.dtype())) + shape_str(a.shape()) +
+                     " does not match " + std::string(dtype_name(b.dtype())) + shape_str(b.shape()));
+}
+
+}  // namespace
+
+CpuOps::CpuOps(int threads) : pool_(resolve_threads(threads)) { configure_blas_threads(); }
+
+DeviceTensor CpuOps::alloc(DType dtype, Shape shape) {
+  for (int64_t d : shape)
+    if (d < 0) throw UsageError("alloc: shape " + shape_str(shape) + " has a negative dimension");
+  constexpr size_t kAlign = 64;
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  const size_t padded = std::max(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+  auto* p = static_cast<std::byte*>(std::aligned_alloc(kAlign, padded));
+  if (p == nullptr) throw std::bad_alloc();
+  std::memset(p, 0, padded);
+  return DeviceTensor(std::shared_ptr<std::byte>(p, [](std::byte* q) { std::free(q); }), dtype, std::move(shape));
+}
+
+void CpuOps::upload(ConstTensorView host, TensorView dst) {
+  check_same_bytes("upload", host, dst);
+  std::memcpy(dst.bytes(), host.bytes(), host.nbytes());
+}
+
+void CpuOps::download(ConstTensorView src, TensorView host) {
+  check_same_bytes("download", src, host);
+  std::memcpy(host.bytes(), src.bytes(), src.nbytes());
+}
+
+void CpuOps::copy(const CopyParams& p) {
+  expect_float("copy", "src", p.src);
+  expect_float("copy", "dst", p.dst);
+  if (p.src.numel() != p.dst.numel())
+    throw UsageError("copy: " + shape_str(p.src.shape()) + " and " + shape_str(p.dst.shape()) +
+                     " differ in element count");
+  if (p.src.dtype() == p.dst.dtype()) {
+    std::memmove(p.dst.bytes(), p.src.bytes(), p.src.nbytes());
+    return;
+  }
+  std::vector<float> buf = load_all(p.src);
+  store_floats(p.dst, 0, p.dst.numel(), buf.data());
+}
+
+Weight CpuOps::load_weight(const LoadWeightParams& p) {
+  Weight w;
+  w.name = p.name;
+  w.format = p.format;
+  const ConstTensorView& src = p.weight;
+  switch (p.format) {
+    case WeightFormat::kFp8: {
+      w.shape = src.shape();
+      w.data = alloc(DType::kF32, w.shape);
+      dequant_fp8_block(src, p.scale, w.data.view().span<float>(), p.name);
+      break;
+    }
+    case WeightFormat::kMxfp4: {
+      if (src.rank() != 2) throw TensorError(p.name + ": an MXFP4 weight must be 2-D, got " + shape_str(src.shape()));
+      w.shape = {src.dim(0), src.dim(1) * 2};
+      w.data = alloc(DType::kF32, w.shape);
+      dequant_mxfp4(src, p.scale, w.data.view().span<float>(), p.name);
+      break;
+    }
+    case WeightFormat::kPlain: {
+      w.shape = src.shape();
+      const int64_t n = src.numel();
+      switch (src.dtype()) {
+        case DType::kF32:
+        case DType::kBF16: {
+          w.data = alloc(DType::kF32, w.shape);
+          load_floats(src, 0, n, w.data.view().data<float>());
+          break;
+        }
+        case DType::kI32:
+        case DType::kI64: {
+          w.data = alloc(DType::kI32, w.shape);
+          int32_t* out = w.data.view().data<int32_t>();
+          for (int64_t i = 0; i < n; ++i) {
+            const int64_t v = src.dtype() == DType::kI32 ? src.data<int32_t>()[i] : src.data<int64_t>()[i];
+            if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())
+              throw TensorError(p.name + ": element " + std::to_string(i) + " = " + std::to_string(v) +
+                                " does not fit in int32");
+            out[i] = static_cast<int32_t>(v);
+          }
+          break;
+        }
+        default:
+          throw TensorError(p.name + ": the CPU backend cannot use a plain " + std::string(dtype_name(src.dtype())) +
+                            " tensor");
+      }
+      break;
+    }
+  }
+  return w;
+}
+
+void CpuOps::embed(const EmbedParams& p) {
+  expect_rank("embed", "ids", p.ids, 1);
+  expect_dtype("embed", "ids", p.ids, DType::kI32);
+  expect_rank("embed", "out", p.out, 3);
+  const int64_t T = p.ids.dim(0), n = p.out.dim(1), D = p.out.dim(2);
+  expect_shape("embed", "out", p.out, {T, n, D});
+  if (p.table == nullptr || p.table->shape.size() != 2 || p.table->shape[1] != D)
+    throw UsageError("embed: the table must be [vocab, " + std::to_string(D) + "]");
+  const int64_t V = p.table->shape[0];
+  const float* table = p.table->data.view().data<float>();
+  const int32_t* ids = p.ids.data<int32_t>();
+  for (int64_t t = 0; t < T; ++t) {
+    if (ids[t] < 0 || ids[t] >= V)
+      throw UsageError("embed: token id " + std::to_string(ids[t]) + " at index " + std::to_string(t) +
+                       " is outside the vocabulary [0, " + std::to_string(V) + ")");
+    for (int64_t j = 0; j < n; ++j) store_floats(p.out, (t * n + j) * D, D, table + ids[t] * D);
+  }
+}
+
+void CpuOps::rms_norm(const RmsNormParams& p) {
+  expect_rank("rms_norm", "x", p.x, 2);
+  expect_float("rms_norm", "x", p.x);
+  expect_shape("rms_norm", "y", p.y, p.x.shape());
+  const int64_t rows = p.x.dim(0), dim = p.x.dim(1);
+  const float* w = p.weight ? weight_f32("rms_norm", p.weight, {dim}) : nullptr;
+  parallel_rows(pool_, rows, 16, [&](int64_t r0, int64_t r1) {
+    std::vector<float> v(static_cast<size_t>(dim));
+    for (int64_t r = r0; r < r1; ++r) {
+      load_floats(p.x, r * dim, dim, v.data());
+      const float mean = sum_squares(v.data(), dim) / static_cast<float>(dim);
+      const float inv = 1.0f / std::sqrt(mean + p.eps);
+      for (int64_t i = 0; i < dim; ++i) v[i] = w ? w[i] * (v[i] * inv) : v[i] * inv;
+      store_floats(p.y, r * dim, dim, v.data());
+    }
+  });
+}
+
+void CpuOps::rope(const RopeParams& p) {
+  expect_rank("rope", "x", p.x, 3);
+  expect_float("rope", "x", p.x);
+  const int64_t rows = p.x.dim(0), heads = p.x.dim(1), hd = p.x.dim(2), half = p.rope_dim / 2;
+  if (p.rope_dim <= 0 || p.rope_dim % 2 != 0 || p.rope_dim > hd)
+    throw UsageError("rope: rope_dim " + std::to_string(p.rope_dim) + " must be even and at most " + std::to_string(hd));
+  expect_shape("rope", "positions", p.positions, {rows});
+  expect_dtype("rope", "positions", p.positions, DType::kI32);
+  expect_shape("rope", "inv_freq", p.inv_freq, {half});
+  expect_dtype("rope", "inv_freq", p.inv_freq, DType::kF32);
+  const float* inv_freq = p.inv_freq.data<float>();
+  const int32_t* pos = p.positions.data<int32_t>();
+  parallel_rows(pool_, rows, 16, [&](int64_t r0, int64_t r1) {
+    std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+    std::vector<float> v(static_cast<size_t>(p.rope_dim));
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t i = 0; i < half; ++i) {
+        // The angle is a float32 product, as in precompute_freqs_cis (torch.outer in fp32).
+        const float angle = static_cast<float>(pos[r]) * inv_freq[i];
+        cs[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+        sn[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+        if (p.inverse) sn[i] = -sn[i];
+      }
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t off = (r * heads + h) * hd + hd - p.rope_dim;
+        load_floats(p.x, off, p.rope_dim, v.data());
+        for (int64_t i = 0; i < half; ++i) {
+          const float a = v[2 * i], b = v[2 * i + 1];
+          v[2 * i] = a * cs[i] - b * sn[i];
+          v[2 * i + 1] = a * sn[i] + b * cs[i];
+        }
+        store_floats(p.x, off, p.rope_dim, v.data());
+      }
+    }
+  });
+}
+
+void CpuOps::quant_sim(const QuantSimParams& p) {
+  expect_rank("quant_sim", "x", p.x, 2);
+  expect_float("quant_sim", "x", p.x);
+  const int64_t rows = p.x.dim(0), width = p.x.dim(1);
+  if (p.block <= 0 || p.cols < 0 || p.cols > width || p.cols % p.block != 0)
+    throw UsageError("quant_sim: cols " + std::to_string(p.cols) + " must be a multiple of the block " +
+                     std::to_string(p.block) + " and at most the width " + std::to_string(width));
+  parallel_rows(pool_, rows, 32, [&](int64_t r0, int64_t r1) {
+    std::vector<float> v(static_cast<size_t>(p.cols));
+    for (int64_t r = r0; r < r1; ++r) {
+      load_floats(p.x, r * width, p.cols, v.data());
+      for (int64_t b = 0; b < p.cols; b += p.block) {
+        if (p.format == QuantFormat::kE4M3) fake_quant_e4m3(v.data() + b, p.block);
+        else fake_quant_e2m1(v.data() + b, p.block);
+      }
+      store_floats(p.x, r * width, p.cols, v.data());
+    }
+  });
+}
+
+void CpuOps::hadamard(const HadamardParams& p) {
+  expect_rank("hadamard", "x", p.x, 2);
+  expect_float("hadamard", "x", p.x);
+  const int64_t rows = p.x.dim(0), n = p.x.dim(1);
+  if (n <= 0 || (n & (n - 1)) != 0) throw UsageError("hadamard: width " + std::to_string(n) + " is not a power of two");
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(n)));
+  parallel_rows(pool_, rows, 32, [&](int64_t r0, int64_t r1) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (int64_t r = r0; r < r1; ++r) {
+      load_floats(p.x, r * n, n, v.data());
+      // In-place fast Walsh-Hadamard transform; its butterflies produce the Sylvester order.
+      for (int64_t h = 1; h < n; h *= 2)
+        for (int64_t i = 0; i < n; i += 2 * h)
+          for (int64_t j = i; j < i + h; ++j) {
+            const float a = v[j], b = v[j + h];
+            v[j] = a + b;
+            v[j + h] = a - b;
+          }
+      for (float& e : v) e *= scale;
+      store_floats(p.x, r * n, n, v.data());
+    }
+  });
+}
+
+void CpuOps::add_broadcast(const AddBroadcastParams& p) {
+  expect_rank("add_broadcast", "a", p.a, 3);
+  expect_float("add_broadcast", "a", p.a);
+  expect_float("add_broadcast", "b", p.b);
+  const int64_t T = p.a.dim(0), n = p.a.dim(1), D = p.a.dim(2);
+  expect_shape("add_broadcast", "b", p.b, {T, D});
+  expect_shape("add_broadcast", "out", p.out, p.a.shape());
+  parallel_rows(pool_, T, 16, [&](int64_t t0, int64_t t1) {
+    std::vector<float> a(static_cast<size_t>(D)), b(static_cast<size_t>(D));
+    for (int64_t t = t0; t < t1; ++t) {
+      load_floats(p.b, t * D, D, b.data());
+      for (int64_t j = 0; j < n; ++j) {
+        load_floats(p.a, (t * n + j) * D, D, a.data());
+        for (int64_t i = 0; i < D; ++i) a[i] += b[i];
+        store_floats(p.out, (t * n + j) * D, D, a.data());
+      }
+    }
+  });
+}
+
+}  // namespace dsv4::cpu

@@ -1,0 +1,51 @@
+// CpuOps: the reference implementation of the Ops interface in plain C++ with BLAS GEMMs, the
+// oracle every faster backend is checked against. Weights are dequantised exactly to fp32 at
+// load; activations are kF32 or kBF16 host tensors. Work is split over a thread pool by
+// independent rows, tokens or experts, so results are bit-identical for any thread count.
+#pragma once
+
+#include "backend/cpu/thread_pool.h"
+#include "ops/ops.h"
+
+namespace dsv4::cpu {
+
+class CpuOps final : public Ops {
+ public:
+  // threads <= 0 means std::thread::hardware_concurrency().
+  explicit CpuOps(int threads = 0);
+
+  std::string_view name() const override { return "cpu"; }
+
+  DeviceTensor alloc(DType dtype, Shape shape) override;
+  void upload(ConstTensorView host, TensorView dst) override;
+  void download(ConstTensorView src, TensorView host) override;
+  void copy(const CopyParams& p) override;
+  Weight load_weight(const LoadWeightParams& p) override;
+
+  void embed(const EmbedParams& p) override;
+  void rms_norm(const RmsNormParams& p) override;
+  void rope(const RopeParams& p) override;
+  void quant_sim(const QuantSimParams& p) override;
+  void hadamard(const HadamardParams& p) override;
+  void add_broadcast(const AddBroadcastParams& p) override;
+
+  void linear(const LinearParams& p) override;
+  void grouped_linear(const GroupedLinearParams& p) override;
+
+  void hc_pre(const HcPreParams& p) override;
+  void hc_post(const HcPostParams& p) override;
+  void hc_head(const HcHeadParams& p) override;
+
+  void compressor_pool(const CompressorPoolParams& p) override;
+  void indexer_topk(const IndexerTopkParams& p) override;
+  void sparse_attention(const SparseAttentionParams& p) override;
+
+  void moe_route(const MoeRouteParams& p) override;
+  void swiglu(const SwigluParams& p) override;
+  void moe_experts(const MoeExpertsParams& p) override;
+
+ private:
+  ThreadPool pool_;
+};
+
+}  // namespace dsv4::cpu

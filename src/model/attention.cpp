@@ -1,0 +1,78 @@
+// The attention block, step by step as MODEL.md §3.3-3.7 writes it.
+#include "model/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "model/compressor.h"
+#include "model/indexer.h"
+
+namespace dsv4 {
+
+namespace {
+
+// Writes the batch's kv rows into each sequence's window ring (position p in row p % W); only a
+// sequence's last W rows can matter.
+void append_to_windows(const ForwardContext& ctx, int64_t layer, const DeviceTensor& kv) {
+  for (size_t s = 0; s < ctx.slices.size(); ++s) {
+    const SeqSlice& sl = ctx.slices[s];
+    const TensorView ring = ctx.cache(s).layer(layer).window.view();
+    const int64_t W = ring.dim(0);
+    for (int64_t i = std::max<int64_t>(0, sl.num_tokens - W); i < sl.num_tokens;) {
+      const int64_t slot = (sl.start_pos + i) % W;
+      const int64_t run = std::min(sl.num_tokens - i, W - slot);  // up to the ring's end
+      ctx.ops.copy({slice_rows(kv.view(), sl.token_begin + i, sl.token_begin + i + run), slice_rows(ring, slot, slot + run)});
+      i += run;
+    }
+  }
+}
+
+}  // namespace
+
+DeviceTensor attention(const ForwardContext& ctx, const AttentionWeights& w, int64_t layer, const DeviceTensor& x,
+                       const DeviceTensor& inv_freq) {
+  const ModelParams& p = ctx.cfg.params();
+  const int64_t T = ctx.T, H = p.num_attention_heads, d = p.head_dim, r = p.qk_rope_head_dim;
+  const int64_t G = p.o_groups, ratio = ctx.cfg.compress_ratio(layer);
+  const auto eps = static_cast<float>(p.rms_norm_eps);
+
+  // Q: qr = q_norm(x wq_a^T) also feeds the indexer; q = qr wq_b^T, per-head RMSNorm, RoPE.
+  const DeviceTensor qr = rms_norm(ctx, linear(ctx, x, w.wq_a, ctx.act), &w.q_norm);
+  DeviceTensor q = linear(ctx, qr, w.wq_b, ctx.act).reshaped({T * H, d});
+  ctx.ops.rms_norm({q.view(), nullptr, eps, q.view()});
+  q = q.reshaped({T, H, d});
+  ctx.ops.rope({q.view(), ctx.positions.view(), inv_freq.view(), r, false});
+
+  // KV: one 512-d vector per token, K and V at once; RoPE on the last r dims, FP8 QAT on the rest.
+  const DeviceTensor kv = rms_norm(ctx, linear(ctx, x, w.wkv, ctx.act), &w.kv_norm);
+  ctx.ops.rope({kv.reshaped({T, 1, d}).view(), ctx.positions.view(), inv_freq.view(), r, false});
+  if (ctx.qat) ctx.ops.quant_sim({kv.view(), d - r, 64, QuantFormat::kE4M3});
+
+  // Compressed entries first: a block that ends inside this batch is visible to its last token.
+  DeviceTensor topk;
+  if (ratio > 0) compress(ctx, *w.compressor, layer, CompressorUse::kAttention, x, inv_freq);
+  if (w.indexer) topk = indexer_topk(ctx, *w.indexer, layer, x, qr, inv_freq);
+
+  std::vector<AttentionSeq> seqs;
+  for (size_t s = 0; s < ctx.slices.size(); ++s) {
+    const LayerCache& cache = ctx.cache(s).layer(layer);
+    seqs.push_back({ctx.slices[s], cache.window.view(), ratio > 0 ? ConstTensorView(cache.compressed.view()) : ConstTensorView()});
+  }
+  DeviceTensor o = ctx.alloc(ctx.act, {T, H, d});
+  const auto softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  ctx.ops.sparse_attention({q.view(), kv.view(), &w.attn_sink, topk.empty() ? ConstTensorView() : ConstTensorView(topk.view()),
+                            seqs, p.sliding_window, ratio, softmax_scale, o.view()});
+  append_to_windows(ctx, layer, kv);
+  if (!topk.empty()) ctx.observe("layers." + std::to_string(layer) + ".indexer_topk", topk);
+
+  // Output: undo the rotation at the query position, then wo_a per group of H/G heads, then wo_b.
+  ctx.ops.rope({o.view(), ctx.positions.view(), inv_freq.view(), r, true});
+  const int64_t R = w.wo_a.shape.at(0) / G;
+  DeviceTensor z = ctx.alloc(ctx.act, {T, G, R});
+  ctx.ops.grouped_linear({o.reshaped({T, G, H / G * d}).view(), &w.wo_a, z.view()});
+  return linear(ctx, z.reshaped({T, G * R}), w.wo_b, ctx.act);
+}
+
+}  // namespace dsv4

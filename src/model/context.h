@@ -1,0 +1,45 @@
+// What every block of one forward reads: the backend, the config, the batch's tokens and
+// sequences, and the numerics of the mode. Built once per forward and never stored; blocks
+// change only the sequences' caches. Also the few thin helpers every block uses.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/model_config.h"
+#include "model/cache.h"
+#include "model/forward_batch.h"
+#include "ops/ops.h"
+
+namespace dsv4 {
+
+struct ForwardContext {
+  // `mtp` picks which length the sequences' start positions must match.
+  ForwardContext(Ops& ops, const ModelConfig& cfg, const ForwardBatch& batch, bool mtp);
+
+  Ops& ops;
+  const ModelConfig& cfg;
+  const ForwardBatch& batch;
+  int64_t T;
+  DType act;               // activations and caches: kBF16, or kF32 in exact-math mode
+  ActQuant fp8_act;        // activation quantisation of FP8/FP4 linears (kNone in exact math)
+  bool qat;                // QAT rounding of kv, compressed entries and indexer q/k
+  DeviceTensor token_ids;  // [T] i32
+  DeviceTensor positions;  // [T] i32
+  std::vector<SeqSlice> slices;
+
+  DeviceTensor alloc(DType dtype, Shape shape) const { return ops.alloc(dtype, std::move(shape)); }
+  SequenceCache& cache(size_t seq) const { return *batch.sequences[seq].cache; }
+  void observe(const std::string& name, const DeviceTensor& t) const {
+    if (batch.observer != nullptr) batch.observer->on_tensor(name, t.view());
+  }
+};
+
+// y = x @ w^T with the activation quantisation w's checkpoint format calls for; y has `out` dtype.
+DeviceTensor linear(const ForwardContext& ctx, const DeviceTensor& x, const Weight& w, DType out);
+
+// RMSNorm of the rows of x ([rows, dim]); weight nullptr for the weight-free norm. Output in act.
+DeviceTensor rms_norm(const ForwardContext& ctx, const DeviceTensor& x, const Weight* weight);
+
+}  // namespace dsv4

@@ -1,0 +1,104 @@
+// The model's top level: loading, the main forward, a single layer, and the logits.
+#include "model/model.h"
+
+#include <string>
+
+#include "core/error.h"
+#include "loader/safetensors.h"
+#include "model/attention.h"
+#include "model/context.h"
+#include "model/mhc.h"
+#include "model/moe.h"
+#include "model/rope.h"
+
+namespace dsv4 {
+
+Model::Model(Ops& ops, ModelConfig cfg, ModelWeights weights) : cfg_(std::move(cfg)), weights_(std::move(weights)) {
+  for (int64_t l = 0; l < cfg_.num_layers() + cfg_.num_mtp_layers(); ++l) {
+    const std::vector<float> f = layer_rope_inv_freq(cfg_, l);
+    const auto half = static_cast<int64_t>(f.size());
+    DeviceTensor t = ops.alloc(DType::kF32, {half});
+    ops.upload(ConstTensorView(reinterpret_cast<const std::byte*>(f.data()), DType::kF32, {half}), t.view());
+    inv_freq_.push_back(std::move(t));
+  }
+}
+
+Model Model::load(Ops& ops, const std::filesystem::path& dir) {
+  ModelConfig cfg = load_model_config(dir / "config.json");
+  const Checkpoint checkpoint(dir);
+  ModelWeights weights = load_model_weights(ops, cfg, checkpoint);
+  return Model(ops, std::move(cfg), std::move(weights));
+}
+
+SequenceCache Model::new_sequence(Ops& ops, int64_t capacity, bool exact_math) const {
+  return SequenceCache(ops, cfg_, capacity, exact_math ? DType::kF32 : DType::kBF16);
+}
+
+const LayerWeights& Model::layer_weights(int64_t layer) const {
+  if (layer < cfg_.num_layers()) return weights_.layers.at(static_cast<size_t>(layer));
+  return weights_.mtp.at(static_cast<size_t>(layer - cfg_.num_layers())).block;
+}
+
+void Model::run_layer(const ForwardContext& ctx, int64_t layer, DeviceTensor& streams) const {
+  const LayerWeights& w = layer_weights(layer);
+  const DeviceTensor& inv_freq = inv_freq_.at(static_cast<size_t>(layer));
+  HcMix mix = hc_pre(ctx, w.hc_attn, streams);
+  const DeviceTensor a = attention(ctx, w.attn, layer, rms_norm(ctx, mix.y, &w.attn_norm), inv_freq);
+  streams = hc_post(ctx, a, streams, mix);
+
+  mix = hc_pre(ctx, w.hc_ffn, streams);
+  const DeviceTensor f = moe(ctx, w.ffn, layer, rms_norm(ctx, mix.y, &w.ffn_norm));
+  streams = hc_post(ctx, f, streams, mix);
+}
+
+DeviceTensor Model::logits(const ForwardContext& ctx, const DeviceTensor& hidden) const {
+  switch (ctx.batch.options.logits) {
+    case LogitsFor::kNone: return {};
+    case LogitsFor::kAllTokens: return linear(ctx, hidden, weights_.head, DType::kF32);
+    case LogitsFor::kLastTokenOfSequence: {
+      const auto S = static_cast<int64_t>(ctx.slices.size());
+      DeviceTensor last = ctx.alloc(hidden.dtype(), {S, hidden.dim(1)});
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t row = ctx.slices[s].token_begin + ctx.slices[s].num_tokens - 1;
+        ctx.ops.copy({slice_rows(hidden.view(), row, row + 1), slice_rows(last.view(), s, s + 1)});
+      }
+      return linear(ctx, last, weights_.head, DType::kF32);
+    }
+  }
+  return {};
+}
+
+ForwardResult Model::forward(Ops& ops, const ForwardBatch& batch) const {
+  const ForwardContext ctx(ops, cfg_, batch, /*mtp=*/false);
+  const ModelParams& p = cfg_.params();
+  DeviceTensor streams = ctx.alloc(ctx.act, {ctx.T, p.hc_mult, p.hidden_size});
+  ops.embed({ctx.token_ids.view(), &weights_.embed, streams.view()});
+  for (int64_t l = 0; l < cfg_.num_layers(); ++l) {
+    ctx.observe("layers." + std::to_string(l) + ".input", streams);
+    run_layer(ctx, l, streams);
+  }
+  ctx.observe("hc_head.input", streams);
+  ForwardResult out;
+  out.final_hidden = rms_norm(ctx, hc_head(ctx, weights_.hc_head, streams), &weights_.norm);
+  ctx.observe("final_hidden", out.final_hidden);
+  out.logits = logits(ctx, out.final_hidden);
+  out.streams = streams;
+  for (size_t s = 0; s < ctx.slices.size(); ++s) ctx.cache(s).advance(ctx.slices[s].num_tokens);
+  return out;
+}
+
+DeviceTensor Model::forward_layer(Ops& ops, const ForwardBatch& batch, int64_t layer, const DeviceTensor& streams) const {
+  if (layer < 0 || layer >= cfg_.num_layers())
+    throw UsageError("forward_layer: layer " + std::to_string(layer) + " is not a main layer");
+  const ForwardContext ctx(ops, cfg_, batch, /*mtp=*/false);
+  const ModelParams& p = cfg_.params();
+  if (streams.shape() != Shape{ctx.T, p.hc_mult, p.hidden_size} || streams.dtype() != ctx.act)
+    throw UsageError("forward_layer: the streams must be " + std::string(dtype_name(ctx.act)) +
+                     shape_str({ctx.T, p.hc_mult, p.hidden_size}) + ", got " +
+                     std::string(dtype_name(streams.dtype())) + shape_str(streams.shape()));
+  DeviceTensor out = streams;
+  run_layer(ctx, layer, out);
+  return out;
+}
+
+}  // namespace dsv4

@@ -1,0 +1,63 @@
+// The DeepSeek-V4 model (MODEL.md §2.2): embedding into n residual streams, L blocks of
+// attention and MoE joined by mHC, hc_head, the final norm and the head; plus the MTP module
+// (§10.1). Written once against Ops; immutable after construction. Every forward takes its
+// batch and the sequences' caches as arguments.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <vector>
+
+#include "config/model_config.h"
+#include "model/cache.h"
+#include "model/forward_batch.h"
+#include "model/model_weights.h"
+#include "ops/ops.h"
+
+namespace dsv4 {
+
+struct ForwardContext;
+
+struct ForwardResult {
+  DeviceTensor logits;        // [T or sequences, V] f32 (per options.logits; empty for kNone)
+  DeviceTensor final_hidden;  // [T, D] after hc_head and the final norm
+  DeviceTensor streams;       // [T, n, D] the residual streams before hc_head (the MTP's input)
+};
+
+class Model {
+ public:
+  Model(Ops& ops, ModelConfig cfg, ModelWeights weights);
+
+  // config.json plus the safetensors checkpoint of a model folder.
+  static Model load(Ops& ops, const std::filesystem::path& dir);
+
+  const ModelConfig& config() const { return cfg_; }
+  const ModelWeights& weights() const { return weights_; }
+
+  // Empty caches for a sequence of up to `capacity` tokens, in the dtype a forward with
+  // `exact_math` needs.
+  SequenceCache new_sequence(Ops& ops, int64_t capacity, bool exact_math) const;
+
+  // The main model over the batch; advances each sequence's length by its tokens.
+  ForwardResult forward(Ops& ops, const ForwardBatch& batch) const;
+
+  // Main layer `layer` alone on the streams [T, n, D] (for per-layer comparisons): returns the
+  // layer's output streams. Updates that layer's caches, not the sequences' lengths.
+  DeviceTensor forward_layer(Ops& ops, const ForwardBatch& batch, int64_t layer, const DeviceTensor& streams) const;
+
+  // The MTP module (mtp.0): batch.token_ids are the next tokens, positions continue each
+  // sequence's mtp_length(), and `streams` [T, n, D] are the main model's pre-hc_head streams at
+  // those positions. Advances each sequence's mtp_length.
+  ForwardResult forward_mtp(Ops& ops, const ForwardBatch& batch, const DeviceTensor& streams) const;
+
+ private:
+  void run_layer(const ForwardContext& ctx, int64_t layer, DeviceTensor& streams) const;
+  const LayerWeights& layer_weights(int64_t layer) const;
+  DeviceTensor logits(const ForwardContext& ctx, const DeviceTensor& hidden) const;
+
+  ModelConfig cfg_;
+  ModelWeights weights_;
+  std::vector<DeviceTensor> inv_freq_;  // per layer (main, then MTP): [r / 2] f32
+};
+
+}  // namespace dsv4

@@ -1,0 +1,136 @@
+// Loading the checkpoint into ModelWeights: names and formats from expected_tensors, checks by
+// the Checkpoint, conversion by the backend.
+#include "model/model_weights.h"
+
+#include <map>
+#include <string>
+
+#include "core/error.h"
+#include "loader/weights.h"
+
+namespace dsv4 {
+
+namespace {
+
+class WeightReader {
+ public:
+  WeightReader(Ops& ops, const ModelConfig& cfg, const Checkpoint& ckpt) : ops_(ops), ckpt_(ckpt) {
+    for (ExpectedTensor& e : expected_tensors(cfg)) expected_.emplace(e.spec.name, std::move(e));
+  }
+
+  // A weight by full name; FP8 and MXFP4 weights ("X.weight") bring their "X.scale".
+  Weight get(const std::string& name) const {
+    const ExpectedTensor& e = expected(name);
+    LoadWeightParams p;
+    p.name = name;
+    p.format = e.format;
+    p.weight = ckpt_.get(name, e.spec.dtype, e.spec.shape);
+    if (e.format != WeightFormat::kPlain) {
+      const std::string scale_name = scale_of(name);
+      const ExpectedTensor& s = expected(scale_name);
+      p.scale = ckpt_.get(scale_name, s.spec.dtype, s.spec.shape);
+    }
+    return ops_.load_weight(p);
+  }
+
+  bool expects(const std::string& name) const { return expected_.count(name) != 0; }
+
+ private:
+  const ExpectedTensor& expected(const std::string& name) const {
+    auto it = expected_.find(name);
+    if (it == expected_.end())
+      throw TensorError(ckpt_.path().string() + ": the model needs tensor '" + name +
+                        "', which the configuration does not define");
+    return it->second;
+  }
+  static std::string scale_of(const std::string& weight_name) {
+    const std::string suffix = ".weight";
+    if (weight_name.size() < suffix.size() ||
+        weight_name.compare(weight_name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      throw TensorError("quantised tensor '" + weight_name + "' does not end in .weight");
+    return weight_name.substr(0, weight_name.size() - suffix.size()) + ".scale";
+  }
+
+  Ops& ops_;
+  const Checkpoint& ckpt_;
+  std::map<std::string, ExpectedTensor> expected_;
+};
+
+HcWeights read_hc(const WeightReader& r, const std::string& prefix) {
+  return {r.get(prefix + "_fn"), r.get(prefix + "_base"), r.get(prefix + "_scale")};
+}
+
+CompressorWeights read_compressor(const WeightReader& r, const std::string& prefix) {
+  return {r.get(prefix + "wkv.weight"), r.get(prefix + "wgate.weight"), r.get(prefix + "ape"),
+          r.get(prefix + "norm.weight")};
+}
+
+ExpertLinears read_expert(const WeightReader& r, const std::string& prefix) {
+  return {r.get(prefix + "w1.weight"), r.get(prefix + "w2.weight"), r.get(prefix + "w3.weight")};
+}
+
+LayerWeights read_layer(const WeightReader& r, const ModelConfig& cfg, int64_t layer) {
+  const std::string p = layer_prefix(cfg, layer);
+  LayerWeights w;
+  w.attn_norm = r.get(p + "attn_norm.weight");
+  w.ffn_norm = r.get(p + "ffn_norm.weight");
+  w.hc_attn = read_hc(r, p + "hc_attn");
+  w.hc_ffn = read_hc(r, p + "hc_ffn");
+
+  const std::string a = p + "attn.";
+  AttentionWeights& at = w.attn;
+  at.wq_a = r.get(a + "wq_a.weight");
+  at.q_norm = r.get(a + "q_norm.weight");
+  at.wq_b = r.get(a + "wq_b.weight");
+  at.wkv = r.get(a + "wkv.weight");
+  at.kv_norm = r.get(a + "kv_norm.weight");
+  at.wo_a = r.get(a + "wo_a.weight");
+  at.wo_b = r.get(a + "wo_b.weight");
+  at.attn_sink = r.get(a + "attn_sink");
+  if (cfg.compress_ratio(layer) > 0) at.compressor = read_compressor(r, a + "compressor.");
+  if (cfg.layer_kind(layer) == LayerKind::kCsa)
+    at.indexer = IndexerWeights{r.get(a + "indexer.wq_b.weight"), r.get(a + "indexer.weights_proj.weight"),
+                                read_compressor(r, a + "indexer.compressor.")};
+
+  const std::string f = p + "ffn.";
+  MoeWeights& moe = w.ffn;
+  moe.gate = r.get(f + "gate.weight");
+  if (r.expects(f + "gate.bias")) moe.bias = r.get(f + "gate.bias");
+  if (r.expects(f + "gate.tid2eid")) moe.tid2eid = r.get(f + "gate.tid2eid");
+  const bool hash = layer < cfg.num_layers() && cfg.is_hash_layer(layer);
+  if (hash != moe.tid2eid.has_value() || hash == moe.bias.has_value())
+    throw TensorError(p + "ffn.gate: a " + std::string(hash ? "hash" : "score") + "-routed layer needs " +
+                      (hash ? "tid2eid and no bias" : "a bias and no tid2eid"));
+  for (int64_t e = 0; e < cfg->n_routed_experts; ++e)
+    moe.experts.push_back(read_expert(r, f + "experts." + std::to_string(e) + "."));
+  moe.shared = read_expert(r, f + "shared_experts.");
+  return w;
+}
+
+}  // namespace
+
+ModelWeights load_model_weights(Ops& ops, const ModelConfig& cfg, const Checkpoint& checkpoint) {
+  const WeightReader r(ops, cfg, checkpoint);
+  ModelWeights w;
+  w.embed = r.get("embed.weight");
+  w.head = r.get("head.weight");
+  w.norm = r.get("norm.weight");
+  w.hc_head = read_hc(r, "hc_head");
+  for (int64_t l = 0; l < cfg.num_layers(); ++l) w.layers.push_back(read_layer(r, cfg, l));
+  for (int64_t i = 0; i < cfg.num_mtp_layers(); ++i) {
+    const int64_t layer = cfg.num_layers() + i;
+    const std::string p = layer_prefix(cfg, layer);
+    MtpWeights m;
+    m.e_proj = r.get(p + "e_proj.weight");
+    m.h_proj = r.get(p + "h_proj.weight");
+    m.enorm = r.get(p + "enorm.weight");
+    m.hnorm = r.get(p + "hnorm.weight");
+    m.norm = r.get(p + "norm.weight");
+    m.hc_head = read_hc(r, p + "hc_head");
+    m.block = read_layer(r, cfg, layer);
+    w.mtp.push_back(std::move(m));
+  }
+  return w;
+}
+
+}  // namespace dsv4

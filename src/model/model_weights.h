@@ -1,0 +1,75 @@
+// The DeepSeek-V4 weights, arranged by block, as the backend keeps them (MODEL.md §7.2 names).
+// Loading checks every tensor's name, dtype and shape against expected_tensors(cfg) and hands
+// each to the backend's load_weight, which converts it for compute.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "config/model_config.h"
+#include "loader/safetensors.h"
+#include "ops/ops.h"
+
+namespace dsv4 {
+
+struct HcWeights {
+  Weight fn;      // [mix, n*D] f32 (mix = (2+n)*n for a block, n for a head)
+  Weight base;    // [mix] f32
+  Weight scale;   // [3] f32 for a block, [1] for a head
+};
+
+struct CompressorWeights {
+  Weight wkv;     // [coff*dc, D]
+  Weight wgate;   // [coff*dc, D]
+  Weight ape;     // [m, coff*dc] f32
+  Weight norm;    // [dc]
+};
+
+struct IndexerWeights {
+  Weight wq_b;            // [Hi*dh, q_lora] fp8
+  Weight weights_proj;    // [Hi, D] bf16
+  CompressorWeights compressor;
+};
+
+struct AttentionWeights {
+  Weight wq_a, q_norm, wq_b, wkv, kv_norm, wo_a, wo_b, attn_sink;
+  std::optional<CompressorWeights> compressor;  // ratio > 0
+  std::optional<IndexerWeights> indexer;        // ratio == 4
+};
+
+struct ExpertLinears {
+  Weight w1, w2, w3;
+};
+
+struct MoeWeights {
+  Weight gate;                       // [E, D]
+  std::optional<Weight> bias;        // [E] f32, score-routed layers
+  std::optional<Weight> tid2eid;     // [V, k], hash layers
+  std::vector<ExpertLinears> experts;
+  ExpertLinears shared;
+};
+
+struct LayerWeights {
+  Weight attn_norm, ffn_norm;
+  HcWeights hc_attn, hc_ffn;
+  AttentionWeights attn;
+  MoeWeights ffn;
+};
+
+struct MtpWeights {
+  Weight e_proj, h_proj, enorm, hnorm, norm;
+  HcWeights hc_head;
+  LayerWeights block;
+};
+
+struct ModelWeights {
+  Weight embed, head, norm;
+  HcWeights hc_head;
+  std::vector<LayerWeights> layers;
+  std::vector<MtpWeights> mtp;
+};
+
+// Reads every tensor of a checkpoint of `cfg`; TensorError names a missing or mismatched tensor.
+ModelWeights load_model_weights(Ops& ops, const ModelConfig& cfg, const Checkpoint& checkpoint);
+
+}  // namespace dsv4

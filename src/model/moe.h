@@ -1,0 +1,15 @@
+// The MoE sub-layer (MODEL.md §6): routing by token-id hash table (the first num_hash_layers
+// layers) or by top-k of sqrt-softplus scores plus a selection-only bias, weights from the
+// unbiased scores normalised and scaled, routed experts with clamped SwiGLU, and the shared
+// expert.
+#pragma once
+
+#include "model/context.h"
+#include "model/model_weights.h"
+
+namespace dsv4 {
+
+// The MoE output [T, D] of layer `layer` for its input x [T, D] (the ffn_norm output).
+DeviceTensor moe(const ForwardContext& ctx, const MoeWeights& w, int64_t layer, const DeviceTensor& x);
+
+}  // namespace dsv4

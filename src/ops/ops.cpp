@@ -1,0 +1,35 @@
+// View helpers of the Ops interface: reshaped device tensors and row slices (pointer arithmetic
+// only, so they work on device memory too).
+#include "ops/ops.h"
+
+#include "core/error.h"
+
+namespace dsv4 {
+
+namespace {
+
+template <typename View>
+View slice_rows_impl(View v, int64_t begin, int64_t end) {
+  if (v.rank() == 0 || begin < 0 || end < begin || end > v.dim(0))
+    throw UsageError("rows [" + std::to_string(begin) + ", " + std::to_string(end) +
+                     ") out of range for a tensor of shape " + shape_str(v.shape()));
+  Shape shape = v.shape();
+  const int64_t row_elems = shape[0] == 0 ? 0 : v.numel() / shape[0];
+  shape[0] = end - begin;
+  return View(v.bytes() + static_cast<size_t>(begin * row_elems) * dtype_size(v.dtype()), v.dtype(), shape);
+}
+
+}  // namespace
+
+DeviceTensor DeviceTensor::reshaped(Shape shape) const {
+  if (shape_numel(shape) != numel())
+    throw UsageError("cannot view a tensor of shape " + shape_str(shape_) + " as " + shape_str(shape));
+  return DeviceTensor(storage_, dtype_, std::move(shape));
+}
+
+TensorView slice_rows(TensorView v, int64_t begin, int64_t end) { return slice_rows_impl(v, begin, end); }
+ConstTensorView slice_rows(ConstTensorView v, int64_t begin, int64_t end) {
+  return slice_rows_impl(v, begin, end);
+}
+
+}  // namespace dsv4

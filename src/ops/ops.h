@@ -1,0 +1,334 @@
+// The Ops interface: every computation the DeepSeek-V4 forward (src/model/) needs, one entry per
+// op, each taking a Params struct whose fields name their shapes. Backends (src/backend/cpu, later
+// CUDA) implement it; the model never sees how. Memory comes from the backend too (alloc), so the
+// same model code runs on host or device memory.
+//
+// Conventions for every Params struct:
+// - Tensors are row-major contiguous views. Shapes use T = tokens of the batch, D = hidden size,
+//   n = hc_mult streams, H = attention heads, d = head_dim (512), r = rope dims (64).
+// - Activation tensors are kF32 or kBF16. An op computes in fp32 and rounds what it stores to the
+//   output's dtype, so "stored bf16" in MODEL.md is a kBF16 output and exact-math mode is kF32
+//   everywhere. Intermediates inside an op are rounded to the dtype of its main input, `x`.
+// - Index tensors are kI32. Optional inputs are empty views (bytes() == nullptr).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "config/model_config.h"
+#include "core/tensor.h"
+#include "loader/weights.h"
+
+namespace dsv4 {
+
+// A tensor in backend memory (host memory for the CPU backend, device memory for CUDA). Copies
+// share the storage, which the backend frees when the last copy goes.
+class DeviceTensor {
+ public:
+  DeviceTensor() = default;
+  DeviceTensor(std::shared_ptr<std::byte> storage, DType dtype, Shape shape)
+      : storage_(std::move(storage)), dtype_(dtype), shape_(std::move(shape)) {}
+
+  TensorView view() const { return {storage_.get(), dtype_, shape_}; }
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  int64_t dim(int i) const { return view().dim(i); }
+  int64_t numel() const { return shape_numel(shape_); }
+  bool empty() const { return storage_ == nullptr; }
+  // The same storage seen with another shape of equal element count (UsageError otherwise).
+  DeviceTensor reshaped(Shape shape) const;
+
+ private:
+  std::shared_ptr<std::byte> storage_;
+  DType dtype_ = DType::kF32;
+  Shape shape_;
+};
+
+// Rows [begin, end) along dim 0.
+TensorView slice_rows(TensorView v, int64_t begin, int64_t end);
+ConstTensorView slice_rows(ConstTensorView v, int64_t begin, int64_t end);
+inline bool is_empty(ConstTensorView v) { return v.bytes() == nullptr; }
+
+// A checkpoint weight as the backend keeps it for compute.
+struct Weight {
+  std::string name;
+  WeightFormat format = WeightFormat::kPlain;  // how the checkpoint stores it
+  Shape shape;                                 // logical shape ([out, in] for linears)
+  DeviceTensor data;                           // backend layout (CPU: the exact values in fp32)
+  DeviceTensor scale;                          // backend layout; empty where unused (CPU)
+};
+
+// ---- memory ---------------------------------------------------------------------------------
+
+struct LoadWeightParams {
+  std::string name;
+  WeightFormat format = WeightFormat::kPlain;
+  ConstTensorView weight;  // as stored: kPlain any dtype; kFp8 e4m3 [out, in]; kMxfp4 I8 [out, in/2]
+  ConstTensorView scale;   // kFp8: e8m0 [ceil(out/128), ceil(in/128)]; kMxfp4: e8m0 [out, in/32]
+};
+
+struct CopyParams {
+  ConstTensorView src;  // any float dtype
+  TensorView dst;       // same element count; values rounded to dst's dtype
+};
+
+// ---- elementwise and normalisation ----------------------------------------------------------
+
+struct EmbedParams {
+  ConstTensorView ids;    // [T] i32
+  const Weight* table;    // [V, D]
+  TensorView out;         // [T, n, D]: every stream gets the token's row (n may be 1)
+};
+
+// y = w * (x * rsqrt(mean(x^2) + eps)) per row, in fp32, rounded to y's dtype. y may alias x.
+struct RmsNormParams {
+  ConstTensorView x;      // [rows, dim]
+  const Weight* weight;   // [dim], or nullptr for a weight-free norm (the per-head q norm)
+  float eps = 0;
+  TensorView y;           // [rows, dim]
+};
+
+// Rotates the last rope_dim dims of every vector by its row's position: interleaved pairs
+// (x[2i], x[2i+1]) times (cos, sin)(pos * inv_freq[i]); the conjugate when inverse. In place.
+struct RopeParams {
+  TensorView x;                // [rows, heads, head_dim]
+  ConstTensorView positions;   // [rows] i32
+  ConstTensorView inv_freq;    // [rope_dim / 2] f32
+  int64_t rope_dim = 0;
+  bool inverse = false;
+};
+
+enum class QuantFormat { kE4M3, kE2M1 };
+
+// Quantisation-aware rounding (MODEL.md §14) of x[:, 0:cols] in blocks of `block` along the row:
+// each block takes its value after a round trip through `format` with a pow2 block scale. In place.
+struct QuantSimParams {
+  TensorView x;            // [rows, width]
+  int64_t cols = 0;        // the quantised prefix of each row (a multiple of block)
+  int64_t block = 0;
+  QuantFormat format = QuantFormat::kE4M3;
+};
+
+// x <- H x / sqrt(width) per row, H the Sylvester-order Hadamard matrix. In place.
+struct HadamardParams {
+  TensorView x;            // [rows, width], width a power of two
+};
+
+// out[t, j, :] = a[t, j, :] + b[t, :]
+struct AddBroadcastParams {
+  ConstTensorView a;       // [T, n, D]
+  ConstTensorView b;       // [T, D]
+  TensorView out;          // [T, n, D]
+};
+
+// ---- linears --------------------------------------------------------------------------------
+
+enum class ActQuant {
+  kNone,           // x used as is
+  kFp8Block128,    // x quantised to e4m3 per 1x128 block along K with pow2 scales (FP8/FP4 linears)
+};
+
+// y = x @ w^T, fp32 accumulation, rounded to y's dtype. Each row's result depends only on that
+// row of x (so batching never changes a sequence's numbers).
+struct LinearParams {
+  ConstTensorView x;       // [M, K]
+  const Weight* w;         // [N, K]
+  ActQuant act_quant = ActQuant::kNone;
+  TensorView y;            // [M, N]
+};
+
+// The grouped output projection: y[t, g, :] = w[g] @ x[t, g, :], w viewed as [G, R, K].
+struct GroupedLinearParams {
+  ConstTensorView x;       // [T, G, K]
+  const Weight* w;         // [G*R, K]
+  TensorView y;            // [T, G, R]
+};
+
+// ---- mHC (MODEL.md §2.4-2.6) ----------------------------------------------------------------
+
+struct HcPreParams {
+  ConstTensorView x;       // [T, n, D] residual streams
+  const Weight* fn;        // [(2+n)*n, n*D] f32
+  const Weight* scale;     // [3] f32
+  const Weight* base;      // [(2+n)*n] f32
+  int64_t sinkhorn_iters = 0;
+  float hc_eps = 0;
+  float norm_eps = 0;
+  TensorView y;            // [T, D]   sum_j pre[j] * x[:, j]
+  TensorView post;         // [T, n] f32
+  TensorView comb;         // [T, n, n] f32, Sinkhorn-normalised, comb[t, i, k] row-major
+};
+
+struct HcPostParams {
+  ConstTensorView a;       // [T, D] sub-layer output
+  ConstTensorView x;       // [T, n, D] residual streams
+  ConstTensorView post;    // [T, n] f32
+  ConstTensorView comb;    // [T, n, n] f32
+  TensorView out;          // [T, n, D]: post[j] * a + sum_i comb[i, j] * x[:, i]
+};
+
+struct HcHeadParams {
+  ConstTensorView x;       // [T, n, D]
+  const Weight* fn;        // [n, n*D] f32
+  const Weight* scale;     // [1] f32
+  const Weight* base;      // [n] f32
+  float hc_eps = 0;
+  float norm_eps = 0;
+  TensorView y;            // [T, D]
+};
+
+// ---- attention ------------------------------------------------------------------------------
+
+// One sequence's part of a batch: tokens [token_begin, token_begin + num_tokens) of the batch sit
+// at positions start_pos, start_pos + 1, ...
+struct SeqSlice {
+  int64_t token_begin = 0;
+  int64_t num_tokens = 0;
+  int64_t start_pos = 0;
+};
+
+// The compressor's gated pooling (MODEL.md §4.2-4.3) for one sequence. The state rings hold the
+// last ring_rows = coff*m tokens' (kv, score + ape) in fp32, the token at position p in row
+// p % ring_rows. The op writes this slice's rows and pools every block the slice completes.
+struct CompressorSeq {
+  SeqSlice slice;
+  TensorView state_kv;     // [coff*m, coff*dc] f32
+  TensorView state_score;  // [coff*m, coff*dc] f32
+  int64_t out_begin = 0;   // row of `out` for the first block this slice completes
+};
+
+struct CompressorPoolParams {
+  ConstTensorView kv;      // [T, coff*dc] f32  x @ wkv^T
+  ConstTensorView score;   // [T, coff*dc] f32  x @ wgate^T (ape not yet added)
+  const Weight* ape;       // [m, coff*dc] f32
+  int64_t ratio = 0;       // m: 4 (overlapping, coff = 2) or 128 (coff = 1)
+  std::span<const CompressorSeq> seqs;
+  TensorView out;          // [entries, dc] f32 pooled entries, sequence by sequence, block order
+};
+
+struct IndexerSeq {
+  SeqSlice slice;
+  ConstTensorView keys;    // [capacity, dh] indexer keys, entry j in row j; entries complete at a
+                           // query's position are valid
+};
+
+// Lightning indexer (MODEL.md §5.2): I[t, j] = sum_h w[t, h] * weight_scale * relu(q[t, h] . k[j])
+// over the entries j < floor((p_t + 1) / ratio); picks the top `topk` (ties: lower j first).
+struct IndexerTopkParams {
+  ConstTensorView q;       // [T, Hi, dh]
+  ConstTensorView weights; // [T, Hi]
+  float weight_scale = 0;
+  int64_t ratio = 0;
+  std::span<const IndexerSeq> seqs;
+  TensorView topk;         // [T, topk] i32: chosen entry ids ascending, then -1
+};
+
+struct AttentionSeq {
+  SeqSlice slice;
+  ConstTensorView window;      // [W, d] kv rows of positions < start_pos, position p in row p % W
+  ConstTensorView compressed;  // [capacity, d] compressed entries, entry j in row j; empty for
+                               // SWA-only layers
+};
+
+// Sparse attention with a per-head sink (MODEL.md §3.5-3.6). Query t at position p attends to
+// the window positions max(0, p-W+1)..p (older ones from the sequence's window ring, the batch's
+// own from kv), then to compressed entries: none (ratio 0), all j < floor((p+1)/ratio) (topk
+// empty), or the listed ids (topk given). Entries are visited in that order.
+struct SparseAttentionParams {
+  ConstTensorView q;           // [T, H, d]
+  ConstTensorView kv;          // [T, d] the batch's window kv rows
+  const Weight* sink;          // [H] f32
+  ConstTensorView topk;        // [T, k] i32 ascending ids then -1, or empty
+  std::span<const AttentionSeq> seqs;
+  int64_t window = 0;
+  int64_t ratio = 0;
+  float softmax_scale = 0;
+  TensorView out;              // [T, H, d]
+};
+
+// ---- MoE (MODEL.md §6) ----------------------------------------------------------------------
+
+// Scores s = score_func(logits); experts = tid2eid[id] (hash layers) or top-k of s + bias;
+// weights = s at those experts, normalised to sum 1 (non-softmax scoring), times route_scale.
+struct MoeRouteParams {
+  ConstTensorView logits;      // [T, E] f32
+  const Weight* bias;          // [E] f32, score-routed layers; nullptr for hash layers
+  const Weight* tid2eid;       // [V, k] i32, hash layers; nullptr otherwise
+  ConstTensorView token_ids;   // [T] i32, hash layers
+  ScoringFunc scoring = ScoringFunc::kSqrtSoftplus;
+  float route_scale = 1;
+  TensorView experts;          // [T, k] i32, ascending
+  TensorView weights;          // [T, k] f32, in the order of experts
+};
+
+// h = silu(min(gate, limit)) * clamp(up, -limit, limit) * row_weight (limit 0: no clamp)
+struct SwigluParams {
+  ConstTensorView gate;        // [T, I]
+  ConstTensorView up;          // [T, I]
+  ConstTensorView row_weight;  // [T] f32, or empty for 1
+  float limit = 0;
+  TensorView out;              // [T, I]
+};
+
+struct ExpertWeights {
+  const Weight* w1;            // [I, D] gate
+  const Weight* w2;            // [D, I] down
+  const Weight* w3;            // [I, D] up
+};
+
+// out[t] = sum over t's experts e (ascending) of w2_e(swiglu(w1_e x, w3_e x) * weight) in fp32,
+// plus shared[t], rounded to out's dtype. Each expert's linears quantise like LinearParams.
+struct MoeExpertsParams {
+  ConstTensorView x;           // [T, D]
+  ConstTensorView experts;     // [T, k] i32
+  ConstTensorView weights;     // [T, k] f32
+  std::span<const ExpertWeights> routed;  // [E]
+  ConstTensorView shared;      // [T, D] the shared expert's output
+  float swiglu_limit = 0;
+  ActQuant act_quant = ActQuant::kNone;
+  TensorView out;              // [T, D]
+};
+
+// ---- the interface ----------------------------------------------------------------------------
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual std::string_view name() const = 0;
+
+  // Zero-filled backend memory.
+  virtual DeviceTensor alloc(DType dtype, Shape shape) = 0;
+  // Host <-> backend transfers of equal shapes and dtypes.
+  virtual void upload(ConstTensorView host, TensorView dst) = 0;
+  virtual void download(ConstTensorView src, TensorView host) = 0;
+  virtual void copy(const CopyParams& p) = 0;
+  // Converts a checkpoint tensor to the backend's compute layout; checks shapes and dtypes.
+  virtual Weight load_weight(const LoadWeightParams& p) = 0;
+
+  virtual void embed(const EmbedParams& p) = 0;
+  virtual void rms_norm(const RmsNormParams& p) = 0;
+  virtual void rope(const RopeParams& p) = 0;
+  virtual void quant_sim(const QuantSimParams& p) = 0;
+  virtual void hadamard(const HadamardParams& p) = 0;
+  virtual void add_broadcast(const AddBroadcastParams& p) = 0;
+
+  virtual void linear(const LinearParams& p) = 0;
+  virtual void grouped_linear(const GroupedLinearParams& p) = 0;
+
+  virtual void hc_pre(const HcPreParams& p) = 0;
+  virtual void hc_post(const HcPostParams& p) = 0;
+  virtual void hc_head(const HcHeadParams& p) = 0;
+
+  virtual void compressor_pool(const CompressorPoolParams& p) = 0;
+  virtual void indexer_topk(const IndexerTopkParams& p) = 0;
+  virtual void sparse_attention(const SparseAttentionParams& p) = 0;
+
+  virtual void moe_route(const MoeRouteParams& p) = 0;
+  virtual void swiglu(const SwigluParams& p) = 0;
+  virtual void moe_experts(const MoeExpertsParams& p) = 0;
+};
+
+}  // namespace dsv4

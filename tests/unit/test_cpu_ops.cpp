@@ -1,0 +1,584 @@
+// CpuOps against hand-computed values and straightforward naive loops (double precision) of the
+// formulas in MODEL.md: norms, RoPE, QAT rounding, Hadamard, mHC with Sinkhorn, linears with FP8
+// activation quantisation, the compressor's pooling (overlap, j = 0, state across calls), the
+// indexer's causal mask and top-k, sink attention, SwiGLU clamp, routing and the experts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/quant.h"
+#include "cpu_test_util.h"
+
+namespace dsv4::cpu {
+namespace {
+
+using dsv4::testing::make_ints;
+using dsv4::testing::make_tensor;
+using dsv4::testing::make_weight;
+using dsv4::testing::max_rel_error;
+using dsv4::testing::random_floats;
+using dsv4::testing::same_bits;
+using dsv4::testing::to_floats;
+using dsv4::testing::to_ints;
+
+double sigmoid(double v) { return 1 / (1 + std::exp(-v)); }
+
+class CpuOpsTest : public ::testing::Test {
+ protected:
+  CpuOps ops{2};
+};
+
+// ---- norms, rope, quantisation, hadamard ----------------------------------------------------
+
+TEST_F(CpuOpsTest, RmsNormMatchesTheFormulaAndRoundsToTheOutputDtype) {
+  const int64_t rows = 3, dim = 256;
+  const std::vector<float> x = random_floats(rows * dim, 1, 2.0f), w = random_floats(dim, 2);
+  const Weight weight = make_weight(ops, w, {dim});
+  const DeviceTensor in = make_tensor(ops, DType::kF32, {rows, dim}, x);
+  DeviceTensor y32 = ops.alloc(DType::kF32, {rows, dim}), y16 = ops.alloc(DType::kBF16, {rows, dim});
+  ops.rms_norm({in.view(), &weight, 1e-6f, y32.view()});
+  ops.rms_norm({in.view(), &weight, 1e-6f, y16.view()});
+  std::vector<double> ref(rows * dim);
+  for (int64_t r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (int64_t i = 0; i < dim; ++i) ss += double(x[r * dim + i]) * x[r * dim + i];
+    const double inv = 1 / std::sqrt(ss / dim + 1e-6);
+    for (int64_t i = 0; i < dim; ++i) ref[r * dim + i] = w[i] * x[r * dim + i] * inv;
+  }
+  const std::vector<float> got32 = to_floats(y32.view()), got16 = to_floats(y16.view());
+  EXPECT_LT(max_rel_error(got32, ref), 1e-6);
+  for (size_t i = 0; i < got16.size(); ++i) EXPECT_EQ(got16[i], round_bf16(got32[i])) << i;
+}
+
+TEST_F(CpuOpsTest, RopeRotatesInterleavedPairsOfTheLastDimsAndInverseUndoesIt) {
+  const int64_t rows = 3, heads = 2, hd = 16, rd = 8;
+  const std::vector<float> x = random_floats(rows * heads * hd, 3);
+  const std::vector<float> freq = {1.0f, 0.5f, 0.01f, 1e-4f};
+  const std::vector<int32_t> pos = {0, 7, 300};
+  DeviceTensor t = make_tensor(ops, DType::kF32, {rows, heads, hd}, x);
+  const DeviceTensor f = make_tensor(ops, DType::kF32, {rd / 2}, freq);
+  const DeviceTensor p = make_ints(ops, {rows}, pos);
+  ops.rope({t.view(), p.view(), f.view(), rd, false});
+  const std::vector<float> y = to_floats(t.view());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t base = (r * heads + h) * hd;
+      for (int64_t i = 0; i < hd - rd; ++i) EXPECT_EQ(y[base + i], x[base + i]) << "nope dim changed";
+      for (int64_t i = 0; i < rd / 2; ++i) {
+        const double angle = double(float(pos[r]) * freq[i]);
+        const double a = x[base + hd - rd + 2 * i], b = x[base + hd - rd + 2 * i + 1];
+        EXPECT_NEAR(y[base + hd - rd + 2 * i], a * std::cos(angle) - b * std::sin(angle), 1e-5);
+        EXPECT_NEAR(y[base + hd - rd + 2 * i + 1], a * std::sin(angle) + b * std::cos(angle), 1e-5);
+      }
+    }
+  ops.rope({t.view(), p.view(), f.view(), rd, true});
+  const std::vector<float> back = to_floats(t.view());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(back[i], x[i], 1e-5) << i;
+}
+
+TEST_F(CpuOpsTest, QuantSimRoundsEachBlockOfThePrefixOnly) {
+  const int64_t rows = 2, width = 192, cols = 128;
+  std::vector<float> x = random_floats(rows * width, 4, 3.0f);
+  DeviceTensor t = make_tensor(ops, DType::kF32, {rows, width}, x);
+  ops.quant_sim({t.view(), cols, 64, QuantFormat::kE4M3});
+  const std::vector<float> y = to_floats(t.view());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < cols; b += 64) {
+      std::vector<float> block(x.begin() + r * width + b, x.begin() + r * width + b + 64);
+      float amax = 0;
+      for (float v : block) amax = std::max(amax, std::fabs(v));
+      const float scale = std::ldexp(1.0f, static_cast<int>(std::ceil(std::log2(amax / 448.0f))));
+      for (int64_t i = 0; i < 64; ++i) {
+        const float got = y[r * width + b + i];
+        EXPECT_EQ(got, round_e4m3(block[i] / scale) * scale) << "row " << r << " col " << b + i;
+      }
+    }
+    for (int64_t i = cols; i < width; ++i) EXPECT_EQ(y[r * width + i], x[r * width + i]) << "col " << i << " changed";
+  }
+  // FP4: every value lands on the e2m1 grid times the block's pow2 scale.
+  DeviceTensor f = make_tensor(ops, DType::kF32, {1, 32}, {x.begin(), x.begin() + 32});
+  ops.quant_sim({f.view(), 32, 32, QuantFormat::kE2M1});
+  float amax = 0;
+  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float s4 = std::ldexp(1.0f, static_cast<int>(std::ceil(std::log2(amax / 6.0f))));
+  const std::vector<float> y4 = to_floats(f.view());
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(y4[i], round_e2m1(x[i] / s4) * s4) << i;
+}
+
+TEST_F(CpuOpsTest, HadamardIsTheScaledSylvesterMatrix) {
+  const int64_t n = 128;
+  const std::vector<float> x = random_floats(2 * n, 5);
+  DeviceTensor t = make_tensor(ops, DType::kF32, {2, n}, x);
+  ops.hadamard({t.view()});
+  const std::vector<float> y = to_floats(t.view());
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t i = 0; i < n; ++i) {
+      double ref = 0;
+      for (int64_t j = 0; j < n; ++j) ref += (std::popcount(uint64_t(i & j)) % 2 ? -1.0 : 1.0) * x[r * n + j];
+      EXPECT_NEAR(y[r * n + i], ref / std::sqrt(double(n)), 1e-5) << r << "," << i;
+    }
+}
+
+// ---- linears --------------------------------------------------------------------------------
+
+TEST_F(CpuOpsTest, Fp8LinearQuantisesActivationsPer128Block) {
+  const int64_t M = 3, K = 256, N = 5;
+  const std::vector<float> x = random_floats(M * K, 6, 4.0f), w = random_floats(N * K, 7, 0.05f);
+  const Weight weight = make_weight(ops, w, {N, K});
+  const DeviceTensor in = make_tensor(ops, DType::kF32, {M, K}, x);
+  DeviceTensor y = ops.alloc(DType::kF32, {M, N});
+  ops.linear({in.view(), &weight, ActQuant::kFp8Block128, y.view()});
+  std::vector<float> xq = x;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t b = 0; b < K; b += 128) fake_quant_block_e4m3(xq.data() + m * K + b, 128);
+  EXPECT_NE(xq, x);
+  std::vector<double> ref(M * N);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) ref[m * N + n] += double(xq[m * K + k]) * w[n * K + k];
+  EXPECT_LT(max_rel_error(to_floats(y.view()), ref), 1e-6);
+}
+
+TEST_F(CpuOpsTest, GroupedLinearAppliesEachGroupsBlock) {
+  const int64_t T = 3, G = 2, K = 8, R = 4;
+  const std::vector<float> x = random_floats(T * G * K, 8), w = random_floats(G * R * K, 9);
+  const Weight weight = make_weight(ops, w, {G * R, K});
+  const DeviceTensor in = make_tensor(ops, DType::kF32, {T, G, K}, x);
+  DeviceTensor y = ops.alloc(DType::kF32, {T, G, R});
+  ops.grouped_linear({in.view(), &weight, y.view()});
+  std::vector<double> ref(T * G * R);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t k = 0; k < K; ++k) ref[(t * G + g) * R + r] += double(w[(g * R + r) * K + k]) * x[(t * G + g) * K + k];
+  EXPECT_LT(max_rel_error(to_floats(y.view()), ref), 1e-6);
+}
+
+// ---- mHC ------------------------------------------------------------------------------------
+
+// MODEL.md §2.4 in double precision.
+struct HcPreRef {
+  std::vector<double> y, post, comb;
+};
+HcPreRef naive_hc_pre(const std::vector<float>& x, int64_t n, int64_t D, const std::vector<float>& fn,
+                      const std::vector<float>& scale, const std::vector<float>& base, int iters, double eps) {
+  const int64_t mix = (2 + n) * n;
+  double ss = 0;
+  for (float v : x) ss += double(v) * v;
+  const double rs = 1 / std::sqrt(ss / double(n * D) + 1e-6);
+  std::vector<double> m(mix);
+  for (int64_t k = 0; k < mix; ++k) {
+    for (int64_t i = 0; i < n * D; ++i) m[k] += double(x[i]) * fn[k * n * D + i];
+    m[k] *= rs;
+  }
+  HcPreRef r;
+  std::vector<double> pre(n);
+  for (int64_t j = 0; j < n; ++j) {
+    pre[j] = sigmoid(m[j] * scale[0] + base[j]) + eps;
+    r.post.push_back(2 * sigmoid(m[n + j] * scale[1] + base[n + j]));
+  }
+  std::vector<double> c(n * n);
+  for (int64_t k = 0; k < n * n; ++k) c[k] = m[2 * n + k] * scale[2] + base[2 * n + k];
+  for (int64_t i = 0; i < n; ++i) {
+    double mx = -1e300, sum = 0;
+    for (int64_t k = 0; k < n; ++k) mx = std::max(mx, c[i * n + k]);
+    for (int64_t k = 0; k < n; ++k) sum += std::exp(c[i * n + k] - mx);
+    for (int64_t k = 0; k < n; ++k) c[i * n + k] = std::exp(c[i * n + k] - mx) / sum + eps;
+  }
+  auto cols = [&] {
+    for (int64_t k = 0; k < n; ++k) {
+      double s = 0;
+      for (int64_t i = 0; i < n; ++i) s += c[i * n + k];
+      for (int64_t i = 0; i < n; ++i) c[i * n + k] /= s + eps;
+    }
+  };
+  cols();
+  for (int it = 1; it < iters; ++it) {
+    for (int64_t i = 0; i < n; ++i) {
+      double s = 0;
+      for (int64_t k = 0; k < n; ++k) s += c[i * n + k];
+      for (int64_t k = 0; k < n; ++k) c[i * n + k] /= s + eps;
+    }
+    cols();
+  }
+  r.comb = c;
+  r.y.assign(D, 0);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t d = 0; d < D; ++d) r.y[d] += pre[j] * x[j * D + d];
+  return r;
+}
+
+TEST_F(CpuOpsTest, HcPreMatchesTheSinkhornOfTheSpec) {
+  const int64_t T = 2, n = 4, D = 64, mix = (2 + n) * n;
+  const std::vector<float> x = random_floats(T * n * D, 10), fn = random_floats(mix * n * D, 11, 0.05f);
+  const std::vector<float> scale = {0.7f, 1.3f, 2.0f}, base = random_floats(mix, 12);
+  const Weight wfn = make_weight(ops, fn, {mix, n * D}), ws = make_weight(ops, scale, {3}), wb = make_weight(ops, base, {mix});
+  const DeviceTensor in = make_tensor(ops, DType::kF32, {T, n, D}, x);
+  DeviceTensor y = ops.alloc(DType::kF32, {T, D}), post = ops.alloc(DType::kF32, {T, n}), comb = ops.alloc(DType::kF32, {T, n, n});
+  ops.hc_pre({in.view(), &wfn, &ws, &wb, 20, 1e-6f, 1e-6f, y.view(), post.view(), comb.view()});
+  const std::vector<float> gy = to_floats(y.view()), gp = to_floats(post.view()), gc = to_floats(comb.view());
+  for (int64_t t = 0; t < T; ++t) {
+    const HcPreRef r = naive_hc_pre({x.begin() + t * n * D, x.begin() + (t + 1) * n * D}, n, D, fn, scale, base, 20, 1e-6);
+    EXPECT_LT(max_rel_error({gy.begin() + t * D, gy.begin() + (t + 1) * D}, r.y), 1e-5);
+    EXPECT_LT(max_rel_error({gp.begin() + t * n, gp.begin() + (t + 1) * n}, r.post), 1e-5);
+    EXPECT_LT(max_rel_error({gc.begin() + t * n * n, gc.begin() + (t + 1) * n * n}, r.comb), 1e-5);
+    // The last step is a column normalisation: every column sums to 1 (up to eps).
+    for (int64_t k = 0; k < n; ++k) {
+      double s = 0;
+      for (int64_t i = 0; i < n; ++i) s += gc[t * n * n + i * n + k];
+      EXPECT_NEAR(s, 1.0, 1e-5);
+    }
+  }
+}
+
+TEST_F(CpuOpsTest, HcPostTakesColumnJOfCombForStreamJ) {
+  const int64_t T = 1, n = 4, D = 8;
+  const std::vector<float> a = random_floats(D, 13), x = random_floats(n * D, 14);
+  const std::vector<float> post = {0.5f, 1.0f, 1.5f, 2.0f};
+  std::vector<float> comb(n * n);
+  std::iota(comb.begin(), comb.end(), 1.0f);  // comb[i, k] = i*n + k + 1: not symmetric
+  const DeviceTensor ta = make_tensor(ops, DType::kF32, {T, D}, a), tx = make_tensor(ops, DType::kF32, {T, n, D}, x);
+  const DeviceTensor tp = make_tensor(ops, DType::kF32, {T, n}, post), tc = make_tensor(ops, DType::kF32, {T, n, n}, comb);
+  DeviceTensor out = ops.alloc(DType::kF32, {T, n, D});
+  ops.hc_post({ta.view(), tx.view(), tp.view(), tc.view(), out.view()});
+  std::vector<double> ref(n * D);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t d = 0; d < D; ++d) {
+      ref[j * D + d] = post[j] * a[d];
+      for (int64_t i = 0; i < n; ++i) ref[j * D + d] += double(comb[i * n + j]) * x[i * D + d];
+    }
+  EXPECT_LT(max_rel_error(to_floats(out.view()), ref), 1e-6);
+}
+
+TEST_F(CpuOpsTest, HcHeadWeighsStreamsBySigmoidWithoutSinkhorn) {
+  const int64_t T = 1, n = 4, D = 32;
+  const std::vector<float> x = random_floats(n * D, 15), fn = random_floats(n * n * D, 16, 0.1f);
+  const std::vector<float> scale = {0.9f}, base = {0.1f, -0.2f, 0.3f, 0.0f};
+  const Weight wfn = make_weight(ops, fn, {n, n * D}), ws = make_weight(ops, scale, {1}), wb = make_weight(ops, base, {n});
+  const DeviceTensor in = make_tensor(ops, DType::kF32, {T, n, D}, x);
+  DeviceTensor y = ops.alloc(DType::kF32, {T, D});
+  ops.hc_head({in.view(), &wfn, &ws, &wb, 1e-6f, 1e-6f, y.view()});
+  double ss = 0;
+  for (float v : x) ss += double(v) * v;
+  const double rs = 1 / std::sqrt(ss / (n * D) + 1e-6);
+  std::vector<double> ref(D);
+  for (int64_t j = 0; j < n; ++j) {
+    double m = 0;
+    for (int64_t i = 0; i < n * D; ++i) m += double(x[i]) * fn[j * n * D + i];
+    const double g = sigmoid(m * rs * scale[0] + base[j]) + 1e-6;
+    for (int64_t d = 0; d < D; ++d) ref[d] += g * x[j * D + d];
+  }
+  EXPECT_LT(max_rel_error(to_floats(y.view()), ref), 1e-5);
+}
+
+// ---- compressor -----------------------------------------------------------------------------
+
+// Pooled entries of one sequence of `len` tokens from position 0 (MODEL.md §4.2), in double.
+std::vector<double> naive_pool(const std::vector<float>& kv, const std::vector<float>& score, const std::vector<float>& ape,
+                               int64_t len, int64_t m, int64_t dc) {
+  const bool overlap = m == 4;
+  const int64_t width = overlap ? 2 * dc : dc;
+  std::vector<double> out;
+  for (int64_t j = 0; (j + 1) * m <= len; ++j) {
+    for (int64_t c = 0; c < dc; ++c) {
+      std::vector<std::pair<double, double>> rows;  // (score, kv)
+      if (overlap && j > 0)
+        for (int64_t t = (j - 1) * m; t < j * m; ++t)
+          rows.push_back({double(score[t * width + c]) + ape[(t % m) * width + c], kv[t * width + c]});
+      const int64_t off = overlap ? dc : 0;
+      for (int64_t t = j * m; t < (j + 1) * m; ++t)
+        rows.push_back({double(score[t * width + off + c]) + ape[(t % m) * width + off + c], kv[t * width + off + c]});
+      double mx = -1e300, sum = 0, acc = 0;
+      for (auto& r : rows) mx = std::max(mx, r.first);
+      for (auto& r : rows) sum += std::exp(r.first - mx);
+      for (auto& r : rows) acc += std::exp(r.first - mx) / sum * r.second;
+      out.push_back(acc);
+    }
+  }
+  return out;
+}
+
+class CompressorTest : public CpuOpsTest, public ::testing::WithParamInterface<int64_t> {};
+
+TEST_P(CompressorTest, PoolsBlocksWithOverlapAndCarriesStateAcrossCalls) {
+  const int64_t m = GetParam(), dc = 8, coff = m == 4 ? 2 : 1, width = coff * dc;
+  const int64_t len = m == 4 ? 23 : 2 * m + 5;
+  const std::vector<float> kv = random_floats(len * width, 20), score = random_floats(len * width, 21, 2.0f);
+  const std::vector<float> ape = random_floats(m * width, 22);
+  const Weight wape = make_weight(ops, ape, {m, width});
+  const std::vector<double> ref = naive_pool(kv, score, ape, len, m, dc);
+  const int64_t entries = len / m;
+  ASSERT_EQ(static_cast<int64_t>(ref.size()), entries * dc);
+
+  // One call over the whole sequence.
+  DeviceTensor skv = ops.alloc(DType::kF32, {coff * m, width}), ssc = ops.alloc(DType::kF32, {coff * m, width});
+  const DeviceTensor tkv = make_tensor(ops, DType::kF32, {len, width}, kv), tsc = make_tensor(ops, DType::kF32, {len, width}, score);
+  DeviceTensor out = ops.alloc(DType::kF32, {entries, dc});
+  const CompressorSeq whole{{0, len, 0}, skv.view(), ssc.view(), 0};
+  ops.compressor_pool({tkv.view(), tsc.view(), &wape, m, {&whole, 1}, out.view()});
+  const std::vector<float> one_shot = to_floats(out.view());
+  EXPECT_LT(max_rel_error(one_shot, ref), 1e-5);
+
+  // Token by token with the state carried in the rings: the same bits.
+  DeviceTensor skv2 = ops.alloc(DType::kF32, {coff * m, width}), ssc2 = ops.alloc(DType::kF32, {coff * m, width});
+  std::vector<float> stepped;
+  for (int64_t t = 0; t < len; ++t) {
+    const int64_t emitted = (t + 1) % m == 0 ? 1 : 0;
+    const DeviceTensor k1 = make_tensor(ops, DType::kF32, {1, width}, {kv.begin() + t * width, kv.begin() + (t + 1) * width});
+    const DeviceTensor s1 = make_tensor(ops, DType::kF32, {1, width}, {score.begin() + t * width, score.begin() + (t + 1) * width});
+    DeviceTensor o1 = ops.alloc(DType::kF32, {emitted, dc});
+    const CompressorSeq step{{0, 1, t}, skv2.view(), ssc2.view(), 0};
+    ops.compressor_pool({k1.view(), s1.view(), &wape, m, {&step, 1}, o1.view()});
+    const std::vector<float> got = to_floats(o1.view());
+    stepped.insert(stepped.end(), got.begin(), got.end());
+  }
+  EXPECT_TRUE(same_bits(stepped, one_shot));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ratios, CompressorTest, ::testing::Values(4, 128));
+
+TEST_F(CpuOpsTest, FirstOverlappingBlockPoolsOnlyItsOwnRows) {
+  // j = 0 with overlap: the "previous block" half is absent, so with equal scores the entry is
+  // the mean of the four tokens' second halves.
+  const int64_t m = 4, dc = 2, width = 4;
+  std::vector<float> kv(4 * width), score(4 * width, 0.0f), ape(m * width, 0.0f);
+  for (int64_t t = 0; t < 4; ++t)
+    for (int64_t c = 0; c < width; ++c) kv[t * width + c] = c < dc ? 100.0f : float(t + c);
+  const Weight wape = make_weight(ops, ape, {m, width});
+  DeviceTensor skv = ops.alloc(DType::kF32, {8, width}), ssc = ops.alloc(DType::kF32, {8, width});
+  const DeviceTensor tkv = make_tensor(ops, DType::kF32, {4, width}, kv), tsc = make_tensor(ops, DType::kF32, {4, width}, score);
+  DeviceTensor out = ops.alloc(DType::kF32, {1, dc});
+  const CompressorSeq s{{0, 4, 0}, skv.view(), ssc.view(), 0};
+  ops.compressor_pool({tkv.view(), tsc.view(), &wape, m, {&s, 1}, out.view()});
+  const std::vector<float> got = to_floats(out.view());
+  EXPECT_FLOAT_EQ(got[0], (2 + 3 + 4 + 5) / 4.0f);
+  EXPECT_FLOAT_EQ(got[1], (3 + 4 + 5 + 6) / 4.0f);
+}
+
+// ---- indexer --------------------------------------------------------------------------------
+
+TEST_F(CpuOpsTest, IndexerSeesOnlyCompleteBlocksAndKeepsTheTopScoresAscending) {
+  // One head, dh = 4, keys along unit vectors so q . k_j = q[j % 4] * scale_j; weight 1.
+  const int64_t T = 20, dh = 4, k = 3, entries = 5;
+  std::vector<float> keys(entries * dh, 0.0f);
+  const float key_scale[entries] = {1.0f, 5.0f, 3.0f, 4.0f, 2.0f};
+  for (int64_t j = 0; j < entries; ++j) keys[j * dh + j % dh] = key_scale[j];
+  const DeviceTensor tk = make_tensor(ops, DType::kF32, {8, dh}, [&] {
+    std::vector<float> v(8 * dh, 0.0f);
+    std::copy(keys.begin(), keys.end(), v.begin());
+    return v;
+  }());
+  const DeviceTensor q = make_tensor(ops, DType::kF32, {T, 1, dh}, std::vector<float>(T * dh, 1.0f));
+  const DeviceTensor w = make_tensor(ops, DType::kF32, {T, 1}, std::vector<float>(T, 1.0f));
+  DeviceTensor topk = ops.alloc(DType::kI32, {T, k});
+  const IndexerSeq seq{{0, T, 0}, tk.view()};
+  ops.indexer_topk({q.view(), w.view(), 1.0f, 4, {&seq, 1}, topk.view()});
+  const std::vector<int32_t> got = to_ints(topk.view());
+  for (int64_t p = 0; p < T; ++p) {
+    const int64_t visible = (p + 1) / 4;
+    std::vector<int32_t> ids(visible);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return key_scale[a] > key_scale[b]; });
+    ids.resize(std::min<int64_t>(visible, k));
+    std::sort(ids.begin(), ids.end());
+    ids.resize(k, -1);
+    EXPECT_EQ(std::vector<int32_t>(got.begin() + p * k, got.begin() + (p + 1) * k), ids) << "position " << p;
+  }
+}
+
+TEST_F(CpuOpsTest, IndexerScoreIsTheReluWeightedHeadSum) {
+  // Two heads with opposite signs: relu drops the negative dot product, weights scale the rest.
+  const int64_t dh = 2;
+  const DeviceTensor keys = make_tensor(ops, DType::kF32, {2, dh}, {1, 0, 0, 1});
+  // Head 0 likes key 0 (+3) and dislikes key 1 (-10); head 1 likes key 1 (+1).
+  const DeviceTensor q = make_tensor(ops, DType::kF32, {1, 2, dh}, {3, -10, 0, 1});
+  const IndexerSeq seq{{0, 1, 7}, keys.view()};  // position 7: both entries complete
+  for (const auto& [w0, w1, winner] : std::vector<std::tuple<float, float, int>>{{1, 1, 0}, {1, 4, 1}}) {
+    const DeviceTensor w = make_tensor(ops, DType::kF32, {1, 2}, {w0, w1});
+    DeviceTensor topk = ops.alloc(DType::kI32, {1, 1});
+    ops.indexer_topk({q.view(), w.view(), 0.5f, 4, {&seq, 1}, topk.view()});
+    EXPECT_EQ(to_ints(topk.view())[0], winner) << "weights " << w0 << ", " << w1;
+  }
+}
+
+// ---- attention ------------------------------------------------------------------------------
+
+TEST_F(CpuOpsTest, SparseAttentionIsASoftmaxWithASinkOverWindowAndEntries) {
+  const int64_t H = 2, d = 8, W = 3, T = 2, start = 4, ratio = 2;
+  const std::vector<float> q = random_floats(T * H * d, 30), kv = random_floats(T * d, 31);
+  const std::vector<float> ring = random_floats(W * d, 32), comp = random_floats(3 * d, 33);
+  const std::vector<float> sink = {0.5f, -1.0f};
+  const Weight wsink = make_weight(ops, sink, {H});
+  const DeviceTensor tq = make_tensor(ops, DType::kF32, {T, H, d}, q), tkv = make_tensor(ops, DType::kF32, {T, d}, kv);
+  const DeviceTensor tring = make_tensor(ops, DType::kF32, {W, d}, ring), tcomp = make_tensor(ops, DType::kF32, {3, d}, comp);
+  const DeviceTensor topk = make_ints(ops, {T, 2}, {1, -1, 0, 2});
+  const AttentionSeq seq{{0, T, start}, tring.view(), tcomp.view()};
+  DeviceTensor out = ops.alloc(DType::kF32, {T, H, d});
+  const float scale = 0.3f;
+  ops.sparse_attention({tq.view(), tkv.view(), &wsink, topk.view(), {&seq, 1}, W, ratio, scale, out.view()});
+  const std::vector<float> got = to_floats(out.view());
+  // Token 0 at p=4: window 2,3 (ring rows 2, 0) and itself; entry 1. Token 1 at p=5: window 3,4,5
+  // (ring row 0, kv 0, kv 1); entries 0 and 2.
+  const std::vector<std::vector<const float*>> entries = {
+      {&ring[2 * d], &ring[0], &kv[0], &comp[1 * d]},
+      {&ring[0], &kv[0], &kv[d], &comp[0], &comp[2 * d]}};
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      std::vector<double> z;
+      for (const float* e : entries[t]) {
+        double dot = 0;
+        for (int64_t c = 0; c < d; ++c) dot += double(q[(t * H + h) * d + c]) * e[c];
+        z.push_back(dot * scale);
+      }
+      double den = std::exp(double(sink[h]));
+      for (double v : z) den += std::exp(v);
+      std::vector<double> ref(d, 0.0);
+      for (size_t e = 0; e < z.size(); ++e)
+        for (int64_t c = 0; c < d; ++c) ref[c] += std::exp(z[e]) / den * entries[t][e][c];
+      EXPECT_LT(max_rel_error({got.begin() + (t * H + h) * d, got.begin() + (t * H + h + 1) * d}, ref), 1e-5)
+          << "token " << t << " head " << h;
+    }
+}
+
+TEST_F(CpuOpsTest, DenseCompressedAttentionUsesEveryCompleteBlock) {
+  // HCA (no topk): at p = 5 with ratio 2, entries 0..2 are visible; with equal dots and a -inf
+  // sink the output is the mean of the window and the entries.
+  const int64_t H = 1, d = 4, W = 2;
+  const std::vector<float> q(d, 0.0f), kv = {1, 1, 1, 1};
+  const std::vector<float> ring = {2, 2, 2, 2, 3, 3, 3, 3}, comp = {10, 10, 10, 10, 20, 20, 20, 20, 30, 30, 30, 30, 99, 99, 99, 99};
+  const Weight wsink = make_weight(ops, {-INFINITY}, {H});
+  const DeviceTensor tq = make_tensor(ops, DType::kF32, {1, H, d}, q), tkv = make_tensor(ops, DType::kF32, {1, d}, kv);
+  const DeviceTensor tring = make_tensor(ops, DType::kF32, {W, d}, ring), tcomp = make_tensor(ops, DType::kF32, {4, d}, comp);
+  const AttentionSeq seq{{0, 1, 5}, tring.view(), tcomp.view()};
+  DeviceTensor out = ops.alloc(DType::kF32, {1, H, d});
+  ops.sparse_attention({tq.view(), tkv.view(), &wsink, {}, {&seq, 1}, W, 2, 1.0f, out.view()});
+  // Window: position 4 (ring row 0 = 2) and 5 (kv = 1); entries 10, 20, 30.
+  EXPECT_FLOAT_EQ(to_floats(out.view())[0], (2 + 1 + 10 + 20 + 30) / 5.0f);
+}
+
+// ---- MoE ------------------------------------------------------------------------------------
+
+TEST_F(CpuOpsTest, SwigluClampsGateAboveAndUpBothWays) {
+  const DeviceTensor gate = make_tensor(ops, DType::kF32, {1, 4}, {20.0f, -3.0f, 1.0f, 10.0f});
+  const DeviceTensor up = make_tensor(ops, DType::kF32, {1, 4}, {-15.0f, 2.0f, 12.0f, 0.5f});
+  DeviceTensor out = ops.alloc(DType::kF32, {1, 4});
+  ops.swiglu({gate.view(), up.view(), {}, 10.0f, out.view()});
+  const std::vector<float> got = to_floats(out.view());
+  auto silu = [](double v) { return v / (1 + std::exp(-v)); };
+  EXPECT_NEAR(got[0], silu(10) * -10, 1e-5);   // gate 20 -> 10, up -15 -> -10
+  EXPECT_NEAR(got[1], silu(-3) * 2, 1e-6);     // no clamp from below on the gate
+  EXPECT_NEAR(got[2], silu(1) * 10, 1e-5);     // up 12 -> 10
+  EXPECT_NEAR(got[3], silu(10) * 0.5, 1e-5);
+  ops.swiglu({gate.view(), up.view(), {}, 0.0f, out.view()});  // limit 0: no clamp
+  EXPECT_NEAR(to_floats(out.view())[0], silu(20) * -15, 1e-4);
+}
+
+TEST_F(CpuOpsTest, RoutingBiasChoosesExpertsButWeightsUseUnbiasedScores) {
+  const int64_t E = 4, k = 2;
+  const std::vector<float> logits = {2.0f, 1.0f, 0.0f, -1.0f};
+  const DeviceTensor tl = make_tensor(ops, DType::kF32, {1, E}, logits);
+  std::vector<double> s;
+  for (float v : logits) s.push_back(std::sqrt(std::log1p(std::exp(double(v)))));
+  const DeviceTensor ids = make_ints(ops, {1}, {0});
+  for (const auto& [bias, chosen] : std::vector<std::pair<std::vector<float>, std::vector<int32_t>>>{
+           {{0, 0, 0, 0}, {0, 1}}, {{0, 0, 0, 5}, {0, 3}}, {{-9, 0, 0.9f, 0}, {1, 2}}}) {
+    const Weight wb = make_weight(ops, bias, {E});
+    DeviceTensor experts = ops.alloc(DType::kI32, {1, k}), weights = ops.alloc(DType::kF32, {1, k});
+    ops.moe_route({tl.view(), &wb, nullptr, ids.view(), ScoringFunc::kSqrtSoftplus, 1.5f, experts.view(), weights.view()});
+    EXPECT_EQ(to_ints(experts.view()), chosen);
+    const std::vector<float> w = to_floats(weights.view());
+    const double sum = s[chosen[0]] + s[chosen[1]];
+    EXPECT_NEAR(w[0], s[chosen[0]] / sum * 1.5, 1e-6);
+    EXPECT_NEAR(w[1], s[chosen[1]] / sum * 1.5, 1e-6);
+  }
+}
+
+TEST_F(CpuOpsTest, HashRoutingFollowsTheTokenIdTable) {
+  const int64_t E = 4, k = 2, V = 3;
+  const std::vector<int32_t> table = {3, 1, 0, 2, 2, 3};
+  const Weight tid2eid = ops.load_weight(
+      {"tid2eid", WeightFormat::kPlain, ConstTensorView(reinterpret_cast<const std::byte*>(table.data()), DType::kI32, {V, k}), {}});
+  const std::vector<float> logits = {5.0f, -5.0f, 0.0f, 1.0f, 5.0f, -5.0f, 0.0f, 1.0f};
+  const DeviceTensor tl = make_tensor(ops, DType::kF32, {2, E}, logits);
+  const DeviceTensor ids = make_ints(ops, {2}, {0, 2});
+  DeviceTensor experts = ops.alloc(DType::kI32, {2, k}), weights = ops.alloc(DType::kF32, {2, k});
+  ops.moe_route({tl.view(), nullptr, &tid2eid, ids.view(), ScoringFunc::kSqrtSoftplus, 1.0f, experts.view(), weights.view()});
+  EXPECT_EQ(to_ints(experts.view()), (std::vector<int32_t>{1, 3, 2, 3}));  // rows of tokens 0 and 2, sorted
+  const std::vector<float> w = to_floats(weights.view());
+  auto s = [&](int e) { return std::sqrt(std::log1p(std::exp(double(logits[e])))); };
+  EXPECT_NEAR(w[0], s(1) / (s(1) + s(3)), 1e-6);
+  EXPECT_NEAR(w[3], s(3) / (s(2) + s(3)), 1e-6);
+}
+
+TEST_F(CpuOpsTest, ExpertsSumWeightedSwigluOutputsPlusShared) {
+  const int64_t T = 3, D = 16, I = 8, E = 3, k = 2;
+  std::vector<std::vector<float>> w1, w2, w3;
+  std::vector<Weight> weights;
+  for (int64_t e = 0; e < E; ++e) {
+    w1.push_back(random_floats(I * D, 40 + e, 0.3f));
+    w3.push_back(random_floats(I * D, 50 + e, 0.3f));
+    w2.push_back(random_floats(D * I, 60 + e, 0.3f));
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    weights.push_back(make_weight(ops, w1[e], {I, D}));
+    weights.push_back(make_weight(ops, w2[e], {D, I}));
+    weights.push_back(make_weight(ops, w3[e], {I, D}));
+  }
+  std::vector<ExpertWeights> routed;
+  for (int64_t e = 0; e < E; ++e) routed.push_back({&weights[3 * e], &weights[3 * e + 1], &weights[3 * e + 2]});
+  const std::vector<float> x = random_floats(T * D, 70), shared = random_floats(T * D, 71);
+  const std::vector<int32_t> ex = {0, 2, 1, 2, 0, 1};
+  const std::vector<float> wt = {0.6f, 1.4f, 1.0f, 0.5f, 2.0f, 0.25f};
+  const DeviceTensor tx = make_tensor(ops, DType::kF32, {T, D}, x), ts = make_tensor(ops, DType::kF32, {T, D}, shared);
+  const DeviceTensor te = make_ints(ops, {T, k}, ex), tw = make_tensor(ops, DType::kF32, {T, k}, wt);
+  DeviceTensor out = ops.alloc(DType::kF32, {T, D});
+  ops.moe_experts({tx.view(), te.view(), tw.view(), routed, ts.view(), 10.0f, ActQuant::kNone, out.view()});
+  std::vector<double> ref(T * D);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t s = 0; s < k; ++s) {
+      const int32_t e = ex[t * k + s];
+      std::vector<double> h(I);
+      for (int64_t i = 0; i < I; ++i) {
+        double g = 0, u = 0;
+        for (int64_t c = 0; c < D; ++c) {
+          g += double(w1[e][i * D + c]) * x[t * D + c];
+          u += double(w3[e][i * D + c]) * x[t * D + c];
+        }
+        g = std::min(g, 10.0);
+        u = std::clamp(u, -10.0, 10.0);
+        h[i] = g / (1 + std::exp(-g)) * u * wt[t * k + s];
+      }
+      for (int64_t c = 0; c < D; ++c)
+        for (int64_t i = 0; i < I; ++i) ref[t * D + c] += double(w2[e][c * I + i]) * h[i];
+    }
+    for (int64_t c = 0; c < D; ++c) ref[t * D + c] += shared[t * D + c];
+  }
+  EXPECT_LT(max_rel_error(to_floats(out.view()), ref), 1e-5);
+
+  // A token's output does not depend on the other tokens in the batch.
+  const DeviceTensor x1 = make_tensor(ops, DType::kF32, {1, D}, {x.begin() + 2 * D, x.end()});
+  const DeviceTensor s1 = make_tensor(ops, DType::kF32, {1, D}, {shared.begin() + 2 * D, shared.end()});
+  const DeviceTensor e1 = make_ints(ops, {1, k}, {0, 1}), w1t = make_tensor(ops, DType::kF32, {1, k}, {2.0f, 0.25f});
+  DeviceTensor o1 = ops.alloc(DType::kF32, {1, D});
+  ops.moe_experts({x1.view(), e1.view(), w1t.view(), routed, s1.view(), 10.0f, ActQuant::kNone, o1.view()});
+  const std::vector<float> all = to_floats(out.view());
+  EXPECT_TRUE(same_bits(to_floats(o1.view()), {all.begin() + 2 * D, all.end()}));
+}
+
+TEST_F(CpuOpsTest, EmbedRepeatsTheRowIntoEveryStream) {
+  const Weight table = make_weight(ops, {1, 2, 3, 4, 5, 6}, {3, 2});
+  const DeviceTensor ids = make_ints(ops, {2}, {2, 0});
+  DeviceTensor out = ops.alloc(DType::kBF16, {2, 3, 2});
+  ops.embed({ids.view(), &table, out.view()});
+  EXPECT_EQ(to_floats(out.view()), (std::vector<float>{5, 6, 5, 6, 5, 6, 1, 2, 1, 2, 1, 2}));
+  const DeviceTensor bad = make_ints(ops, {1}, {3});
+  DeviceTensor one = ops.alloc(DType::kBF16, {1, 1, 2});
+  EXPECT_THROW(ops.embed({bad.view(), &table, one.view()}), UsageError);
+}
+
+}  // namespace
+}  // namespace dsv4::cpu
