@@ -40,6 +40,26 @@ std::string offsets_str(const TensorInfo& t) {
   return "[" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "]";
 }
 
+// A short rendering of a JSON value for error messages. Nested containers are elided, so a
+// hostile header can make neither a huge message nor a deep (recursive) serialisation.
+std::string excerpt(const json& value) {
+  constexpr size_t kMaxChars = 80;
+  std::string text;
+  if (value.is_array()) {
+    text = "[";
+    for (const json& element : value) {
+      if (text.size() > kMaxChars) break;
+      if (text.size() > 1) text += ", ";
+      text += element.is_array() ? "[...]" : element.is_object() ? "{...}" : element.dump();
+    }
+    text += "]";
+  } else {
+    text = value.is_object() ? "{...}" : value.dump();
+  }
+  if (text.size() > kMaxChars) text = text.substr(0, kMaxChars) + "...";
+  return text;
+}
+
 // ---- Header parsing ----
 
 uint64_t read_le64(std::span<const std::byte> bytes) {
@@ -104,29 +124,29 @@ TensorInfo parse_tensor_entry(const std::string& name, const json& entry, uint64
   TensorInfo info;
   info.name = name;
   const json& dtype = entry.at("dtype");
-  if (!dtype.is_string()) throw FormatError(where + "dtype is not a string: " + dtype.dump());
+  if (!dtype.is_string()) throw FormatError(where + "dtype is not a string: " + excerpt(dtype));
   const auto parsed_dtype = dtype_from_safetensors(dtype.get<std::string>());
-  if (!parsed_dtype) throw FormatError(where + "unknown dtype " + dtype.dump());
+  if (!parsed_dtype) throw FormatError(where + "unknown dtype " + excerpt(dtype));
   info.dtype = *parsed_dtype;
 
   // Every dimension fits int64, and so does the product of the non-zero ones times the element
   // size, so any partial product a caller computes (in any order) cannot overflow either.
   const json& shape = entry.at("shape");
-  if (!shape.is_array()) throw FormatError(where + "shape is not an array: " + shape.dump());
+  if (!shape.is_array()) throw FormatError(where + "shape is not an array: " + excerpt(shape));
   uint64_t nonzero_bytes = dtype_size(info.dtype);
   bool has_zero_dim = false;
   constexpr auto kMaxInt64 = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
   for (const json& d : shape) {
     if (!is_non_negative_integer(d) || d.get<uint64_t>() > kMaxInt64)
-      throw FormatError(where + "shape " + shape.dump() + " has an entry that is not a " +
-                        "non-negative integer: " + d.dump());
+      throw FormatError(where + "shape " + excerpt(shape) + " has an entry that is not a " +
+                        "non-negative integer: " + excerpt(d));
     const uint64_t dim = d.get<uint64_t>();
     info.shape.push_back(static_cast<int64_t>(dim));
     if (dim == 0) {
       has_zero_dim = true;
     } else if (__builtin_mul_overflow(nonzero_bytes, dim, &nonzero_bytes) ||
                nonzero_bytes > kMaxInt64) {
-      throw FormatError(where + "shape " + shape.dump() + " is too large");
+      throw FormatError(where + "shape " + excerpt(shape) + " is too large");
     }
   }
   const uint64_t nbytes = has_zero_dim ? 0 : nonzero_bytes;
@@ -134,7 +154,7 @@ TensorInfo parse_tensor_entry(const std::string& name, const json& entry, uint64
   const json& offsets = entry.at("data_offsets");
   if (!offsets.is_array() || offsets.size() != 2 || !is_non_negative_integer(offsets[0]) ||
       !is_non_negative_integer(offsets[1]))
-    throw FormatError(where + "data_offsets " + offsets.dump() +
+    throw FormatError(where + "data_offsets " + excerpt(offsets) +
                       " is not two non-negative integers");
   info.begin = offsets[0].get<uint64_t>();
   info.end = offsets[1].get<uint64_t>();
@@ -367,7 +387,7 @@ std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
   for (const auto& [tensor, shard] : index["weight_map"].items()) {
     if (!shard.is_string())
       throw FormatError(index_path.string() + ": weight_map entry for tensor " +
-                        single_quoted(tensor) + " is not a file name: " + shard.dump());
+                        single_quoted(tensor) + " is not a file name: " + excerpt(shard));
     const std::string name = shard.get<std::string>();
     const fs::path as_path(name);
     if (name.empty() || as_path.filename() != as_path || name == "." || name == "..")

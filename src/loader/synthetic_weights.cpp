@@ -91,7 +91,7 @@ inline double portable_log(double x) {
 }
 
 // cos and sin of 2 pi u for u in [0, 1): the quadrant q = floor(4u) is split off exactly, the rest
-// x = (4u - q) pi/2 in [0, pi/2) goes through nine Taylor terms each (error < 1e-13).
+// x = (4u - q) pi/2 in [0, pi/2) goes through nine Taylor terms each (error < 1e-12).
 inline void portable_cos_sin_2pi(double u, double& c, double& s) {
   const double t = 4.0 * u;
   const double q = std::floor(t);
@@ -111,7 +111,7 @@ inline void portable_cos_sin_2pi(double u, double& c, double& s) {
 constexpr int64_t kFp8Block = 128;
 constexpr int64_t kFp4Block = 32;
 
-// Draws `count` values a + b * z (z ~ N(0, 1), stream indices first..first+count) into out.
+// Fills out with a + b * z, z ~ N(0, 1) taken from stream indices first, first + 1, ...
 void fill_affine(const CounterRng& rng, uint64_t first, std::span<float> out, float a, float b) {
   rng.fill_normal(first, out);
   for (float& v : out) v = a + b * v;

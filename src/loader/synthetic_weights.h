@@ -23,7 +23,8 @@ namespace dsv4 {
 //               sqrt(-2 ln u1) * cos(2 pi u2) for even i, * sin(2 pi u2) for odd i.
 // ln, cos and sin are evaluated by fixed polynomials in double with + - * / only (sqrt is
 // correctly rounded by IEEE 754), so no libm difference between platforms or CPU variants can
-// change a value; their error (< 1e-11 relative) is far below float precision.
+// change a value; their error (< 1e-11 relative) is far below float precision. The file is
+// compiled with -ffp-contract=off so no compiler fuses a multiply-add differently.
 class CounterRng {
  public:
   CounterRng(uint64_t seed, std::string_view name);

@@ -348,6 +348,15 @@ TEST_F(SafetensorsTest, BadShapesAreRejected) {
   expect_bad_tensor(R"("F32")", "[0, 4611686018427387904, 4]", "[0, 0]", 0, "too large");
 }
 
+TEST_F(SafetensorsTest, DeeplyNestedShapeIsRejectedWithAShortMessage) {
+  // 200,000 nested arrays: neither parsing nor the error message may recurse that deep.
+  const size_t depth = 200'000;
+  const std::string shape = std::string(depth, '[') + std::string(depth, ']');
+  const fs::path path = write_raw(file_image(one_tensor_header(R"("F32")", shape, "[0, 0]"), 0));
+  expect_error<FormatError>([&] { SafetensorsFile file(path); },
+                            {path.string(), "tensor 'w'", "shape [[...]] has an entry"});
+}
+
 TEST_F(SafetensorsTest, MalformedDataOffsetsAreRejected) {
   expect_bad_tensor(R"("U8")", "[4]", "[0]", 4, "not two non-negative integers");
   expect_bad_tensor(R"("U8")", "[4]", "[-1, 3]", 4, "not two non-negative integers");

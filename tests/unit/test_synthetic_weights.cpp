@@ -308,13 +308,16 @@ TEST(SyntheticCheckpoint, CheckFindsMissingWrongAndUnexpectedTensors) {
 }
 
 TEST(SyntheticCheckpoint, SameSeedSameBytesOtherSeedOtherBytes) {
-  const ModelConfig cfg = small_tiny();
+  ModelParams p = small_tiny().params();  // every tensor kind, fewer bytes: 2 experts of width 128
+  p.n_routed_experts = 2;
+  p.moe_intermediate_size = 128;
+  const ModelConfig cfg(p, "micro");
   TempDir a("seed-a");
   TempDir b("seed-b");
   TempDir c("seed-c");
   SyntheticCheckpointOptions options;
   options.seed = 4;
-  options.max_shard_bytes = 8 << 20;
+  options.max_shard_bytes = 2 << 20;
   const auto summary = write_synthetic_checkpoint(cfg, a.path(), options);
   write_synthetic_checkpoint(cfg, b.path(), options);
   options.seed = 5;

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (through the device tool, with .dev/gpu carried): every GPU test
+# binary, then compute-sanitizer's memcheck, racecheck and synccheck over them. Logs go to
+# $OUT (or ./gpu-out); then the benchmarks, whose tables go to $OUT/bench_*.txt. Exit status is non-zero if any step failed. Tests named *ErrorPath*
+# provoke CUDA errors on purpose, so the sanitizer runs leave them out.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${OUT:-$here/gpu-out}
+mkdir -p "$out"
+status=0
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/device.txt"
+for t in "$here"/test_*; do
+  name=$(basename "$t")
+  echo "== $name"
+  "$t" --gtest_output="xml:$out/$name.xml" 2>&1 | tee "$out/$name.log" | tail -n 4 || status=1
+  for tool in memcheck racecheck synccheck; do
+    # racecheck cannot run cuBLASLt's Hopper kernels (nvjet_*: it reports their asynchronous
+    # copies as hazards, or fails with an internal error when they are excluded), so the tests
+    # that call cuBLASLt (*Fp8Gemm*) are checked by memcheck and synccheck only.
+    filter='-*ErrorPath*'
+    [ "$tool" = racecheck ] && filter='-*ErrorPath*:*Fp8Gemm*'
+    compute-sanitizer --tool "$tool" --error-exitcode 1 "$t" --gtest_filter="$filter" >"$out/$name.$tool.log" 2>&1
+    rc=$?
+    echo "   compute-sanitizer $tool: rc=$rc ($(tail -n 1 "$out/$name.$tool.log"))"
+    [ $rc -eq 0 ] || status=1
+  done
+done
+for b in "$here"/bench_*; do
+  [ -x "$b" ] || continue
+  name=$(basename "$b")
+  echo "== $name"
+  "$b" 2>&1 | tee "$out/$name.txt" || status=1
+done
+exit $status
