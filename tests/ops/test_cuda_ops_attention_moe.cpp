@@ -420,7 +420,8 @@ class MoeExpertsTest : public CudaOpsAttentionMoeTest, public ::testing::WithPar
 
 TEST_P(MoeExpertsTest, MatchesCpu) {
   const ExpertMode mode = GetParam();
-  const int64_t T = 20, D = 256, I = 128, E = 8, k = 3, unused = 5;
+  // The experts' GEMMs have K = 1024 (w1, w3) and 512 (w2), N multiples of 128.
+  const int64_t T = 20, D = 1024, I = 512, E = 8, k = 3, unused = 5;
   const DType act = mode == ExpertMode::kExact ? DType::kF32 : DType::kBF16;
   const ActQuant aq = mode == ExpertMode::kDefault ? ActQuant::kFp8Block128 : ActQuant::kNone;
 
