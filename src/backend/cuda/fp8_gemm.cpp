@@ -54,7 +54,8 @@ struct Fp8BlockGemm::Plan {
   }
 };
 
-const Fp8BlockGemm::Plan& Fp8BlockGemm::plan_for(int64_t m_padded, int64_t n, int64_t k) {
+const Fp8BlockGemm::Plan& Fp8BlockGemm::plan_for(const Fp8GemmParams& p) {
+  const int64_t m_padded = p.m_padded, n = p.n, k = p.k;
   auto& slot = plans_[{m_padded, n, k}];
   if (slot) return *slot;
   auto plan = std::make_unique<Plan>();
@@ -66,6 +67,10 @@ const Fp8BlockGemm::Plan& Fp8BlockGemm::plan_for(int64_t m_padded, int64_t n, in
            static_cast<int32_t>(CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F));
   set_attr(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
            static_cast<int32_t>(CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F));
+  // The heuristic rejects block scale modes whose scale pointers are unset (INVALID_VALUE), so
+  // the plan is made with this call's pointers; run() sets each call's own.
+  set_attr(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(p.w_scale));
+  set_attr(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(p.x_scale));
   DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_8F_E4M3, k, n, k));
   DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_8F_E4M3, k, m_padded, k));
   DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, CUDA_R_16BF, n, m_padded, n));
@@ -95,7 +100,7 @@ void Fp8BlockGemm::run(const Fp8GemmParams& p, cudaStream_t stream) {
   if (p.k % 128 != 0 || p.m_padded % 4 != 0 || p.m_padded < 16)
     throw UsageError("fp8 gemm: k=" + std::to_string(p.k) + " must be a multiple of 128 and m_padded=" +
                      std::to_string(p.m_padded) + " a multiple of 4 and >= 16");
-  const Plan& plan = plan_for(p.m_padded, p.n, p.k);
+  const Plan& plan = plan_for(p);
   set_attr(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(p.w_scale));
   set_attr(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(p.x_scale));
   const float alpha = 1.0f, beta = 0.0f;

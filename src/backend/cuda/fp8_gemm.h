@@ -48,7 +48,7 @@ class Fp8BlockGemm {
 
  private:
   struct Plan;
-  const Plan& plan_for(int64_t m_padded, int64_t n, int64_t k);
+  const Plan& plan_for(const Fp8GemmParams& p);
 
   cublasLtHandle_t handle_ = nullptr;
   std::map<std::tuple<int64_t, int64_t, int64_t>, std::unique_ptr<Plan>> plans_;

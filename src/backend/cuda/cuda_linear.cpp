@@ -1,0 +1,120 @@
+// CudaOps linears. FP8 weights with FP8 activation quantisation (the default mode's FP8/FP4
+// linears) run on the FP8 tensor cores: kernels::act_quant_fp8 then cuBLASLt's block-scaled GEMM.
+// Everything else takes kernels::simple_gemm, whose fp32 result has the CPU's semantics up to
+// the summation order: fp32/bf16 weights, and FP8 weights in exact-math mode (ActQuant::kNone:
+// the e4m3 codes times their pow2 scales, dequantised exactly on the fly, so no fp32 copy of the
+// weight is kept). The tensor-core path also needs a bf16 x and y, K a multiple of 128 and N of
+// 8; other FP8-quantised linears quantise x to fp32 values in scratch and use simple_gemm.
+#include <memory>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/op_checks.h"
+#include "backend/cuda/stream_buffer.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/gemm/act_quant.h"
+#include "kernels/gemm/simple_gemm.h"
+
+namespace dsv4::cuda {
+
+namespace {
+
+constexpr int64_t kActQuantBlock = 128;
+
+// A weight as simple_gemm reads it.
+struct GemmWeightView {
+  const void* data = nullptr;
+  kernels::GemmWeight type = kernels::GemmWeight::kF32;
+  const float* scale = nullptr;
+  int64_t scale_ld = 0;
+};
+
+GemmWeightView gemm_weight(const char* op, const Weight* w, int64_t rows, int64_t cols) {
+  if (w == nullptr) throw UsageError(std::string(op) + ": the weight is missing");
+  if (w->shape != Shape{rows, cols})
+    throw UsageError(std::string(op) + ": weight " + w->name + " has shape " + shape_str(w->shape) + ", expected " +
+                     shape_str({rows, cols}));
+  GemmWeightView v;
+  v.data = w->data.view().bytes();
+  if (w->format == WeightFormat::kPlain) {
+    if (w->data.dtype() == DType::kF32) v.type = kernels::GemmWeight::kF32;
+    else if (w->data.dtype() == DType::kBF16) v.type = kernels::GemmWeight::kBF16;
+    else
+      throw UsageError(std::string(op) + ": weight " + w->name + " holds " + std::string(dtype_name(w->data.dtype())) +
+                       ", not f32 or bf16");
+    return v;
+  }
+  const int64_t kb = (cols + kActQuantBlock - 1) / kActQuantBlock;
+  const Shape scale_shape = {(rows + 127) / 128, (kb + 3) / 4 * 4};
+  if (w->data.dtype() != DType::kF8E4M3 || w->scale.dtype() != DType::kF32 || w->scale.shape() != scale_shape)
+    throw UsageError(std::string(op) + ": FP8 weight " + w->name + " is not in CudaOps' layout (e4m3 codes and f32 " +
+                     "scales " + shape_str(scale_shape) + ")");
+  v.type = kernels::GemmWeight::kE4M3;
+  v.scale = w->scale.view().data<float>();
+  v.scale_ld = scale_shape[1];
+  return v;
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+void CudaOps::linear(const LinearParams& p) {
+  expect_rank("linear", "x", p.x, 2);
+  expect_float("linear", "x", p.x);
+  expect_float("linear", "y", p.y);
+  const int64_t M = p.x.dim(0), K = p.x.dim(1);
+  if (p.w == nullptr || p.w->shape.size() != 2) throw UsageError("linear: the weight must be 2-D [out, in]");
+  const int64_t N = p.w->shape[0];
+  const GemmWeightView w = gemm_weight("linear", p.w, N, K);
+  expect_shape("linear", "y", p.y, {M, N});
+  if (M == 0 || N == 0) return;
+
+  const bool quantise = p.act_quant == ActQuant::kFp8Block128;
+  if (quantise && w.type == kernels::GemmWeight::kE4M3 && p.x.dtype() == DType::kBF16 &&
+      p.y.dtype() == DType::kBF16 && K > 0 && K % kActQuantBlock == 0 && N % 8 == 0 && aligned16(p.x.bytes())) {
+    const int64_t mp = fp8_gemm_padded_m(M);
+    StreamBuffer xq(static_cast<size_t>(mp * K), stream_);
+    StreamBuffer xs(static_cast<size_t>(K / kActQuantBlock * mp) * sizeof(float), stream_);
+    kernels::act_quant_fp8({p.x.data<uint16_t>(), xq.get<uint8_t>(), xs.get<float>(), M, mp, K}, stream_);
+    const bool direct = mp == M && aligned16(p.y.bytes());
+    std::unique_ptr<StreamBuffer> padded_out;
+    if (!direct) padded_out = std::make_unique<StreamBuffer>(static_cast<size_t>(mp * N) * sizeof(uint16_t), stream_);
+    uint16_t* out = direct ? p.y.data<uint16_t>() : padded_out->get<uint16_t>();
+    fp8_gemm_->run({xq.get<uint8_t>(), xs.get<float>(), static_cast<const uint8_t*>(w.data), w.scale, out, mp, N, K},
+                   stream_);
+    if (!direct)
+      DSV4_CUDA_CHECK(cudaMemcpyAsync(p.y.bytes(), out, static_cast<size_t>(M * N) * sizeof(uint16_t),
+                                      cudaMemcpyDeviceToDevice, stream_));
+    return;
+  }
+
+  kernels::FloatPtr x = float_ptr(p.x);
+  std::unique_ptr<StreamBuffer> quantised;  // x rounded as the FP8 GEMM would see it, in fp32
+  if (quantise) {
+    quantised = std::make_unique<StreamBuffer>(static_cast<size_t>(M * K) * sizeof(float), stream_);
+    const kernels::MutFloatPtr xq{quantised->get<float>(), false};
+    kernels::convert_copy({x, xq, M * K}, stream_);
+    kernels::quant_sim_rows({xq, M, K, K, kActQuantBlock, false}, stream_);
+    x = {quantised->get<float>(), false};
+  }
+  kernels::simple_gemm({x, K, w.data, w.type, w.scale, w.scale_ld, float_ptr(p.y), N, M, N, K}, stream_);
+}
+
+void CudaOps::grouped_linear(const GroupedLinearParams& p) {
+  expect_rank("grouped_linear", "x", p.x, 3);
+  expect_float("grouped_linear", "x", p.x);
+  expect_rank("grouped_linear", "y", p.y, 3);
+  expect_float("grouped_linear", "y", p.y);
+  const int64_t T = p.x.dim(0), G = p.x.dim(1), K = p.x.dim(2), R = p.y.dim(2);
+  expect_shape("grouped_linear", "y", p.y, {T, G, R});
+  const GemmWeightView w = gemm_weight("grouped_linear", p.w, G * R, K);
+  kernels::SimpleGemmParams g{float_ptr(p.x), G * K, w.data, w.type, w.scale, w.scale_ld, float_ptr(p.y), G * R,
+                              T, R, K};
+  g.groups = G;
+  g.x_group_stride = K;
+  g.y_group_stride = R;
+  kernels::simple_gemm(g, stream_);
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,64 @@
+// CudaOps mHC (MODEL.md §2.4-2.6): the stream-mix projections per token, then the pre mix with
+// Sinkhorn, the post mix and the head's stream weighting, all in fp32 like CpuOps.
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/op_checks.h"
+#include "backend/cuda/stream_buffer.h"
+#include "kernels/mhc/mhc.h"
+
+namespace dsv4::cuda {
+
+void CudaOps::hc_pre(const HcPreParams& p) {
+  expect_rank("hc_pre", "x", p.x, 3);
+  expect_float("hc_pre", "x", p.x);
+  const int64_t T = p.x.dim(0), n = p.x.dim(1), D = p.x.dim(2), mix = (2 + n) * n;
+  const kernels::FloatPtr fn = weight_floats("hc_pre", p.fn, {mix, n * D});
+  const kernels::FloatPtr scale = weight_floats("hc_pre", p.scale, {3});
+  const kernels::FloatPtr base = weight_floats("hc_pre", p.base, {mix});
+  expect_shape("hc_pre", "y", p.y, {T, D});
+  expect_float("hc_pre", "y", p.y);
+  expect_shape("hc_pre", "post", p.post, {T, n});
+  expect_dtype("hc_pre", "post", p.post, DType::kF32);
+  expect_shape("hc_pre", "comb", p.comb, {T, n, n});
+  expect_dtype("hc_pre", "comb", p.comb, DType::kF32);
+  if (T == 0 || n == 0) return;
+  StreamBuffer mixes(static_cast<size_t>(T * mix) * sizeof(float), stream_);
+  kernels::hc_mixes({float_ptr(p.x), fn, mixes.get<float>(), T, n * D, mix, p.norm_eps}, stream_);
+  kernels::hc_pre_finish({mixes.get<float>(), scale, base, float_ptr(p.x), float_ptr(p.y), p.post.data<float>(),
+                          p.comb.data<float>(), T, n, D, p.sinkhorn_iters, p.hc_eps},
+                         stream_);
+}
+
+void CudaOps::hc_post(const HcPostParams& p) {
+  expect_rank("hc_post", "x", p.x, 3);
+  expect_float("hc_post", "x", p.x);
+  expect_float("hc_post", "a", p.a);
+  const int64_t T = p.x.dim(0), n = p.x.dim(1), D = p.x.dim(2);
+  expect_shape("hc_post", "a", p.a, {T, D});
+  expect_shape("hc_post", "post", p.post, {T, n});
+  expect_dtype("hc_post", "post", p.post, DType::kF32);
+  expect_shape("hc_post", "comb", p.comb, {T, n, n});
+  expect_dtype("hc_post", "comb", p.comb, DType::kF32);
+  expect_shape("hc_post", "out", p.out, {T, n, D});
+  expect_float("hc_post", "out", p.out);
+  kernels::hc_post_mix({float_ptr(p.a), float_ptr(p.x), p.post.data<float>(), p.comb.data<float>(), float_ptr(p.out),
+                        T, n, D},
+                       stream_);
+}
+
+void CudaOps::hc_head(const HcHeadParams& p) {
+  expect_rank("hc_head", "x", p.x, 3);
+  expect_float("hc_head", "x", p.x);
+  const int64_t T = p.x.dim(0), n = p.x.dim(1), D = p.x.dim(2);
+  const kernels::FloatPtr fn = weight_floats("hc_head", p.fn, {n, n * D});
+  const kernels::FloatPtr scale = weight_floats("hc_head", p.scale, {1});
+  const kernels::FloatPtr base = weight_floats("hc_head", p.base, {n});
+  expect_shape("hc_head", "y", p.y, {T, D});
+  expect_float("hc_head", "y", p.y);
+  if (T == 0 || n == 0) return;
+  StreamBuffer mixes(static_cast<size_t>(T * n) * sizeof(float), stream_);
+  kernels::hc_mixes({float_ptr(p.x), fn, mixes.get<float>(), T, n * D, n, p.norm_eps}, stream_);
+  kernels::hc_head_finish({mixes.get<float>(), scale, base, float_ptr(p.x), float_ptr(p.y), T, n, D, p.hc_eps},
+                          stream_);
+}
+
+}  // namespace dsv4::cuda

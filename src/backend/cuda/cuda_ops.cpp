@@ -1,0 +1,267 @@
+// CudaOps: device setup, memory, transfers, weight loading and the elementwise ops (embedding,
+// RMSNorm, RoPE, quantisation-aware rounding, Hadamard, broadcast add). Linears are in
+// cuda_linear.cpp, mHC in cuda_mhc.cpp.
+#include "backend/cuda/cuda_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/op_checks.h"
+#include "backend/cuda/stream_buffer.h"
+#include "kernels/elementwise/elementwise.h"
+
+namespace dsv4::cuda {
+
+namespace {
+
+void check_same_bytes(const char* op, ConstTensorView a, ConstTensorView b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape())
+    throw UsageError(std::string(op) + ": " + std::string(dtype_name(a.dtype())) + shape_str(a.shape()) +
+                     " does not match " + std::string(dtype_name(b.dtype())) + shape_str(b.shape()));
+}
+
+bool overlaps(ConstTensorView a, ConstTensorView b) {
+  const std::byte *a0 = a.bytes(), *a1 = a0 + a.nbytes(), *b0 = b.bytes(), *b1 = b0 + b.nbytes();
+  return a0 < b1 && b0 < a1;
+}
+
+}  // namespace
+
+CudaOps::CudaOps() {
+  if (!device_available())
+    throw CudaError("CudaOps: no CUDA device can be used (no driver, or the runtime reports no devices)");
+  DSV4_CUDA_CHECK(cudaSetDevice(0));
+  DSV4_CUDA_CHECK(cudaStreamCreateWithFlags(&owned_stream_, cudaStreamNonBlocking));
+  stream_ = owned_stream_;
+  try {
+    fp8_gemm_ = std::make_unique<Fp8BlockGemm>();
+  } catch (...) {
+    cudaStreamDestroy(owned_stream_);
+    throw;
+  }
+}
+
+CudaOps::~CudaOps() {
+  // Errors cannot be reported from a destructor; pending work is waited for so that storage
+  // freed afterwards is no longer in use.
+  if (stream_ != owned_stream_) cudaStreamSynchronize(stream_);
+  cudaStreamSynchronize(owned_stream_);
+  fp8_gemm_.reset();
+  cudaStreamDestroy(owned_stream_);
+}
+
+void CudaOps::synchronize() { DSV4_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+// cudaMalloc'd storage freed by cudaFree (which waits for the device). The zero fill is enqueued
+// on the current stream: work on that stream sees zeros without a host wait.
+DeviceTensor CudaOps::alloc(DType dtype, Shape shape) {
+  for (int64_t d : shape)
+    if (d < 0) throw UsageError("alloc: shape " + shape_str(shape) + " has a negative dimension");
+  constexpr size_t kAlign = 256;
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  const size_t padded = std::max(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, padded);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // an allocation failure is not sticky; clear it
+    throw CudaError("alloc: cudaMalloc of " + std::to_string(padded) + " bytes for " +
+                    std::string(dtype_name(dtype)) + shape_str(shape) + " failed: " + cudaGetErrorString(err));
+  }
+  std::shared_ptr<std::byte> storage(static_cast<std::byte*>(p), [](std::byte* q) { cudaFree(q); });
+  DSV4_CUDA_CHECK(cudaMemsetAsync(p, 0, padded, stream_));
+  return DeviceTensor(std::move(storage), dtype, std::move(shape));
+}
+
+// Both transfers return once the copy is complete (the host buffer may be reused or read).
+void CudaOps::upload(ConstTensorView host, TensorView dst) {
+  check_same_bytes("upload", host, dst);
+  if (host.nbytes() == 0) return;
+  DSV4_CUDA_CHECK(cudaMemcpyAsync(dst.bytes(), host.bytes(), host.nbytes(), cudaMemcpyHostToDevice, stream_));
+  synchronize();
+}
+
+void CudaOps::download(ConstTensorView src, TensorView host) {
+  check_same_bytes("download", src, host);
+  if (src.nbytes() == 0) return;
+  DSV4_CUDA_CHECK(cudaMemcpyAsync(host.bytes(), src.bytes(), src.nbytes(), cudaMemcpyDeviceToHost, stream_));
+  synchronize();
+}
+
+void CudaOps::copy(const CopyParams& p) {
+  expect_float("copy", "src", p.src);
+  expect_float("copy", "dst", p.dst);
+  if (p.src.numel() != p.dst.numel())
+    throw UsageError("copy: " + shape_str(p.src.shape()) + " and " + shape_str(p.dst.shape()) +
+                     " differ in element count");
+  if (p.src.numel() == 0 || (p.src.bytes() == p.dst.bytes() && p.src.dtype() == p.dst.dtype())) return;
+  ConstTensorView src = p.src;
+  std::unique_ptr<StreamBuffer> staged;  // overlapping ranges: copy the source aside first
+  if (overlaps(p.src, p.dst)) {
+    staged = std::make_unique<StreamBuffer>(p.src.nbytes(), stream_);
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(staged->get<std::byte>(), p.src.bytes(), p.src.nbytes(),
+                                    cudaMemcpyDeviceToDevice, stream_));
+    src = ConstTensorView(staged->get<std::byte>(), p.src.dtype(), p.src.shape());
+  }
+  if (src.dtype() == p.dst.dtype()) {
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(p.dst.bytes(), src.bytes(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_));
+    return;
+  }
+  kernels::convert_copy({float_ptr(src), float_ptr(p.dst), src.numel()}, stream_);
+}
+
+// Device layouts: kFp8 and kMxfp4 (cast losslessly to FP8 on the host first) keep e4m3 codes in
+// `data` (kF8E4M3 [out, in]) and fp32 block scales in cuBLASLt's layout in `scale` (kF32
+// [ceil(out/128), roundup(ceil(in/128), 4)]); plain f32/bf16 tensors stay as stored; plain
+// integer tensors become kI32 (the CPU's rule, checked for range).
+Weight CudaOps::load_weight(const LoadWeightParams& p) {
+  Weight w;
+  w.name = p.name;
+  w.format = p.format;
+  const auto upload_new = [&](ConstTensorView host) {
+    DeviceTensor t = alloc(host.dtype(), host.shape());
+    upload(host, t.view());
+    return t;
+  };
+  const auto load_fp8 = [&](ConstTensorView codes, ConstTensorView e8m0) {
+    if (codes.dtype() != DType::kF8E4M3 || codes.rank() != 2)
+      throw TensorError(p.name + ": FP8 weight must be a rank-2 " + std::string(dtype_name(DType::kF8E4M3)) +
+                        " tensor, got " + std::string(dtype_name(codes.dtype())) + " " + shape_str(codes.shape()));
+    const int64_t n = codes.dim(0), k = codes.dim(1);
+    const Shape scale_shape = {(n + 127) / 128, (k + 127) / 128};
+    if (e8m0.dtype() != DType::kF8E8M0 || e8m0.shape() != scale_shape)
+      throw TensorError(p.name + ": FP8 scale must be " + std::string(dtype_name(DType::kF8E8M0)) +
+                        shape_str(scale_shape) + ", got " + std::string(dtype_name(e8m0.dtype())) + " " +
+                        shape_str(e8m0.shape()));
+    w.shape = codes.shape();
+    w.data = upload_new(codes);
+    std::vector<float> scales = fp8_weight_scales_for_cublaslt(e8m0.data<uint8_t>(), n, k);
+    const int64_t scale_cols = static_cast<int64_t>(scales.size()) / scale_shape[0];
+    w.scale = upload_new(ConstTensorView(reinterpret_cast<const std::byte*>(scales.data()), DType::kF32,
+                                         {scale_shape[0], scale_cols}));
+  };
+  switch (p.format) {
+    case WeightFormat::kFp8:
+      load_fp8(p.weight, p.scale);
+      break;
+    case WeightFormat::kMxfp4: {
+      const Fp8BlockWeight cast = cast_mxfp4_to_fp8(p.weight, p.scale, p.name);
+      load_fp8(cast.weight.view(), cast.scale.view());
+      break;
+    }
+    case WeightFormat::kPlain: {
+      const ConstTensorView& src = p.weight;
+      w.shape = src.shape();
+      switch (src.dtype()) {
+        case DType::kF32:
+        case DType::kBF16:
+          w.data = upload_new(src);
+          break;
+        case DType::kI32:
+        case DType::kI64: {
+          const int64_t n = src.numel();
+          std::vector<int32_t> ints(static_cast<size_t>(n));
+          for (int64_t i = 0; i < n; ++i) {
+            const int64_t v = src.dtype() == DType::kI32 ? src.data<int32_t>()[i] : src.data<int64_t>()[i];
+            if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())
+              throw TensorError(p.name + ": element " + std::to_string(i) + " = " + std::to_string(v) +
+                                " does not fit in int32");
+            ints[static_cast<size_t>(i)] = static_cast<int32_t>(v);
+          }
+          w.data = upload_new(ConstTensorView(reinterpret_cast<const std::byte*>(ints.data()), DType::kI32, w.shape));
+          break;
+        }
+        default:
+          throw TensorError(p.name + ": the CUDA backend cannot use a plain " + std::string(dtype_name(src.dtype())) +
+                            " tensor");
+      }
+      break;
+    }
+  }
+  return w;
+}
+
+// The ids are checked on the host (a small download and a wait), so a bad id throws like the CPU.
+void CudaOps::embed(const EmbedParams& p) {
+  expect_rank("embed", "ids", p.ids, 1);
+  expect_dtype("embed", "ids", p.ids, DType::kI32);
+  expect_rank("embed", "out", p.out, 3);
+  expect_float("embed", "out", p.out);
+  const int64_t T = p.ids.dim(0), n = p.out.dim(1), D = p.out.dim(2);
+  expect_shape("embed", "out", p.out, {T, n, D});
+  if (p.table == nullptr || p.table->shape.size() != 2 || p.table->shape[1] != D)
+    throw UsageError("embed: the table must be [vocab, " + std::to_string(D) + "]");
+  const int64_t V = p.table->shape[0];
+  const kernels::FloatPtr table = weight_floats("embed", p.table, {V, D});
+  std::vector<int32_t> ids(static_cast<size_t>(T));
+  download(p.ids, TensorView(reinterpret_cast<std::byte*>(ids.data()), DType::kI32, {T}));
+  for (int64_t t = 0; t < T; ++t)
+    if (ids[t] < 0 || ids[t] >= V)
+      throw UsageError("embed: token id " + std::to_string(ids[t]) + " at index " + std::to_string(t) +
+                       " is outside the vocabulary [0, " + std::to_string(V) + ")");
+  kernels::embed_gather({p.ids.data<int32_t>(), table, float_ptr(p.out), T, n, D}, stream_);
+}
+
+void CudaOps::rms_norm(const RmsNormParams& p) {
+  expect_rank("rms_norm", "x", p.x, 2);
+  expect_float("rms_norm", "x", p.x);
+  expect_shape("rms_norm", "y", p.y, p.x.shape());
+  expect_float("rms_norm", "y", p.y);
+  const int64_t rows = p.x.dim(0), dim = p.x.dim(1);
+  const kernels::FloatPtr w = p.weight ? weight_floats("rms_norm", p.weight, {dim}) : kernels::FloatPtr{};
+  kernels::rms_norm_rows({float_ptr(p.x), w, float_ptr(p.y), rows, dim, p.eps}, stream_);
+}
+
+void CudaOps::rope(const RopeParams& p) {
+  expect_rank("rope", "x", p.x, 3);
+  expect_float("rope", "x", p.x);
+  const int64_t rows = p.x.dim(0), heads = p.x.dim(1), hd = p.x.dim(2), half = p.rope_dim / 2;
+  if (p.rope_dim <= 0 || p.rope_dim % 2 != 0 || p.rope_dim > hd)
+    throw UsageError("rope: rope_dim " + std::to_string(p.rope_dim) + " must be even and at most " + std::to_string(hd));
+  expect_shape("rope", "positions", p.positions, {rows});
+  expect_dtype("rope", "positions", p.positions, DType::kI32);
+  expect_shape("rope", "inv_freq", p.inv_freq, {half});
+  expect_dtype("rope", "inv_freq", p.inv_freq, DType::kF32);
+  kernels::rope_rows({float_ptr(p.x), p.positions.data<int32_t>(), p.inv_freq.data<float>(), rows, heads, hd,
+                      p.rope_dim, p.inverse},
+                     stream_);
+}
+
+void CudaOps::quant_sim(const QuantSimParams& p) {
+  expect_rank("quant_sim", "x", p.x, 2);
+  expect_float("quant_sim", "x", p.x);
+  const int64_t rows = p.x.dim(0), width = p.x.dim(1);
+  if (p.block <= 0 || p.cols < 0 || p.cols > width || p.cols % p.block != 0)
+    throw UsageError("quant_sim: cols " + std::to_string(p.cols) + " must be a multiple of the block " +
+                     std::to_string(p.block) + " and at most the width " + std::to_string(width));
+  kernels::quant_sim_rows({float_ptr(p.x), rows, width, p.cols, p.block, p.format == QuantFormat::kE2M1}, stream_);
+}
+
+void CudaOps::hadamard(const HadamardParams& p) {
+  expect_rank("hadamard", "x", p.x, 2);
+  expect_float("hadamard", "x", p.x);
+  const int64_t rows = p.x.dim(0), n = p.x.dim(1);
+  if (n <= 0 || (n & (n - 1)) != 0) throw UsageError("hadamard: width " + std::to_string(n) + " is not a power of two");
+  if (n > kernels::kHadamardMaxWidth)
+    throw UsageError("hadamard: width " + std::to_string(n) + " exceeds the CUDA kernel's limit of " +
+                     std::to_string(kernels::kHadamardMaxWidth));
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(n)));
+  kernels::hadamard_rows({float_ptr(p.x), rows, n, scale}, stream_);
+}
+
+void CudaOps::add_broadcast(const AddBroadcastParams& p) {
+  expect_rank("add_broadcast", "a", p.a, 3);
+  expect_float("add_broadcast", "a", p.a);
+  expect_float("add_broadcast", "b", p.b);
+  const int64_t T = p.a.dim(0), n = p.a.dim(1), D = p.a.dim(2);
+  expect_shape("add_broadcast", "b", p.b, {T, D});
+  expect_shape("add_broadcast", "out", p.out, p.a.shape());
+  expect_float("add_broadcast", "out", p.out);
+  kernels::broadcast_add({float_ptr(p.a), float_ptr(p.b), float_ptr(p.out), T, n, D}, stream_);
+}
+
+}  // namespace dsv4::cuda

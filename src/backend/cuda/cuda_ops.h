@@ -1,0 +1,68 @@
+// CudaOps: the Ops interface on an NVIDIA GPU (Hopper, sm_90a). Tensors live in device memory;
+// every op is enqueued on the backend's current stream and returns without waiting. Weights are
+// kept in the formats the kernels read: FP8 linears as e4m3 plus fp32 block scales in
+// cuBLASLt's layout, MXFP4 experts cast losslessly to FP8 at load (MODEL.md §14), everything
+// else as stored. Results are checked against CpuOps by tests/ops.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+
+#include "backend/cuda/fp8_gemm.h"
+#include "ops/ops.h"
+
+namespace dsv4::cuda {
+
+class CudaOps final : public Ops {
+ public:
+  // Uses device 0; throws CudaError when no device can be used.
+  CudaOps();
+  ~CudaOps() override;
+  CudaOps(const CudaOps&) = delete;
+  CudaOps& operator=(const CudaOps&) = delete;
+
+  std::string_view name() const override { return "cuda"; }
+  // The stream every op is enqueued on (the forward's fork/join utility switches it).
+  cudaStream_t stream() const { return stream_; }
+  void set_stream(cudaStream_t s) { stream_ = s; }
+  // Waits for everything enqueued so far.
+  void synchronize();
+
+  DeviceTensor alloc(DType dtype, Shape shape) override;
+  void upload(ConstTensorView host, TensorView dst) override;
+  void download(ConstTensorView src, TensorView host) override;
+  void copy(const CopyParams& p) override;
+  Weight load_weight(const LoadWeightParams& p) override;
+
+  void embed(const EmbedParams& p) override;
+  void rms_norm(const RmsNormParams& p) override;
+  void rope(const RopeParams& p) override;
+  void quant_sim(const QuantSimParams& p) override;
+  void hadamard(const HadamardParams& p) override;
+  void add_broadcast(const AddBroadcastParams& p) override;
+
+  void linear(const LinearParams& p) override;
+  void grouped_linear(const GroupedLinearParams& p) override;
+
+  void hc_pre(const HcPreParams& p) override;
+  void hc_post(const HcPostParams& p) override;
+  void hc_head(const HcHeadParams& p) override;
+
+  // Implemented in cuda_attention.cpp.
+  void compressor_pool(const CompressorPoolParams& p) override;
+  void indexer_topk(const IndexerTopkParams& p) override;
+  void sparse_attention(const SparseAttentionParams& p) override;
+
+  // Implemented in cuda_moe.cpp.
+  void moe_route(const MoeRouteParams& p) override;
+  void swiglu(const SwigluParams& p) override;
+  void moe_experts(const MoeExpertsParams& p) override;
+
+ private:
+  cudaStream_t owned_stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<Fp8BlockGemm> fp8_gemm_;
+};
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,30 @@
+// Scratch device memory for the length of one op: allocated and freed in stream order
+// (cudaMallocAsync / cudaFreeAsync), so no synchronisation is needed.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace dsv4::cuda {
+
+class StreamBuffer {
+ public:
+  StreamBuffer(size_t bytes, cudaStream_t stream) : stream_(stream) {
+    DSV4_CUDA_CHECK(cudaMallocAsync(&p_, bytes > 0 ? bytes : 1, stream));
+  }
+  ~StreamBuffer() { cudaFreeAsync(p_, stream_); }
+  StreamBuffer(const StreamBuffer&) = delete;
+  StreamBuffer& operator=(const StreamBuffer&) = delete;
+
+  template <typename T>
+  T* get() const { return static_cast<T*>(p_); }
+
+ private:
+  void* p_ = nullptr;
+  cudaStream_t stream_;
+};
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,41 @@
+// Sparse attention with a per-head sink (MODEL.md §3.5-3.6) over plain fp32/bf16 rows, for one
+// sequence's slice of a batch: query t at position p attends to the window positions
+// max(0, p-W+1)..p (older ones from the sequence's window ring, the slice's own from its kv
+// rows), then to compressed entries: none (ratio 0), all j < floor((p+1)/ratio) (no topk), or
+// the listed ids (topk; -1 and ids not yet visible are skipped). K = V = the entry row.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/float_ptr.h"
+
+namespace dsv4::kernels {
+
+struct SparseAttnRowsParams {
+  FloatPtr q;                     // [slice tokens, heads, d]
+  FloatPtr kv;                    // [slice tokens, d] the slice's own window rows
+  FloatPtr window;                // [window_size, d] ring, position p in row p % window_size;
+                                  // read only for positions before start_pos
+  FloatPtr compressed;            // [>= visible entries, d] entry j in row j; read if ratio > 0
+  const int32_t* topk = nullptr;  // [slice tokens, k] or nullptr (all visible entries)
+  FloatPtr sink;                  // [heads]
+  MutFloatPtr out;                // [slice tokens, heads, d]
+  int64_t heads = 0;
+  int64_t d = 0;
+  int64_t window_size = 0;        // W
+  int64_t ratio = 0;              // 0: no compressed entries
+  int64_t k = 0;                  // topk's row length
+  int64_t start_pos = 0;          // position of the slice's first token
+  int64_t num_tokens = 0;
+  float softmax_scale = 0;
+};
+
+// Dynamic shared memory the kernel needs for head dim d (the launcher rejects more than the
+// device allows).
+size_t sparse_attn_rows_smem_bytes(int64_t d);
+
+void sparse_attn_rows(const SparseAttnRowsParams& p, cudaStream_t stream);
+
+}  // namespace dsv4::kernels

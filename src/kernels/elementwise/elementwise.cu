@@ -1,0 +1,165 @@
+// Elementwise and per-row kernels of CudaOps (see elementwise.h). Products and sums that the CPU
+// rounds one by one use the _rn intrinsics, which nvcc never fuses into an FMA.
+#include "kernels/elementwise/elementwise.h"
+
+#include "backend/cuda/cuda_check.h"
+#include "kernels/block_reduce.cuh"
+
+namespace dsv4::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned grid_for(int64_t n) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
+}
+
+__global__ void convert_copy_kernel(ConvertCopyParams p) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < p.n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    store_float(p.dst, i, load_float(p.src, i));
+}
+
+__global__ void embed_gather_kernel(EmbedGatherParams p) {
+  const int64_t row = blockIdx.x;  // t * streams + j
+  const int64_t id = p.ids[row / p.streams];
+  for (int64_t d = threadIdx.x; d < p.dim; d += blockDim.x)
+    store_float(p.out, row * p.dim + d, load_float(p.table, id * p.dim + d));
+}
+
+__global__ void broadcast_add_kernel(BroadcastAddParams p) {
+  const int64_t n = p.tokens * p.streams * p.dim;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / (p.streams * p.dim), d = i % p.dim;
+    store_float(p.out, i, __fadd_rn(load_float(p.a, i), load_float(p.b, t * p.dim + d)));
+  }
+}
+
+__global__ void rms_norm_kernel(RmsNormRowsParams p) {
+  __shared__ float scratch[32];
+  const int64_t base = blockIdx.x * p.dim;
+  float ss = 0;
+  for (int64_t i = threadIdx.x; i < p.dim; i += blockDim.x) {
+    const float v = load_float(p.x, base + i);
+    ss = fmaf(v, v, ss);
+  }
+  ss = block_sum(ss, scratch);
+  const float mean = ss / static_cast<float>(p.dim);
+  const float inv = 1.0f / sqrtf(mean + p.eps);
+  for (int64_t i = threadIdx.x; i < p.dim; i += blockDim.x) {
+    const float v = __fmul_rn(load_float(p.x, base + i), inv);
+    store_float(p.y, base + i, p.weight.data ? __fmul_rn(load_float(p.weight, i), v) : v);
+  }
+}
+
+__global__ void rope_kernel(RopeRowsParams p) {
+  extern __shared__ float trig[];  // cos[half], then sin[half]
+  const int64_t half = p.rope_dim / 2, r = blockIdx.x;
+  for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
+    const float angle = __fmul_rn(static_cast<float>(p.positions[r]), p.inv_freq[i]);
+    double s, c;
+    sincos(static_cast<double>(angle), &s, &c);
+    trig[i] = static_cast<float>(c);
+    trig[half + i] = p.inverse ? -static_cast<float>(s) : static_cast<float>(s);
+  }
+  __syncthreads();
+  for (int64_t q = threadIdx.x; q < p.heads * half; q += blockDim.x) {
+    const int64_t h = q / half, i = q % half;
+    const int64_t off = (r * p.heads + h) * p.head_dim + p.head_dim - p.rope_dim + 2 * i;
+    const float a = load_float(p.x, off), b = load_float(p.x, off + 1);
+    const float cs = trig[i], sn = trig[half + i];
+    store_float(p.x, off, __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn)));
+    store_float(p.x, off + 1, __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, cs)));
+  }
+}
+
+__global__ void quant_sim_kernel(QuantSimRowsParams p) {
+  const int lane = threadIdx.x % 32;
+  const int64_t blocks_per_row = (p.cols + p.block - 1) / p.block;
+  const int64_t tasks = p.rows * blocks_per_row;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
+  for (int64_t task = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32; task < tasks;
+       task += warps) {
+    const int64_t r = task / blocks_per_row, b0 = (task % blocks_per_row) * p.block;
+    const int64_t len = min(p.block, p.cols - b0);
+    const int64_t base = r * p.width + b0;
+    float amax = 0;
+    for (int64_t i = lane; i < len; i += 32) amax = fmaxf(amax, fabsf(load_float(p.x, base + i)));
+    for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    const int e = p.e2m1 ? pow2_scale_exponent(amax, kFp4AmaxFloor, kE2M1Max)
+                         : pow2_scale_exponent(amax, kFp8AmaxFloor, kE4M3Max);
+    for (int64_t i = lane; i < len; i += 32) {
+      const float scaled = ldexpf(load_float(p.x, base + i), -e);
+      store_float(p.x, base + i, ldexpf(p.e2m1 ? round_e2m1(scaled) : round_e4m3(scaled), e));
+    }
+  }
+}
+
+__global__ void hadamard_kernel(HadamardRowsParams p) {
+  extern __shared__ float row[];
+  const int64_t n = p.width, base = blockIdx.x * n;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) row[i] = load_float(p.x, base + i);
+  __syncthreads();
+  for (int64_t h = 1; h < n; h *= 2) {
+    for (int64_t q = threadIdx.x; q < n / 2; q += blockDim.x) {
+      const int64_t j = (q / h) * 2 * h + q % h;
+      const float a = row[j], b = row[j + h];
+      row[j] = __fadd_rn(a, b);
+      row[j + h] = __fsub_rn(a, b);
+    }
+    __syncthreads();
+  }
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) store_float(p.x, base + i, __fmul_rn(row[i], p.scale));
+}
+
+}  // namespace
+
+void convert_copy(const ConvertCopyParams& p, cudaStream_t stream) {
+  if (p.n == 0) return;
+  convert_copy_kernel<<<grid_for(p.n), kThreads, 0, stream>>>(p);
+  DSV4_CUDA_CHECK(cudaGetLastError());
+}
+
+void embed_gather(const EmbedGatherParams& p, cudaStream_t stream) {
+  if (p.tokens * p.streams == 0 || p.dim == 0) return;
+  embed_gather_kernel<<<static_cast<unsigned>(p.tokens * p.streams), kThreads, 0, stream>>>(p);
+  DSV4_CUDA_CHECK(cudaGetLastError());
+}
+
+void broadcast_add(const BroadcastAddParams& p, cudaStream_t stream) {
+  const int64_t n = p.tokens * p.streams * p.dim;
+  if (n == 0) return;
+  broadcast_add_kernel<<<grid_for(n), kThreads, 0, stream>>>(p);
+  DSV4_CUDA_CHECK(cudaGetLastError());
+}
+
+void rms_norm_rows(const RmsNormRowsParams& p, cudaStream_t stream) {
+  if (p.rows == 0 || p.dim == 0) return;
+  rms_norm_kernel<<<static_cast<unsigned>(p.rows), kThreads, 0, stream>>>(p);
+  DSV4_CUDA_CHECK(cudaGetLastError());
+}
+
+void rope_rows(const RopeRowsParams& p, cudaStream_t stream) {
+  if (p.rows == 0 || p.heads == 0 || p.rope_dim == 0) return;
+  const size_t smem = static_cast<size_t>(p.rope_dim) * sizeof(float);
+  rope_kernel<<<static_cast<unsigned>(p.rows), kThreads, smem, stream>>>(p);
+  DSV4_CUDA_CHECK(cudaGetLastError());
+}
+
+void quant_sim_rows(const QuantSimRowsParams& p, cudaStream_t stream) {
+  if (p.rows == 0 || p.cols == 0) return;
+  const int64_t warps = p.rows * ((p.cols + p.block - 1) / p.block);
+  quant_sim_kernel<<<grid_for(warps * 32), kThreads, 0, stream>>>(p);
+  DSV4_CUDA_CHECK(cudaGetLastError());
+}
+
+void hadamard_rows(const HadamardRowsParams& p, cudaStream_t stream) {
+  if (p.rows == 0) return;
+  const size_t smem = static_cast<size_t>(p.width) * sizeof(float);
+  hadamard_kernel<<<static_cast<unsigned>(p.rows), kThreads, smem, stream>>>(p);
+  DSV4_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace dsv4::kernels

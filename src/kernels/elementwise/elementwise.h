@@ -1,0 +1,95 @@
+// Launchers for the elementwise and per-row ops of CudaOps: dtype-converting copy, embedding
+// gather, broadcast add, RMSNorm, RoPE, block fake-quantisation and the Hadamard transform. All
+// math is fp32 with core/numeric.h's roundings and the CPU backend's operation order, so results
+// equal CpuOps' bit for bit except where noted (RMSNorm's sum of squares).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/float_ptr.h"
+
+namespace dsv4::kernels {
+
+// dst[i] = src[i] rounded to dst's type.
+struct ConvertCopyParams {
+  FloatPtr src;      // [n]
+  MutFloatPtr dst;   // [n]
+  int64_t n = 0;
+};
+void convert_copy(const ConvertCopyParams& p, cudaStream_t stream);
+
+// out[t, j, :] = table[ids[t], :] rounded to out's type, for every stream j.
+struct EmbedGatherParams {
+  const int32_t* ids = nullptr;  // [tokens], each in [0, vocab) (checked by the caller)
+  FloatPtr table;                // [vocab, dim]
+  MutFloatPtr out;               // [tokens, streams, dim]
+  int64_t tokens = 0;
+  int64_t streams = 0;
+  int64_t dim = 0;
+};
+void embed_gather(const EmbedGatherParams& p, cudaStream_t stream);
+
+// out[t, j, :] = a[t, j, :] + b[t, :]
+struct BroadcastAddParams {
+  FloatPtr a;        // [tokens, streams, dim]
+  FloatPtr b;        // [tokens, dim]
+  MutFloatPtr out;   // [tokens, streams, dim]; may alias a
+  int64_t tokens = 0;
+  int64_t streams = 0;
+  int64_t dim = 0;
+};
+void broadcast_add(const BroadcastAddParams& p, cudaStream_t stream);
+
+// y = w * (x * (1 / sqrt(mean(x^2) + eps))) per row (w absent: 1). One block per row; the sum of
+// squares is a block reduction (fixed order per row, not the CPU's order: last-bit differences).
+struct RmsNormRowsParams {
+  FloatPtr x;        // [rows, dim]
+  FloatPtr weight;   // [dim], or data nullptr for the weight-free norm
+  MutFloatPtr y;     // [rows, dim]; may alias x
+  int64_t rows = 0;
+  int64_t dim = 0;
+  float eps = 0;
+};
+void rms_norm_rows(const RmsNormRowsParams& p, cudaStream_t stream);
+
+// In place: x[r, h, hd - rope_dim + 2i .. +1] rotated by angle positions[r] * inv_freq[i] (fp32
+// product; cos and sin in double, rounded to fp32, as the CPU does), sin negated when inverse.
+struct RopeRowsParams {
+  MutFloatPtr x;                // [rows, heads, head_dim]
+  const int32_t* positions = nullptr;  // [rows]
+  const float* inv_freq = nullptr;     // [rope_dim / 2]
+  int64_t rows = 0;
+  int64_t heads = 0;
+  int64_t head_dim = 0;
+  int64_t rope_dim = 0;         // even, <= head_dim
+  bool inverse = false;
+};
+void rope_rows(const RopeRowsParams& p, cudaStream_t stream);
+
+// In place: x[r, b*block .. ] for the blocks covering x[r, 0:cols] takes its value after a round
+// trip through e4m3 (e2m1 when e2m1) with the pow2 block scale of core/quant.h. A last block
+// shorter than `block` (cols not a multiple) is its own block. One warp per (row, block).
+struct QuantSimRowsParams {
+  MutFloatPtr x;     // [rows, width]
+  int64_t rows = 0;
+  int64_t width = 0;
+  int64_t cols = 0;  // <= width
+  int64_t block = 0;
+  bool e2m1 = false;
+};
+void quant_sim_rows(const QuantSimRowsParams& p, cudaStream_t stream);
+
+// In place: x[r, :] <- H x[r, :] * scale, H the Sylvester-order Hadamard matrix, by the same
+// butterflies as the CPU (stage by stage, a + b and a - b), so bit-identical.
+struct HadamardRowsParams {
+  MutFloatPtr x;     // [rows, width]
+  int64_t rows = 0;
+  int64_t width = 0;  // a power of two, at most kHadamardMaxWidth
+  float scale = 0;    // 1 / sqrt(width) rounded to fp32
+};
+constexpr int64_t kHadamardMaxWidth = 8192;  // the row lives in shared memory (32 KiB)
+void hadamard_rows(const HadamardRowsParams& p, cudaStream_t stream);
+
+}  // namespace dsv4::kernels

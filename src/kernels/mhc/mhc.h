@@ -1,0 +1,75 @@
+// Launchers for the mHC kernels of CudaOps (MODEL.md §2.4-2.6): the stream-mix projections, the
+// pre mix with its Sinkhorn normalisation, the post mix and the head's stream weighting. fp32
+// math in the CPU backend's operation order; the projections' dot products are block reductions
+// (a fixed order per token, not the CPU's BLAS order).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/float_ptr.h"
+
+namespace dsv4::kernels {
+
+// mixes[t, k] = (x[t] . fn[k]) * (1 / sqrt(mean(x[t]^2) + norm_eps)), x[t] the flattened streams.
+// One block per (token, k).
+struct HcMixesParams {
+  FloatPtr x;              // [tokens, width]
+  FloatPtr fn;             // [mix, width]
+  float* mixes = nullptr;  // [tokens, mix]
+  int64_t tokens = 0;
+  int64_t width = 0;       // n * D
+  int64_t mix = 0;
+  float norm_eps = 0;
+};
+void hc_mixes(const HcMixesParams& p, cudaStream_t stream);
+
+// From the mixes: pre[j] = sigmoid(m[j] * scale[0] + base[j]) + hc_eps, post[t, j] =
+// 2 sigmoid(m[n+j] * scale[1] + base[n+j]), comb[t] = Sinkhorn(m[2n..] * scale[2] + base[2n..]);
+// y[t, :] = sum_j pre[j] * x[t, j, :] (j ascending). One block per token.
+struct HcPreFinishParams {
+  const float* mixes = nullptr;  // [tokens, (2+n)*n]
+  FloatPtr scale;                // [3]
+  FloatPtr base;                 // [(2+n)*n]
+  FloatPtr x;                    // [tokens, n, dim]
+  MutFloatPtr y;                 // [tokens, dim]
+  float* post = nullptr;         // [tokens, n]
+  float* comb = nullptr;         // [tokens, n, n]
+  int64_t tokens = 0;
+  int64_t n = 0;
+  int64_t dim = 0;
+  int64_t sinkhorn_iters = 0;
+  float hc_eps = 0;
+};
+void hc_pre_finish(const HcPreFinishParams& p, cudaStream_t stream);
+
+// g[j] = sigmoid(m[j] * scale[0] + base[j]) + hc_eps; y[t, :] = sum_j g[j] * x[t, j, :].
+struct HcHeadFinishParams {
+  const float* mixes = nullptr;  // [tokens, n]
+  FloatPtr scale;                // [1]
+  FloatPtr base;                 // [n]
+  FloatPtr x;                    // [tokens, n, dim]
+  MutFloatPtr y;                 // [tokens, dim]
+  int64_t tokens = 0;
+  int64_t n = 0;
+  int64_t dim = 0;
+  float hc_eps = 0;
+};
+void hc_head_finish(const HcHeadFinishParams& p, cudaStream_t stream);
+
+// out[t, j, :] = post[t, j] * a[t, :] + sum_i comb[t, i, j] * x[t, i, :] (i ascending), rounded
+// as the CPU rounds: bit-identical to CpuOps::hc_post.
+struct HcPostMixParams {
+  FloatPtr a;                    // [tokens, dim]
+  FloatPtr x;                    // [tokens, n, dim]
+  const float* post = nullptr;   // [tokens, n]
+  const float* comb = nullptr;   // [tokens, n, n]
+  MutFloatPtr out;               // [tokens, n, dim]
+  int64_t tokens = 0;
+  int64_t n = 0;
+  int64_t dim = 0;
+};
+void hc_post_mix(const HcPostMixParams& p, cudaStream_t stream);
+
+}  // namespace dsv4::kernels

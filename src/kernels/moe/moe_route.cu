@@ -1,0 +1,111 @@
+// One CTA per token: the scores in parallel into shared memory, then one thread selects, weights
+// and sorts exactly as CpuOps does (k rounds of a first-maximum scan, sums in selection order).
+// Only the last bit of expf/log1pf can differ from the CPU's scores.
+#include "kernels/moe/moe_route.h"
+
+#include "backend/cuda/cuda_check.h"
+
+namespace dsv4::kernels {
+namespace {
+
+constexpr int kThreads = 128;
+
+// torch.nn.functional.softplus with beta 1 and threshold 20.
+__device__ float softplus(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
+
+__global__ void moe_route_kernel(MoeRouteParams p) {
+  extern __shared__ float smem[];
+  const int64_t E = p.num_experts, k = p.k, t = blockIdx.x;
+  float* s = smem;       // [E] scores
+  float* biased = s + E; // [E] selection scores
+  const float* logits = p.logits + t * E;
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+    const float v = logits[e];
+    float sc = v;
+    if (p.scoring == RouteScoring::kSqrtSoftplus) sc = sqrtf(softplus(v));
+    else if (p.scoring == RouteScoring::kSigmoid) sc = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-v)));
+    s[e] = sc;
+    biased[e] = p.bias.data != nullptr ? __fadd_rn(sc, load_float(p.bias, e)) : sc;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+
+  int32_t* out_e = p.experts + t * k;
+  float* out_w = p.weights + t * k;
+  if (p.scoring == RouteScoring::kSoftmax) {
+    float mx = -INFINITY;
+    for (int64_t e = 0; e < E; ++e) mx = fmaxf(mx, s[e]);
+    float sum = 0.0f;
+    for (int64_t e = 0; e < E; ++e) sum = __fadd_rn(sum, s[e] = expf(__fsub_rn(s[e], mx)));
+    for (int64_t e = 0; e < E; ++e) s[e] = __fdiv_rn(s[e], sum);
+    if (p.bias.data == nullptr)
+      for (int64_t e = 0; e < E; ++e) biased[e] = s[e];
+    else
+      for (int64_t e = 0; e < E; ++e) biased[e] = __fadd_rn(s[e], load_float(p.bias, e));
+  }
+
+  int32_t chosen[kMaxRouteK];
+  if (p.tid2eid != nullptr) {
+    const int32_t id = p.token_ids[t];
+    bool ok = id >= 0 && id < p.vocab;
+    for (int64_t i = 0; ok && i < k; ++i) {
+      const int64_t e = p.tid2eid_i64 ? static_cast<const int64_t*>(p.tid2eid)[id * k + i]
+                                      : static_cast<const int32_t*>(p.tid2eid)[id * k + i];
+      ok = e >= 0 && e < E;
+      chosen[i] = static_cast<int32_t>(e);
+    }
+    if (!ok) {
+      for (int64_t i = 0; i < k; ++i) {
+        out_e[i] = -1;
+        out_w[i] = 0.0f;
+      }
+      return;
+    }
+  } else {
+    // k rounds of "first maximum among the unchosen": the CPU's partial sort order.
+    for (int64_t i = 0; i < k; ++i) {
+      int32_t best = -1;
+      for (int64_t e = 0; e < E; ++e) {
+        bool taken = false;
+        for (int64_t u = 0; u < i; ++u) taken |= chosen[u] == e;
+        if (taken) continue;
+        if (best < 0 || biased[e] > biased[best]) best = static_cast<int32_t>(e);
+      }
+      chosen[i] = best;
+    }
+  }
+  float w[kMaxRouteK];
+  float sum = 0.0f;
+  for (int64_t i = 0; i < k; ++i) sum = __fadd_rn(sum, w[i] = s[chosen[i]]);
+  for (int64_t i = 0; i < k; ++i) {
+    if (p.scoring != RouteScoring::kSoftmax) w[i] = __fdiv_rn(w[i], sum);
+    w[i] = __fmul_rn(w[i], p.route_scale);
+  }
+  // Stable insertion sort by expert id.
+  for (int64_t i = 1; i < k; ++i) {
+    const int32_t ce = chosen[i];
+    const float cw = w[i];
+    int64_t u = i;
+    for (; u > 0 && chosen[u - 1] > ce; --u) {
+      chosen[u] = chosen[u - 1];
+      w[u] = w[u - 1];
+    }
+    chosen[u] = ce;
+    w[u] = cw;
+  }
+  for (int64_t i = 0; i < k; ++i) {
+    out_e[i] = chosen[i];
+    out_w[i] = w[i];
+  }
+}
+
+}  // namespace
+
+void moe_route(const MoeRouteParams& p, cudaStream_t stream) {
+  if (p.tokens <= 0) return;
+  const size_t smem = static_cast<size_t>(2 * p.num_experts) * sizeof(float);
+  moe_route_kernel<<<static_cast<unsigned>(p.tokens), kThreads, smem, stream>>>(p);
+  DSV4_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace dsv4::kernels

@@ -1,0 +1,483 @@
+// CudaOps' attention family (compressor_pool, indexer_topk, sparse_attention) and MoE ops
+// (moe_route, swiglu, moe_experts) against CpuOps on the same random inputs: several sequences
+// at different positions, partial compressor blocks, window wrap-around, more and fewer indexer
+// candidates than k, hash and score routing, exact-math (f32) and default (bf16, FP8) variants.
+// GPU outputs are poisoned before each run. Measured errors are printed ("[measured] ...").
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/cuda_ops.h"
+#include "core/numeric.h"
+#include "core/quant.h"
+#include "tests/ops/cuda_test_util.h"
+
+namespace dsv4 {
+namespace {
+
+// sqrt(sum (got - want)^2 / sum want^2); infinite when got holds a NaN or infinity.
+double rel_frobenius(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    const double d = static_cast<double>(got[i]) - want[i];
+    num += d * d;
+    den += static_cast<double>(want[i]) * want[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// Prints the measured error of one case and returns it.
+double measure(const std::string& what, const std::vector<float>& got, const std::vector<float>& want) {
+  EXPECT_EQ(got.size(), want.size()) << what;
+  double max_abs = 0;
+  size_t differing = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    max_abs = std::max(max_abs, std::fabs(static_cast<double>(got[i]) - want[i]));
+    differing += float_bits(got[i]) != float_bits(want[i]);
+  }
+  const double rel = rel_frobenius(got, want);
+  std::printf("[measured] %-48s rel frobenius %.3e  max abs %.3e  differing %zu/%zu\n", what.c_str(), rel, max_abs,
+              differing, want.size());
+  return rel;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+const char* dtype_label(DType t) { return t == DType::kBF16 ? "bf16" : "f32"; }
+
+class CudaOpsAttentionMoeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DSV4_SKIP_WITHOUT_GPU();
+    gpu_ = std::make_unique<cuda::CudaOps>();
+  }
+
+  // A host tensor of N(0, scale^2) values stored as dtype (f32 or bf16).
+  Tensor random_tensor(DType dtype, Shape shape, float scale) {
+    Tensor t(dtype, std::move(shape));
+    std::normal_distribution<float> dist(0.0f, scale);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const float v = dist(rng_);
+      if (dtype == DType::kF32) t.data<float>()[i] = v;
+      else t.data<uint16_t>()[i] = float_to_bf16(v);
+    }
+    return t;
+  }
+
+  static Tensor int_tensor(Shape shape, const std::vector<int32_t>& values) {
+    Tensor t(DType::kI32, std::move(shape));
+    EXPECT_EQ(static_cast<int64_t>(values.size()), t.numel());
+    std::copy(values.begin(), values.end(), t.data<int32_t>());
+    return t;
+  }
+
+  // The same host values in both backends.
+  struct Both {
+    DeviceTensor cpu, gpu;
+  };
+  Both both(const Tensor& host) {
+    Both b{cpu_.alloc(host.dtype(), host.shape()), gpu_->alloc(host.dtype(), host.shape())};
+    cpu_.upload(host.view(), b.cpu.view());
+    gpu_->upload(host.view(), b.gpu.view());
+    return b;
+  }
+  // An output: zeros on the CPU, 0xa5 bytes on the GPU.
+  Both output(DType dtype, Shape shape) {
+    Both b{cpu_.alloc(dtype, shape), gpu_->alloc(dtype, shape)};
+    DSV4_CUDA_CHECK(cudaMemsetAsync(b.gpu.view().bytes(), 0xa5, b.gpu.view().nbytes(), gpu_->stream()));
+    return b;
+  }
+  struct BothWeights {
+    Weight cpu, gpu;
+  };
+  BothWeights weight(const LoadWeightParams& p) { return {cpu_.load_weight(p), gpu_->load_weight(p)}; }
+  BothWeights plain_weight(const std::string& name, const Tensor& host) {
+    return weight({name, WeightFormat::kPlain, host.view(), {}});
+  }
+
+  std::vector<float> floats(Ops& ops, const DeviceTensor& t) {
+    Tensor host(t.dtype(), t.shape());
+    ops.download(t.view(), host.view());
+    std::vector<float> out(static_cast<size_t>(host.numel()));
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = host.dtype() == DType::kF32 ? host.data<float>()[i] : bf16_to_float(host.data<uint16_t>()[i]);
+    return out;
+  }
+  std::vector<float> cpu_floats(const Both& b) { return floats(cpu_, b.cpu); }
+  std::vector<float> gpu_floats(const Both& b) { return floats(*gpu_, b.gpu); }
+  std::vector<int32_t> ints(Ops& ops, const DeviceTensor& t) {
+    Tensor host(DType::kI32, t.shape());
+    ops.download(t.view(), host.view());
+    return {host.data<int32_t>(), host.data<int32_t>() + host.numel()};
+  }
+
+  cpu::CpuOps cpu_{2};
+  std::unique_ptr<cuda::CudaOps> gpu_;
+  std::mt19937 rng_{20240611};
+};
+
+// ---- compressor_pool ----------------------------------------------------------------------------
+
+struct CompressorCase {
+  int64_t ratio, dc;
+  std::vector<SeqSlice> first, second;  // two consecutive calls; token_begin is filled in
+};
+
+class CompressorPoolTest : public CudaOpsAttentionMoeTest, public ::testing::WithParamInterface<CompressorCase> {};
+
+TEST_P(CompressorPoolTest, MatchesCpuAcrossTwoCalls) {
+  const CompressorCase& c = GetParam();
+  const int64_t m = c.ratio, coff = m == 4 ? 2 : 1, width = coff * c.dc, ring = coff * m;
+  const BothWeights ape = plain_weight("ape", random_tensor(DType::kF32, {m, width}, 0.5f));
+  std::vector<Both> state_kv, state_score;
+  for (size_t s = 0; s < c.first.size(); ++s) {  // the rings as earlier tokens left them
+    state_kv.push_back(both(random_tensor(DType::kF32, {ring, width}, 1.0f)));
+    state_score.push_back(both(random_tensor(DType::kF32, {ring, width}, 1.0f)));
+  }
+  for (const std::vector<SeqSlice>* round : {&c.first, &c.second}) {
+    std::vector<CompressorSeq> cseqs, gseqs;
+    int64_t T = 0, entries = 0;
+    for (size_t s = 0; s < round->size(); ++s) {
+      SeqSlice sl = (*round)[s];
+      sl.token_begin = T;
+      const int64_t blocks = (sl.start_pos + sl.num_tokens) / m - sl.start_pos / m;
+      cseqs.push_back({sl, state_kv[s].cpu.view(), state_score[s].cpu.view(), entries});
+      gseqs.push_back({sl, state_kv[s].gpu.view(), state_score[s].gpu.view(), entries});
+      T += sl.num_tokens;
+      entries += blocks;
+    }
+    const Both kv = both(random_tensor(DType::kF32, {T, width}, 1.0f));
+    const Both score = both(random_tensor(DType::kF32, {T, width}, 2.0f));
+    Both out = output(DType::kF32, {entries, c.dc});
+    cpu_.compressor_pool({kv.cpu.view(), score.cpu.view(), &ape.cpu, m, cseqs, out.cpu.view()});
+    gpu_->compressor_pool({kv.gpu.view(), score.gpu.view(), &ape.gpu, m, gseqs, out.gpu.view()});
+    const std::string what = "compressor_pool m=" + std::to_string(m) + (round == &c.first ? " call 1" : " call 2");
+    EXPECT_LT(measure(what, gpu_floats(out), cpu_floats(out)), 1e-6) << what;
+    for (size_t s = 0; s < round->size(); ++s) {  // the rings are copies and one add: bit-exact
+      EXPECT_TRUE(same_bits(gpu_floats(state_kv[s]), cpu_floats(state_kv[s]))) << what << " state_kv of seq " << s;
+      EXPECT_TRUE(same_bits(gpu_floats(state_score[s]), cpu_floats(state_score[s]))) << what << " state_score " << s;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ratios, CompressorPoolTest,
+    ::testing::Values(
+        // Overlapping: block 0 from the batch alone (j = 0), a mid-block start reading the ring,
+        // a decode step completing a block, a slice completing none, a start inside block 0.
+        CompressorCase{4, 64,
+                       {{0, 11, 0}, {0, 9, 6}, {0, 1, 15}, {0, 2, 21}, {0, 1, 3}},
+                       {{0, 5, 11}, {0, 1, 15}, {0, 8, 16}, {0, 3, 23}, {0, 12, 4}}},
+        CompressorCase{128, 32,
+                       {{0, 130, 0}, {0, 60, 100}, {0, 6, 250}, {0, 1, 383}},
+                       {{0, 126, 130}, {0, 3, 160}, {0, 200, 256}, {0, 1, 384}}}),
+    [](const ::testing::TestParamInfo<CompressorCase>& info) { return "ratio" + std::to_string(info.param.ratio); });
+
+// ---- indexer_topk -------------------------------------------------------------------------------
+
+class IndexerTopkTest : public CudaOpsAttentionMoeTest, public ::testing::WithParamInterface<DType> {};
+
+TEST_P(IndexerTopkTest, MatchesCpuIncludingTiesAndShortRows) {
+  const DType dt = GetParam();
+  const int64_t heads = 8, dh = 64, ratio = 4, k = 16;
+  // Fewer candidates than k (and none), exactly k, more than k, many more with ties.
+  const std::vector<SeqSlice> slices = {{0, 30, 0}, {30, 2, 63}, {32, 6, 97}, {38, 3, 1000}};
+  const int64_t T = 41;
+  const float weight_scale = 1.0f / std::sqrt(static_cast<float>(dh * heads));
+  const Both q = both(random_tensor(dt, {T, heads, dh}, 1.0f));
+  const Both w = both(random_tensor(dt, {T, heads}, 1.0f));
+  std::vector<Both> keys;
+  std::vector<IndexerSeq> cseqs, gseqs;
+  for (const SeqSlice& sl : slices) {
+    const int64_t capacity = (sl.start_pos + sl.num_tokens) / ratio + 3;
+    Tensor host = random_tensor(dt, {capacity, dh}, 1.0f);
+    // Exact ties: repeated rows score the same, zero rows score 0.
+    const size_t row_bytes = static_cast<size_t>(dh) * dtype_size(dt);
+    auto* bytes = reinterpret_cast<std::byte*>(host.data<uint8_t>());
+    for (int64_t j = 37; j < capacity; ++j)
+      std::memcpy(bytes + j * row_bytes, bytes + (j % 37) * row_bytes, row_bytes);
+    for (int64_t j = 0; j < capacity; j += 11) std::memset(bytes + j * row_bytes, 0, row_bytes);
+    keys.push_back(both(host));
+  }
+  for (size_t s = 0; s < slices.size(); ++s) {
+    cseqs.push_back({slices[s], keys[s].cpu.view()});
+    gseqs.push_back({slices[s], keys[s].gpu.view()});
+  }
+  Both topk = output(DType::kI32, {T, k});
+  cpu_.indexer_topk({q.cpu.view(), w.cpu.view(), weight_scale, ratio, cseqs, topk.cpu.view()});
+  gpu_->indexer_topk({q.gpu.view(), w.gpu.view(), weight_scale, ratio, gseqs, topk.gpu.view()});
+  const std::vector<int32_t> want = ints(cpu_, topk.cpu), got = ints(*gpu_, topk.gpu);
+  // The scores are computed in the CPU's operation order, so the lists must agree exactly.
+  int64_t equal_rows = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const std::vector<int32_t> a(got.begin() + t * k, got.begin() + (t + 1) * k);
+    const std::vector<int32_t> b(want.begin() + t * k, want.begin() + (t + 1) * k);
+    EXPECT_EQ(a, b) << "token " << t;
+    equal_rows += a == b;
+  }
+  std::printf("[measured] indexer_topk %s: %lld/%lld rows identical\n", dtype_label(dt),
+              static_cast<long long>(equal_rows), static_cast<long long>(T));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, IndexerTopkTest, ::testing::Values(DType::kF32, DType::kBF16),
+                         [](const ::testing::TestParamInfo<DType>& info) { return dtype_label(info.param); });
+
+// ---- sparse_attention ---------------------------------------------------------------------------
+
+enum class Compressed { kNone, kAll, kTopk };
+
+struct AttentionCase {
+  DType dtype;
+  Compressed compressed;
+};
+
+std::string attention_case_name(const ::testing::TestParamInfo<AttentionCase>& info) {
+  const char* names[] = {"Swa", "AllCompressed", "Topk"};
+  return std::string(dtype_label(info.param.dtype)) + names[static_cast<int>(info.param.compressed)];
+}
+
+class SparseAttentionTest : public CudaOpsAttentionMoeTest, public ::testing::WithParamInterface<AttentionCase> {};
+
+TEST_P(SparseAttentionTest, MatchesCpu) {
+  const auto [dt, mode] = GetParam();
+  const int64_t H = 12, d = 512, W = 16, k = 12;
+  const int64_t ratio = mode == Compressed::kNone ? 0 : (mode == Compressed::kAll ? 8 : 4);
+  // A first chunk (window inside the batch), a chunk whose window wraps the ring, a decode step,
+  // a chunk whose window is partly in an unwrapped ring.
+  const std::vector<SeqSlice> slices = {{0, 20, 0}, {20, 6, 37}, {26, 1, 200}, {27, 3, 5}};
+  const int64_t T = 30;
+  const Both q = both(random_tensor(dt, {T, H, d}, 1.0f));
+  const Both kv = both(random_tensor(dt, {T, d}, 1.0f));
+  const BothWeights sink = plain_weight("sink", random_tensor(DType::kF32, {H}, 1.0f));
+  std::vector<Both> windows, comps;
+  std::vector<AttentionSeq> cseqs, gseqs;
+  std::vector<int32_t> topk_ids(static_cast<size_t>(T * k), -1);
+  for (const SeqSlice& sl : slices) {
+    windows.push_back(both(random_tensor(dt, {W, d}, 1.0f)));
+    const int64_t capacity = ratio > 0 ? (sl.start_pos + sl.num_tokens) / ratio + 2 : 1;
+    comps.push_back(both(random_tensor(dt, {capacity, d}, 1.0f)));
+    for (int64_t i = 0; i < sl.num_tokens && ratio > 0; ++i) {
+      // A random subset of the visible entries, ascending, then -1 (sometimes none at all).
+      const int64_t visible = (sl.start_pos + i + 1) / ratio;
+      std::vector<int32_t> ids(static_cast<size_t>(visible));
+      std::iota(ids.begin(), ids.end(), 0);
+      std::shuffle(ids.begin(), ids.end(), rng_);
+      ids.resize(std::min<size_t>(ids.size(), std::uniform_int_distribution<size_t>(0, k)(rng_)));
+      std::sort(ids.begin(), ids.end());
+      std::copy(ids.begin(), ids.end(), topk_ids.begin() + (sl.token_begin + i) * k);
+    }
+  }
+  for (size_t s = 0; s < slices.size(); ++s) {
+    cseqs.push_back({slices[s], windows[s].cpu.view(), ratio > 0 ? ConstTensorView(comps[s].cpu.view()) : ConstTensorView()});
+    gseqs.push_back({slices[s], windows[s].gpu.view(), ratio > 0 ? ConstTensorView(comps[s].gpu.view()) : ConstTensorView()});
+  }
+  const Both topk = both(int_tensor({T, k}, topk_ids));
+  const bool with_topk = mode == Compressed::kTopk;
+  Both out = output(dt, {T, H, d});
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  cpu_.sparse_attention({q.cpu.view(), kv.cpu.view(), &sink.cpu, with_topk ? ConstTensorView(topk.cpu.view()) : ConstTensorView(),
+                         cseqs, W, ratio, scale, out.cpu.view()});
+  gpu_->sparse_attention({q.gpu.view(), kv.gpu.view(), &sink.gpu, with_topk ? ConstTensorView(topk.gpu.view()) : ConstTensorView(),
+                          gseqs, W, ratio, scale, out.gpu.view()});
+  const char* names[] = {"swa only", "all compressed", "top-k"};
+  const std::string what = std::string("sparse_attention ") + dtype_label(dt) + " " + names[static_cast<int>(mode)];
+  // Same operation order as the CPU; only expf's last bit differs (bf16: rare rounding flips).
+  EXPECT_LT(measure(what, gpu_floats(out), cpu_floats(out)), dt == DType::kF32 ? 1e-6 : 1e-3) << what;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, SparseAttentionTest,
+    ::testing::Values(AttentionCase{DType::kF32, Compressed::kNone}, AttentionCase{DType::kF32, Compressed::kAll},
+                      AttentionCase{DType::kF32, Compressed::kTopk}, AttentionCase{DType::kBF16, Compressed::kNone},
+                      AttentionCase{DType::kBF16, Compressed::kAll}, AttentionCase{DType::kBF16, Compressed::kTopk}),
+    attention_case_name);
+
+// ---- moe_route ----------------------------------------------------------------------------------
+
+enum class Routing { kScoreBias, kScoreNoBias, kHash, kSoftmax };
+
+std::string routing_name(const ::testing::TestParamInfo<Routing>& info) {
+  const char* names[] = {"ScoreBias", "Score", "Hash", "SoftmaxBias"};
+  return names[static_cast<int>(info.param)];
+}
+
+class MoeRouteTest : public CudaOpsAttentionMoeTest, public ::testing::WithParamInterface<Routing> {};
+
+TEST_P(MoeRouteTest, MatchesCpu) {
+  const Routing r = GetParam();
+  const int64_t T = 50, E = 64, k = 6, V = 100;
+  const float route_scale = 2.5f;
+  const Both logits = both(random_tensor(DType::kF32, {T, E}, 2.0f));
+  const BothWeights bias = plain_weight("bias", random_tensor(DType::kF32, {E}, 0.5f));
+  std::vector<int32_t> table;
+  for (int64_t v = 0; v < V; ++v) {  // distinct experts per id, deliberately unsorted
+    std::vector<int32_t> e(static_cast<size_t>(E));
+    std::iota(e.begin(), e.end(), 0);
+    std::shuffle(e.begin(), e.end(), rng_);
+    table.insert(table.end(), e.begin(), e.begin() + k);
+  }
+  const Tensor table_host = int_tensor({V, k}, table);
+  const BothWeights tid2eid = plain_weight("tid2eid", table_host);
+  std::vector<int32_t> ids(static_cast<size_t>(T));
+  for (int32_t& id : ids) id = std::uniform_int_distribution<int32_t>(0, V - 1)(rng_);
+  const Both token_ids = both(int_tensor({T}, ids));
+  Both experts = output(DType::kI32, {T, k}), weights = output(DType::kF32, {T, k});
+  const bool hash = r == Routing::kHash, with_bias = r == Routing::kScoreBias || r == Routing::kSoftmax;
+  const ScoringFunc f = r == Routing::kSoftmax ? ScoringFunc::kSoftmax : ScoringFunc::kSqrtSoftplus;
+  cpu_.moe_route({logits.cpu.view(), with_bias ? &bias.cpu : nullptr, hash ? &tid2eid.cpu : nullptr, token_ids.cpu.view(), f,
+                  route_scale, experts.cpu.view(), weights.cpu.view()});
+  gpu_->moe_route({logits.gpu.view(), with_bias ? &bias.gpu : nullptr, hash ? &tid2eid.gpu : nullptr, token_ids.gpu.view(), f,
+                   route_scale, experts.gpu.view(), weights.gpu.view()});
+  // Selection: exact. The scores can differ from the CPU's in their last bit (expf, log1pf), so
+  // a pair of experts within 1e-5 of each other could swap; none does for these inputs.
+  EXPECT_EQ(ints(*gpu_, experts.gpu), ints(cpu_, experts.cpu));
+  const char* names[] = {"score+bias", "score", "hash", "softmax+bias"};
+  EXPECT_LT(measure(std::string("moe_route weights ") + names[static_cast<int>(r)], gpu_floats(weights), cpu_floats(weights)),
+            1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Routings, MoeRouteTest,
+                         ::testing::Values(Routing::kScoreBias, Routing::kScoreNoBias, Routing::kHash, Routing::kSoftmax),
+                         routing_name);
+
+// ---- swiglu -------------------------------------------------------------------------------------
+
+TEST_F(CudaOpsAttentionMoeTest, SwigluMatchesCpu) {
+  const int64_t T = 33, I = 200;
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (float limit : {0.0f, 7.0f})
+      for (bool weighted : {false, true}) {
+        const Both gate = both(random_tensor(dt, {T, I}, 4.0f)), up = both(random_tensor(dt, {T, I}, 4.0f));
+        const Both rw = both(random_tensor(DType::kF32, {T}, 1.0f));
+        Both out = output(dt, {T, I});
+        const ConstTensorView crw = weighted ? ConstTensorView(rw.cpu.view()) : ConstTensorView();
+        const ConstTensorView grw = weighted ? ConstTensorView(rw.gpu.view()) : ConstTensorView();
+        cpu_.swiglu({gate.cpu.view(), up.cpu.view(), crw, limit, out.cpu.view()});
+        gpu_->swiglu({gate.gpu.view(), up.gpu.view(), grw, limit, out.gpu.view()});
+        const std::string what = std::string("swiglu ") + dtype_label(dt) + " limit " + std::to_string(int(limit)) +
+                                 (weighted ? " weighted" : "");
+        EXPECT_LT(measure(what, gpu_floats(out), cpu_floats(out)), dt == DType::kF32 ? 1e-6 : 1e-3) << what;
+      }
+}
+
+// ---- moe_experts --------------------------------------------------------------------------------
+
+// FP8 block-scaled [rows, cols] weight: e4m3 codes with one pow2 scale per 128x128 block.
+struct QuantizedWeight {
+  Tensor weight, scale;
+};
+
+QuantizedWeight fp8_weight(const std::vector<float>& v, int64_t rows, int64_t cols) {
+  const int64_t rb = (rows + 127) / 128, cb = (cols + 127) / 128;
+  QuantizedWeight q{Tensor(DType::kF8E4M3, {rows, cols}), Tensor(DType::kF8E8M0, {rb, cb})};
+  for (int64_t bi = 0; bi < rb; ++bi)
+    for (int64_t bj = 0; bj < cb; ++bj) {
+      float amax = 0;
+      for (int64_t r = bi * 128; r < std::min(rows, bi * 128 + 128); ++r)
+        for (int64_t c = bj * 128; c < std::min(cols, bj * 128 + 128); ++c) amax = std::max(amax, std::fabs(v[r * cols + c]));
+      const int e = pow2_scale_exponent(amax, kFp8AmaxFloor, kE4M3Max);
+      q.scale.data<uint8_t>()[bi * cb + bj] = e8m0_from_exponent(e);
+      for (int64_t r = bi * 128; r < std::min(rows, bi * 128 + 128); ++r)
+        for (int64_t c = bj * 128; c < std::min(cols, bj * 128 + 128); ++c)
+          q.weight.data<uint8_t>()[r * cols + c] = float_to_e4m3(std::ldexp(v[r * cols + c], -e));
+    }
+  return q;
+}
+
+// MXFP4 [rows, cols] weight: packed e2m1 pairs with one pow2 scale per 1x32 block.
+QuantizedWeight mxfp4_weight(const std::vector<float>& v, int64_t rows, int64_t cols) {
+  QuantizedWeight q{Tensor(DType::kI8, {rows, cols / 2}), Tensor(DType::kF8E8M0, {rows, cols / 32})};
+  std::vector<uint8_t> codes(32);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < cols / 32; ++b) {
+      q.scale.data<uint8_t>()[r * (cols / 32) + b] = quantize_block_e2m1(&v[r * cols + b * 32], 32, codes.data());
+      for (int i = 0; i < 32; i += 2)
+        q.weight.data<uint8_t>()[(r * cols + b * 32 + i) / 2] = pack_e2m1x2(codes[i], codes[i + 1]);
+    }
+  return q;
+}
+
+enum class ExpertMode { kDefault, kExact, kPlainBf16 };
+
+std::string expert_mode_name(const ::testing::TestParamInfo<ExpertMode>& info) {
+  const char* names[] = {"DefaultFp8", "ExactF32", "PlainBf16"};
+  return names[static_cast<int>(info.param)];
+}
+
+class MoeExpertsTest : public CudaOpsAttentionMoeTest, public ::testing::WithParamInterface<ExpertMode> {};
+
+TEST_P(MoeExpertsTest, MatchesCpu) {
+  const ExpertMode mode = GetParam();
+  // The experts' GEMMs have K = 1024 (w1, w3) and 512 (w2), N multiples of 128.
+  const int64_t T = 20, D = 1024, I = 512, E = 8, k = 3, unused = 5;
+  const DType act = mode == ExpertMode::kExact ? DType::kF32 : DType::kBF16;
+  const ActQuant aq = mode == ExpertMode::kDefault ? ActQuant::kFp8Block128 : ActQuant::kNone;
+
+  // Experts 0-3 FP8, 4-7 MXFP4 (or all plain bf16).
+  std::vector<BothWeights> w;  // w1, w2, w3 per expert
+  for (int64_t e = 0; e < E; ++e)
+    for (const auto& [rows, cols] : {std::pair{I, D}, std::pair{D, I}, std::pair{I, D}}) {
+      const std::string name = "experts." + std::to_string(e) + ".w" + std::to_string(w.size() % 3 + 1);
+      if (mode == ExpertMode::kPlainBf16) {
+        w.push_back(plain_weight(name, random_tensor(DType::kBF16, {rows, cols}, 0.08f)));
+        continue;
+      }
+      const Tensor values = random_tensor(DType::kF32, {rows, cols}, 0.08f);
+      const std::vector<float> v(values.data<float>(), values.data<float>() + values.numel());
+      const bool fp4 = e >= E / 2;
+      const QuantizedWeight q = fp4 ? mxfp4_weight(v, rows, cols) : fp8_weight(v, rows, cols);
+      w.push_back(weight({name, fp4 ? WeightFormat::kMxfp4 : WeightFormat::kFp8, q.weight.view(), q.scale.view()}));
+    }
+  std::vector<ExpertWeights> croutes, groutes;
+  for (int64_t e = 0; e < E; ++e) {
+    croutes.push_back({&w[3 * e].cpu, &w[3 * e + 1].cpu, &w[3 * e + 2].cpu});
+    groutes.push_back({&w[3 * e].gpu, &w[3 * e + 1].gpu, &w[3 * e + 2].gpu});
+  }
+  // Routing: k distinct experts per token, ascending, never `unused`.
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+  std::uniform_real_distribution<float> uw(0.1f, 1.5f);
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int32_t> e;
+    for (int32_t x = 0; x < E; ++x)
+      if (x != unused) e.push_back(x);
+    std::shuffle(e.begin(), e.end(), rng_);
+    e.resize(k);
+    std::sort(e.begin(), e.end());
+    ids.insert(ids.end(), e.begin(), e.end());
+    for (int64_t s = 0; s < k; ++s) weights.push_back(uw(rng_));
+  }
+  Tensor weights_host(DType::kF32, {T, k});
+  std::copy(weights.begin(), weights.end(), weights_host.data<float>());
+  const Both x = both(random_tensor(act, {T, D}, 1.0f));
+  const Both shared = both(random_tensor(act, {T, D}, 0.5f));
+  const Both experts = both(int_tensor({T, k}, ids)), wts = both(weights_host);
+  Both out = output(act, {T, D});
+  const float limit = 10.0f;
+  cpu_.moe_experts({x.cpu.view(), experts.cpu.view(), wts.cpu.view(), croutes, shared.cpu.view(), limit, aq, out.cpu.view()});
+  gpu_->moe_experts({x.gpu.view(), experts.gpu.view(), wts.gpu.view(), groutes, shared.gpu.view(), limit, aq, out.gpu.view()});
+  const char* names[] = {"default (bf16, FP8 act quant)", "exact (f32)", "plain bf16 weights"};
+  const std::string what = std::string("moe_experts ") + names[static_cast<int>(mode)];
+  // Exact math differs from the CPU only by the GEMMs' summation order; with bf16 rounding and
+  // FP8 activation quantisation a rounding flip moves an element by one step of its grid.
+  EXPECT_LT(measure(what, gpu_floats(out), cpu_floats(out)), mode == ExpertMode::kExact ? 1e-5 : 1e-2) << what;
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, MoeExpertsTest,
+                         ::testing::Values(ExpertMode::kDefault, ExpertMode::kExact, ExpertMode::kPlainBf16),
+                         expert_mode_name);
+
+}  // namespace
+}  // namespace dsv4

@@ -1,0 +1,634 @@
+// CudaOps' memory, weight loading, elementwise, linear and mHC ops against CpuOps: the same
+// random inputs through both backends, GPU outputs poisoned (NaN bytes) before each run, and the
+// results compared bit for bit where the GPU repeats the CPU's arithmetic, or within a stated
+// bound where the summation order differs. Every comparison prints a "[measure]" line with its
+// error. Skips where no GPU exists (except the no-device constructor check, which runs there).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/cuda_ops.h"
+#include "core/error.h"
+#include "core/numeric.h"
+#include "core/quant.h"
+#include "tests/ops/cuda_test_util.h"
+
+namespace dsv4 {
+namespace {
+
+using cpu::CpuOps;
+using cuda::CudaOps;
+
+constexpr double kBf16Ulp = 1.0 / 128;  // one bf16 ulp, relative to the value (worst case)
+
+// The same tensor in both backends.
+struct Both {
+  DeviceTensor cpu;
+  DeviceTensor gpu;
+};
+
+struct BothWeights {
+  Weight cpu;
+  Weight gpu;
+};
+
+std::vector<float> floats_of(const Tensor& t) {
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i)
+    out[i] = t.dtype() == DType::kBF16 ? bf16_to_float(t.data<uint16_t>()[i]) : t.data<float>()[i];
+  return out;
+}
+
+// Elementwise comparison of want (CPU) and got (GPU) against a per-element tolerance.
+struct Comparison {
+  double max_abs = 0;
+  double rel_fro = 0;
+  double worst_ratio = 0;  // max |got - want| / tol
+  int64_t worst = -1;
+  int64_t differing = 0;
+  int64_t n = 0;
+};
+
+Comparison compare(const std::vector<float>& want, const std::vector<float>& got,
+                   const std::function<double(int64_t)>& tol) {
+  Comparison c;
+  c.n = static_cast<int64_t>(want.size());
+  double err2 = 0, ref2 = 0;
+  for (int64_t i = 0; i < c.n; ++i) {
+    const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
+    const double ratio = std::isnan(got[i]) ? INFINITY : (d == 0 ? 0.0 : d / tol(i));
+    if (got[i] != want[i]) ++c.differing;
+    c.max_abs = std::max(c.max_abs, d);
+    if (ratio > c.worst_ratio) {
+      c.worst_ratio = ratio;
+      c.worst = i;
+    }
+    err2 += d * d;
+    ref2 += static_cast<double>(want[i]) * want[i];
+  }
+  c.rel_fro = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  return c;
+}
+
+void expect_within(const std::string& what, const std::vector<float>& want, const std::vector<float>& got,
+                   const std::function<double(int64_t)>& tol) {
+  ASSERT_EQ(want.size(), got.size()) << what;
+  const Comparison c = compare(want, got, tol);
+  std::printf("[measure] %-44s max|d| %.3g  rel_fro %.3g  max d/tol %.3g  differing %lld/%lld\n", what.c_str(),
+              c.max_abs, c.rel_fro, c.worst_ratio, static_cast<long long>(c.differing), static_cast<long long>(c.n));
+  EXPECT_LE(c.worst_ratio, 1.0) << what << ": element " << c.worst << " is " << got[c.worst] << ", CPU "
+                                << want[c.worst] << ", tolerance " << tol(c.worst);
+}
+
+void expect_same_bits(const std::string& what, const Tensor& want, const Tensor& got) {
+  ASSERT_EQ(want.dtype(), got.dtype()) << what;
+  ASSERT_EQ(want.shape(), got.shape()) << what;
+  const size_t es = dtype_size(want.dtype());
+  int64_t differing = 0, first = -1;
+  for (int64_t i = 0; i < want.numel(); ++i)
+    if (std::memcmp(want.data<std::byte>() + i * es, got.data<std::byte>() + i * es, es) != 0) {
+      if (first < 0) first = i;
+      ++differing;
+    }
+  std::printf("[measure] %-44s bit-exact check: differing %lld/%lld\n", what.c_str(),
+              static_cast<long long>(differing), static_cast<long long>(want.numel()));
+  if (differing > 0 && (want.dtype() == DType::kF32 || want.dtype() == DType::kBF16)) {
+    const std::vector<float> w = floats_of(want), g = floats_of(got);
+    ADD_FAILURE() << what << ": " << differing << " elements differ, first " << first << ": GPU " << g[first]
+                  << ", CPU " << w[first];
+  } else {
+    EXPECT_EQ(differing, 0) << what << ": first differing element " << first;
+  }
+}
+
+std::string dtype_tag(DType t) { return t == DType::kBF16 ? "bf16" : "f32"; }
+
+class CudaOpsCore : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DSV4_SKIP_WITHOUT_GPU();
+    gpu_ = std::make_unique<CudaOps>();
+  }
+
+  // Normal values times `scale`, stored as dtype (rounded once).
+  Tensor random_tensor(DType dtype, Shape shape, float scale = 1.0f) {
+    Tensor t(dtype, std::move(shape));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const float v = normal(rng_) * scale;
+      if (dtype == DType::kBF16) t.data<uint16_t>()[i] = float_to_bf16(v);
+      else t.data<float>()[i] = v;
+    }
+    return t;
+  }
+
+  Tensor int_tensor(Shape shape, int32_t lo, int32_t hi) {
+    Tensor t(DType::kI32, std::move(shape));
+    std::uniform_int_distribution<int32_t> dist(lo, hi);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<int32_t>()[i] = dist(rng_);
+    return t;
+  }
+
+  Both upload_both(const Tensor& host) {
+    Both b{cpu_.alloc(host.dtype(), host.shape()), gpu_->alloc(host.dtype(), host.shape())};
+    cpu_.upload(host.view(), b.cpu.view());
+    gpu_->upload(host.view(), b.gpu.view());
+    return b;
+  }
+
+  // Fresh outputs: zeros on the CPU, NaN bytes on the GPU (so unwritten elements fail).
+  Both outputs(DType dtype, const Shape& shape) {
+    Both b{cpu_.alloc(dtype, shape), gpu_->alloc(dtype, shape)};
+    DSV4_CUDA_CHECK(cudaMemsetAsync(b.gpu.view().bytes(), 0xff, b.gpu.view().nbytes(), gpu_->stream()));
+    return b;
+  }
+
+  Tensor download(Ops& ops, const DeviceTensor& t) {
+    Tensor host(t.dtype(), t.shape());
+    ops.download(t.view(), host.view());
+    return host;
+  }
+  Tensor from_cpu(const DeviceTensor& t) { return download(cpu_, t); }
+  Tensor from_gpu(const DeviceTensor& t) { return download(*gpu_, t); }
+
+  BothWeights load_both(const std::string& name, WeightFormat format, const Tensor& w, const Tensor* scale = nullptr) {
+    LoadWeightParams p;
+    p.name = name;
+    p.format = format;
+    p.weight = w.view();
+    if (scale != nullptr) p.scale = scale->view();
+    return {cpu_.load_weight(p), gpu_->load_weight(p)};
+  }
+
+  // An FP8 weight as the checkpoint stores it: e4m3 codes and e8m0 128x128 block scales.
+  std::pair<Tensor, Tensor> random_fp8(int64_t n, int64_t k) {
+    Tensor w(DType::kF8E4M3, {n, k}), s(DType::kF8E8M0, {(n + 127) / 128, (k + 127) / 128});
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (int64_t i = 0; i < w.numel(); ++i) w.data<uint8_t>()[i] = float_to_e4m3(normal(rng_) * 64.0f);
+    for (int64_t i = 0; i < s.numel(); ++i) s.data<uint8_t>()[i] = static_cast<uint8_t>(118 + rng_() % 6);
+    return {std::move(w), std::move(s)};
+  }
+
+  // An MXFP4 weight whose per-32 scales stay within 2^4 of each 128x128 block's largest, so the
+  // lossless FP8 cast applies.
+  std::pair<Tensor, Tensor> random_mxfp4(int64_t n, int64_t k) {
+    Tensor w(DType::kI8, {n, k / 2}), s(DType::kF8E8M0, {n, k / 32});
+    for (int64_t i = 0; i < w.numel(); ++i) w.data<uint8_t>()[i] = static_cast<uint8_t>(rng_() & 0xff);
+    std::vector<int> block_base(static_cast<size_t>(((n + 127) / 128) * ((k + 127) / 128)));
+    for (int& b : block_base) b = 116 + static_cast<int>(rng_() % 6);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t g = 0; g < k / 32; ++g) {
+        const int b = block_base[static_cast<size_t>((r / 128) * ((k + 127) / 128) + g * 32 / 128)];
+        s.data<uint8_t>()[r * (k / 32) + g] = static_cast<uint8_t>(b - static_cast<int>(rng_() % 5));
+      }
+    return {std::move(w), std::move(s)};
+  }
+
+  // The linear test: y = x @ w^T through both backends, checked against a bound built from the
+  // exact weight values (the CPU's fp32 copy) and x as the GEMM sees it.
+  void check_linear(const std::string& what, const BothWeights& w, int64_t m, DType x_dtype, DType y_dtype,
+                    ActQuant q, bool tensor_cores) {
+    const int64_t n = w.cpu.shape[0], k = w.cpu.shape[1];
+    const Tensor x = random_tensor(x_dtype, {m, k}, 2.0f);
+    const Both xs = upload_both(x);
+    const Both y = outputs(y_dtype, {m, n});
+    cpu_.linear({xs.cpu.view(), &w.cpu, q, y.cpu.view()});
+    gpu_->linear({xs.gpu.view(), &w.gpu, q, y.gpu.view()});
+    const std::vector<float> want = floats_of(from_cpu(y.cpu)), got = floats_of(from_gpu(y.gpu));
+
+    // sum_k |x_k w_k| with x quantised as the op quantises it.
+    std::vector<float> xq = floats_of(x);
+    if (q == ActQuant::kFp8Block128)
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t b = 0; b < k; b += 128) fake_quant_block_e4m3(&xq[r * k + b], static_cast<int>(std::min<int64_t>(128, k - b)));
+    const float* wv = w.cpu.data.view().data<float>();
+    std::vector<double> magnitude(static_cast<size_t>(m * n));
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < n; ++c) {
+        double mag = 0;
+        for (int64_t i = 0; i < k; ++i) mag += std::fabs(static_cast<double>(xq[r * k + i]) * wv[c * k + i]);
+        magnitude[r * n + c] = mag;
+      }
+    // fp32 FMA chains against BLAS: both within ~sqrt(k) fp32 ulps of sum |products|. FP8 tensor
+    // cores accumulate each 128-wide K block with reduced precision (test_fp8_gemm_cuda.cpp's
+    // bound), and both sides round to bf16 at the end.
+    const double rel_acc = tensor_cores ? 1e-4 : 2e-5;
+    const double rounding = y_dtype == DType::kBF16 ? (tensor_cores ? 2 * kBf16Ulp : kBf16Ulp) : 0.0;
+    expect_within(what, want, got, [&](int64_t i) {
+      return rel_acc * magnitude[i] + rounding * std::fabs(want[i]) + 1e-30;
+    });
+    if (tensor_cores) {
+      const Comparison c = compare(want, got, [](int64_t) { return 1.0; });
+      EXPECT_LT(c.rel_fro, 4e-3) << what << ": relative Frobenius error";
+    }
+  }
+
+  CpuOps cpu_{2};
+  std::unique_ptr<CudaOps> gpu_;
+  std::mt19937 rng_{20240611};
+};
+
+TEST(CudaOpsNoDevice, ConstructorThrowsCudaErrorWithoutADevice) {
+  if (cuda::device_available()) GTEST_SKIP() << "a CUDA device is present";
+  EXPECT_THROW(CudaOps(), CudaError);
+}
+
+// ---- memory and weights -----------------------------------------------------------------------
+
+TEST_F(CudaOpsCore, AllocIsZeroFilledAndTransfersRoundTrip) {
+  const DeviceTensor t = gpu_->alloc(DType::kF32, {37, 5});
+  const Tensor zeros = from_gpu(t);
+  for (int64_t i = 0; i < zeros.numel(); ++i) ASSERT_EQ(zeros.data<float>()[i], 0.0f) << i;
+  const Tensor host = random_tensor(DType::kBF16, {3, 300});
+  const DeviceTensor u = gpu_->alloc(DType::kBF16, {3, 300});
+  gpu_->upload(host.view(), u.view());
+  expect_same_bits("upload/download round trip", host, from_gpu(u));
+  Tensor wrong(DType::kF32, {3, 300});
+  EXPECT_THROW(gpu_->upload(wrong.view(), u.view()), UsageError);
+  EXPECT_THROW(gpu_->download(u.view(), wrong.view()), UsageError);
+  EXPECT_THROW(gpu_->alloc(DType::kF32, {2, -1}), UsageError);
+}
+
+TEST_F(CudaOpsCore, LoadWeightKeepsPlainTensorsAsStoredAndIntegersAsInt32) {
+  const Tensor bf = random_tensor(DType::kBF16, {7, 33});
+  const BothWeights w = load_both("bf", WeightFormat::kPlain, bf);
+  EXPECT_EQ(w.gpu.shape, bf.shape());
+  EXPECT_EQ(w.gpu.data.dtype(), DType::kBF16);
+  expect_same_bits("load_weight plain bf16", bf, from_gpu(w.gpu.data));
+
+  Tensor ids(DType::kI64, {4, 6});
+  for (int64_t i = 0; i < ids.numel(); ++i) ids.data<int64_t>()[i] = (i * 37) % 256;
+  const BothWeights t = load_both("tid2eid", WeightFormat::kPlain, ids);
+  EXPECT_EQ(t.gpu.data.dtype(), DType::kI32);
+  expect_same_bits("load_weight i64 -> i32", from_cpu(t.cpu.data), from_gpu(t.gpu.data));
+
+  ids.data<int64_t>()[5] = int64_t{1} << 40;
+  LoadWeightParams p;
+  p.name = "too_big";
+  p.weight = ids.view();
+  EXPECT_THROW(gpu_->load_weight(p), TensorError);
+  const Tensor e8(DType::kF8E8M0, {4});
+  p.weight = e8.view();
+  EXPECT_THROW(gpu_->load_weight(p), TensorError);
+}
+
+TEST_F(CudaOpsCore, LoadWeightKeepsFp8CodesWithCublasLtScales) {
+  const auto [codes, scales] = random_fp8(200, 384);
+  const BothWeights w = load_both("fp8", WeightFormat::kFp8, codes, &scales);
+  EXPECT_EQ(w.gpu.shape, Shape({200, 384}));
+  expect_same_bits("load_weight fp8 codes", codes, from_gpu(w.gpu.data));
+  const std::vector<float> expected = cuda::fp8_weight_scales_for_cublaslt(scales.data<uint8_t>(), 200, 384);
+  const Tensor got = from_gpu(w.gpu.scale);
+  ASSERT_EQ(got.shape(), Shape({2, 4}));
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(got.data<float>()[i], expected[i]) << i;
+
+  LoadWeightParams p;
+  p.name = "fp8";
+  p.format = WeightFormat::kFp8;
+  p.weight = codes.view();
+  const Tensor bad_scale(DType::kF8E8M0, {1, 3});
+  p.scale = bad_scale.view();
+  EXPECT_THROW(gpu_->load_weight(p), TensorError);
+}
+
+TEST_F(CudaOpsCore, LoadWeightCastsMxfp4ToFp8WithTheCpuValues) {
+  const auto [packed, scales] = random_mxfp4(160, 256);
+  const BothWeights w = load_both("mxfp4", WeightFormat::kMxfp4, packed, &scales);
+  EXPECT_EQ(w.gpu.shape, Shape({160, 256}));
+  EXPECT_EQ(w.gpu.format, WeightFormat::kMxfp4);
+  const Tensor codes = from_gpu(w.gpu.data), block_scales = from_gpu(w.gpu.scale);
+  const int64_t ld = block_scales.shape()[1];
+  Tensor deq(DType::kF32, {160, 256});
+  for (int64_t r = 0; r < 160; ++r)
+    for (int64_t c = 0; c < 256; ++c)
+      deq.data<float>()[r * 256 + c] =
+          e4m3_to_float(codes.data<uint8_t>()[r * 256 + c]) * block_scales.data<float>()[(r / 128) * ld + c / 128];
+  expect_same_bits("load_weight mxfp4 -> fp8 values", from_cpu(w.cpu.data), deq);
+}
+
+// ---- copy, embed, elementwise -------------------------------------------------------------------
+
+TEST_F(CudaOpsCore, CopyConvertsWithTheCpuRounding) {
+  for (const auto& [from, to] : {std::pair{DType::kF32, DType::kBF16}, std::pair{DType::kBF16, DType::kF32},
+                                std::pair{DType::kF32, DType::kF32}, std::pair{DType::kBF16, DType::kBF16}}) {
+    const Tensor src = random_tensor(from, {13, 77}, 3.0f);
+    const Both s = upload_both(src);
+    const Both d = outputs(to, {77, 13});
+    cpu_.copy({s.cpu.view(), d.cpu.view()});
+    gpu_->copy({s.gpu.view(), d.gpu.view()});
+    expect_same_bits("copy " + dtype_tag(from) + " -> " + dtype_tag(to), from_cpu(d.cpu), from_gpu(d.gpu));
+  }
+  // Overlapping rows of one tensor (a shift by one row), as memmove does.
+  const Tensor src = random_tensor(DType::kF32, {6, 40});
+  const Both s = upload_both(src);
+  cpu_.copy({slice_rows(s.cpu.view(), 0, 5), slice_rows(s.cpu.view(), 1, 6)});
+  gpu_->copy({slice_rows(s.gpu.view(), 0, 5), slice_rows(s.gpu.view(), 1, 6)});
+  expect_same_bits("copy overlapping rows", from_cpu(s.cpu), from_gpu(s.gpu));
+}
+
+TEST_F(CudaOpsCore, EmbedGathersRowsIntoEveryStream) {
+  const int64_t V = 50, D = 96, T = 9, n = 4;
+  const BothWeights table = load_both("embed", WeightFormat::kPlain, random_tensor(DType::kBF16, {V, D}));
+  const Both ids = upload_both(int_tensor({T}, 0, V - 1));
+  for (DType out_dtype : {DType::kBF16, DType::kF32}) {
+    const Both out = outputs(out_dtype, {T, n, D});
+    cpu_.embed({ids.cpu.view(), &table.cpu, out.cpu.view()});
+    gpu_->embed({ids.gpu.view(), &table.gpu, out.gpu.view()});
+    expect_same_bits("embed -> " + dtype_tag(out_dtype), from_cpu(out.cpu), from_gpu(out.gpu));
+  }
+}
+
+TEST_F(CudaOpsCore, EmbedRejectsAnIdOutsideTheVocabulary) {
+  const BothWeights table = load_both("embed", WeightFormat::kPlain, random_tensor(DType::kBF16, {10, 8}));
+  Tensor bad = int_tensor({3}, 0, 9);
+  bad.data<int32_t>()[1] = 10;
+  const Both ids = upload_both(bad);
+  const Both out = outputs(DType::kBF16, {3, 1, 8});
+  EXPECT_THROW(gpu_->embed({ids.gpu.view(), &table.gpu, out.gpu.view()}), UsageError);
+}
+
+TEST_F(CudaOpsCore, RmsNormMatchesWithinTheLastBit) {
+  const int64_t rows = 7, dim = 1000;
+  const BothWeights w = load_both("norm", WeightFormat::kPlain, random_tensor(DType::kBF16, {dim}, 0.5f));
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (bool weighted : {true, false}) {
+      const std::string what = "rms_norm " + dtype_tag(dt) + (weighted ? " weighted" : " weight-free");
+      const Tensor x = random_tensor(dt, {rows, dim}, 3.0f);
+      const Both xs = upload_both(x);
+      const Both y = outputs(dt, {rows, dim});
+      const Weight* wc = weighted ? &w.cpu : nullptr;
+      const Weight* wg = weighted ? &w.gpu : nullptr;
+      cpu_.rms_norm({xs.cpu.view(), wc, 1e-6f, y.cpu.view()});
+      gpu_->rms_norm({xs.gpu.view(), wg, 1e-6f, y.gpu.view()});
+      const std::vector<float> want = floats_of(from_cpu(y.cpu));
+      // The sum of squares is reduced in another order: the scale may differ in its last bits
+      // (a few fp32 ulps; one bf16 ulp where that flips a rounding).
+      const double rel = dt == DType::kBF16 ? kBf16Ulp : 2e-6;
+      expect_within(what, want, floats_of(from_gpu(y.gpu)),
+                    [&](int64_t i) { return rel * std::fabs(want[i]) + 1e-30; });
+      // In place (y aliasing x), as the model may call it.
+      gpu_->rms_norm({xs.gpu.view(), wg, 1e-6f, xs.gpu.view()});
+      expect_same_bits(what + " in place", from_gpu(y.gpu), from_gpu(xs.gpu));
+    }
+}
+
+TEST_F(CudaOpsCore, RopeIsBitExact) {
+  const int64_t rows = 6, heads = 3, hd = 192, rd = 64;
+  Tensor freq(DType::kF32, {rd / 2});
+  for (int64_t i = 0; i < rd / 2; ++i)
+    freq.data<float>()[i] = static_cast<float>(std::pow(10000.0, -2.0 * static_cast<double>(i) / rd));
+  const Both f = upload_both(freq);
+  const Both pos = upload_both(int_tensor({rows}, 0, 200000));
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (bool inverse : {false, true}) {
+      const Both x = upload_both(random_tensor(dt, {rows, heads, hd}, 2.0f));
+      cpu_.rope({x.cpu.view(), pos.cpu.view(), f.cpu.view(), rd, inverse});
+      gpu_->rope({x.gpu.view(), pos.gpu.view(), f.gpu.view(), rd, inverse});
+      expect_same_bits("rope " + dtype_tag(dt) + (inverse ? " inverse" : ""), from_cpu(x.cpu), from_gpu(x.gpu));
+    }
+}
+
+TEST_F(CudaOpsCore, QuantSimIsBitExact) {
+  struct Case {
+    QuantFormat format;
+    int64_t width, cols, block;
+  };
+  for (const Case c : {Case{QuantFormat::kE4M3, 512, 448, 64}, Case{QuantFormat::kE2M1, 128, 128, 32},
+                       Case{QuantFormat::kE4M3, 384, 384, 128}})
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      Tensor x = random_tensor(dt, {9, c.width}, 4.0f);
+      // A block of tiny values exercises the amax floor; one of zeros the zero block.
+      for (int64_t i = 0; i < c.block; ++i) {
+        const float tiny = 1e-7f * static_cast<float>(i % 7);
+        if (dt == DType::kBF16) {
+          x.data<uint16_t>()[c.width + i] = float_to_bf16(tiny);
+          x.data<uint16_t>()[2 * c.width + i] = 0;
+        } else {
+          x.data<float>()[c.width + i] = tiny;
+          x.data<float>()[2 * c.width + i] = 0;
+        }
+      }
+      const Both xs = upload_both(x);
+      cpu_.quant_sim({xs.cpu.view(), c.cols, c.block, c.format});
+      gpu_->quant_sim({xs.gpu.view(), c.cols, c.block, c.format});
+      expect_same_bits(std::string("quant_sim ") + (c.format == QuantFormat::kE4M3 ? "e4m3" : "e2m1") + " block " +
+                           std::to_string(c.block) + " " + dtype_tag(dt),
+                       from_cpu(xs.cpu), from_gpu(xs.gpu));
+    }
+}
+
+TEST_F(CudaOpsCore, HadamardIsBitExact) {
+  for (int64_t width : {128, 512, 4096})
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      const Both x = upload_both(random_tensor(dt, {5, width}));
+      cpu_.hadamard({x.cpu.view()});
+      gpu_->hadamard({x.gpu.view()});
+      expect_same_bits("hadamard " + std::to_string(width) + " " + dtype_tag(dt), from_cpu(x.cpu), from_gpu(x.gpu));
+    }
+}
+
+TEST_F(CudaOpsCore, AddBroadcastIsBitExact) {
+  const int64_t T = 5, n = 4, D = 300;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const Both a = upload_both(random_tensor(dt, {T, n, D}));
+    const Both b = upload_both(random_tensor(dt, {T, D}));
+    const Both out = outputs(dt, {T, n, D});
+    cpu_.add_broadcast({a.cpu.view(), b.cpu.view(), out.cpu.view()});
+    gpu_->add_broadcast({a.gpu.view(), b.gpu.view(), out.gpu.view()});
+    expect_same_bits("add_broadcast " + dtype_tag(dt), from_cpu(out.cpu), from_gpu(out.gpu));
+  }
+}
+
+// ---- linears ----------------------------------------------------------------------------------
+
+TEST_F(CudaOpsCore, LinearWithPlainWeights) {
+  const BothWeights wb = load_both("w_bf16", WeightFormat::kPlain, random_tensor(DType::kBF16, {200, 300}, 0.1f));
+  const BothWeights wf = load_both("w_f32", WeightFormat::kPlain, random_tensor(DType::kF32, {72, 1024}, 0.1f));
+  check_linear("linear bf16 w, f32 x -> f32 (exact math)", wb, 9, DType::kF32, DType::kF32, ActQuant::kNone, false);
+  check_linear("linear bf16 w, bf16 x -> bf16", wb, 9, DType::kBF16, DType::kBF16, ActQuant::kNone, false);
+  check_linear("linear bf16 w, bf16 x -> f32 (gate/head)", wb, 70, DType::kBF16, DType::kF32, ActQuant::kNone, false);
+  check_linear("linear f32 w, bf16 x -> bf16", wf, 3, DType::kBF16, DType::kBF16, ActQuant::kNone, false);
+  check_linear("linear bf16 w, act-quant f32 x -> f32", wb, 4, DType::kF32, DType::kF32, ActQuant::kFp8Block128,
+               false);
+}
+
+TEST_F(CudaOpsCore, LinearWithFp8WeightsExactMath) {
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{256, 512}, {200, 300}, {512, 7168}}) {
+    const auto [codes, scales] = random_fp8(n, k);
+    const BothWeights w = load_both("fp8", WeightFormat::kFp8, codes, &scales);
+    check_linear("linear fp8 exact-math n" + std::to_string(n) + " k" + std::to_string(k), w, 5, DType::kF32,
+                 DType::kF32, ActQuant::kNone, false);
+  }
+}
+
+TEST_F(CudaOpsCore, LinearWithFp8WeightsDefaultModeOnTensorCores) {
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 256, 512}, {5, 512, 7168}, {16, 384, 1024},
+                               {33, 1536, 4096}}) {
+    const auto [codes, scales] = random_fp8(n, k);
+    const BothWeights w = load_both("fp8", WeightFormat::kFp8, codes, &scales);
+    check_linear("linear fp8 default m" + std::to_string(m) + " n" + std::to_string(n) + " k" + std::to_string(k), w,
+                 m, DType::kBF16, DType::kBF16, ActQuant::kFp8Block128, true);
+  }
+}
+
+TEST_F(CudaOpsCore, LinearWithFp8WeightsAndQuantisedActivationsOffTheTensorCores) {
+  // f32 x or y, or K not a multiple of 128 (its last block is a short one): the plain GEMM on
+  // activations quantised exactly as the CPU quantises them.
+  const auto [c1, s1] = random_fp8(256, 384);
+  const BothWeights w1 = load_both("fp8", WeightFormat::kFp8, c1, &s1);
+  check_linear("linear fp8 act-quant bf16 x -> f32", w1, 6, DType::kBF16, DType::kF32, ActQuant::kFp8Block128, false);
+  check_linear("linear fp8 act-quant f32 x -> bf16", w1, 6, DType::kF32, DType::kBF16, ActQuant::kFp8Block128, false);
+  const auto [c2, s2] = random_fp8(136, 200);
+  const BothWeights w2 = load_both("fp8", WeightFormat::kFp8, c2, &s2);
+  check_linear("linear fp8 act-quant k200 -> bf16", w2, 6, DType::kBF16, DType::kBF16, ActQuant::kFp8Block128, false);
+}
+
+TEST_F(CudaOpsCore, LinearWithMxfp4Weights) {
+  const auto [packed, scales] = random_mxfp4(256, 512);
+  const BothWeights w = load_both("mxfp4", WeightFormat::kMxfp4, packed, &scales);
+  check_linear("linear mxfp4 exact-math", w, 7, DType::kF32, DType::kF32, ActQuant::kNone, false);
+  check_linear("linear mxfp4 default (tensor cores)", w, 7, DType::kBF16, DType::kBF16, ActQuant::kFp8Block128, true);
+}
+
+TEST_F(CudaOpsCore, LinearRowsDoNotDependOnTheBatchAndRunsRepeat) {
+  const auto [codes, scales] = random_fp8(320, 640);
+  const BothWeights w = load_both("fp8", WeightFormat::kFp8, codes, &scales);
+  const Tensor x = random_tensor(DType::kBF16, {37, 640});
+  const Both xs = upload_both(x);
+  for (const ActQuant q : {ActQuant::kNone, ActQuant::kFp8Block128}) {
+    const std::string what = q == ActQuant::kNone ? "plain GEMM" : "FP8 tensor cores";
+    const Both all = outputs(DType::kBF16, {37, 320}), again = outputs(DType::kBF16, {37, 320});
+    gpu_->linear({xs.gpu.view(), &w.gpu, q, all.gpu.view()});
+    gpu_->linear({xs.gpu.view(), &w.gpu, q, again.gpu.view()});
+    expect_same_bits("linear repeat, " + what, from_gpu(all.gpu), from_gpu(again.gpu));
+    if (q == ActQuant::kNone) {  // batch independence is promised for the plain GEMM only
+      const Both few = outputs(DType::kBF16, {5, 320});
+      gpu_->linear({slice_rows(ConstTensorView(xs.gpu.view()), 10, 15), &w.gpu, q, few.gpu.view()});
+      Tensor rows(DType::kBF16, {5, 320});
+      std::memcpy(rows.data<uint16_t>(), from_gpu(all.gpu).data<uint16_t>() + 10 * 320, rows.nbytes());
+      expect_same_bits("linear rows 10..14 alone, " + what, rows, from_gpu(few.gpu));
+    }
+  }
+}
+
+TEST_F(CudaOpsCore, LinearRejectsAWeightOfAnotherShape) {
+  const BothWeights w = load_both("w", WeightFormat::kPlain, random_tensor(DType::kBF16, {8, 16}));
+  const Both x = upload_both(random_tensor(DType::kBF16, {2, 32}));
+  const Both y = outputs(DType::kBF16, {2, 8});
+  EXPECT_THROW(gpu_->linear({x.gpu.view(), &w.gpu, ActQuant::kNone, y.gpu.view()}), UsageError);
+}
+
+TEST_F(CudaOpsCore, GroupedLinearWithFp8Weights) {
+  const int64_t T = 6, G = 4, R = 64, K = 256;
+  const auto [codes, scales] = random_fp8(G * R, K);
+  const BothWeights w = load_both("wo_a", WeightFormat::kFp8, codes, &scales);
+  const float* wv = w.cpu.data.view().data<float>();
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const Tensor x = random_tensor(dt, {T, G, K});
+    const Both xs = upload_both(x);
+    const Both y = outputs(dt, {T, G, R});
+    cpu_.grouped_linear({xs.cpu.view(), &w.cpu, y.cpu.view()});
+    gpu_->grouped_linear({xs.gpu.view(), &w.gpu, y.gpu.view()});
+    const std::vector<float> xv = floats_of(x), want = floats_of(from_cpu(y.cpu));
+    expect_within("grouped_linear fp8 " + dtype_tag(dt), want, floats_of(from_gpu(y.gpu)), [&](int64_t i) {
+      const int64_t t = i / (G * R), g = (i / R) % G, r = i % R;
+      double mag = 0;
+      for (int64_t k = 0; k < K; ++k) mag += std::fabs(static_cast<double>(xv[(t * G + g) * K + k]) * wv[(g * R + r) * K + k]);
+      return 2e-5 * mag + (dt == DType::kBF16 ? kBf16Ulp : 0.0) * std::fabs(want[i]) + 1e-30;
+    });
+  }
+}
+
+// ---- mHC --------------------------------------------------------------------------------------
+
+struct HcWeightsBoth {
+  BothWeights fn, scale, base;
+};
+
+class CudaOpsMhc : public CudaOpsCore {
+ protected:
+  HcWeightsBoth hc_weights(int64_t rows, int64_t width, int64_t scales) {
+    Tensor scale(DType::kF32, {scales});
+    for (int64_t i = 0; i < scales; ++i) scale.data<float>()[i] = 0.5f + 0.25f * static_cast<float>(i);
+    return {load_both("fn", WeightFormat::kPlain, random_tensor(DType::kF32, {rows, width}, 0.05f)),
+            load_both("scale", WeightFormat::kPlain, scale),
+            load_both("base", WeightFormat::kPlain, random_tensor(DType::kF32, {rows}, 0.5f))};
+  }
+
+  // |y - y_cpu| bound for y = sum_j g_j x_j with g in (0, 2]: the weights differ in their last
+  // bits (mix projections summed in another order), so the bound scales with sum_j |x_j|.
+  std::function<double(int64_t)> stream_sum_tolerance(const Tensor& x, const std::vector<float>& want, int64_t n,
+                                                      int64_t D, DType dt) {
+    std::vector<float> xv = floats_of(x);
+    return [xv = std::move(xv), &want, n, D, dt](int64_t i) {
+      const int64_t t = i / D, d = i % D;
+      double s = 0;
+      for (int64_t j = 0; j < n; ++j) s += std::fabs(xv[(t * n + j) * D + d]);
+      return 1e-5 * s + (dt == DType::kBF16 ? kBf16Ulp : 0.0) * std::fabs(want[i]) + 1e-30;
+    };
+  }
+};
+
+TEST_F(CudaOpsMhc, HcPreMatchesInBothModes) {
+  const int64_t T = 5, n = 4, D = 512, mix = (2 + n) * n;
+  const HcWeightsBoth w = hc_weights(mix, n * D, 3);
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const std::string tag = std::string(dt == DType::kF32 ? " (exact math)" : " (default)");
+    const Tensor x = random_tensor(dt, {T, n, D});
+    const Both xs = upload_both(x);
+    const Both y = outputs(dt, {T, D}), post = outputs(DType::kF32, {T, n}), comb = outputs(DType::kF32, {T, n, n});
+    for (Ops* ops : {static_cast<Ops*>(&cpu_), static_cast<Ops*>(gpu_.get())}) {
+      const bool on_cpu = ops == &cpu_;
+      const auto& pick = [&](const Both& b) { return on_cpu ? b.cpu.view() : b.gpu.view(); };
+      const auto& pickw = [&](const BothWeights& b) { return on_cpu ? &b.cpu : &b.gpu; };
+      ops->hc_pre({pick(xs), pickw(w.fn), pickw(w.scale), pickw(w.base), 20, 1e-6f, 1e-6f, pick(y), pick(post),
+                   pick(comb)});
+    }
+    const std::vector<float> want_post = floats_of(from_cpu(post.cpu)), want_comb = floats_of(from_cpu(comb.cpu));
+    expect_within("hc_pre post" + tag, want_post, floats_of(from_gpu(post.gpu)), [](int64_t) { return 2e-5; });
+    expect_within("hc_pre comb" + tag, want_comb, floats_of(from_gpu(comb.gpu)), [](int64_t) { return 2e-5; });
+    const std::vector<float> want_y = floats_of(from_cpu(y.cpu));
+    expect_within("hc_pre y" + tag, want_y, floats_of(from_gpu(y.gpu)), stream_sum_tolerance(x, want_y, n, D, dt));
+  }
+}
+
+TEST_F(CudaOpsMhc, HcPostIsBitExact) {
+  const int64_t T = 5, n = 4, D = 700;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const Both a = upload_both(random_tensor(dt, {T, D}));
+    const Both x = upload_both(random_tensor(dt, {T, n, D}));
+    const Both post = upload_both(random_tensor(DType::kF32, {T, n}));
+    const Both comb = upload_both(random_tensor(DType::kF32, {T, n, n}, 0.3f));
+    const Both out = outputs(dt, {T, n, D});
+    cpu_.hc_post({a.cpu.view(), x.cpu.view(), post.cpu.view(), comb.cpu.view(), out.cpu.view()});
+    gpu_->hc_post({a.gpu.view(), x.gpu.view(), post.gpu.view(), comb.gpu.view(), out.gpu.view()});
+    expect_same_bits("hc_post " + dtype_tag(dt), from_cpu(out.cpu), from_gpu(out.gpu));
+  }
+}
+
+TEST_F(CudaOpsMhc, HcHeadMatchesInBothModes) {
+  const int64_t T = 6, n = 4, D = 512;
+  const HcWeightsBoth w = hc_weights(n, n * D, 1);
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const Tensor x = random_tensor(dt, {T, n, D});
+    const Both xs = upload_both(x);
+    const Both y = outputs(dt, {T, D});
+    cpu_.hc_head({xs.cpu.view(), &w.fn.cpu, &w.scale.cpu, &w.base.cpu, 1e-6f, 1e-6f, y.cpu.view()});
+    gpu_->hc_head({xs.gpu.view(), &w.fn.gpu, &w.scale.gpu, &w.base.gpu, 1e-6f, 1e-6f, y.gpu.view()});
+    const std::vector<float> want = floats_of(from_cpu(y.cpu));
+    expect_within("hc_head y " + dtype_tag(dt), want, floats_of(from_gpu(y.gpu)),
+                  stream_sum_tolerance(x, want, n, D, dt));
+  }
+}
+
+}  // namespace
+}  // namespace dsv4
