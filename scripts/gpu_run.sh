@@ -10,10 +10,17 @@ out=${OUT:-$here/gpu-out}
 mkdir -p "$out"
 status=0
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/device.txt"
+# The model tests and the generate checks need the tiny checkpoint: make it here (seconds).
+model=/tmp/dsv4-tiny
+"$here/dsv4" make-model --preset tiny --seed 1 --out "$model" --force 2>/dev/null || status=1
+export DSV4_TINY_MODEL=$model
 for t in "$here"/test_*; do
   name=$(basename "$t")
   echo "== $name"
   "$t" --gtest_output="xml:$out/$name.xml" 2>&1 | tee "$out/$name.log" | tail -n 4 || status=1
+  # The model test runs the whole CPU reference beside the GPU; the sanitizers cover the GPU ops
+  # through the op tests and the model through generate (below).
+  [[ $name == test_model_* ]] && continue
   for tool in memcheck racecheck synccheck; do
     # racecheck cannot run cuBLASLt's Hopper kernels (nvjet_*: it reports their asynchronous
     # copies as hazards, or fails with an internal error when they are excluded), so the tests
@@ -26,6 +33,16 @@ for t in "$here"/test_*; do
     [ $rc -eq 0 ] || status=1
   done
 done
+# generate on the GPU: greedy ids against the CPU's, timings, and memcheck over a short run.
+prompt=$(seq -s, 1000 37 5000)
+echo "== generate"
+"$here/dsv4" generate --model "$model" --prompt-ids "$prompt" -n 32 --ignore-eos --device cuda --stats 2>&1 | tee "$out/generate_cuda.txt" || status=1
+"$here/dsv4" generate --model "$model" --prompt-ids "$prompt" -n 32 --ignore-eos --device cpu 2>&1 | tee "$out/generate_cpu.txt" || status=1
+compute-sanitizer --tool memcheck --error-exitcode 1 "$here/dsv4" generate --model "$model" --prompt-ids "$prompt" \
+  -n 4 --device cuda >"$out/generate.memcheck.log" 2>&1
+rc=$?
+echo "   compute-sanitizer memcheck (generate): rc=$rc ($(tail -n 1 "$out/generate.memcheck.log"))"
+[ $rc -eq 0 ] || status=1
 for b in "$here"/bench_*; do
   [ -x "$b" ] || continue
   name=$(basename "$b")

@@ -1,17 +1,22 @@
-// `dsv4 generate`: greedy decoding from a prompt of token ids on the CPU reference backend. The
-// steps are kept apart (where the prompt's ids come from, the decode loop, how ids are printed)
-// so other prompt sources (text, chat) and printers slot in beside the existing ones.
+// `dsv4 generate`: greedy decoding from a prompt, on the CPU reference or the GPU. The prompt is
+// token ids (`--prompt-ids`, ids printed back) or text (`--prompt`, encoded with the model's
+// tokenizer.json, optionally through the DeepSeek-V4 chat encoding with `--chat`, and the answer
+// streamed as text).
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "model/model.h"
+#include "tokenizer/chat_encoding.h"
+#include "tokenizer/tokenizer.h"
+#include "tools/backend.h"
 #include "tools/commands.h"
 #include "tools/token_ids.h"
 
@@ -22,6 +27,11 @@ namespace {
 struct GenerateOptions {
   std::string model_dir;
   std::string prompt_ids;
+  std::string prompt;          // text; needs a tokenizer
+  bool chat = false;           // apply the DeepSeek-V4 chat encoding to the text prompt
+  bool thinking = false;       // --chat: thinking mode instead of chat mode
+  std::string tokenizer_file;  // default: MODEL/tokenizer.json
+  Device device = Device::kCpu;
   int64_t max_new_tokens = 32;
   bool json = false;
   bool exact_math = false;
@@ -81,19 +91,68 @@ std::vector<int32_t> greedy_decode(const Model& model, Ops& ops, const std::vect
   return out;
 }
 
+// The prompt's ids and the printer of new ids: ids echo as ids, text prompts stream text.
+struct PromptIo {
+  std::vector<int32_t> ids;
+  std::function<void(int32_t)> print;
+  std::function<void()> finish;
+};
+
+PromptIo id_prompt(const GenerateOptions& o) {
+  auto first = std::make_shared<bool>(true);
+  return {parse_token_ids(o.prompt_ids, "--prompt-ids"),
+          [o, first](int32_t id) {
+            if (o.json) return;  // printed at the end
+            std::printf("%s%d", *first ? "" : ",", id);
+            std::fflush(stdout);
+            *first = false;
+          },
+          [] {}};
+}
+
+PromptIo text_prompt(const GenerateOptions& o, std::shared_ptr<const Tokenizer> tokenizer) {
+  std::string text = o.prompt;
+  if (o.chat) {
+    ChatMessage user;
+    user.role = ChatRole::kUser;
+    user.content = o.prompt;
+    ChatEncodeOptions options;
+    options.mode = o.thinking ? ThinkingMode::kThinking : ThinkingMode::kChat;
+    text = encode_chat_prompt(std::span<const ChatMessage>(&user, 1), options);
+  }
+  auto decoder = std::make_shared<StreamDecoder>(*tokenizer);
+  return {tokenizer->encode(text),
+          [o, decoder, tokenizer](int32_t id) {
+            if (o.json) return;
+            std::fputs(decoder->next(id).c_str(), stdout);
+            std::fflush(stdout);
+          },
+          [o, decoder] {
+            if (!o.json) std::fputs(decoder->flush().c_str(), stdout);
+          }};
+}
+
 void run_generate(const GenerateOptions& o) {
-  const std::vector<int32_t> prompt = parse_token_ids(o.prompt_ids, "--prompt-ids");
-  cpu::CpuOps ops(o.threads);
-  const Model model = Model::load(ops, o.model_dir);
+  if (o.prompt_ids.empty() == o.prompt.empty())
+    throw UsageError("generate: give exactly one of --prompt-ids and --prompt");
+  std::shared_ptr<const Tokenizer> tokenizer;
+  if (!o.prompt.empty()) {
+    const std::filesystem::path file =
+        o.tokenizer_file.empty() ? std::filesystem::path(o.model_dir) / "tokenizer.json" : std::filesystem::path(o.tokenizer_file);
+    tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(file));
+  }
+  PromptIo io = tokenizer ? text_prompt(o, tokenizer) : id_prompt(o);
+  if (io.ids.empty()) throw UsageError("generate: the prompt has no tokens");
+  const std::unique_ptr<Ops> ops = make_backend(o.device, o.threads);
+  const Model model = Model::load(*ops, o.model_dir);
   DecodeStats stats;
-  bool first = true;
-  const std::vector<int32_t> ids = greedy_decode(model, ops, prompt, o, [&](int32_t id) {
-    if (o.json) return;  // printed at the end
-    std::printf("%s%d", first ? "" : ",", id);
-    std::fflush(stdout);
-    first = false;
-  }, stats);
-  if (o.json) std::printf("%s", nlohmann::json{{"ids", ids}}.dump().c_str());
+  const std::vector<int32_t> ids = greedy_decode(model, *ops, io.ids, o, io.print, stats);
+  io.finish();
+  if (o.json) {
+    nlohmann::json j{{"ids", ids}};
+    if (tokenizer) j["text"] = tokenizer->decode(ids);
+    std::printf("%s", j.dump().c_str());
+  }
   std::printf("\n");
   if (o.stats)
     std::fprintf(stderr, "prefill: %lld tokens in %.3f s (%.1f tokens/s); decode: %lld tokens in %.3f s (%.2f tokens/s)\n",
@@ -107,11 +166,21 @@ void run_generate(const GenerateOptions& o) {
 
 void add_generate_command(CLI::App& app) {
   auto opts = std::make_shared<GenerateOptions>();
-  CLI::App* cmd = app.add_subcommand("generate", "Greedy decoding from a prompt of token ids (CPU)");
+  CLI::App* cmd = app.add_subcommand("generate", "Greedy decoding from a prompt of token ids or text");
   cmd->add_option("--model", opts->model_dir, "Model folder (config.json + safetensors)")->required();
-  cmd->add_option("--prompt-ids", opts->prompt_ids, "Prompt as comma-separated token ids, e.g. 1,2,3")->required();
+  auto* ids = cmd->add_option("--prompt-ids", opts->prompt_ids, "Prompt as comma-separated token ids, e.g. 1,2,3");
+  auto* text = cmd->add_option("--prompt", opts->prompt,
+                               "Prompt as text, encoded with the model's tokenizer.json; the answer streams as text");
+  ids->excludes(text);
+  cmd->add_flag("--chat", opts->chat, "Wrap --prompt as a user turn in the DeepSeek-V4 chat encoding")->needs(text);
+  cmd->add_flag("--thinking", opts->thinking, "With --chat: thinking mode (<think>) instead of chat mode")
+      ->needs(text);
+  cmd->add_option("--tokenizer", opts->tokenizer_file, "tokenizer.json to use (default: MODEL/tokenizer.json)")
+      ->needs(text);
+  add_device_option(cmd, opts->device);
   cmd->add_option("-n,--max-new-tokens", opts->max_new_tokens, "Tokens to generate")->check(CLI::PositiveNumber);
-  cmd->add_flag("--json", opts->json, "Print {\"ids\": [...]} instead of comma-separated ids");
+  cmd->add_flag("--json", opts->json,
+                "Print {\"ids\": [...]} (and \"text\" for a text prompt) at the end instead of streaming");
   cmd->add_flag("--exact-math", opts->exact_math,
                 "No FP8/FP4 activation quantisation or QAT rounding; every activation fp32");
   cmd->add_flag("--ignore-eos", opts->ignore_eos, "Keep going after the end-of-sequence token");

@@ -2,13 +2,14 @@
 // other implementations, written as a float32 .npy of shape [tokens, vocab].
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "model/model.h"
+#include "tools/backend.h"
 #include "tools/commands.h"
 #include "tools/token_ids.h"
 
@@ -23,6 +24,7 @@ struct LogitsOptions {
   int64_t prefill_chunk = 0;
   bool exact_math = false;
   int threads = 0;
+  Device device = Device::kCpu;
 };
 
 // A float32 C-order .npy file, written as it is produced. The format (numpy's NEP 1) is a magic
@@ -66,7 +68,8 @@ std::string read_file(const std::string& path) {
 void run_logits(const LogitsOptions& o) {
   const std::vector<int32_t> ids = parse_token_ids(read_file(o.ids_file), o.ids_file);
   const auto T = static_cast<int64_t>(ids.size());
-  cpu::CpuOps ops(o.threads);
+  const std::unique_ptr<Ops> backend = make_backend(o.device, o.threads);
+  Ops& ops = *backend;
   const Model model = Model::load(ops, o.model_dir);
   const int64_t V = model.config()->vocab_size;
   SequenceCache cache = model.new_sequence(ops, T, o.exact_math);
@@ -99,6 +102,7 @@ void add_logits_command(CLI::App& app) {
   cmd->add_flag("--exact-math", opts->exact_math,
                 "No FP8/FP4 activation quantisation or QAT rounding; every activation fp32");
   cmd->add_option("--threads", opts->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  add_device_option(cmd, opts->device);
   cmd->callback([opts] { run_logits(*opts); });
 }
 

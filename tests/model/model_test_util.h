@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <map>
 #include <span>
 #include <string>
@@ -15,8 +18,12 @@
 
 namespace dsv4::testing {
 
-// Written by the make_tiny_model ctest fixture: `dsv4 make-model --preset tiny --seed 1`.
-inline const char* tiny_model_dir() { return DSV4_TINY_MODEL_DIR; }
+// Written by the make_tiny_model ctest fixture: `dsv4 make-model --preset tiny --seed 1`. A test
+// binary carried to another machine (the GPU runs) finds it through DSV4_TINY_MODEL instead.
+inline const char* tiny_model_dir() {
+  const char* moved = std::getenv("DSV4_TINY_MODEL");
+  return moved != nullptr ? moved : DSV4_TINY_MODEL_DIR;
+}
 
 // Deterministic token ids spread over the vocabulary, with some repeats.
 inline std::vector<int32_t> test_ids(int64_t n, int64_t vocab, uint32_t seed = 1) {
@@ -55,6 +62,22 @@ inline std::vector<float> forward_hidden(const Model& model, Ops& ops, SequenceC
   batch.observer = observer;
   batch.add(cache, ids);
   return to_floats(model.forward(ops, batch).final_hidden.view());
+}
+
+inline double cosine(const float* a, const float* b, int64_t n) {
+  double ab = 0, aa = 0, bb = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ab += double(a[i]) * b[i];
+    aa += double(a[i]) * a[i];
+    bb += double(b[i]) * b[i];
+  }
+  return ab / std::sqrt(aa * bb);
+}
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 inline std::vector<float> rows(const std::vector<float>& v, int64_t width, int64_t begin, int64_t end) {

@@ -32,22 +32,6 @@ std::vector<int64_t> golden_ints(const Checkpoint& g, const std::string& name) {
   return {v.data<int64_t>(), v.data<int64_t>() + v.numel()};
 }
 
-double cosine(const float* a, const float* b, int64_t n) {
-  double ab = 0, aa = 0, bb = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    ab += double(a[i]) * b[i];
-    aa += double(a[i]) * a[i];
-    bb += double(b[i]) * b[i];
-  }
-  return ab / std::sqrt(aa * bb);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 // The contract asks for <= 1e-2, but in the default numerics two correct implementations differ by
 // more than that from summation order alone: FP8 activation quantisation and the FP8 QAT of the
 // compressed entries turn last-bit differences into whole quantisation steps (MODEL.md §15). On

@@ -1,0 +1,183 @@
+// The tiny model on the GPU (CudaOps) against the CPU reference (CpuOps), MODEL.md §15 style:
+// each layer fed the CPU's input to that layer (share of tokens whose expert or top-k choice
+// differs < 1%, relative error <= 1e-2 on the rest), whole-model logits (median cosine >= 0.999,
+// next-token argmax agreement under teacher forcing >= 95%), and the GPU bit-identical to itself
+// run to run. Skips where no GPU exists.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/device.h"
+#include "model_test_util.h"
+
+namespace dsv4::testing {
+namespace {
+
+constexpr int64_t kTokens = 300;
+
+// Copies a tensor in backend memory to host floats or ints.
+std::vector<float> host_floats(Ops& ops, ConstTensorView v) {
+  Tensor host(v.dtype(), v.shape());
+  ops.download(v, host.view());
+  return to_floats(host.view());
+}
+std::vector<int32_t> host_ints(Ops& ops, ConstTensorView v) {
+  Tensor host(v.dtype(), v.shape());
+  ops.download(v, host.view());
+  return to_ints(host.view());
+}
+
+// Like RecordingObserver, for tensors in device memory.
+class DownloadingObserver : public ForwardObserver {
+ public:
+  explicit DownloadingObserver(Ops& ops) : ops_(ops) {}
+  void on_tensor(std::string_view name, ConstTensorView t) override {
+    auto& r = records[std::string(name)];
+    r.shape = t.shape();
+    if (t.dtype() == DType::kI32) r.ints = host_ints(ops_, t);
+    else r.floats = host_floats(ops_, t);
+  }
+  std::map<std::string, RecordingObserver::Record> records;
+
+ private:
+  Ops& ops_;
+};
+
+class TinyOnCuda : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!cuda::device_available()) return;
+    cpu_ = std::make_unique<cpu::CpuOps>(2);
+    gpu_ = std::make_unique<cuda::CudaOps>();
+    cpu_model_ = std::make_unique<Model>(Model::load(*cpu_, tiny_model_dir()));
+    gpu_model_ = std::make_unique<Model>(Model::load(*gpu_, tiny_model_dir()));
+    ids_ = test_ids(kTokens, cpu_model_->config()->vocab_size, 5);
+  }
+  static void TearDownTestSuite() {
+    gpu_model_.reset();
+    cpu_model_.reset();
+    gpu_.reset();
+    cpu_.reset();
+  }
+  void SetUp() override {
+    if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device on this machine";
+  }
+
+  // Logits [T, V] of a one-shot prefill of the test ids.
+  static std::vector<float> prefill_logits(const Model& model, Ops& ops, bool exact, ForwardObserver* obs = nullptr) {
+    SequenceCache cache = model.new_sequence(ops, kTokens, exact);
+    ForwardBatch batch;
+    batch.options.exact_math = exact;
+    batch.options.logits = LogitsFor::kAllTokens;
+    batch.observer = obs;
+    batch.add(cache, ids_);
+    return host_floats(ops, model.forward(ops, batch).logits.view());
+  }
+
+  static void compare_logits(const std::vector<float>& gpu, const std::vector<float>& cpu, const char* what) {
+    const int64_t V = cpu_model_->config()->vocab_size;
+    std::vector<double> cos;
+    int64_t agree = 0;
+    for (int64_t t = 0; t < kTokens; ++t) {
+      const float* a = gpu.data() + t * V;
+      const float* b = cpu.data() + t * V;
+      cos.push_back(cosine(a, b, V));
+      agree += std::max_element(a, a + V) - a == std::max_element(b, b + V) - b;
+    }
+    const double med = median(cos), argmax = double(agree) / kTokens;
+    std::printf("[measure] %s logits GPU vs CPU: cosine median %.6f, min %.6f; argmax agreement %.3f\n", what, med,
+                *std::min_element(cos.begin(), cos.end()), argmax);
+    EXPECT_GE(med, 0.999) << what;
+    EXPECT_GE(argmax, 0.95) << what;
+  }
+
+  static std::unique_ptr<cpu::CpuOps> cpu_;
+  static std::unique_ptr<cuda::CudaOps> gpu_;
+  static std::unique_ptr<Model> cpu_model_, gpu_model_;
+  static std::vector<int32_t> ids_;
+};
+std::unique_ptr<cpu::CpuOps> TinyOnCuda::cpu_;
+std::unique_ptr<cuda::CudaOps> TinyOnCuda::gpu_;
+std::unique_ptr<Model> TinyOnCuda::cpu_model_, TinyOnCuda::gpu_model_;
+std::vector<int32_t> TinyOnCuda::ids_;
+
+TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumerics) {
+  compare_logits(prefill_logits(*gpu_model_, *gpu_, false), prefill_logits(*cpu_model_, *cpu_, false), "default");
+}
+
+TEST_F(TinyOnCuda, WholeModelLogitsExactMath) {
+  compare_logits(prefill_logits(*gpu_model_, *gpu_, true), prefill_logits(*cpu_model_, *cpu_, true), "exact-math");
+}
+
+TEST_F(TinyOnCuda, EachLayerWithTheCpuInputAgrees) {
+  const ModelConfig& cfg = cpu_model_->config();
+  const int64_t L = cfg.num_layers(), n = cfg->hc_mult, D = cfg->hidden_size, k = cfg->num_experts_per_tok;
+  RecordingObserver cpu_obs;
+  prefill_logits(*cpu_model_, *cpu_, false, &cpu_obs);
+  for (int64_t l = 0; l < L; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    const std::string out_name = l + 1 < L ? "layers." + std::to_string(l + 1) + ".input" : "hc_head.input";
+    const std::vector<float>& in = cpu_obs.records.at(p + "input").floats;
+    DeviceTensor streams = gpu_->alloc(DType::kBF16, {kTokens, n, D});
+    Tensor staged(DType::kBF16, {kTokens, n, D});
+    for (size_t i = 0; i < in.size(); ++i) staged.data<uint16_t>()[i] = float_to_bf16(in[i]);
+    gpu_->upload(staged.view(), streams.view());
+
+    SequenceCache cache = gpu_model_->new_sequence(*gpu_, kTokens, false);
+    DownloadingObserver gpu_obs(*gpu_);
+    ForwardBatch batch;
+    batch.options.logits = LogitsFor::kNone;
+    batch.observer = &gpu_obs;
+    batch.add(cache, ids_);
+    const std::vector<float> out = host_floats(*gpu_, gpu_model_->forward_layer(*gpu_, batch, l, streams).view());
+    const std::vector<float>& ref = cpu_obs.records.at(out_name).floats;
+
+    const bool csa = cfg.layer_kind(l) == LayerKind::kCsa;
+    const int64_t kt = csa ? cfg->index_topk : 0;
+    const auto& experts = gpu_obs.records.at(p + "experts").ints;
+    const auto& ref_experts = cpu_obs.records.at(p + "experts").ints;
+    const std::vector<int32_t> no_topk;
+    const auto& topk = csa ? gpu_obs.records.at(p + "indexer_topk").ints : no_topk;
+    const auto& ref_topk = csa ? cpu_obs.records.at(p + "indexer_topk").ints : no_topk;
+    int64_t differ = 0;
+    double err2 = 0, ref2 = 0;
+    std::vector<double> per_token;
+    const int64_t width = n * D;
+    for (int64_t t = 0; t < kTokens; ++t) {
+      const bool e = !std::equal(experts.begin() + t * k, experts.begin() + (t + 1) * k, ref_experts.begin() + t * k);
+      const bool s = csa && !std::equal(topk.begin() + t * kt, topk.begin() + (t + 1) * kt, ref_topk.begin() + t * kt);
+      if (e || s) {
+        ++differ;
+        continue;
+      }
+      double e2 = 0, r2 = 0;
+      for (int64_t i = t * width; i < (t + 1) * width; ++i) {
+        e2 += double(out[i] - ref[i]) * (out[i] - ref[i]);
+        r2 += double(ref[i]) * ref[i];
+      }
+      err2 += e2;
+      ref2 += r2;
+      per_token.push_back(std::sqrt(e2 / r2));
+    }
+    const double set_error = std::sqrt(err2 / ref2);
+    std::printf("[measure] layer %lld (%s): choices differ %lld/%lld; rel. error over the agreeing tokens %.3e, per "
+                "token median %.3e max %.3e\n",
+                static_cast<long long>(l), std::string(layer_kind_name(cfg.layer_kind(l))).c_str(),
+                static_cast<long long>(differ), static_cast<long long>(kTokens), set_error, median(per_token),
+                *std::max_element(per_token.begin(), per_token.end()));
+    EXPECT_LT(double(differ) / kTokens, 0.01) << "layer " << l;
+    EXPECT_LE(median(per_token), 1e-2) << "layer " << l;
+  }
+}
+
+TEST_F(TinyOnCuda, GpuIsBitIdenticalRunToRun) {
+  const std::vector<float> a = prefill_logits(*gpu_model_, *gpu_, false);
+  const std::vector<float> b = prefill_logits(*gpu_model_, *gpu_, false);
+  EXPECT_TRUE(same_bits(a, b));
+}
+
+}  // namespace
+}  // namespace dsv4::testing
