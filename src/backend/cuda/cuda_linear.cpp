@@ -1,5 +1,6 @@
 // CudaOps linears. FP8 weights with FP8 activation quantisation (the default mode's FP8/FP4
-// linears) run on the FP8 tensor cores: kernels::act_quant_fp8 then cuBLASLt's block-scaled GEMM.
+// linears) run on the FP8 tensor cores: kernels::act_quant_fp8 then cuBLASLt's block-scaled GEMM
+// (unless CudaOptions::fp8_tensor_cores is off).
 // Everything else takes kernels::simple_gemm, whose fp32 result has the CPU's semantics up to
 // the summation order: fp32/bf16 weights, and FP8 weights in exact-math mode (ActQuant::kNone:
 // the e4m3 codes times their pow2 scales, dequantised exactly on the fly, so no fp32 copy of the
@@ -71,7 +72,7 @@ void CudaOps::linear(const LinearParams& p) {
   if (M == 0 || N == 0) return;
 
   const bool quantise = p.act_quant == ActQuant::kFp8Block128;
-  if (quantise && w.type == kernels::GemmWeight::kE4M3 && p.x.dtype() == DType::kBF16 &&
+  if (options_.fp8_tensor_cores && quantise && w.type == kernels::GemmWeight::kE4M3 && p.x.dtype() == DType::kBF16 &&
       p.y.dtype() == DType::kBF16 && K > 0 && K % kActQuantBlock == 0 && N % 8 == 0 && aligned16(p.x.bytes())) {
     const int64_t mp = fp8_gemm_padded_m(M);
     StreamBuffer xq(static_cast<size_t>(mp * K), stream_);

@@ -32,7 +32,7 @@ bool overlaps(ConstTensorView a, ConstTensorView b) {
 
 }  // namespace
 
-CudaOps::CudaOps() {
+CudaOps::CudaOps(CudaOptions options) : options_(options) {
   if (!device_available())
     throw CudaError("CudaOps: no CUDA device can be used (no driver, or the runtime reports no devices)");
   DSV4_CUDA_CHECK(cudaSetDevice(0));

@@ -14,10 +14,19 @@
 
 namespace dsv4::cuda {
 
+struct CudaOptions {
+  // Default-mode FP8/FP4 linears on the FP8 tensor cores (cuBLASLt). Hopper's FP8 MMA accumulates
+  // inside each 128-wide K block with less than fp32 precision, and the FP8 activation
+  // quantisation downstream turns those last-bit differences into visible ones (MODEL.md §15);
+  // false computes them with exact fp32 accumulation of the same quantised values (simple_gemm),
+  // the CPU reference's arithmetic, at a large cost in speed.
+  bool fp8_tensor_cores = true;
+};
+
 class CudaOps final : public Ops {
  public:
   // Uses device 0; throws CudaError when no device can be used.
-  CudaOps();
+  explicit CudaOps(CudaOptions options = {});
   ~CudaOps() override;
   CudaOps(const CudaOps&) = delete;
   CudaOps& operator=(const CudaOps&) = delete;
@@ -60,6 +69,7 @@ class CudaOps final : public Ops {
   void moe_experts(const MoeExpertsParams& p) override;
 
  private:
+  CudaOptions options_;
   cudaStream_t owned_stream_ = nullptr;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<Fp8BlockGemm> fp8_gemm_;
