@@ -154,6 +154,7 @@ void run_generate(const GenerateOptions& o) {
     std::printf("%s", j.dump().c_str());
   }
   std::printf("\n");
+  std::fflush(stdout);  // the stats go to stderr, after the answer
   if (o.stats)
     std::fprintf(stderr, "prefill: %lld tokens in %.3f s (%.1f tokens/s); decode: %lld tokens in %.3f s (%.2f tokens/s)\n",
                  static_cast<long long>(stats.prompt_tokens), stats.prefill_seconds,

@@ -51,4 +51,27 @@ if "$dsv4" generate --model "$model" --prompt-ids 1,999999 -n 2 2>"$work/err.txt
   fail "an out-of-vocabulary id was accepted"
 fi
 grep -q "999999" "$work/err.txt" || fail "error message: $(cat "$work/err.txt")"
+# Text prompts: the streamed text is the decoding of the generated ids, and a text prompt gives
+# the same ids as its tokenisation given as --prompt-ids.
+if [ -f "$model/tokenizer.json" ]; then
+  text_json=$("$dsv4" generate --model "$model" --prompt "Hello, world" -n 5 --ignore-eos --json)
+  streamed=$("$dsv4" generate --model "$model" --prompt "Hello, world" -n 5 --ignore-eos)
+  prompt_ids=$(echo '{"text": "Hello, world"}' | "$dsv4" tokenize --tokenizer "$model/tokenizer.json" |
+               python3 -c 'import json,sys; print(",".join(map(str, json.load(sys.stdin)["ids"])))')
+  by_ids=$("$dsv4" generate --model "$model" --prompt-ids "$prompt_ids" -n 5 --ignore-eos)
+  chat_json=$("$dsv4" generate --model "$model" --prompt "Hello" --chat -n 3 --ignore-eos --json)
+  python3 - "$text_json" "$streamed" "$by_ids" "$chat_json" <<'PY'
+import json, sys
+text, streamed, by_ids, chat = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+assert len(text["ids"]) == 5, text
+assert streamed.rstrip("\n") == text["text"].rstrip("\n"), (streamed, text["text"])
+assert [int(x) for x in by_ids.split(",")] == text["ids"], (by_ids, text["ids"])
+assert len(chat["ids"]) == 3 and isinstance(chat["text"], str), chat
+PY
+  if "$dsv4" generate --model "$model" --prompt-ids 1 --prompt "x" 2>"$work/err.txt"; then
+    fail "--prompt-ids and --prompt together were accepted"
+  fi
+  grep -q "excludes" "$work/err.txt" || fail "error message: $(cat "$work/err.txt")"
+fi
+
 echo "ok"
