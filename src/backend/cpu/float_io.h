@@ -1,6 +1,6 @@
-// Reading and writing the CPU backend's activation tensors (kF32 or kBF16) as fp32 rows, and
-// the shape checks every CPU op starts with. A store rounds to the tensor's dtype: that rounding
-// is the "stored bf16" of MODEL.md.
+// Reading and writing the CPU backend's activation tensors (kF32 or kBF16) as fp32 rows. A store
+// rounds to the tensor's dtype: that rounding is the "stored bf16" of MODEL.md. The argument
+// checks are ops/arg_checks.h, shared with the other backends.
 #pragma once
 
 #include <cstdint>
@@ -10,11 +10,10 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "core/tensor.h"
+#include "ops/arg_checks.h"
 #include "ops/ops.h"
 
 namespace dsv4::cpu {
-
-inline bool is_float_activation(DType t) { return t == DType::kF32 || t == DType::kBF16; }
 
 // The value a float takes when stored with dtype t.
 inline float round_to(DType t, float v) { return t == DType::kBF16 ? round_bf16(v) : v; }
@@ -46,31 +45,6 @@ inline std::vector<float> load_all(ConstTensorView v) {
   std::vector<float> out(static_cast<size_t>(v.numel()));
   load_floats(v, 0, v.numel(), out.data());
   return out;
-}
-
-// Throws UsageError naming the op and the argument unless v has the given shape.
-inline void expect_shape(const char* op, const char* arg, ConstTensorView v, const Shape& shape) {
-  if (v.shape() != shape)
-    throw UsageError(std::string(op) + ": " + arg + " has shape " + shape_str(v.shape()) + ", expected " +
-                     shape_str(shape));
-}
-
-inline void expect_dtype(const char* op, const char* arg, ConstTensorView v, DType t) {
-  if (v.dtype() != t)
-    throw UsageError(std::string(op) + ": " + arg + " has dtype " + std::string(dtype_name(v.dtype())) +
-                     ", expected " + std::string(dtype_name(t)));
-}
-
-inline void expect_float(const char* op, const char* arg, ConstTensorView v) {
-  if (!is_float_activation(v.dtype()))
-    throw UsageError(std::string(op) + ": " + arg + " has dtype " + std::string(dtype_name(v.dtype())) +
-                     ", expected f32 or bf16");
-}
-
-inline void expect_rank(const char* op, const char* arg, ConstTensorView v, int rank) {
-  if (v.rank() != rank)
-    throw UsageError(std::string(op) + ": " + arg + " has shape " + shape_str(v.shape()) + ", expected rank " +
-                     std::to_string(rank));
 }
 
 // A CPU weight's fp32 values, checked against the expected logical shape.
