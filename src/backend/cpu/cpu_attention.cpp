@@ -10,6 +10,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/float_io.h"
+#include "ops/param_checks.h"
 
 namespace dsv4::cpu {
 
@@ -58,10 +59,8 @@ std::vector<float> load_cache_rows(const char* op, ConstTensorView cache, int64_
 }  // namespace
 
 void CpuOps::compressor_pool(const CompressorPoolParams& p) {
-  expect_rank("compressor_pool", "kv", p.kv, 2);
-  expect_dtype("compressor_pool", "kv", p.kv, DType::kF32);
+  check_params(p);
   const int64_t T = p.kv.dim(0), width = p.kv.dim(1), m = p.ratio;
-  if (m <= 0) throw UsageError("compressor_pool: ratio must be positive");
   const bool overlap = m == 4;
   const int64_t coff = overlap ? 2 : 1, dc = width / coff, ring = coff * m;
   expect_shape("compressor_pool", "score", p.score, {T, width});
@@ -124,15 +123,8 @@ void CpuOps::compressor_pool(const CompressorPoolParams& p) {
 }
 
 void CpuOps::indexer_topk(const IndexerTopkParams& p) {
-  expect_rank("indexer_topk", "q", p.q, 3);
-  expect_float("indexer_topk", "q", p.q);
+  check_params(p);
   const int64_t T = p.q.dim(0), heads = p.q.dim(1), dh = p.q.dim(2);
-  expect_shape("indexer_topk", "weights", p.weights, {T, heads});
-  expect_float("indexer_topk", "weights", p.weights);
-  expect_rank("indexer_topk", "topk", p.topk, 2);
-  expect_dtype("indexer_topk", "topk", p.topk, DType::kI32);
-  if (p.topk.dim(0) != T) throw UsageError("indexer_topk: topk must have one row per token");
-  if (p.ratio <= 0) throw UsageError("indexer_topk: ratio must be positive");
   const int64_t k = p.topk.dim(1);
   const std::vector<TokenPlace> places = place_tokens("indexer_topk", p.seqs, T);
 
@@ -172,13 +164,8 @@ void CpuOps::indexer_topk(const IndexerTopkParams& p) {
 }
 
 void CpuOps::sparse_attention(const SparseAttentionParams& p) {
-  expect_rank("sparse_attention", "q", p.q, 3);
-  expect_float("sparse_attention", "q", p.q);
+  check_params(p);
   const int64_t T = p.q.dim(0), H = p.q.dim(1), d = p.q.dim(2), W = p.window;
-  expect_shape("sparse_attention", "kv", p.kv, {T, d});
-  expect_float("sparse_attention", "kv", p.kv);
-  expect_shape("sparse_attention", "out", p.out, {T, H, d});
-  expect_float("sparse_attention", "out", p.out);
   const float* sink = weight_f32("sparse_attention", p.sink, {H});
   const bool has_topk = !is_empty(p.topk);
   if (has_topk) {

@@ -6,13 +6,12 @@
 #include "backend/cpu/float_io.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/linear_input.h"
+#include "ops/param_checks.h"
 
 namespace dsv4::cpu {
 
 void CpuOps::linear(const LinearParams& p) {
-  expect_rank("linear", "x", p.x, 2);
-  expect_float("linear", "x", p.x);
-  expect_float("linear", "y", p.y);
+  check_params(p);
   const int64_t M = p.x.dim(0), K = p.x.dim(1);
   if (p.w == nullptr || p.w->shape.size() != 2)
     throw UsageError("linear: the weight must be 2-D [out, in]");
@@ -30,12 +29,8 @@ void CpuOps::linear(const LinearParams& p) {
 }
 
 void CpuOps::grouped_linear(const GroupedLinearParams& p) {
-  expect_rank("grouped_linear", "x", p.x, 3);
-  expect_float("grouped_linear", "x", p.x);
-  expect_rank("grouped_linear", "y", p.y, 3);
-  expect_float("grouped_linear", "y", p.y);
+  check_params(p);
   const int64_t T = p.x.dim(0), G = p.x.dim(1), K = p.x.dim(2), R = p.y.dim(2);
-  expect_shape("grouped_linear", "y", p.y, {T, G, R});
   const float* w = weight_f32("grouped_linear", p.w, {G * R, K});
   const std::vector<float> x = load_all(p.x);
   std::vector<float> y(static_cast<size_t>(T * G * R));

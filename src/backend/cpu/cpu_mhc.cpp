@@ -7,6 +7,7 @@
 #include "backend/cpu/float_io.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/parallel_rows.h"
+#include "ops/param_checks.h"
 
 namespace dsv4::cpu {
 
@@ -74,8 +75,7 @@ void weighted_stream_sum(ThreadPool& pool, const std::vector<float>& x, const st
 }  // namespace
 
 void CpuOps::hc_pre(const HcPreParams& p) {
-  expect_rank("hc_pre", "x", p.x, 3);
-  expect_float("hc_pre", "x", p.x);
+  check_params(p);
   const int64_t T = p.x.dim(0), n = p.x.dim(1), D = p.x.dim(2), mix = (2 + n) * n;
   const float* fn = weight_f32("hc_pre", p.fn, {mix, n * D});
   const float* scale = weight_f32("hc_pre", p.scale, {3});
@@ -105,16 +105,8 @@ void CpuOps::hc_pre(const HcPreParams& p) {
 }
 
 void CpuOps::hc_post(const HcPostParams& p) {
-  expect_rank("hc_post", "x", p.x, 3);
-  expect_float("hc_post", "x", p.x);
-  expect_float("hc_post", "a", p.a);
+  check_params(p);
   const int64_t T = p.x.dim(0), n = p.x.dim(1), D = p.x.dim(2);
-  expect_shape("hc_post", "a", p.a, {T, D});
-  expect_shape("hc_post", "post", p.post, {T, n});
-  expect_dtype("hc_post", "post", p.post, DType::kF32);
-  expect_shape("hc_post", "comb", p.comb, {T, n, n});
-  expect_dtype("hc_post", "comb", p.comb, DType::kF32);
-  expect_shape("hc_post", "out", p.out, {T, n, D});
   const float* post = p.post.data<float>();
   const float* comb = p.comb.data<float>();
   parallel_rows(pool_, T, 8, [&](int64_t t0, int64_t t1) {
@@ -136,8 +128,7 @@ void CpuOps::hc_post(const HcPostParams& p) {
 }
 
 void CpuOps::hc_head(const HcHeadParams& p) {
-  expect_rank("hc_head", "x", p.x, 3);
-  expect_float("hc_head", "x", p.x);
+  check_params(p);
   const int64_t T = p.x.dim(0), n = p.x.dim(1), D = p.x.dim(2);
   const float* fn = weight_f32("hc_head", p.fn, {n, n * D});
   const float* scale = weight_f32("hc_head", p.scale, {1});

@@ -11,6 +11,7 @@
 #include "backend/cpu/float_io.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/linear_input.h"
+#include "ops/param_checks.h"
 
 namespace dsv4::cpu {
 
@@ -32,16 +33,9 @@ float swiglu_value(float gate, float up, float limit) {
 }  // namespace
 
 void CpuOps::moe_route(const MoeRouteParams& p) {
-  expect_rank("moe_route", "logits", p.logits, 2);
-  expect_dtype("moe_route", "logits", p.logits, DType::kF32);
+  check_params(p);
   const int64_t T = p.logits.dim(0), E = p.logits.dim(1);
-  expect_rank("moe_route", "experts", p.experts, 2);
-  expect_dtype("moe_route", "experts", p.experts, DType::kI32);
   const int64_t k = p.experts.dim(1);
-  expect_shape("moe_route", "experts", p.experts, {T, k});
-  expect_shape("moe_route", "weights", p.weights, {T, k});
-  expect_dtype("moe_route", "weights", p.weights, DType::kF32);
-  if (k > E) throw UsageError("moe_route: cannot pick " + std::to_string(k) + " of " + std::to_string(E) + " experts");
   const bool hash = p.tid2eid != nullptr;
   const float* bias = p.bias ? weight_f32("moe_route", p.bias, {E}) : nullptr;
   const int32_t* tid2eid = nullptr;
@@ -118,13 +112,8 @@ void CpuOps::moe_route(const MoeRouteParams& p) {
 }
 
 void CpuOps::swiglu(const SwigluParams& p) {
-  expect_rank("swiglu", "gate", p.gate, 2);
-  expect_float("swiglu", "gate", p.gate);
+  check_params(p);
   const int64_t T = p.gate.dim(0), I = p.gate.dim(1);
-  expect_shape("swiglu", "up", p.up, {T, I});
-  expect_float("swiglu", "up", p.up);
-  expect_shape("swiglu", "out", p.out, {T, I});
-  expect_float("swiglu", "out", p.out);
   const bool weighted = !is_empty(p.row_weight);
   if (weighted) {
     expect_shape("swiglu", "row_weight", p.row_weight, {T});
@@ -141,19 +130,9 @@ void CpuOps::swiglu(const SwigluParams& p) {
 }
 
 void CpuOps::moe_experts(const MoeExpertsParams& p) {
-  expect_rank("moe_experts", "x", p.x, 2);
-  expect_float("moe_experts", "x", p.x);
+  check_params(p);
   const int64_t T = p.x.dim(0), D = p.x.dim(1);
-  expect_rank("moe_experts", "experts", p.experts, 2);
-  expect_dtype("moe_experts", "experts", p.experts, DType::kI32);
   const int64_t k = p.experts.dim(1), E = static_cast<int64_t>(p.routed.size());
-  expect_shape("moe_experts", "experts", p.experts, {T, k});
-  expect_shape("moe_experts", "weights", p.weights, {T, k});
-  expect_dtype("moe_experts", "weights", p.weights, DType::kF32);
-  expect_shape("moe_experts", "shared", p.shared, {T, D});
-  expect_float("moe_experts", "shared", p.shared);
-  expect_shape("moe_experts", "out", p.out, {T, D});
-  expect_float("moe_experts", "out", p.out);
   const DType act = p.x.dtype();
   const int32_t* experts = p.experts.data<int32_t>();
   const float* weights = p.weights.data<float>();

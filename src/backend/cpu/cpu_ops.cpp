@@ -14,6 +14,7 @@
 #include "backend/cpu/float_io.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/parallel_rows.h"
+#include "ops/param_checks.h"
 
 namespace dsv4::cpu {
 
@@ -58,11 +59,7 @@ void CpuOps::download(ConstTensorView src, TensorView host) {
 }
 
 void CpuOps::copy(const CopyParams& p) {
-  expect_float("copy", "src", p.src);
-  expect_float("copy", "dst", p.dst);
-  if (p.src.numel() != p.dst.numel())
-    throw UsageError("copy: " + shape_str(p.src.shape()) + " and " + shape_str(p.dst.shape()) +
-                     " differ in element count");
+  check_params(p);
   if (p.src.dtype() == p.dst.dtype()) {
     std::memmove(p.dst.bytes(), p.src.bytes(), p.src.nbytes());
     return;
@@ -124,9 +121,7 @@ Weight CpuOps::load_weight(const LoadWeightParams& p) {
 }
 
 void CpuOps::embed(const EmbedParams& p) {
-  expect_rank("embed", "ids", p.ids, 1);
-  expect_dtype("embed", "ids", p.ids, DType::kI32);
-  expect_rank("embed", "out", p.out, 3);
+  check_params(p);
   const int64_t T = p.ids.dim(0), n = p.out.dim(1), D = p.out.dim(2);
   expect_shape("embed", "out", p.out, {T, n, D});
   if (p.table == nullptr || p.table->shape.size() != 2 || p.table->shape[1] != D)
@@ -143,9 +138,7 @@ void CpuOps::embed(const EmbedParams& p) {
 }
 
 void CpuOps::rms_norm(const RmsNormParams& p) {
-  expect_rank("rms_norm", "x", p.x, 2);
-  expect_float("rms_norm", "x", p.x);
-  expect_shape("rms_norm", "y", p.y, p.x.shape());
+  check_params(p);
   const int64_t rows = p.x.dim(0), dim = p.x.dim(1);
   const float* w = p.weight ? weight_f32("rms_norm", p.weight, {dim}) : nullptr;
   parallel_rows(pool_, rows, 16, [&](int64_t r0, int64_t r1) {
@@ -161,15 +154,8 @@ void CpuOps::rms_norm(const RmsNormParams& p) {
 }
 
 void CpuOps::rope(const RopeParams& p) {
-  expect_rank("rope", "x", p.x, 3);
-  expect_float("rope", "x", p.x);
+  check_params(p);
   const int64_t rows = p.x.dim(0), heads = p.x.dim(1), hd = p.x.dim(2), half = p.rope_dim / 2;
-  if (p.rope_dim <= 0 || p.rope_dim % 2 != 0 || p.rope_dim > hd)
-    throw UsageError("rope: rope_dim " + std::to_string(p.rope_dim) + " must be even and at most " + std::to_string(hd));
-  expect_shape("rope", "positions", p.positions, {rows});
-  expect_dtype("rope", "positions", p.positions, DType::kI32);
-  expect_shape("rope", "inv_freq", p.inv_freq, {half});
-  expect_dtype("rope", "inv_freq", p.inv_freq, DType::kF32);
   const float* inv_freq = p.inv_freq.data<float>();
   const int32_t* pos = p.positions.data<int32_t>();
   parallel_rows(pool_, rows, 16, [&](int64_t r0, int64_t r1) {
@@ -198,12 +184,8 @@ void CpuOps::rope(const RopeParams& p) {
 }
 
 void CpuOps::quant_sim(const QuantSimParams& p) {
-  expect_rank("quant_sim", "x", p.x, 2);
-  expect_float("quant_sim", "x", p.x);
+  check_params(p);
   const int64_t rows = p.x.dim(0), width = p.x.dim(1);
-  if (p.block <= 0 || p.cols < 0 || p.cols > width || p.cols % p.block != 0)
-    throw UsageError("quant_sim: cols " + std::to_string(p.cols) + " must be a multiple of the block " +
-                     std::to_string(p.block) + " and at most the width " + std::to_string(width));
   parallel_rows(pool_, rows, 32, [&](int64_t r0, int64_t r1) {
     std::vector<float> v(static_cast<size_t>(p.cols));
     for (int64_t r = r0; r < r1; ++r) {
@@ -218,10 +200,8 @@ void CpuOps::quant_sim(const QuantSimParams& p) {
 }
 
 void CpuOps::hadamard(const HadamardParams& p) {
-  expect_rank("hadamard", "x", p.x, 2);
-  expect_float("hadamard", "x", p.x);
+  check_params(p);
   const int64_t rows = p.x.dim(0), n = p.x.dim(1);
-  if (n <= 0 || (n & (n - 1)) != 0) throw UsageError("hadamard: width " + std::to_string(n) + " is not a power of two");
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(n)));
   parallel_rows(pool_, rows, 32, [&](int64_t r0, int64_t r1) {
     std::vector<float> v(static_cast<size_t>(n));
@@ -242,12 +222,8 @@ void CpuOps::hadamard(const HadamardParams& p) {
 }
 
 void CpuOps::add_broadcast(const AddBroadcastParams& p) {
-  expect_rank("add_broadcast", "a", p.a, 3);
-  expect_float("add_broadcast", "a", p.a);
-  expect_float("add_broadcast", "b", p.b);
+  check_params(p);
   const int64_t T = p.a.dim(0), n = p.a.dim(1), D = p.a.dim(2);
-  expect_shape("add_broadcast", "b", p.b, {T, D});
-  expect_shape("add_broadcast", "out", p.out, p.a.shape());
   parallel_rows(pool_, T, 16, [&](int64_t t0, int64_t t1) {
     std::vector<float> a(static_cast<size_t>(D)), b(static_cast<size_t>(D));
     for (int64_t t = t0; t < t1; ++t) {

@@ -12,6 +12,7 @@
 #include "kernels/attention/sparse_attn_rows.h"
 #include "kernels/compressor/compressor_pool.h"
 #include "kernels/indexer/indexer_topk.h"
+#include "ops/param_checks.h"
 
 namespace dsv4::cuda {
 
@@ -50,10 +51,8 @@ void check_cache(const char* op, ConstTensorView cache, int64_t rows, int64_t wi
 }  // namespace
 
 void CudaOps::compressor_pool(const CompressorPoolParams& p) {
-  expect_rank("compressor_pool", "kv", p.kv, 2);
-  expect_dtype("compressor_pool", "kv", p.kv, DType::kF32);
+  check_params(p);
   const int64_t T = p.kv.dim(0), width = p.kv.dim(1), m = p.ratio;
-  if (m <= 0) throw UsageError("compressor_pool: ratio must be positive");
   const int64_t coff = m == 4 ? 2 : 1, dc = width / coff, ring = coff * m;
   if (width % coff != 0)
     throw UsageError("compressor_pool: kv width " + std::to_string(width) + " must split into " + std::to_string(coff) +
@@ -95,15 +94,8 @@ void CudaOps::compressor_pool(const CompressorPoolParams& p) {
 }
 
 void CudaOps::indexer_topk(const IndexerTopkParams& p) {
-  expect_rank("indexer_topk", "q", p.q, 3);
-  expect_float("indexer_topk", "q", p.q);
+  check_params(p);
   const int64_t T = p.q.dim(0), heads = p.q.dim(1), dh = p.q.dim(2);
-  expect_shape("indexer_topk", "weights", p.weights, {T, heads});
-  expect_float("indexer_topk", "weights", p.weights);
-  expect_rank("indexer_topk", "topk", p.topk, 2);
-  expect_dtype("indexer_topk", "topk", p.topk, DType::kI32);
-  if (p.topk.dim(0) != T) throw UsageError("indexer_topk: topk must have one row per token");
-  if (p.ratio <= 0) throw UsageError("indexer_topk: ratio must be positive");
   const int64_t k = p.topk.dim(1);
   check_slices("indexer_topk", p.seqs, T);
 
@@ -137,13 +129,8 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
 }
 
 void CudaOps::sparse_attention(const SparseAttentionParams& p) {
-  expect_rank("sparse_attention", "q", p.q, 3);
-  expect_float("sparse_attention", "q", p.q);
+  check_params(p);
   const int64_t T = p.q.dim(0), H = p.q.dim(1), d = p.q.dim(2), W = p.window;
-  expect_shape("sparse_attention", "kv", p.kv, {T, d});
-  expect_float("sparse_attention", "kv", p.kv);
-  expect_shape("sparse_attention", "out", p.out, {T, H, d});
-  expect_float("sparse_attention", "out", p.out);
   const kernels::FloatPtr sink = weight_floats("sparse_attention", p.sink, {H});
   const bool has_topk = !is_empty(p.topk);
   if (has_topk) {

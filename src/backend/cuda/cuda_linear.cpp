@@ -15,6 +15,7 @@
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/gemm/act_quant.h"
 #include "kernels/gemm/simple_gemm.h"
+#include "ops/param_checks.h"
 
 namespace dsv4::cuda {
 
@@ -61,9 +62,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }  // namespace
 
 void CudaOps::linear(const LinearParams& p) {
-  expect_rank("linear", "x", p.x, 2);
-  expect_float("linear", "x", p.x);
-  expect_float("linear", "y", p.y);
+  check_params(p);
   const int64_t M = p.x.dim(0), K = p.x.dim(1);
   if (p.w == nullptr || p.w->shape.size() != 2) throw UsageError("linear: the weight must be 2-D [out, in]");
   const int64_t N = p.w->shape[0];
@@ -103,12 +102,8 @@ void CudaOps::linear(const LinearParams& p) {
 }
 
 void CudaOps::grouped_linear(const GroupedLinearParams& p) {
-  expect_rank("grouped_linear", "x", p.x, 3);
-  expect_float("grouped_linear", "x", p.x);
-  expect_rank("grouped_linear", "y", p.y, 3);
-  expect_float("grouped_linear", "y", p.y);
+  check_params(p);
   const int64_t T = p.x.dim(0), G = p.x.dim(1), K = p.x.dim(2), R = p.y.dim(2);
-  expect_shape("grouped_linear", "y", p.y, {T, G, R});
   const GemmWeightView w = gemm_weight("grouped_linear", p.w, G * R, K);
   kernels::SimpleGemmParams g{float_ptr(p.x), G * K, w.data, w.type, w.scale, w.scale_ld, float_ptr(p.y), G * R,
                               T, R, K};

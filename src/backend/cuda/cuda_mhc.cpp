@@ -4,12 +4,12 @@
 #include "backend/cuda/op_checks.h"
 #include "backend/cuda/stream_buffer.h"
 #include "kernels/mhc/mhc.h"
+#include "ops/param_checks.h"
 
 namespace dsv4::cuda {
 
 void CudaOps::hc_pre(const HcPreParams& p) {
-  expect_rank("hc_pre", "x", p.x, 3);
-  expect_float("hc_pre", "x", p.x);
+  check_params(p);
   const int64_t T = p.x.dim(0), n = p.x.dim(1), D = p.x.dim(2), mix = (2 + n) * n;
   const kernels::FloatPtr fn = weight_floats("hc_pre", p.fn, {mix, n * D});
   const kernels::FloatPtr scale = weight_floats("hc_pre", p.scale, {3});
@@ -29,16 +29,8 @@ void CudaOps::hc_pre(const HcPreParams& p) {
 }
 
 void CudaOps::hc_post(const HcPostParams& p) {
-  expect_rank("hc_post", "x", p.x, 3);
-  expect_float("hc_post", "x", p.x);
-  expect_float("hc_post", "a", p.a);
+  check_params(p);
   const int64_t T = p.x.dim(0), n = p.x.dim(1), D = p.x.dim(2);
-  expect_shape("hc_post", "a", p.a, {T, D});
-  expect_shape("hc_post", "post", p.post, {T, n});
-  expect_dtype("hc_post", "post", p.post, DType::kF32);
-  expect_shape("hc_post", "comb", p.comb, {T, n, n});
-  expect_dtype("hc_post", "comb", p.comb, DType::kF32);
-  expect_shape("hc_post", "out", p.out, {T, n, D});
   expect_float("hc_post", "out", p.out);
   kernels::hc_post_mix({float_ptr(p.a), float_ptr(p.x), p.post.data<float>(), p.comb.data<float>(), float_ptr(p.out),
                         T, n, D},
@@ -46,8 +38,7 @@ void CudaOps::hc_post(const HcPostParams& p) {
 }
 
 void CudaOps::hc_head(const HcHeadParams& p) {
-  expect_rank("hc_head", "x", p.x, 3);
-  expect_float("hc_head", "x", p.x);
+  check_params(p);
   const int64_t T = p.x.dim(0), n = p.x.dim(1), D = p.x.dim(2);
   const kernels::FloatPtr fn = weight_floats("hc_head", p.fn, {n, n * D});
   const kernels::FloatPtr scale = weight_floats("hc_head", p.scale, {1});

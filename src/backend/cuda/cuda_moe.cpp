@@ -13,6 +13,7 @@
 #include "kernels/moe/expert_rows.h"
 #include "kernels/moe/moe_route.h"
 #include "kernels/moe/swiglu.h"
+#include "ops/param_checks.h"
 
 namespace dsv4::cuda {
 
@@ -39,16 +40,9 @@ void expect_expert_weight(const Weight* w, int64_t expert, const char* which, co
 }  // namespace
 
 void CudaOps::moe_route(const MoeRouteParams& p) {
-  expect_rank("moe_route", "logits", p.logits, 2);
-  expect_dtype("moe_route", "logits", p.logits, DType::kF32);
+  check_params(p);
   const int64_t T = p.logits.dim(0), E = p.logits.dim(1);
-  expect_rank("moe_route", "experts", p.experts, 2);
-  expect_dtype("moe_route", "experts", p.experts, DType::kI32);
   const int64_t k = p.experts.dim(1);
-  expect_shape("moe_route", "experts", p.experts, {T, k});
-  expect_shape("moe_route", "weights", p.weights, {T, k});
-  expect_dtype("moe_route", "weights", p.weights, DType::kF32);
-  if (k > E) throw UsageError("moe_route: cannot pick " + std::to_string(k) + " of " + std::to_string(E) + " experts");
   if (k > kernels::kMaxRouteK)
     throw UsageError("moe_route: " + std::to_string(k) + " experts per token, the CUDA backend allows up to " +
                      std::to_string(kernels::kMaxRouteK));
@@ -81,13 +75,8 @@ void CudaOps::moe_route(const MoeRouteParams& p) {
 }
 
 void CudaOps::swiglu(const SwigluParams& p) {
-  expect_rank("swiglu", "gate", p.gate, 2);
-  expect_float("swiglu", "gate", p.gate);
+  check_params(p);
   const int64_t T = p.gate.dim(0), I = p.gate.dim(1);
-  expect_shape("swiglu", "up", p.up, {T, I});
-  expect_float("swiglu", "up", p.up);
-  expect_shape("swiglu", "out", p.out, {T, I});
-  expect_float("swiglu", "out", p.out);
   const bool weighted = !is_empty(p.row_weight);
   if (weighted) {
     expect_shape("swiglu", "row_weight", p.row_weight, {T});
@@ -99,19 +88,9 @@ void CudaOps::swiglu(const SwigluParams& p) {
 }
 
 void CudaOps::moe_experts(const MoeExpertsParams& p) {
-  expect_rank("moe_experts", "x", p.x, 2);
-  expect_float("moe_experts", "x", p.x);
+  check_params(p);
   const int64_t T = p.x.dim(0), D = p.x.dim(1);
-  expect_rank("moe_experts", "experts", p.experts, 2);
-  expect_dtype("moe_experts", "experts", p.experts, DType::kI32);
   const int64_t k = p.experts.dim(1), E = static_cast<int64_t>(p.routed.size());
-  expect_shape("moe_experts", "experts", p.experts, {T, k});
-  expect_shape("moe_experts", "weights", p.weights, {T, k});
-  expect_dtype("moe_experts", "weights", p.weights, DType::kF32);
-  expect_shape("moe_experts", "shared", p.shared, {T, D});
-  expect_float("moe_experts", "shared", p.shared);
-  expect_shape("moe_experts", "out", p.out, {T, D});
-  expect_float("moe_experts", "out", p.out);
   const int64_t N = T * k;
   if (N == 0) {
     kernels::combine_experts({float_ptr(p.x), nullptr, float_ptr(p.shared), float_ptr(p.out), T, 0, D}, stream_);

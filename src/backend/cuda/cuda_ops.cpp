@@ -14,6 +14,7 @@
 #include "backend/cuda/op_checks.h"
 #include "backend/cuda/stream_buffer.h"
 #include "kernels/elementwise/elementwise.h"
+#include "ops/param_checks.h"
 
 namespace dsv4::cuda {
 
@@ -93,11 +94,7 @@ void CudaOps::download(ConstTensorView src, TensorView host) {
 }
 
 void CudaOps::copy(const CopyParams& p) {
-  expect_float("copy", "src", p.src);
-  expect_float("copy", "dst", p.dst);
-  if (p.src.numel() != p.dst.numel())
-    throw UsageError("copy: " + shape_str(p.src.shape()) + " and " + shape_str(p.dst.shape()) +
-                     " differ in element count");
+  check_params(p);
   if (p.src.numel() == 0 || (p.src.bytes() == p.dst.bytes() && p.src.dtype() == p.dst.dtype())) return;
   ConstTensorView src = p.src;
   std::unique_ptr<StreamBuffer> staged;  // overlapping ranges: copy the source aside first
@@ -187,9 +184,7 @@ Weight CudaOps::load_weight(const LoadWeightParams& p) {
 
 // The ids are checked on the host (a small download and a wait), so a bad id throws like the CPU.
 void CudaOps::embed(const EmbedParams& p) {
-  expect_rank("embed", "ids", p.ids, 1);
-  expect_dtype("embed", "ids", p.ids, DType::kI32);
-  expect_rank("embed", "out", p.out, 3);
+  check_params(p);
   expect_float("embed", "out", p.out);
   const int64_t T = p.ids.dim(0), n = p.out.dim(1), D = p.out.dim(2);
   expect_shape("embed", "out", p.out, {T, n, D});
@@ -207,9 +202,7 @@ void CudaOps::embed(const EmbedParams& p) {
 }
 
 void CudaOps::rms_norm(const RmsNormParams& p) {
-  expect_rank("rms_norm", "x", p.x, 2);
-  expect_float("rms_norm", "x", p.x);
-  expect_shape("rms_norm", "y", p.y, p.x.shape());
+  check_params(p);
   expect_float("rms_norm", "y", p.y);
   const int64_t rows = p.x.dim(0), dim = p.x.dim(1);
   const kernels::FloatPtr w = p.weight ? weight_floats("rms_norm", p.weight, {dim}) : kernels::FloatPtr{};
@@ -217,35 +210,22 @@ void CudaOps::rms_norm(const RmsNormParams& p) {
 }
 
 void CudaOps::rope(const RopeParams& p) {
-  expect_rank("rope", "x", p.x, 3);
-  expect_float("rope", "x", p.x);
-  const int64_t rows = p.x.dim(0), heads = p.x.dim(1), hd = p.x.dim(2), half = p.rope_dim / 2;
-  if (p.rope_dim <= 0 || p.rope_dim % 2 != 0 || p.rope_dim > hd)
-    throw UsageError("rope: rope_dim " + std::to_string(p.rope_dim) + " must be even and at most " + std::to_string(hd));
-  expect_shape("rope", "positions", p.positions, {rows});
-  expect_dtype("rope", "positions", p.positions, DType::kI32);
-  expect_shape("rope", "inv_freq", p.inv_freq, {half});
-  expect_dtype("rope", "inv_freq", p.inv_freq, DType::kF32);
+  check_params(p);
+  const int64_t rows = p.x.dim(0), heads = p.x.dim(1), hd = p.x.dim(2);
   kernels::rope_rows({float_ptr(p.x), p.positions.data<int32_t>(), p.inv_freq.data<float>(), rows, heads, hd,
                       p.rope_dim, p.inverse},
                      stream_);
 }
 
 void CudaOps::quant_sim(const QuantSimParams& p) {
-  expect_rank("quant_sim", "x", p.x, 2);
-  expect_float("quant_sim", "x", p.x);
+  check_params(p);
   const int64_t rows = p.x.dim(0), width = p.x.dim(1);
-  if (p.block <= 0 || p.cols < 0 || p.cols > width || p.cols % p.block != 0)
-    throw UsageError("quant_sim: cols " + std::to_string(p.cols) + " must be a multiple of the block " +
-                     std::to_string(p.block) + " and at most the width " + std::to_string(width));
   kernels::quant_sim_rows({float_ptr(p.x), rows, width, p.cols, p.block, p.format == QuantFormat::kE2M1}, stream_);
 }
 
 void CudaOps::hadamard(const HadamardParams& p) {
-  expect_rank("hadamard", "x", p.x, 2);
-  expect_float("hadamard", "x", p.x);
+  check_params(p);
   const int64_t rows = p.x.dim(0), n = p.x.dim(1);
-  if (n <= 0 || (n & (n - 1)) != 0) throw UsageError("hadamard: width " + std::to_string(n) + " is not a power of two");
   if (n > kernels::kHadamardMaxWidth)
     throw UsageError("hadamard: width " + std::to_string(n) + " exceeds the CUDA kernel's limit of " +
                      std::to_string(kernels::kHadamardMaxWidth));
@@ -254,12 +234,8 @@ void CudaOps::hadamard(const HadamardParams& p) {
 }
 
 void CudaOps::add_broadcast(const AddBroadcastParams& p) {
-  expect_rank("add_broadcast", "a", p.a, 3);
-  expect_float("add_broadcast", "a", p.a);
-  expect_float("add_broadcast", "b", p.b);
+  check_params(p);
   const int64_t T = p.a.dim(0), n = p.a.dim(1), D = p.a.dim(2);
-  expect_shape("add_broadcast", "b", p.b, {T, D});
-  expect_shape("add_broadcast", "out", p.out, p.a.shape());
   expect_float("add_broadcast", "out", p.out);
   kernels::broadcast_add({float_ptr(p.a), float_ptr(p.b), float_ptr(p.out), T, n, D}, stream_);
 }

@@ -1,0 +1,174 @@
+// check_params for every op (see param_checks.h).
+#include "ops/param_checks.h"
+
+#include <string>
+
+#include "core/error.h"
+#include "ops/arg_checks.h"
+
+namespace dsv4 {
+
+void check_params(const AddBroadcastParams& p) {
+  expect_rank("add_broadcast", "a", p.a, 3);
+  expect_float("add_broadcast", "a", p.a);
+  expect_float("add_broadcast", "b", p.b);
+  const int64_t T = p.a.dim(0), D = p.a.dim(2);
+  expect_shape("add_broadcast", "b", p.b, {T, D});
+  expect_shape("add_broadcast", "out", p.out, p.a.shape());
+}
+
+void check_params(const CompressorPoolParams& p) {
+  expect_rank("compressor_pool", "kv", p.kv, 2);
+  expect_dtype("compressor_pool", "kv", p.kv, DType::kF32);
+  const int64_t m = p.ratio;
+  if (m <= 0) throw UsageError("compressor_pool: ratio must be positive");
+}
+
+void check_params(const CopyParams& p) {
+  expect_float("copy", "src", p.src);
+  expect_float("copy", "dst", p.dst);
+  if (p.src.numel() != p.dst.numel())
+    throw UsageError("copy: " + shape_str(p.src.shape()) + " and " + shape_str(p.dst.shape()) +
+                     " differ in element count");
+}
+
+void check_params(const EmbedParams& p) {
+  expect_rank("embed", "ids", p.ids, 1);
+  expect_dtype("embed", "ids", p.ids, DType::kI32);
+  expect_rank("embed", "out", p.out, 3);
+}
+
+void check_params(const GroupedLinearParams& p) {
+  expect_rank("grouped_linear", "x", p.x, 3);
+  expect_float("grouped_linear", "x", p.x);
+  expect_rank("grouped_linear", "y", p.y, 3);
+  expect_float("grouped_linear", "y", p.y);
+  const int64_t T = p.x.dim(0), G = p.x.dim(1), R = p.y.dim(2);
+  expect_shape("grouped_linear", "y", p.y, {T, G, R});
+}
+
+void check_params(const HadamardParams& p) {
+  expect_rank("hadamard", "x", p.x, 2);
+  expect_float("hadamard", "x", p.x);
+  const int64_t n = p.x.dim(1);
+  if (n <= 0 || (n & (n - 1)) != 0) throw UsageError("hadamard: width " + std::to_string(n) + " is not a power of two");
+}
+
+void check_params(const HcHeadParams& p) {
+  expect_rank("hc_head", "x", p.x, 3);
+  expect_float("hc_head", "x", p.x);
+}
+
+void check_params(const HcPostParams& p) {
+  expect_rank("hc_post", "x", p.x, 3);
+  expect_float("hc_post", "x", p.x);
+  expect_float("hc_post", "a", p.a);
+  const int64_t T = p.x.dim(0), n = p.x.dim(1), D = p.x.dim(2);
+  expect_shape("hc_post", "a", p.a, {T, D});
+  expect_shape("hc_post", "post", p.post, {T, n});
+  expect_dtype("hc_post", "post", p.post, DType::kF32);
+  expect_shape("hc_post", "comb", p.comb, {T, n, n});
+  expect_dtype("hc_post", "comb", p.comb, DType::kF32);
+  expect_shape("hc_post", "out", p.out, {T, n, D});
+}
+
+void check_params(const HcPreParams& p) {
+  expect_rank("hc_pre", "x", p.x, 3);
+  expect_float("hc_pre", "x", p.x);
+}
+
+void check_params(const IndexerTopkParams& p) {
+  expect_rank("indexer_topk", "q", p.q, 3);
+  expect_float("indexer_topk", "q", p.q);
+  const int64_t T = p.q.dim(0), heads = p.q.dim(1);
+  expect_shape("indexer_topk", "weights", p.weights, {T, heads});
+  expect_float("indexer_topk", "weights", p.weights);
+  expect_rank("indexer_topk", "topk", p.topk, 2);
+  expect_dtype("indexer_topk", "topk", p.topk, DType::kI32);
+  if (p.topk.dim(0) != T) throw UsageError("indexer_topk: topk must have one row per token");
+  if (p.ratio <= 0) throw UsageError("indexer_topk: ratio must be positive");
+}
+
+void check_params(const LinearParams& p) {
+  expect_rank("linear", "x", p.x, 2);
+  expect_float("linear", "x", p.x);
+  expect_float("linear", "y", p.y);
+}
+
+void check_params(const MoeExpertsParams& p) {
+  expect_rank("moe_experts", "x", p.x, 2);
+  expect_float("moe_experts", "x", p.x);
+  const int64_t T = p.x.dim(0), D = p.x.dim(1);
+  expect_rank("moe_experts", "experts", p.experts, 2);
+  expect_dtype("moe_experts", "experts", p.experts, DType::kI32);
+  const int64_t k = p.experts.dim(1);
+  expect_shape("moe_experts", "experts", p.experts, {T, k});
+  expect_shape("moe_experts", "weights", p.weights, {T, k});
+  expect_dtype("moe_experts", "weights", p.weights, DType::kF32);
+  expect_shape("moe_experts", "shared", p.shared, {T, D});
+  expect_float("moe_experts", "shared", p.shared);
+  expect_shape("moe_experts", "out", p.out, {T, D});
+  expect_float("moe_experts", "out", p.out);
+}
+
+void check_params(const MoeRouteParams& p) {
+  expect_rank("moe_route", "logits", p.logits, 2);
+  expect_dtype("moe_route", "logits", p.logits, DType::kF32);
+  const int64_t T = p.logits.dim(0), E = p.logits.dim(1);
+  expect_rank("moe_route", "experts", p.experts, 2);
+  expect_dtype("moe_route", "experts", p.experts, DType::kI32);
+  const int64_t k = p.experts.dim(1);
+  expect_shape("moe_route", "experts", p.experts, {T, k});
+  expect_shape("moe_route", "weights", p.weights, {T, k});
+  expect_dtype("moe_route", "weights", p.weights, DType::kF32);
+  if (k > E) throw UsageError("moe_route: cannot pick " + std::to_string(k) + " of " + std::to_string(E) + " experts");
+}
+
+void check_params(const QuantSimParams& p) {
+  expect_rank("quant_sim", "x", p.x, 2);
+  expect_float("quant_sim", "x", p.x);
+  const int64_t width = p.x.dim(1);
+  if (p.block <= 0 || p.cols < 0 || p.cols > width || p.cols % p.block != 0)
+    throw UsageError("quant_sim: cols " + std::to_string(p.cols) + " must be a multiple of the block " +
+                     std::to_string(p.block) + " and at most the width " + std::to_string(width));
+}
+
+void check_params(const RmsNormParams& p) {
+  expect_rank("rms_norm", "x", p.x, 2);
+  expect_float("rms_norm", "x", p.x);
+  expect_shape("rms_norm", "y", p.y, p.x.shape());
+}
+
+void check_params(const RopeParams& p) {
+  expect_rank("rope", "x", p.x, 3);
+  expect_float("rope", "x", p.x);
+  const int64_t rows = p.x.dim(0), hd = p.x.dim(2), half = p.rope_dim / 2;
+  if (p.rope_dim <= 0 || p.rope_dim % 2 != 0 || p.rope_dim > hd)
+    throw UsageError("rope: rope_dim " + std::to_string(p.rope_dim) + " must be even and at most " + std::to_string(hd));
+  expect_shape("rope", "positions", p.positions, {rows});
+  expect_dtype("rope", "positions", p.positions, DType::kI32);
+  expect_shape("rope", "inv_freq", p.inv_freq, {half});
+  expect_dtype("rope", "inv_freq", p.inv_freq, DType::kF32);
+}
+
+void check_params(const SparseAttentionParams& p) {
+  expect_rank("sparse_attention", "q", p.q, 3);
+  expect_float("sparse_attention", "q", p.q);
+  const int64_t T = p.q.dim(0), H = p.q.dim(1), d = p.q.dim(2);
+  expect_shape("sparse_attention", "kv", p.kv, {T, d});
+  expect_float("sparse_attention", "kv", p.kv);
+  expect_shape("sparse_attention", "out", p.out, {T, H, d});
+  expect_float("sparse_attention", "out", p.out);
+}
+
+void check_params(const SwigluParams& p) {
+  expect_rank("swiglu", "gate", p.gate, 2);
+  expect_float("swiglu", "gate", p.gate);
+  const int64_t T = p.gate.dim(0), I = p.gate.dim(1);
+  expect_shape("swiglu", "up", p.up, {T, I});
+  expect_float("swiglu", "up", p.up);
+  expect_shape("swiglu", "out", p.out, {T, I});
+  expect_float("swiglu", "out", p.out);
+}
+
+}  // namespace dsv4
