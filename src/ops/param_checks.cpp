@@ -159,6 +159,13 @@ void check_params(const SparseAttentionParams& p) {
   expect_float("sparse_attention", "kv", p.kv);
   expect_shape("sparse_attention", "out", p.out, {T, H, d});
   expect_float("sparse_attention", "out", p.out);
+  if (!is_empty(p.topk)) {
+    expect_rank("sparse_attention", "topk", p.topk, 2);
+    expect_dtype("sparse_attention", "topk", p.topk, DType::kI32);
+    if (p.topk.dim(0) != T) throw UsageError("sparse_attention: topk must have one row per token");
+    if (p.ratio <= 0) throw UsageError("sparse_attention: topk given for a layer without compression");
+  }
+  if (p.window <= 0) throw UsageError("sparse_attention: window must be positive");
 }
 
 void check_params(const SwigluParams& p) {
@@ -169,6 +176,10 @@ void check_params(const SwigluParams& p) {
   expect_float("swiglu", "up", p.up);
   expect_shape("swiglu", "out", p.out, {T, I});
   expect_float("swiglu", "out", p.out);
+  if (!is_empty(p.row_weight)) {
+    expect_shape("swiglu", "row_weight", p.row_weight, {T});
+    expect_dtype("swiglu", "row_weight", p.row_weight, DType::kF32);
+  }
 }
 
 }  // namespace dsv4

@@ -168,13 +168,6 @@ void CpuOps::sparse_attention(const SparseAttentionParams& p) {
   const int64_t T = p.q.dim(0), H = p.q.dim(1), d = p.q.dim(2), W = p.window;
   const float* sink = weight_f32("sparse_attention", p.sink, {H});
   const bool has_topk = !is_empty(p.topk);
-  if (has_topk) {
-    expect_rank("sparse_attention", "topk", p.topk, 2);
-    expect_dtype("sparse_attention", "topk", p.topk, DType::kI32);
-    if (p.topk.dim(0) != T) throw UsageError("sparse_attention: topk must have one row per token");
-    if (p.ratio <= 0) throw UsageError("sparse_attention: topk given for a layer without compression");
-  }
-  if (W <= 0) throw UsageError("sparse_attention: window must be positive");
   const std::vector<TokenPlace> places = place_tokens("sparse_attention", p.seqs, T);
 
   std::vector<std::vector<float>> windows(p.seqs.size()), compressed(p.seqs.size());
