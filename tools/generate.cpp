@@ -18,6 +18,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tools/backend.h"
 #include "tools/commands.h"
+#include "tools/model_source.h"
 #include "tools/token_ids.h"
 
 namespace dsv4::tools {
@@ -25,7 +26,7 @@ namespace dsv4::tools {
 namespace {
 
 struct GenerateOptions {
-  std::string model_dir;
+  ModelSource source;
   std::string prompt_ids;
   std::string prompt;          // text; needs a tokenizer
   bool chat = false;           // apply the DeepSeek-V4 chat encoding to the text prompt
@@ -138,13 +139,13 @@ void run_generate(const GenerateOptions& o) {
   std::shared_ptr<const Tokenizer> tokenizer;
   if (!o.prompt.empty()) {
     const std::filesystem::path file =
-        o.tokenizer_file.empty() ? std::filesystem::path(o.model_dir) / "tokenizer.json" : std::filesystem::path(o.tokenizer_file);
+        o.tokenizer_file.empty() ? std::filesystem::path(o.source.model) / "tokenizer.json" : std::filesystem::path(o.tokenizer_file);
     tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(file));
   }
   PromptIo io = tokenizer ? text_prompt(o, tokenizer) : id_prompt(o);
   if (io.ids.empty()) throw UsageError("generate: the prompt has no tokens");
   const std::unique_ptr<Ops> ops = make_backend(o.device, o.threads);
-  const Model model = Model::load(*ops, o.model_dir);
+  const Model model = load_model(*ops, o.source);
   DecodeStats stats;
   const std::vector<int32_t> ids = greedy_decode(model, *ops, io.ids, o, io.print, stats);
   io.finish();
@@ -168,7 +169,7 @@ void run_generate(const GenerateOptions& o) {
 void add_generate_command(CLI::App& app) {
   auto opts = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "Greedy decoding from a prompt of token ids or text");
-  cmd->add_option("--model", opts->model_dir, "Model folder (config.json + safetensors)")->required();
+  add_model_options(cmd, opts->source);
   auto* ids = cmd->add_option("--prompt-ids", opts->prompt_ids, "Prompt as comma-separated token ids, e.g. 1,2,3");
   auto* text = cmd->add_option("--prompt", opts->prompt,
                                "Prompt as text, encoded with the model's tokenizer.json; the answer streams as text");

@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "tools/backend.h"
 #include "tools/commands.h"
+#include "tools/model_source.h"
 #include "tools/token_ids.h"
 
 namespace dsv4::tools {
@@ -18,7 +19,7 @@ namespace dsv4::tools {
 namespace {
 
 struct LogitsOptions {
-  std::string model_dir;
+  ModelSource source;
   std::string ids_file;
   std::string out_file;
   int64_t prefill_chunk = 0;
@@ -70,7 +71,7 @@ void run_logits(const LogitsOptions& o) {
   const auto T = static_cast<int64_t>(ids.size());
   const std::unique_ptr<Ops> backend = make_backend(o.device, o.threads);
   Ops& ops = *backend;
-  const Model model = Model::load(ops, o.model_dir);
+  const Model model = load_model(ops, o.source);
   const int64_t V = model.config()->vocab_size;
   SequenceCache cache = model.new_sequence(ops, T, o.exact_math);
   NpyWriter npy(o.out_file, T, V);
@@ -94,7 +95,7 @@ void run_logits(const LogitsOptions& o) {
 void add_logits_command(CLI::App& app) {
   auto opts = std::make_shared<LogitsOptions>();
   CLI::App* cmd = app.add_subcommand("logits", "Write the logits of every position of a token sequence (.npy)");
-  cmd->add_option("--model", opts->model_dir, "Model folder (config.json + safetensors)")->required();
+  add_model_options(cmd, opts->source);
   cmd->add_option("--ids", opts->ids_file, "File of comma-separated token ids")->required();
   cmd->add_option("--out", opts->out_file, "Output .npy file: float32 [tokens, vocab]")->required();
   cmd->add_option("--prefill-chunk", opts->prefill_chunk, "Prefill in chunks of N tokens (0: one shot)")

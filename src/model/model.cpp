@@ -30,6 +30,11 @@ Model Model::load(Ops& ops, const std::filesystem::path& dir) {
   return Model(ops, std::move(cfg), std::move(weights));
 }
 
+Model Model::dummy(Ops& ops, ModelConfig cfg, uint64_t seed) {
+  ModelWeights weights = dummy_model_weights(ops, cfg, seed);
+  return Model(ops, std::move(cfg), std::move(weights));
+}
+
 SequenceCache Model::new_sequence(Ops& ops, int64_t capacity, bool exact_math) const {
   return SequenceCache(ops, cfg_, capacity, exact_math ? DType::kF32 : DType::kBF16);
 }

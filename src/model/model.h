@@ -30,6 +30,8 @@ class Model {
 
   // config.json plus the safetensors checkpoint of a model folder.
   static Model load(Ops& ops, const std::filesystem::path& dir);
+  // Random weights of cfg's full geometry, made by the backend (dummy_model_weights).
+  static Model dummy(Ops& ops, ModelConfig cfg, uint64_t seed);
 
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return weights_; }

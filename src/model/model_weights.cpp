@@ -1,58 +1,58 @@
-// Loading the checkpoint into ModelWeights: names and formats from expected_tensors, checks by
-// the Checkpoint, conversion by the backend.
+// Loading the checkpoint (or dummy values) into ModelWeights: names and formats from
+// expected_tensors, checks by the Checkpoint, conversion by the backend.
 #include "model/model_weights.h"
 
+#include <cmath>
+#include <functional>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
+#include "core/dummy_random.h"
+#include "loader/synthetic_weights.h"
 #include "loader/weights.h"
 
 namespace dsv4 {
 
 namespace {
 
+// "X.weight" -> "X.scale", the block scales of an FP8 or MXFP4 weight.
+std::string scale_of(const std::string& weight_name) {
+  const std::string suffix = ".weight";
+  if (weight_name.size() < suffix.size() ||
+      weight_name.compare(weight_name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    throw TensorError("quantised tensor '" + weight_name + "' does not end in .weight");
+  return weight_name.substr(0, weight_name.size() - suffix.size()) + ".scale";
+}
+
+// Hands out the model's weights by name: each is looked up in expected_tensors (its format,
+// dtype and shape; FP8 and MXFP4 weights with their ".scale" entry) and made by `make`, from a
+// checkpoint or as dummy values.
 class WeightReader {
  public:
-  WeightReader(Ops& ops, const ModelConfig& cfg, const Checkpoint& ckpt) : ops_(ops), ckpt_(ckpt) {
+  using Maker = std::function<Weight(const ExpectedTensor& weight, const ExpectedTensor* scale)>;
+  // `origin` names where the weights come from in errors (the checkpoint's path, "dummy weights").
+  WeightReader(const ModelConfig& cfg, std::string origin, Maker make) : origin_(std::move(origin)), make_(std::move(make)) {
     for (ExpectedTensor& e : expected_tensors(cfg)) expected_.emplace(e.spec.name, std::move(e));
   }
 
-  // A weight by full name; FP8 and MXFP4 weights ("X.weight") bring their "X.scale".
   Weight get(const std::string& name) const {
     const ExpectedTensor& e = expected(name);
-    LoadWeightParams p;
-    p.name = name;
-    p.format = e.format;
-    p.weight = ckpt_.get(name, e.spec.dtype, e.spec.shape);
-    if (e.format != WeightFormat::kPlain) {
-      const std::string scale_name = scale_of(name);
-      const ExpectedTensor& s = expected(scale_name);
-      p.scale = ckpt_.get(scale_name, s.spec.dtype, s.spec.shape);
-    }
-    return ops_.load_weight(p);
+    return make_(e, e.format == WeightFormat::kPlain ? nullptr : &expected(scale_of(name)));
   }
-
   bool expects(const std::string& name) const { return expected_.count(name) != 0; }
 
  private:
   const ExpectedTensor& expected(const std::string& name) const {
     auto it = expected_.find(name);
     if (it == expected_.end())
-      throw TensorError(ckpt_.path().string() + ": the model needs tensor '" + name +
-                        "', which the configuration does not define");
+      throw TensorError(origin_ + ": the model needs tensor '" + name + "', which the configuration does not define");
     return it->second;
   }
-  static std::string scale_of(const std::string& weight_name) {
-    const std::string suffix = ".weight";
-    if (weight_name.size() < suffix.size() ||
-        weight_name.compare(weight_name.size() - suffix.size(), suffix.size(), suffix) != 0)
-      throw TensorError("quantised tensor '" + weight_name + "' does not end in .weight");
-    return weight_name.substr(0, weight_name.size() - suffix.size()) + ".scale";
-  }
 
-  Ops& ops_;
-  const Checkpoint& ckpt_;
+  std::string origin_;
+  Maker make_;
   std::map<std::string, ExpectedTensor> expected_;
 };
 
@@ -107,10 +107,7 @@ LayerWeights read_layer(const WeightReader& r, const ModelConfig& cfg, int64_t l
   return w;
 }
 
-}  // namespace
-
-ModelWeights load_model_weights(Ops& ops, const ModelConfig& cfg, const Checkpoint& checkpoint) {
-  const WeightReader r(ops, cfg, checkpoint);
+ModelWeights read_model(const WeightReader& r, const ModelConfig& cfg) {
   ModelWeights w;
   w.embed = r.get("embed.weight");
   w.head = r.get("head.weight");
@@ -131,6 +128,45 @@ ModelWeights load_model_weights(Ops& ops, const ModelConfig& cfg, const Checkpoi
     w.mtp.push_back(std::move(m));
   }
   return w;
+}
+
+}  // namespace
+
+ModelWeights load_model_weights(Ops& ops, const ModelConfig& cfg, const Checkpoint& checkpoint) {
+  const WeightReader r(cfg, checkpoint.path().string(), [&](const ExpectedTensor& e, const ExpectedTensor* scale) {
+    LoadWeightParams p;
+    p.name = e.spec.name;
+    p.format = e.format;
+    p.weight = checkpoint.get(e.spec.name, e.spec.dtype, e.spec.shape);
+    if (scale != nullptr) p.scale = checkpoint.get(scale->spec.name, scale->spec.dtype, scale->spec.shape);
+    return ops.load_weight(p);
+  });
+  return read_model(r, cfg);
+}
+
+// Linears and the embedding (the bulk of the bytes) are made by the backend where they live, with
+// the spread synthetic_weights.h gives them; the small tensors whose values shape the network
+// (norms, mHC mixes, sinks, routing tables) are synthesised on the host as make-model would.
+ModelWeights dummy_model_weights(Ops& ops, const ModelConfig& cfg, uint64_t seed) {
+  const WeightReader r(cfg, "dummy weights", [&](const ExpectedTensor& e, const ExpectedTensor*) {
+    const TensorSpec& spec = e.spec;
+    const bool linear = e.format != WeightFormat::kPlain ||
+                        (spec.dtype == DType::kBF16 && spec.shape.size() == 2 && spec.name.ends_with(".weight"));
+    if (!linear) {
+      const SyntheticTensor t = synthesize_tensor(cfg, e, seed);
+      return ops.load_weight({spec.name, WeightFormat::kPlain, t.data.view(), ConstTensorView()});
+    }
+    DummyWeightParams p;
+    p.name = spec.name;
+    p.format = e.format;
+    p.dtype = DType::kBF16;
+    p.shape = spec.shape;
+    if (e.format == WeightFormat::kMxfp4) p.shape[1] *= 2;  // the packed FP4 pairs' logical width
+    p.key = dummy_key(seed, spec.name);
+    p.std = spec.name == "embed.weight" ? 1.0f : 1.0f / std::sqrt(static_cast<float>(p.shape[1]));
+    return ops.dummy_weight(p);
+  });
+  return read_model(r, cfg);
 }
 
 }  // namespace dsv4

@@ -72,4 +72,9 @@ struct ModelWeights {
 // Reads every tensor of a checkpoint of `cfg`; TensorError names a missing or mismatched tensor.
 ModelWeights load_model_weights(Ops& ops, const ModelConfig& cfg, const Checkpoint& checkpoint);
 
+// Random weights of the configuration's full geometry without a checkpoint (`--load-format
+// dummy`, for speed and memory runs): linears and the embedding from Ops::dummy_weight, made where
+// the backend keeps them; the small shaping tensors as synthesize_tensor(cfg, e, seed) makes them.
+ModelWeights dummy_model_weights(Ops& ops, const ModelConfig& cfg, uint64_t seed);
+
 }  // namespace dsv4

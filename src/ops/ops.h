@@ -70,6 +70,21 @@ struct LoadWeightParams {
   ConstTensorView scale;   // kFp8: e8m0 [ceil(out/128), ceil(in/128)]; kMxfp4: e8m0 [out, in/32]
 };
 
+// Random weights made in backend memory, for full-size runs without a checkpoint (`--load-format
+// dummy`). Element i (row-major over the logical shape) is mean + std * dummy_normal(key, i)
+// (core/dummy_random.h), stored as `format` would store it: kPlain rounded to `dtype`; kFp8 and
+// kMxfp4 as e4m3 codes with one pow2 scale for the whole tensor (FP4 experts are drawn as FP8,
+// the form the CUDA backend computes them in). Every backend makes the same values.
+struct DummyWeightParams {
+  std::string name;
+  WeightFormat format = WeightFormat::kPlain;
+  DType dtype = DType::kBF16;  // kPlain: kBF16 or kF32
+  Shape shape;                 // logical shape; kFp8 / kMxfp4: [out, in] (not the packed FP4 shape)
+  uint64_t key = 0;
+  float mean = 0;
+  float std = 1;
+};
+
 struct CopyParams {
   ConstTensorView src;  // any float dtype
   TensorView dst;       // same element count; values rounded to dst's dtype
@@ -307,6 +322,7 @@ class Ops {
   virtual void copy(const CopyParams& p) = 0;
   // Converts a checkpoint tensor to the backend's compute layout; checks shapes and dtypes.
   virtual Weight load_weight(const LoadWeightParams& p) = 0;
+  virtual Weight dummy_weight(const DummyWeightParams& p) = 0;
 
   virtual void embed(const EmbedParams& p) = 0;
   virtual void rms_norm(const RmsNormParams& p) = 0;

@@ -1,6 +1,7 @@
 // check_params for every op (see param_checks.h).
 #include "ops/param_checks.h"
 
+#include <cmath>
 #include <string>
 
 #include "core/error.h"
@@ -30,6 +31,21 @@ void check_params(const CopyParams& p) {
   if (p.src.numel() != p.dst.numel())
     throw UsageError("copy: " + shape_str(p.src.shape()) + " and " + shape_str(p.dst.shape()) +
                      " differ in element count");
+}
+
+void check_params(const DummyWeightParams& p) {
+  for (int64_t d : p.shape)
+    if (d < 0) throw UsageError("dummy_weight: " + p.name + ": shape " + shape_str(p.shape) + " has a negative dimension");
+  if (p.format == WeightFormat::kPlain) {
+    if (p.dtype != DType::kBF16 && p.dtype != DType::kF32)
+      throw UsageError("dummy_weight: " + p.name + ": plain dummy weights are bf16 or f32, not " +
+                       std::string(dtype_name(p.dtype)));
+  } else if (p.shape.size() != 2) {
+    throw UsageError("dummy_weight: " + p.name + ": a quantised weight must be [out, in], got " + shape_str(p.shape));
+  }
+  if (!(p.std >= 0) || !std::isfinite(p.mean) || !std::isfinite(p.std))
+    throw UsageError("dummy_weight: " + p.name + ": mean " + std::to_string(p.mean) + " and std " +
+                     std::to_string(p.std) + " must be finite, std >= 0");
 }
 
 void check_params(const EmbedParams& p) {

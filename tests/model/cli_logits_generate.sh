@@ -74,4 +74,16 @@ PY
   grep -q "excludes" "$work/err.txt" || fail "error message: $(cat "$work/err.txt")"
 fi
 
+# Dummy weights: the configuration comes from the folder's config.json or from a preset of the
+# same geometry, so both give the same tokens; another seed gives other weights.
+from_dir=$("$dsv4" generate --model "$model" --load-format dummy --dummy-seed 3 --prompt-ids 1,2,3 -n 4 --ignore-eos --json)
+from_preset=$("$dsv4" generate --model tiny --load-format dummy --dummy-seed 3 --prompt-ids 1,2,3 -n 4 --ignore-eos --json)
+other_seed=$("$dsv4" generate --model tiny --load-format dummy --dummy-seed 4 --prompt-ids 1,2,3 -n 4 --ignore-eos --json)
+[ "$from_dir" = "$from_preset" ] || fail "dummy weights from config.json ($from_dir) and the preset ($from_preset) differ"
+[ "$from_dir" != "$other_seed" ] || fail "--dummy-seed did not change the dummy weights"
+if "$dsv4" generate --model no-such-model --load-format dummy --prompt-ids 1 -n 1 2>"$work/err.txt"; then
+  fail "an unknown dummy model was accepted"
+fi
+grep -q "neither a model folder nor a preset" "$work/err.txt" || fail "error message: $(cat "$work/err.txt")"
+
 echo "ok"

@@ -315,6 +315,33 @@ TEST_F(CudaOpsCore, LoadWeightCastsMxfp4ToFp8WithTheCpuValues) {
   expect_same_bits("load_weight mxfp4 -> fp8 values", from_cpu(w.cpu.data), deq);
 }
 
+TEST_F(CudaOpsCore, DummyWeightsHaveTheCpuValues) {
+  // FP8 and MXFP4 (drawn as FP8) linears: codes times the one scale equal the CPU's fp32 values.
+  for (const WeightFormat format : {WeightFormat::kFp8, WeightFormat::kMxfp4}) {
+    const DummyWeightParams p{"dummy.fp8", format, DType::kBF16, {200, 384}, 12345, 0.0f, 0.05f};
+    const Weight cpu = cpu_.dummy_weight(p), gpu = gpu_->dummy_weight(p);
+    ASSERT_EQ(gpu.data.dtype(), DType::kF8E4M3);
+    EXPECT_EQ(gpu.format, format);
+    const Tensor codes = from_gpu(gpu.data), block_scales = from_gpu(gpu.scale);
+    const int64_t ld = block_scales.shape()[1];
+    Tensor deq(DType::kF32, {200, 384});
+    for (int64_t r = 0; r < 200; ++r)
+      for (int64_t c = 0; c < 384; ++c)
+        deq.data<float>()[r * 384 + c] =
+            e4m3_to_float(codes.data<uint8_t>()[r * 384 + c]) * block_scales.data<float>()[(r / 128) * ld + c / 128];
+    expect_same_bits("dummy fp8 values", from_cpu(cpu.data), deq);
+  }
+  // Plain tensors: stored in their dtype on the GPU, the same values as the CPU's fp32 copy.
+  for (const DType dtype : {DType::kBF16, DType::kF32}) {
+    const DummyWeightParams p{"dummy.plain", WeightFormat::kPlain, dtype, {3, 1000}, 777, 1.0f, 0.5f};
+    const Weight cpu = cpu_.dummy_weight(p), gpu = gpu_->dummy_weight(p);
+    ASSERT_EQ(gpu.data.dtype(), dtype);
+    const std::vector<float> want = floats_of(from_cpu(cpu.data)), got = floats_of(from_gpu(gpu.data));
+    ASSERT_EQ(want.size(), got.size());
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(want[i], got[i]) << dtype_name(dtype) << " element " << i;
+  }
+}
+
 // ---- copy, embed, elementwise -------------------------------------------------------------------
 
 TEST_F(CudaOpsCore, CopyConvertsWithTheCpuRounding) {

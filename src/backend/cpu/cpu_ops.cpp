@@ -14,6 +14,7 @@
 #include "backend/cpu/float_io.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/parallel_rows.h"
+#include "core/dummy_random.h"
 #include "ops/param_checks.h"
 
 namespace dsv4::cpu {
@@ -116,6 +117,30 @@ Weight CpuOps::load_weight(const LoadWeightParams& p) {
       }
       break;
     }
+  }
+  return w;
+}
+
+// The exact values of the dummy weight (the CPU keeps every weight as fp32 values).
+Weight CpuOps::dummy_weight(const DummyWeightParams& p) {
+  check_params(p);
+  Weight w;
+  w.name = p.name;
+  w.format = p.format;
+  w.shape = p.shape;
+  w.data = alloc(DType::kF32, w.shape);
+  float* out = w.data.view().data<float>();
+  const auto n = static_cast<uint64_t>(w.data.numel());
+  if (p.format == WeightFormat::kPlain) {
+    const bool bf16 = p.dtype == DType::kBF16;
+    for (uint64_t i = 0; i < n; ++i) {
+      const float v = p.mean + p.std * dummy_normal(p.key, i);
+      out[i] = bf16 ? round_bf16(v) : v;
+    }
+  } else {
+    const int e = dummy_fp8_scale_exponent(p.mean, p.std);
+    const float inv_scale = std::ldexp(1.0f, -e), scale = std::ldexp(1.0f, e);
+    for (uint64_t i = 0; i < n; ++i) out[i] = e4m3_to_float(dummy_e4m3_code(p.key, i, p.mean, p.std, inv_scale)) * scale;
   }
   return w;
 }

@@ -13,7 +13,9 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/op_checks.h"
 #include "backend/cuda/stream_buffer.h"
+#include "core/dummy_random.h"
 #include "kernels/elementwise/elementwise.h"
+#include "kernels/init/dummy_weight.h"
 #include "ops/param_checks.h"
 
 namespace dsv4::cuda {
@@ -179,6 +181,33 @@ Weight CudaOps::load_weight(const LoadWeightParams& p) {
       break;
     }
   }
+  return w;
+}
+
+// The same layouts as load_weight, filled on the device: no host copy of a full-size weight.
+Weight CudaOps::dummy_weight(const DummyWeightParams& p) {
+  check_params(p);
+  Weight w;
+  w.name = p.name;
+  w.format = p.format;
+  w.shape = p.shape;
+  const int64_t n = shape_numel(p.shape);
+  if (p.format == WeightFormat::kPlain) {
+    w.data = alloc(p.dtype, p.shape);
+    kernels::dummy_floats({float_ptr(w.data.view()), n, p.key, p.mean, p.std}, stream_);
+    return w;
+  }
+  const int64_t rows = p.shape[0], cols = p.shape[1];
+  const int e = dummy_fp8_scale_exponent(p.mean, p.std);
+  w.data = alloc(DType::kF8E4M3, p.shape);
+  kernels::dummy_e4m3({w.data.view().data<uint8_t>(), n, p.key, p.mean, p.std, std::ldexp(1.0f, -e)}, stream_);
+  const int64_t block_rows = (rows + 127) / 128;
+  const std::vector<uint8_t> e8m0(static_cast<size_t>(block_rows * ((cols + 127) / 128)), e8m0_from_exponent(e));
+  std::vector<float> scales = fp8_weight_scales_for_cublaslt(e8m0.data(), rows, cols);
+  const int64_t scale_cols = static_cast<int64_t>(scales.size()) / block_rows;
+  w.scale = alloc(DType::kF32, {block_rows, scale_cols});
+  upload(ConstTensorView(reinterpret_cast<const std::byte*>(scales.data()), DType::kF32, {block_rows, scale_cols}),
+         w.scale.view());
   return w;
 }
 

@@ -43,6 +43,7 @@ class CudaOps final : public Ops {
   void download(ConstTensorView src, TensorView host) override;
   void copy(const CopyParams& p) override;
   Weight load_weight(const LoadWeightParams& p) override;
+  Weight dummy_weight(const DummyWeightParams& p) override;
 
   void embed(const EmbedParams& p) override;
   void rms_norm(const RmsNormParams& p) override;

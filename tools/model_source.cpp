@@ -1,0 +1,41 @@
+// --model / --load-format / --dummy-seed and loading the model they name.
+#include "tools/model_source.h"
+
+#include <filesystem>
+
+#include "config/model_config.h"
+#include "config/presets.h"
+#include "core/error.h"
+
+namespace dsv4::tools {
+
+void add_model_options(CLI::App* cmd, ModelSource& source) {
+  cmd->add_option("--model", source.model,
+                  "Model folder (config.json + safetensors); with --load-format dummy also a preset name "
+                  "(dsv4 make-model --help lists them)")
+      ->required();
+  cmd->add_option_function<std::string>(
+         "--load-format",
+         [&source](const std::string& name) { source.format = name == "dummy" ? LoadFormat::kDummy : LoadFormat::kSafetensors; },
+         "safetensors: read the checkpoint; dummy: random weights made by the backend, nothing read but the "
+         "configuration (for speed runs)")
+      ->check(CLI::IsMember({"safetensors", "dummy"}))
+      ->default_str("safetensors");
+  cmd->add_option("--dummy-seed", source.dummy_seed, "Seed of the dummy weights")->default_str("0");
+}
+
+Model load_model(Ops& ops, const ModelSource& source) {
+  if (source.format == LoadFormat::kSafetensors) return Model::load(ops, source.model);
+  const std::filesystem::path dir(source.model);
+  if (std::filesystem::is_directory(dir)) return Model::dummy(ops, load_model_config(dir / "config.json"), source.dummy_seed);
+  ModelConfig cfg = [&] {
+    try {
+      return preset_config(source.model);
+    } catch (const UsageError& e) {
+      throw UsageError("--model " + source.model + " is neither a model folder nor a preset: " + e.what());
+    }
+  }();
+  return Model::dummy(ops, std::move(cfg), source.dummy_seed);
+}
+
+}  // namespace dsv4::tools

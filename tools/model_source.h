@@ -1,0 +1,31 @@
+// Where a command's model comes from: `--model DIR` (config.json + safetensors), or with
+// `--load-format dummy` random weights of the configuration's geometry made by the backend (for
+// speed and memory runs at full size, without a checkpoint).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "model/model.h"
+#include "ops/ops.h"
+
+namespace dsv4::tools {
+
+enum class LoadFormat { kSafetensors, kDummy };
+
+struct ModelSource {
+  std::string model;   // a model folder; with dummy weights also a preset name
+  LoadFormat format = LoadFormat::kSafetensors;
+  uint64_t dummy_seed = 0;
+};
+
+// Adds --model (required), --load-format safetensors|dummy and --dummy-seed to `cmd`.
+void add_model_options(CLI::App* cmd, ModelSource& source);
+
+// The model on `ops`. Dummy weights take the configuration from MODEL/config.json when MODEL is a
+// folder, else from the preset of that name; the safetensors files are not read.
+Model load_model(Ops& ops, const ModelSource& source);
+
+}  // namespace dsv4::tools
