@@ -11,5 +11,6 @@ void add_inspect_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_logits_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 }  // namespace dsv4::tools

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   dsv4::tools::add_tokenize_command(app);
   dsv4::tools::add_logits_command(app);
   dsv4::tools::add_generate_command(app);
+  dsv4::tools::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

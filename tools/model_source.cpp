@@ -24,18 +24,19 @@ void add_model_options(CLI::App* cmd, ModelSource& source) {
   cmd->add_option("--dummy-seed", source.dummy_seed, "Seed of the dummy weights")->default_str("0");
 }
 
+ModelConfig model_config_of(const std::string& model) {
+  const std::filesystem::path dir(model);
+  if (std::filesystem::is_directory(dir)) return load_model_config(dir / "config.json");
+  try {
+    return preset_config(model);
+  } catch (const UsageError& e) {
+    throw UsageError("--model " + model + " is neither a model folder nor a preset: " + e.what());
+  }
+}
+
 Model load_model(Ops& ops, const ModelSource& source) {
   if (source.format == LoadFormat::kSafetensors) return Model::load(ops, source.model);
-  const std::filesystem::path dir(source.model);
-  if (std::filesystem::is_directory(dir)) return Model::dummy(ops, load_model_config(dir / "config.json"), source.dummy_seed);
-  ModelConfig cfg = [&] {
-    try {
-      return preset_config(source.model);
-    } catch (const UsageError& e) {
-      throw UsageError("--model " + source.model + " is neither a model folder nor a preset: " + e.what());
-    }
-  }();
-  return Model::dummy(ops, std::move(cfg), source.dummy_seed);
+  return Model::dummy(ops, model_config_of(source.model), source.dummy_seed);
 }
 
 }  // namespace dsv4::tools

@@ -24,8 +24,11 @@ struct ModelSource {
 // Adds --model (required), --load-format safetensors|dummy and --dummy-seed to `cmd`.
 void add_model_options(CLI::App* cmd, ModelSource& source);
 
-// The model on `ops`. Dummy weights take the configuration from MODEL/config.json when MODEL is a
-// folder, else from the preset of that name; the safetensors files are not read.
+// The configuration of MODEL: MODEL/config.json when MODEL is a folder, else the preset of that name.
+ModelConfig model_config_of(const std::string& model);
+
+// The model on `ops`. Dummy weights take the configuration from model_config_of(MODEL); the
+// safetensors files are not read.
 Model load_model(Ops& ops, const ModelSource& source);
 
 }  // namespace dsv4::tools

@@ -1,0 +1,319 @@
+// `dsv4 bench layers`: times one layer of each kind (SWA, CSA, HCA) of a model's geometry with
+// dummy weights, for a long prefill and for decode steps of several batch sizes at a given
+// context, and prints each time beside its floor: the bytes a decode step must move at the
+// measured copy rate, or the FLOPs of a prefill at the measured GEMM rates (ENV.md).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "config/model_config.h"
+#include "core/error.h"
+#include "model/model.h"
+#include "tools/backend.h"
+#include "tools/commands.h"
+#include "tools/model_source.h"
+
+namespace dsv4::tools {
+
+namespace {
+
+// The H200's measured ceilings (../shared/design/ENV.md, "Measured GPU ceilings").
+constexpr double kCopyBytesPerSecond = 4.28e12;
+constexpr double kFp8GemmFlops = 1314e12;  // cuBLASLt, DeepSeek block scales, 8192^3
+constexpr double kBf16GemmFlops = 792e12;  // cuBLASLt, 8192^3
+// Bytes per cache entry of the FP8 layouts (MODEL.md §8): attention kv, indexer key.
+constexpr double kKvEntryBytes = 584;
+constexpr double kIndexKeyBytes = 132;
+
+struct BenchOptions {
+  ModelSource source{"flash", LoadFormat::kDummy, 0};  // always dummy weights
+  Device device = Device::kCpu;
+  int64_t context = 8192;
+  std::vector<int64_t> batches = {1, 16, 64};
+  int64_t iters = 20;
+  std::string json_file;
+  int threads = 0;
+};
+
+// One layer of each kind the model has, in the order swa, csa, hca; the first is hash-routed when
+// the model hashes any layer (as V4's first layers are), the others score-routed.
+ModelConfig one_layer_per_kind(const ModelConfig& full) {
+  ModelParams p = full.params();
+  p.compress_ratios.clear();
+  for (const auto& [kind, ratio] : {std::pair{LayerKind::kSwa, 0}, {LayerKind::kCsa, 4}, {LayerKind::kHca, 128}})
+    if (full.count_layers(kind) > 0) p.compress_ratios.push_back(ratio);
+  p.num_hidden_layers = static_cast<int64_t>(p.compress_ratios.size());
+  p.num_nextn_predict_layers = 0;
+  p.num_hash_layers = std::min<int64_t>(p.num_hash_layers, 1);
+  return ModelConfig(p, full.source() + ", one layer per kind");
+}
+
+// What one layer moves and computes, from its loaded weights and the cache geometry.
+struct LayerCost {
+  double fixed_bytes = 0;        // attention, compressor, indexer, gate, shared expert, norms, mHC
+  double expert_bytes = 0;       // one routed expert
+  double linear_flops_per_token = 0;
+};
+
+double weight_bytes(const Weight& w) {
+  double b = static_cast<double>(w.data.view().nbytes());
+  if (!w.scale.empty()) b += static_cast<double>(w.scale.view().nbytes());
+  return b;
+}
+
+// 2 N K for a linear [N, K].
+double linear_flops(const Weight& w) { return w.shape.size() == 2 ? 2.0 * static_cast<double>(w.shape[0] * w.shape[1]) : 0.0; }
+
+LayerCost layer_cost(const ModelConfig& cfg, const LayerWeights& w) {
+  LayerCost c;
+  const auto add_fixed = [&](const Weight& x, bool per_token_linear) {
+    c.fixed_bytes += weight_bytes(x);
+    if (per_token_linear) c.linear_flops_per_token += linear_flops(x);
+  };
+  for (const Weight* x : {&w.attn_norm, &w.ffn_norm, &w.hc_attn.fn, &w.hc_attn.base, &w.hc_attn.scale, &w.hc_ffn.fn,
+                          &w.hc_ffn.base, &w.hc_ffn.scale, &w.attn.q_norm, &w.attn.kv_norm, &w.attn.attn_sink})
+    add_fixed(*x, false);
+  for (const Weight* x : {&w.attn.wq_a, &w.attn.wq_b, &w.attn.wkv, &w.attn.wo_a, &w.attn.wo_b, &w.ffn.gate})
+    add_fixed(*x, true);
+  const auto add_compressor = [&](const CompressorWeights& cw) {
+    add_fixed(cw.wkv, true);
+    add_fixed(cw.wgate, true);
+    add_fixed(cw.ape, false);
+    add_fixed(cw.norm, false);
+  };
+  if (w.attn.compressor) add_compressor(*w.attn.compressor);
+  if (w.attn.indexer) {
+    add_fixed(w.attn.indexer->wq_b, true);
+    add_fixed(w.attn.indexer->weights_proj, true);
+    add_compressor(w.attn.indexer->compressor);
+  }
+  for (const Weight* x : {&w.ffn.shared.w1, &w.ffn.shared.w2, &w.ffn.shared.w3}) add_fixed(*x, true);
+  const ExpertLinears& e = w.ffn.experts.at(0);
+  c.expert_bytes = weight_bytes(e.w1) + weight_bytes(e.w2) + weight_bytes(e.w3);
+  c.linear_flops_per_token += static_cast<double>(cfg->num_experts_per_tok) * (linear_flops(e.w1) + linear_flops(e.w2) + linear_flops(e.w3));
+  return c;
+}
+
+// Keys a query at position p attends to, and the indexer entries it scores (MODEL.md §3.5, §5).
+struct Visible {
+  double keys = 0;
+  double indexed = 0;
+};
+
+Visible visible_at(const ModelConfig& cfg, int64_t ratio, int64_t p) {
+  Visible v;
+  v.keys = static_cast<double>(std::min<int64_t>(cfg->sliding_window, p + 1));
+  if (ratio == 4) {
+    v.indexed = static_cast<double>((p + 1) / 4);
+    v.keys += std::min(v.indexed, static_cast<double>(cfg->index_topk));
+  } else if (ratio > 0) {
+    v.keys += static_cast<double>((p + 1) / ratio);
+  }
+  return v;
+}
+
+// Attention FLOPs of one query (q.k and p.v over every head) plus the indexer's q.k scores.
+double attention_flops(const ModelConfig& cfg, const Visible& v) {
+  return 4.0 * static_cast<double>(cfg->num_attention_heads * cfg->head_dim) * v.keys +
+         2.0 * static_cast<double>(cfg->index_n_heads * cfg->index_head_dim) * v.indexed;
+}
+
+// Expected distinct experts among `tokens` tokens each choosing k of E uniformly.
+double distinct_experts(const ModelConfig& cfg, int64_t tokens) {
+  const double E = static_cast<double>(cfg->n_routed_experts), k = static_cast<double>(cfg->num_experts_per_tok);
+  return E * (1.0 - std::pow(1.0 - k / E, static_cast<double>(tokens)));
+}
+
+// Waits for the backend by reading one element back.
+void wait_for(Ops& ops, const DeviceTensor& t) {
+  float one = 0;
+  const DeviceTensor first = t.reshaped({t.numel()});
+  ops.download(slice_rows(first.view(), 0, 1), TensorView(reinterpret_cast<std::byte*>(&one), t.dtype(), {1}));
+}
+
+// A copy of `src`'s caches and length in a new sequence of the same capacity.
+SequenceCache clone_sequence(const Model& model, Ops& ops, const SequenceCache& src) {
+  SequenceCache dst = model.new_sequence(ops, src.capacity(), src.dtype() == DType::kF32);
+  const int64_t layers = model.config().num_layers();
+  for (int64_t l = 0; l < layers; ++l) {
+    const LayerCache& a = src.layer(l);
+    LayerCache& b = dst.layer(l);
+    const std::pair<const DeviceTensor*, DeviceTensor*> pairs[] = {
+        {&a.window, &b.window},
+        {&a.compressed, &b.compressed},
+        {&a.compressor.kv, &b.compressor.kv},
+        {&a.compressor.score, &b.compressor.score},
+        {&a.index_keys, &b.index_keys},
+        {&a.index_compressor.kv, &b.index_compressor.kv},
+        {&a.index_compressor.score, &b.index_compressor.score}};
+    for (const auto& [from, to] : pairs)
+      if (!from->empty()) ops.copy({from->view(), to->view()});
+  }
+  dst.advance(src.length());
+  return dst;
+}
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Random residual streams [T, n, D] in the activation dtype, made by the backend.
+DeviceTensor random_streams(Ops& ops, const ModelConfig& cfg, int64_t tokens, uint64_t key) {
+  DummyWeightParams p;
+  p.name = "bench.streams";
+  p.dtype = DType::kBF16;
+  p.shape = {tokens, cfg->hc_mult, cfg->hidden_size};
+  p.key = key;
+  const DeviceTensor values = ops.dummy_weight(p).data;  // the backend's weight layout
+  DeviceTensor streams = ops.alloc(DType::kBF16, p.shape);
+  ops.copy({values.view(), streams.view()});
+  return streams;
+}
+
+// Runs forward_layer of every layer on `batch` `iters` times after one warm-up; per-layer seconds.
+std::vector<double> time_layers(const Model& model, Ops& ops, const ForwardBatch& batch, const DeviceTensor& streams,
+                                int64_t iters) {
+  std::vector<double> out;
+  for (int64_t l = 0; l < model.config().num_layers(); ++l) {
+    wait_for(ops, model.forward_layer(ops, batch, l, streams));
+    const auto start = Clock::now();
+    DeviceTensor y;
+    for (int64_t i = 0; i < iters; ++i) y = model.forward_layer(ops, batch, l, streams);
+    wait_for(ops, y);
+    out.push_back(seconds_since(start) / static_cast<double>(iters));
+  }
+  return out;
+}
+
+void run_bench_layers(const BenchOptions& o) {
+  const std::unique_ptr<Ops> ops = make_backend(o.device, o.threads);
+  const ModelConfig full = model_config_of(o.source.model);
+  std::fprintf(stderr, "bench: making dummy weights for one layer of each kind of %s on %s...\n", full.source().c_str(),
+               std::string(ops->name()).c_str());
+  auto start = Clock::now();
+  const Model model = Model::dummy(*ops, one_layer_per_kind(full), o.source.dummy_seed);
+  const ModelConfig& cfg = model.config();
+  std::fprintf(stderr, "bench: weights made in %.1f s\n", seconds_since(start));
+
+  std::vector<LayerCost> costs;
+  for (int64_t l = 0; l < cfg.num_layers(); ++l) costs.push_back(layer_cost(cfg, model.weights().layers.at(static_cast<size_t>(l))));
+
+  nlohmann::json report = {{"model", full.source()}, {"backend", std::string(ops->name())}, {"context", o.context}};
+  std::printf("%s, %s backend; floors are the H200's (ENV.md)\n", cfg.source().c_str(), std::string(ops->name()).c_str());
+  std::printf("%-6s %-22s %12s %12s %8s\n", "layer", "run", "ms", "floor ms", "x floor");
+  const auto row = [&](int64_t l, const std::string& run, double seconds, double floor_seconds, nlohmann::json extra) {
+    const std::string kind(layer_kind_name(cfg.layer_kind(l)));
+    std::printf("%-6s %-22s %12.3f %12.3f %8.1f\n", kind.c_str(), run.c_str(), seconds * 1e3, floor_seconds * 1e3,
+                seconds / floor_seconds);
+    extra["layer"] = kind;
+    extra["run"] = run;
+    extra["ms"] = seconds * 1e3;
+    extra["floor_ms"] = floor_seconds * 1e3;
+    report["rows"].push_back(extra);
+    std::fflush(stdout);
+  };
+
+  // Prefill: one sequence of `context` tokens, timed once per layer after an untimed warm-up
+  // sequence; it fills the caches the decode steps start from.
+  const int64_t fill = o.context, capacity = fill + 1;
+  SequenceCache base = model.new_sequence(*ops, capacity, false);
+  const auto prefill_batch = [&](SequenceCache& seq, int64_t tokens) {
+    ForwardBatch b;
+    std::vector<int32_t> ids(static_cast<size_t>(tokens));
+    for (int64_t i = 0; i < tokens; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 13) % cfg->vocab_size);
+    b.add(seq, ids, 0);
+    return b;
+  };
+  {
+    std::fprintf(stderr, "bench: prefill of %lld tokens (warm-up, then timed)...\n", static_cast<long long>(fill));
+    const DeviceTensor streams = random_streams(*ops, cfg, fill, 1);
+    SequenceCache warm = model.new_sequence(*ops, capacity, false);
+    const ForwardBatch warm_batch = prefill_batch(warm, fill);
+    const ForwardBatch batch = prefill_batch(base, fill);
+    for (int64_t l = 0; l < cfg.num_layers(); ++l) {
+      wait_for(*ops, model.forward_layer(*ops, warm_batch, l, streams));
+      start = Clock::now();
+      wait_for(*ops, model.forward_layer(*ops, batch, l, streams));
+      const double seconds = seconds_since(start);
+      double attn = 0;
+      for (int64_t p = 0; p < fill; ++p) attn += attention_flops(cfg, visible_at(cfg, cfg.compress_ratio(l), p));
+      const double linear = costs[static_cast<size_t>(l)].linear_flops_per_token * static_cast<double>(fill);
+      const double floor = linear / kFp8GemmFlops + attn / kBf16GemmFlops;
+      row(l, "prefill " + std::to_string(fill), seconds, floor,
+          {{"tokens", fill}, {"linear_tflop", linear / 1e12}, {"attention_tflop", attn / 1e12}});
+    }
+    base.advance(fill);
+  }
+
+  // Decode: `batch` sequences, each a copy of the prefilled one, one token each at position
+  // `fill`; the same step repeated (it rewrites the same cache slots, the same work each time).
+  for (int64_t batch_size : o.batches) {
+    std::fprintf(stderr, "bench: decode, batch %lld at context %lld...\n", static_cast<long long>(batch_size),
+                 static_cast<long long>(fill));
+    std::vector<SequenceCache> seqs;
+    for (int64_t s = 0; s < batch_size; ++s) seqs.push_back(clone_sequence(model, *ops, base));
+    ForwardBatch batch;
+    for (int64_t s = 0; s < batch_size; ++s) {
+      const int32_t id = static_cast<int32_t>((s * 104729 + 7) % cfg->vocab_size);
+      batch.add(seqs[static_cast<size_t>(s)], std::span<const int32_t>(&id, 1));
+    }
+    const DeviceTensor streams = random_streams(*ops, cfg, batch_size, 2);
+    const std::vector<double> seconds = time_layers(model, *ops, batch, streams, o.iters);
+    for (int64_t l = 0; l < cfg.num_layers(); ++l) {
+      const LayerCost& c = costs[static_cast<size_t>(l)];
+      const int64_t ratio = cfg.compress_ratio(l);
+      const Visible v = visible_at(cfg, ratio, fill);
+      const double cache_bytes = kKvEntryBytes * v.keys + kIndexKeyBytes * v.indexed;
+      const double experts = distinct_experts(cfg, batch_size);
+      const double bytes = c.fixed_bytes + experts * c.expert_bytes + static_cast<double>(batch_size) * cache_bytes;
+      row(l, "decode b=" + std::to_string(batch_size), seconds[static_cast<size_t>(l)], bytes / kCopyBytesPerSecond,
+          {{"batch", batch_size}, {"weight_mb", (c.fixed_bytes + experts * c.expert_bytes) / 1e6},
+           {"cache_mb", static_cast<double>(batch_size) * cache_bytes / 1e6}, {"distinct_experts", experts}});
+    }
+  }
+  if (!o.json_file.empty()) {
+    std::ofstream out(o.json_file);
+    out << report.dump(1) << "\n";
+    if (!out) throw IoError(o.json_file + ": cannot write the report");
+  }
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+  auto opts = std::make_shared<BenchOptions>();
+  CLI::App* cmd = bench->add_subcommand(
+      "layers",
+      "Time one layer of each kind (swa, csa, hca) with dummy weights: a prefill of the context, then decode steps "
+      "per batch size after it, each beside its floor (bytes / 4.28 TB/s for decode; FLOPs / the measured FP8 and bf16 GEMM rates "
+      "for prefill)");
+  cmd->add_option("--model", opts->source.model, "Preset name or model folder (only config.json is read)")
+      ->default_str("flash");
+  cmd->add_option("--dummy-seed", opts->source.dummy_seed, "Seed of the dummy weights")->default_str("0");
+  add_device_option(cmd, opts->device);
+  cmd->add_option("--context", opts->context,
+                  "Tokens of the timed prefill, which fills the caches the decode steps then extend")
+      ->check(CLI::PositiveNumber)
+      ->default_str("8192");
+  cmd->add_option("--batch", opts->batches, "Decode batch sizes")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber)
+      ->default_str("1,16,64");
+  cmd->add_option("--iters", opts->iters, "Timed decode steps per layer and batch size")
+      ->check(CLI::PositiveNumber)
+      ->default_str("20");
+  cmd->add_option("--json", opts->json_file, "Also write the rows to this JSON file");
+  cmd->add_option("--threads", opts->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->callback([opts] { run_bench_layers(*opts); });
+}
+
+}  // namespace dsv4::tools
