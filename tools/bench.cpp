@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "config/model_config.h"
 #include "core/error.h"
 #include "model/model.h"
+#include "ops/profiling_ops.h"
 #include "tools/backend.h"
 #include "tools/commands.h"
 #include "tools/model_source.h"
@@ -40,6 +42,7 @@ struct BenchOptions {
   int64_t iters = 20;
   std::string json_file;
   int threads = 0;
+  bool profile = false;
 };
 
 // One layer of each kind the model has, in the order swa, csa, hca; the first is hash-routed when
@@ -177,23 +180,24 @@ DeviceTensor random_streams(Ops& ops, const ModelConfig& cfg, int64_t tokens, ui
   return streams;
 }
 
-// Runs forward_layer of every layer on `batch` `iters` times after one warm-up; per-layer seconds.
-std::vector<double> time_layers(const Model& model, Ops& ops, const ForwardBatch& batch, const DeviceTensor& streams,
-                                int64_t iters) {
-  std::vector<double> out;
-  for (int64_t l = 0; l < model.config().num_layers(); ++l) {
-    wait_for(ops, model.forward_layer(ops, batch, l, streams));
-    const auto start = Clock::now();
-    DeviceTensor y;
-    for (int64_t i = 0; i < iters; ++i) y = model.forward_layer(ops, batch, l, streams);
-    wait_for(ops, y);
-    out.push_back(seconds_since(start) / static_cast<double>(iters));
-  }
-  return out;
+// Runs forward_layer of `layer` on `batch` `iters` times after one warm-up (which `on_warm`
+// follows); seconds per run.
+double time_layer(const Model& model, Ops& ops, const ForwardBatch& batch, int64_t layer, const DeviceTensor& streams,
+                  int64_t iters, const std::function<void()>& on_warm) {
+  wait_for(ops, model.forward_layer(ops, batch, layer, streams));
+  on_warm();
+  const auto start = Clock::now();
+  DeviceTensor y;
+  for (int64_t i = 0; i < iters; ++i) y = model.forward_layer(ops, batch, layer, streams);
+  wait_for(ops, y);
+  return seconds_since(start) / static_cast<double>(iters);
 }
 
 void run_bench_layers(const BenchOptions& o) {
-  const std::unique_ptr<Ops> ops = make_backend(o.device, o.threads);
+  const std::unique_ptr<Ops> backend = make_backend(o.device, o.threads);
+  // With --profile every op goes through ProfilingOps, which waits after each call.
+  ProfilingOps profiler(*backend);
+  Ops* const ops = o.profile ? static_cast<Ops*>(&profiler) : backend.get();
   const ModelConfig full = model_config_of(o.source.model);
   std::fprintf(stderr, "bench: making dummy weights for one layer of each kind of %s on %s...\n", full.source().c_str(),
                std::string(ops->name()).c_str());
@@ -208,7 +212,8 @@ void run_bench_layers(const BenchOptions& o) {
   nlohmann::json report = {{"model", full.source()}, {"backend", std::string(ops->name())}, {"context", o.context}};
   std::printf("%s, %s backend; floors are the H200's (ENV.md)\n", cfg.source().c_str(), std::string(ops->name()).c_str());
   std::printf("%-6s %-22s %12s %12s %8s\n", "layer", "run", "ms", "floor ms", "x floor");
-  const auto row = [&](int64_t l, const std::string& run, double seconds, double floor_seconds, nlohmann::json extra) {
+  const auto row = [&](int64_t l, const std::string& run, double seconds, double floor_seconds, nlohmann::json extra,
+                       double calls_per_run) {
     const std::string kind(layer_kind_name(cfg.layer_kind(l)));
     std::printf("%-6s %-22s %12.3f %12.3f %8.1f\n", kind.c_str(), run.c_str(), seconds * 1e3, floor_seconds * 1e3,
                 seconds / floor_seconds);
@@ -216,6 +221,15 @@ void run_bench_layers(const BenchOptions& o) {
     extra["run"] = run;
     extra["ms"] = seconds * 1e3;
     extra["floor_ms"] = floor_seconds * 1e3;
+    if (o.profile) {
+      for (const ProfilingOps::Entry& e : profiler.entries()) {
+        const double ms = e.seconds * 1e3 / calls_per_run;
+        if (ms < 0.01 * seconds * 1e3) break;
+        std::printf("         %-34s %9.3f ms  %6.1f calls\n", e.op.c_str(), ms, static_cast<double>(e.calls) / calls_per_run);
+        extra["profile"][e.op] = ms;
+      }
+      profiler.reset();
+    }
     report["rows"].push_back(extra);
     std::fflush(stdout);
   };
@@ -239,6 +253,7 @@ void run_bench_layers(const BenchOptions& o) {
     const ForwardBatch batch = prefill_batch(base, fill);
     for (int64_t l = 0; l < cfg.num_layers(); ++l) {
       wait_for(*ops, model.forward_layer(*ops, warm_batch, l, streams));
+      profiler.reset();
       start = Clock::now();
       wait_for(*ops, model.forward_layer(*ops, batch, l, streams));
       const double seconds = seconds_since(start);
@@ -247,7 +262,7 @@ void run_bench_layers(const BenchOptions& o) {
       const double linear = costs[static_cast<size_t>(l)].linear_flops_per_token * static_cast<double>(fill);
       const double floor = linear / kFp8GemmFlops + attn / kBf16GemmFlops;
       row(l, "prefill " + std::to_string(fill), seconds, floor,
-          {{"tokens", fill}, {"linear_tflop", linear / 1e12}, {"attention_tflop", attn / 1e12}});
+          {{"tokens", fill}, {"linear_tflop", linear / 1e12}, {"attention_tflop", attn / 1e12}}, 1.0);
     }
     base.advance(fill);
   }
@@ -265,17 +280,18 @@ void run_bench_layers(const BenchOptions& o) {
       batch.add(seqs[static_cast<size_t>(s)], std::span<const int32_t>(&id, 1));
     }
     const DeviceTensor streams = random_streams(*ops, cfg, batch_size, 2);
-    const std::vector<double> seconds = time_layers(model, *ops, batch, streams, o.iters);
     for (int64_t l = 0; l < cfg.num_layers(); ++l) {
+      const double seconds = time_layer(model, *ops, batch, l, streams, o.iters, [&] { profiler.reset(); });
       const LayerCost& c = costs[static_cast<size_t>(l)];
       const int64_t ratio = cfg.compress_ratio(l);
       const Visible v = visible_at(cfg, ratio, fill);
       const double cache_bytes = kKvEntryBytes * v.keys + kIndexKeyBytes * v.indexed;
       const double experts = distinct_experts(cfg, batch_size);
       const double bytes = c.fixed_bytes + experts * c.expert_bytes + static_cast<double>(batch_size) * cache_bytes;
-      row(l, "decode b=" + std::to_string(batch_size), seconds[static_cast<size_t>(l)], bytes / kCopyBytesPerSecond,
+      row(l, "decode b=" + std::to_string(batch_size), seconds, bytes / kCopyBytesPerSecond,
           {{"batch", batch_size}, {"weight_mb", (c.fixed_bytes + experts * c.expert_bytes) / 1e6},
-           {"cache_mb", static_cast<double>(batch_size) * cache_bytes / 1e6}, {"distinct_experts", experts}});
+           {"cache_mb", static_cast<double>(batch_size) * cache_bytes / 1e6}, {"distinct_experts", experts}},
+          static_cast<double>(o.iters));
     }
   }
   if (!o.json_file.empty()) {
@@ -313,6 +329,8 @@ void add_bench_command(CLI::App& app) {
       ->default_str("20");
   cmd->add_option("--json", opts->json_file, "Also write the rows to this JSON file");
   cmd->add_option("--threads", opts->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--profile", opts->profile,
+                "Under each row, the time of each op (ops waited for one by one, so the rows' times grow)");
   cmd->callback([opts] { run_bench_layers(*opts); });
 }
 

@@ -313,6 +313,8 @@ class Ops {
  public:
   virtual ~Ops() = default;
   virtual std::string_view name() const = 0;
+  // Waits until all work queued so far is done (synchronous backends return at once).
+  virtual void synchronize() {}
 
   // Zero-filled backend memory.
   virtual DeviceTensor alloc(DType dtype, Shape shape) = 0;

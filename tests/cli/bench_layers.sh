@@ -25,6 +25,10 @@ for k in ("swa", "csa", "hca"):
     assert by[(k, "decode b=3")]["weight_mb"] > by[(k, "decode b=1")]["weight_mb"], k
 PY
 grep -q "^csa    decode b=3" "$work/out.txt" || fail "table: $(cat "$work/out.txt")"
+# --profile lists the ops under each row.
+"$dsv4" bench layers --model tiny --context 64 --batch 2 --iters 1 --threads 2 --profile >"$work/prof.txt"
+grep -q "moe_experts" "$work/prof.txt" || fail "--profile: $(cat "$work/prof.txt")"
+grep -q "linear attn.wq_b" "$work/prof.txt" || fail "--profile: $(cat "$work/prof.txt")"
 if "$dsv4" bench layers --model tiny --batch 0 2>"$work/err.txt"; then fail "batch 0 accepted"; fi
 if "$dsv4" bench layers --model nonesuch 2>"$work/err.txt"; then fail "unknown model accepted"; fi
 grep -q "nonesuch" "$work/err.txt" || fail "error message: $(cat "$work/err.txt")"

@@ -36,7 +36,7 @@ class CudaOps final : public Ops {
   cudaStream_t stream() const { return stream_; }
   void set_stream(cudaStream_t s) { stream_ = s; }
   // Waits for everything enqueued so far.
-  void synchronize();
+  void synchronize() override;
 
   DeviceTensor alloc(DType dtype, Shape shape) override;
   void upload(ConstTensorView host, TensorView dst) override;
