@@ -547,6 +547,26 @@ TEST_F(CudaOpsCore, LinearRowsDoNotDependOnTheBatchAndRunsRepeat) {
   }
 }
 
+// A row's bits do not depend on how many rows share the call, also with a K that is not a multiple
+// of the kernel's K slice (the zero-padded tail).
+TEST_F(CudaOpsCore, PlainGemmGivesTheSameBitsForFewAndManyRows) {
+  for (const int64_t k : {int64_t{200}, int64_t{4096}}) {
+    const BothWeights w = load_both("w", WeightFormat::kPlain, random_tensor(DType::kBF16, {130, k}));
+    const Tensor x = random_tensor(DType::kBF16, {40, k});
+    const Both xs = upload_both(x);
+    const Both all = outputs(DType::kF32, {40, 130});
+    gpu_->linear({xs.gpu.view(), &w.gpu, ActQuant::kNone, all.gpu.view()});
+    const Tensor many = from_gpu(all.gpu);
+    for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{8}}) {
+      const Both few = outputs(DType::kF32, {rows, 130});
+      gpu_->linear({slice_rows(ConstTensorView(xs.gpu.view()), 20, 20 + rows), &w.gpu, ActQuant::kNone, few.gpu.view()});
+      Tensor want(DType::kF32, {rows, 130});
+      std::memcpy(want.data<float>(), many.data<float>() + 20 * 130, want.nbytes());
+      expect_same_bits("k " + std::to_string(k) + ", " + std::to_string(rows) + " rows", want, from_gpu(few.gpu));
+    }
+  }
+}
+
 TEST_F(CudaOpsCore, LinearRejectsAWeightOfAnotherShape) {
   const BothWeights w = load_both("w", WeightFormat::kPlain, random_tensor(DType::kBF16, {8, 16}));
   const Both x = upload_both(random_tensor(DType::kBF16, {2, 32}));

@@ -1,7 +1,8 @@
 // CudaOps attention family: the compressor's gated pooling with its per-sequence state rings
 // (MODEL.md §4), the lightning indexer's scores and top-k (§5), and sparse attention with the
 // per-head sink over the window and the compressed entries (§3.5-3.6). Arguments are checked as
-// CpuOps checks them; kernels run one launch per sequence on the op's stream.
+// CpuOps checks them; sparse attention runs the whole batch in one launch, the compressor and the
+// indexer one launch per sequence, on the op's stream.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -47,6 +48,26 @@ void check_cache(const char* op, ConstTensorView cache, int64_t rows, int64_t wi
     throw UsageError(std::string(op) + ": a cache of shape " + shape_str(cache.shape()) + " cannot hold " +
                      std::to_string(rows) + " entries of width " + std::to_string(width));
 }
+
+// A batch's per-sequence table and each token's index into it, uploaded into one stream-ordered
+// buffer for a kernel that runs every sequence in one launch.
+template <typename Desc>
+class DeviceSeqTable {
+ public:
+  DeviceSeqTable(const std::vector<Desc>& seqs, const std::vector<int32_t>& seq_of_token, cudaStream_t stream)
+      : table_bytes_(seqs.size() * sizeof(Desc)), buffer_(table_bytes_ + seq_of_token.size() * sizeof(int32_t), stream) {
+    buffer_.upload(seqs.data(), table_bytes_);
+    buffer_.upload(seq_of_token.data(), seq_of_token.size() * sizeof(int32_t), table_bytes_);
+  }
+  const Desc* seqs() const { return buffer_.get<const Desc>(); }
+  const int32_t* seq_of_token() const {
+    return reinterpret_cast<const int32_t*>(buffer_.get<const std::byte>() + table_bytes_);
+  }
+
+ private:
+  size_t table_bytes_;  // a multiple of alignof(Desc) >= alignof(int32_t)
+  StreamBuffer buffer_;
+};
 
 }  // namespace
 
@@ -99,33 +120,37 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
   const int64_t k = p.topk.dim(1);
   check_slices("indexer_topk", p.seqs, T);
 
-  int64_t scratch = 0;
-  for (const IndexerSeq& s : p.seqs) {
-    const int64_t visible = (s.slice.start_pos + s.slice.num_tokens) / p.ratio;
-    check_cache("indexer_topk", s.keys, visible, dh);
-    scratch = std::max(scratch, s.slice.num_tokens * visible);
-  }
-  // Sequences run one after another on the stream, so they can share the score scratch.
-  const StreamBuffer scores(static_cast<size_t>(scratch) * sizeof(float), stream_);
+  if (T == 0) return;
+  std::vector<kernels::IndexerSeqDesc> seqs;
+  std::vector<int32_t> seq_of_token(static_cast<size_t>(T));
+  int64_t score_stride = 0;
   for (const IndexerSeq& s : p.seqs) {
     const SeqSlice& sl = s.slice;
+    const int64_t visible = (sl.start_pos + sl.num_tokens) / p.ratio;
+    check_cache("indexer_topk", s.keys, visible, dh);
     if (sl.num_tokens == 0) continue;
-    kernels::IndexerTopkParams kp;
-    kp.q = float_ptr(slice_rows(p.q, sl.token_begin, sl.token_begin + sl.num_tokens));
-    kp.weights = float_ptr(slice_rows(p.weights, sl.token_begin, sl.token_begin + sl.num_tokens));
-    kp.keys = float_ptr(s.keys);
-    kp.scores = scores.get<float>();
-    kp.topk = p.topk.data<int32_t>() + sl.token_begin * k;
-    kp.weight_scale = p.weight_scale;
-    kp.heads = heads;
-    kp.dh = dh;
-    kp.ratio = p.ratio;
-    kp.start_pos = sl.start_pos;
-    kp.num_tokens = sl.num_tokens;
-    kp.score_stride = (sl.start_pos + sl.num_tokens) / p.ratio;
-    kp.k = k;
-    kernels::indexer_topk(kp, stream_);
+    score_stride = std::max(score_stride, visible);
+    std::fill_n(seq_of_token.begin() + sl.token_begin, sl.num_tokens, static_cast<int32_t>(seqs.size()));
+    seqs.push_back({sl.token_begin, sl.start_pos, float_ptr(s.keys)});
   }
+  const DeviceSeqTable<kernels::IndexerSeqDesc> table(seqs, seq_of_token, stream_);
+  const StreamBuffer scores(static_cast<size_t>(T * score_stride) * sizeof(float), stream_);
+
+  kernels::IndexerTopkParams kp;
+  kp.q = float_ptr(p.q);
+  kp.weights = float_ptr(p.weights);
+  kp.seqs = table.seqs();
+  kp.seq_of_token = table.seq_of_token();
+  kp.scores = scores.get<float>();
+  kp.topk = p.topk.data<int32_t>();
+  kp.weight_scale = p.weight_scale;
+  kp.tokens = T;
+  kp.heads = heads;
+  kp.dh = dh;
+  kp.ratio = p.ratio;
+  kp.score_stride = score_stride;
+  kp.k = k;
+  kernels::indexer_topk(kp, stream_);
 }
 
 void CudaOps::sparse_attention(const SparseAttentionParams& p) {
@@ -139,29 +164,41 @@ void CudaOps::sparse_attention(const SparseAttentionParams& p) {
     if (p.ratio > 0) check_cache("sparse_attention", s.compressed, (s.slice.start_pos + s.slice.num_tokens) / p.ratio, d);
   }
   const int64_t k = has_topk ? p.topk.dim(1) : 0;
+  if (T == 0) return;
 
+  // The sequence table and each token's sequence, uploaded together for one launch.
+  std::vector<kernels::SparseAttnSeq> seqs;
+  std::vector<int32_t> seq_of_token(static_cast<size_t>(T));
   for (const AttentionSeq& s : p.seqs) {
     const SeqSlice& sl = s.slice;
     if (sl.num_tokens == 0) continue;
-    const int64_t b = sl.token_begin, e = sl.token_begin + sl.num_tokens;
-    kernels::SparseAttnRowsParams kp;
-    kp.q = float_ptr(slice_rows(p.q, b, e));
-    kp.kv = float_ptr(slice_rows(p.kv, b, e));
-    if (sl.start_pos > 0) kp.window = float_ptr(s.window);
-    if (p.ratio > 0) kp.compressed = float_ptr(s.compressed);
-    kp.topk = has_topk ? p.topk.data<int32_t>() + b * k : nullptr;
-    kp.sink = sink;
-    kp.out = float_ptr(slice_rows(p.out, b, e));
-    kp.heads = H;
-    kp.d = d;
-    kp.window_size = W;
-    kp.ratio = p.ratio;
-    kp.k = k;
-    kp.start_pos = sl.start_pos;
-    kp.num_tokens = sl.num_tokens;
-    kp.softmax_scale = p.softmax_scale;
-    kernels::sparse_attn_rows(kp, stream_);
+    kernels::SparseAttnSeq d;
+    d.token_begin = sl.token_begin;
+    d.num_tokens = sl.num_tokens;
+    d.start_pos = sl.start_pos;
+    if (sl.start_pos > 0) d.window = float_ptr(s.window);
+    if (p.ratio > 0) d.compressed = float_ptr(s.compressed);
+    std::fill_n(seq_of_token.begin() + sl.token_begin, sl.num_tokens, static_cast<int32_t>(seqs.size()));
+    seqs.push_back(d);
   }
+  const DeviceSeqTable<kernels::SparseAttnSeq> table(seqs, seq_of_token, stream_);
+
+  kernels::SparseAttnRowsParams kp;
+  kp.q = float_ptr(p.q);
+  kp.kv = float_ptr(p.kv);
+  kp.seqs = table.seqs();
+  kp.seq_of_token = table.seq_of_token();
+  kp.topk = has_topk ? p.topk.data<int32_t>() : nullptr;
+  kp.sink = sink;
+  kp.out = float_ptr(p.out);
+  kp.tokens = T;
+  kp.heads = H;
+  kp.d = d;
+  kp.window_size = W;
+  kp.ratio = p.ratio;
+  kp.k = k;
+  kp.softmax_scale = p.softmax_scale;
+  kernels::sparse_attn_rows(kp, stream_);
 }
 
 }  // namespace dsv4::cuda

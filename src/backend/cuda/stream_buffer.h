@@ -22,6 +22,12 @@ class StreamBuffer {
   template <typename T>
   T* get() const { return static_cast<T*>(p_); }
 
+  // Copies `bytes` of host memory in at byte `offset`, in stream order; the host memory may be
+  // reused on return (pageable memory is staged by the driver before cudaMemcpyAsync returns).
+  void upload(const void* host, size_t bytes, size_t offset = 0) {
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(static_cast<std::byte*>(p_) + offset, host, bytes, cudaMemcpyHostToDevice, stream_));
+  }
+
  private:
   void* p_ = nullptr;
   cudaStream_t stream_;

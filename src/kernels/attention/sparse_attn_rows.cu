@@ -22,20 +22,21 @@ struct EntrySource {
   bool valid = false;
 };
 
-// Entry e of token i (at position pos): its row, or invalid.
-__device__ EntrySource entry_source(const SparseAttnRowsParams& p, int64_t i, int64_t pos, int64_t e) {
+// Entry e of batch token t of sequence s (at position pos): its row, or invalid.
+__device__ EntrySource entry_source(const SparseAttnRowsParams& p, const SparseAttnSeq& s, int64_t t, int64_t pos,
+                                    int64_t e) {
   const int64_t lo = pos - p.window_size + 1 > 0 ? pos - p.window_size + 1 : 0;
   const int64_t nwin = pos - lo + 1;
   if (e < nwin) {
     const int64_t q = lo + e;
-    if (q >= p.start_pos) return {p.kv, q - p.start_pos, true};
-    return {p.window, q % p.window_size, true};
+    if (q >= s.start_pos) return {p.kv, s.token_begin + q - s.start_pos, true};
+    return {s.window, q % p.window_size, true};
   }
   const int64_t c = e - nwin;
-  if (p.topk == nullptr) return {p.compressed, c, true};
-  const int32_t j = p.topk[i * p.k + c];
+  if (p.topk == nullptr) return {s.compressed, c, true};
+  const int32_t j = p.topk[t * p.k + c];
   const int64_t visible = (pos + 1) / p.ratio;
-  return {p.compressed, j, j >= 0 && j < visible};
+  return {s.compressed, j, j >= 0 && j < visible};
 }
 
 __device__ int64_t entry_count(const SparseAttnRowsParams& p, int64_t pos) {
@@ -66,7 +67,9 @@ __global__ void __launch_bounds__(kHeadsPerCta * 32) sparse_attn_rows_kernel(Spa
   __shared__ float w_s[kHeadsPerCta][kTile];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t i = blockIdx.x, pos = p.start_pos + i;
+  const int64_t i = blockIdx.x;  // the batch token
+  const SparseAttnSeq seq = p.seqs[p.seq_of_token[i]];
+  const int64_t pos = seq.start_pos + (i - seq.token_begin);
   const int64_t head = blockIdx.y * static_cast<int64_t>(kHeadsPerCta) + warp;
   const bool head_valid = head < p.heads;
   const int64_t S = entry_count(p, pos);
@@ -82,7 +85,7 @@ __global__ void __launch_bounds__(kHeadsPerCta * 32) sparse_attn_rows_kernel(Spa
     __syncthreads();  // the previous tile is consumed
     if (threadIdx.x < kTile) {
       const int64_t e = base + threadIdx.x;
-      src_s[threadIdx.x] = e < S ? entry_source(p, i, pos, e) : EntrySource{};
+      src_s[threadIdx.x] = e < S ? entry_source(p, seq, i, pos, e) : EntrySource{};
     }
     __syncthreads();
     for (int64_t x = threadIdx.x; x < kTile * d; x += blockDim.x) {
@@ -138,7 +141,7 @@ size_t sparse_attn_rows_smem_bytes(int64_t d) {
 }
 
 void sparse_attn_rows(const SparseAttnRowsParams& p, cudaStream_t stream) {
-  if (p.num_tokens <= 0 || p.heads <= 0) return;
+  if (p.tokens <= 0 || p.heads <= 0) return;
   const size_t smem = sparse_attn_rows_smem_bytes(p.d);
   int device = 0, max_smem = 0;
   DSV4_CUDA_CHECK(cudaGetDevice(&device));
@@ -147,7 +150,7 @@ void sparse_attn_rows(const SparseAttnRowsParams& p, cudaStream_t stream) {
     throw UsageError("sparse_attention: head dim " + std::to_string(p.d) + " needs more shared memory than the device has");
   DSV4_CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
-  const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>((p.heads + kHeadsPerCta - 1) / kHeadsPerCta));
+  const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>((p.heads + kHeadsPerCta - 1) / kHeadsPerCta));
   sparse_attn_rows_kernel<<<grid, kHeadsPerCta * 32, smem, stream>>>(p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }

@@ -1,6 +1,6 @@
-// Sparse attention with a per-head sink (MODEL.md §3.5-3.6) over plain fp32/bf16 rows, for one
-// sequence's slice of a batch: query t at position p attends to the window positions
-// max(0, p-W+1)..p (older ones from the sequence's window ring, the slice's own from its kv
+// Sparse attention with a per-head sink (MODEL.md §3.5-3.6) over plain fp32/bf16 rows, for every
+// sequence of a batch at once: query t at position p attends to the window positions
+// max(0, p-W+1)..p (older ones from the sequence's window ring, the batch's own from its kv
 // rows), then to compressed entries: none (ratio 0), all j < floor((p+1)/ratio) (no topk), or
 // the listed ids (topk; -1 and ids not yet visible are skipped). K = V = the entry row.
 #pragma once
@@ -13,22 +13,32 @@
 
 namespace dsv4::kernels {
 
-struct SparseAttnRowsParams {
-  FloatPtr q;                     // [slice tokens, heads, d]
-  FloatPtr kv;                    // [slice tokens, d] the slice's own window rows
+// One sequence of the batch (device memory; the launcher's caller uploads the table).
+struct SparseAttnSeq {
+  int64_t token_begin = 0;        // its tokens are rows token_begin .. token_begin + num_tokens - 1
+  int64_t num_tokens = 0;
+  int64_t start_pos = 0;          // position of its first token
   FloatPtr window;                // [window_size, d] ring, position p in row p % window_size;
                                   // read only for positions before start_pos
   FloatPtr compressed;            // [>= visible entries, d] entry j in row j; read if ratio > 0
-  const int32_t* topk = nullptr;  // [slice tokens, k] or nullptr (all visible entries)
+};
+
+// The whole batch in one launch: a CTA per (token, group of heads), each finding its sequence
+// through seq_of_token.
+struct SparseAttnRowsParams {
+  FloatPtr q;                     // [tokens, heads, d]
+  FloatPtr kv;                    // [tokens, d] the batch's own window rows
+  const SparseAttnSeq* seqs = nullptr;     // device
+  const int32_t* seq_of_token = nullptr;   // [tokens] device: index into seqs
+  const int32_t* topk = nullptr;  // [tokens, k] or nullptr (all visible entries)
   FloatPtr sink;                  // [heads]
-  MutFloatPtr out;                // [slice tokens, heads, d]
+  MutFloatPtr out;                // [tokens, heads, d]
+  int64_t tokens = 0;
   int64_t heads = 0;
   int64_t d = 0;
   int64_t window_size = 0;        // W
   int64_t ratio = 0;              // 0: no compressed entries
   int64_t k = 0;                  // topk's row length
-  int64_t start_pos = 0;          // position of the slice's first token
-  int64_t num_tokens = 0;
   float softmax_scale = 0;
 };
 

@@ -29,8 +29,9 @@ __global__ void score_kernel(IndexerTopkParams p) {
   extern __shared__ float smem[];
   float* q_s = smem;                  // [heads, dh]
   float* w_s = q_s + p.heads * p.dh;  // [heads] w * weight_scale
-  const int64_t i = blockIdx.x;       // token of the slice
-  const int64_t visible = (p.start_pos + i + 1) / p.ratio;
+  const int64_t i = blockIdx.x;       // token of the batch
+  const IndexerSeqDesc seq = p.seqs[p.seq_of_token[i]];
+  const int64_t visible = (seq.start_pos + (i - seq.token_begin) + 1) / p.ratio;
   if (blockIdx.y * static_cast<int64_t>(kScoreThreads) >= visible) return;  // the whole CTA
   for (int64_t x = threadIdx.x; x < p.heads * p.dh; x += blockDim.x) q_s[x] = load_float(p.q, i * p.heads * p.dh + x);
   for (int64_t h = threadIdx.x; h < p.heads; h += blockDim.x)
@@ -40,7 +41,7 @@ __global__ void score_kernel(IndexerTopkParams p) {
   if (j >= visible) return;
   float acc = 0.0f;
   for (int64_t h = 0; h < p.heads; ++h)
-    acc = __fadd_rn(acc, __fmul_rn(w_s[h], fmaxf(dot8(q_s + h * p.dh, p.keys, j * p.dh, p.dh), 0.0f)));
+    acc = __fadd_rn(acc, __fmul_rn(w_s[h], fmaxf(dot8(q_s + h * p.dh, seq.keys, j * p.dh, p.dh), 0.0f)));
   p.scores[i * p.score_stride + j] = isnan(acc) ? -INFINITY : acc;
 }
 
@@ -59,7 +60,8 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(IndexerTopkParams p)
   __shared__ int s_carry_equal, s_carry_chosen;
 
   const int64_t i = blockIdx.x;
-  const int64_t visible = (p.start_pos + i + 1) / p.ratio;
+  const IndexerSeqDesc seq = p.seqs[p.seq_of_token[i]];
+  const int64_t visible = (seq.start_pos + (i - seq.token_begin) + 1) / p.ratio;
   const float* score = p.scores + i * p.score_stride;
   int32_t* out = p.topk + i * p.k;
 
@@ -123,17 +125,17 @@ size_t indexer_scores_smem_bytes(int64_t heads, int64_t dh) {
 }
 
 void indexer_topk(const IndexerTopkParams& p, cudaStream_t stream) {
-  if (p.num_tokens <= 0 || p.k <= 0) return;
-  const int64_t max_visible = (p.start_pos + p.num_tokens) / p.ratio;
+  if (p.tokens <= 0 || p.k <= 0) return;
+  const int64_t max_visible = p.score_stride;
   if (max_visible > 0) {
     const size_t smem = indexer_scores_smem_bytes(p.heads, p.dh);
     DSV4_CUDA_CHECK(cudaFuncSetAttribute(score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    const dim3 grid(static_cast<unsigned>(p.num_tokens),
+    const dim3 grid(static_cast<unsigned>(p.tokens),
                     static_cast<unsigned>((max_visible + kScoreThreads - 1) / kScoreThreads));
     score_kernel<<<grid, kScoreThreads, smem, stream>>>(p);
     DSV4_CUDA_CHECK(cudaGetLastError());
   }
-  topk_kernel<<<static_cast<unsigned>(p.num_tokens), kTopkThreads, 0, stream>>>(p);
+  topk_kernel<<<static_cast<unsigned>(p.tokens), kTopkThreads, 0, stream>>>(p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -12,19 +12,27 @@
 
 namespace dsv4::kernels {
 
+// One sequence of the batch (device memory).
+struct IndexerSeqDesc {
+  int64_t token_begin = 0;    // its tokens are rows token_begin .. token_begin + num_tokens - 1
+  int64_t start_pos = 0;      // position of its first token
+  FloatPtr keys;              // [>= visible entries, dh] its indexer keys, entry j in row j
+};
+
+// The whole batch in one launch per kernel; each token finds its sequence through seq_of_token.
 struct IndexerTopkParams {
-  FloatPtr q;                 // [slice tokens, heads, dh]
-  FloatPtr weights;           // [slice tokens, heads]
-  FloatPtr keys;              // [>= max visible, dh] the sequence's indexer keys, entry j in row j
-  float* scores = nullptr;    // [slice tokens, score_stride] scratch
-  int32_t* topk = nullptr;    // [slice tokens, k]
+  FloatPtr q;                 // [tokens, heads, dh]
+  FloatPtr weights;           // [tokens, heads]
+  const IndexerSeqDesc* seqs = nullptr;    // device
+  const int32_t* seq_of_token = nullptr;   // [tokens] device
+  float* scores = nullptr;    // [tokens, score_stride] scratch
+  int32_t* topk = nullptr;    // [tokens, k]
   float weight_scale = 0;
+  int64_t tokens = 0;
   int64_t heads = 0;
   int64_t dh = 0;
   int64_t ratio = 0;
-  int64_t start_pos = 0;      // position of the slice's first token
-  int64_t num_tokens = 0;
-  int64_t score_stride = 0;   // >= (start_pos + num_tokens) / ratio
+  int64_t score_stride = 0;   // >= every token's visible entries, (position + 1) / ratio
   int64_t k = 0;
 };
 
