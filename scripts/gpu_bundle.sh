@@ -12,6 +12,11 @@ for bin in "$build"/tests/ops/test_ops_cuda "$build"/tests/ops/test_cuda_ops_att
   [ -x "$bin" ] || continue
   cp "$bin" "$out/" && strip "$out/$(basename "$bin")"
 done
+# The fork/join and multi-stream tests.
+for bin in "$build"/tests/ops/test_fork_join_cuda "$build"/tests/model/test_model_multistream_cuda; do
+  [ -x "$bin" ] || continue
+  cp "$bin" "$out/" && strip "$out/$(basename "$bin")"
+done
 # The GPU machine's OpenBLAS has another soname; carry the CPU reference's BLAS with its
 # Fortran runtime so the binaries that hold the CPU backend (the oracle) start there.
 mkdir -p "$out/lib"

@@ -1,4 +1,4 @@
-// The backend factory behind `--device`. The CUDA backend exists only in builds configured with
+// The backend factory behind `--device` and `--multi-stream`. The CUDA backend exists only in builds configured with
 // CUDA (DSV4_WITH_CUDA); the tools are the one place that may branch on that.
 #include "tools/backend.h"
 
@@ -20,11 +20,31 @@ void add_device_option(CLI::App* cmd, Device& device) {
       ->default_str("cpu");
 }
 
-std::unique_ptr<Ops> make_backend(Device device, int threads) {
+void add_multi_stream_option(CLI::App* cmd, MultiStreamPolicy& policy) {
+  const MultiStreamPolicy defaults;
+  cmd->add_option_function<std::string>(
+         "--multi-stream",
+         [&policy](const std::string& mode) {
+           policy.mode = mode == "on"     ? MultiStreamMode::kOn
+                         : mode == "auto" ? MultiStreamMode::kAuto
+                                          : MultiStreamMode::kOff;
+         },
+         "--device cuda: run the attention layer's independent input chains (compressor, indexer keys) "
+         "on side CUDA streams beside the Q/KV path: off, on, or auto (side streams for forwards of at "
+         "most " + std::to_string(defaults.auto_max_tokens) +
+             " tokens; a threshold not yet tuned). The numbers are the same in every mode")
+      ->check(CLI::IsMember({"off", "on", "auto"}))
+      ->default_str("off");
+}
+
+std::unique_ptr<Ops> make_backend(Device device, int threads, MultiStreamPolicy multi_stream) {
   if (device == Device::kCpu) return std::make_unique<cpu::CpuOps>(threads);
 #if defined(DSV4_WITH_CUDA)
-  return std::make_unique<cuda::CudaOps>();
+  cuda::CudaOptions options;
+  options.multi_stream = multi_stream;
+  return std::make_unique<cuda::CudaOps>(options);
 #else
+  (void)multi_stream;
   throw UsageError("--device cuda: this build of dsv4 has no CUDA backend (configure with -DDSV4_CUDA=ON)");
 #endif
 }

@@ -43,6 +43,7 @@ struct BenchOptions {
   std::string json_file;
   int threads = 0;
   bool profile = false;
+  MultiStreamPolicy multi_stream;
 };
 
 // One layer of each kind the model has, in the order swa, csa, hca; the first is hash-routed when
@@ -194,7 +195,7 @@ double time_layer(const Model& model, Ops& ops, const ForwardBatch& batch, int64
 }
 
 void run_bench_layers(const BenchOptions& o) {
-  const std::unique_ptr<Ops> backend = make_backend(o.device, o.threads);
+  const std::unique_ptr<Ops> backend = make_backend(o.device, o.threads, o.multi_stream);
   // With --profile every op goes through ProfilingOps, which waits after each call.
   ProfilingOps profiler(*backend);
   Ops* const ops = o.profile ? static_cast<Ops*>(&profiler) : backend.get();
@@ -209,8 +210,12 @@ void run_bench_layers(const BenchOptions& o) {
   std::vector<LayerCost> costs;
   for (int64_t l = 0; l < cfg.num_layers(); ++l) costs.push_back(layer_cost(cfg, model.weights().layers.at(static_cast<size_t>(l))));
 
-  nlohmann::json report = {{"model", full.source()}, {"backend", std::string(ops->name())}, {"context", o.context}};
-  std::printf("%s, %s backend; floors are the H200's (ENV.md)\n", cfg.source().c_str(), std::string(ops->name()).c_str());
+  const char* const stream_modes[] = {"off", "on", "auto"};
+  const std::string multi_stream = stream_modes[static_cast<int>(o.multi_stream.mode)];
+  nlohmann::json report = {{"model", full.source()}, {"backend", std::string(ops->name())}, {"context", o.context},
+                           {"multi_stream", multi_stream}};
+  std::printf("%s, %s backend, multi-stream %s; floors are the H200's (ENV.md)\n", cfg.source().c_str(),
+              std::string(ops->name()).c_str(), multi_stream.c_str());
   std::printf("%-6s %-22s %12s %12s %8s\n", "layer", "run", "ms", "floor ms", "x floor");
   const auto row = [&](int64_t l, const std::string& run, double seconds, double floor_seconds, nlohmann::json extra,
                        double calls_per_run) {
@@ -316,6 +321,7 @@ void add_bench_command(CLI::App& app) {
       ->default_str("flash");
   cmd->add_option("--dummy-seed", opts->source.dummy_seed, "Seed of the dummy weights")->default_str("0");
   add_device_option(cmd, opts->device);
+  add_multi_stream_option(cmd, opts->multi_stream);
   cmd->add_option("--context", opts->context,
                   "Tokens of the timed prefill, which fills the caches the decode steps then extend")
       ->check(CLI::PositiveNumber)

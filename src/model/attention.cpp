@@ -38,21 +38,36 @@ DeviceTensor attention(const ForwardContext& ctx, const AttentionWeights& w, int
   const int64_t G = p.o_groups, ratio = ctx.cfg.compress_ratio(layer);
   const auto eps = static_cast<float>(p.rms_norm_eps);
 
-  // Q: qr = q_norm(x wq_a^T) also feeds the indexer; q = qr wq_b^T, per-head RMSNorm, RoPE.
-  const DeviceTensor qr = rms_norm(ctx, linear(ctx, x, w.wq_a, ctx.act), &w.q_norm);
-  DeviceTensor q = linear(ctx, qr, w.wq_b, ctx.act).reshaped({T * H, d});
-  ctx.ops.rms_norm({q.view(), nullptr, eps, q.view()});
-  q = q.reshaped({T, H, d});
-  ctx.ops.rope({q.view(), ctx.positions.view(), inv_freq.view(), r, false});
+  // The layer's independent input chains, one fork/join (ARCHITECTURE.md §3-4). Main: the Q path
+  // (qr = q_norm(x wq_a^T) also feeds the indexer; q = qr wq_b^T, per-head RMSNorm, RoPE) and the
+  // KV path (one 512-d vector per token, K and V at once; RoPE on the last r dims, FP8 QAT on the
+  // rest). Side 0: the attention compressor's entries (ratio > 0). Side 1: the indexer's keys (CSA).
+  // In order, the tasks run exactly as the blocks read in MODEL.md, so the numbers do not depend on
+  // whether a backend overlaps them. Compressed entries are written before attention reads them: a
+  // block that ends inside this batch is visible to its last token.
+  DeviceTensor qr, q, kv;
+  ForkJoinTasks chains;
+  chains.chain = layer_kind_name(ctx.cfg.layer_kind(layer));
+  chains.tokens = T;
+  chains.main = [&] {
+    qr = rms_norm(ctx, linear(ctx, x, w.wq_a, ctx.act), &w.q_norm);
+    q = linear(ctx, qr, w.wq_b, ctx.act).reshaped({T * H, d});
+    ctx.ops.rms_norm({q.view(), nullptr, eps, q.view()});
+    q = q.reshaped({T, H, d});
+    ctx.ops.rope({q.view(), ctx.positions.view(), inv_freq.view(), r, false});
 
-  // KV: one 512-d vector per token, K and V at once; RoPE on the last r dims, FP8 QAT on the rest.
-  const DeviceTensor kv = rms_norm(ctx, linear(ctx, x, w.wkv, ctx.act), &w.kv_norm);
-  ctx.ops.rope({kv.reshaped({T, 1, d}).view(), ctx.positions.view(), inv_freq.view(), r, false});
-  if (ctx.qat) ctx.ops.quant_sim({kv.view(), d - r, 64, QuantFormat::kE4M3});
+    kv = rms_norm(ctx, linear(ctx, x, w.wkv, ctx.act), &w.kv_norm);
+    ctx.ops.rope({kv.reshaped({T, 1, d}).view(), ctx.positions.view(), inv_freq.view(), r, false});
+    if (ctx.qat) ctx.ops.quant_sim({kv.view(), d - r, 64, QuantFormat::kE4M3});
+  };
+  if (ratio > 0)
+    chains.side[0] = [&] { compress(ctx, *w.compressor, layer, CompressorUse::kAttention, x, inv_freq); };
+  if (w.indexer)
+    chains.side[1] = [&] { compress(ctx, w.indexer->compressor, layer, CompressorUse::kIndexer, x, inv_freq); };
+  ctx.ops.fork_join(chains);
 
-  // Compressed entries first: a block that ends inside this batch is visible to its last token.
+  // After the join, on the main stream: the indexer's query side and top-k over its keys.
   DeviceTensor topk;
-  if (ratio > 0) compress(ctx, *w.compressor, layer, CompressorUse::kAttention, x, inv_freq);
   if (w.indexer) topk = indexer_topk(ctx, *w.indexer, layer, x, qr, inv_freq);
 
   std::vector<AttentionSeq> seqs;

@@ -1,11 +1,9 @@
-// The indexer block: keys through the compressor, queries through wq_b/RoPE/Hadamard/FP4, scores
-// and top-k through indexer_topk.
+// The indexer block's query side: queries through wq_b/RoPE/Hadamard/FP4, scores and top-k through
+// indexer_topk over the keys its compressor wrote (the attention layer runs that compressor).
 #include "model/indexer.h"
 
 #include <cmath>
 #include <vector>
-
-#include "model/compressor.h"
 
 namespace dsv4 {
 
@@ -13,7 +11,6 @@ DeviceTensor indexer_topk(const ForwardContext& ctx, const IndexerWeights& w, in
                           const DeviceTensor& qr, const DeviceTensor& inv_freq) {
   const ModelParams& p = ctx.cfg.params();
   const int64_t T = ctx.T, heads = p.index_n_heads, dh = p.index_head_dim;
-  compress(ctx, w.compressor, layer, CompressorUse::kIndexer, x, inv_freq);
 
   DeviceTensor q = linear(ctx, qr, w.wq_b, ctx.act).reshaped({T, heads, dh});
   ctx.ops.rope({q.view(), ctx.positions.view(), inv_freq.view(), p.qk_rope_head_dim, false});

@@ -21,6 +21,7 @@
 #include "config/model_config.h"
 #include "core/tensor.h"
 #include "loader/weights.h"
+#include "ops/fork_join.h"
 
 namespace dsv4 {
 
@@ -347,6 +348,10 @@ class Ops {
   virtual void moe_route(const MoeRouteParams& p) = 0;
   virtual void swiglu(const SwigluParams& p) = 0;
   virtual void moe_experts(const MoeExpertsParams& p) = 0;
+
+  // Runs the tasks of one fork/join (ops/fork_join.h). The default is the sequential contract
+  // (run_in_order); a backend with several streams overrides it to overlap the side tasks.
+  virtual void fork_join(const ForkJoinTasks& tasks) { run_in_order(tasks); }
 };
 
 }  // namespace dsv4

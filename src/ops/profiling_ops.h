@@ -30,6 +30,8 @@ class ProfilingOps final : public Ops {
 
   std::string_view name() const override { return inner_.name(); }
   void synchronize() override { inner_.synchronize(); }
+  // The tasks' ops are profiled one by one; the backend still decides whether they overlap.
+  void fork_join(const ForkJoinTasks& tasks) override { inner_.fork_join(tasks); }
   DeviceTensor alloc(DType dtype, Shape shape) override {
     return timed("alloc", [&] { return inner_.alloc(dtype, shape); });
   }

@@ -62,7 +62,7 @@ class TinyOnCuda : public ::testing::Test {
   static void SetUpTestSuite() {
     if (!cuda::device_available()) return;
     cpu_ = std::make_unique<cpu::CpuOps>(2);
-    gpu_ = std::make_unique<cuda::CudaOps>(cuda::CudaOptions{.fp8_tensor_cores = false});
+    gpu_ = std::make_unique<cuda::CudaOps>(cuda::CudaOptions{.fp8_tensor_cores = false, .multi_stream = {}});
     tc_ = std::make_unique<cuda::CudaOps>();
     cpu_model_ = std::make_unique<Model>(Model::load(*cpu_, tiny_model_dir()));
     gpu_model_ = std::make_unique<Model>(Model::load(*gpu_, tiny_model_dir()));

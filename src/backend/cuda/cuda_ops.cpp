@@ -1,5 +1,5 @@
-// CudaOps: device setup, memory, transfers, weight loading and the elementwise ops (embedding,
-// RMSNorm, RoPE, quantisation-aware rounding, Hadamard, broadcast add). Linears are in
+// CudaOps: device setup, memory, transfers, weight loading, fork/join and the elementwise ops
+// (embedding, RMSNorm, RoPE, quantisation-aware rounding, Hadamard, broadcast add). Linears are in
 // cuda_linear.cpp, mHC in cuda_mhc.cpp.
 #include "backend/cuda/cuda_ops.h"
 
@@ -39,29 +39,56 @@ CudaOps::CudaOps(CudaOptions options) : options_(options) {
   if (!device_available())
     throw CudaError("CudaOps: no CUDA device can be used (no driver, or the runtime reports no devices)");
   DSV4_CUDA_CHECK(cudaSetDevice(0));
+  // alloc's pool keeps freed memory for reuse instead of handing it back to the driver at every
+  // synchronisation (the default threshold of 0 would).
+  cudaMemPool_t pool = nullptr;
+  DSV4_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
+  uint64_t keep_all = std::numeric_limits<uint64_t>::max();
+  DSV4_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
   DSV4_CUDA_CHECK(cudaStreamCreateWithFlags(&owned_stream_, cudaStreamNonBlocking));
-  stream_ = owned_stream_;
+  set_stream(owned_stream_);
   try {
     fp8_gemm_ = std::make_unique<Fp8BlockGemm>();
+    if (options_.multi_stream.mode != MultiStreamMode::kOff) fork_join_ = std::make_unique<ForkJoin>();
   } catch (...) {
+    fp8_gemm_.reset();
     cudaStreamDestroy(owned_stream_);
     throw;
   }
 }
 
 CudaOps::~CudaOps() {
-  // Errors cannot be reported from a destructor; pending work is waited for so that storage
-  // freed afterwards is no longer in use.
+  // Errors cannot be reported from a destructor. Pending work is waited for (the side streams'
+  // work is joined into the current stream at the end of every fork/join), so storage freed
+  // afterwards is no longer in use.
   if (stream_ != owned_stream_) cudaStreamSynchronize(stream_);
   cudaStreamSynchronize(owned_stream_);
+  fork_join_.reset();
   fp8_gemm_.reset();
   cudaStreamDestroy(owned_stream_);
+  alloc_state_->ops_alive = false;
+  alloc_state_->current = nullptr;
 }
 
 void CudaOps::synchronize() { DSV4_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
-// cudaMalloc'd storage freed by cudaFree (which waits for the device). The zero fill is enqueued
-// on the current stream: work on that stream sees zeros without a host wait.
+// Stream-ordered storage: cudaMallocAsync from the device's default pool on the current stream,
+// zero-filled on that stream, and freed by cudaFreeAsync on the stream that is current when the
+// last reference dies. No call synchronises the device, and all of them can be captured into a
+// CUDA graph (as allocation and free nodes).
+//
+// Why the current stream at free time is the right one under structured fork/join (fork_join,
+// ForkJoin): a tensor that dies inside a side task was made and used by that task on its side
+// stream (or only read there, made before the fork: but what a side task reads is owned by the
+// caller of fork_join, so it outlives the join), so its free is ordered after its uses on that
+// stream. A tensor that crosses into or out of side tasks (made before the fork and read by them,
+// or made by a side task and read after the join) dies on the main stream after the join, which
+// has waited on every side task's done event: every use on every stream is ordered before the
+// free. The pool reuses a freed block for another stream only once that order is established.
+//
+// Tensors that outlive the CudaOps (weights or outputs destroyed after it in tests and tools) are
+// freed after a device synchronisation on the legacy default stream: the streams they were used
+// on are gone.
 DeviceTensor CudaOps::alloc(DType dtype, Shape shape) {
   for (int64_t d : shape)
     if (d < 0) throw UsageError("alloc: shape " + shape_str(shape) + " has a negative dimension");
@@ -69,15 +96,30 @@ DeviceTensor CudaOps::alloc(DType dtype, Shape shape) {
   const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
   const size_t padded = std::max(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
   void* p = nullptr;
-  const cudaError_t err = cudaMalloc(&p, padded);
+  const cudaError_t err = cudaMallocAsync(&p, padded, stream_);
   if (err != cudaSuccess) {
     cudaGetLastError();  // an allocation failure is not sticky; clear it
-    throw CudaError("alloc: cudaMalloc of " + std::to_string(padded) + " bytes for " +
+    throw CudaError("alloc: cudaMallocAsync of " + std::to_string(padded) + " bytes for " +
                     std::string(dtype_name(dtype)) + shape_str(shape) + " failed: " + cudaGetErrorString(err));
   }
-  std::shared_ptr<std::byte> storage(static_cast<std::byte*>(p), [](std::byte* q) { cudaFree(q); });
+  std::shared_ptr<std::byte> storage(static_cast<std::byte*>(p), [state = alloc_state_](std::byte* q) {
+    if (state->ops_alive) {
+      cudaFreeAsync(q, state->current);
+    } else {
+      cudaDeviceSynchronize();
+      cudaFreeAsync(q, cudaStreamLegacy);
+    }
+  });
   DSV4_CUDA_CHECK(cudaMemsetAsync(p, 0, padded, stream_));
   return DeviceTensor(std::move(storage), dtype, std::move(shape));
+}
+
+void CudaOps::fork_join(const ForkJoinTasks& tasks) {
+  if (fork_join_ == nullptr || !options_.multi_stream.side_streams_for(tasks.tokens)) {
+    run_in_order(tasks);
+    return;
+  }
+  fork_join_->run(tasks, stream_, [this](cudaStream_t s) { set_stream(s); });
 }
 
 // Both transfers return once the copy is complete (the host buffer may be reused or read).

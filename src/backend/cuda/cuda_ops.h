@@ -9,6 +9,7 @@
 
 #include <memory>
 
+#include "backend/cuda/fork_join.h"
 #include "backend/cuda/fp8_gemm.h"
 #include "ops/ops.h"
 
@@ -21,6 +22,10 @@ struct CudaOptions {
   // false computes them with exact fp32 accumulation of the same quantised values (simple_gemm),
   // the CPU reference's arithmetic, at a large cost in speed.
   bool fp8_tensor_cores = true;
+  // Whether fork/joins (the attention layer's input chains) run their side tasks on side streams
+  // (ForkJoin) or in order on the current stream. Off until benchmarks tune it; the numbers are
+  // the same either way.
+  MultiStreamPolicy multi_stream;
 };
 
 class CudaOps final : public Ops {
@@ -32,9 +37,13 @@ class CudaOps final : public Ops {
   CudaOps& operator=(const CudaOps&) = delete;
 
   std::string_view name() const override { return "cuda"; }
-  // The stream every op is enqueued on (the forward's fork/join utility switches it).
+  // The stream every op is enqueued on (fork_join switches it to a side stream while a side task
+  // runs). Storage of tensors that die while `s` is current is freed in stream order on `s`.
   cudaStream_t stream() const { return stream_; }
-  void set_stream(cudaStream_t s) { stream_ = s; }
+  void set_stream(cudaStream_t s) {
+    stream_ = s;
+    alloc_state_->current = s;
+  }
   // Waits for everything enqueued so far.
   void synchronize() override;
 
@@ -69,11 +78,24 @@ class CudaOps final : public Ops {
   void swiglu(const SwigluParams& p) override;
   void moe_experts(const MoeExpertsParams& p) override;
 
+  // Side tasks on side streams (ForkJoin) when options.multi_stream says so for tasks.tokens;
+  // otherwise, and inside a side task, the sequential contract on the current stream.
+  void fork_join(const ForkJoinTasks& tasks) override;
+
  private:
+  // Shared with the deleters of alloc's storage, so tensors that outlive this object still find
+  // out how to free their memory.
+  struct AllocState {
+    cudaStream_t current = nullptr;  // the current stream of the CudaOps
+    bool ops_alive = true;           // false once the CudaOps (and its streams) are gone
+  };
+
   CudaOptions options_;
   cudaStream_t owned_stream_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  std::shared_ptr<AllocState> alloc_state_ = std::make_shared<AllocState>();
   std::unique_ptr<Fp8BlockGemm> fp8_gemm_;
+  std::unique_ptr<ForkJoin> fork_join_;  // made when options_.multi_stream.mode is not kOff
 };
 
 }  // namespace dsv4::cuda

@@ -1,15 +1,20 @@
 // cuBLASLt FP8 block-scaled GEMM (see fp8_gemm.h for the layouts).
 #include "backend/cuda/fp8_gemm.h"
 
+#include <optional>
 #include <string>
 
 #include "backend/cuda/cublas_check.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/stream_buffer.h"
 #include "core/error.h"
 #include "core/numeric.h"
 
 namespace dsv4::cuda {
 namespace {
+
+// The workspace the algorithm search may assume; each algorithm reports what it needs of it.
+constexpr size_t kMaxWorkspaceBytes = size_t{32} << 20;
 
 template <typename T>
 void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const T& v) {
@@ -31,21 +36,16 @@ std::vector<float> fp8_weight_scales_for_cublaslt(const uint8_t* e8m0, int64_t n
   return out;
 }
 
-Fp8BlockGemm::Fp8BlockGemm() : workspace_bytes_(32u << 20) {
-  DSV4_CUBLAS_CHECK(cublasLtCreate(&handle_));
-  DSV4_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
-}
+Fp8BlockGemm::Fp8BlockGemm() { DSV4_CUBLAS_CHECK(cublasLtCreate(&handle_)); }
 
-Fp8BlockGemm::~Fp8BlockGemm() {
-  cudaFree(workspace_);
-  cublasLtDestroy(handle_);
-}
+Fp8BlockGemm::~Fp8BlockGemm() { cublasLtDestroy(handle_); }
 
 // Descriptors and algorithm for one shape. The scale pointers are set per call.
 struct Fp8BlockGemm::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  size_t workspace_bytes = 0;  // what algo needs
   ~Plan() {
     if (d) cublasLtMatrixLayoutDestroy(d);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -81,7 +81,7 @@ const Fp8BlockGemm::Plan& Fp8BlockGemm::plan_for(const Fp8GemmParams& p) {
   int found = 0;
   const cublasStatus_t st = [&] {
     const cublasStatus_t s1 = cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_, sizeof workspace_bytes_);
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kMaxWorkspaceBytes, sizeof kMaxWorkspaceBytes);
     if (s1 != CUBLAS_STATUS_SUCCESS) return s1;
     return cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->d, plan->d, pref, 1,
                                           &heuristic, &found);
@@ -92,6 +92,7 @@ const Fp8BlockGemm::Plan& Fp8BlockGemm::plan_for(const Fp8GemmParams& p) {
     throw CudaError("fp8 gemm: cuBLASLt has no algorithm for m_padded=" + std::to_string(m_padded) +
                     " n=" + std::to_string(n) + " k=" + std::to_string(k));
   plan->algo = heuristic.algo;
+  plan->workspace_bytes = heuristic.workspaceSize;
   slot = std::move(plan);
   return *slot;
 }
@@ -101,11 +102,15 @@ void Fp8BlockGemm::run(const Fp8GemmParams& p, cudaStream_t stream) {
     throw UsageError("fp8 gemm: k=" + std::to_string(p.k) + " must be a multiple of 128 and m_padded=" +
                      std::to_string(p.m_padded) + " a multiple of 4 and >= 16");
   const Plan& plan = plan_for(p);
+  // The descriptor is read during the call only, so plans may be shared by GEMMs in flight.
   set_attr(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(p.w_scale));
   set_attr(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(p.x_scale));
+  std::optional<StreamBuffer> workspace;
+  if (plan.workspace_bytes > 0) workspace.emplace(plan.workspace_bytes, stream);
   const float alpha = 1.0f, beta = 0.0f;
   DSV4_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, p.w, plan.a, p.x, plan.b, &beta, p.out, plan.d,
-                                   p.out, plan.d, &plan.algo, workspace_, workspace_bytes_, stream));
+                                   p.out, plan.d, &plan.algo, workspace ? workspace->get<void>() : nullptr,
+                                   plan.workspace_bytes, stream));
 }
 
 }  // namespace dsv4::cuda

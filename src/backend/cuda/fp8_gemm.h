@@ -34,8 +34,11 @@ struct Fp8GemmParams {
   int64_t k = 0;                     // multiple of 128
 };
 
-// Owns the cuBLASLt handle, the workspace and one plan (descriptors + chosen algorithm) per
-// shape, made on first use so later calls only launch; not thread-safe (one per stream user).
+// Owns the cuBLASLt handle and one plan (descriptors + chosen algorithm) per shape, made on first
+// use so later calls only launch. Not thread-safe, but one host thread may run GEMMs on several
+// streams at once (fork/join side streams): no device memory is shared between calls, each call
+// takes the workspace its algorithm needs in stream order on its own stream (StreamBuffer, which
+// also works under stream capture).
 class Fp8BlockGemm {
  public:
   Fp8BlockGemm();
@@ -52,8 +55,6 @@ class Fp8BlockGemm {
 
   cublasLtHandle_t handle_ = nullptr;
   std::map<std::tuple<int64_t, int64_t, int64_t>, std::unique_ptr<Plan>> plans_;
-  void* workspace_ = nullptr;
-  size_t workspace_bytes_ = 0;
 };
 
 }  // namespace dsv4::cuda

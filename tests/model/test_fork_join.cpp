@@ -1,0 +1,193 @@
+// The fork/join contract on the CPU: Ops' default runs the main task, then the side tasks in slot
+// order, skipping empty slots; the attention layer hands exactly its independent input chains to
+// it (Q/KV path, attention compressor, indexer compressor, by layer kind); and those chains really
+// are independent: running them in another legal order gives the same bits.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "model_test_util.h"
+
+namespace dsv4::testing {
+namespace {
+
+TEST(ForkJoinContract, MainThenSidesInSlotOrderEmptySlotsSkipped) {
+  cpu::CpuOps ops(1);
+  std::vector<std::string> ran;
+  ForkJoinTasks tasks;
+  tasks.chain = "test";
+  tasks.tokens = 1;
+  tasks.main = [&] { ran.push_back("main"); };
+  tasks.side[0] = [&] { ran.push_back("side0"); };
+  tasks.side[2] = [&] { ran.push_back("side2"); };
+  ops.fork_join(tasks);
+  EXPECT_EQ(ran, (std::vector<std::string>{"main", "side0", "side2"}));
+
+  ran.clear();
+  tasks.main = nullptr;
+  tasks.side[0] = nullptr;
+  tasks.side[1] = [&] { ran.push_back("side1"); };
+  ops.fork_join(tasks);
+  EXPECT_EQ(ran, (std::vector<std::string>{"side1", "side2"}));
+}
+
+TEST(ForkJoinContract, AnExceptionFromATaskLeavesTheCall) {
+  cpu::CpuOps ops(1);
+  bool later_ran = false;
+  ForkJoinTasks tasks;
+  tasks.main = [] { throw UsageError("from the main task"); };
+  tasks.side[0] = [&] { later_ran = true; };
+  EXPECT_THROW(ops.fork_join(tasks), UsageError);
+  EXPECT_FALSE(later_ran);
+}
+
+// Forwards every op to CpuOps; records which task each linear runs in, and runs fork/joins in a
+// chosen order: the default (sequential contract), or the side tasks in reverse slot order before
+// the main task (legal only if the chains are independent, which is the point).
+class RecordingOps final : public Ops {
+ public:
+  struct ForkJoinRecord {
+    std::string chain;
+    int64_t tokens = 0;
+    // Names of the linears' weights each task ran: [0] main, [1 + i] side i; empty slot: none.
+    std::array<std::vector<std::string>, 1 + kMaxSideTasks> linears;
+    std::array<bool, kMaxSideTasks> side_present{};
+  };
+
+  explicit RecordingOps(bool sides_first_reversed) : reversed_(sides_first_reversed) {}
+
+  std::vector<ForkJoinRecord> records;
+
+  std::string_view name() const override { return "recording-cpu"; }
+  DeviceTensor alloc(DType dtype, Shape shape) override { return cpu_.alloc(dtype, std::move(shape)); }
+  void upload(ConstTensorView host, TensorView dst) override { cpu_.upload(host, dst); }
+  void download(ConstTensorView src, TensorView host) override { cpu_.download(src, host); }
+  void copy(const CopyParams& p) override { cpu_.copy(p); }
+  Weight load_weight(const LoadWeightParams& p) override { return cpu_.load_weight(p); }
+  Weight dummy_weight(const DummyWeightParams& p) override { return cpu_.dummy_weight(p); }
+  void embed(const EmbedParams& p) override { cpu_.embed(p); }
+  void rms_norm(const RmsNormParams& p) override { cpu_.rms_norm(p); }
+  void rope(const RopeParams& p) override { cpu_.rope(p); }
+  void quant_sim(const QuantSimParams& p) override { cpu_.quant_sim(p); }
+  void hadamard(const HadamardParams& p) override { cpu_.hadamard(p); }
+  void add_broadcast(const AddBroadcastParams& p) override { cpu_.add_broadcast(p); }
+  void linear(const LinearParams& p) override {
+    if (task_ >= 0) records.back().linears[static_cast<size_t>(task_)].push_back(p.w->name);
+    cpu_.linear(p);
+  }
+  void grouped_linear(const GroupedLinearParams& p) override { cpu_.grouped_linear(p); }
+  void hc_pre(const HcPreParams& p) override { cpu_.hc_pre(p); }
+  void hc_post(const HcPostParams& p) override { cpu_.hc_post(p); }
+  void hc_head(const HcHeadParams& p) override { cpu_.hc_head(p); }
+  void compressor_pool(const CompressorPoolParams& p) override { cpu_.compressor_pool(p); }
+  void indexer_topk(const IndexerTopkParams& p) override { cpu_.indexer_topk(p); }
+  void sparse_attention(const SparseAttentionParams& p) override { cpu_.sparse_attention(p); }
+  void moe_route(const MoeRouteParams& p) override { cpu_.moe_route(p); }
+  void swiglu(const SwigluParams& p) override { cpu_.swiglu(p); }
+  void moe_experts(const MoeExpertsParams& p) override { cpu_.moe_experts(p); }
+
+  void fork_join(const ForkJoinTasks& tasks) override {
+    ForkJoinRecord r;
+    r.chain = std::string(tasks.chain);
+    r.tokens = tasks.tokens;
+    for (size_t i = 0; i < kMaxSideTasks; ++i) r.side_present[i] = static_cast<bool>(tasks.side[i]);
+    records.push_back(r);
+    const auto run = [&](int task, const std::function<void()>& fn) {
+      if (!fn) return;
+      task_ = task;
+      fn();
+      task_ = -1;
+    };
+    if (reversed_) {
+      for (size_t i = kMaxSideTasks; i-- > 0;) run(1 + static_cast<int>(i), tasks.side[i]);
+      run(0, tasks.main);
+    } else {
+      ForkJoinTasks labelled;
+      labelled.main = [&] { run(0, tasks.main); };
+      for (size_t i = 0; i < kMaxSideTasks; ++i)
+        if (tasks.side[i]) labelled.side[i] = [&, i] { run(1 + static_cast<int>(i), tasks.side[i]); };
+      Ops::fork_join(labelled);  // the default, sequential contract
+    }
+  }
+
+ private:
+  cpu::CpuOps cpu_{2};
+  bool reversed_;
+  int task_ = -1;  // the task running now: 0 main, 1 + i side i, -1 outside fork/joins
+};
+
+// Final hidden rows of a prefill of `prompt` and then of `decode_steps` single-token forwards of
+// two sequences batched together (the second with a shorter prompt), all concatenated.
+std::vector<float> prefill_then_decode(const Model& model, Ops& ops, int64_t prompt, int64_t decode_steps) {
+  const int64_t V = model.config()->vocab_size;
+  const std::vector<int32_t> ids = test_ids(prompt + decode_steps, V, 7);
+  const std::vector<int32_t> other = test_ids(prompt / 2 + decode_steps, V, 8);
+  SequenceCache a = model.new_sequence(ops, prompt + decode_steps, false);
+  SequenceCache b = model.new_sequence(ops, prompt / 2 + decode_steps, false);
+  std::vector<float> out = forward_hidden(model, ops, a, std::span(ids).first(static_cast<size_t>(prompt)));
+  const std::vector<float> b_prefill = forward_hidden(model, ops, b, std::span(other).first(static_cast<size_t>(prompt / 2)));
+  out.insert(out.end(), b_prefill.begin(), b_prefill.end());
+  for (int64_t s = 0; s < decode_steps; ++s) {
+    ForwardBatch batch;
+    batch.options.logits = LogitsFor::kNone;
+    batch.add(a, std::span(ids).subspan(static_cast<size_t>(prompt + s), 1));
+    batch.add(b, std::span(other).subspan(static_cast<size_t>(prompt / 2 + s), 1));
+    const std::vector<float> h = to_floats(model.forward(ops, batch).final_hidden.view());
+    out.insert(out.end(), h.begin(), h.end());
+  }
+  return out;
+}
+
+class ModelForkJoin : public ::testing::Test {
+ protected:
+  static constexpr int64_t kPrompt = 140;  // past the first C128 block
+  static constexpr int64_t kDecode = 3;
+};
+
+TEST_F(ModelForkJoin, AttentionLayersForkTheirIndependentInputChains) {
+  RecordingOps ops(false);
+  const Model model = Model::load(ops, tiny_model_dir());
+  const ModelConfig& cfg = model.config();
+  SequenceCache cache = model.new_sequence(ops, kPrompt, false);
+  ops.records.clear();
+  forward_hidden(model, ops, cache, test_ids(kPrompt, cfg->vocab_size, 3));
+
+  ASSERT_EQ(static_cast<int64_t>(ops.records.size()), cfg.num_layers()) << "one fork/join per attention layer";
+  for (int64_t l = 0; l < cfg.num_layers(); ++l) {
+    const RecordingOps::ForkJoinRecord& r = ops.records[static_cast<size_t>(l)];
+    const LayerKind kind = cfg.layer_kind(l);
+    const std::string a = "layers." + std::to_string(l) + ".attn.";
+    SCOPED_TRACE("layer " + std::to_string(l) + " (" + r.chain + ")");
+    EXPECT_EQ(r.chain, layer_kind_name(kind));
+    EXPECT_EQ(r.tokens, kPrompt);
+    EXPECT_EQ(r.linears[0], (std::vector<std::string>{a + "wq_a.weight", a + "wq_b.weight", a + "wkv.weight"}));
+    EXPECT_EQ(r.side_present[0], kind != LayerKind::kSwa);
+    EXPECT_EQ(r.side_present[1], kind == LayerKind::kCsa);
+    EXPECT_FALSE(r.side_present[2]);
+    if (kind != LayerKind::kSwa) {
+      EXPECT_EQ(r.linears[1], (std::vector<std::string>{a + "compressor.wkv.weight", a + "compressor.wgate.weight"}));
+    }
+    if (kind == LayerKind::kCsa) {
+      EXPECT_EQ(r.linears[2], (std::vector<std::string>{a + "indexer.compressor.wkv.weight",
+                                                        a + "indexer.compressor.wgate.weight"}));
+    }
+  }
+}
+
+TEST_F(ModelForkJoin, EveryOrderOfTheChainsGivesTheSameBits) {
+  cpu::CpuOps plain(2);
+  RecordingOps reversed(true);
+  const Model plain_model = Model::load(plain, tiny_model_dir());
+  const Model reversed_model = Model::load(reversed, tiny_model_dir());
+  const std::vector<float> ref = prefill_then_decode(plain_model, plain, kPrompt, kDecode);
+  EXPECT_TRUE(same_bits(prefill_then_decode(reversed_model, reversed, kPrompt, kDecode), ref));
+  EXPECT_FALSE(reversed.records.empty());
+}
+
+}  // namespace
+}  // namespace dsv4::testing
