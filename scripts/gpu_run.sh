@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (through the device tool, with .dev/gpu carried): every GPU test
 # binary, then compute-sanitizer's memcheck, racecheck and synccheck over them. Logs go to
-# $OUT (or ./gpu-out); then the benchmarks, whose tables go to $OUT/bench_*.txt. Exit status is non-zero if any step failed. Tests named *ErrorPath*
+# $OUT (or ./gpu-out); then the benchmarks (bench_fp8_gemm, dsv4 bench layers), whose tables go to
+# $OUT/bench_*.txt. Exit status is non-zero if any step failed. Tests named *ErrorPath*
 # provoke CUDA errors on purpose, so the sanitizer runs leave them out.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -79,4 +80,13 @@ for b in "$here"/bench_*; do
   echo "== $name"
   "$b" 2>&1 | tee "$out/$name.txt" || status=1
 done
+# One layer of each kind at V4-Flash geometry (dummy weights): prefill of 8k tokens and decode at
+# batch 1, 16 and 64 beside their floors, with the side streams off and on, then a profiled run.
+for ms in off on; do
+  echo "== bench layers (multi-stream $ms)"
+  "$here/dsv4" bench layers --device cuda --model flash --context 8192 --batch 1,16,64 --iters 20 \
+    --multi-stream "$ms" --json "$out/bench_layers_$ms.json" 2>"$out/bench_layers_$ms.err" | tee "$out/bench_layers_$ms.txt" || status=1
+done
+"$here/dsv4" bench layers --device cuda --model flash --context 8192 --batch 1,64 --iters 5 --profile \
+  >"$out/bench_layers_profile.txt" 2>&1 || status=1
 exit $status
