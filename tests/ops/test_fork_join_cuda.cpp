@@ -98,8 +98,13 @@ TEST_F(ForkJoinCuda, ForkWaitsForEarlierWorkAndJoinOrdersLaterWork) {
 }
 
 // The side task waits for a flag the main task sets, enqueued after it: on one stream it would
-// time out. (Compute-sanitizer serialises kernels, so its runs leave this test out.)
+// time out. (Compute-sanitizer serialises kernels, so its runs leave this test out.) Both kernels
+// are launched once first: with CUDA's lazy module loading, the first launch of set_flag would
+// load its module while the spinning kernel holds the device, and wait for it.
 TEST_F(ForkJoinCuda, SideTasksRunConcurrentlyWithTheMainTask) {
+  set_flag(at(kE), main_);
+  wait_for_flag(at(kE), at(kSaw), 1, main_);
+  zero();
   ForkJoinTasks tasks;
   tasks.side[0] = [&] { wait_for_flag(at(kFlag), at(kSaw), kMaxWaitCycles, current_); };
   tasks.main = [&] { set_flag(at(kFlag), current_); };
@@ -235,7 +240,7 @@ TEST(CudaOpsForkJoin, TensorsMadeInSideTasksCrossTheJoin) {
   DSV4_SKIP_WITHOUT_GPU();
   cuda::CudaOps ops(with_mode(MultiStreamMode::kOn));
   std::vector<float> values(4096);
-  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.5f - 7.0f;
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 256) * 0.5f - 7.0f;
   const DeviceTensor in = upload_floats(ops, values);
   const cudaStream_t main_stream = ops.stream();
   DeviceTensor from_side0, from_side1;
