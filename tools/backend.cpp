@@ -32,9 +32,9 @@ void add_multi_stream_option(CLI::App* cmd, MultiStreamPolicy& policy) {
          "--device cuda: run the attention layer's independent input chains (compressor, indexer keys) "
          "on side CUDA streams beside the Q/KV path: off, on, or auto (side streams for forwards of at "
          "most " + std::to_string(defaults.auto_max_tokens) +
-             " tokens; a threshold not yet tuned). The numbers are the same in every mode")
+             " tokens). The numbers are the same in every mode")
       ->check(CLI::IsMember({"off", "on", "auto"}))
-      ->default_str("off");
+      ->default_str("auto");
 }
 
 std::unique_ptr<Ops> make_backend(Device device, int threads, MultiStreamPolicy multi_stream) {

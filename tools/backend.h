@@ -16,7 +16,7 @@ enum class Device { kCpu, kCuda };
 // Adds `--device cpu|cuda` (default cpu) to `cmd`.
 void add_device_option(CLI::App* cmd, Device& device);
 
-// Adds `--multi-stream off|on|auto` (default off) to `cmd`: whether the CUDA backend overlaps the
+// Adds `--multi-stream off|on|auto` (default auto) to `cmd`: whether the CUDA backend overlaps the
 // attention layer's independent input chains on side streams.
 void add_multi_stream_option(CLI::App* cmd, MultiStreamPolicy& policy);
 

@@ -40,9 +40,11 @@ enum class MultiStreamMode {
 };
 
 struct MultiStreamPolicy {
-  MultiStreamMode mode = MultiStreamMode::kOff;
-  // Overlap helps small batches (decode, short prefills) and costs large ones, whose GEMMs fill
-  // the GPU on their own. 2048 is a starting point, not yet tuned by measurement.
+  // Measured on the H200 (docs/PERF.md, bench layers at V4-Flash geometry): side streams cut a
+  // decode step's CSA layer by 14-20% at batch 1-16, break even at batch 64 and leave an 8k prefill
+  // unchanged; forking bf16 GEMMs cost up to 6% at M = 4096 (ENV.md). Hence auto, with side
+  // streams up to 2048 tokens.
+  MultiStreamMode mode = MultiStreamMode::kAuto;
   int64_t auto_max_tokens = 2048;
 
   bool side_streams_for(int64_t tokens) const {
