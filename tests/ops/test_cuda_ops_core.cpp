@@ -169,6 +169,18 @@ class CudaOpsCore : public ::testing::Test {
     return {cpu_.load_weight(p), gpu_->load_weight(p)};
   }
 
+  // The values of a GPU FP8 weight: each e4m3 code times its 128x128 block's scale.
+  Tensor fp8_values(const Weight& w) {
+    const Tensor codes = from_gpu(w.data), block_scales = from_gpu(w.scale);
+    const int64_t rows = w.shape[0], cols = w.shape[1], ld = block_scales.shape()[1];
+    Tensor values(DType::kF32, {rows, cols});
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        values.data<float>()[r * cols + c] =
+            e4m3_to_float(codes.data<uint8_t>()[r * cols + c]) * block_scales.data<float>()[(r / 128) * ld + c / 128];
+    return values;
+  }
+
   // An FP8 weight as the checkpoint stores it: e4m3 codes and e8m0 128x128 block scales.
   std::pair<Tensor, Tensor> random_fp8(int64_t n, int64_t k) {
     Tensor w(DType::kF8E4M3, {n, k}), s(DType::kF8E8M0, {(n + 127) / 128, (k + 127) / 128});
@@ -305,14 +317,7 @@ TEST_F(CudaOpsCore, LoadWeightCastsMxfp4ToFp8WithTheCpuValues) {
   const BothWeights w = load_both("mxfp4", WeightFormat::kMxfp4, packed, &scales);
   EXPECT_EQ(w.gpu.shape, Shape({160, 256}));
   EXPECT_EQ(w.gpu.format, WeightFormat::kMxfp4);
-  const Tensor codes = from_gpu(w.gpu.data), block_scales = from_gpu(w.gpu.scale);
-  const int64_t ld = block_scales.shape()[1];
-  Tensor deq(DType::kF32, {160, 256});
-  for (int64_t r = 0; r < 160; ++r)
-    for (int64_t c = 0; c < 256; ++c)
-      deq.data<float>()[r * 256 + c] =
-          e4m3_to_float(codes.data<uint8_t>()[r * 256 + c]) * block_scales.data<float>()[(r / 128) * ld + c / 128];
-  expect_same_bits("load_weight mxfp4 -> fp8 values", from_cpu(w.cpu.data), deq);
+  expect_same_bits("load_weight mxfp4 -> fp8 values", from_cpu(w.cpu.data), fp8_values(w.gpu));
 }
 
 TEST_F(CudaOpsCore, DummyWeightsHaveTheCpuValues) {
@@ -322,14 +327,7 @@ TEST_F(CudaOpsCore, DummyWeightsHaveTheCpuValues) {
     const Weight cpu = cpu_.dummy_weight(p), gpu = gpu_->dummy_weight(p);
     ASSERT_EQ(gpu.data.dtype(), DType::kF8E4M3);
     EXPECT_EQ(gpu.format, format);
-    const Tensor codes = from_gpu(gpu.data), block_scales = from_gpu(gpu.scale);
-    const int64_t ld = block_scales.shape()[1];
-    Tensor deq(DType::kF32, {200, 384});
-    for (int64_t r = 0; r < 200; ++r)
-      for (int64_t c = 0; c < 384; ++c)
-        deq.data<float>()[r * 384 + c] =
-            e4m3_to_float(codes.data<uint8_t>()[r * 384 + c]) * block_scales.data<float>()[(r / 128) * ld + c / 128];
-    expect_same_bits("dummy fp8 values", from_cpu(cpu.data), deq);
+    expect_same_bits("dummy fp8 values", from_cpu(cpu.data), fp8_values(gpu));
   }
   // Plain tensors: stored in their dtype on the GPU, the same values as the CPU's fp32 copy.
   for (const DType dtype : {DType::kBF16, DType::kF32}) {
