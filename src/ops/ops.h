@@ -319,7 +319,8 @@ class Ops {
 
   // Zero-filled backend memory.
   virtual DeviceTensor alloc(DType dtype, Shape shape) = 0;
-  // Host <-> backend transfers of equal shapes and dtypes.
+  // Host <-> backend transfers of equal shapes and dtypes. upload returns once the host buffer may
+  // be reused (the copy itself may still be queued), download once the host buffer holds the data.
   virtual void upload(ConstTensorView host, TensorView dst) = 0;
   virtual void download(ConstTensorView src, TensorView host) = 0;
   virtual void copy(const CopyParams& p) = 0;

@@ -2,9 +2,11 @@
 // overlap the main task; the fork orders them after earlier work and the join orders later work
 // after them; an exception joins and restores the stream; the same calls work under stream capture
 // (with CudaOps' stream-ordered allocations inside); FP8 GEMMs on several streams at once give the
-// sequential bits. Skips where no GPU exists.
+// sequential bits; an upload does not wait for the device, yet its host buffer may be reused at
+// once. Skips where no GPU exists.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <memory>
@@ -356,6 +358,34 @@ TEST(CudaOpsForkJoin, ConcurrentFp8GemmsGiveTheSequentialBits) {
   const auto sequential = run(MultiStreamMode::kOff), concurrent = run(MultiStreamMode::kOn);
   EXPECT_EQ(concurrent, sequential);
   EXPECT_EQ(concurrent[2], concurrent[0]);
+}
+
+// Upload behind a slow kernel: it returns before the copy runs, and overwriting the host buffer
+// right away must not change what arrives, from pageable and from pinned memory alike.
+TEST(CudaOpsUpload, ReturnsWithoutWaitingYetTheHostBufferMayBeReused) {
+  DSV4_SKIP_WITHOUT_GPU();
+  cuda::CudaOps ops;
+  const DeviceBuffer<int> busy(1);
+  constexpr int64_t n = 1 << 16;
+  std::vector<float> expected(n);
+  for (int64_t i = 0; i < n; ++i) expected[static_cast<size_t>(i)] = static_cast<float>(i);
+  std::vector<float> pageable(n);
+  float* pinned = nullptr;
+  DSV4_CUDA_CHECK(cudaMallocHost(&pinned, n * sizeof(float)));
+  for (float* host : {pageable.data(), pinned}) {
+    std::copy(expected.begin(), expected.end(), host);
+    slow_write(busy.get(), 1, kSlowCycles, ops.stream());
+    const DeviceTensor t = ops.alloc(DType::kF32, {n});
+    ops.upload(ConstTensorView(reinterpret_cast<const std::byte*>(host), DType::kF32, {n}), t.view());
+    if (host == pageable.data()) {
+      EXPECT_EQ(cudaStreamQuery(ops.stream()), cudaErrorNotReady) << "upload waited";
+    }
+    std::fill(host, host + n, -1.0f);
+    std::vector<float> got(n);
+    ops.download(t.view(), TensorView(reinterpret_cast<std::byte*>(got.data()), DType::kF32, {n}));
+    EXPECT_EQ(got, expected) << (host == pinned ? "pinned" : "pageable");
+  }
+  DSV4_CUDA_CHECK(cudaFreeHost(pinned));
 }
 
 }  // namespace

@@ -122,12 +122,18 @@ void CudaOps::fork_join(const ForkJoinTasks& tasks) {
   fork_join_->run(tasks, stream_, [this](cudaStream_t s) { set_stream(s); });
 }
 
-// Both transfers return once the copy is complete (the host buffer may be reused or read).
+// Both transfers return once the host buffer may be reused (upload) or read (download). From
+// pageable memory (vectors, mmap'd checkpoints) the driver stages the bytes before
+// cudaMemcpyAsync returns, so an upload need not wait for the device, which keeps the host from
+// stalling on every small upload of a forward (positions, entry positions inside side tasks); a
+// pinned (page-locked) buffer is read by the DMA engine later, so then the copy is waited for.
 void CudaOps::upload(ConstTensorView host, TensorView dst) {
   check_same_bytes("upload", host, dst);
   if (host.nbytes() == 0) return;
+  cudaPointerAttributes attributes{};
+  DSV4_CUDA_CHECK(cudaPointerGetAttributes(&attributes, host.bytes()));
   DSV4_CUDA_CHECK(cudaMemcpyAsync(dst.bytes(), host.bytes(), host.nbytes(), cudaMemcpyHostToDevice, stream_));
-  synchronize();
+  if (attributes.type != cudaMemoryTypeUnregistered) synchronize();
 }
 
 void CudaOps::download(ConstTensorView src, TensorView host) {
