@@ -40,6 +40,7 @@ struct BenchOptions {
   int64_t context = 8192;
   std::vector<int64_t> batches = {1, 16, 64};
   int64_t iters = 20;
+  int64_t repeats = 3;
   std::string json_file;
   int threads = 0;
   bool profile = false;
@@ -181,17 +182,34 @@ DeviceTensor random_streams(Ops& ops, const ModelConfig& cfg, int64_t tokens, ui
   return streams;
 }
 
-// Runs forward_layer of `layer` on `batch` `iters` times after one warm-up (which `on_warm`
-// follows); seconds per run.
-double time_layer(const Model& model, Ops& ops, const ForwardBatch& batch, int64_t layer, const DeviceTensor& streams,
-                  int64_t iters, const std::function<void()>& on_warm) {
+// Seconds of a repeated measurement: the median of the repeats and their range.
+struct Timing {
+  double median = 0;
+  double min = 0;
+  double max = 0;
+};
+
+Timing repeat(int64_t repeats, const std::function<double()>& measure) {
+  std::vector<double> t;
+  for (int64_t r = 0; r < repeats; ++r) t.push_back(measure());
+  std::sort(t.begin(), t.end());
+  const size_t n = t.size();
+  return {n % 2 == 1 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]), t.front(), t.back()};
+}
+
+// Runs forward_layer of `layer` on `batch` once to warm up (then `on_warm`), then `repeats` times
+// `iters` runs; seconds per run.
+Timing time_layer(const Model& model, Ops& ops, const ForwardBatch& batch, int64_t layer, const DeviceTensor& streams,
+                  int64_t iters, int64_t repeats, const std::function<void()>& on_warm) {
   wait_for(ops, model.forward_layer(ops, batch, layer, streams));
   on_warm();
-  const auto start = Clock::now();
-  DeviceTensor y;
-  for (int64_t i = 0; i < iters; ++i) y = model.forward_layer(ops, batch, layer, streams);
-  wait_for(ops, y);
-  return seconds_since(start) / static_cast<double>(iters);
+  return repeat(repeats, [&] {
+    const auto start = Clock::now();
+    DeviceTensor y;
+    for (int64_t i = 0; i < iters; ++i) y = model.forward_layer(ops, batch, layer, streams);
+    wait_for(ops, y);
+    return seconds_since(start) / static_cast<double>(iters);
+  });
 }
 
 void run_bench_layers(const BenchOptions& o) {
@@ -202,7 +220,7 @@ void run_bench_layers(const BenchOptions& o) {
   const ModelConfig full = model_config_of(o.source.model);
   std::fprintf(stderr, "bench: making dummy weights for one layer of each kind of %s on %s...\n", full.source().c_str(),
                std::string(ops->name()).c_str());
-  auto start = Clock::now();
+  const auto start = Clock::now();
   const Model model = Model::dummy(*ops, one_layer_per_kind(full), o.source.dummy_seed);
   const ModelConfig& cfg = model.config();
   std::fprintf(stderr, "bench: weights made in %.1f s\n", seconds_since(start));
@@ -216,15 +234,19 @@ void run_bench_layers(const BenchOptions& o) {
                            {"multi_stream", multi_stream}};
   std::printf("%s, %s backend, multi-stream %s; floors are the H200's (ENV.md)\n", cfg.source().c_str(),
               std::string(ops->name()).c_str(), multi_stream.c_str());
-  std::printf("%-6s %-22s %12s %12s %8s\n", "layer", "run", "ms", "floor ms", "x floor");
-  const auto row = [&](int64_t l, const std::string& run, double seconds, double floor_seconds, nlohmann::json extra,
+  std::printf("%-6s %-22s %12s %9s %12s %8s\n", "layer", "run", "median ms", "range %", "floor ms", "x floor");
+  const auto row = [&](int64_t l, const std::string& run, const Timing& t, double floor_seconds, nlohmann::json extra,
                        double calls_per_run) {
     const std::string kind(layer_kind_name(cfg.layer_kind(l)));
-    std::printf("%-6s %-22s %12.3f %12.3f %8.1f\n", kind.c_str(), run.c_str(), seconds * 1e3, floor_seconds * 1e3,
-                seconds / floor_seconds);
+    const double seconds = t.median;
+    std::printf("%-6s %-22s %12.3f %9.1f %12.3f %8.1f\n", kind.c_str(), run.c_str(), seconds * 1e3,
+                100.0 * (t.max - t.min) / seconds, floor_seconds * 1e3, seconds / floor_seconds);
     extra["layer"] = kind;
     extra["run"] = run;
     extra["ms"] = seconds * 1e3;
+    extra["ms_min"] = t.min * 1e3;
+    extra["ms_max"] = t.max * 1e3;
+    extra["repeats"] = o.repeats;
     extra["floor_ms"] = floor_seconds * 1e3;
     if (o.profile) {
       for (const ProfilingOps::Entry& e : profiler.entries()) {
@@ -239,8 +261,9 @@ void run_bench_layers(const BenchOptions& o) {
     std::fflush(stdout);
   };
 
-  // Prefill: one sequence of `context` tokens, timed once per layer after an untimed warm-up
-  // sequence; it fills the caches the decode steps start from.
+  // Prefill: one sequence of `context` tokens, timed `repeats` times per layer after an untimed
+  // warm-up sequence (each repeat rewrites the same cache rows with the same values); it fills the
+  // caches the decode steps start from.
   const int64_t fill = o.context, capacity = fill + 1;
   SequenceCache base = model.new_sequence(*ops, capacity, false);
   const auto prefill_batch = [&](SequenceCache& seq, int64_t tokens) {
@@ -259,15 +282,18 @@ void run_bench_layers(const BenchOptions& o) {
     for (int64_t l = 0; l < cfg.num_layers(); ++l) {
       wait_for(*ops, model.forward_layer(*ops, warm_batch, l, streams));
       profiler.reset();
-      start = Clock::now();
-      wait_for(*ops, model.forward_layer(*ops, batch, l, streams));
-      const double seconds = seconds_since(start);
+      const Timing seconds = repeat(o.repeats, [&] {
+        const auto begin = Clock::now();
+        wait_for(*ops, model.forward_layer(*ops, batch, l, streams));
+        return seconds_since(begin);
+      });
       double attn = 0;
       for (int64_t p = 0; p < fill; ++p) attn += attention_flops(cfg, visible_at(cfg, cfg.compress_ratio(l), p));
       const double linear = costs[static_cast<size_t>(l)].linear_flops_per_token * static_cast<double>(fill);
       const double floor = linear / kFp8GemmFlops + attn / kBf16GemmFlops;
       row(l, "prefill " + std::to_string(fill), seconds, floor,
-          {{"tokens", fill}, {"linear_tflop", linear / 1e12}, {"attention_tflop", attn / 1e12}}, 1.0);
+          {{"tokens", fill}, {"linear_tflop", linear / 1e12}, {"attention_tflop", attn / 1e12}},
+          static_cast<double>(o.repeats));
     }
     base.advance(fill);
   }
@@ -286,7 +312,7 @@ void run_bench_layers(const BenchOptions& o) {
     }
     const DeviceTensor streams = random_streams(*ops, cfg, batch_size, 2);
     for (int64_t l = 0; l < cfg.num_layers(); ++l) {
-      const double seconds = time_layer(model, *ops, batch, l, streams, o.iters, [&] { profiler.reset(); });
+      const Timing seconds = time_layer(model, *ops, batch, l, streams, o.iters, o.repeats, [&] { profiler.reset(); });
       const LayerCost& c = costs[static_cast<size_t>(l)];
       const int64_t ratio = cfg.compress_ratio(l);
       const Visible v = visible_at(cfg, ratio, fill);
@@ -296,7 +322,7 @@ void run_bench_layers(const BenchOptions& o) {
       row(l, "decode b=" + std::to_string(batch_size), seconds, bytes / kCopyBytesPerSecond,
           {{"batch", batch_size}, {"weight_mb", (c.fixed_bytes + experts * c.expert_bytes) / 1e6},
            {"cache_mb", static_cast<double>(batch_size) * cache_bytes / 1e6}, {"distinct_experts", experts}},
-          static_cast<double>(o.iters));
+          static_cast<double>(o.iters * o.repeats));
     }
   }
   if (!o.json_file.empty()) {
@@ -330,9 +356,14 @@ void add_bench_command(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::PositiveNumber)
       ->default_str("1,16,64");
-  cmd->add_option("--iters", opts->iters, "Timed decode steps per layer and batch size")
+  cmd->add_option("--iters", opts->iters, "Decode steps averaged in one timing")
       ->check(CLI::PositiveNumber)
       ->default_str("20");
+  cmd->add_option("--repeats", opts->repeats,
+                  "Timings per row (prefills; groups of --iters decode steps): the table shows their median and "
+                  "range, since runs on a GPU with side streams vary by up to a quarter")
+      ->check(CLI::PositiveNumber)
+      ->default_str("3");
   cmd->add_option("--json", opts->json_file, "Also write the rows to this JSON file");
   cmd->add_option("--threads", opts->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_flag("--profile", opts->profile,

@@ -8,7 +8,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-"$dsv4" bench layers --model tiny --context 200 --batch 1,3 --iters 2 --threads 2 --json "$work/b.json" >"$work/out.txt"
+"$dsv4" bench layers --model tiny --context 200 --batch 1,3 --iters 2 --repeats 2 --threads 2 --json "$work/b.json" \
+  >"$work/out.txt"
 python3 - "$work/b.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -19,6 +20,7 @@ want = [(k, run) for run in ("prefill 200", "decode b=1", "decode b=3") for k in
 assert sorted(runs) == sorted(want), runs
 for x in rows:
     assert x["ms"] > 0 and x["floor_ms"] > 0, x
+    assert x["repeats"] == 2 and x["ms_min"] <= x["ms"] <= x["ms_max"], x
 # More sequences move more cache bytes and touch more experts.
 by = {(x["layer"], x["run"]): x for x in rows}
 for k in ("swa", "csa", "hca"):
