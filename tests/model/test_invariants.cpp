@@ -3,7 +3,8 @@
 // position (across the C4 and C128 block boundaries); a batch of sequences equals each alone;
 // every prompt length of §13 equals the prefix of a longer prefill; the thread count changes
 // nothing. Plus the routing invariants (hash layers route by token id, the bias selects but does
-// not weigh) and the MTP module's consistency.
+// not weigh), the MTP module's consistency, and that the caches hold values the 584-byte FP8
+// cache layout stores exactly.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,8 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/quant.h"
+#include "kv/fp8_cache_layout.h"
 #include "loader/safetensors.h"
 #include "model_test_util.h"
 
@@ -251,6 +254,38 @@ TEST_F(TinyModel, MtpForwardIsFiniteAndChunkInvariant) {
   }
   EXPECT_TRUE(same_bits(got, to_floats(one.final_hidden.view())));
   EXPECT_EQ(streams.size(), static_cast<size_t>(T * width));
+}
+
+// Every kv row the model caches (window rows and compressed entries) is already what the paged
+// FP8 layout (MODEL.md §8.1) would store: its 448 nope dims survive a second e4m3 round trip with
+// pow2 scales per 64 unchanged, and the 64 rope dims are bf16. So moving the caches to that layout
+// changes no number.
+TEST_F(TinyModel, CachedKvRowsAreExactlyRepresentableInTheFp8CacheLayout) {
+  const std::vector<int32_t> ids = test_ids(300, V());
+  SequenceCache seq = fresh(300);
+  forward_hidden(model(), ops(), seq, ids);
+  using L = Fp8CacheLayout;
+  int64_t rows_checked = 0;
+  for (int64_t l = 0; l < model().config().num_layers(); ++l) {
+    const LayerCache& c = seq.layer(l);
+    for (const DeviceTensor* cache : {&c.window, &c.compressed}) {
+      if (cache->empty()) continue;
+      ASSERT_EQ(cache->dim(1), L::kHeadDim);
+      ASSERT_EQ(cache->dtype(), DType::kBF16);
+      const uint16_t* bits = cache->view().data<uint16_t>();
+      for (int64_t r = 0; r < cache->dim(0); ++r) {
+        float nope[L::kNopeDim];
+        for (int i = 0; i < L::kNopeDim; ++i) nope[i] = bf16_to_float(bits[r * L::kHeadDim + i]);
+        float again[L::kNopeDim];
+        std::copy(nope, nope + L::kNopeDim, again);
+        for (int b = 0; b < L::kNopeDim; b += L::kQuantBlock) fake_quant_block_e4m3(again + b, L::kQuantBlock);
+        for (int i = 0; i < L::kNopeDim; ++i)
+          ASSERT_EQ(float_bits(again[i]), float_bits(nope[i])) << "layer " << l << " row " << r << " dim " << i;
+        ++rows_checked;
+      }
+    }
+  }
+  EXPECT_GT(rows_checked, 128);  // window rows of every layer plus compressed entries
 }
 
 }  // namespace
