@@ -349,7 +349,7 @@ void add_bench_command(CLI::App& app) {
   add_device_option(cmd, opts->device);
   add_multi_stream_option(cmd, opts->multi_stream);
   cmd->add_option("--context", opts->context,
-                  "Tokens of the timed prefill, which fills the caches the decode steps then extend")
+                  "Tokens of the timed prefill, which fills the caches; each decode step is the token after them")
       ->check(CLI::PositiveNumber)
       ->default_str("8192");
   cmd->add_option("--batch", opts->batches, "Decode batch sizes")
