@@ -15,7 +15,11 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 model=/tmp/dsv4-tiny
 "$here/dsv4" make-model --preset tiny --seed 1 --out "$model" --force 2>/dev/null || status=1
 export DSV4_TINY_MODEL=$model
-# GPU_TESTS (a glob of binary names, default test_*) picks the test binaries to run.
+# GPU_TESTS (a glob of binary names, default test_*) picks the test binaries to run; GPU_SANITIZE=0
+# skips the compute-sanitizer runs and GPU_BENCH=0 the benchmarks, for quick iterations (a full run
+# takes about seven minutes).
+sanitize=${GPU_SANITIZE:-1}
+bench=${GPU_BENCH:-1}
 for t in "$here"/${GPU_TESTS:-test_*}; do
   name=$(basename "$t")
   echo "== $name"
@@ -24,6 +28,7 @@ for t in "$here"/${GPU_TESTS:-test_*}; do
   # The model test runs the whole CPU reference beside the GPU; the sanitizers cover the GPU ops
   # through the op tests and the model through generate (below).
   [[ $name == test_model_* ]] && continue
+  [ "$sanitize" = 1 ] || continue
   for tool in memcheck racecheck synccheck; do
     # racecheck cannot run cuBLASLt's Hopper kernels (nvjet_*: it reports their asynchronous
     # copies as shared-memory hazards, or fails with an internal error when they are excluded by
@@ -44,7 +49,7 @@ done
 # forward. Not racecheck: it checks shared memory within a kernel, which the op tests cover, and
 # takes over five minutes on a whole forward.
 t="$here/test_model_multistream_cuda"
-if [ -x "$t" ]; then
+if [ -x "$t" ] && [ "$sanitize" = 1 ]; then
   for tool in memcheck synccheck; do
     compute-sanitizer --tool "$tool" --error-exitcode 1 "$t" --gtest_filter='*ShortRun*' \
       >"$out/test_model_multistream_cuda.$tool.log" 2>&1
@@ -71,11 +76,14 @@ prompt=$(seq -s, 1000 37 5000)
 echo "== generate"
 "$here/dsv4" generate --model "$model" --prompt-ids "$prompt" -n 32 --ignore-eos --device cuda --stats 2>&1 | tee "$out/generate_cuda.txt" || status=1
 "$here/dsv4" generate --model "$model" --prompt-ids "$prompt" -n 32 --ignore-eos --device cpu 2>&1 | tee "$out/generate_cpu.txt" || status=1
-compute-sanitizer --tool memcheck --error-exitcode 1 "$here/dsv4" generate --model "$model" --prompt-ids "$prompt" \
-  -n 4 --device cuda >"$out/generate.memcheck.log" 2>&1
-rc=$?
-echo "   compute-sanitizer memcheck (generate): rc=$rc ($(tail -n 1 "$out/generate.memcheck.log"))"
-[ $rc -eq 0 ] || status=1
+if [ "$sanitize" = 1 ]; then
+  compute-sanitizer --tool memcheck --error-exitcode 1 "$here/dsv4" generate --model "$model" --prompt-ids "$prompt" \
+    -n 4 --device cuda >"$out/generate.memcheck.log" 2>&1
+  rc=$?
+  echo "   compute-sanitizer memcheck (generate): rc=$rc ($(tail -n 1 "$out/generate.memcheck.log"))"
+  [ $rc -eq 0 ] || status=1
+fi
+[ "$bench" = 1 ] || exit $status
 for b in "$here"/bench_*; do
   [ -x "$b" ] || continue
   name=$(basename "$b")
