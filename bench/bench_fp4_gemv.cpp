@@ -1,0 +1,100 @@
+// MXFP4 experts at decode, the two ways the GPU issue names: weights kept as FP4 and read by
+// kernels::fp4_gemv, or cast losslessly to FP8 at load and run through cuBLASLt's block-scaled
+// GEMM. Times both (each with its activation quantisation) at V4-Flash's expert shapes and
+// prints each beside its weight-read floor (bytes / 4.28 TB/s). Usage: bench_fp4_gemv [iterations]
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/fp8_gemm.h"
+#include "kernels/gemm/act_quant.h"
+#include "kernels/gemm/fp4_gemv.h"
+
+namespace {
+
+constexpr double kMemoryBandwidth = 4.28e12;  // bytes/s, measured device-to-device copy (ENV.md)
+
+struct Case {
+  const char* name;
+  int64_t n, k;
+};
+
+// Mean microseconds of `iters` runs of `step` after three warm-ups, by CUDA events.
+double time_us(const std::function<void()>& step, int iters) {
+  using namespace dsv4;
+  cudaEvent_t start, stop;
+  DSV4_CUDA_CHECK(cudaEventCreate(&start));
+  DSV4_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 3; ++i) step();
+  DSV4_CUDA_CHECK(cudaEventRecord(start));
+  for (int i = 0; i < iters; ++i) step();
+  DSV4_CUDA_CHECK(cudaEventRecord(stop));
+  DSV4_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return 1e3 * ms / iters;
+}
+
+template <typename T>
+T* device_bytes(int64_t bytes, int fill) {
+  void* p = nullptr;
+  DSV4_CUDA_CHECK(cudaMalloc(&p, static_cast<size_t>(bytes)));
+  DSV4_CUDA_CHECK(cudaMemset(p, fill, static_cast<size_t>(bytes)));
+  return static_cast<T*>(p);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace dsv4;
+  if (!cuda::device_available()) {
+    std::fprintf(stderr, "bench_fp4_gemv: no CUDA device\n");
+    return 1;
+  }
+  const int iters = argc > 1 ? std::atoi(argv[1]) : 200;
+  const Case cases[] = {{"expert w1/w3", 2048, 4096}, {"expert w2", 4096, 2048}};
+  const int64_t rows[] = {1, 2, 4, 8};
+  std::printf("%-14s %4s %12s %12s %12s %12s\n", "linear", "M", "fp4 us", "fp4 floor", "fp8 cast us", "fp8 floor");
+  cuda::Fp8BlockGemm gemm;
+  for (const Case& c : cases) {
+    const int64_t mp = cuda::fp8_gemm_padded_m(1), kb = c.k / 128, nb = (c.n + 127) / 128, kbp = (kb + 3) / 4 * 4;
+    auto* x = device_bytes<uint16_t>(kernels::kFp4GemvMaxRows * c.k * 2, 0x3c);
+    auto* xq = device_bytes<uint8_t>(mp * c.k, 0);
+    auto* xs = device_bytes<float>(mp * kb * 4, 0);
+    auto* w4 = device_bytes<uint8_t>(c.n * c.k / 2, 0x35);
+    auto* w4s = device_bytes<uint8_t>(c.n * c.k / 32, 0x7f);
+    auto* w8 = device_bytes<uint8_t>(c.n * c.k, 0x38);
+    auto* w8s = device_bytes<float>(nb * kbp * 4, 0);
+    const std::vector<float> ones(static_cast<size_t>(nb * kbp), 1.0f);
+    DSV4_CUDA_CHECK(cudaMemcpy(w8s, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
+    auto* out = device_bytes<uint16_t>(mp * c.n * 2, 0);
+    const double fp4_bytes = static_cast<double>(c.n * c.k / 2 + c.n * c.k / 32), fp8_bytes = static_cast<double>(c.n * c.k);
+    for (const int64_t m : rows) {
+      const double fp4 = time_us(
+          [&] {
+            kernels::act_quant_fp8({x, xq, xs, m, mp, c.k}, nullptr);
+            kernels::fp4_gemv({xq, xs, w4, w4s, out, m, mp, c.n, c.k}, nullptr);
+          },
+          iters);
+      const double fp8 = time_us(
+          [&] {
+            kernels::act_quant_fp8({x, xq, xs, m, mp, c.k}, nullptr);
+            gemm.run({xq, xs, w8, w8s, out, mp, c.n, c.k}, nullptr);
+          },
+          iters);
+      std::printf("%-14s %4ld %12.2f %12.2f %12.2f %12.2f\n", c.name, static_cast<long>(m), fp4,
+                  fp4_bytes / kMemoryBandwidth * 1e6, fp8, fp8_bytes / kMemoryBandwidth * 1e6);
+    }
+    for (void* p : {static_cast<void*>(x), static_cast<void*>(xq), static_cast<void*>(xs), static_cast<void*>(w4),
+                    static_cast<void*>(w4s), static_cast<void*>(w8), static_cast<void*>(w8s), static_cast<void*>(out)})
+      cudaFree(p);
+  }
+  return 0;
+}
