@@ -82,13 +82,19 @@ ForwardResult Model::forward(Ops& ops, const ForwardBatch& batch) const {
     ctx.observe("layers." + std::to_string(l) + ".input", streams);
     run_layer(ctx, l, streams);
   }
-  ctx.observe("hc_head.input", streams);
+  ForwardResult out = head(ctx, weights_.hc_head, weights_.norm, streams, "");
+  for (size_t s = 0; s < ctx.slices.size(); ++s) ctx.cache(s).advance(ctx.slices[s].num_tokens);
+  return out;
+}
+
+ForwardResult Model::head(const ForwardContext& ctx, const HcWeights& hc, const Weight& norm, const DeviceTensor& streams,
+                          const std::string& observed_prefix) const {
+  ctx.observe(observed_prefix + "hc_head.input", streams);
   ForwardResult out;
-  out.final_hidden = rms_norm(ctx, hc_head(ctx, weights_.hc_head, streams), &weights_.norm);
-  ctx.observe("final_hidden", out.final_hidden);
+  out.final_hidden = rms_norm(ctx, hc_head(ctx, hc, streams), &norm);
+  ctx.observe(observed_prefix + "final_hidden", out.final_hidden);
   out.logits = logits(ctx, out.final_hidden);
   out.streams = streams;
-  for (size_t s = 0; s < ctx.slices.size(); ++s) ctx.cache(s).advance(ctx.slices[s].num_tokens);
   return out;
 }
 

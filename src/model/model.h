@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include "config/model_config.h"
@@ -56,6 +57,10 @@ class Model {
   void run_layer(const ForwardContext& ctx, int64_t layer, DeviceTensor& streams) const;
   const LayerWeights& layer_weights(int64_t layer) const;
   DeviceTensor logits(const ForwardContext& ctx, const DeviceTensor& hidden) const;
+  // hc_head, the final norm and the logits of the streams [T, n, D] (the main model's or the
+  // MTP's); the observed tensors are named observed_prefix + "hc_head.input" / "final_hidden".
+  ForwardResult head(const ForwardContext& ctx, const HcWeights& hc, const Weight& norm, const DeviceTensor& streams,
+                     const std::string& observed_prefix) const;
 
   ModelConfig cfg_;
   ModelWeights weights_;

@@ -3,7 +3,6 @@
 // score-routed) and its own hc_head and norm, then the shared head.
 #include "core/error.h"
 #include "model/context.h"
-#include "model/mhc.h"
 #include "model/model.h"
 
 namespace dsv4 {
@@ -29,12 +28,7 @@ ForwardResult Model::forward_mtp(Ops& ops, const ForwardBatch& batch, const Devi
   ops.add_broadcast({h_proj.reshaped({T, n, D}).view(), e_proj.view(), x.view()});
 
   run_layer(ctx, cfg_.num_layers(), x);
-  ctx.observe("mtp.hc_head.input", x);
-  ForwardResult out;
-  out.final_hidden = rms_norm(ctx, hc_head(ctx, w.hc_head, x), &w.norm);
-  ctx.observe("mtp.final_hidden", out.final_hidden);
-  out.logits = logits(ctx, out.final_hidden);
-  out.streams = x;
+  ForwardResult out = head(ctx, w.hc_head, w.norm, x, "mtp.");
   for (size_t s = 0; s < ctx.slices.size(); ++s) ctx.cache(s).advance_mtp(ctx.slices[s].num_tokens);
   return out;
 }
