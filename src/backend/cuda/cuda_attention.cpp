@@ -4,6 +4,7 @@
 // CpuOps checks them; sparse attention runs the whole batch in one launch, the compressor and the
 // indexer one launch per sequence, on the op's stream.
 #include <algorithm>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -49,8 +50,21 @@ void check_cache(const char* op, ConstTensorView cache, int64_t rows, int64_t wi
                      std::to_string(rows) + " entries of width " + std::to_string(width));
 }
 
-// A batch's per-sequence table and each token's index into it, uploaded into one stream-ordered
-// buffer for a kernel that runs every sequence in one launch.
+// For each of a batch's T tokens, the index of its sequence among those with tokens (the order in
+// which a kernel's sequence table lists them). The slices were checked to cover each token once.
+template <typename Seq>
+std::vector<int32_t> sequence_of_each_token(std::span<const Seq> seqs, int64_t T) {
+  std::vector<int32_t> out(static_cast<size_t>(T));
+  int32_t index = 0;
+  for (const Seq& s : seqs) {
+    if (s.slice.num_tokens == 0) continue;
+    std::fill_n(out.begin() + s.slice.token_begin, s.slice.num_tokens, index++);
+  }
+  return out;
+}
+
+// A batch's per-sequence table (one Desc per sequence with tokens) and each token's index into it,
+// uploaded into one stream-ordered buffer for a kernel that runs every sequence in one launch.
 template <typename Desc>
 class DeviceSeqTable {
  public:
@@ -122,7 +136,6 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
 
   if (T == 0) return;
   std::vector<kernels::IndexerSeqDesc> seqs;
-  std::vector<int32_t> seq_of_token(static_cast<size_t>(T));
   int64_t score_stride = 0;
   for (const IndexerSeq& s : p.seqs) {
     const SeqSlice& sl = s.slice;
@@ -130,10 +143,9 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
     check_cache("indexer_topk", s.keys, visible, dh);
     if (sl.num_tokens == 0) continue;
     score_stride = std::max(score_stride, visible);
-    std::fill_n(seq_of_token.begin() + sl.token_begin, sl.num_tokens, static_cast<int32_t>(seqs.size()));
     seqs.push_back({sl.token_begin, sl.start_pos, float_ptr(s.keys)});
   }
-  const DeviceSeqTable<kernels::IndexerSeqDesc> table(seqs, seq_of_token, stream_);
+  const DeviceSeqTable<kernels::IndexerSeqDesc> table(seqs, sequence_of_each_token(p.seqs, T), stream_);
   const StreamBuffer scores(static_cast<size_t>(T * score_stride) * sizeof(float), stream_);
 
   kernels::IndexerTopkParams kp;
@@ -166,22 +178,18 @@ void CudaOps::sparse_attention(const SparseAttentionParams& p) {
   const int64_t k = has_topk ? p.topk.dim(1) : 0;
   if (T == 0) return;
 
-  // The sequence table and each token's sequence, uploaded together for one launch.
   std::vector<kernels::SparseAttnSeq> seqs;
-  std::vector<int32_t> seq_of_token(static_cast<size_t>(T));
   for (const AttentionSeq& s : p.seqs) {
     const SeqSlice& sl = s.slice;
     if (sl.num_tokens == 0) continue;
-    kernels::SparseAttnSeq d;
-    d.token_begin = sl.token_begin;
-    d.num_tokens = sl.num_tokens;
-    d.start_pos = sl.start_pos;
-    if (sl.start_pos > 0) d.window = float_ptr(s.window);
-    if (p.ratio > 0) d.compressed = float_ptr(s.compressed);
-    std::fill_n(seq_of_token.begin() + sl.token_begin, sl.num_tokens, static_cast<int32_t>(seqs.size()));
-    seqs.push_back(d);
+    kernels::SparseAttnSeq desc;
+    desc.token_begin = sl.token_begin;
+    desc.start_pos = sl.start_pos;
+    if (sl.start_pos > 0) desc.window = float_ptr(s.window);
+    if (p.ratio > 0) desc.compressed = float_ptr(s.compressed);
+    seqs.push_back(desc);
   }
-  const DeviceSeqTable<kernels::SparseAttnSeq> table(seqs, seq_of_token, stream_);
+  const DeviceSeqTable<kernels::SparseAttnSeq> table(seqs, sequence_of_each_token(p.seqs, T), stream_);
 
   kernels::SparseAttnRowsParams kp;
   kp.q = float_ptr(p.q);

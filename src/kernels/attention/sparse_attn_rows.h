@@ -15,8 +15,7 @@ namespace dsv4::kernels {
 
 // One sequence of the batch (device memory; the launcher's caller uploads the table).
 struct SparseAttnSeq {
-  int64_t token_begin = 0;        // its tokens are rows token_begin .. token_begin + num_tokens - 1
-  int64_t num_tokens = 0;
+  int64_t token_begin = 0;        // the batch row of its first token
   int64_t start_pos = 0;          // position of its first token
   FloatPtr window;                // [window_size, d] ring, position p in row p % window_size;
                                   // read only for positions before start_pos

@@ -14,7 +14,7 @@ namespace dsv4::kernels {
 
 // One sequence of the batch (device memory).
 struct IndexerSeqDesc {
-  int64_t token_begin = 0;    // its tokens are rows token_begin .. token_begin + num_tokens - 1
+  int64_t token_begin = 0;    // the batch row of its first token
   int64_t start_pos = 0;      // position of its first token
   FloatPtr keys;              // [>= visible entries, dh] its indexer keys, entry j in row j
 };
