@@ -165,15 +165,22 @@ void CudaOps::copy(const CopyParams& p) {
 // `data` (kF8E4M3 [out, in]) and fp32 block scales in cuBLASLt's layout in `scale` (kF32
 // [ceil(out/128), roundup(ceil(in/128), 4)]); plain f32/bf16 tensors stay as stored; plain
 // integer tensors become kI32 (the CPU's rule, checked for range).
+DeviceTensor CudaOps::upload_new(ConstTensorView host) {
+  DeviceTensor t = alloc(host.dtype(), host.shape());
+  upload(host, t.view());
+  return t;
+}
+
+DeviceTensor CudaOps::cublaslt_weight_scales(const uint8_t* e8m0, int64_t rows, int64_t cols) {
+  const std::vector<float> scales = fp8_weight_scales_for_cublaslt(e8m0, rows, cols);
+  const int64_t block_rows = (rows + 127) / 128, scale_cols = static_cast<int64_t>(scales.size()) / block_rows;
+  return upload_new(ConstTensorView(reinterpret_cast<const std::byte*>(scales.data()), DType::kF32, {block_rows, scale_cols}));
+}
+
 Weight CudaOps::load_weight(const LoadWeightParams& p) {
   Weight w;
   w.name = p.name;
   w.format = p.format;
-  const auto upload_new = [&](ConstTensorView host) {
-    DeviceTensor t = alloc(host.dtype(), host.shape());
-    upload(host, t.view());
-    return t;
-  };
   const auto load_fp8 = [&](ConstTensorView codes, ConstTensorView e8m0) {
     if (codes.dtype() != DType::kF8E4M3 || codes.rank() != 2)
       throw TensorError(p.name + ": FP8 weight must be a rank-2 " + std::string(dtype_name(DType::kF8E4M3)) +
@@ -186,10 +193,7 @@ Weight CudaOps::load_weight(const LoadWeightParams& p) {
                         shape_str(e8m0.shape()));
     w.shape = codes.shape();
     w.data = upload_new(codes);
-    std::vector<float> scales = fp8_weight_scales_for_cublaslt(e8m0.data<uint8_t>(), n, k);
-    const int64_t scale_cols = static_cast<int64_t>(scales.size()) / scale_shape[0];
-    w.scale = upload_new(ConstTensorView(reinterpret_cast<const std::byte*>(scales.data()), DType::kF32,
-                                         {scale_shape[0], scale_cols}));
+    w.scale = cublaslt_weight_scales(e8m0.data<uint8_t>(), n, k);
   };
   switch (p.format) {
     case WeightFormat::kFp8:
@@ -249,13 +253,9 @@ Weight CudaOps::dummy_weight(const DummyWeightParams& p) {
   const int e = dummy_fp8_scale_exponent(p.mean, p.std);
   w.data = alloc(DType::kF8E4M3, p.shape);
   kernels::dummy_e4m3({w.data.view().data<uint8_t>(), n, p.key, p.mean, p.std, std::ldexp(1.0f, -e)}, stream_);
-  const int64_t block_rows = (rows + 127) / 128;
-  const std::vector<uint8_t> e8m0(static_cast<size_t>(block_rows * ((cols + 127) / 128)), e8m0_from_exponent(e));
-  std::vector<float> scales = fp8_weight_scales_for_cublaslt(e8m0.data(), rows, cols);
-  const int64_t scale_cols = static_cast<int64_t>(scales.size()) / block_rows;
-  w.scale = alloc(DType::kF32, {block_rows, scale_cols});
-  upload(ConstTensorView(reinterpret_cast<const std::byte*>(scales.data()), DType::kF32, {block_rows, scale_cols}),
-         w.scale.view());
+  const std::vector<uint8_t> e8m0(static_cast<size_t>(((rows + 127) / 128) * ((cols + 127) / 128)),
+                                  e8m0_from_exponent(e));
+  w.scale = cublaslt_weight_scales(e8m0.data(), rows, cols);
   return w;
 }
 

@@ -23,8 +23,8 @@ struct CudaOptions {
   // the CPU reference's arithmetic, at a large cost in speed.
   bool fp8_tensor_cores = true;
   // Whether fork/joins (the attention layer's input chains) run their side tasks on side streams
-  // (ForkJoin) or in order on the current stream. Off until benchmarks tune it; the numbers are
-  // the same either way.
+  // (ForkJoin) or in order on the current stream (MultiStreamPolicy says why auto is the default);
+  // the numbers are the same either way.
   MultiStreamPolicy multi_stream;
 };
 
@@ -83,6 +83,12 @@ class CudaOps final : public Ops {
   void fork_join(const ForkJoinTasks& tasks) override;
 
  private:
+  // A copy of host memory in new device memory.
+  DeviceTensor upload_new(ConstTensorView host);
+  // An FP8 weight's e8m0 block scales ([ceil(rows/128), ceil(cols/128)]) as f32 device memory in
+  // cuBLASLt's layout (fp8_weight_scales_for_cublaslt).
+  DeviceTensor cublaslt_weight_scales(const uint8_t* e8m0, int64_t rows, int64_t cols);
+
   // Shared with the deleters of alloc's storage, so tensors that outlive this object still find
   // out how to free their memory.
   struct AllocState {
