@@ -166,7 +166,7 @@ Tensor f32_tensor(const CounterRng& rng, const Shape& shape, float a, float b) {
 
 // N(0, 1/in) weights [out, in] quantised to e4m3 with one pow2 e8m0 scale per 128x128 tile,
 // generated one 128-row stripe at a time.
-SyntheticTensor fp8_linear(const CounterRng& rng, const Shape& shape) {
+SyntheticTensor fp8_linear(const CounterRng& rng, const Shape& shape, float std_dev) {
   const int64_t rows = shape.at(0);
   const int64_t cols = shape.at(1);
   const int64_t block_rows = (rows + kFp8Block - 1) / kFp8Block;
@@ -174,7 +174,6 @@ SyntheticTensor fp8_linear(const CounterRng& rng, const Shape& shape) {
   SyntheticTensor out{Tensor(DType::kF8E4M3, shape), Tensor(DType::kF8E8M0, {block_rows, block_cols})};
   uint8_t* codes = out.data.data<uint8_t>();
   uint8_t* scales = out.scale->data<uint8_t>();
-  const float std_dev = 1.0f / std::sqrt(static_cast<float>(cols));
   const int64_t stripes_per_piece = kParallelElements / (kFp8Block * cols) + 1;
   parallel_ranges(block_rows, stripes_per_piece, [&](int64_t first_stripe, int64_t end_stripe) {
     std::vector<float> stripe(static_cast<size_t>(std::min(rows, kFp8Block) * cols));
@@ -203,14 +202,13 @@ SyntheticTensor fp8_linear(const CounterRng& rng, const Shape& shape) {
 
 // N(0, 1/in) weights [out, in] quantised to e2m1 pairs (I8 [out, in/2], even input in the low
 // nibble) with one pow2 e8m0 scale per 32 inputs, one row at a time.
-SyntheticTensor mxfp4_linear(const CounterRng& rng, const Shape& packed_shape) {
+SyntheticTensor mxfp4_linear(const CounterRng& rng, const Shape& packed_shape, float std_dev) {
   const int64_t rows = packed_shape.at(0);
   const int64_t cols = 2 * packed_shape.at(1);
   const int64_t groups = cols / kFp4Block;
   SyntheticTensor out{Tensor(DType::kI8, packed_shape), Tensor(DType::kF8E8M0, {rows, groups})};
   uint8_t* packed = out.data.data<uint8_t>();
   uint8_t* scales = out.scale->data<uint8_t>();
-  const float std_dev = 1.0f / std::sqrt(static_cast<float>(cols));
   parallel_ranges(rows, kParallelElements / cols + 1, [&](int64_t first_row, int64_t end_row) {
     std::vector<float> row(static_cast<size_t>(cols));
     uint8_t codes[kFp4Block];
@@ -298,6 +296,18 @@ void CounterRng::fill_normal(uint64_t first, std::span<float> out) const {
   }
 }
 
+std::optional<float> linear_weight_std(const ExpectedTensor& entry) {
+  const TensorSpec& spec = entry.spec;
+  if (spec.shape.size() != 2) return std::nullopt;
+  const auto in_std = [](int64_t in) { return 1.0f / std::sqrt(static_cast<float>(in)); };
+  if (entry.format == WeightFormat::kFp8) return in_std(spec.shape[1]);
+  if (entry.format == WeightFormat::kMxfp4) return in_std(2 * spec.shape[1]);  // two inputs a byte
+  if (spec.dtype != DType::kBF16) return std::nullopt;
+  if (spec.name == "embed.weight") return 1.0f;
+  if (leaf(spec.name) == "weight") return in_std(spec.shape[1]);
+  return std::nullopt;
+}
+
 SyntheticTensor synthesize_tensor(const ModelConfig& cfg, const ExpectedTensor& entry, uint64_t seed) {
   const TensorSpec& spec = entry.spec;
   const CounterRng rng(seed, spec.name);
@@ -306,19 +316,16 @@ SyntheticTensor synthesize_tensor(const ModelConfig& cfg, const ExpectedTensor& 
   const int64_t n = cfg->hc_mult;
   const bool rank2 = spec.shape.size() == 2;
 
-  if (entry.format == WeightFormat::kFp8) return fp8_linear(rng, spec.shape);
-  if (entry.format == WeightFormat::kMxfp4) return mxfp4_linear(rng, spec.shape);
+  const std::optional<float> linear_std = linear_weight_std(entry);
+  if (entry.format == WeightFormat::kFp8) return fp8_linear(rng, spec.shape, linear_std.value());
+  if (entry.format == WeightFormat::kMxfp4) return mxfp4_linear(rng, spec.shape, linear_std.value());
   if (spec.dtype == DType::kF8E8M0)
     throw UsageError(spec.name + ": a scale is synthesised together with its weight, not alone");
   if (spec.dtype == DType::kI64 && last == "tid2eid")
     return {tid2eid_table(rng, spec.shape, cfg->n_routed_experts), std::nullopt};
   if (spec.dtype == DType::kBF16) {
-    if (name == "embed.weight") return {bf16_tensor(rng, spec.shape, 0.0f, 1.0f), std::nullopt};
+    if (linear_std) return {bf16_tensor(rng, spec.shape, 0.0f, *linear_std), std::nullopt};
     if (ends_with(name, "norm.weight")) return {bf16_tensor(rng, spec.shape, 1.0f, 0.05f), std::nullopt};
-    if (rank2 && last == "weight") {
-      const float std_dev = 1.0f / std::sqrt(static_cast<float>(spec.shape[1]));
-      return {bf16_tensor(rng, spec.shape, 0.0f, std_dev), std::nullopt};
-    }
   }
   if (spec.dtype == DType::kF32) {
     if (rank2 && last.starts_with("hc_") && ends_with(last, "_fn")) {

@@ -67,4 +67,10 @@ struct SyntheticTensor {
 // streams normalises them first.
 SyntheticTensor synthesize_tensor(const ModelConfig& cfg, const ExpectedTensor& entry, uint64_t seed);
 
+// The standard deviation of the linear weights and the embedding above (the bulk of a
+// checkpoint's bytes): 1/sqrt(in) for a linear [out, in] (an MXFP4 one packs two inputs a byte),
+// 1 for embed.weight; nullopt for every other tensor. Dummy weights (--load-format dummy) draw
+// these tensors on the backend with the same spread.
+std::optional<float> linear_weight_std(const ExpectedTensor& entry);
+
 }  // namespace dsv4

@@ -2,9 +2,9 @@
 // expected_tensors, checks by the Checkpoint, conversion by the backend.
 #include "model/model_weights.h"
 
-#include <cmath>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -150,9 +150,8 @@ ModelWeights load_model_weights(Ops& ops, const ModelConfig& cfg, const Checkpoi
 ModelWeights dummy_model_weights(Ops& ops, const ModelConfig& cfg, uint64_t seed) {
   const WeightReader r(cfg, "dummy weights", [&](const ExpectedTensor& e, const ExpectedTensor*) {
     const TensorSpec& spec = e.spec;
-    const bool linear = e.format != WeightFormat::kPlain ||
-                        (spec.dtype == DType::kBF16 && spec.shape.size() == 2 && spec.name.ends_with(".weight"));
-    if (!linear) {
+    const std::optional<float> linear_std = linear_weight_std(e);
+    if (!linear_std) {
       const SyntheticTensor t = synthesize_tensor(cfg, e, seed);
       return ops.load_weight({spec.name, WeightFormat::kPlain, t.data.view(), ConstTensorView()});
     }
@@ -163,7 +162,7 @@ ModelWeights dummy_model_weights(Ops& ops, const ModelConfig& cfg, uint64_t seed
     p.shape = spec.shape;
     if (e.format == WeightFormat::kMxfp4) p.shape[1] *= 2;  // the packed FP4 pairs' logical width
     p.key = dummy_key(seed, spec.name);
-    p.std = spec.name == "embed.weight" ? 1.0f : 1.0f / std::sqrt(static_cast<float>(p.shape[1]));
+    p.std = *linear_std;
     return ops.dummy_weight(p);
   });
   return read_model(r, cfg);
