@@ -1,38 +1,22 @@
-// The values of dummy weights (`--load-format dummy`): a counter-based generator that host and
+// The values of dummy weights (`--load-format dummy`): the counter-based bits of
+// core/counter_bits.h (keyed by counter_key(seed, name)) made into normal values that host and
 // device evaluate identically, so random full-size weights can be made where they live (on the
 // GPU, without a checkpoint or a host copy) and still equal the CPU backend's bit for bit.
 #pragma once
 
 #include <cstdint>
-#include <string_view>
 
+#include "core/counter_bits.h"
 #include "core/numeric.h"
 
 namespace dsv4 {
-
-// splitmix64's finaliser (Steele, Lea, Flood 2014).
-DSV4_HD uint64_t dummy_mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// The key of a dummy tensor: a function of the seed and the tensor's name (FNV-1a of the name).
-inline uint64_t dummy_key(uint64_t seed, std::string_view name) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (char c : name) {
-    h ^= static_cast<uint8_t>(c);
-    h *= 0x100000001b3ull;
-  }
-  return dummy_mix64(seed ^ dummy_mix64(h));
-}
 
 // An approximately standard normal value for element `index` of the tensor keyed `key`: the sum
 // of four 16-bit uniforms of one 64-bit draw (Irwin-Hall, mean 2, variance 1/3), centred and
 // scaled to unit variance. It is bounded (|z| < 3.47) and needs no transcendental function, so
 // every platform computes the same float; dummy weights need realistic scale, not exact tails.
 DSV4_HD float dummy_normal(uint64_t key, uint64_t index) {
-  const uint64_t bits = dummy_mix64(key + (index + 1) * 0x9E3779B97F4A7C15ull);
+  const uint64_t bits = counter_bits(key, index);
   const uint32_t sum = static_cast<uint32_t>(bits & 0xFFFF) + static_cast<uint32_t>((bits >> 16) & 0xFFFF) +
                        static_cast<uint32_t>((bits >> 32) & 0xFFFF) + static_cast<uint32_t>(bits >> 48);
   // sum in [0, 4 * 65535]; (sum + 2) / 65536 is the sum of four uniforms on (0, 1) up to 2^-15.

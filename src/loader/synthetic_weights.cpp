@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/counter_bits.h"
 #include "core/error.h"
 #include "core/numeric.h"
 #include "core/quant.h"
@@ -20,24 +21,6 @@
 namespace dsv4 {
 
 namespace {
-
-constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;  // splitmix64's increment
-
-// splitmix64's output function (Steele, Lea, Flood 2014).
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-uint64_t fnv1a64(std::string_view s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (char c : s) {
-    h ^= static_cast<uint8_t>(c);
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
 
 // Horner evaluation of c[0] + c[1] y + c[2] y^2 + ..., unrolled into straight-line code.
 template <size_t N>
@@ -269,9 +252,9 @@ Tensor hc_base(const CounterRng& rng, const Shape& shape, int64_t n) {
 
 }  // namespace
 
-CounterRng::CounterRng(uint64_t seed, std::string_view name) : key_(mix64(seed ^ mix64(fnv1a64(name)))) {}
+CounterRng::CounterRng(uint64_t seed, std::string_view name) : key_(counter_key(seed, name)) {}
 
-uint64_t CounterRng::bits(uint64_t counter) const { return mix64(key_ + (counter + 1) * kGolden); }
+uint64_t CounterRng::bits(uint64_t counter) const { return counter_bits(key_, counter); }
 
 double CounterRng::uniform(uint64_t counter) const {
   return (static_cast<double>(bits(counter) >> 11) + 0.5) * 0x1.0p-53;

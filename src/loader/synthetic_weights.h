@@ -14,8 +14,9 @@
 
 namespace dsv4 {
 
-// A counter-based random stream: the value at a counter depends only on (seed, name, counter), so
-// tensors can be made in any order, or in pieces, with the same result.
+// A counter-based random stream (the bits of core/counter_bits.h): the value at a counter depends
+// only on (seed, name, counter), so tensors can be made in any order, or in pieces, with the same
+// result.
 //   key       = mix(seed ^ mix(fnv1a64(name)))
 //   bits(k)   = mix(key + (k + 1) * 0x9E3779B97F4A7C15)   (splitmix64's step and finaliser "mix")
 //   uniform   = ((bits >> 11) + 0.5) * 2^-53, in (0, 1)

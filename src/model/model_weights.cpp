@@ -161,7 +161,7 @@ ModelWeights dummy_model_weights(Ops& ops, const ModelConfig& cfg, uint64_t seed
     p.dtype = DType::kBF16;
     p.shape = spec.shape;
     if (e.format == WeightFormat::kMxfp4) p.shape[1] *= 2;  // the packed FP4 pairs' logical width
-    p.key = dummy_key(seed, spec.name);
+    p.key = counter_key(seed, spec.name);
     p.std = *linear_std;
     return ops.dummy_weight(p);
   });

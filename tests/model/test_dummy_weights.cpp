@@ -15,7 +15,7 @@ namespace dsv4 {
 namespace {
 
 TEST(DummyRandom, IsRoughlyStandardNormalBoundedAndKeyed) {
-  const uint64_t key = dummy_key(7, "layers.0.attn.wq_a.weight");
+  const uint64_t key = counter_key(7, "layers.0.attn.wq_a.weight");
   const int n = 200000;
   double sum = 0, sum_sq = 0, amax = 0;
   for (int i = 0; i < n; ++i) {
@@ -30,8 +30,8 @@ TEST(DummyRandom, IsRoughlyStandardNormalBoundedAndKeyed) {
   EXPECT_LE(amax, kDummyNormalBound);
   EXPECT_GT(amax, 3.0);  // the tails are reached, not cut at a small bound
   EXPECT_EQ(dummy_normal(key, 5), dummy_normal(key, 5));
-  EXPECT_NE(dummy_key(7, "a"), dummy_key(7, "b"));
-  EXPECT_NE(dummy_key(7, "a"), dummy_key(8, "a"));
+  EXPECT_NE(counter_key(7, "a"), counter_key(7, "b"));
+  EXPECT_NE(counter_key(7, "a"), counter_key(8, "a"));
 }
 
 class DummyWeightTest : public ::testing::Test {
