@@ -6,7 +6,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
@@ -14,6 +13,7 @@
 #include "backend/cuda/fp8_gemm.h"
 #include "kernels/gemm/act_quant.h"
 #include "kernels/gemm/fp4_gemv.h"
+#include "cuda_timing.h"
 
 namespace {
 
@@ -23,24 +23,6 @@ struct Case {
   const char* name;
   int64_t n, k;
 };
-
-// Mean microseconds of `iters` runs of `step` after three warm-ups, by CUDA events.
-double time_us(const std::function<void()>& step, int iters) {
-  using namespace dsv4;
-  cudaEvent_t start, stop;
-  DSV4_CUDA_CHECK(cudaEventCreate(&start));
-  DSV4_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < 3; ++i) step();
-  DSV4_CUDA_CHECK(cudaEventRecord(start));
-  for (int i = 0; i < iters; ++i) step();
-  DSV4_CUDA_CHECK(cudaEventRecord(stop));
-  DSV4_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return 1e3 * ms / iters;
-}
 
 template <typename T>
 T* device_bytes(int64_t bytes, int fill) {
@@ -77,13 +59,13 @@ int main(int argc, char** argv) {
     auto* out = device_bytes<uint16_t>(mp * c.n * 2, 0);
     const double fp4_bytes = static_cast<double>(c.n * c.k / 2 + c.n * c.k / 32), fp8_bytes = static_cast<double>(c.n * c.k);
     for (const int64_t m : rows) {
-      const double fp4 = time_us(
+      const double fp4 = bench::time_us(
           [&] {
             kernels::act_quant_fp8({x, xq, xs, m, mp, c.k}, nullptr);
             kernels::fp4_gemv({xq, xs, w4, w4s, out, m, mp, c.n, c.k}, nullptr);
           },
           iters);
-      const double fp8 = time_us(
+      const double fp8 = bench::time_us(
           [&] {
             kernels::act_quant_fp8({x, xq, xs, m, mp, c.k}, nullptr);
             gemm.run({xq, xs, w8, w8s, out, mp, c.n, c.k}, nullptr);

@@ -11,6 +11,7 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/fp8_gemm.h"
 #include "kernels/gemm/act_quant.h"
+#include "cuda_timing.h"
 
 namespace {
 
@@ -35,9 +36,6 @@ int main(int argc, char** argv) {
   const int64_t ms[] = {1, 16, 64, 512, 4096};
   std::printf("%-18s %6s %10s %10s %10s %12s\n", "gemm", "M", "us", "TFLOP/s", "weight GB/s", "floor us");
   cuda::Fp8BlockGemm gemm;
-  cudaEvent_t start, stop;
-  DSV4_CUDA_CHECK(cudaEventCreate(&start));
-  DSV4_CUDA_CHECK(cudaEventCreate(&stop));
   for (const Case& c : cases) {
     for (int64_t m : ms) {
       const int64_t mp = cuda::fp8_gemm_padded_m(m);
@@ -59,14 +57,7 @@ int main(int argc, char** argv) {
         kernels::act_quant_fp8({x, xq, xs, m, mp, c.k}, nullptr);
         gemm.run({xq, xs, w, ws, out, mp, c.n, c.k}, nullptr);
       };
-      for (int i = 0; i < 3; ++i) step();
-      DSV4_CUDA_CHECK(cudaEventRecord(start));
-      for (int i = 0; i < iters; ++i) step();
-      DSV4_CUDA_CHECK(cudaEventRecord(stop));
-      DSV4_CUDA_CHECK(cudaEventSynchronize(stop));
-      float ms_total = 0;
-      DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms_total, start, stop));
-      const double us = 1e3 * ms_total / iters;
+      const double us = bench::time_us(step, iters);
       const double flops = 2.0 * m * c.n * c.k;
       const double weight_bytes = static_cast<double>(c.n) * c.k;
       std::printf("%-18s %6ld %10.2f %10.1f %10.0f %12.2f\n", c.name, static_cast<long>(m), us,
