@@ -24,17 +24,16 @@ void add_multi_stream_option(CLI::App* cmd, MultiStreamPolicy& policy) {
   const MultiStreamPolicy defaults;
   cmd->add_option_function<std::string>(
          "--multi-stream",
-         [&policy](const std::string& mode) {
-           policy.mode = mode == "on"     ? MultiStreamMode::kOn
-                         : mode == "auto" ? MultiStreamMode::kAuto
-                                          : MultiStreamMode::kOff;
+         [&policy](const std::string& name) {
+           for (const MultiStreamMode mode : {MultiStreamMode::kOff, MultiStreamMode::kOn, MultiStreamMode::kAuto})
+             if (multi_stream_mode_name(mode) == name) policy.mode = mode;
          },
          "--device cuda: run the attention layer's independent input chains (compressor, indexer keys) "
          "on side CUDA streams beside the Q/KV path: off, on, or auto (side streams for forwards of at "
          "most " + std::to_string(defaults.auto_max_tokens) +
              " tokens). The numbers are the same in every mode")
       ->check(CLI::IsMember({"off", "on", "auto"}))
-      ->default_str("auto");
+      ->default_str(std::string(multi_stream_mode_name(defaults.mode)));
 }
 
 std::unique_ptr<Ops> make_backend(Device device, int threads, MultiStreamPolicy multi_stream) {

@@ -228,8 +228,7 @@ void run_bench_layers(const BenchOptions& o) {
   std::vector<LayerCost> costs;
   for (int64_t l = 0; l < cfg.num_layers(); ++l) costs.push_back(layer_cost(cfg, model.weights().layers.at(static_cast<size_t>(l))));
 
-  const char* const stream_modes[] = {"off", "on", "auto"};
-  const std::string multi_stream = stream_modes[static_cast<int>(o.multi_stream.mode)];
+  const std::string multi_stream(multi_stream_mode_name(o.multi_stream.mode));
   nlohmann::json report = {{"model", full.source()}, {"backend", std::string(ops->name())}, {"context", o.context},
                            {"multi_stream", multi_stream}};
   std::printf("%s, %s backend, multi-stream %s; floors are the H200's (ENV.md)\n", cfg.source().c_str(),
@@ -261,32 +260,20 @@ void run_bench_layers(const BenchOptions& o) {
     std::fflush(stdout);
   };
 
-  // Prefill: one sequence of `context` tokens, timed `repeats` times per layer after an untimed
-  // warm-up sequence (each repeat rewrites the same cache rows with the same values); it fills the
-  // caches the decode steps start from.
-  const int64_t fill = o.context, capacity = fill + 1;
-  SequenceCache base = model.new_sequence(*ops, capacity, false);
-  const auto prefill_batch = [&](SequenceCache& seq, int64_t tokens) {
-    ForwardBatch b;
-    std::vector<int32_t> ids(static_cast<size_t>(tokens));
-    for (int64_t i = 0; i < tokens; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 13) % cfg->vocab_size);
-    b.add(seq, ids, 0);
-    return b;
-  };
+  // Prefill: one sequence of `context` tokens, timed `repeats` times per layer after a warm-up run
+  // (each run rewrites the same cache rows with the same values); it fills the caches the decode
+  // steps start from.
+  const int64_t fill = o.context;
+  SequenceCache base = model.new_sequence(*ops, fill + 1, false);
   {
     std::fprintf(stderr, "bench: prefill of %lld tokens (warm-up, then timed)...\n", static_cast<long long>(fill));
     const DeviceTensor streams = random_streams(*ops, cfg, fill, 1);
-    SequenceCache warm = model.new_sequence(*ops, capacity, false);
-    const ForwardBatch warm_batch = prefill_batch(warm, fill);
-    const ForwardBatch batch = prefill_batch(base, fill);
+    ForwardBatch batch;
+    std::vector<int32_t> ids(static_cast<size_t>(fill));
+    for (int64_t i = 0; i < fill; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 13) % cfg->vocab_size);
+    batch.add(base, ids, 0);
     for (int64_t l = 0; l < cfg.num_layers(); ++l) {
-      wait_for(*ops, model.forward_layer(*ops, warm_batch, l, streams));
-      profiler.reset();
-      const Timing seconds = repeat(o.repeats, [&] {
-        const auto begin = Clock::now();
-        wait_for(*ops, model.forward_layer(*ops, batch, l, streams));
-        return seconds_since(begin);
-      });
+      const Timing seconds = time_layer(model, *ops, batch, l, streams, 1, o.repeats, [&] { profiler.reset(); });
       double attn = 0;
       for (int64_t p = 0; p < fill; ++p) attn += attention_flops(cfg, visible_at(cfg, cfg.compress_ratio(l), p));
       const double linear = costs[static_cast<size_t>(l)].linear_flops_per_token * static_cast<double>(fill);

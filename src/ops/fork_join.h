@@ -39,6 +39,16 @@ enum class MultiStreamMode {
   kAuto,  // side streams for batches of at most auto_max_tokens tokens, in order above
 };
 
+// "off", "on", "auto": the mode's name on the command line and in reports.
+inline std::string_view multi_stream_mode_name(MultiStreamMode mode) {
+  switch (mode) {
+    case MultiStreamMode::kOff: return "off";
+    case MultiStreamMode::kOn: return "on";
+    case MultiStreamMode::kAuto: return "auto";
+  }
+  return "off";
+}
+
 struct MultiStreamPolicy {
   // Measured on the H200 (docs/PERF.md, bench layers at V4-Flash geometry): side streams cut a
   // decode step's CSA layer by 14-20% at batch 1-16, break even at batch 64 and leave an 8k prefill
