@@ -2,12 +2,39 @@
 #include "ops/param_checks.h"
 
 #include <cmath>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "ops/arg_checks.h"
 
 namespace dsv4 {
+
+namespace {
+
+// The sequences' slices lie inside the batch of T tokens and cover each token exactly once.
+template <typename Seq>
+void check_slices(const char* op, std::span<const Seq> seqs, int64_t T) {
+  std::vector<char> covered(static_cast<size_t>(T), 0);
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const SeqSlice& sl = seqs[s].slice;
+    if (sl.token_begin < 0 || sl.num_tokens < 0 || sl.token_begin + sl.num_tokens > T || sl.start_pos < 0)
+      throw UsageError(std::string(op) + ": sequence " + std::to_string(s) + " covers tokens [" +
+                       std::to_string(sl.token_begin) + ", " + std::to_string(sl.token_begin + sl.num_tokens) +
+                       ") of a batch of " + std::to_string(T));
+    for (int64_t t = sl.token_begin; t < sl.token_begin + sl.num_tokens; ++t) {
+      if (covered[static_cast<size_t>(t)])
+        throw UsageError(std::string(op) + ": token " + std::to_string(t) + " belongs to two sequences");
+      covered[static_cast<size_t>(t)] = 1;
+    }
+  }
+  for (int64_t t = 0; t < T; ++t)
+    if (!covered[static_cast<size_t>(t)])
+      throw UsageError(std::string(op) + ": token " + std::to_string(t) + " belongs to no sequence");
+}
+
+}  // namespace
 
 void check_params(const AddBroadcastParams& p) {
   expect_rank("add_broadcast", "a", p.a, 3);
@@ -103,6 +130,7 @@ void check_params(const IndexerTopkParams& p) {
   expect_dtype("indexer_topk", "topk", p.topk, DType::kI32);
   if (p.topk.dim(0) != T) throw UsageError("indexer_topk: topk must have one row per token");
   if (p.ratio <= 0) throw UsageError("indexer_topk: ratio must be positive");
+  check_slices("indexer_topk", p.seqs, T);
 }
 
 void check_params(const LinearParams& p) {
@@ -182,6 +210,7 @@ void check_params(const SparseAttentionParams& p) {
     if (p.ratio <= 0) throw UsageError("sparse_attention: topk given for a layer without compression");
   }
   if (p.window <= 0) throw UsageError("sparse_attention: window must be positive");
+  check_slices("sparse_attention", p.seqs, T);
 }
 
 void check_params(const SwigluParams& p) {

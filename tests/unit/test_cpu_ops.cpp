@@ -460,6 +460,27 @@ TEST_F(CpuOpsTest, DenseCompressedAttentionUsesEveryCompleteBlock) {
   EXPECT_FLOAT_EQ(to_floats(out.view())[0], (2 + 1 + 10 + 20 + 30) / 5.0f);
 }
 
+// The batch's slices must cover each token once (check_params, shared by every backend).
+TEST_F(CpuOpsTest, AttentionRejectsSlicesThatDoNotCoverTheBatchOnce) {
+  const int64_t H = 1, d = 4, W = 2, T = 3;
+  const Weight wsink = make_weight(ops, {0.0f}, {H});
+  const DeviceTensor tq = make_tensor(ops, DType::kF32, {T, H, d}, random_floats(T * H * d, 40));
+  const DeviceTensor tkv = make_tensor(ops, DType::kF32, {T, d}, random_floats(T * d, 41));
+  const DeviceTensor ring = ops.alloc(DType::kF32, {W, d});
+  DeviceTensor out = ops.alloc(DType::kF32, {T, H, d});
+  const auto expect_error = [&](std::vector<AttentionSeq> seqs, const std::string& says) {
+    try {
+      ops.sparse_attention({tq.view(), tkv.view(), &wsink, {}, seqs, W, 0, 1.0f, out.view()});
+      FAIL() << "accepted: " << says;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  expect_error({{{0, 2, 0}, ring.view(), {}}, {{1, 2, 0}, ring.view(), {}}}, "token 1 belongs to two sequences");
+  expect_error({{{0, 2, 0}, ring.view(), {}}}, "token 2 belongs to no sequence");
+  expect_error({{{2, 2, 0}, ring.view(), {}}}, "sequence 0 covers tokens [2, 4) of a batch of 3");
+}
+
 // ---- MoE ------------------------------------------------------------------------------------
 
 TEST_F(CpuOpsTest, SwigluClampsGateAboveAndUpBothWays) {

@@ -22,25 +22,15 @@ struct TokenPlace {
   int64_t pos;
 };
 
+// Each token's sequence and position (check_params has checked that the slices cover the batch).
 template <typename Seq>
-std::vector<TokenPlace> place_tokens(const char* op, std::span<const Seq> seqs, int64_t T) {
-  std::vector<TokenPlace> places(static_cast<size_t>(T), TokenPlace{-1, 0});
+std::vector<TokenPlace> place_tokens(std::span<const Seq> seqs, int64_t T) {
+  std::vector<TokenPlace> places(static_cast<size_t>(T));
   for (size_t s = 0; s < seqs.size(); ++s) {
     const SeqSlice& sl = seqs[s].slice;
-    if (sl.token_begin < 0 || sl.num_tokens < 0 || sl.token_begin + sl.num_tokens > T || sl.start_pos < 0)
-      throw UsageError(std::string(op) + ": sequence " + std::to_string(s) + " covers tokens [" +
-                       std::to_string(sl.token_begin) + ", " + std::to_string(sl.token_begin + sl.num_tokens) +
-                       ") of a batch of " + std::to_string(T));
-    for (int64_t i = 0; i < sl.num_tokens; ++i) {
-      TokenPlace& tp = places[static_cast<size_t>(sl.token_begin + i)];
-      if (tp.seq >= 0) throw UsageError(std::string(op) + ": token " + std::to_string(sl.token_begin + i) +
-                                        " belongs to two sequences");
-      tp = {static_cast<int64_t>(s), sl.start_pos + i};
-    }
+    for (int64_t i = 0; i < sl.num_tokens; ++i)
+      places[static_cast<size_t>(sl.token_begin + i)] = {static_cast<int64_t>(s), sl.start_pos + i};
   }
-  for (int64_t t = 0; t < T; ++t)
-    if (places[static_cast<size_t>(t)].seq < 0)
-      throw UsageError(std::string(op) + ": token " + std::to_string(t) + " belongs to no sequence");
   return places;
 }
 
@@ -126,7 +116,7 @@ void CpuOps::indexer_topk(const IndexerTopkParams& p) {
   check_params(p);
   const int64_t T = p.q.dim(0), heads = p.q.dim(1), dh = p.q.dim(2);
   const int64_t k = p.topk.dim(1);
-  const std::vector<TokenPlace> places = place_tokens("indexer_topk", p.seqs, T);
+  const std::vector<TokenPlace> places = place_tokens(p.seqs, T);
 
   std::vector<std::vector<float>> keys(p.seqs.size());
   for (size_t s = 0; s < p.seqs.size(); ++s) {
@@ -168,7 +158,7 @@ void CpuOps::sparse_attention(const SparseAttentionParams& p) {
   const int64_t T = p.q.dim(0), H = p.q.dim(1), d = p.q.dim(2), W = p.window;
   const float* sink = weight_f32("sparse_attention", p.sink, {H});
   const bool has_topk = !is_empty(p.topk);
-  const std::vector<TokenPlace> places = place_tokens("sparse_attention", p.seqs, T);
+  const std::vector<TokenPlace> places = place_tokens(p.seqs, T);
 
   std::vector<std::vector<float>> windows(p.seqs.size()), compressed(p.seqs.size());
   for (size_t s = 0; s < p.seqs.size(); ++s) {

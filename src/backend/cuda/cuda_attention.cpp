@@ -20,27 +20,6 @@ namespace dsv4::cuda {
 
 namespace {
 
-// Checks that the sequences' slices lie inside the batch and cover each of its T tokens once.
-template <typename Seq>
-void check_slices(const char* op, std::span<const Seq> seqs, int64_t T) {
-  std::vector<char> covered(static_cast<size_t>(T), 0);
-  for (size_t s = 0; s < seqs.size(); ++s) {
-    const SeqSlice& sl = seqs[s].slice;
-    if (sl.token_begin < 0 || sl.num_tokens < 0 || sl.token_begin + sl.num_tokens > T || sl.start_pos < 0)
-      throw UsageError(std::string(op) + ": sequence " + std::to_string(s) + " covers tokens [" +
-                       std::to_string(sl.token_begin) + ", " + std::to_string(sl.token_begin + sl.num_tokens) +
-                       ") of a batch of " + std::to_string(T));
-    for (int64_t t = sl.token_begin; t < sl.token_begin + sl.num_tokens; ++t) {
-      if (covered[static_cast<size_t>(t)])
-        throw UsageError(std::string(op) + ": token " + std::to_string(t) + " belongs to two sequences");
-      covered[static_cast<size_t>(t)] = 1;
-    }
-  }
-  for (int64_t t = 0; t < T; ++t)
-    if (!covered[static_cast<size_t>(t)])
-      throw UsageError(std::string(op) + ": token " + std::to_string(t) + " belongs to no sequence");
-}
-
 // A [capacity, width] float cache that must hold `rows` entries.
 void check_cache(const char* op, ConstTensorView cache, int64_t rows, int64_t width) {
   expect_rank(op, "cache", cache, 2);
@@ -132,7 +111,6 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
   check_params(p);
   const int64_t T = p.q.dim(0), heads = p.q.dim(1), dh = p.q.dim(2);
   const int64_t k = p.topk.dim(1);
-  check_slices("indexer_topk", p.seqs, T);
 
   if (T == 0) return;
   std::vector<kernels::IndexerSeqDesc> seqs;
@@ -170,7 +148,6 @@ void CudaOps::sparse_attention(const SparseAttentionParams& p) {
   const int64_t T = p.q.dim(0), H = p.q.dim(1), d = p.q.dim(2), W = p.window;
   const kernels::FloatPtr sink = weight_floats("sparse_attention", p.sink, {H});
   const bool has_topk = !is_empty(p.topk);
-  check_slices("sparse_attention", p.seqs, T);
   for (const AttentionSeq& s : p.seqs) {
     if (s.slice.start_pos > 0) check_cache("sparse_attention", s.window, W, d);
     if (p.ratio > 0) check_cache("sparse_attention", s.compressed, (s.slice.start_pos + s.slice.num_tokens) / p.ratio, d);
