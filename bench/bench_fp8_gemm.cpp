@@ -1,5 +1,6 @@
-// Times the GPU FP8 block-scaled linear (activation quantisation + cuBLASLt GEMM) at V4-Flash
-// shapes and prints time, TFLOP/s and weight GB/s beside the H200's memory floor (4.28 TB/s).
+// Times the GPU FP8 block-scaled linear (activation quantisation + the GEMM) at V4-Flash shapes,
+// with cuBLASLt's FP8 GEMM and with kernels::fp8_mma_gemm (the default), and prints time, TFLOP/s
+// and weight GB/s beside the H200's memory floor (4.28 TB/s).
 // Usage: bench_fp8_gemm [iterations]
 #include <cuda_runtime.h>
 
@@ -11,6 +12,7 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/fp8_gemm.h"
 #include "kernels/gemm/act_quant.h"
+#include "kernels/gemm/fp8_mma_gemm.h"
 #include "cuda_timing.h"
 
 namespace {
@@ -34,7 +36,8 @@ int main(int argc, char** argv) {
   const Case cases[] = {{"wq_a+wkv (fused)", 1536, 4096}, {"wq_b", 32768, 1024}, {"wo_b", 4096, 8192},
                         {"shared w1", 2048, 4096}, {"N=4096 K=7168", 4096, 7168}};
   const int64_t ms[] = {1, 16, 64, 512, 4096};
-  std::printf("%-18s %6s %10s %10s %10s %12s\n", "gemm", "M", "us", "TFLOP/s", "weight GB/s", "floor us");
+  std::printf("%-18s %6s %12s %10s %10s %10s %10s %12s\n", "gemm", "M", "cuBLASLt us", "TFLOP/s", "mma us",
+              "TFLOP/s", "GB/s", "floor us");
   cuda::Fp8BlockGemm gemm;
   for (const Case& c : cases) {
     for (int64_t m : ms) {
@@ -57,11 +60,28 @@ int main(int argc, char** argv) {
         kernels::act_quant_fp8({x, xq, xs, m, mp, c.k}, nullptr);
         gemm.run({xq, xs, w, ws, out, mp, c.n, c.k}, nullptr);
       };
-      const double us = bench::time_us(step, iters);
+      auto mma_step = [&] {
+        kernels::act_quant_fp8({x, xq, xs, m, m, c.k}, nullptr);
+        kernels::Fp8MmaGemmParams p;
+        p.x = xq;
+        p.x_scale = xs;
+        p.x_scale_ld = m;
+        p.w = w;
+        p.w_scale = ws;
+        p.w_scale_ld = kbp;
+        p.y = {out, true};
+        p.ldy = c.n;
+        p.m = m;
+        p.n = c.n;
+        p.k = c.k;
+        kernels::fp8_mma_gemm(p, nullptr);
+      };
+      const double us = bench::time_us(step, iters), mma_us = bench::time_us(mma_step, iters);
       const double flops = 2.0 * m * c.n * c.k;
       const double weight_bytes = static_cast<double>(c.n) * c.k;
-      std::printf("%-18s %6ld %10.2f %10.1f %10.0f %12.2f\n", c.name, static_cast<long>(m), us,
-                  flops / us * 1e-6, weight_bytes / us * 1e-3, weight_bytes / kMemoryBandwidth * 1e6);
+      std::printf("%-18s %6ld %12.2f %10.1f %10.2f %10.1f %10.0f %12.2f\n", c.name, static_cast<long>(m), us,
+                  flops / us * 1e-6, mma_us, flops / mma_us * 1e-6, weight_bytes / mma_us * 1e-3,
+                  weight_bytes / kMemoryBandwidth * 1e6);
       cudaFree(x);
       cudaFree(xq);
       cudaFree(xs);

@@ -5,15 +5,16 @@
 // Bounds, and where they come from (numbers measured on the H200 are in docs/PERF.md):
 // - Exact math: median cosine >= 0.9999, >= 95% of positions >= 0.999, argmax agreement >= 95%
 //   (measured: 1.000000 / 100% / 100%).
-// - Default numerics with FP8 linears accumulated in fp32 (CudaOptions::fp8_tensor_cores off, the
-//   CPU's arithmetic): per layer, choices differ for < 1% of tokens and the per-token relative
-//   error has median <= 2e-2 (measured: 0 on three layers, 1.26e-2 on the first CSA layer, where
-//   FP8 rounding flips in compressed entries reach every later token, as between the CPU and the
-//   PyTorch reference); whole model: median cosine >= 0.998 and argmax agreement >= 80%
-//   (measured 0.99878 / 83%), the level MODEL.md §15 reports for DeepSeek's own code split two
-//   ways. The issue asks for 0.999 / 95% here; that is not met, see docs/PERF.md.
-// - FP8 tensor cores (Hopper's FP8 MMA accumulates with less than fp32 precision): sanity bounds
-//   only (measured: median cosine 0.997, argmax agreement 71%).
+// - Default numerics (FP8 linears on fp16 tensor cores with fp32 sums, CudaOptions' default; and
+//   on CUDA cores, Fp8Gemm::kSimple, the CPU's arithmetic): per layer, choices differ for < 1% of
+//   tokens and the per-token relative error has median <= 2e-2 (measured with kSimple: 0 on three
+//   layers, 1.26e-2 on the first CSA layer, where FP8 rounding flips in compressed entries reach
+//   every later token, as between the CPU and the PyTorch reference); whole model: median cosine
+//   >= 0.998 and argmax agreement >= 80% (kSimple measured 0.99878 / 83%), the level MODEL.md §15
+//   reports for DeepSeek's own code split two ways. The issue asks for 0.999 / 95% here; that is
+//   not met, see docs/PERF.md.
+// - cuBLASLt's FP8 tensor cores (Hopper's FP8 MMA accumulates with less than fp32 precision):
+//   sanity bounds only (measured: median cosine 0.997, argmax agreement 71%).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -62,16 +63,20 @@ class TinyOnCuda : public ::testing::Test {
   static void SetUpTestSuite() {
     if (!cuda::device_available()) return;
     cpu_ = std::make_unique<cpu::CpuOps>(2);
-    gpu_ = std::make_unique<cuda::CudaOps>(cuda::CudaOptions{.fp8_tensor_cores = false, .multi_stream = {}});
-    tc_ = std::make_unique<cuda::CudaOps>();
+    gpu_ = std::make_unique<cuda::CudaOps>();
+    simple_ = std::make_unique<cuda::CudaOps>(cuda::CudaOptions{.fp8_gemm = cuda::Fp8Gemm::kSimple, .multi_stream = {}});
+    tc_ = std::make_unique<cuda::CudaOps>(cuda::CudaOptions{.fp8_gemm = cuda::Fp8Gemm::kCublasLt, .multi_stream = {}});
     cpu_model_ = std::make_unique<Model>(Model::load(*cpu_, tiny_model_dir()));
     gpu_model_ = std::make_unique<Model>(Model::load(*gpu_, tiny_model_dir()));
+    simple_model_ = std::make_unique<Model>(Model::load(*simple_, tiny_model_dir()));
     tc_model_ = std::make_unique<Model>(Model::load(*tc_, tiny_model_dir()));
     ids_ = test_ids(kTokens, cpu_model_->config()->vocab_size, 5);
   }
   static void TearDownTestSuite() {
     tc_model_.reset();
     tc_.reset();
+    simple_model_.reset();
+    simple_.reset();
     gpu_model_.reset();
     cpu_model_.reset();
     gpu_.reset();
@@ -114,13 +119,14 @@ class TinyOnCuda : public ::testing::Test {
   }
 
   static std::unique_ptr<cpu::CpuOps> cpu_;
-  static std::unique_ptr<cuda::CudaOps> gpu_, tc_;  // fp32-accumulated FP8 linears / tensor cores
-  static std::unique_ptr<Model> cpu_model_, gpu_model_, tc_model_;
+  static std::unique_ptr<cuda::CudaOps> gpu_, simple_, tc_;  // FP8 linears: default / CUDA cores / cuBLASLt
+  static std::unique_ptr<Model> cpu_model_, gpu_model_, simple_model_, tc_model_;
   static std::vector<int32_t> ids_;
 };
 std::unique_ptr<cpu::CpuOps> TinyOnCuda::cpu_;
-std::unique_ptr<cuda::CudaOps> TinyOnCuda::gpu_, TinyOnCuda::tc_;
-std::unique_ptr<Model> TinyOnCuda::cpu_model_, TinyOnCuda::gpu_model_, TinyOnCuda::tc_model_;
+std::unique_ptr<cuda::CudaOps> TinyOnCuda::gpu_, TinyOnCuda::simple_, TinyOnCuda::tc_;
+std::unique_ptr<Model> TinyOnCuda::cpu_model_, TinyOnCuda::gpu_model_, TinyOnCuda::simple_model_,
+    TinyOnCuda::tc_model_;
 std::vector<int32_t> TinyOnCuda::ids_;
 
 TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumerics) {
@@ -128,9 +134,14 @@ TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumerics) {
                  0.998, 0.80);
 }
 
-TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumericsOnTensorCores) {
+TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumericsOnCudaCores) {
+  compare_logits(prefill_logits(*simple_model_, *simple_, false), prefill_logits(*cpu_model_, *cpu_, false),
+                 "default, FP8 linears on CUDA cores", 0.998, 0.80);
+}
+
+TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumericsOnCublasLt) {
   compare_logits(prefill_logits(*tc_model_, *tc_, false), prefill_logits(*cpu_model_, *cpu_, false),
-                 "default, FP8 tensor cores", 0.99, 0.5);
+                 "default, cuBLASLt FP8 tensor cores", 0.99, 0.5);
 }
 
 TEST_F(TinyOnCuda, WholeModelLogitsExactMath) {
@@ -202,6 +213,32 @@ TEST_F(TinyOnCuda, EachLayerWithTheCpuInputAgrees) {
 TEST_F(TinyOnCuda, GpuIsBitIdenticalRunToRun) {
   EXPECT_TRUE(same_bits(prefill_logits(*gpu_model_, *gpu_, false), prefill_logits(*gpu_model_, *gpu_, false)));
   EXPECT_TRUE(same_bits(prefill_logits(*tc_model_, *tc_, false), prefill_logits(*tc_model_, *tc_, false)));
+}
+
+// MODEL.md §15's within-implementation invariant on the default path: chunked prefill, and
+// prefill then decode, give the one-shot prefill's final hidden states bit for bit.
+TEST_F(TinyOnCuda, ChunkedPrefillAndDecodeBitIdenticalToOneShot) {
+  auto hidden = [&](SequenceCache& cache, std::span<const int32_t> ids) {
+    ForwardBatch batch;
+    batch.options.logits = LogitsFor::kNone;
+    batch.add(cache, ids);
+    return host_floats(*gpu_, gpu_model_->forward(*gpu_, batch).final_hidden.view());
+  };
+  SequenceCache one = gpu_model_->new_sequence(*gpu_, kTokens, false);
+  const std::vector<float> ref = hidden(one, ids_);
+  const std::span<const int32_t> ids(ids_);
+  SequenceCache chunked = gpu_model_->new_sequence(*gpu_, kTokens, false);
+  std::vector<float> got;
+  const int64_t decode_from = kTokens - 12;
+  for (int64_t b = 0; b < decode_from; b += 37) {
+    const std::vector<float> h = hidden(chunked, ids.subspan(b, std::min<int64_t>(37, decode_from - b)));
+    got.insert(got.end(), h.begin(), h.end());
+  }
+  for (int64_t t = decode_from; t < kTokens; ++t) {
+    const std::vector<float> h = hidden(chunked, ids.subspan(t, 1));
+    got.insert(got.end(), h.begin(), h.end());
+  }
+  EXPECT_TRUE(same_bits(got, ref));
 }
 
 }  // namespace

@@ -102,29 +102,35 @@ class MultiStreamModel : public ::testing::Test {
   void SetUp() override {
     if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device on this machine";
   }
-  static cuda::CudaOptions simple_gemm() {
+  static cuda::CudaOptions with_fp8_gemm(cuda::Fp8Gemm gemm) {
     cuda::CudaOptions o;
-    o.fp8_tensor_cores = false;
+    o.fp8_gemm = gemm;
     return o;
   }
   // A prefill across C4 and C128 block boundaries, decode steps, a batch of three.
   static Scenario full() { return {300, 3, {200, 77, 130}, false}; }
 };
 
-TEST_F(MultiStreamModel, LogitsBitIdenticalToOneStream) { expect_bit_identical(simple_gemm(), full()); }
+TEST_F(MultiStreamModel, LogitsBitIdenticalToOneStream) { expect_bit_identical({}, full()); }
 
-TEST_F(MultiStreamModel, LogitsBitIdenticalToOneStreamOnTensorCores) { expect_bit_identical({}, full()); }
+TEST_F(MultiStreamModel, LogitsBitIdenticalToOneStreamOnCudaCores) {
+  expect_bit_identical(with_fp8_gemm(cuda::Fp8Gemm::kSimple), full());
+}
+
+TEST_F(MultiStreamModel, LogitsBitIdenticalToOneStreamOnCublasLt) {
+  expect_bit_identical(with_fp8_gemm(cuda::Fp8Gemm::kCublasLt), full());
+}
 
 TEST_F(MultiStreamModel, LogitsBitIdenticalToOneStreamExactMath) {
   Scenario sc = full();
   sc.exact = true;
-  expect_bit_identical(simple_gemm(), sc);
+  expect_bit_identical(with_fp8_gemm(cuda::Fp8Gemm::kSimple), sc);
 }
 
 // Small enough for compute-sanitizer's racecheck and synccheck (scripts/gpu_run.sh): one C128
 // block, two decode steps, a batch of two.
 TEST_F(MultiStreamModel, ShortRunBitIdenticalToOneStream) {
-  expect_bit_identical(simple_gemm(), {130, 2, {9, 40}, false});
+  expect_bit_identical({}, {130, 2, {9, 40}, false});
 }
 
 }  // namespace

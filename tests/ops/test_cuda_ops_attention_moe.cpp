@@ -475,6 +475,40 @@ TEST_P(MoeExpertsTest, MatchesCpu) {
   EXPECT_LT(measure(what, gpu_floats(out), cpu_floats(out)), mode == ExpertMode::kExact ? 1e-5 : 1e-2) << what;
 }
 
+// The device-side plan cannot throw where the expert ids are read: an id outside the experts is
+// reported by the next synchronisation, and the backend works normally afterwards.
+TEST_F(CudaOpsAttentionMoeTest, MoeExpertsReportsAnExpertIdOutOfRangeAtTheNextSync) {
+  const int64_t T = 3, D = 256, I = 128, E = 4, k = 2;
+  std::vector<BothWeights> w;
+  for (int64_t e = 0; e < E; ++e)
+    for (const auto& [rows, cols] : {std::pair{I, D}, std::pair{D, I}, std::pair{I, D}}) {
+      const Tensor values = random_tensor(DType::kF32, {rows, cols}, 0.08f);
+      const QuantizedWeight q = fp8_weight({values.data<float>(), values.data<float>() + values.numel()}, rows, cols);
+      w.push_back(weight({"experts." + std::to_string(e) + ".w" + std::to_string(w.size() % 3 + 1), WeightFormat::kFp8,
+                          q.weight.view(), q.scale.view()}));
+    }
+  std::vector<ExpertWeights> routes;
+  for (int64_t e = 0; e < E; ++e) routes.push_back({&w[3 * e].gpu, &w[3 * e + 1].gpu, &w[3 * e + 2].gpu});
+  Tensor weights_host(DType::kF32, {T, k});
+  std::fill(weights_host.data<float>(), weights_host.data<float>() + T * k, 0.5f);
+  const Both x = both(random_tensor(DType::kBF16, {T, D}, 1.0f)), shared = both(random_tensor(DType::kBF16, {T, D}, 0.5f));
+  const Both wts = both(weights_host);
+  Both out = output(DType::kBF16, {T, D});
+  const Both bad = both(int_tensor({T, k}, {0, 1, 2, 7, 1, 3}));
+  gpu_->moe_experts({x.gpu.view(), bad.gpu.view(), wts.gpu.view(), routes, shared.gpu.view(), 0, ActQuant::kFp8Block128,
+                     out.gpu.view()});
+  try {
+    gpu_->synchronize();
+    ADD_FAILURE() << "no error for expert id 7 of 4";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("expert id 7"), std::string::npos) << e.what();
+  }
+  const Both good = both(int_tensor({T, k}, {0, 1, 2, 3, 1, 3}));
+  gpu_->moe_experts({x.gpu.view(), good.gpu.view(), wts.gpu.view(), routes, shared.gpu.view(), 0,
+                     ActQuant::kFp8Block128, out.gpu.view()});
+  EXPECT_NO_THROW(gpu_->synchronize());
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, MoeExpertsTest,
                          ::testing::Values(ExpertMode::kDefault, ExpertMode::kExact, ExpertMode::kPlainBf16),
                          expert_mode_name);

@@ -1,11 +1,12 @@
 // CudaOps linears. FP8 weights with FP8 activation quantisation (the default mode's FP8/FP4
-// linears) run on the FP8 tensor cores: kernels::act_quant_fp8 then cuBLASLt's block-scaled GEMM
-// (unless CudaOptions::fp8_tensor_cores is off).
+// linears) take kernels::act_quant_fp8 and then the GEMM CudaOptions::fp8_gemm names: by default
+// kernels::fp8_mma_gemm (fp16 tensor cores, fp32 sums), or cuBLASLt's block-scaled FP8 GEMM.
 // Everything else takes kernels::simple_gemm, whose fp32 result has the CPU's semantics up to
 // the summation order: fp32/bf16 weights, and FP8 weights in exact-math mode (ActQuant::kNone:
 // the e4m3 codes times their pow2 scales, dequantised exactly on the fly, so no fp32 copy of the
-// weight is kept). The tensor-core path also needs a bf16 x and y, K a multiple of 128 and N of
-// 8; other FP8-quantised linears quantise x to fp32 values in scratch and use simple_gemm.
+// weight is kept). The tensor-core paths also need a bf16 x and K a multiple of 128 (cuBLASLt: a
+// bf16 y and N a multiple of 8); other FP8-quantised linears quantise x to fp32 values in scratch
+// and use simple_gemm.
 #include <memory>
 
 #include "backend/cuda/cuda_check.h"
@@ -14,6 +15,7 @@
 #include "backend/cuda/stream_buffer.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/gemm/act_quant.h"
+#include "kernels/gemm/fp8_mma_gemm.h"
 #include "kernels/gemm/simple_gemm.h"
 #include "ops/param_checks.h"
 
@@ -22,40 +24,6 @@ namespace dsv4::cuda {
 namespace {
 
 constexpr int64_t kActQuantBlock = 128;
-
-// A weight as simple_gemm reads it.
-struct GemmWeightView {
-  const void* data = nullptr;
-  kernels::GemmWeight type = kernels::GemmWeight::kF32;
-  const float* scale = nullptr;
-  int64_t scale_ld = 0;
-};
-
-GemmWeightView gemm_weight(const char* op, const Weight* w, int64_t rows, int64_t cols) {
-  if (w == nullptr) throw UsageError(std::string(op) + ": the weight is missing");
-  if (w->shape != Shape{rows, cols})
-    throw UsageError(std::string(op) + ": weight " + w->name + " has shape " + shape_str(w->shape) + ", expected " +
-                     shape_str({rows, cols}));
-  GemmWeightView v;
-  v.data = w->data.view().bytes();
-  if (w->format == WeightFormat::kPlain) {
-    if (w->data.dtype() == DType::kF32) v.type = kernels::GemmWeight::kF32;
-    else if (w->data.dtype() == DType::kBF16) v.type = kernels::GemmWeight::kBF16;
-    else
-      throw UsageError(std::string(op) + ": weight " + w->name + " holds " + std::string(dtype_name(w->data.dtype())) +
-                       ", not f32 or bf16");
-    return v;
-  }
-  const int64_t kb = (cols + kActQuantBlock - 1) / kActQuantBlock;
-  const Shape scale_shape = {(rows + 127) / 128, (kb + 3) / 4 * 4};
-  if (w->data.dtype() != DType::kF8E4M3 || w->scale.dtype() != DType::kF32 || w->scale.shape() != scale_shape)
-    throw UsageError(std::string(op) + ": FP8 weight " + w->name + " is not in CudaOps' layout (e4m3 codes and f32 " +
-                     "scales " + shape_str(scale_shape) + ")");
-  v.type = kernels::GemmWeight::kE4M3;
-  v.scale = w->scale.view().data<float>();
-  v.scale_ld = scale_shape[1];
-  return v;
-}
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -71,8 +39,28 @@ void CudaOps::linear(const LinearParams& p) {
   if (M == 0 || N == 0) return;
 
   const bool quantise = p.act_quant == ActQuant::kFp8Block128;
-  if (options_.fp8_tensor_cores && quantise && w.type == kernels::GemmWeight::kE4M3 && p.x.dtype() == DType::kBF16 &&
-      p.y.dtype() == DType::kBF16 && K > 0 && K % kActQuantBlock == 0 && N % 8 == 0 && aligned16(p.x.bytes())) {
+  const bool fp8_codes = quantise && w.type == kernels::GemmWeight::kE4M3 && p.x.dtype() == DType::kBF16 &&
+                         K > 0 && K % kActQuantBlock == 0 && aligned16(p.x.bytes());
+  if (fp8_codes && options_.fp8_gemm == Fp8Gemm::kFp16Mma) {
+    StreamBuffer xq(static_cast<size_t>(M * K), stream_);
+    StreamBuffer xs(static_cast<size_t>(K / kActQuantBlock * M) * sizeof(float), stream_);
+    kernels::act_quant_fp8({p.x.data<uint16_t>(), xq.get<uint8_t>(), xs.get<float>(), M, M, K}, stream_);
+    kernels::Fp8MmaGemmParams g;
+    g.x = xq.get<uint8_t>();
+    g.x_scale = xs.get<float>();
+    g.x_scale_ld = M;
+    g.w = static_cast<const uint8_t*>(w.data);
+    g.w_scale = w.scale;
+    g.w_scale_ld = w.scale_ld;
+    g.y = float_ptr(p.y);
+    g.ldy = N;
+    g.m = M;
+    g.n = N;
+    g.k = K;
+    kernels::fp8_mma_gemm(g, stream_);
+    return;
+  }
+  if (fp8_codes && options_.fp8_gemm == Fp8Gemm::kCublasLt && p.y.dtype() == DType::kBF16 && N % 8 == 0) {
     const int64_t mp = fp8_gemm_padded_m(M);
     StreamBuffer xq(static_cast<size_t>(mp * K), stream_);
     StreamBuffer xs(static_cast<size_t>(K / kActQuantBlock * mp) * sizeof(float), stream_);

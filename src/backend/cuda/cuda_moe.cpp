@@ -1,8 +1,10 @@
 // CudaOps MoE (MODEL.md §6): routing (scores, hash or biased top-k selection, normalised weights,
-// routed scale), the clamped SwiGLU, and the routed experts: the token rows grouped by expert on
-// the host, each expert's three linears through CudaOps::linear (so they quantise exactly as
-// LinearParams says), and every token's outputs summed in ascending expert order plus the
-// shared expert.
+// routed scale), the clamped SwiGLU, and the routed experts. With FP8 experts in the default
+// numerics the experts run on the device alone: kernels::expert_plan groups the token rows by
+// expert, and each of the three linears is one grouped kernels::fp8_mma_gemm over every expert.
+// Otherwise the rows are grouped on the host and each expert's linears go through
+// CudaOps::linear. Both give a row the same bits (the GEMM's order does not depend on the other
+// rows), and every token's outputs are summed in ascending expert order plus the shared expert.
 #include <string>
 #include <vector>
 
@@ -10,6 +12,9 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/op_checks.h"
 #include "backend/cuda/stream_buffer.h"
+#include "kernels/gemm/act_quant.h"
+#include "kernels/gemm/fp8_mma_gemm.h"
+#include "kernels/moe/expert_plan.h"
 #include "kernels/moe/expert_rows.h"
 #include "kernels/moe/moe_route.h"
 #include "kernels/moe/swiglu.h"
@@ -92,6 +97,7 @@ void CudaOps::moe_experts(const MoeExpertsParams& p) {
     kernels::combine_experts({float_ptr(p.x), nullptr, float_ptr(p.shared), float_ptr(p.out), T, 0, D}, stream_);
     return;
   }
+  if (moe_experts_on_device(p)) return;
 
   // The routing, on the host: each expert's rows (token * k + slot) in token order.
   std::vector<int32_t> experts(static_cast<size_t>(N));
@@ -173,6 +179,104 @@ void CudaOps::moe_experts(const MoeExpertsParams& p) {
   kernels::combine_experts({{ys.get<void>(), p.x.dtype() == DType::kBF16}, d_row_of, float_ptr(p.shared),
                             float_ptr(p.out), T, k, D},
                            stream_);
+}
+
+bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
+  const int64_t T = p.x.dim(0), D = p.x.dim(1), k = p.experts.dim(1), N = T * k;
+  const auto E = static_cast<int32_t>(p.routed.size());
+  if (options_.fp8_gemm != Fp8Gemm::kFp16Mma || p.act_quant != ActQuant::kFp8Block128 ||
+      p.x.dtype() != DType::kBF16 || D % 128 != 0 || E == 0 || p.routed[0].w1 == nullptr ||
+      p.routed[0].w1->shape.size() != 2)
+    return false;
+  const int64_t I = p.routed[0].w1->shape[0];
+  if (I % 128 != 0) return false;
+  // Per expert: the codes and scales of w1, w3 and w2, as device pointer tables.
+  std::vector<const void*> table(static_cast<size_t>(6 * E));
+  int64_t ld_in = 0, ld_out = 0;  // scale row strides of w1/w3 and of w2
+  for (int32_t e = 0; e < E; ++e) {
+    const ExpertWeights& ew = p.routed[static_cast<size_t>(e)];
+    const Weight* ws[3] = {ew.w1, ew.w3, ew.w2};
+    for (int i = 0; i < 3; ++i) {
+      if (ws[i] == nullptr || ws[i]->format == WeightFormat::kPlain) return false;
+      const GemmWeightView v = i < 2 ? gemm_weight("moe_experts", ws[i], I, D) : gemm_weight("moe_experts", ws[i], D, I);
+      table[static_cast<size_t>(i * E + e)] = v.data;
+      table[static_cast<size_t>((3 + i) * E + e)] = v.scale;
+      (i < 2 ? ld_in : ld_out) = v.scale_ld;
+    }
+  }
+  const StreamBuffer pointers(table.size() * sizeof(void*), stream_);
+  // A pageable source: the call returns once the bytes are staged, so `table` may go.
+  DSV4_CUDA_CHECK(cudaMemcpyAsync(pointers.get<void>(), table.data(), table.size() * sizeof(void*),
+                                  cudaMemcpyHostToDevice, stream_));
+  const auto* const* w_of = pointers.get<const uint8_t*>();
+  const auto* const* s_of = reinterpret_cast<const float* const*>(w_of + 3 * E);
+
+  // The plan: rows grouped by expert and their tiles.
+  const int32_t tile_rows = kernels::fp8_mma_tile_rows((N + std::min<int64_t>(E, N) - 1) / std::min<int64_t>(E, N));
+  const int64_t max_tiles = kernels::expert_plan_max_tiles(N, E, tile_rows);
+  const StreamBuffer ints(static_cast<size_t>(2 * E + 3 * N + 1) * sizeof(int32_t), stream_);
+  const StreamBuffer tiles(static_cast<size_t>(max_tiles) * sizeof(kernels::Fp8MmaTile), stream_);
+  kernels::ExpertPlanParams plan;
+  plan.experts = p.experts.data<int32_t>();
+  plan.weights = p.weights.data<float>();
+  plan.pairs = N;
+  plan.k = static_cast<int32_t>(k);
+  plan.num_experts = E;
+  plan.tile_rows = tile_rows;
+  plan.count = ints.get<int32_t>();
+  plan.offset = plan.count + E;
+  plan.src_token = plan.offset + E;
+  plan.row_of = plan.src_token + N;
+  plan.row_weight = reinterpret_cast<float*>(plan.row_of + N);
+  plan.tile_count = reinterpret_cast<int32_t*>(plan.row_weight + N);
+  plan.tiles = tiles.get<kernels::Fp8MmaTile>();
+  plan.max_tiles = max_tiles;
+  plan.fault = fault_device_;
+  kernels::expert_plan(plan, stream_);
+
+  // Gathered inputs, quantised; gate and up; h, quantised; the experts' outputs.
+  const StreamBuffer xs(static_cast<size_t>(N * D) * sizeof(uint16_t), stream_);
+  const StreamBuffer xq(static_cast<size_t>(N * D), stream_);
+  const StreamBuffer x_scale(static_cast<size_t>(D / 128 * N) * sizeof(float), stream_);
+  const StreamBuffer gate(static_cast<size_t>(N * I) * sizeof(uint16_t), stream_);
+  const StreamBuffer up(static_cast<size_t>(N * I) * sizeof(uint16_t), stream_);
+  const StreamBuffer h(static_cast<size_t>(N * I) * sizeof(uint16_t), stream_);
+  const StreamBuffer hq(static_cast<size_t>(N * I), stream_);
+  const StreamBuffer h_scale(static_cast<size_t>(I / 128 * N) * sizeof(float), stream_);
+  const StreamBuffer ys(static_cast<size_t>(N * D) * sizeof(uint16_t), stream_);
+  kernels::gather_rows({p.x.bytes(), plan.src_token, xs.get<void>(), N, D * 2}, stream_);
+  kernels::act_quant_fp8({xs.get<uint16_t>(), xq.get<uint8_t>(), x_scale.get<float>(), N, N, D}, stream_);
+
+  auto grouped = [&](const uint8_t* x, const float* x_scale_of, int64_t in, int64_t out, int which, int64_t ld,
+                     void* y) {
+    kernels::Fp8MmaGemmParams g;
+    g.x = x;
+    g.x_scale = x_scale_of;
+    g.x_scale_ld = N;
+    g.w_scale_ld = ld;
+    g.y = {y, true};
+    g.ldy = out;
+    g.m = N;
+    g.n = out;
+    g.k = in;
+    g.tiles = plan.tiles;
+    g.tile_count = plan.tile_count;
+    g.max_tiles = max_tiles;
+    g.tile_rows = tile_rows;
+    g.group_w = w_of + which * E;
+    g.group_w_scale = s_of + which * E;
+    kernels::fp8_mma_gemm(g, stream_);
+  };
+  grouped(xq.get<uint8_t>(), x_scale.get<float>(), D, I, 0, ld_in, gate.get<void>());
+  grouped(xq.get<uint8_t>(), x_scale.get<float>(), D, I, 1, ld_in, up.get<void>());
+  kernels::swiglu({{gate.get<void>(), true}, {up.get<void>(), true}, plan.row_weight, {h.get<void>(), true},
+                   p.swiglu_limit, N, I},
+                  stream_);
+  kernels::act_quant_fp8({h.get<uint16_t>(), hq.get<uint8_t>(), h_scale.get<float>(), N, N, I}, stream_);
+  grouped(hq.get<uint8_t>(), h_scale.get<float>(), I, D, 2, ld_out, ys.get<void>());
+  kernels::combine_experts({{ys.get<void>(), true}, plan.row_of, float_ptr(p.shared), float_ptr(p.out), T, k, D},
+                           stream_);
+  return true;
 }
 
 }  // namespace dsv4::cuda

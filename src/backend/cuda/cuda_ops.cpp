@@ -48,10 +48,14 @@ CudaOps::CudaOps(CudaOptions options) : options_(options) {
   DSV4_CUDA_CHECK(cudaStreamCreateWithFlags(&owned_stream_, cudaStreamNonBlocking));
   set_stream(owned_stream_);
   try {
+    DSV4_CUDA_CHECK(cudaHostAlloc(&fault_host_, 2 * sizeof(int32_t), cudaHostAllocMapped));
+    fault_host_[0] = fault_host_[1] = 0;
+    DSV4_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&fault_device_), fault_host_, 0));
     fp8_gemm_ = std::make_unique<Fp8BlockGemm>();
     if (options_.multi_stream.mode != MultiStreamMode::kOff) fork_join_ = std::make_unique<ForkJoin>();
   } catch (...) {
     fp8_gemm_.reset();
+    if (fault_host_) cudaFreeHost(fault_host_);
     cudaStreamDestroy(owned_stream_);
     throw;
   }
@@ -65,12 +69,21 @@ CudaOps::~CudaOps() {
   cudaStreamSynchronize(owned_stream_);
   fork_join_.reset();
   fp8_gemm_.reset();
+  cudaFreeHost(fault_host_);
   cudaStreamDestroy(owned_stream_);
   alloc_state_->ops_alive = false;
   alloc_state_->current = nullptr;
 }
 
-void CudaOps::synchronize() { DSV4_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void CudaOps::synchronize() {
+  DSV4_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (fault_host_[0] != 0) {
+    const int32_t value = fault_host_[1];
+    fault_host_[0] = fault_host_[1] = 0;
+    throw UsageError("moe_experts: routed expert id " + std::to_string(value) +
+                     " is outside the layer's experts (found on the device; the outputs since are not valid)");
+  }
+}
 
 // Stream-ordered storage: cudaMallocAsync from the device's default pool on the current stream,
 // zero-filled on that stream, and freed by cudaFreeAsync on the stream that is current when the

@@ -15,13 +15,21 @@
 
 namespace dsv4::cuda {
 
+// How default-mode FP8/FP4 linears (FP8 weights, FP8-quantised activations) are computed.
+enum class Fp8Gemm {
+  // kernels::fp8_mma_gemm: the codes on fp16 tensor cores, exact products, fp32 sums per 128-wide
+  // K block, one summation order for every batch size (the default).
+  kFp16Mma,
+  // cuBLASLt's block-scaled FP8 GEMM. Hopper's FP8 MMA accumulates inside each K block with less
+  // than fp32 precision, and the FP8 activation quantisation downstream turns those last-bit
+  // differences into visible ones (MODEL.md §15; docs/PERF.md has the measurements).
+  kCublasLt,
+  // kernels::simple_gemm on CUDA cores: one fp32 FMA chain per output, the CPU's arithmetic, slow.
+  kSimple,
+};
+
 struct CudaOptions {
-  // Default-mode FP8/FP4 linears on the FP8 tensor cores (cuBLASLt). Hopper's FP8 MMA accumulates
-  // inside each 128-wide K block with less than fp32 precision, and the FP8 activation
-  // quantisation downstream turns those last-bit differences into visible ones (MODEL.md §15);
-  // false computes them with exact fp32 accumulation of the same quantised values (simple_gemm),
-  // the CPU reference's arithmetic, at a large cost in speed.
-  bool fp8_tensor_cores = true;
+  Fp8Gemm fp8_gemm = Fp8Gemm::kFp16Mma;
   // Whether fork/joins (the attention layer's input chains) run their side tasks on side streams
   // (ForkJoin) or in order on the current stream (MultiStreamPolicy says why auto is the default);
   // the numbers are the same either way.
@@ -44,7 +52,8 @@ class CudaOps final : public Ops {
     stream_ = s;
     alloc_state_->current = s;
   }
-  // Waits for everything enqueued so far.
+  // Waits for everything enqueued so far, then throws UsageError if a kernel found bad input
+  // that only the device could see (an expert id out of range).
   void synchronize() override;
 
   DeviceTensor alloc(DType dtype, Shape shape) override;
@@ -88,6 +97,9 @@ class CudaOps final : public Ops {
   // An FP8 weight's e8m0 block scales ([ceil(rows/128), ceil(cols/128)]) as f32 device memory in
   // cuBLASLt's layout (fp8_weight_scales_for_cublaslt).
   DeviceTensor cublaslt_weight_scales(const uint8_t* e8m0, int64_t rows, int64_t cols);
+  // moe_experts with the plan, the gathers and the GEMMs all on the device (FP8 experts on
+  // kernels::fp8_mma_gemm); false if this call's weights or options need the host-grouped path.
+  bool moe_experts_on_device(const MoeExpertsParams& p);
 
   // Shared with the deleters of alloc's storage, so tensors that outlive this object still find
   // out how to free their memory.
@@ -102,6 +114,10 @@ class CudaOps final : public Ops {
   std::shared_ptr<AllocState> alloc_state_ = std::make_shared<AllocState>();
   std::unique_ptr<Fp8BlockGemm> fp8_gemm_;
   std::unique_ptr<ForkJoin> fork_join_;  // made when options_.multi_stream.mode is not kOff
+  // Where kernels report bad input (kernels::ExpertPlanParams::fault): mapped host memory,
+  // [0] = raised, [1] = the offending value; synchronize() reads and clears it.
+  int32_t* fault_host_ = nullptr;
+  int32_t* fault_device_ = nullptr;
 };
 
 }  // namespace dsv4::cuda

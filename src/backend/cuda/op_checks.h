@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "kernels/float_ptr.h"
+#include "kernels/gemm/simple_gemm.h"
 #include "ops/arg_checks.h"
 #include "ops/ops.h"
 
@@ -24,6 +25,41 @@ inline kernels::FloatPtr weight_floats(const char* op, const Weight* w, const Sh
     throw UsageError(std::string(op) + ": weight " + w->name + " must be a plain f32 or bf16 tensor, it holds " +
                      std::string(dtype_name(w->data.dtype())));
   return float_ptr(ConstTensorView(w->data.view()));
+}
+
+// A linear weight as the GEMM kernels read it: plain f32/bf16, or FP8 codes with fp32 block
+// scales in CudaOps' layout; checked against the expected [rows, cols].
+struct GemmWeightView {
+  const void* data = nullptr;
+  kernels::GemmWeight type = kernels::GemmWeight::kF32;
+  const float* scale = nullptr;
+  int64_t scale_ld = 0;
+};
+
+inline GemmWeightView gemm_weight(const char* op, const Weight* w, int64_t rows, int64_t cols) {
+  if (w == nullptr) throw UsageError(std::string(op) + ": the weight is missing");
+  if (w->shape != Shape{rows, cols})
+    throw UsageError(std::string(op) + ": weight " + w->name + " has shape " + shape_str(w->shape) + ", expected " +
+                     shape_str({rows, cols}));
+  GemmWeightView v;
+  v.data = w->data.view().bytes();
+  if (w->format == WeightFormat::kPlain) {
+    if (w->data.dtype() == DType::kF32) v.type = kernels::GemmWeight::kF32;
+    else if (w->data.dtype() == DType::kBF16) v.type = kernels::GemmWeight::kBF16;
+    else
+      throw UsageError(std::string(op) + ": weight " + w->name + " holds " + std::string(dtype_name(w->data.dtype())) +
+                       ", not f32 or bf16");
+    return v;
+  }
+  const int64_t kb = (cols + 127) / 128;  // 128x128 weight blocks
+  const Shape scale_shape = {(rows + 127) / 128, (kb + 3) / 4 * 4};
+  if (w->data.dtype() != DType::kF8E4M3 || w->scale.dtype() != DType::kF32 || w->scale.shape() != scale_shape)
+    throw UsageError(std::string(op) + ": FP8 weight " + w->name + " is not in CudaOps' layout (e4m3 codes and f32 " +
+                     "scales " + shape_str(scale_shape) + ")");
+  v.type = kernels::GemmWeight::kE4M3;
+  v.scale = w->scale.view().data<float>();
+  v.scale_ld = scale_shape[1];
+  return v;
 }
 
 }  // namespace dsv4::cuda

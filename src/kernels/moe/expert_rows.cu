@@ -22,7 +22,10 @@ __global__ void combine_experts_kernel(CombineExpertsParams p) {
   if (x >= p.tokens * p.dim) return;
   const int64_t t = x / p.dim, c = x % p.dim;
   float acc = 0.0f;
-  for (int64_t s = 0; s < p.k; ++s) acc = __fadd_rn(acc, load_float(p.expert_out, p.row_of[t * p.k + s] * p.dim + c));
+  for (int64_t s = 0; s < p.k; ++s) {
+    const int32_t row = p.row_of[t * p.k + s];
+    if (row >= 0) acc = __fadd_rn(acc, load_float(p.expert_out, row * p.dim + c));
+  }
   store_float(p.out, x, __fadd_rn(acc, load_float(p.shared, x)));
 }
 

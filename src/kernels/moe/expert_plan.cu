@@ -1,0 +1,92 @@
+// The routed experts' row plan (see expert_plan.h): one warp per expert counts its pairs, one
+// small block turns the counts into offsets and tiles, and one warp per expert writes its rows in
+// pair order (a ballot per 32 pairs gives each match its rank), so the plan is deterministic.
+#include "kernels/moe/expert_plan.h"
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace dsv4::kernels {
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+
+__device__ __forceinline__ bool valid_expert(int32_t e, int32_t num_experts) { return e >= 0 && e < num_experts; }
+
+__global__ void count_pairs_kernel(ExpertPlanParams p) {
+  const int32_t e = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (e >= p.num_experts) return;
+  int32_t n = 0;
+  for (int64_t base = 0; base < p.pairs; base += 32) {
+    const int64_t r = base + lane;
+    const int32_t id = r < p.pairs ? p.experts[r] : 0;
+    n += __popc(__ballot_sync(0xffffffffu, r < p.pairs && id == e));
+    // Expert 0's warp also looks for ids no expert owns.
+    if (e == 0 && r < p.pairs && !valid_expert(id, p.num_experts) && atomicCAS(p.fault, 0, 1) == 0) p.fault[1] = id;
+  }
+  if (lane == 0) p.count[e] = n;
+}
+
+// One block of 32 threads: offsets and tile starts by a serial scan (a few hundred experts),
+// then each thread writes the tiles of its experts.
+__global__ void plan_tiles_kernel(ExpertPlanParams p) {
+  extern __shared__ int32_t first_tile[];  // [num_experts]
+  if (threadIdx.x == 0) {
+    int32_t rows = 0, tiles = 0;
+    for (int32_t e = 0; e < p.num_experts; ++e) {
+      p.offset[e] = rows;
+      first_tile[e] = tiles;
+      rows += p.count[e];
+      tiles += (p.count[e] + p.tile_rows - 1) / p.tile_rows;
+    }
+    *p.tile_count = tiles;
+  }
+  __syncthreads();
+  for (int32_t e = threadIdx.x; e < p.num_experts; e += blockDim.x) {
+    const int32_t c = p.count[e], begin = p.offset[e];
+    for (int32_t j = 0; j * p.tile_rows < c; ++j)
+      p.tiles[first_tile[e] + j] = {e, begin + j * p.tile_rows, min(p.tile_rows, c - j * p.tile_rows)};
+  }
+}
+
+__global__ void place_pairs_kernel(ExpertPlanParams p) {
+  const int32_t e = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (e >= p.num_experts) return;
+  int32_t next = p.offset[e];
+  for (int64_t base = 0; base < p.pairs; base += 32) {
+    const int64_t r = base + lane;
+    const int32_t id = r < p.pairs ? p.experts[r] : 0;
+    const bool mine = r < p.pairs && id == e;
+    const uint32_t ballot = __ballot_sync(0xffffffffu, mine);
+    if (mine) {
+      const int32_t i = next + __popc(ballot & ((1u << lane) - 1));
+      p.src_token[i] = static_cast<int32_t>(r / p.k);
+      p.row_weight[i] = p.weights[r];
+      p.row_of[r] = i;
+    }
+    if (e == 0 && r < p.pairs && !valid_expert(id, p.num_experts)) p.row_of[r] = -1;
+    next += __popc(ballot);
+  }
+}
+
+}  // namespace
+
+int64_t expert_plan_max_tiles(int64_t pairs, int32_t num_experts, int32_t tile_rows) {
+  return (pairs + tile_rows - 1) / tile_rows + std::min<int64_t>(num_experts, pairs);
+}
+
+void expert_plan(const ExpertPlanParams& p, cudaStream_t stream) {
+  if (p.num_experts <= 0) return;
+  const unsigned blocks = static_cast<unsigned>((p.num_experts + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  count_pairs_kernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p);
+  DSV4_CUDA_CHECK(cudaGetLastError());
+  plan_tiles_kernel<<<1, 32, static_cast<size_t>(p.num_experts) * sizeof(int32_t), stream>>>(p);
+  DSV4_CUDA_CHECK(cudaGetLastError());
+  place_pairs_kernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p);
+  DSV4_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace dsv4::kernels
