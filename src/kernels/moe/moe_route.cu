@@ -1,6 +1,8 @@
-// One CTA per token: the scores in parallel into shared memory, then one thread selects, weights
-// and sorts exactly as CpuOps does (k rounds of a first-maximum scan, sums in selection order).
-// Only the last bit of expf/log1pf can differ from the CPU's scores.
+// One CTA per token: the scores in parallel into shared memory; the top-k selection as k rounds
+// of a block-wide first-maximum search (the largest selection score among the unchosen experts,
+// the lowest id among equals: for finite scores exactly CpuOps' serial scan); then one thread
+// weights and sorts exactly as CpuOps does (sums in selection order). Only the last bit of
+// expf/log1pf can differ from the CPU's scores.
 #include "kernels/moe/moe_route.h"
 
 #include "backend/cuda/cuda_check.h"
@@ -28,11 +30,7 @@ __global__ void moe_route_kernel(MoeRouteParams p) {
     biased[e] = p.bias.data != nullptr ? __fadd_rn(sc, load_float(p.bias, e)) : sc;
   }
   __syncthreads();
-  if (threadIdx.x != 0) return;
-
-  int32_t* out_e = p.experts + t * k;
-  float* out_w = p.weights + t * k;
-  if (p.scoring == RouteScoring::kSoftmax) {
+  if (p.scoring == RouteScoring::kSoftmax && threadIdx.x == 0) {
     float mx = -INFINITY;
     for (int64_t e = 0; e < E; ++e) mx = fmaxf(mx, s[e]);
     float sum = 0.0f;
@@ -43,8 +41,57 @@ __global__ void moe_route_kernel(MoeRouteParams p) {
     else
       for (int64_t e = 0; e < E; ++e) biased[e] = __fadd_rn(s[e], load_float(p.bias, e));
   }
+  __syncthreads();
 
-  int32_t chosen[kMaxRouteK];
+  __shared__ int32_t chosen[kMaxRouteK];
+  if (p.tid2eid == nullptr) {
+    __shared__ float warp_best_score[kThreads / 32];
+    __shared__ int32_t warp_best[kThreads / 32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (int64_t i = 0; i < k; ++i) {
+      // This thread's first maximum over its experts (ascending), then the block's.
+      int32_t best = -1;
+      float best_score = 0.0f;
+      for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+        bool taken = false;
+        for (int64_t u = 0; u < i; ++u) taken |= chosen[u] == e;
+        if (!taken && (best < 0 || biased[e] > best_score)) {
+          best = static_cast<int32_t>(e);
+          best_score = biased[e];
+        }
+      }
+      for (int off = 16; off > 0; off /= 2) {
+        const int32_t other = __shfl_xor_sync(0xffffffffu, best, off);
+        const float other_score = __shfl_xor_sync(0xffffffffu, best_score, off);
+        if (other >= 0 && (best < 0 || other_score > best_score || (other_score == best_score && other < best))) {
+          best = other;
+          best_score = other_score;
+        }
+      }
+      if (lane == 0) {
+        warp_best[warp] = best;
+        warp_best_score[warp] = best_score;
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        for (int j = 1; j < kThreads / 32; ++j) {
+          const int32_t other = warp_best[j];
+          const float other_score = warp_best_score[j];
+          if (other >= 0 &&
+              (best < 0 || other_score > best_score || (other_score == best_score && other < best))) {
+            best = other;
+            best_score = other_score;
+          }
+        }
+        chosen[i] = best;
+      }
+      __syncthreads();
+    }
+  }
+  if (threadIdx.x != 0) return;
+
+  int32_t* out_e = p.experts + t * k;
+  float* out_w = p.weights + t * k;
   if (p.tid2eid != nullptr) {
     const int32_t id = p.token_ids[t];
     bool ok = id >= 0 && id < p.vocab;
@@ -60,18 +107,6 @@ __global__ void moe_route_kernel(MoeRouteParams p) {
         out_w[i] = 0.0f;
       }
       return;
-    }
-  } else {
-    // k rounds of "first maximum among the unchosen": the CPU's partial sort order.
-    for (int64_t i = 0; i < k; ++i) {
-      int32_t best = -1;
-      for (int64_t e = 0; e < E; ++e) {
-        bool taken = false;
-        for (int64_t u = 0; u < i; ++u) taken |= chosen[u] == e;
-        if (taken) continue;
-        if (best < 0 || biased[e] > biased[best]) best = static_cast<int32_t>(e);
-      }
-      chosen[i] = best;
     }
   }
   float w[kMaxRouteK];
