@@ -252,7 +252,7 @@ TEST_P(SimpleGemmCuda, KernelsAndRowSlicesMatchTheCanonicalOrderBitForBit) {
                          {"auto, 16 rows at a time", SimpleGemmKernel::kAuto, {16}},
                          {"auto, slices of 2, 5, 17, 4, 64, 1, 33", SimpleGemmKernel::kAuto, {2, 5, 17, 4, 64, 1, 33}},
                          {"GEMV, 7 rows at a time", SimpleGemmKernel::kGemv, {7}},
-                         {"tiled, 7 rows at a time", SimpleGemmKernel::kTiled, {7}}};
+                         {"tiled, 50 rows at a time", SimpleGemmKernel::kTiled, {50}}};
   uint8_t poison = 0xa1;  // a new byte each pass: an output no pass writes cannot match
   for (const Pass& pass : passes) {
     const std::vector<uint8_t> got = pb.run(pass.kernel, pass.slices, poison++);
@@ -324,6 +324,33 @@ TEST(SimpleGemmCudaBf16Out, BothKernelsRoundTheCanonicalTotal) {
     const int64_t e = first_difference(gemv.data(), tiled.data(), m * pb.row_elems(), 2);
     EXPECT_EQ(e, -1) << "GEMV, " << slice << " rows at a time, vs tiled: " << pb.describe(gemv, e);
   }
+}
+
+// The kernel choice is host logic: no GPU needed.
+TEST(SimpleGemmArgs, ChoiceFollowsTheDocumentedRule) {
+  const auto choice = [](int64_t m, int64_t n, int64_t k, int64_t groups, SimpleGemmKernel kernel) {
+    kernels::SimpleGemmParams p;
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.groups = groups;
+    p.kernel = kernel;
+    return kernels::simple_gemm_choice(p);
+  };
+  const auto kAuto = SimpleGemmKernel::kAuto, kGemv = SimpleGemmKernel::kGemv, kTiled = SimpleGemmKernel::kTiled;
+  EXPECT_EQ(choice(1, 256, 4096, 1, kAuto), kGemv);
+  EXPECT_EQ(choice(16, 4096, 4096, 8, kAuto), kGemv);     // m <= 16 whatever the tiles
+  EXPECT_EQ(choice(64, 256, 4096, 1, kAuto), kGemv);      // 4 tiles
+  EXPECT_EQ(choice(64, 4096, 4096, 8, kAuto), kTiled);    // 512 tiles
+  EXPECT_EQ(choice(4096, 1024, 4096, 8, kAuto), kTiled);  // 8192 tiles
+  EXPECT_EQ(choice(1, 256, 4096, 1, kTiled), kTiled);
+  EXPECT_EQ(choice(4096, 1024, 4096, 8, kGemv), kGemv);
+  // 768 chunks: 16 x rows' partials pass 48 KiB, one x row's do not.
+  const int64_t long_k = 768 * kernels::kSimpleGemmChunk;
+  EXPECT_EQ(choice(5, 8, long_k, 1, kAuto), kTiled);
+  EXPECT_EQ(choice(1, 8, long_k, 1, kAuto), kGemv);
+  EXPECT_EQ(choice(16, 8, long_k - kernels::kSimpleGemmChunk, 1, kGemv), kGemv);
+  EXPECT_THROW(choice(16, 8, long_k, 1, kGemv), UsageError);
 }
 
 TEST(SimpleGemmArgs, GemvRejectsPartialsBeyondSharedMemory) {

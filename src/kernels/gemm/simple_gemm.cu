@@ -293,26 +293,30 @@ void launch_for_x(const SimpleGemmParams& p, bool gemv, const GemvPlan& plan, cu
 
 }  // namespace
 
-void simple_gemm(const SimpleGemmParams& p, cudaStream_t stream) {
-  if (p.m == 0 || p.n == 0 || p.groups == 0) return;
+SimpleGemmKernel simple_gemm_choice(const SimpleGemmParams& p) {
   const GemvPlan plan = gemv_plan(p);
-  bool gemv = false;
   switch (p.kernel) {
     case SimpleGemmKernel::kAuto: {
       const int64_t tiles = ceil_div(p.n, kTileN) * ceil_div(p.m, kTileM) * p.groups;
-      gemv = plan.fits && (p.m <= kGemvMaxXRows || tiles < kTiledMinTiles);
-      break;
+      return plan.fits && (p.m <= kGemvMaxXRows || tiles < kTiledMinTiles) ? SimpleGemmKernel::kGemv
+                                                                           : SimpleGemmKernel::kTiled;
     }
-    case SimpleGemmKernel::kTiled: break;
+    case SimpleGemmKernel::kTiled: return SimpleGemmKernel::kTiled;
     case SimpleGemmKernel::kGemv:
       if (!plan.fits)
         throw UsageError("simple_gemm: the GEMV kernel cannot run m=" + std::to_string(p.m) + ", k=" +
                          std::to_string(p.k) + ", groups=" + std::to_string(p.groups) + ": its partials need " +
                          std::to_string(plan.shared_bytes) + " bytes of shared memory (at most " +
                          std::to_string(kGemvMaxSharedBytes) + "), or the grid is too tall");
-      gemv = true;
-      break;
+      return SimpleGemmKernel::kGemv;
   }
+  throw UsageError("simple_gemm: unknown kernel " + std::to_string(static_cast<int>(p.kernel)));
+}
+
+void simple_gemm(const SimpleGemmParams& p, cudaStream_t stream) {
+  if (p.m == 0 || p.n == 0 || p.groups == 0) return;
+  const bool gemv = simple_gemm_choice(p) == SimpleGemmKernel::kGemv;
+  const GemvPlan plan = gemv_plan(p);
   if (p.x.bf16) launch_for_x<true>(p, gemv, plan, stream);
   else launch_for_x<false>(p, gemv, plan, stream);
   DSV4_CUDA_CHECK(cudaGetLastError());

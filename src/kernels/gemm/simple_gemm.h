@@ -67,4 +67,7 @@ struct SimpleGemmParams {
 // tiles.
 void simple_gemm(const SimpleGemmParams& p, cudaStream_t stream);
 
+// The kernel simple_gemm runs for p (kTiled or kGemv; p.kernel resolved as above, same throws).
+SimpleGemmKernel simple_gemm_choice(const SimpleGemmParams& p);
+
 }  // namespace dsv4::kernels
