@@ -9,6 +9,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <iomanip>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -151,7 +152,7 @@ class Problem {
   // "row r, group g, column j: <value>" for element e of a y row-major buffer.
   std::string describe(const std::vector<uint8_t>& y, int64_t e) const {
     std::ostringstream os;
-    os << "row " << e / row_elems() << ", group " << e % row_elems() / s_.n << ", column " << e % s_.n << ": "
+    os << std::setprecision(9) << "row " << e / row_elems() << ", group " << e % row_elems() / s_.n << ", column " << e % s_.n << ": "
        << value_at(y.data(), e);
     return os.str();
   }
