@@ -19,6 +19,11 @@ for bin in "$build"/tests/ops/test_fork_join_cuda "$build"/tests/model/test_mode
   [ -x "$bin" ] || continue
   cp "$bin" "$out/" && strip "$out/$(basename "$bin")"
 done
+# The simple_gemm benchmark.
+for bin in "$build"/bench/bench_simple_gemm; do
+  [ -x "$bin" ] || continue
+  cp "$bin" "$out/" && strip "$out/$(basename "$bin")"
+done
 # The GPU machine's OpenBLAS has another soname; carry the CPU reference's BLAS with its
 # Fortran runtime so the binaries that hold the CPU backend (the oracle) start there.
 mkdir -p "$out/lib"
