@@ -341,9 +341,9 @@ TEST(SimpleGemmArgs, ChoiceFollowsTheDocumentedRule) {
   const auto kAuto = SimpleGemmKernel::kAuto, kGemv = SimpleGemmKernel::kGemv, kTiled = SimpleGemmKernel::kTiled;
   EXPECT_EQ(choice(1, 256, 4096, 1, kAuto), kGemv);
   EXPECT_EQ(choice(16, 4096, 4096, 8, kAuto), kGemv);     // m <= 16 whatever the tiles
-  EXPECT_EQ(choice(64, 256, 4096, 1, kAuto), kGemv);      // 4 tiles
-  EXPECT_EQ(choice(64, 4096, 4096, 8, kAuto), kTiled);    // 512 tiles
-  EXPECT_EQ(choice(4096, 1024, 4096, 8, kAuto), kTiled);  // 8192 tiles
+  EXPECT_EQ(choice(64, 256, 4096, 1, kAuto), kGemv);      // 2^26 multiply-adds
+  EXPECT_EQ(choice(64, 1024, 4096, 8, kAuto), kTiled);    // 2^31
+  EXPECT_EQ(choice(4096, 1024, 4096, 8, kAuto), kTiled);
   EXPECT_EQ(choice(1, 256, 4096, 1, kTiled), kTiled);
   EXPECT_EQ(choice(4096, 1024, 4096, 8, kGemv), kGemv);
   // 768 chunks: 16 x rows' partials pass 48 KiB, one x row's do not.

@@ -1,5 +1,4 @@
-// One CTA per (token, group of 8 heads, or of 2 when the batch has too few tokens to fill the
-// GPU with groups of 8), a warp per head; entries go through shared memory in
+// One CTA per (token, group of 8 heads), a warp per head; entries go through shared memory in
 // tiles of 32 (lane = entry while scoring, lane = dims while accumulating). To keep CpuOps'
 // operation order (scores, their max, the sum of exp in entry order, then the weighted sum in
 // entry order, no contraction) the entries are visited three times: max, sum, output. Only
@@ -14,6 +13,7 @@
 namespace dsv4::kernels {
 namespace {
 
+constexpr int kHeadsPerCta = 8;
 constexpr int kTile = 32;
 
 struct EntrySource {
@@ -57,7 +57,6 @@ __device__ float dot8(const float* a, const float* b, int64_t n) {
                    __fadd_rn(__fadd_rn(acc[4], acc[5]), __fadd_rn(acc[6], acc[7])));
 }
 
-template <int kHeadsPerCta>
 __global__ void __launch_bounds__(kHeadsPerCta * 32) sparse_attn_rows_kernel(SparseAttnRowsParams p) {
   extern __shared__ float smem[];
   const int64_t d = p.d, stride = d + 1;  // odd row stride: lanes reading one column hit distinct banks
@@ -135,31 +134,25 @@ __global__ void __launch_bounds__(kHeadsPerCta * 32) sparse_attn_rows_kernel(Spa
   for (int64_t c = lane; c < d; c += 32) store_float(p.out, (i * p.heads + head) * d + c, oh[c]);
 }
 
-template <int kHeadsPerCta>
-void launch(const SparseAttnRowsParams& p, cudaStream_t stream) {
-  const size_t smem = static_cast<size_t>(2 * kHeadsPerCta * p.d + kTile * (p.d + 1)) * sizeof(float);
+}  // namespace
+
+size_t sparse_attn_rows_smem_bytes(int64_t d) {
+  return static_cast<size_t>(2 * kHeadsPerCta * d + kTile * (d + 1)) * sizeof(float);
+}
+
+void sparse_attn_rows(const SparseAttnRowsParams& p, cudaStream_t stream) {
+  if (p.tokens <= 0 || p.heads <= 0) return;
+  const size_t smem = sparse_attn_rows_smem_bytes(p.d);
   int device = 0, max_smem = 0;
   DSV4_CUDA_CHECK(cudaGetDevice(&device));
   DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   if (smem + sizeof(EntrySource) * kTile + sizeof(float) * kHeadsPerCta * kTile > static_cast<size_t>(max_smem))
     throw UsageError("sparse_attention: head dim " + std::to_string(p.d) + " needs more shared memory than the device has");
-  DSV4_CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_rows_kernel<kHeadsPerCta>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  DSV4_CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>((p.heads + kHeadsPerCta - 1) / kHeadsPerCta));
-  sparse_attn_rows_kernel<kHeadsPerCta><<<grid, kHeadsPerCta * 32, smem, stream>>>(p);
+  sparse_attn_rows_kernel<<<grid, kHeadsPerCta * 32, smem, stream>>>(p);
   DSV4_CUDA_CHECK(cudaGetLastError());
-}
-
-}  // namespace
-
-void sparse_attn_rows(const SparseAttnRowsParams& p, cudaStream_t stream) {
-  if (p.tokens <= 0 || p.heads <= 0) return;
-  int device = 0, sms = 0;
-  DSV4_CUDA_CHECK(cudaGetDevice(&device));
-  DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  // A head's result does not depend on its group, so the choice changes no bit.
-  if (p.tokens * ((p.heads + 7) / 8) >= 2 * static_cast<int64_t>(sms)) launch<8>(p, stream);
-  else launch<2>(p, stream);
 }
 
 }  // namespace dsv4::kernels

@@ -41,7 +41,10 @@ struct SparseAttnRowsParams {
   float softmax_scale = 0;
 };
 
-// Throws UsageError when head dim d needs more shared memory than the device allows.
+// Dynamic shared memory the kernel needs for head dim d (the launcher rejects more than the
+// device allows).
+size_t sparse_attn_rows_smem_bytes(int64_t d);
+
 void sparse_attn_rows(const SparseAttnRowsParams& p, cudaStream_t stream);
 
 }  // namespace dsv4::kernels

@@ -55,9 +55,11 @@ __device__ __forceinline__ float x_value(XElem<XBf16> v) {
 // ---- tiled kernel ------------------------------------------------------------------------------
 
 constexpr int kTileM = 64, kTileN = 64, kTileK = 16, kTiledThreads = 256;
-// Below two tiles per SM of an H200 (132 SMs) the tiled kernel leaves most of the GPU idle while
-// each block walks all of K; the GEMV spreads K over threads instead.
-constexpr int64_t kTiledMinTiles = 264;
+// Above 16 x rows the GEMV re-reads x for every weight row, so its time grows with m * n * k; the
+// tiled kernel, with few tiles at these shapes, costs ~0.4 ms whatever the size. Measured on the
+// H200 at m = 64 (bench_simple_gemm): 67M multiply-adds GEMV 77 us / tiled 422 us, 134M 151 / 421,
+// 2.1G 1192 / 526; so the GEMV up to 2^28.
+constexpr int64_t kGemvMaxMultiplyAdds = int64_t{1} << 28;
 static_assert(kChunk % kTileK == 0, "a K slice must not straddle a chunk boundary");
 
 template <bool XBf16, GemmWeight W>
@@ -297,9 +299,9 @@ SimpleGemmKernel simple_gemm_choice(const SimpleGemmParams& p) {
   const GemvPlan plan = gemv_plan(p);
   switch (p.kernel) {
     case SimpleGemmKernel::kAuto: {
-      const int64_t tiles = ceil_div(p.n, kTileN) * ceil_div(p.m, kTileM) * p.groups;
-      return plan.fits && (p.m <= kGemvMaxXRows || tiles < kTiledMinTiles) ? SimpleGemmKernel::kGemv
-                                                                           : SimpleGemmKernel::kTiled;
+      const int64_t multiply_adds = p.m * p.n * p.groups * p.k;
+      return plan.fits && (p.m <= kGemvMaxXRows || multiply_adds <= kGemvMaxMultiplyAdds) ? SimpleGemmKernel::kGemv
+                                                                                         : SimpleGemmKernel::kTiled;
     }
     case SimpleGemmKernel::kTiled: return SimpleGemmKernel::kTiled;
     case SimpleGemmKernel::kGemv:

@@ -60,8 +60,8 @@ struct SimpleGemmParams {
   SimpleGemmKernel kernel = SimpleGemmKernel::kAuto;
 };
 
-// kAuto runs the GEMV when m <= 16, or when the tiled kernel would have fewer than two 64x64 tiles
-// per SM of an H200 (264); otherwise the tiled kernel. The GEMV keeps every chunk's partial of a
+// kAuto runs the GEMV when m <= 16, or when m * n * groups * k <= 2^28 (measured, see
+// simple_gemm.cu); otherwise the tiled kernel. The GEMV keeps every chunk's partial of a
 // block in 48 KiB of shared memory, (x rows per block: 1, 4 or 16) * (chunks + 1) floats at least,
 // so it takes up to 767 chunks (K = 49088) at m > 4; beyond that kGemv throws UsageError and kAuto
 // tiles.
