@@ -1,11 +1,13 @@
 // Helpers for the model tests: the tiny checkpoint the ctest fixture writes, forwards that return
-// plain vectors, and an observer that keeps copies of the named tensors.
+// plain vectors, an observer that keeps copies of the named tensors, and MODEL.md §15's per-layer
+// comparison of two implementations.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <span>
@@ -82,6 +84,62 @@ inline double median(std::vector<double> v) {
 
 inline std::vector<float> rows(const std::vector<float>& v, int64_t width, int64_t begin, int64_t end) {
   return {v.begin() + begin * width, v.begin() + end * width};
+}
+
+// One layer's output under test against a reference's, fed the same input (MODEL.md §15): the
+// tokens whose expert set or indexer top-k set differs are counted, and the relative error of the
+// output rows is taken over the other tokens.
+struct LayerAgreement {
+  int64_t tokens = 0;
+  int64_t expert_flips = 0;    // tokens whose expert set differs
+  int64_t topk_flips = 0;      // tokens whose top-k set differs
+  int64_t either = 0;          // tokens with either
+  double set_error = 0;        // relative Frobenius error over the agreeing tokens
+  double token_median = 0;     // median of the agreeing tokens' relative errors
+  double token_worst = 0;
+  double mismatch() const { return tokens > 0 ? double(either) / tokens : 0; }
+};
+
+// out/ref: [tokens, width]; experts: [tokens, k]; topk: [tokens, kt] or empty (no indexer). The
+// reference's ids may be another integer type (goldens hold i64).
+template <typename RefInt>
+LayerAgreement layer_agreement(const std::vector<float>& out, const std::vector<float>& ref, int64_t tokens,
+                               int64_t width, const std::vector<int32_t>& experts,
+                               const std::vector<RefInt>& ref_experts, int64_t k, const std::vector<int32_t>& topk,
+                               const std::vector<RefInt>& ref_topk, int64_t kt) {
+  LayerAgreement a;
+  a.tokens = tokens;
+  double err2 = 0, ref2 = 0;
+  std::vector<double> per_token;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const bool experts_differ = !std::equal(experts.begin() + t * k, experts.begin() + (t + 1) * k, ref_experts.begin() + t * k);
+    const bool topk_differs =
+        kt > 0 && !std::equal(topk.begin() + t * kt, topk.begin() + (t + 1) * kt, ref_topk.begin() + t * kt);
+    a.expert_flips += experts_differ;
+    a.topk_flips += topk_differs;
+    a.either += experts_differ || topk_differs;
+    if (experts_differ || topk_differs) continue;
+    double e2 = 0, r2 = 0;
+    for (int64_t i = t * width; i < (t + 1) * width; ++i) {
+      e2 += double(out[i] - ref[i]) * (out[i] - ref[i]);
+      r2 += double(ref[i]) * ref[i];
+    }
+    err2 += e2;
+    ref2 += r2;
+    per_token.push_back(std::sqrt(e2 / r2));
+    a.token_worst = std::max(a.token_worst, per_token.back());
+  }
+  a.set_error = ref2 > 0 ? std::sqrt(err2 / ref2) : 0;
+  a.token_median = per_token.empty() ? 0 : median(per_token);
+  return a;
+}
+
+inline void print_layer_agreement(const char* prefix, int64_t layer, std::string_view kind, const LayerAgreement& a) {
+  std::printf("%slayer %lld (%s): expert sets differ %lld/%lld, top-k sets differ %lld/%lld; rel. error over the "
+              "agreeing tokens %.3e, per token median %.3e max %.3e\n",
+              prefix, static_cast<long long>(layer), std::string(kind).c_str(), static_cast<long long>(a.expert_flips),
+              static_cast<long long>(a.tokens), static_cast<long long>(a.topk_flips), static_cast<long long>(a.tokens),
+              a.set_error, a.token_median, a.token_worst);
 }
 
 }  // namespace dsv4::testing

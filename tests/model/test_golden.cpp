@@ -109,36 +109,11 @@ TEST_F(Golden, EachLayerWithTheGoldenInputAgrees) {
       ASSERT_EQ(topk.size(), ref_topk.size());
     }
     const int64_t kt = csa ? cfg->index_topk : 0;
-    int64_t expert_flips = 0, topk_flips = 0, either = 0;
-    double err2 = 0, ref2 = 0, worst = 0;
-    std::vector<double> per_token;
-    for (int64_t t = 0; t < T(); ++t) {
-      const bool experts_differ = !std::equal(experts.begin() + t * k, experts.begin() + (t + 1) * k, ref_experts.begin() + t * k);
-      const bool topk_differs = csa && !std::equal(topk.begin() + t * kt, topk.begin() + (t + 1) * kt, ref_topk.begin() + t * kt);
-      expert_flips += experts_differ;
-      topk_flips += topk_differs;
-      either += experts_differ || topk_differs;
-      if (experts_differ || topk_differs) continue;
-      double e2 = 0, r2 = 0;
-      for (int64_t i = t * width; i < (t + 1) * width; ++i) {
-        e2 += double(out[i] - ref[i]) * (out[i] - ref[i]);
-        r2 += double(ref[i]) * ref[i];
-      }
-      err2 += e2;
-      ref2 += r2;
-      per_token.push_back(std::sqrt(e2 / r2));
-      worst = std::max(worst, per_token.back());
-    }
-    const double mismatch = double(either) / T();
-    const double set_error = std::sqrt(err2 / ref2);
-    std::printf("layer %lld (%s): expert sets differ %lld/%lld, top-k sets differ %lld/%lld; rel. error over the "
-                "agreeing tokens %.3e, per token median %.3e max %.3e\n",
-                static_cast<long long>(l), std::string(layer_kind_name(cfg.layer_kind(l))).c_str(),
-                static_cast<long long>(expert_flips), static_cast<long long>(T()), static_cast<long long>(topk_flips),
-                static_cast<long long>(T()), set_error, median(per_token), worst);
-    EXPECT_LT(mismatch, 0.01) << "layer " << l;
-    EXPECT_LE(median(per_token), kTokenMedianBound) << "layer " << l;
-    EXPECT_LE(set_error, kSetErrorBound) << "layer " << l;
+    const LayerAgreement agreement = layer_agreement(out, ref, T(), width, experts, ref_experts, k, topk, ref_topk, kt);
+    print_layer_agreement("", l, layer_kind_name(cfg.layer_kind(l)), agreement);
+    EXPECT_LT(agreement.mismatch(), 0.01) << "layer " << l;
+    EXPECT_LE(agreement.token_median, kTokenMedianBound) << "layer " << l;
+    EXPECT_LE(agreement.set_error, kSetErrorBound) << "layer " << l;
   }
 }
 

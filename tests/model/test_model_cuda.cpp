@@ -176,40 +176,14 @@ TEST_F(TinyOnCuda, EachLayerWithTheCpuInputAgrees) {
     const std::vector<float>& ref = cpu_obs.records.at(out_name).floats;
 
     const bool csa = cfg.layer_kind(l) == LayerKind::kCsa;
-    const int64_t kt = csa ? cfg->index_topk : 0;
-    const auto& experts = gpu_obs.records.at(p + "experts").ints;
-    const auto& ref_experts = cpu_obs.records.at(p + "experts").ints;
     const std::vector<int32_t> no_topk;
-    const auto& topk = csa ? gpu_obs.records.at(p + "indexer_topk").ints : no_topk;
-    const auto& ref_topk = csa ? cpu_obs.records.at(p + "indexer_topk").ints : no_topk;
-    int64_t differ = 0;
-    double err2 = 0, ref2 = 0;
-    std::vector<double> per_token;
-    const int64_t width = n * D;
-    for (int64_t t = 0; t < kTokens; ++t) {
-      const bool e = !std::equal(experts.begin() + t * k, experts.begin() + (t + 1) * k, ref_experts.begin() + t * k);
-      const bool s = csa && !std::equal(topk.begin() + t * kt, topk.begin() + (t + 1) * kt, ref_topk.begin() + t * kt);
-      if (e || s) {
-        ++differ;
-        continue;
-      }
-      double e2 = 0, r2 = 0;
-      for (int64_t i = t * width; i < (t + 1) * width; ++i) {
-        e2 += double(out[i] - ref[i]) * (out[i] - ref[i]);
-        r2 += double(ref[i]) * ref[i];
-      }
-      err2 += e2;
-      ref2 += r2;
-      per_token.push_back(std::sqrt(e2 / r2));
-    }
-    const double set_error = std::sqrt(err2 / ref2);
-    std::printf("[measure] layer %lld (%s): choices differ %lld/%lld; rel. error over the agreeing tokens %.3e, per "
-                "token median %.3e max %.3e\n",
-                static_cast<long long>(l), std::string(layer_kind_name(cfg.layer_kind(l))).c_str(),
-                static_cast<long long>(differ), static_cast<long long>(kTokens), set_error, median(per_token),
-                *std::max_element(per_token.begin(), per_token.end()));
-    EXPECT_LT(double(differ) / kTokens, 0.02) << "layer " << l;
-    EXPECT_LE(median(per_token), 2e-2) << "layer " << l;
+    const LayerAgreement agreement = layer_agreement(
+        out, ref, kTokens, n * D, gpu_obs.records.at(p + "experts").ints, cpu_obs.records.at(p + "experts").ints, k,
+        csa ? gpu_obs.records.at(p + "indexer_topk").ints : no_topk,
+        csa ? cpu_obs.records.at(p + "indexer_topk").ints : no_topk, csa ? cfg->index_topk : 0);
+    print_layer_agreement("[measure] ", l, layer_kind_name(cfg.layer_kind(l)), agreement);
+    EXPECT_LT(agreement.mismatch(), 0.02) << "layer " << l;
+    EXPECT_LE(agreement.token_median, 2e-2) << "layer " << l;
   }
 }
 
