@@ -1,8 +1,9 @@
-// Choosing the compute backend of a command: `--device cpu|cuda`, `--multi-stream`, and making that
-// backend.
+// Choosing the compute backend of a command: `--device cpu|cuda`, the CUDA backend's
+// `--multi-stream` and `--fp8-gemm`, and making that backend.
 #pragma once
 
 #include <memory>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 
@@ -16,13 +17,25 @@ enum class Device { kCpu, kCuda };
 // Adds `--device cpu|cuda` (default cpu) to `cmd`.
 void add_device_option(CLI::App* cmd, Device& device);
 
-// Adds `--multi-stream off|on|auto` (default auto) to `cmd`: whether the CUDA backend overlaps the
-// attention layer's independent input chains on side streams.
-void add_multi_stream_option(CLI::App* cmd, MultiStreamPolicy& policy);
+// How the CUDA backend computes the default numerics' FP8 linears (cuda::Fp8Gemm, named here so
+// that builds without CUDA parse the same options).
+enum class Fp8GemmChoice { kMma, kCublasLt, kSimple };
+std::string_view fp8_gemm_choice_name(Fp8GemmChoice choice);
 
-// The backend for `device`; `threads` is the CPU backend's thread count (0: all cores),
-// `multi_stream` the CUDA backend's side-stream policy (the CPU always runs fork/joins in order).
+// The CUDA backend's options (the CPU backend ignores them: it runs fork/joins in order and has
+// one GEMM).
+struct GpuOptions {
+  MultiStreamPolicy multi_stream;
+  Fp8GemmChoice fp8_gemm = Fp8GemmChoice::kMma;
+};
+
+// Adds `--multi-stream off|on|auto` (default auto: whether the CUDA backend overlaps the attention
+// layer's independent input chains on side streams) and `--fp8-gemm mma|cublaslt|simple` (default
+// mma) to `cmd`.
+void add_gpu_options(CLI::App* cmd, GpuOptions& gpu);
+
+// The backend for `device`; `threads` is the CPU backend's thread count (0: all cores).
 // Throws UsageError for cuda when this build has no CUDA backend, CudaError when no GPU can be used.
-std::unique_ptr<Ops> make_backend(Device device, int threads, MultiStreamPolicy multi_stream = {});
+std::unique_ptr<Ops> make_backend(Device device, int threads, const GpuOptions& gpu = {});
 
 }  // namespace dsv4::tools

@@ -44,7 +44,7 @@ struct BenchOptions {
   std::string json_file;
   int threads = 0;
   bool profile = false;
-  MultiStreamPolicy multi_stream;
+  GpuOptions gpu;
 };
 
 // One layer of each kind the model has, in the order swa, csa, hca; the first is hash-routed when
@@ -213,7 +213,7 @@ Timing time_layer(const Model& model, Ops& ops, const ForwardBatch& batch, int64
 }
 
 void run_bench_layers(const BenchOptions& o) {
-  const std::unique_ptr<Ops> backend = make_backend(o.device, o.threads, o.multi_stream);
+  const std::unique_ptr<Ops> backend = make_backend(o.device, o.threads, o.gpu);
   // With --profile every op goes through ProfilingOps, which waits after each call.
   ProfilingOps profiler(*backend);
   Ops* const ops = o.profile ? static_cast<Ops*>(&profiler) : backend.get();
@@ -228,11 +228,12 @@ void run_bench_layers(const BenchOptions& o) {
   std::vector<LayerCost> costs;
   for (int64_t l = 0; l < cfg.num_layers(); ++l) costs.push_back(layer_cost(cfg, model.weights().layers.at(static_cast<size_t>(l))));
 
-  const std::string multi_stream(multi_stream_mode_name(o.multi_stream.mode));
+  const std::string multi_stream(multi_stream_mode_name(o.gpu.multi_stream.mode));
+  const std::string fp8_gemm(fp8_gemm_choice_name(o.gpu.fp8_gemm));
   nlohmann::json report = {{"model", full.source()}, {"backend", std::string(ops->name())}, {"context", o.context},
-                           {"multi_stream", multi_stream}};
-  std::printf("%s, %s backend, multi-stream %s; floors are the H200's (ENV.md)\n", cfg.source().c_str(),
-              std::string(ops->name()).c_str(), multi_stream.c_str());
+                           {"multi_stream", multi_stream}, {"fp8_gemm", fp8_gemm}};
+  std::printf("%s, %s backend, multi-stream %s, fp8-gemm %s; floors are the H200's (ENV.md)\n", cfg.source().c_str(),
+              std::string(ops->name()).c_str(), multi_stream.c_str(), fp8_gemm.c_str());
   std::printf("%-6s %-22s %12s %9s %12s %8s\n", "layer", "run", "median ms", "range %", "floor ms", "x floor");
   const auto row = [&](int64_t l, const std::string& run, const Timing& t, double floor_seconds, nlohmann::json extra,
                        double calls_per_run) {
@@ -334,7 +335,7 @@ void add_bench_command(CLI::App& app) {
       ->default_str("flash");
   cmd->add_option("--dummy-seed", opts->source.dummy_seed, "Seed of the dummy weights")->default_str("0");
   add_device_option(cmd, opts->device);
-  add_multi_stream_option(cmd, opts->multi_stream);
+  add_gpu_options(cmd, opts->gpu);
   cmd->add_option("--context", opts->context,
                   "Tokens of the timed prefill, which fills the caches; each decode step is the token after them")
       ->check(CLI::PositiveNumber)

@@ -33,7 +33,7 @@ struct GenerateOptions {
   bool thinking = false;       // --chat: thinking mode instead of chat mode
   std::string tokenizer_file;  // default: MODEL/tokenizer.json
   Device device = Device::kCpu;
-  MultiStreamPolicy multi_stream;
+  GpuOptions gpu;
   int64_t max_new_tokens = 32;
   bool json = false;
   bool exact_math = false;
@@ -145,7 +145,7 @@ void run_generate(const GenerateOptions& o) {
   }
   PromptIo io = tokenizer ? text_prompt(o, tokenizer) : id_prompt(o);
   if (io.ids.empty()) throw UsageError("generate: the prompt has no tokens");
-  const std::unique_ptr<Ops> ops = make_backend(o.device, o.threads, o.multi_stream);
+  const std::unique_ptr<Ops> ops = make_backend(o.device, o.threads, o.gpu);
   const Model model = load_model(*ops, o.source);
   DecodeStats stats;
   const std::vector<int32_t> ids = greedy_decode(model, *ops, io.ids, o, io.print, stats);
@@ -181,7 +181,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--tokenizer", opts->tokenizer_file, "tokenizer.json to use (default: MODEL/tokenizer.json)")
       ->needs(text);
   add_device_option(cmd, opts->device);
-  add_multi_stream_option(cmd, opts->multi_stream);
+  add_gpu_options(cmd, opts->gpu);
   cmd->add_option("-n,--max-new-tokens", opts->max_new_tokens, "Tokens to generate")->check(CLI::PositiveNumber);
   cmd->add_flag("--json", opts->json,
                 "Print {\"ids\": [...]} (and \"text\" for a text prompt) at the end instead of streaming");

@@ -26,7 +26,7 @@ struct LogitsOptions {
   bool exact_math = false;
   int threads = 0;
   Device device = Device::kCpu;
-  MultiStreamPolicy multi_stream;
+  GpuOptions gpu;
 };
 
 // A float32 C-order .npy file, written as it is produced. The format (numpy's NEP 1) is a magic
@@ -70,7 +70,7 @@ std::string read_file(const std::string& path) {
 void run_logits(const LogitsOptions& o) {
   const std::vector<int32_t> ids = parse_token_ids(read_file(o.ids_file), o.ids_file);
   const auto T = static_cast<int64_t>(ids.size());
-  const std::unique_ptr<Ops> backend = make_backend(o.device, o.threads, o.multi_stream);
+  const std::unique_ptr<Ops> backend = make_backend(o.device, o.threads, o.gpu);
   Ops& ops = *backend;
   const Model model = load_model(ops, o.source);
   const int64_t V = model.config()->vocab_size;
@@ -105,7 +105,7 @@ void add_logits_command(CLI::App& app) {
                 "No FP8/FP4 activation quantisation or QAT rounding; every activation fp32");
   cmd->add_option("--threads", opts->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
   add_device_option(cmd, opts->device);
-  add_multi_stream_option(cmd, opts->multi_stream);
+  add_gpu_options(cmd, opts->gpu);
   cmd->callback([opts] { run_logits(*opts); });
 }
 

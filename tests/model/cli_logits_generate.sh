@@ -51,6 +51,13 @@ if "$dsv4" generate --model "$model" --prompt-ids 1,999999 -n 2 2>"$work/err.txt
   fail "an out-of-vocabulary id was accepted"
 fi
 grep -q "999999" "$work/err.txt" || fail "error message: $(cat "$work/err.txt")"
+# The CUDA backend's options parse in every build; a bad value is named.
+if "$dsv4" generate --model "$model" --prompt-ids 5,6,7 -n 2 --fp8-gemm fast 2>"$work/err.txt"; then
+  fail "--fp8-gemm fast was accepted"
+fi
+grep -q -- "--fp8-gemm: fast not in {mma,cublaslt,simple}" "$work/err.txt" || fail "error message: $(cat "$work/err.txt")"
+[ "$("$dsv4" generate --model "$model" --prompt-ids 5,6,7 -n 6 --ignore-eos --fp8-gemm cublaslt)" = "$plain" ] ||
+  fail "--fp8-gemm changed the CPU backend's ids"
 # Text prompts: the streamed text is the decoding of the generated ids, and a text prompt gives
 # the same ids as its tokenisation given as --prompt-ids.
 if [ -f "$model/tokenizer.json" ]; then
