@@ -41,30 +41,30 @@ void CudaOps::linear(const LinearParams& p) {
   const bool quantise = p.act_quant == ActQuant::kFp8Block128;
   const bool fp8_codes = quantise && w.type == kernels::GemmWeight::kE4M3 && p.x.dtype() == DType::kBF16 &&
                          K > 0 && K % kActQuantBlock == 0 && aligned16(p.x.bytes());
-  if (fp8_codes && options_.fp8_gemm == Fp8Gemm::kFp16Mma) {
-    StreamBuffer xq(static_cast<size_t>(M * K), stream_);
-    StreamBuffer xs(static_cast<size_t>(K / kActQuantBlock * M) * sizeof(float), stream_);
-    kernels::act_quant_fp8({p.x.data<uint16_t>(), xq.get<uint8_t>(), xs.get<float>(), M, M, K}, stream_);
-    kernels::Fp8MmaGemmParams g;
-    g.x = xq.get<uint8_t>();
-    g.x_scale = xs.get<float>();
-    g.x_scale_ld = M;
-    g.w = static_cast<const uint8_t*>(w.data);
-    g.w_scale = w.scale;
-    g.w_scale_ld = w.scale_ld;
-    g.y = float_ptr(p.y);
-    g.ldy = N;
-    g.m = M;
-    g.n = N;
-    g.k = K;
-    kernels::fp8_mma_gemm(g, stream_);
-    return;
-  }
-  if (fp8_codes && options_.fp8_gemm == Fp8Gemm::kCublasLt && p.y.dtype() == DType::kBF16 && N % 8 == 0) {
-    const int64_t mp = fp8_gemm_padded_m(M);
+  const bool on_mma = fp8_codes && options_.fp8_gemm == Fp8Gemm::kFp16Mma;
+  const bool on_cublaslt = fp8_codes && options_.fp8_gemm == Fp8Gemm::kCublasLt && p.y.dtype() == DType::kBF16 &&
+                           N % 8 == 0;
+  if (on_mma || on_cublaslt) {
+    const int64_t mp = on_cublaslt ? fp8_gemm_padded_m(M) : M;  // cuBLASLt wants padded rows
     StreamBuffer xq(static_cast<size_t>(mp * K), stream_);
     StreamBuffer xs(static_cast<size_t>(K / kActQuantBlock * mp) * sizeof(float), stream_);
     kernels::act_quant_fp8({p.x.data<uint16_t>(), xq.get<uint8_t>(), xs.get<float>(), M, mp, K}, stream_);
+    if (on_mma) {
+      kernels::Fp8MmaGemmParams g;
+      g.x = xq.get<uint8_t>();
+      g.x_scale = xs.get<float>();
+      g.x_scale_ld = mp;
+      g.w = static_cast<const uint8_t*>(w.data);
+      g.w_scale = w.scale;
+      g.w_scale_ld = w.scale_ld;
+      g.y = float_ptr(p.y);
+      g.ldy = N;
+      g.m = M;
+      g.n = N;
+      g.k = K;
+      kernels::fp8_mma_gemm(g, stream_);
+      return;
+    }
     const bool direct = mp == M && aligned16(p.y.bytes());
     std::unique_ptr<StreamBuffer> padded_out;
     if (!direct) padded_out = std::make_unique<StreamBuffer>(static_cast<size_t>(mp * N) * sizeof(uint16_t), stream_);

@@ -152,8 +152,8 @@ int32_t fp8_mma_tile_rows(int64_t m) { return m <= 8 ? 8 : m <= 16 ? 16 : 32; }
 void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   if (p.k % 128 != 0) throw UsageError("fp8_mma_gemm: k=" + std::to_string(p.k) + " is not a multiple of 128");
   const bool grouped = p.tiles != nullptr;
-  const int64_t tiles = grouped ? p.max_tiles : (p.m + fp8_mma_tile_rows(p.m) - 1) / fp8_mma_tile_rows(p.m);
   const int32_t tile_rows = grouped ? p.tile_rows : fp8_mma_tile_rows(p.m);
+  const int64_t tiles = grouped ? p.max_tiles : (p.m + tile_rows - 1) / tile_rows;
   if (p.n == 0 || tiles == 0 || p.k == 0) return;
   if (tiles > 65535)
     throw UsageError("fp8_mma_gemm: " + std::to_string(tiles) + " row tiles, at most 65535 (split the call)");

@@ -15,6 +15,12 @@ constexpr int kThreads = 128;
 // torch.nn.functional.softplus with beta 1 and threshold 20.
 __device__ float softplus(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
 
+// Whether candidate `other` beats `best` in a first-maximum search: a larger score, or an equal
+// score and a lower id (-1: no candidate).
+__device__ __forceinline__ bool beats(int32_t other, float other_score, int32_t best, float best_score) {
+  return other >= 0 && (best < 0 || other_score > best_score || (other_score == best_score && other < best));
+}
+
 __global__ void moe_route_kernel(MoeRouteParams p) {
   extern __shared__ float smem[];
   const int64_t E = p.num_experts, k = p.k, t = blockIdx.x;
@@ -63,7 +69,7 @@ __global__ void moe_route_kernel(MoeRouteParams p) {
       for (int off = 16; off > 0; off /= 2) {
         const int32_t other = __shfl_xor_sync(0xffffffffu, best, off);
         const float other_score = __shfl_xor_sync(0xffffffffu, best_score, off);
-        if (other >= 0 && (best < 0 || other_score > best_score || (other_score == best_score && other < best))) {
+        if (beats(other, other_score, best, best_score)) {
           best = other;
           best_score = other_score;
         }
@@ -77,8 +83,7 @@ __global__ void moe_route_kernel(MoeRouteParams p) {
         for (int j = 1; j < kThreads / 32; ++j) {
           const int32_t other = warp_best[j];
           const float other_score = warp_best_score[j];
-          if (other >= 0 &&
-              (best < 0 || other_score > best_score || (other_score == best_score && other < best))) {
+          if (beats(other, other_score, best, best_score)) {
             best = other;
             best_score = other_score;
           }
