@@ -304,6 +304,68 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{DType::kBF16, Compressed::kAll}, AttentionCase{DType::kBF16, Compressed::kTopk}),
     attention_case_name);
 
+// V4-Flash geometry (64 heads of 512, window 128, top-512 of thousands of compressed entries),
+// where the default numerics run on tensor cores: decode batches (one token per sequence, with
+// the entry tiles split over CTAs) and prefill chunks (a first chunk, whose top-k lists are mostly
+// -1, and one deep in the sequence), for each layer kind.
+struct FlashAttentionCase {
+  const char* name;
+  int64_t ratio;      // 0: SWA only; 4 with top-k (CSA); 128 all compressed (HCA)
+  int64_t sequences;
+  int64_t tokens;     // per sequence
+  int64_t start_pos;  // of the first sequence; later ones start 37 positions further each
+};
+
+class SparseAttentionFlashTest : public CudaOpsAttentionMoeTest, public ::testing::WithParamInterface<FlashAttentionCase> {};
+
+TEST_P(SparseAttentionFlashTest, MatchesCpu) {
+  const FlashAttentionCase c = GetParam();
+  const int64_t H = 64, d = 512, W = 128, k = 512, T = c.sequences * c.tokens;
+  const bool with_topk = c.ratio == 4;
+  const Both q = both(random_tensor(DType::kBF16, {T, H, d}, 2.0f));
+  const Both kv = both(random_tensor(DType::kBF16, {T, d}, 1.0f));
+  const BothWeights sink = plain_weight("sink", random_tensor(DType::kF32, {H}, 1.0f));
+  std::vector<Both> windows, comps;
+  std::vector<AttentionSeq> cseqs, gseqs;
+  std::vector<int32_t> topk_ids(static_cast<size_t>(T * k), -1);
+  for (int64_t s = 0; s < c.sequences; ++s) {
+    const SeqSlice sl{s * c.tokens, c.tokens, c.start_pos + 37 * s};
+    windows.push_back(both(random_tensor(DType::kBF16, {W, d}, 1.0f)));
+    const int64_t capacity = c.ratio > 0 ? (sl.start_pos + sl.num_tokens) / c.ratio + 1 : 1;
+    comps.push_back(both(random_tensor(DType::kBF16, {capacity, d}, 1.0f)));
+    for (int64_t i = 0; i < sl.num_tokens && with_topk; ++i) {
+      const int64_t visible = (sl.start_pos + i + 1) / c.ratio;
+      std::vector<int32_t> ids(static_cast<size_t>(visible));
+      std::iota(ids.begin(), ids.end(), 0);
+      std::shuffle(ids.begin(), ids.end(), rng_);
+      ids.resize(std::min<size_t>(ids.size(), static_cast<size_t>(k)));
+      std::sort(ids.begin(), ids.end());
+      std::copy(ids.begin(), ids.end(), topk_ids.begin() + (sl.token_begin + i) * k);
+    }
+    cseqs.push_back({sl, windows.back().cpu.view(), c.ratio > 0 ? ConstTensorView(comps.back().cpu.view()) : ConstTensorView()});
+    gseqs.push_back({sl, windows.back().gpu.view(), c.ratio > 0 ? ConstTensorView(comps.back().gpu.view()) : ConstTensorView()});
+  }
+  const Both topk = both(int_tensor({T, k}, topk_ids));
+  Both out = output(DType::kBF16, {T, H, d});
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const ConstTensorView cpu_topk = with_topk ? ConstTensorView(topk.cpu.view()) : ConstTensorView();
+  const ConstTensorView gpu_topk = with_topk ? ConstTensorView(topk.gpu.view()) : ConstTensorView();
+  cpu_.sparse_attention({q.cpu.view(), kv.cpu.view(), &sink.cpu, cpu_topk, cseqs, W, c.ratio, scale, out.cpu.view()});
+  gpu_->sparse_attention({q.gpu.view(), kv.gpu.view(), &sink.gpu, gpu_topk, gseqs, W, c.ratio, scale, out.gpu.view()});
+  const std::string what = std::string("sparse_attention flash ") + c.name;
+  EXPECT_LT(measure(what, gpu_floats(out), cpu_floats(out)), 1e-3) << what;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Flash, SparseAttentionFlashTest,
+    ::testing::Values(FlashAttentionCase{"CsaDecode1", 4, 1, 1, 8192}, FlashAttentionCase{"CsaDecode16", 4, 16, 1, 8192},
+                      FlashAttentionCase{"CsaDecode64", 4, 64, 1, 8192}, FlashAttentionCase{"CsaPrefillFirst", 4, 1, 256, 0},
+                      FlashAttentionCase{"CsaPrefillDeep", 4, 1, 192, 8000}, FlashAttentionCase{"HcaDecode1", 128, 1, 1, 8192},
+                      FlashAttentionCase{"HcaDecode16", 128, 16, 1, 8192}, FlashAttentionCase{"HcaPrefillDeep", 128, 2, 96, 8000},
+                      FlashAttentionCase{"SwaDecode1", 0, 1, 1, 8192}, FlashAttentionCase{"SwaDecode64", 0, 64, 1, 8192},
+                      FlashAttentionCase{"SwaPrefillFirst", 0, 1, 256, 0}),
+    [](const ::testing::TestParamInfo<FlashAttentionCase>& info) { return std::string(info.param.name); });
+
 // ---- moe_route ----------------------------------------------------------------------------------
 
 enum class Routing { kScoreBias, kScoreNoBias, kHash, kSoftmax };

@@ -1,9 +1,11 @@
 // CudaOps attention family: the compressor's gated pooling with its per-sequence state rings
 // (MODEL.md §4), the lightning indexer's scores and top-k (§5), and sparse attention with the
 // per-head sink over the window and the compressed entries (§3.5-3.6). Arguments are checked as
-// CpuOps checks them; sparse attention runs the whole batch in one launch, the compressor and the
-// indexer one launch per sequence, on the op's stream.
+// CpuOps checks them; sparse attention runs the whole batch in one launch (on bf16 tensor cores
+// in the default numerics, in the CPU's operation order for f32), the compressor one launch per
+// sequence, on the op's stream.
 #include <algorithm>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
@@ -11,6 +13,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/op_checks.h"
 #include "backend/cuda/stream_buffer.h"
+#include "kernels/attention/sparse_attn_mma.h"
 #include "kernels/attention/sparse_attn_rows.h"
 #include "kernels/compressor/compressor_pool.h"
 #include "kernels/indexer/indexer_topk.h"
@@ -156,15 +159,31 @@ void CudaOps::sparse_attention(const SparseAttentionParams& p) {
   if (T == 0) return;
 
   std::vector<kernels::SparseAttnSeq> seqs;
+  int64_t max_entries = 0;
+  // The tensor-core kernel takes bf16 rows of the head dim it is built for, 16-byte aligned (the
+  // default numerics); exact-math (f32) forwards keep the CPU's operation order.
+  const auto mma_ready = [](ConstTensorView v) {
+    return v.dtype() == DType::kBF16 && reinterpret_cast<uintptr_t>(v.bytes()) % 16 == 0;
+  };
+  bool use_mma = d == kernels::kSparseAttnMmaHeadDim && mma_ready(p.q) && mma_ready(p.kv) && mma_ready(p.out);
   for (const AttentionSeq& s : p.seqs) {
     const SeqSlice& sl = s.slice;
     if (sl.num_tokens == 0) continue;
     kernels::SparseAttnSeq desc;
     desc.token_begin = sl.token_begin;
     desc.start_pos = sl.start_pos;
-    if (sl.start_pos > 0) desc.window = float_ptr(s.window);
-    if (p.ratio > 0) desc.compressed = float_ptr(s.compressed);
+    if (sl.start_pos > 0) {
+      desc.window = float_ptr(s.window);
+      use_mma = use_mma && mma_ready(s.window);
+    }
+    if (p.ratio > 0) {
+      desc.compressed = float_ptr(s.compressed);
+      use_mma = use_mma && mma_ready(s.compressed);
+    }
     seqs.push_back(desc);
+    const int64_t last = sl.start_pos + sl.num_tokens - 1;
+    const int64_t compressed = p.ratio > 0 ? (has_topk ? k : (last + 1) / p.ratio) : 0;
+    max_entries = std::max(max_entries, std::min(W, last + 1) + compressed);
   }
   const DeviceSeqTable<kernels::SparseAttnSeq> table(seqs, sequence_of_each_token(p.seqs, T), stream_);
 
@@ -183,7 +202,13 @@ void CudaOps::sparse_attention(const SparseAttentionParams& p) {
   kp.ratio = p.ratio;
   kp.k = k;
   kp.softmax_scale = p.softmax_scale;
-  kernels::sparse_attn_rows(kp, stream_);
+  if (use_mma) {
+    const kernels::SparseAttnMmaPlan plan = kernels::sparse_attn_mma_plan(T, H, max_entries);
+    const StreamBuffer workspace(plan.workspace_bytes, stream_);
+    kernels::sparse_attn_mma(kp, plan, workspace.get<void>(), stream_);
+  } else {
+    kernels::sparse_attn_rows(kp, stream_);
+  }
 }
 
 }  // namespace dsv4::cuda

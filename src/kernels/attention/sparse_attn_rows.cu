@@ -9,42 +9,13 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
+#include "kernels/attention/sparse_attn_entries.cuh"
 
 namespace dsv4::kernels {
 namespace {
 
 constexpr int kHeadsPerCta = 8;
 constexpr int kTile = 32;
-
-struct EntrySource {
-  FloatPtr rows;
-  int64_t row = 0;
-  bool valid = false;
-};
-
-// Entry e of batch token t of sequence s (at position pos): its row, or invalid.
-__device__ EntrySource entry_source(const SparseAttnRowsParams& p, const SparseAttnSeq& s, int64_t t, int64_t pos,
-                                    int64_t e) {
-  const int64_t lo = pos - p.window_size + 1 > 0 ? pos - p.window_size + 1 : 0;
-  const int64_t nwin = pos - lo + 1;
-  if (e < nwin) {
-    const int64_t q = lo + e;
-    if (q >= s.start_pos) return {p.kv, s.token_begin + q - s.start_pos, true};
-    return {s.window, q % p.window_size, true};
-  }
-  const int64_t c = e - nwin;
-  if (p.topk == nullptr) return {s.compressed, c, true};
-  const int32_t j = p.topk[t * p.k + c];
-  const int64_t visible = (pos + 1) / p.ratio;
-  return {s.compressed, j, j >= 0 && j < visible};
-}
-
-__device__ int64_t entry_count(const SparseAttnRowsParams& p, int64_t pos) {
-  const int64_t lo = pos - p.window_size + 1 > 0 ? pos - p.window_size + 1 : 0;
-  int64_t n = pos - lo + 1;
-  if (p.ratio > 0) n += p.topk != nullptr ? p.k : (pos + 1) / p.ratio;
-  return n;
-}
 
 // CpuOps' dot: 8 running partial sums, combined pairwise.
 __device__ float dot8(const float* a, const float* b, int64_t n) {

@@ -1,0 +1,377 @@
+// Tensor-core sparse attention: one CTA per (token, block of 64 heads, split of the entry tiles).
+// The heads share every entry (K = V = the 512-d row, MQA), so the 64 heads are the M dimension
+// of mma.sync m16n8k16 (bf16 in, fp32 accumulators) and each entry is read once per CTA:
+//   - 8 warps; warp w owns heads 16*(w/2) .. +15 (its "pair" w/2) and half h = w%2;
+//   - per tile of 64 entries (double-buffered with cp.async): warp (pair, h) computes the scores
+//     of its 16 heads against entries 32h .. 32h+31, the pair agrees on the running row maximum
+//     through shared memory (named barrier of 64 threads), writes its probabilities as bf16
+//     hi/lo pairs, and then multiplies all 64 entries' probabilities into output dims
+//     256h .. 256h+255 (32 accumulator tiles of 16x8 per warp);
+//   - with splits, each CTA stores its unnormalised output with its row max and sum, and
+//     sparse_attn_mma_combine merges them with the sink.
+// Fragment layouts (PTX ISA, mma.m16n8k16 .bf16, g = lane/4, t = lane%4): A regs a0..a3 hold
+// (row g, cols 2t,2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..); B regs b0, b1 hold
+// (k 2t,2t+1, col g), (k 2t+8,2t+9, col g); C holds (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
+// ldmatrix.x4 gives lane the pair (row lane/4, cols 2t,2t+1) of each of four 8x8 matrices whose
+// row addresses lanes 8j..8j+7 supply; with .trans, the pair (rows 2t,2t+1, col lane/4).
+#include "kernels/attention/sparse_attn_mma.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/cuda_check.h"
+#include "core/numeric.h"
+#include "kernels/attention/sparse_attn_entries.cuh"
+
+namespace dsv4::kernels {
+namespace {
+
+constexpr int kD = static_cast<int>(kSparseAttnMmaHeadDim);
+constexpr int kHeads = 64;          // heads per CTA (the MMA's M, 4 pairs of warps x 16)
+constexpr int kTile = 64;           // entries per tile
+constexpr int kThreads = 256;
+constexpr int kRow = kD + 8;        // q / kv row stride in shared memory (bf16): 1040 bytes, so the
+                                    // 8 rows one ldmatrix reads start 16 bytes apart (no conflicts)
+constexpr int kPRow = kTile + 8;    // probability row stride (bf16): 144 bytes, same reason
+constexpr int kChunksPerRow = kD / 8;  // 16-byte chunks of a 512-d bf16 row
+
+struct Smem {
+  uint16_t q[kHeads * kRow];
+  uint16_t kv[2][kTile * kRow];
+  uint16_t p_hi[kHeads * kPRow];
+  uint16_t p_lo[kHeads * kPRow];
+  float max_part[2][kHeads];  // per half: the tile's row maxima
+  float sum_part[2][kHeads];  // per half: the final row sums
+  uint8_t valid[2][kTile];    // per buffer: which entries of the tile exist
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Waits until at most one committed group (the newest) is still in flight.
+__device__ __forceinline__ void cp_async_wait_all_but_newest() {
+  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const uint16_t* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const uint16_t* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// c += a * b over one m16n8k16 tile, bf16 operands, fp32 accumulators.
+__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The two warps of a pair (64 threads) meet; barrier 0 stays __syncthreads'.
+__device__ __forceinline__ void pair_barrier(int pair) {
+  asm volatile("bar.sync %0, 64;\n" ::"r"(pair + 1) : "memory");
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(uint16_t lo, uint16_t hi) {
+  return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+}
+
+// Partial results of one split: out[(token * heads + head) * splits + split] rows of 512 floats,
+// and (max, sum) pairs at the same index.
+struct SplitWorkspace {
+  float* out = nullptr;
+  float2* max_sum = nullptr;
+};
+
+__global__ void __launch_bounds__(kThreads, 1)
+    sparse_attn_mma_kernel(SparseAttnRowsParams p, int splits, SplitWorkspace ws) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int pair = warp / 2, half = warp % 2;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t i = blockIdx.x;  // the batch token
+  const int64_t head0 = static_cast<int64_t>(blockIdx.y) * kHeads;
+  const SparseAttnSeq seq = p.seqs[p.seq_of_token[i]];
+  const int64_t pos = seq.start_pos + (i - seq.token_begin);
+  const int64_t entries = entry_count(p, pos);
+  const int64_t tiles = (entries + kTile - 1) / kTile;
+  const int64_t tiles_per_split = (tiles + splits - 1) / splits;
+  const int64_t tile_begin = blockIdx.z * tiles_per_split;
+  const int64_t tile_end = tile_begin + tiles_per_split < tiles ? tile_begin + tiles_per_split : tiles;
+
+  // The 64 heads' queries (zeros past the last head), in the first cp.async group with tile 0.
+  const auto* q = static_cast<const uint16_t*>(p.q.data);
+  for (int c = tid; c < kHeads * kChunksPerRow; c += kThreads) {
+    const int h = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+    uint16_t* dst = sm.q + h * kRow + col;
+    if (head0 + h < p.heads) cp_async16(dst, q + (i * p.heads + head0 + h) * kD + col);
+    else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+  }
+  // Thread tid copies chunk tid%64 of entries tid/64, tid/64 + 4, ...; missing entries are zeros
+  // (their probabilities are 0, and 0 * 0 keeps the output finite).
+  auto load_tile = [&](int64_t tile, int buf) {
+    const int col = (tid % kChunksPerRow) * 8;
+    for (int e = tid / kChunksPerRow; e < kTile; e += kThreads / kChunksPerRow) {
+      const int64_t entry = tile * kTile + e;
+      const EntrySource src = entry < entries ? entry_source(p, seq, i, pos, entry) : EntrySource{};
+      uint16_t* dst = sm.kv[buf] + e * kRow + col;
+      if (src.valid) cp_async16(dst, static_cast<const uint16_t*>(src.rows.data) + src.row * kD + col);
+      else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+      if (col == 0) sm.valid[buf][e] = src.valid;
+    }
+  };
+
+  float o[32][4];  // output dims 256*half + 8j + 2t (+1), rows g (c0, c1) and g + 8 (c2, c3)
+  #pragma unroll
+  for (auto& tile_acc : o)
+    #pragma unroll
+    for (float& v : tile_acc) v = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY};  // rows g, g + 8 of the pair's 16 heads
+  float row_sum[2] = {0.0f, 0.0f};            // over this thread's columns only
+  const int row0 = pair * 16 + g;
+
+  if (tile_begin < tile_end) load_tile(tile_begin, 0);
+  cp_async_commit();
+  for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
+    const int buf = static_cast<int>((tile - tile_begin) & 1);
+    if (tile + 1 < tile_end) load_tile(tile + 1, buf ^ 1);
+    cp_async_commit();
+    cp_async_wait_all_but_newest();
+    __syncthreads();
+    const uint16_t* kv = sm.kv[buf];
+
+    // Scores of heads row0 (+8) against entries 32*half + 8j + 2t (+1).
+    float s[4][4];
+    #pragma unroll
+    for (auto& tile_acc : s)
+      #pragma unroll
+      for (float& v : tile_acc) v = 0.0f;
+    #pragma unroll 2
+    for (int k0 = 0; k0 < kD; k0 += 16) {
+      uint32_t a[4];
+      ldmatrix_x4(a, sm.q + (pair * 16 + lane % 16) * kRow + k0 + (lane / 16) * 8);
+      #pragma unroll
+      for (int nn = 0; nn < 2; ++nn) {
+        // Matrices: entries +0..7 at k0 (b0 of n-tile 2nn), +0..7 at k0+8 (its b1), +8..15 at
+        // k0 (b0 of n-tile 2nn+1), +8..15 at k0+8 (its b1).
+        uint32_t b[4];
+        const int entry = half * 32 + nn * 16 + lane % 8 + (lane / 16) * 8;
+        ldmatrix_x4(b, kv + entry * kRow + k0 + ((lane / 8) % 2) * 8);
+        mma_bf16(s[2 * nn], a, b[0], b[1]);
+        mma_bf16(s[2 * nn + 1], a, b[2], b[3]);
+      }
+    }
+    float tile_max[2] = {-INFINITY, -INFINITY};
+    #pragma unroll
+    for (int j = 0; j < 4; ++j)
+      #pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int entry = half * 32 + j * 8 + 2 * t + (c & 1);
+        s[j][c] = sm.valid[buf][entry] ? s[j][c] * p.softmax_scale : -INFINITY;
+        tile_max[c / 2] = fmaxf(tile_max[c / 2], s[j][c]);
+      }
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+    }
+    if (t == 0) {
+      sm.max_part[half][row0] = tile_max[0];
+      sm.max_part[half][row0 + 8] = tile_max[1];
+    }
+    pair_barrier(pair);
+    float correction[2];
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float m_new = fmaxf(row_max[r], fmaxf(tile_max[r], sm.max_part[half ^ 1][row0 + 8 * r]));
+      correction[r] = m_new == -INFINITY ? 1.0f : expf(row_max[r] - m_new);  // 0 after -inf
+      row_max[r] = m_new;
+    }
+    #pragma unroll
+    for (int j = 0; j < 4; ++j)
+      #pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int r = c / 2;
+        s[j][c] = row_max[r] == -INFINITY ? 0.0f : expf(s[j][c] - row_max[r]);  // 0 for missing entries
+      }
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      row_sum[r] *= correction[r];
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) row_sum[r] += s[j][2 * r] + s[j][2 * r + 1];
+    }
+    // Probabilities as hi + lo bf16 pairs: hi = bf16(p), lo = bf16(p - hi).
+    #pragma unroll
+    for (int j = 0; j < 4; ++j)
+      #pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float p0 = s[j][2 * r], p1 = s[j][2 * r + 1];
+        const uint16_t hi0 = float_to_bf16(p0), hi1 = float_to_bf16(p1);
+        const uint16_t lo0 = float_to_bf16(p0 - bf16_to_float(hi0)), lo1 = float_to_bf16(p1 - bf16_to_float(hi1));
+        const int at = (row0 + 8 * r) * kPRow + half * 32 + j * 8 + 2 * t;
+        *reinterpret_cast<uint32_t*>(sm.p_hi + at) = pack_bf16(hi0, hi1);
+        *reinterpret_cast<uint32_t*>(sm.p_lo + at) = pack_bf16(lo0, lo1);
+      }
+    pair_barrier(pair);
+
+    #pragma unroll
+    for (auto& acc : o) {
+      acc[0] *= correction[0];
+      acc[1] *= correction[0];
+      acc[2] *= correction[1];
+      acc[3] *= correction[1];
+    }
+    #pragma unroll 1
+    for (int k0 = 0; k0 < kTile; k0 += 16) {
+      uint32_t a_hi[4], a_lo[4];
+      ldmatrix_x4(a_hi, sm.p_hi + (pair * 16 + lane % 16) * kPRow + k0 + (lane / 16) * 8);
+      ldmatrix_x4(a_lo, sm.p_lo + (pair * 16 + lane % 16) * kPRow + k0 + (lane / 16) * 8);
+      #pragma unroll
+      for (int nn = 0; nn < 16; ++nn) {
+        // Transposed matrices: entries k0+0..7 at dims +0..7 (b0 of n-tile 2nn), k0+8..15 at
+        // +0..7 (its b1), k0+0..7 at +8..15 (b0 of n-tile 2nn+1), k0+8..15 at +8..15 (its b1).
+        uint32_t b[4];
+        const int entry = k0 + lane % 8 + ((lane / 8) % 2) * 8;
+        const int dim = half * 256 + nn * 16 + (lane / 16) * 8;
+        ldmatrix_x4_trans(b, kv + entry * kRow + dim);
+        mma_bf16(o[2 * nn], a_hi, b[0], b[1]);
+        mma_bf16(o[2 * nn], a_lo, b[0], b[1]);
+        mma_bf16(o[2 * nn + 1], a_hi, b[2], b[3]);
+        mma_bf16(o[2 * nn + 1], a_lo, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // this buffer is consumed before the next iteration refills it
+  }
+
+  // Row sums over the quad, then over the pair.
+  #pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+  }
+  if (t == 0) {
+    sm.sum_part[half][row0] = row_sum[0];
+    sm.sum_part[half][row0 + 8] = row_sum[1];
+  }
+  pair_barrier(pair);
+  #pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t head = head0 + row0 + 8 * r;
+    if (head >= p.heads) continue;
+    const float sum = row_sum[r] + sm.sum_part[half ^ 1][row0 + 8 * r];
+    const int64_t row = i * p.heads + head;
+    if (splits == 1) {
+      const float den = sum + expf(load_float(p.sink, head) - row_max[r]);
+      auto* out = static_cast<uint16_t*>(p.out.data) + row * kD;
+      #pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const int dim = half * 256 + j * 8 + 2 * t;
+        const float v0 = row_max[r] == -INFINITY ? 0.0f : o[j][2 * r] / den;
+        const float v1 = row_max[r] == -INFINITY ? 0.0f : o[j][2 * r + 1] / den;
+        *reinterpret_cast<uint32_t*>(out + dim) = pack_bf16(float_to_bf16(v0), float_to_bf16(v1));
+      }
+    } else {
+      const int64_t at = row * splits + blockIdx.z;
+      float* out = ws.out + at * kD;
+      #pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<float2*>(out + half * 256 + j * 8 + 2 * t) = make_float2(o[j][2 * r], o[j][2 * r + 1]);
+      if (half == 0 && t == 0) ws.max_sum[at] = make_float2(row_max[r], sum);
+    }
+  }
+}
+
+constexpr int kCombineThreads = kD / 4;
+
+// One CTA per (token, head): merges the splits' partial softmaxes and adds the sink.
+__global__ void __launch_bounds__(kCombineThreads)
+    sparse_attn_mma_combine(SparseAttnRowsParams p, int splits, SplitWorkspace ws) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * p.heads + blockIdx.y;
+  const float2* ms = ws.max_sum + row * splits;
+  float m = -INFINITY;
+  for (int z = 0; z < splits; ++z) m = fmaxf(m, ms[z].x);
+  auto* out = static_cast<uint16_t*>(p.out.data) + row * kD + threadIdx.x * 4;
+  if (m == -INFINITY) {
+    *reinterpret_cast<uint2*>(out) = make_uint2(0, 0);
+    return;
+  }
+  float den = expf(load_float(p.sink, blockIdx.y) - m);
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int z = 0; z < splits; ++z) {
+    const float w = expf(ms[z].x - m);  // 0 for an empty split (max -inf)
+    den += ms[z].y * w;
+    const float4 v = *reinterpret_cast<const float4*>(ws.out + (row * splits + z) * kD + threadIdx.x * 4);
+    acc[0] += v.x * w;
+    acc[1] += v.y * w;
+    acc[2] += v.z * w;
+    acc[3] += v.w * w;
+  }
+  *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16(float_to_bf16(acc[0] / den), float_to_bf16(acc[1] / den)),
+                                              pack_bf16(float_to_bf16(acc[2] / den), float_to_bf16(acc[3] / den)));
+}
+
+int sm_count() {
+  static const int count = [] {
+    int device = 0, n = 0;
+    DSV4_CUDA_CHECK(cudaGetDevice(&device));
+    DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    return n;
+  }();
+  return count;
+}
+
+}  // namespace
+
+SparseAttnMmaPlan sparse_attn_mma_plan(int64_t tokens, int64_t heads, int64_t max_entries) {
+  SparseAttnMmaPlan plan;
+  const int64_t ctas = tokens * ((heads + kHeads - 1) / kHeads);
+  const int64_t tiles = (max_entries + kTile - 1) / kTile;
+  if (ctas <= 0 || ctas >= sm_count() || tiles <= 1) return plan;
+  // Enough splits to give every SM a CTA, at least one tile each.
+  const int64_t splits = std::min<int64_t>((sm_count() + ctas - 1) / ctas, tiles);
+  if (splits <= 1) return plan;
+  plan.splits = static_cast<int>(splits);
+  const auto rows = static_cast<size_t>(tokens * heads * splits);
+  plan.workspace_bytes = rows * (kD * sizeof(float) + sizeof(float2));
+  return plan;
+}
+
+void sparse_attn_mma(const SparseAttnRowsParams& p, const SparseAttnMmaPlan& plan, void* workspace,
+                     cudaStream_t stream) {
+  if (p.tokens <= 0 || p.heads <= 0) return;
+  static const bool configured = [] {
+    DSV4_CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(sizeof(Smem))));
+    return true;
+  }();
+  (void)configured;
+  SplitWorkspace ws;
+  if (plan.splits > 1) {
+    ws.out = static_cast<float*>(workspace);
+    ws.max_sum = reinterpret_cast<float2*>(ws.out + p.tokens * p.heads * plan.splits * kD);
+  }
+  const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>((p.heads + kHeads - 1) / kHeads),
+                  static_cast<unsigned>(plan.splits));
+  sparse_attn_mma_kernel<<<grid, kThreads, sizeof(Smem), stream>>>(p, plan.splits, ws);
+  DSV4_CUDA_CHECK(cudaGetLastError());
+  if (plan.splits > 1) {
+    sparse_attn_mma_combine<<<dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(p.heads)), kCombineThreads, 0,
+                              stream>>>(p, plan.splits, ws);
+    DSV4_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+}  // namespace dsv4::kernels
