@@ -2,6 +2,8 @@
 // dummy weights, for a long prefill and for decode steps of several batch sizes at a given
 // context, and prints each time beside its floor: the bytes a decode step must move at the
 // measured copy rate, or the FLOPs of a prefill at the measured GEMM rates (ENV.md).
+// `dsv4 bench step`: the whole model (every layer and the head) the same way, a prefill of the
+// context and then whole decode steps, with layers of one kind sharing their weights.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -9,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,6 +31,7 @@ namespace {
 
 // The H200's measured ceilings (../shared/design/ENV.md, "Measured GPU ceilings").
 constexpr double kCopyBytesPerSecond = 4.28e12;
+constexpr double kReadBytesPerSecond = 4.43e12;  // read-only streaming: what a decode step does
 constexpr double kFp8GemmFlops = 1314e12;  // cuBLASLt, DeepSeek block scales, 8192^3
 constexpr double kBf16GemmFlops = 792e12;  // cuBLASLt, 8192^3
 // Bytes per cache entry of the FP8 layouts (MODEL.md §8): attention kv, indexer key.
@@ -44,6 +48,7 @@ struct BenchOptions {
   std::string json_file;
   int threads = 0;
   bool profile = false;
+  int64_t prefill_chunk = 8192;  // bench step: tokens per forward of the prefill
   GpuOptions gpu;
 };
 
@@ -320,6 +325,154 @@ void run_bench_layers(const BenchOptions& o) {
   }
 }
 
+// Bytes a decode step of `batch` tokens at position `pos` must move: every layer's weights (the
+// routed experts the batch is expected to touch), the cache entries each token reads, the head.
+double step_bytes(const Model& model, const std::vector<LayerCost>& costs, int64_t batch, int64_t pos) {
+  const ModelConfig& cfg = model.config();
+  double bytes = weight_bytes(model.weights().head) + weight_bytes(model.weights().norm);
+  for (int64_t l = 0; l < cfg.num_layers(); ++l) {
+    const LayerCost& c = costs[static_cast<size_t>(l)];
+    const Visible v = visible_at(cfg, cfg.compress_ratio(l), pos);
+    bytes += c.fixed_bytes + distinct_experts(cfg, batch) * c.expert_bytes +
+             static_cast<double>(batch) * (kKvEntryBytes * v.keys + kIndexKeyBytes * v.indexed);
+  }
+  return bytes;
+}
+
+void run_bench_step(const BenchOptions& o) {
+  const std::unique_ptr<Ops> backend = make_backend(o.device, o.threads, o.gpu);
+  ProfilingOps profiler(*backend);
+  Ops* const ops = o.profile ? static_cast<Ops*>(&profiler) : backend.get();
+  ModelParams params = model_config_of(o.source.model).params();
+  params.num_nextn_predict_layers = 0;  // a plain decode step runs no MTP
+  params.compress_ratios.resize(static_cast<size_t>(params.num_hidden_layers));
+  const ModelConfig cfg(params, model_config_of(o.source.model).source());
+  std::fprintf(stderr, "bench: making dummy weights of %s (layers of one kind share them) on %s...\n",
+               cfg.source().c_str(), std::string(ops->name()).c_str());
+  const auto start = Clock::now();
+  const Model model = Model::dummy(*ops, cfg, o.source.dummy_seed, true);
+  std::fprintf(stderr, "bench: weights made in %.1f s\n", seconds_since(start));
+  std::vector<LayerCost> costs;
+  for (int64_t l = 0; l < cfg.num_layers(); ++l) costs.push_back(layer_cost(cfg, model.weights().layers.at(static_cast<size_t>(l))));
+
+  const std::string multi_stream(multi_stream_mode_name(o.gpu.multi_stream.mode));
+  const std::string fp8_gemm(fp8_gemm_choice_name(o.gpu.fp8_gemm));
+  nlohmann::json report = {{"model", cfg.source()}, {"backend", std::string(ops->name())}, {"context", o.context},
+                           {"layers", cfg.num_layers()}, {"multi_stream", multi_stream}, {"fp8_gemm", fp8_gemm},
+                           {"cuda_graphs", false}};
+  std::printf("%s, %lld layers + head, %s backend, multi-stream %s, fp8-gemm %s, eager launches; floors are the H200's (ENV.md)\n",
+              cfg.source().c_str(), static_cast<long long>(cfg.num_layers()), std::string(ops->name()).c_str(),
+              multi_stream.c_str(), fp8_gemm.c_str());
+  std::printf("%-16s %12s %9s %12s %12s %8s\n", "run", "median ms", "range %", "tokens/s", "floor ms", "x floor");
+  const auto row = [&](const std::string& run, const Timing& t, double tokens, double floor_seconds, nlohmann::json extra,
+                       double calls_per_run) {
+    std::printf("%-16s %12.3f %9.1f %12.1f %12.3f %8.1f\n", run.c_str(), t.median * 1e3, 100.0 * (t.max - t.min) / t.median,
+                tokens / t.median, floor_seconds * 1e3, t.median / floor_seconds);
+    extra["run"] = run;
+    extra["ms"] = t.median * 1e3;
+    extra["ms_min"] = t.min * 1e3;
+    extra["ms_max"] = t.max * 1e3;
+    extra["tokens_per_s"] = tokens / t.median;
+    extra["floor_ms"] = floor_seconds * 1e3;
+    if (o.profile) {
+      for (const ProfilingOps::Entry& e : profiler.entries()) {
+        const double ms = e.seconds * 1e3 / calls_per_run;
+        if (ms < 0.01 * t.median * 1e3) break;
+        std::printf("         %-34s %9.3f ms  %6.1f calls\n", e.op.c_str(), ms, static_cast<double>(e.calls) / calls_per_run);
+        extra["profile"][e.op] = ms;
+      }
+      profiler.reset();
+    }
+    report["rows"].push_back(extra);
+    std::fflush(stdout);
+  };
+
+  // Prefill: one sequence of `context` tokens in chunks of --prefill-chunk, timed once (it fills
+  // the caches the decode steps start from), beside the FLOPs of its linears and attention.
+  const int64_t fill = o.context;
+  const int64_t steps = o.iters * o.repeats + 1;  // each decode step advances the sequences
+  SequenceCache base = model.new_sequence(*ops, fill + steps, false);
+  {
+    std::fprintf(stderr, "bench: prefill of %lld tokens...\n", static_cast<long long>(fill));
+    std::vector<int32_t> ids(static_cast<size_t>(fill));
+    for (int64_t i = 0; i < fill; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 13) % cfg->vocab_size);
+    profiler.reset();
+    const auto prefill_start = Clock::now();
+    DeviceTensor last;
+    for (int64_t begin = 0; begin < fill; begin += o.prefill_chunk) {
+      ForwardBatch batch;
+      batch.options.logits = LogitsFor::kNone;
+      const int64_t n = std::min(o.prefill_chunk, fill - begin);
+      batch.add(base, std::span<const int32_t>(ids).subspan(static_cast<size_t>(begin), static_cast<size_t>(n)));
+      last = model.forward(*ops, batch).final_hidden;
+    }
+    wait_for(*ops, last);
+    const double seconds = seconds_since(prefill_start);
+    double linear = 0, attn = 0;
+    for (int64_t l = 0; l < cfg.num_layers(); ++l) {
+      linear += costs[static_cast<size_t>(l)].linear_flops_per_token * static_cast<double>(fill);
+      for (int64_t p = 0; p < fill; ++p) attn += attention_flops(cfg, visible_at(cfg, cfg.compress_ratio(l), p));
+    }
+    row("prefill " + std::to_string(fill), {seconds, seconds, seconds}, static_cast<double>(fill),
+        linear / kFp8GemmFlops + attn / kBf16GemmFlops,
+        {{"tokens", fill}, {"chunk", o.prefill_chunk}, {"linear_tflop", linear / 1e12}, {"attention_tflop", attn / 1e12}}, 1.0);
+  }
+
+  // Decode: `batch` copies of the prefilled sequence, one token each per step, logits of every
+  // sequence; each step advances them, so step i is at position context + i.
+  for (int64_t batch_size : o.batches) {
+    std::fprintf(stderr, "bench: decode, batch %lld at context %lld...\n", static_cast<long long>(batch_size),
+                 static_cast<long long>(fill));
+    std::vector<SequenceCache> seqs;
+    for (int64_t s = 0; s < batch_size; ++s) seqs.push_back(clone_sequence(model, *ops, base));
+    const auto step = [&] {
+      ForwardBatch batch;
+      batch.options.logits = LogitsFor::kLastTokenOfSequence;
+      for (int64_t s = 0; s < batch_size; ++s) {
+        const int32_t id = static_cast<int32_t>((s * 104729 + seqs[static_cast<size_t>(s)].length()) % cfg->vocab_size);
+        batch.add(seqs[static_cast<size_t>(s)], std::span<const int32_t>(&id, 1));
+      }
+      return model.forward(*ops, batch).logits;
+    };
+    wait_for(*ops, step());
+    profiler.reset();
+    const Timing t = repeat(o.repeats, [&] {
+      const auto begin = Clock::now();
+      DeviceTensor logits;
+      for (int64_t i = 0; i < o.iters; ++i) logits = step();
+      wait_for(*ops, logits);
+      return seconds_since(begin) / static_cast<double>(o.iters);
+    });
+    const double bytes = step_bytes(model, costs, batch_size, fill);
+    row("decode b=" + std::to_string(batch_size), t, static_cast<double>(batch_size), bytes / kReadBytesPerSecond,
+        {{"batch", batch_size}, {"gb_per_step", bytes / 1e9}}, static_cast<double>(o.iters * o.repeats));
+  }
+  if (!o.json_file.empty()) {
+    std::ofstream out(o.json_file);
+    out << report.dump(1) << "\n";
+    if (!out) throw IoError(o.json_file + ": cannot write the report");
+  }
+}
+
+// The options bench layers and bench step share.
+void add_common_bench_options(CLI::App* cmd, BenchOptions& o) {
+  cmd->add_option("--model", o.source.model, "Preset name or model folder (only config.json is read)")
+      ->default_str("flash");
+  cmd->add_option("--dummy-seed", o.source.dummy_seed, "Seed of the dummy weights")->default_str("0");
+  add_device_option(cmd, o.device);
+  add_gpu_options(cmd, o.gpu);
+  cmd->add_option("--context", o.context,
+                  "Tokens of the timed prefill, which fills the caches; each decode step is the token after them")
+      ->check(CLI::PositiveNumber)
+      ->default_str("8192");
+  cmd->add_option("--batch", o.batches, "Decode batch sizes")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber)
+      ->default_str("1,16,64");
+  cmd->add_option("--json", o.json_file, "Also write the rows to this JSON file");
+  cmd->add_option("--threads", o.threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
@@ -331,19 +484,7 @@ void add_bench_command(CLI::App& app) {
       "Time one layer of each kind (swa, csa, hca) with dummy weights: a prefill of the context, then decode steps "
       "per batch size after it, each beside its floor (bytes / 4.28 TB/s for decode; FLOPs / the measured FP8 and bf16 GEMM rates "
       "for prefill)");
-  cmd->add_option("--model", opts->source.model, "Preset name or model folder (only config.json is read)")
-      ->default_str("flash");
-  cmd->add_option("--dummy-seed", opts->source.dummy_seed, "Seed of the dummy weights")->default_str("0");
-  add_device_option(cmd, opts->device);
-  add_gpu_options(cmd, opts->gpu);
-  cmd->add_option("--context", opts->context,
-                  "Tokens of the timed prefill, which fills the caches; each decode step is the token after them")
-      ->check(CLI::PositiveNumber)
-      ->default_str("8192");
-  cmd->add_option("--batch", opts->batches, "Decode batch sizes")
-      ->delimiter(',')
-      ->check(CLI::PositiveNumber)
-      ->default_str("1,16,64");
+  add_common_bench_options(cmd, *opts);
   cmd->add_option("--iters", opts->iters, "Decode steps averaged in one timing")
       ->check(CLI::PositiveNumber)
       ->default_str("20");
@@ -352,11 +493,31 @@ void add_bench_command(CLI::App& app) {
                   "range, since runs on a GPU with side streams vary by up to a quarter")
       ->check(CLI::PositiveNumber)
       ->default_str("3");
-  cmd->add_option("--json", opts->json_file, "Also write the rows to this JSON file");
-  cmd->add_option("--threads", opts->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_flag("--profile", opts->profile,
                 "Under each row, the time of each op (ops waited for one by one, so the rows' times grow)");
   cmd->callback([opts] { run_bench_layers(*opts); });
+
+  auto step = std::make_shared<BenchOptions>();
+  step->iters = 10;
+  CLI::App* step_cmd = bench->add_subcommand(
+      "step",
+      "Time the whole model (every layer and the head, no MTP) with dummy weights, layers of one kind sharing one set "
+      "(each still far larger than L2): a chunked prefill of the context, then whole decode steps per batch size, each "
+      "beside its floor (bytes / 4.43 TB/s for decode; FLOPs / the measured FP8 and bf16 GEMM rates for prefill). "
+      "Launches are eager (no CUDA graphs yet)");
+  add_common_bench_options(step_cmd, *step);
+  step_cmd->add_option("--iters", step->iters, "Decode steps averaged in one timing")
+      ->check(CLI::PositiveNumber)
+      ->default_str("10");
+  step_cmd->add_option("--repeats", step->repeats, "Timings per decode row (the table shows their median and range)")
+      ->check(CLI::PositiveNumber)
+      ->default_str("3");
+  step_cmd->add_option("--prefill-chunk", step->prefill_chunk, "Tokens per forward of the prefill")
+      ->check(CLI::PositiveNumber)
+      ->default_str("8192");
+  step_cmd->add_flag("--profile", step->profile,
+                     "Under each row, the time of each op (ops waited for one by one, so the rows' times grow)");
+  step_cmd->callback([step] { run_bench_step(*step); });
 }
 
 }  // namespace dsv4::tools

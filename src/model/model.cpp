@@ -30,8 +30,8 @@ Model Model::load(Ops& ops, const std::filesystem::path& dir) {
   return Model(ops, std::move(cfg), std::move(weights));
 }
 
-Model Model::dummy(Ops& ops, ModelConfig cfg, uint64_t seed) {
-  ModelWeights weights = dummy_model_weights(ops, cfg, seed);
+Model Model::dummy(Ops& ops, ModelConfig cfg, uint64_t seed, bool share_layers) {
+  ModelWeights weights = dummy_model_weights(ops, cfg, seed, share_layers);
   return Model(ops, std::move(cfg), std::move(weights));
 }
 

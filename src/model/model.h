@@ -31,8 +31,9 @@ class Model {
 
   // config.json plus the safetensors checkpoint of a model folder.
   static Model load(Ops& ops, const std::filesystem::path& dir);
-  // Random weights of cfg's full geometry, made by the backend (dummy_model_weights).
-  static Model dummy(Ops& ops, ModelConfig cfg, uint64_t seed);
+  // Random weights of cfg's full geometry, made by the backend (dummy_model_weights; with
+  // share_layers, layers of one kind share their weights: benchmarks only).
+  static Model dummy(Ops& ops, ModelConfig cfg, uint64_t seed, bool share_layers = false);
 
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return weights_; }

@@ -147,8 +147,15 @@ ModelWeights load_model_weights(Ops& ops, const ModelConfig& cfg, const Checkpoi
 // Linears and the embedding (the bulk of the bytes) are made by the backend where they live, with
 // the spread synthetic_weights.h gives them; the small tensors whose values shape the network
 // (norms, mHC mixes, sinks, routing tables) are synthesised on the host as make-model would.
-ModelWeights dummy_model_weights(Ops& ops, const ModelConfig& cfg, uint64_t seed) {
-  const WeightReader r(cfg, "dummy weights", [&](const ExpectedTensor& e, const ExpectedTensor*) {
+ModelWeights dummy_model_weights(Ops& ops, const ModelConfig& cfg, uint64_t seed, bool share_layers) {
+  // The main layer whose weights layer l takes: itself, or with share_layers the first of its kind.
+  const auto source_layer = [&](int64_t l) {
+    if (!share_layers) return l;
+    for (int64_t s = 0; s < l; ++s)
+      if (cfg.layer_kind(s) == cfg.layer_kind(l) && cfg.is_hash_layer(s) == cfg.is_hash_layer(l)) return s;
+    return l;
+  };
+  const auto make = [&](const ExpectedTensor& e) {
     const TensorSpec& spec = e.spec;
     const std::optional<float> linear_std = linear_weight_std(e);
     if (!linear_std) {
@@ -164,6 +171,17 @@ ModelWeights dummy_model_weights(Ops& ops, const ModelConfig& cfg, uint64_t seed
     p.key = counter_key(seed, spec.name);
     p.std = *linear_std;
     return ops.dummy_weight(p);
+  };
+  std::map<std::string, Weight> made;  // with share_layers: the main layers' weights by name
+  const WeightReader r(cfg, "dummy weights", [&](const ExpectedTensor& e, const ExpectedTensor*) {
+    for (int64_t l = 0; share_layers && l < cfg.num_layers(); ++l) {
+      const std::string prefix = layer_prefix(cfg, l);
+      if (e.spec.name.rfind(prefix, 0) != 0) continue;
+      const std::string source = layer_prefix(cfg, source_layer(l)) + e.spec.name.substr(prefix.size());
+      if (const auto it = made.find(source); it != made.end()) return it->second;
+      return made.emplace(e.spec.name, make(e)).first->second;
+    }
+    return make(e);
   });
   return read_model(r, cfg);
 }

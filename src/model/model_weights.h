@@ -75,6 +75,9 @@ ModelWeights load_model_weights(Ops& ops, const ModelConfig& cfg, const Checkpoi
 // Random weights of the configuration's full geometry without a checkpoint (`--load-format
 // dummy`, for speed and memory runs): linears and the embedding from Ops::dummy_weight, made where
 // the backend keeps them; the small shaping tensors as synthesize_tensor(cfg, e, seed) makes them.
-ModelWeights dummy_model_weights(Ops& ops, const ModelConfig& cfg, uint64_t seed);
+// With `share_layers`, each main layer takes the weights of the first main layer of its kind and
+// routing (benchmark only: a whole model's step on one GPU whose memory cannot hold every layer;
+// each layer still streams weights far larger than L2, so a step moves the bytes it would).
+ModelWeights dummy_model_weights(Ops& ops, const ModelConfig& cfg, uint64_t seed, bool share_layers = false);
 
 }  // namespace dsv4

@@ -120,5 +120,25 @@ TEST_F(DummyWeightTest, AModelOfDummyWeightsRunsAndIsReproducible) {
   EXPECT_NE(last_logits(c, ops), la);
 }
 
+// bench step's shared layers: a main layer takes the storage of the first main layer of its kind
+// and routing (tiny: swa, csa, hca, csa, the swa layer hash-routed, then the MTP layer), nothing
+// else is shared, and the model runs.
+TEST_F(DummyWeightTest, SharedLayersShareStorageWithinAKindOnly) {
+  const ModelConfig cfg = small_tiny();
+  ASSERT_EQ(cfg.num_layers(), 4);
+  const Model m = Model::dummy(ops, cfg, 1, true);
+  const auto& L = m.weights().layers;
+  const auto same = [](const Weight& a, const Weight& b) { return a.data.view().bytes() == b.data.view().bytes(); };
+  EXPECT_TRUE(same(L[1].attn.wq_a, L[3].attn.wq_a));  // both csa, score-routed
+  EXPECT_TRUE(same(L[1].ffn.experts.at(0).w1, L[3].ffn.experts.at(0).w1));
+  EXPECT_FALSE(same(L[1].attn.wq_a, L[2].attn.wq_a));  // csa and hca
+  EXPECT_FALSE(same(L[0].attn.wq_a, L[1].attn.wq_a));
+  EXPECT_FALSE(same(L[1].attn.wq_a, L[1].attn.wkv));
+  EXPECT_FALSE(same(m.weights().mtp.at(0).block.attn.wq_a, L[0].attn.wq_a));
+  const Model unshared = Model::dummy(ops, cfg, 1);
+  EXPECT_FALSE(same(unshared.weights().layers[1].attn.wq_a, unshared.weights().layers[3].attn.wq_a));
+  for (float v : last_logits(m, ops)) ASSERT_TRUE(std::isfinite(v));
+}
+
 }  // namespace
 }  // namespace dsv4
