@@ -1,5 +1,6 @@
 // CudaOps mHC (MODEL.md §2.4-2.6): the stream-mix projections per token, then the pre mix with
-// Sinkhorn, the post mix and the head's stream weighting, all in fp32 like CpuOps.
+// Sinkhorn, the post mix and the head's stream weighting, all in fp32 like CpuOps (the
+// projections in fixed chunks, kernels::hc_mix_partials).
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/op_checks.h"
 #include "backend/cuda/stream_buffer.h"
@@ -7,6 +8,22 @@
 #include "ops/param_checks.h"
 
 namespace dsv4::cuda {
+
+namespace {
+
+// The chunked projections of the streams x [T, n, D] onto fn's `mix` rows (kernels::hc_mix_partials),
+// in scratch that lives until the finishing kernel has read it.
+StreamBuffer mix_partials(const char* op, ConstTensorView x, kernels::FloatPtr fn, int64_t mix, cudaStream_t stream) {
+  if (mix > kernels::kHcMaxMix)
+    throw UsageError(std::string(op) + ": " + std::to_string(mix) + " mixes (hc_mult " + std::to_string(x.dim(1)) +
+                     ") exceed the kernel's " + std::to_string(kernels::kHcMaxMix));
+  const int64_t T = x.dim(0), width = x.dim(1) * x.dim(2);
+  StreamBuffer partials(static_cast<size_t>(T * kernels::kHcChunks * (mix + 1)) * sizeof(float), stream);
+  kernels::hc_mix_partials({float_ptr(x), fn, partials.get<float>(), T, width, mix}, stream);
+  return partials;
+}
+
+}  // namespace
 
 void CudaOps::hc_pre(const HcPreParams& p) {
   check_params(p);
@@ -21,10 +38,9 @@ void CudaOps::hc_pre(const HcPreParams& p) {
   expect_shape("hc_pre", "comb", p.comb, {T, n, n});
   expect_dtype("hc_pre", "comb", p.comb, DType::kF32);
   if (T == 0 || n == 0) return;
-  StreamBuffer mixes(static_cast<size_t>(T * mix) * sizeof(float), stream_);
-  kernels::hc_mixes({float_ptr(p.x), fn, mixes.get<float>(), T, n * D, mix, p.norm_eps}, stream_);
-  kernels::hc_pre_finish({mixes.get<float>(), scale, base, float_ptr(p.x), float_ptr(p.y), p.post.data<float>(),
-                          p.comb.data<float>(), T, n, D, p.sinkhorn_iters, p.hc_eps},
+  const StreamBuffer partials = mix_partials("hc_pre", p.x, fn, mix, stream_);
+  kernels::hc_pre_finish({partials.get<float>(), p.norm_eps, scale, base, float_ptr(p.x), float_ptr(p.y),
+                          p.post.data<float>(), p.comb.data<float>(), T, n, D, p.sinkhorn_iters, p.hc_eps},
                          stream_);
 }
 
@@ -46,9 +62,9 @@ void CudaOps::hc_head(const HcHeadParams& p) {
   expect_shape("hc_head", "y", p.y, {T, D});
   expect_float("hc_head", "y", p.y);
   if (T == 0 || n == 0) return;
-  StreamBuffer mixes(static_cast<size_t>(T * n) * sizeof(float), stream_);
-  kernels::hc_mixes({float_ptr(p.x), fn, mixes.get<float>(), T, n * D, n, p.norm_eps}, stream_);
-  kernels::hc_head_finish({mixes.get<float>(), scale, base, float_ptr(p.x), float_ptr(p.y), T, n, D, p.hc_eps},
+  const StreamBuffer partials = mix_partials("hc_head", p.x, fn, n, stream_);
+  kernels::hc_head_finish({partials.get<float>(), p.norm_eps, scale, base, float_ptr(p.x), float_ptr(p.y), T, n, D,
+                           p.hc_eps},
                           stream_);
 }
 

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <utility>
 
 #include "backend/cuda/cuda_check.h"
 
@@ -15,9 +16,13 @@ class StreamBuffer {
   StreamBuffer(size_t bytes, cudaStream_t stream) : stream_(stream) {
     DSV4_CUDA_CHECK(cudaMallocAsync(&p_, bytes > 0 ? bytes : 1, stream));
   }
-  ~StreamBuffer() { cudaFreeAsync(p_, stream_); }
+  ~StreamBuffer() {
+    if (p_ != nullptr) cudaFreeAsync(p_, stream_);
+  }
   StreamBuffer(const StreamBuffer&) = delete;
   StreamBuffer& operator=(const StreamBuffer&) = delete;
+  StreamBuffer(StreamBuffer&& other) noexcept : p_(std::exchange(other.p_, nullptr)), stream_(other.stream_) {}
+  StreamBuffer& operator=(StreamBuffer&&) = delete;
 
   template <typename T>
   T* get() const { return static_cast<T*>(p_); }

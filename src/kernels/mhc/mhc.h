@@ -1,7 +1,7 @@
 // Launchers for the mHC kernels of CudaOps (MODEL.md §2.4-2.6): the stream-mix projections, the
 // pre mix with its Sinkhorn normalisation, the post mix and the head's stream weighting. fp32
-// math in the CPU backend's operation order; the projections' dot products are block reductions
-// (a fixed order per token, not the CPU's BLAS order).
+// math in the CPU backend's operation order; the projections' dot products are chunked block
+// reductions (a fixed order per token, not the CPU's BLAS order).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,24 +12,31 @@
 
 namespace dsv4::kernels {
 
-// mixes[t, k] = (x[t] . fn[k]) * (1 / sqrt(mean(x[t]^2) + norm_eps)), x[t] the flattened streams.
-// One block per (token, k).
-struct HcMixesParams {
-  FloatPtr x;              // [tokens, width]
-  FloatPtr fn;             // [mix, width]
-  float* mixes = nullptr;  // [tokens, mix]
+// The mixes' projections, in pieces: the flattened streams x[t] (width n * D) are cut into
+// kHcChunks fixed chunks, and partials[t, c, k] = x[t, chunk c] . fn[k, chunk c] for k < mix,
+// partials[t, c, mix] = x[t, chunk c] . x[t, chunk c]. The finishing kernels add the chunks in
+// order: mixes[t, k] = (sum_c partials[t, c, k]) / sqrt(sum_c partials[t, c, mix] / width +
+// norm_eps). A token's sums run in one fixed order whatever the batch. Each block takes 4 tokens
+// and one chunk, so fn is read once per 4 tokens.
+constexpr int kHcChunks = 16;
+constexpr int64_t kHcMaxMix = 24;  // (2 + n) * n for n <= 4
+struct HcMixPartialsParams {
+  FloatPtr x;                 // [tokens, width]
+  FloatPtr fn;                // [mix, width]
+  float* partials = nullptr;  // [tokens, kHcChunks, mix + 1]
   int64_t tokens = 0;
-  int64_t width = 0;       // n * D
-  int64_t mix = 0;
-  float norm_eps = 0;
+  int64_t width = 0;          // n * D
+  int64_t mix = 0;            // <= kHcMaxMix
 };
-void hc_mixes(const HcMixesParams& p, cudaStream_t stream);
+void hc_mix_partials(const HcMixPartialsParams& p, cudaStream_t stream);
 
 // From the mixes: pre[j] = sigmoid(m[j] * scale[0] + base[j]) + hc_eps, post[t, j] =
 // 2 sigmoid(m[n+j] * scale[1] + base[n+j]), comb[t] = Sinkhorn(m[2n..] * scale[2] + base[2n..]);
-// y[t, :] = sum_j pre[j] * x[t, j, :] (j ascending). One block per token.
+// y[t, :] = sum_j pre[j] * x[t, j, :] (j ascending). One block per token; the Sinkhorn's rows and
+// columns each on a thread of their own, every element computed as the CPU's serial loop does.
 struct HcPreFinishParams {
-  const float* mixes = nullptr;  // [tokens, (2+n)*n]
+  const float* partials = nullptr;  // [tokens, kHcChunks, (2+n)*n + 1] from hc_mix_partials
+  float norm_eps = 0;
   FloatPtr scale;                // [3]
   FloatPtr base;                 // [(2+n)*n]
   FloatPtr x;                    // [tokens, n, dim]
@@ -46,7 +53,8 @@ void hc_pre_finish(const HcPreFinishParams& p, cudaStream_t stream);
 
 // g[j] = sigmoid(m[j] * scale[0] + base[j]) + hc_eps; y[t, :] = sum_j g[j] * x[t, j, :].
 struct HcHeadFinishParams {
-  const float* mixes = nullptr;  // [tokens, n]
+  const float* partials = nullptr;  // [tokens, kHcChunks, n + 1] from hc_mix_partials
+  float norm_eps = 0;
   FloatPtr scale;                // [1]
   FloatPtr base;                 // [n]
   FloatPtr x;                    // [tokens, n, dim]
