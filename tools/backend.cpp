@@ -1,4 +1,4 @@
-// The backend factory behind `--device`, `--multi-stream` and `--fp8-gemm`. The CUDA backend exists only in builds configured with
+// The backend factory behind `--device`, `--multi-stream`, `--fp8-gemm` and `--attention`. The CUDA backend exists only in builds configured with
 // CUDA (DSV4_WITH_CUDA); the tools are the one place that may branch on that.
 #include "tools/backend.h"
 
@@ -29,6 +29,14 @@ std::string_view fp8_gemm_choice_name(Fp8GemmChoice choice) {
   return "?";
 }
 
+std::string_view attention_choice_name(AttentionChoice choice) {
+  switch (choice) {
+    case AttentionChoice::kTensorCores: return "tensor-cores";
+    case AttentionChoice::kCpuOrder: return "cpu-order";
+  }
+  return "?";
+}
+
 void add_gpu_options(CLI::App* cmd, GpuOptions& gpu) {
   const MultiStreamPolicy defaults;
   MultiStreamPolicy& policy = gpu.multi_stream;
@@ -55,6 +63,17 @@ void add_gpu_options(CLI::App* cmd, GpuOptions& gpu) {
          "up to 8x faster at prefill sizes, less precise sums) or simple (CUDA cores, slow)")
       ->check(CLI::IsMember({"mma", "cublaslt", "simple"}))
       ->default_str(std::string(fp8_gemm_choice_name(GpuOptions{}.fp8_gemm)));
+  cmd->add_option_function<std::string>(
+         "--attention",
+         [&gpu](const std::string& name) {
+           for (const AttentionChoice c : {AttentionChoice::kTensorCores, AttentionChoice::kCpuOrder})
+             if (attention_choice_name(c) == name) gpu.attention = c;
+         },
+         "--device cuda: sparse attention in the default numerics: tensor-cores (bf16 MMA, fp32 sums; "
+         "the same bits for a token in any batch) or cpu-order (the CPU reference's operation order on "
+         "CUDA cores: the closest to it, 10-50x slower)")
+      ->check(CLI::IsMember({"tensor-cores", "cpu-order"}))
+      ->default_str(std::string(attention_choice_name(GpuOptions{}.attention)));
 }
 
 std::unique_ptr<Ops> make_backend(Device device, int threads, const GpuOptions& gpu) {
@@ -65,6 +84,8 @@ std::unique_ptr<Ops> make_backend(Device device, int threads, const GpuOptions& 
   options.fp8_gemm = gpu.fp8_gemm == Fp8GemmChoice::kCublasLt ? cuda::Fp8Gemm::kCublasLt
                      : gpu.fp8_gemm == Fp8GemmChoice::kSimple ? cuda::Fp8Gemm::kSimple
                                                               : cuda::Fp8Gemm::kFp16Mma;
+  options.sparse_attention = gpu.attention == AttentionChoice::kCpuOrder ? cuda::SparseAttention::kCpuOrder
+                                                                         : cuda::SparseAttention::kTensorCores;
   return std::make_unique<cuda::CudaOps>(options);
 #else
   (void)gpu;

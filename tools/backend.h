@@ -21,17 +21,21 @@ void add_device_option(CLI::App* cmd, Device& device);
 // that builds without CUDA parse the same options).
 enum class Fp8GemmChoice { kMma, kCublasLt, kSimple };
 std::string_view fp8_gemm_choice_name(Fp8GemmChoice choice);
+// Likewise for the default numerics' sparse attention (cuda::SparseAttention).
+enum class AttentionChoice { kTensorCores, kCpuOrder };
+std::string_view attention_choice_name(AttentionChoice choice);
 
 // The CUDA backend's options (the CPU backend ignores them: it runs fork/joins in order and has
 // one GEMM).
 struct GpuOptions {
   MultiStreamPolicy multi_stream;
   Fp8GemmChoice fp8_gemm = Fp8GemmChoice::kMma;
+  AttentionChoice attention = AttentionChoice::kTensorCores;
 };
 
 // Adds `--multi-stream off|on|auto` (default auto: whether the CUDA backend overlaps the attention
-// layer's independent input chains on side streams) and `--fp8-gemm mma|cublaslt|simple` (default
-// mma) to `cmd`.
+// layer's independent input chains on side streams), `--fp8-gemm mma|cublaslt|simple` (default
+// mma) and `--attention tensor-cores|cpu-order` (default tensor-cores) to `cmd`.
 void add_gpu_options(CLI::App* cmd, GpuOptions& gpu);
 
 // The backend for `device`; `threads` is the CPU backend's thread count (0: all cores).

@@ -236,7 +236,8 @@ void run_bench_layers(const BenchOptions& o) {
   const std::string multi_stream(multi_stream_mode_name(o.gpu.multi_stream.mode));
   const std::string fp8_gemm(fp8_gemm_choice_name(o.gpu.fp8_gemm));
   nlohmann::json report = {{"model", full.source()}, {"backend", std::string(ops->name())}, {"context", o.context},
-                           {"multi_stream", multi_stream}, {"fp8_gemm", fp8_gemm}};
+                           {"multi_stream", multi_stream}, {"fp8_gemm", fp8_gemm},
+                           {"attention", std::string(attention_choice_name(o.gpu.attention))}};
   std::printf("%s, %s backend, multi-stream %s, fp8-gemm %s; floors are the H200's (ENV.md)\n", cfg.source().c_str(),
               std::string(ops->name()).c_str(), multi_stream.c_str(), fp8_gemm.c_str());
   std::printf("%-6s %-22s %12s %9s %12s %8s\n", "layer", "run", "median ms", "range %", "floor ms", "x floor");
@@ -359,6 +360,7 @@ void run_bench_step(const BenchOptions& o) {
   const std::string fp8_gemm(fp8_gemm_choice_name(o.gpu.fp8_gemm));
   nlohmann::json report = {{"model", cfg.source()}, {"backend", std::string(ops->name())}, {"context", o.context},
                            {"layers", cfg.num_layers()}, {"multi_stream", multi_stream}, {"fp8_gemm", fp8_gemm},
+                           {"attention", std::string(attention_choice_name(o.gpu.attention))},
                            {"cuda_graphs", false}};
   std::printf("%s, %lld layers + head, %s backend, multi-stream %s, fp8-gemm %s, eager launches; floors are the H200's (ENV.md)\n",
               cfg.source().c_str(), static_cast<long long>(cfg.num_layers()), std::string(ops->name()).c_str(),

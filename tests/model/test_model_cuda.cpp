@@ -15,7 +15,10 @@
 //   asks for < 1% and <= 1e-2; both are missed by near-ties, see docs/PERF.md. Whole model: median cosine
 //   >= 0.998 and argmax agreement >= 80% (kSimple measured 0.99878 / 83%), the level MODEL.md §15
 //   reports for DeepSeek's own code split two ways. The issue asks for 0.999 / 95% here; that is
-//   not met, see docs/PERF.md.
+//   not met, see docs/PERF.md. Since sparse attention runs on bf16 tensor cores by default (another
+//   fp32 order of its sums), the default measured 0.99857 / 80.3% (before: 0.99877 / 83%), the
+//   level of the CPU reference against the PyTorch one (0.99855 / 80.7%), hence 0.9984 / 78%;
+//   kSimple with the CPU-order attention (SparseAttention::kCpuOrder) keeps the closest level.
 // - cuBLASLt's FP8 tensor cores (Hopper's FP8 MMA accumulates with less than fp32 precision):
 //   sanity bounds only (measured: median cosine 0.997, argmax agreement 71%).
 #include <gtest/gtest.h>
@@ -67,7 +70,9 @@ class TinyOnCuda : public ::testing::Test {
     if (!cuda::device_available()) return;
     cpu_ = std::make_unique<cpu::CpuOps>(2);
     gpu_ = std::make_unique<cuda::CudaOps>();
-    simple_ = std::make_unique<cuda::CudaOps>(cuda::CudaOptions{.fp8_gemm = cuda::Fp8Gemm::kSimple, .multi_stream = {}});
+    simple_ = std::make_unique<cuda::CudaOps>(cuda::CudaOptions{.fp8_gemm = cuda::Fp8Gemm::kSimple,
+                                                                .sparse_attention = cuda::SparseAttention::kCpuOrder,
+                                                                .multi_stream = {}});
     tc_ = std::make_unique<cuda::CudaOps>(cuda::CudaOptions{.fp8_gemm = cuda::Fp8Gemm::kCublasLt, .multi_stream = {}});
     cpu_model_ = std::make_unique<Model>(Model::load(*cpu_, tiny_model_dir()));
     gpu_model_ = std::make_unique<Model>(Model::load(*gpu_, tiny_model_dir()));
@@ -134,12 +139,12 @@ std::vector<int32_t> TinyOnCuda::ids_;
 
 TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumerics) {
   compare_logits(prefill_logits(*gpu_model_, *gpu_, false), prefill_logits(*cpu_model_, *cpu_, false), "default",
-                 0.998, 0.80);
+                 0.9984, 0.78);
 }
 
 TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumericsOnCudaCores) {
   compare_logits(prefill_logits(*simple_model_, *simple_, false), prefill_logits(*cpu_model_, *cpu_, false),
-                 "default, FP8 linears on CUDA cores", 0.998, 0.80);
+                 "default, FP8 linears and attention in the CPU's order on CUDA cores", 0.9986, 0.78);
 }
 
 TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumericsOnCublasLt) {

@@ -165,7 +165,8 @@ void CudaOps::sparse_attention(const SparseAttentionParams& p) {
   const auto mma_ready = [](ConstTensorView v) {
     return v.dtype() == DType::kBF16 && reinterpret_cast<uintptr_t>(v.bytes()) % 16 == 0;
   };
-  bool use_mma = d == kernels::kSparseAttnMmaHeadDim && mma_ready(p.q) && mma_ready(p.kv) && mma_ready(p.out);
+  bool use_mma = options_.sparse_attention == SparseAttention::kTensorCores && d == kernels::kSparseAttnMmaHeadDim &&
+                 mma_ready(p.q) && mma_ready(p.kv) && mma_ready(p.out);
   for (const AttentionSeq& s : p.seqs) {
     const SeqSlice& sl = s.slice;
     if (sl.num_tokens == 0) continue;

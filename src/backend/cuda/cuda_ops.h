@@ -28,8 +28,20 @@ enum class Fp8Gemm {
   kSimple,
 };
 
+// How the default numerics' sparse attention (bf16 rows) is computed; exact math (f32) always takes
+// the CPU's operation order.
+enum class SparseAttention {
+  // kernels::sparse_attn_mma: bf16 tensor cores, fp32 sums in the MMA's order, the same bits for a
+  // token in any batch (the default: 40-50x faster than the CPU order at prefill, docs/PERF.md).
+  kTensorCores,
+  // kernels::sparse_attn_rows: the CPU's operation order on CUDA cores (only expf's last bit can
+  // differ), the closest to the CPU reference.
+  kCpuOrder,
+};
+
 struct CudaOptions {
   Fp8Gemm fp8_gemm = Fp8Gemm::kFp16Mma;
+  SparseAttention sparse_attention = SparseAttention::kTensorCores;
   // Whether fork/joins (the attention layer's input chains) run their side tasks on side streams
   // (ForkJoin) or in order on the current stream (MultiStreamPolicy says why auto is the default);
   // the numbers are the same either way.

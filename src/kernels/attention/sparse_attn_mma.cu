@@ -7,8 +7,11 @@
 //     through shared memory (named barrier of 64 threads), writes its probabilities as bf16
 //     hi/lo pairs, and then multiplies all 64 entries' probabilities into output dims
 //     256h .. 256h+255 (32 accumulator tiles of 16x8 per warp);
-//   - with splits, each CTA stores its unnormalised output with its row max and sum, and
-//     sparse_attn_mma_combine merges them with the sink.
+//   - a token's entries are cut into splits of kTilesPerSplit tiles, a CTA each; a token with
+//     several splits has each CTA store its unnormalised output with its row max and sum, and
+//     sparse_attn_mma_combine merges them with the sink. The cut depends only on the token's own
+//     entry count, never on the batch, so a token gets the same bits alone, in any batch, in a
+//     prefill chunk or at decode (chunked prefill equals one-shot prefill).
 // Fragment layouts (PTX ISA, mma.m16n8k16 .bf16, g = lane/4, t = lane%4): A regs a0..a3 hold
 // (row g, cols 2t,2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..); B regs b0, b1 hold
 // (k 2t,2t+1, col g), (k 2t+8,2t+9, col g); C holds (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
@@ -34,11 +37,15 @@ constexpr int kRow = kD + 8;        // q / kv row stride in shared memory (bf16)
                                     // 8 rows one ldmatrix reads start 16 bytes apart (no conflicts)
 constexpr int kPRow = kTile + 8;    // probability row stride (bf16): 144 bytes, same reason
 constexpr int kChunksPerRow = kD / 8;  // 16-byte chunks of a 512-d bf16 row
+constexpr int64_t kTilesPerSplit = 2;  // a split: 128 entries (CSA decode: 5 CTAs per token)
+// Scratch for the splits' partial outputs is bounded by launching the batch in groups of tokens.
+constexpr size_t kWorkspaceCap = size_t{512} << 20;
 
 struct Smem {
   uint16_t q[kHeads * kRow];
   uint16_t kv[2][kTile * kRow];
-  uint16_t p_hi[kHeads * kPRow];
+  uint16_t p_hi[kHeads * kPRow];   // probabilities p = hi + mid + lo, each bf16: the 24 bits of
+  uint16_t p_mid[kHeads * kPRow];  // p's fp32 significand, so p enters the value product exactly
   uint16_t p_lo[kHeads * kPRow];
   float max_part[2][kHeads];  // per half: the tile's row maxima
   float sum_part[2][kHeads];  // per half: the final row sums
@@ -88,29 +95,37 @@ __device__ __forceinline__ uint32_t pack_bf16(uint16_t lo, uint16_t hi) {
   return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
 }
 
-// Partial results of one split: out[(token * heads + head) * splits + split] rows of 512 floats,
-// and (max, sum) pairs at the same index.
+// Partial results of the splits of the launch's tokens token0, token0 + 1, ...: rows of 512
+// floats at out[((token - token0) * heads + head) * max_splits + split], and (max, sum) pairs at
+// the same index.
 struct SplitWorkspace {
   float* out = nullptr;
   float2* max_sum = nullptr;
+  int64_t token0 = 0;
+  int max_splits = 1;
 };
 
+__device__ __forceinline__ int64_t split_count(int64_t entries) {
+  return ((entries + kTile - 1) / kTile + kTilesPerSplit - 1) / kTilesPerSplit;
+}
+
 __global__ void __launch_bounds__(kThreads, 1)
-    sparse_attn_mma_kernel(SparseAttnRowsParams p, int splits, SplitWorkspace ws) {
+    sparse_attn_mma_kernel(SparseAttnRowsParams p, SplitWorkspace ws) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int pair = warp / 2, half = warp % 2;
   const int g = lane / 4, t = lane % 4;
-  const int64_t i = blockIdx.x;  // the batch token
+  const int64_t i = ws.token0 + blockIdx.x;  // the batch token
   const int64_t head0 = static_cast<int64_t>(blockIdx.y) * kHeads;
   const SparseAttnSeq seq = p.seqs[p.seq_of_token[i]];
   const int64_t pos = seq.start_pos + (i - seq.token_begin);
   const int64_t entries = entry_count(p, pos);
+  const int64_t splits = split_count(entries);
+  if (blockIdx.z >= splits) return;  // the whole CTA: this token has fewer splits than the batch's most
   const int64_t tiles = (entries + kTile - 1) / kTile;
-  const int64_t tiles_per_split = (tiles + splits - 1) / splits;
-  const int64_t tile_begin = blockIdx.z * tiles_per_split;
-  const int64_t tile_end = tile_begin + tiles_per_split < tiles ? tile_begin + tiles_per_split : tiles;
+  const int64_t tile_begin = blockIdx.z * kTilesPerSplit;
+  const int64_t tile_end = tile_begin + kTilesPerSplit < tiles ? tile_begin + kTilesPerSplit : tiles;
 
   // The 64 heads' queries (zeros past the last head), in the first cp.async group with tile 0.
   const auto* q = static_cast<const uint16_t*>(p.q.data);
@@ -213,17 +228,26 @@ __global__ void __launch_bounds__(kThreads, 1)
       #pragma unroll
       for (int j = 0; j < 4; ++j) row_sum[r] += s[j][2 * r] + s[j][2 * r + 1];
     }
-    // Probabilities as hi + lo bf16 pairs: hi = bf16(p), lo = bf16(p - hi).
+    // Probabilities as three bf16 terms: hi = bf16(p), mid = bf16(p - hi), lo = bf16(p - hi - mid)
+    // (each difference exact in fp32).
     #pragma unroll
     for (int j = 0; j < 4; ++j)
       #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const float p0 = s[j][2 * r], p1 = s[j][2 * r + 1];
-        const uint16_t hi0 = float_to_bf16(p0), hi1 = float_to_bf16(p1);
-        const uint16_t lo0 = float_to_bf16(p0 - bf16_to_float(hi0)), lo1 = float_to_bf16(p1 - bf16_to_float(hi1));
+        uint16_t terms[3][2];
+        #pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          float rest = s[j][2 * r + c];
+          #pragma unroll
+          for (int k = 0; k < 3; ++k) {
+            terms[k][c] = float_to_bf16(rest);
+            rest -= bf16_to_float(terms[k][c]);
+          }
+        }
         const int at = (row0 + 8 * r) * kPRow + half * 32 + j * 8 + 2 * t;
-        *reinterpret_cast<uint32_t*>(sm.p_hi + at) = pack_bf16(hi0, hi1);
-        *reinterpret_cast<uint32_t*>(sm.p_lo + at) = pack_bf16(lo0, lo1);
+        *reinterpret_cast<uint32_t*>(sm.p_hi + at) = pack_bf16(terms[0][0], terms[0][1]);
+        *reinterpret_cast<uint32_t*>(sm.p_mid + at) = pack_bf16(terms[1][0], terms[1][1]);
+        *reinterpret_cast<uint32_t*>(sm.p_lo + at) = pack_bf16(terms[2][0], terms[2][1]);
       }
     pair_barrier(pair);
 
@@ -236,9 +260,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     #pragma unroll 1
     for (int k0 = 0; k0 < kTile; k0 += 16) {
-      uint32_t a_hi[4], a_lo[4];
-      ldmatrix_x4(a_hi, sm.p_hi + (pair * 16 + lane % 16) * kPRow + k0 + (lane / 16) * 8);
-      ldmatrix_x4(a_lo, sm.p_lo + (pair * 16 + lane % 16) * kPRow + k0 + (lane / 16) * 8);
+      uint32_t a_hi[4], a_mid[4], a_lo[4];
+      const int a_at = (pair * 16 + lane % 16) * kPRow + k0 + (lane / 16) * 8;
+      ldmatrix_x4(a_hi, sm.p_hi + a_at);
+      ldmatrix_x4(a_mid, sm.p_mid + a_at);
+      ldmatrix_x4(a_lo, sm.p_lo + a_at);
       #pragma unroll
       for (int nn = 0; nn < 16; ++nn) {
         // Transposed matrices: entries k0+0..7 at dims +0..7 (b0 of n-tile 2nn), k0+8..15 at
@@ -247,10 +273,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int entry = k0 + lane % 8 + ((lane / 8) % 2) * 8;
         const int dim = half * 256 + nn * 16 + (lane / 16) * 8;
         ldmatrix_x4_trans(b, kv + entry * kRow + dim);
-        mma_bf16(o[2 * nn], a_hi, b[0], b[1]);
+        // Smallest term first, so the larger ones are added last.
         mma_bf16(o[2 * nn], a_lo, b[0], b[1]);
-        mma_bf16(o[2 * nn + 1], a_hi, b[2], b[3]);
+        mma_bf16(o[2 * nn], a_mid, b[0], b[1]);
+        mma_bf16(o[2 * nn], a_hi, b[0], b[1]);
         mma_bf16(o[2 * nn + 1], a_lo, b[2], b[3]);
+        mma_bf16(o[2 * nn + 1], a_mid, b[2], b[3]);
+        mma_bf16(o[2 * nn + 1], a_hi, b[2], b[3]);
       }
     }
     __syncthreads();  // this buffer is consumed before the next iteration refills it
@@ -284,7 +313,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         *reinterpret_cast<uint32_t*>(out + dim) = pack_bf16(float_to_bf16(v0), float_to_bf16(v1));
       }
     } else {
-      const int64_t at = row * splits + blockIdx.z;
+      const int64_t at = ((i - ws.token0) * p.heads + head) * ws.max_splits + blockIdx.z;
       float* out = ws.out + at * kD;
       #pragma unroll
       for (int j = 0; j < 32; ++j)
@@ -296,24 +325,29 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 constexpr int kCombineThreads = kD / 4;
 
-// One CTA per (token, head): merges the splits' partial softmaxes and adds the sink.
+// One CTA per (token, head) of the launch: merges a token's splits' partial softmaxes and adds
+// the sink (a token of one split was finished by the main kernel).
 __global__ void __launch_bounds__(kCombineThreads)
-    sparse_attn_mma_combine(SparseAttnRowsParams p, int splits, SplitWorkspace ws) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * p.heads + blockIdx.y;
-  const float2* ms = ws.max_sum + row * splits;
+    sparse_attn_mma_combine(SparseAttnRowsParams p, SplitWorkspace ws) {
+  const int64_t i = ws.token0 + blockIdx.x;
+  const SparseAttnSeq seq = p.seqs[p.seq_of_token[i]];
+  const int64_t splits = split_count(entry_count(p, seq.start_pos + (i - seq.token_begin)));
+  if (splits == 1) return;
+  const int64_t at = (static_cast<int64_t>(blockIdx.x) * p.heads + blockIdx.y) * ws.max_splits;
+  const float2* ms = ws.max_sum + at;
   float m = -INFINITY;
-  for (int z = 0; z < splits; ++z) m = fmaxf(m, ms[z].x);
-  auto* out = static_cast<uint16_t*>(p.out.data) + row * kD + threadIdx.x * 4;
+  for (int64_t z = 0; z < splits; ++z) m = fmaxf(m, ms[z].x);
+  auto* out = static_cast<uint16_t*>(p.out.data) + (i * p.heads + blockIdx.y) * kD + threadIdx.x * 4;
   if (m == -INFINITY) {
     *reinterpret_cast<uint2*>(out) = make_uint2(0, 0);
     return;
   }
   float den = expf(load_float(p.sink, blockIdx.y) - m);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int z = 0; z < splits; ++z) {
-    const float w = expf(ms[z].x - m);  // 0 for an empty split (max -inf)
+  for (int64_t z = 0; z < splits; ++z) {
+    const float w = expf(ms[z].x - m);  // 0 for a split without valid entries (max -inf)
     den += ms[z].y * w;
-    const float4 v = *reinterpret_cast<const float4*>(ws.out + (row * splits + z) * kD + threadIdx.x * 4);
+    const float4 v = *reinterpret_cast<const float4*>(ws.out + (at + z) * kD + threadIdx.x * 4);
     acc[0] += v.x * w;
     acc[1] += v.y * w;
     acc[2] += v.z * w;
@@ -323,29 +357,17 @@ __global__ void __launch_bounds__(kCombineThreads)
                                               pack_bf16(float_to_bf16(acc[2] / den), float_to_bf16(acc[3] / den)));
 }
 
-int sm_count() {
-  static const int count = [] {
-    int device = 0, n = 0;
-    DSV4_CUDA_CHECK(cudaGetDevice(&device));
-    DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    return n;
-  }();
-  return count;
-}
-
 }  // namespace
 
 SparseAttnMmaPlan sparse_attn_mma_plan(int64_t tokens, int64_t heads, int64_t max_entries) {
   SparseAttnMmaPlan plan;
-  const int64_t ctas = tokens * ((heads + kHeads - 1) / kHeads);
   const int64_t tiles = (max_entries + kTile - 1) / kTile;
-  if (ctas <= 0 || ctas >= sm_count() || tiles <= 1) return plan;
-  // Enough splits to give every SM a CTA, at least one tile each.
-  const int64_t splits = std::min<int64_t>((sm_count() + ctas - 1) / ctas, tiles);
-  if (splits <= 1) return plan;
-  plan.splits = static_cast<int>(splits);
-  const auto rows = static_cast<size_t>(tokens * heads * splits);
-  plan.workspace_bytes = rows * (kD * sizeof(float) + sizeof(float2));
+  plan.max_splits = static_cast<int>(std::max<int64_t>(1, (tiles + kTilesPerSplit - 1) / kTilesPerSplit));
+  plan.tokens_per_launch = std::max<int64_t>(tokens, 1);
+  if (plan.max_splits == 1) return plan;
+  const size_t per_token = static_cast<size_t>(heads * plan.max_splits) * (kD * sizeof(float) + sizeof(float2));
+  plan.tokens_per_launch = std::clamp<int64_t>(static_cast<int64_t>(kWorkspaceCap / per_token), 1, plan.tokens_per_launch);
+  plan.workspace_bytes = static_cast<size_t>(plan.tokens_per_launch) * per_token;
   return plan;
 }
 
@@ -359,17 +381,19 @@ void sparse_attn_mma(const SparseAttnRowsParams& p, const SparseAttnMmaPlan& pla
   }();
   (void)configured;
   SplitWorkspace ws;
-  if (plan.splits > 1) {
+  ws.max_splits = plan.max_splits;
+  if (plan.max_splits > 1) {
     ws.out = static_cast<float*>(workspace);
-    ws.max_sum = reinterpret_cast<float2*>(ws.out + p.tokens * p.heads * plan.splits * kD);
+    ws.max_sum = reinterpret_cast<float2*>(ws.out + plan.tokens_per_launch * p.heads * plan.max_splits * kD);
   }
-  const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>((p.heads + kHeads - 1) / kHeads),
-                  static_cast<unsigned>(plan.splits));
-  sparse_attn_mma_kernel<<<grid, kThreads, sizeof(Smem), stream>>>(p, plan.splits, ws);
-  DSV4_CUDA_CHECK(cudaGetLastError());
-  if (plan.splits > 1) {
-    sparse_attn_mma_combine<<<dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(p.heads)), kCombineThreads, 0,
-                              stream>>>(p, plan.splits, ws);
+  const auto head_blocks = static_cast<unsigned>((p.heads + kHeads - 1) / kHeads);
+  for (ws.token0 = 0; ws.token0 < p.tokens; ws.token0 += plan.tokens_per_launch) {
+    const auto tokens = static_cast<unsigned>(std::min(plan.tokens_per_launch, p.tokens - ws.token0));
+    sparse_attn_mma_kernel<<<dim3(tokens, head_blocks, static_cast<unsigned>(plan.max_splits)), kThreads, sizeof(Smem),
+                             stream>>>(p, ws);
+    DSV4_CUDA_CHECK(cudaGetLastError());
+    if (plan.max_splits == 1) continue;
+    sparse_attn_mma_combine<<<dim3(tokens, static_cast<unsigned>(p.heads)), kCombineThreads, 0, stream>>>(p, ws);
     DSV4_CUDA_CHECK(cudaGetLastError());
   }
 }

@@ -2,8 +2,9 @@
 // default numerics: bf16 queries, window rows and compressed entries of head dim 512, bf16
 // output. The same entry lists as sparse_attn_rows (kernels/attention/sparse_attn_entries.cuh),
 // another fp32 summation order: scores are bf16 x bf16 products (exact in fp32) summed by the
-// MMA in fp32; the probabilities enter the value product as a bf16 pair (hi + lo, 16 significant
-// bits) so they lose about as little as fp32 would; the output is rounded to bf16 once.
+// MMA in fp32; the probabilities enter the value product as three bf16 terms (hi + mid + lo: all
+// 24 bits of fp32), so only the order of the fp32 sums differs; the output is rounded to bf16
+// once. A token's numbers do not depend on the batch it is in.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,11 +18,13 @@ namespace dsv4::kernels {
 
 constexpr int64_t kSparseAttnMmaHeadDim = 512;
 
-// How a launch is cut: each token's entry tiles are split over `splits` CTAs when the batch alone
-// would leave the GPU idle (decode), and a second kernel merges the splits' partial softmaxes.
+// How a launch is cut: a token's entry tiles are split over CTAs by a rule of its own entry count
+// alone (so batching never changes its numbers); `max_splits` is the batch's most, and the batch
+// runs in launches of `tokens_per_launch` tokens so the splits' scratch stays bounded.
 struct SparseAttnMmaPlan {
-  int splits = 1;
-  size_t workspace_bytes = 0;  // device scratch the launch needs (0 when splits == 1)
+  int max_splits = 1;
+  int64_t tokens_per_launch = 0;
+  size_t workspace_bytes = 0;  // device scratch the launches need (0 when max_splits == 1)
 };
 
 // max_entries: the most entries any token of the batch has (window + compressed, valid or not).
