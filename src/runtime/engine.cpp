@@ -117,7 +117,9 @@ class Engine::Impl {
       : model_(model), ops_(ops), config_(resolve(config, model)), tokenizer_(std::move(tokenizer)),
         scheduler_(SchedulerConfig{config_.max_model_len, config_.max_num_seqs, config_.max_num_batched_tokens,
                                    config_.num_cache_blocks, config_.block_size}),
-        seeds_(std::random_device{}()) {}
+        seeds_(std::random_device{}()) {
+    publish_stats();
+  }
 
   ~Impl() {
     stop();
@@ -358,8 +360,9 @@ void Engine::Impl::emit(Request& r, const TokenChoice& choice, EngineClock::time
   }
   if (chunk.finish) {
     finalize(r, chunk);
-    scheduler_.finish(seq.id);
-    finished.push_back(seq.id);
+    const SequenceId id = seq.id;
+    scheduler_.finish(id);  // destroys seq
+    finished.push_back(id);
   }
   r.stream->push(std::move(chunk));
 }
