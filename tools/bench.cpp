@@ -1,7 +1,8 @@
 // `dsv4 bench layers`: times one layer of each kind (SWA, CSA, HCA) of a model's geometry with
 // dummy weights, for a long prefill and for decode steps of several batch sizes at a given
 // context, and prints each time beside its floor: the bytes a decode step must move at the
-// measured copy rate, or the FLOPs of a prefill at the measured GEMM rates (ENV.md).
+// measured copy rate, or the FLOPs of a prefill at the measured GEMM rates (ENV.md). Registers
+// `bench throughput` (bench_throughput.cpp) beside it.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -357,6 +358,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--profile", opts->profile,
                 "Under each row, the time of each op (ops waited for one by one, so the rows' times grow)");
   cmd->callback([opts] { run_bench_layers(*opts); });
+  add_bench_throughput_command(*bench);
 }
 
 }  // namespace dsv4::tools
