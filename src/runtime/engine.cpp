@@ -266,25 +266,26 @@ bool Engine::Impl::step() {
   if (scheduler_.has_work()) {
     const SchedulerStep plan = scheduler_.schedule();
     for (SequenceId id : plan.preempted) requests_.at(id).cache.reset();
-    ForwardBatch batch;
-    batch.options.exact_math = config_.exact_math;
-    batch.options.logits = LogitsFor::kLastTokenOfSequence;
-    for (const ScheduledChunk& c : plan.chunks) {
-      Request& r = requests_.at(c.sequence->id);
-      if (!r.cache) r.cache.emplace(model_.new_sequence(ops_, c.sequence->max_tokens, config_.exact_math));
-      batch.add(*r.cache, std::span<const int32_t>(c.sequence->tokens).subspan(static_cast<size_t>(c.start),
-                                                                              static_cast<size_t>(c.num_tokens)));
-    }
     if (!plan.chunks.empty()) {
       const int64_t V = model_.config()->vocab_size, n = static_cast<int64_t>(plan.chunks.size());
+      ForwardBatch batch;
+      batch.options.exact_math = config_.exact_math;
+      batch.options.logits = LogitsFor::kLastTokenOfSequence;
       try {
+        for (const ScheduledChunk& c : plan.chunks) {
+          Request& r = requests_.at(c.sequence->id);
+          if (!r.cache) r.cache.emplace(model_.new_sequence(ops_, c.sequence->max_tokens, config_.exact_math));
+          batch.add(*r.cache, std::span<const int32_t>(c.sequence->tokens)
+                                  .subspan(static_cast<size_t>(c.start), static_cast<size_t>(c.num_tokens)));
+        }
         const ForwardResult result = model_.forward(ops_, batch);
         logits_.resize(static_cast<size_t>(n * V));
         ops_.download(result.logits.view(), TensorView(reinterpret_cast<std::byte*>(logits_.data()), DType::kF32, {n, V}));
       } catch (const std::exception& e) {
-        // The step's caches are in an unknown state: its requests fail, the others go on.
+        // A cache that could not be made, or a forward that failed and left its caches in an
+        // unknown state: the step's requests fail, the others go on.
         for (const ScheduledChunk& c : plan.chunks)
-          end_early(requests_.at(c.sequence->id), FinishReason::kError, std::string("the forward failed: ") + e.what());
+          end_early(requests_.at(c.sequence->id), FinishReason::kError, std::string("the step failed: ") + e.what());
         publish_stats();
         return !requests_.empty();
       }
