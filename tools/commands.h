@@ -12,5 +12,7 @@ void add_tokenize_command(CLI::App& app);
 void add_logits_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+// `bench throughput`, registered under `bench` by add_bench_command.
+void add_bench_throughput_command(CLI::App& bench);
 
 }  // namespace dsv4::tools

@@ -1,12 +1,13 @@
-// `dsv4 generate`: greedy decoding from a prompt, on the CPU reference or the GPU. The prompt is
-// token ids (`--prompt-ids`, ids printed back) or text (`--prompt`, encoded with the model's
-// tokenizer.json, optionally through the DeepSeek-V4 chat encoding with `--chat`, and the answer
-// streamed as text).
+// `dsv4 generate`: greedy decoding from a prompt, on the CPU reference or the GPU, through the
+// serving engine (src/runtime) with one request. The prompt is token ids (`--prompt-ids`, ids
+// printed back) or text (`--prompt`, encoded with the model's tokenizer.json, optionally through
+// the DeepSeek-V4 chat encoding with `--chat`, and the answer streamed as text).
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 
 #include "core/error.h"
 #include "model/model.h"
+#include "runtime/engine.h"
 #include "tokenizer/chat_encoding.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/backend.h"
@@ -49,46 +51,43 @@ struct DecodeStats {
   double decode_seconds = 0;
 };
 
-int32_t argmax(const std::vector<float>& logits) {
-  size_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i)
-    if (logits[i] > logits[best]) best = i;
-  return static_cast<int32_t>(best);
-}
-
-// Prefills `prompt`, then picks the most likely next token up to `max_new_tokens` times, feeding
-// each back one at a time; stops after the end-of-sequence token unless told to ignore it.
-// on_token sees every new id as soon as it is chosen.
+// Greedy decoding through the serving engine, one request: the whole prompt in one step (the
+// token budget is the prompt's length), then one token per step up to `max_new_tokens`, stopping
+// after the end-of-sequence token unless told to ignore it. on_token sees every new id as soon as
+// the engine emits it.
 std::vector<int32_t> greedy_decode(const Model& model, Ops& ops, const std::vector<int32_t>& prompt,
                                    const GenerateOptions& o, const std::function<void(int32_t)>& on_token,
                                    DecodeStats& stats) {
-  using Clock = std::chrono::steady_clock;
-  const int64_t V = model.config()->vocab_size, eos = model.config()->eos_token_id;
-  SequenceCache cache = model.new_sequence(ops, static_cast<int64_t>(prompt.size()) + o.max_new_tokens, o.exact_math);
+  EngineConfig config;
+  config.max_model_len = static_cast<int64_t>(prompt.size()) + o.max_new_tokens;
+  config.max_num_seqs = 1;
+  config.max_num_batched_tokens = static_cast<int64_t>(prompt.size());
+  config.exact_math = o.exact_math;
+  Engine engine(model, ops, config);
+  GenerateRequest request;
+  request.prompt = prompt;
+  request.sampling.temperature = 0.0f;
+  request.stop.max_tokens = o.max_new_tokens;
+  request.stop.ignore_eos = o.ignore_eos;
+  RequestHandle handle = engine.submit(std::move(request));
   std::vector<int32_t> out;
-  std::vector<float> logits(static_cast<size_t>(V));
-  std::vector<int32_t> next = prompt;
-  while (static_cast<int64_t>(out.size()) < o.max_new_tokens) {
-    const auto start = Clock::now();
-    ForwardBatch batch;
-    batch.options.exact_math = o.exact_math;
-    batch.options.logits = LogitsFor::kLastTokenOfSequence;
-    batch.add(cache, next);
-    const ForwardResult r = model.forward(ops, batch);
-    ops.download(r.logits.view(), TensorView(reinterpret_cast<std::byte*>(logits.data()), DType::kF32, {1, V}));
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    if (out.empty()) {
-      stats.prompt_tokens = static_cast<int64_t>(next.size());
-      stats.prefill_seconds = seconds;
-    } else {
-      ++stats.decoded_tokens;
-      stats.decode_seconds += seconds;
+  while (!handle.done()) {
+    engine.step();
+    while (std::optional<OutputChunk> chunk = handle.next_for(std::chrono::milliseconds(0))) {
+      for (const GeneratedToken& t : chunk->tokens) {
+        out.push_back(t.id);
+        on_token(t.id);
+      }
+      if (chunk->finish && *chunk->finish == FinishReason::kError) throw Error("generate: " + chunk->error);
+      if (chunk->metrics) {
+        const RequestMetrics& m = *chunk->metrics;
+        stats.prompt_tokens = m.prompt_tokens;
+        stats.prefill_seconds = m.time_to_first_token_s();
+        stats.decoded_tokens = m.completion_tokens - 1;
+        stats.decode_seconds = std::chrono::duration<double>(m.finished - m.first_token).count();
+      }
+      if (handle.done()) break;
     }
-    const int32_t id = argmax(logits);
-    out.push_back(id);
-    on_token(id);
-    if (id == eos && !o.ignore_eos) break;
-    next = {id};
   }
   return out;
 }

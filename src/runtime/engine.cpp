@@ -1,0 +1,466 @@
+// The engine: the request queues shared with the callers, and the step loop that runs the
+// scheduler's plan through the model and the sampler (the contract is in engine.h).
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <random>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+#include "core/error.h"
+#include "model/model.h"
+#include "sampling/sampler.h"
+#include "scheduler/scheduler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dsv4 {
+
+namespace {
+
+double seconds(EngineClock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+std::string_view finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "abort";
+    case FinishReason::kError: return "error";
+  }
+  return "error";
+}
+
+double RequestMetrics::time_to_first_token_s() const { return seconds(first_token - arrival); }
+
+double RequestMetrics::time_per_output_token_s() const {
+  return completion_tokens >= 2 ? seconds(finished - first_token) / static_cast<double>(completion_tokens - 1) : 0.0;
+}
+
+double RequestMetrics::end_to_end_s() const { return seconds(finished - arrival); }
+
+// One request's chunks on their way from the engine thread to the handle's owner.
+class RequestStream {
+ public:
+  RequestStream(RequestId id, int64_t prompt_tokens) : id(id), prompt_tokens(prompt_tokens) {}
+
+  void push(OutputChunk chunk) {
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back(std::move(chunk));
+    }
+    ready_.notify_all();
+  }
+
+  // Waits up to `timeout` (none: forever) for a chunk.
+  std::optional<OutputChunk> pop(std::optional<std::chrono::milliseconds> timeout) {
+    std::unique_lock lock(mutex_);
+    if (done_) throw UsageError("request " + std::to_string(id) + ": its stream has ended");
+    auto has_chunk = [this] { return !queue_.empty(); };
+    if (timeout)
+      ready_.wait_for(lock, *timeout, has_chunk);
+    else
+      ready_.wait(lock, has_chunk);
+    if (queue_.empty()) return std::nullopt;
+    OutputChunk chunk = std::move(queue_.front());
+    queue_.pop_front();
+    done_ = chunk.finish.has_value();
+    return chunk;
+  }
+
+  bool done() const {
+    std::lock_guard lock(mutex_);
+    return done_;
+  }
+
+  const RequestId id;
+  const int64_t prompt_tokens;
+  std::atomic<bool> cancel_requested{false};
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<OutputChunk> queue_;
+  bool done_ = false;  // the last chunk was popped
+};
+
+RequestHandle::RequestHandle(std::shared_ptr<RequestStream> stream) : stream_(std::move(stream)) {}
+RequestHandle::RequestHandle(RequestHandle&&) noexcept = default;
+RequestHandle& RequestHandle::operator=(RequestHandle&& other) noexcept {
+  if (this != &other) {
+    if (stream_ && !stream_->done()) stream_->cancel_requested = true;
+    stream_ = std::move(other.stream_);
+  }
+  return *this;
+}
+RequestHandle::~RequestHandle() {
+  if (stream_ && !stream_->done()) stream_->cancel_requested = true;
+}
+RequestId RequestHandle::id() const { return stream_->id; }
+int64_t RequestHandle::prompt_tokens() const { return stream_->prompt_tokens; }
+OutputChunk RequestHandle::next() { return *stream_->pop(std::nullopt); }
+std::optional<OutputChunk> RequestHandle::next_for(std::chrono::milliseconds timeout) { return stream_->pop(timeout); }
+bool RequestHandle::done() const { return stream_->done(); }
+void RequestHandle::cancel() { stream_->cancel_requested = true; }
+
+class Engine::Impl {
+ public:
+  Impl(const Model& model, Ops& ops, EngineConfig config, std::shared_ptr<const Tokenizer> tokenizer)
+      : model_(model), ops_(ops), config_(resolve(config, model)), tokenizer_(std::move(tokenizer)),
+        scheduler_(SchedulerConfig{config_.max_model_len, config_.max_num_seqs, config_.max_num_batched_tokens,
+                                   config_.num_cache_blocks, config_.block_size}),
+        seeds_(std::random_device{}()) {
+    publish_stats();
+  }
+
+  ~Impl() {
+    stop();
+    std::vector<SequenceId> open;
+    for (const auto& [id, request] : requests_) open.push_back(id);
+    for (SequenceId id : open) end_early(requests_.at(id), FinishReason::kCancelled, "");
+    for (Submission& s : incoming_) {
+      OutputChunk last;
+      last.time = EngineClock::now();
+      last.finish = FinishReason::kCancelled;
+      s.stream->push(std::move(last));
+    }
+  }
+
+  RequestHandle submit(GenerateRequest request);
+  void start();
+  void stop();
+  bool step();
+  const EngineConfig& config() const { return config_; }
+  EngineStats stats() const {
+    std::lock_guard lock(stats_mutex_);
+    return stats_;
+  }
+
+ private:
+  struct Submission {
+    GenerateRequest request;
+    std::shared_ptr<RequestStream> stream;
+    uint64_t seed = 0;
+    int64_t max_new_tokens = 0;
+    EngineClock::time_point arrival;
+  };
+  // A request on the engine thread.
+  struct Request {
+    std::shared_ptr<RequestStream> stream;
+    SamplingParams sampling;
+    StopConditions stop;
+    uint64_t seed = 0;
+    Sequence* sequence = nullptr;
+    std::optional<SequenceCache> cache;   // while running
+    std::optional<StreamDecoder> decoder;  // with a tokenizer
+    std::string text;                      // decoded so far (stop string cut)
+    size_t text_sent = 0;
+    RequestMetrics metrics;
+  };
+
+  static EngineConfig resolve(EngineConfig c, const Model& model);
+  void take_submissions();
+  void emit(Request& r, const TokenChoice& choice, EngineClock::time_point now, std::vector<SequenceId>& finished);
+  size_t stop_string_holdback(const Request& r) const;
+  void end_early(Request& r, FinishReason reason, const std::string& error);
+  void finalize(Request& r, OutputChunk& last);
+  void publish_stats();
+  void loop();
+
+  const Model& model_;
+  Ops& ops_;
+  const EngineConfig config_;
+  const std::shared_ptr<const Tokenizer> tokenizer_;
+
+  // Engine thread only.
+  Scheduler scheduler_;
+  std::unordered_map<SequenceId, Request> requests_;
+  std::vector<float> logits_;
+  EngineStats counters_;  // the totals; copied into stats_ after each step
+
+  std::mutex submit_mutex_;  // guards the members below
+  std::condition_variable wake_;
+  std::vector<Submission> incoming_;
+  std::mt19937_64 seeds_;
+  RequestId next_request_id_ = 0;
+  bool stopping_ = false;
+  std::thread thread_;
+
+  mutable std::mutex stats_mutex_;
+  EngineStats stats_;
+};
+
+EngineConfig Engine::Impl::resolve(EngineConfig c, const Model& model) {
+  if (c.max_model_len == 0) c.max_model_len = model.config()->max_position_embeddings;
+  if (c.block_size <= 0) throw UsageError("engine: block_size = " + std::to_string(c.block_size) + " must be positive");
+  if (c.num_cache_blocks == 0) c.num_cache_blocks = c.max_num_seqs * ((c.max_model_len + c.block_size - 1) / c.block_size);
+  return c;
+}
+
+RequestHandle Engine::Impl::submit(GenerateRequest request) {
+  const int64_t vocab = model_.config()->vocab_size;
+  const int64_t prompt = static_cast<int64_t>(request.prompt.size());
+  for (auto ids : {std::span<const int32_t>(request.prompt), std::span<const int32_t>(request.stop.stop_token_ids)})
+    for (int32_t id : ids)
+      if (id < 0 || id >= vocab)
+        throw UsageError("token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(vocab));
+  request.sampling.validate();
+  if (!request.stop.stop_strings.empty() && !tokenizer_)
+    throw UsageError("stop strings need the engine's tokenizer, and this engine has none");
+  for (const std::string& s : request.stop.stop_strings)
+    if (s.empty()) throw UsageError("a stop string is empty");
+  const int64_t max_new = request.stop.max_tokens.value_or(std::max<int64_t>(1, config_.max_model_len - prompt));
+  scheduler_.check_request(prompt, max_new);  // reads only the immutable config
+
+  Submission s;
+  s.arrival = EngineClock::now();
+  s.max_new_tokens = max_new;
+  {
+    std::lock_guard lock(submit_mutex_);
+    s.stream = std::make_shared<RequestStream>(next_request_id_++, prompt);
+    s.seed = request.sampling.seed.value_or(seeds_());
+    s.request = std::move(request);
+    incoming_.push_back(s);
+  }
+  wake_.notify_all();
+  return RequestHandle(s.stream);
+}
+
+void Engine::Impl::take_submissions() {
+  std::vector<Submission> taken;
+  {
+    std::lock_guard lock(submit_mutex_);
+    taken.swap(incoming_);
+  }
+  for (Submission& s : taken) {
+    Sequence& seq = scheduler_.add(std::move(s.request.prompt), s.max_new_tokens);
+    Request r;
+    r.stream = std::move(s.stream);
+    r.sampling = s.request.sampling;
+    r.stop = std::move(s.request.stop);
+    r.seed = s.seed;
+    r.sequence = &seq;
+    if (tokenizer_) r.decoder.emplace(*tokenizer_);
+    r.metrics.arrival = s.arrival;
+    r.metrics.prompt_tokens = seq.num_prompt_tokens;
+    counters_.prompt_tokens += static_cast<uint64_t>(seq.num_prompt_tokens);
+    requests_.emplace(seq.id, std::move(r));
+  }
+}
+
+bool Engine::Impl::step() {
+  take_submissions();
+  std::vector<SequenceId> cancelled;
+  for (auto& [id, r] : requests_)
+    if (r.stream->cancel_requested) cancelled.push_back(id);
+  for (SequenceId id : cancelled) end_early(requests_.at(id), FinishReason::kCancelled, "");
+
+  if (scheduler_.has_work()) {
+    const SchedulerStep plan = scheduler_.schedule();
+    for (SequenceId id : plan.preempted) requests_.at(id).cache.reset();
+    if (!plan.chunks.empty()) {
+      const int64_t V = model_.config()->vocab_size, n = static_cast<int64_t>(plan.chunks.size());
+      ForwardBatch batch;
+      batch.options.exact_math = config_.exact_math;
+      batch.options.logits = LogitsFor::kLastTokenOfSequence;
+      try {
+        for (const ScheduledChunk& c : plan.chunks) {
+          Request& r = requests_.at(c.sequence->id);
+          if (!r.cache) r.cache.emplace(model_.new_sequence(ops_, c.sequence->max_tokens, config_.exact_math));
+          batch.add(*r.cache, std::span<const int32_t>(c.sequence->tokens)
+                                  .subspan(static_cast<size_t>(c.start), static_cast<size_t>(c.num_tokens)));
+        }
+        const ForwardResult result = model_.forward(ops_, batch);
+        logits_.resize(static_cast<size_t>(n * V));
+        ops_.download(result.logits.view(), TensorView(reinterpret_cast<std::byte*>(logits_.data()), DType::kF32, {n, V}));
+      } catch (const std::exception& e) {
+        // A cache that could not be made, or a forward that failed and left its caches in an
+        // unknown state: the step's requests fail, the others go on.
+        for (const ScheduledChunk& c : plan.chunks)
+          end_early(requests_.at(c.sequence->id), FinishReason::kError, std::string("the step failed: ") + e.what());
+        publish_stats();
+        return !requests_.empty();
+      }
+      scheduler_.complete(plan);
+      counters_.computed_tokens += static_cast<uint64_t>(batch.num_tokens());
+      const EngineClock::time_point now = EngineClock::now();
+      std::vector<SequenceId> finished;
+      for (size_t i = 0; i < plan.chunks.size(); ++i) {
+        const ScheduledChunk& c = plan.chunks[i];
+        if (!c.samples()) continue;
+        Request& r = requests_.at(c.sequence->id);
+        const Sequence& seq = *c.sequence;
+        const std::span<const int32_t> tokens(seq.tokens);
+        const TokenHistory history{tokens.first(static_cast<size_t>(seq.num_prompt_tokens)),
+                                   tokens.subspan(static_cast<size_t>(seq.num_prompt_tokens))};
+        const TokenChoice choice = sample_token(std::span<const float>(logits_).subspan(i * static_cast<size_t>(V), static_cast<size_t>(V)),
+                                                r.sampling, r.seed, history);
+        scheduler_.append_token(*c.sequence, choice.id);
+        emit(r, choice, now, finished);
+      }
+      for (SequenceId id : finished) requests_.erase(id);
+    }
+    ++counters_.steps;
+    counters_.preemptions = scheduler_.num_preemptions();
+  }
+  publish_stats();
+  std::lock_guard lock(submit_mutex_);
+  return !requests_.empty() || !incoming_.empty();
+}
+
+void Engine::Impl::emit(Request& r, const TokenChoice& choice, EngineClock::time_point now,
+                        std::vector<SequenceId>& finished) {
+  Sequence& seq = *r.sequence;
+  OutputChunk chunk;
+  chunk.time = now;
+  GeneratedToken token;
+  token.id = choice.id;
+  token.logprob = choice.logprob;
+  for (const auto& [id, logprob] : choice.top) token.top.push_back({id, logprob});
+  chunk.tokens.push_back(std::move(token));
+  if (r.metrics.completion_tokens == 0) r.metrics.first_token = now;
+  ++r.metrics.completion_tokens;
+  ++counters_.generation_tokens;
+
+  const bool eos = !r.stop.ignore_eos && choice.id == model_.config()->eos_token_id;
+  if (eos || std::find(r.stop.stop_token_ids.begin(), r.stop.stop_token_ids.end(), choice.id) != r.stop.stop_token_ids.end()) {
+    chunk.finish = FinishReason::kStop;  // the stopping token adds no text
+    chunk.stop_token_id = choice.id;
+  } else if (r.decoder && choice.id < tokenizer_->vocab_size()) {  // ids the tokenizer lacks add no text
+    const size_t before = r.text.size();
+    r.text += r.decoder->next(choice.id);
+    size_t first = std::string::npos;
+    for (const std::string& s : r.stop.stop_strings) {
+      const size_t from = before >= s.size() ? before - s.size() + 1 : 0;
+      const size_t at = r.text.find(s, from);
+      if (at < first) {
+        first = at;
+        chunk.stop_string = s;
+      }
+    }
+    if (first != std::string::npos) {
+      r.text.resize(first);
+      chunk.finish = FinishReason::kStop;
+    }
+  }
+  if (!chunk.finish && seq.num_output() >= seq.max_tokens - seq.num_prompt_tokens) chunk.finish = FinishReason::kLength;
+
+  if (r.decoder && chunk.finish && chunk.stop_string.empty()) r.text += r.decoder->flush();
+  const size_t end = chunk.finish ? r.text.size() : r.text.size() - stop_string_holdback(r);
+  if (end > r.text_sent) {
+    chunk.text = r.text.substr(r.text_sent, end - r.text_sent);
+    r.text_sent = end;
+  }
+  if (chunk.finish) {
+    finalize(r, chunk);
+    const SequenceId id = seq.id;
+    scheduler_.finish(id);  // destroys seq
+    finished.push_back(id);
+  }
+  r.stream->push(std::move(chunk));
+}
+
+// The longest end of the unsent text that is the start of a stop string.
+size_t Engine::Impl::stop_string_holdback(const Request& r) const {
+  const std::string_view unsent = std::string_view(r.text).substr(r.text_sent);
+  size_t hold = 0;
+  for (const std::string& s : r.stop.stop_strings)
+    for (size_t k = std::min(unsent.size(), s.size() - 1); k > hold; --k)
+      if (unsent.substr(unsent.size() - k) == std::string_view(s).substr(0, k)) {
+        hold = k;
+        break;
+      }
+  return hold;
+}
+
+// Ends a request outside the sampling path (cancelled, failed, engine shut down).
+void Engine::Impl::end_early(Request& r, FinishReason reason, const std::string& error) {
+  OutputChunk last;
+  last.time = EngineClock::now();
+  last.finish = reason;
+  last.error = error;
+  if (r.decoder) r.text += r.decoder->flush();
+  last.text = r.text.substr(r.text_sent);
+  finalize(r, last);
+  const SequenceId id = r.sequence->id;
+  r.stream->push(std::move(last));
+  scheduler_.finish(id);
+  requests_.erase(id);
+}
+
+void Engine::Impl::finalize(Request& r, OutputChunk& last) {
+  r.metrics.finished = last.time;
+  r.metrics.preemptions = r.sequence->num_preemptions;
+  if (r.metrics.completion_tokens == 0) r.metrics.first_token = last.time;
+  last.metrics = r.metrics;
+  ++counters_.requests_finished;
+  if (*last.finish == FinishReason::kCancelled) ++counters_.requests_cancelled;
+  if (*last.finish == FinishReason::kError) ++counters_.requests_failed;
+  if (r.metrics.completion_tokens > 0) {
+    counters_.time_to_first_token_s_sum += r.metrics.time_to_first_token_s();
+    ++counters_.time_to_first_token_count;
+  }
+  if (r.metrics.completion_tokens > 1) {
+    counters_.time_per_output_token_s_sum += r.metrics.time_per_output_token_s();
+    ++counters_.time_per_output_token_count;
+  }
+  counters_.end_to_end_s_sum += r.metrics.end_to_end_s();
+}
+
+void Engine::Impl::publish_stats() {
+  EngineStats s = counters_;
+  s.running = scheduler_.num_running();
+  s.waiting = scheduler_.num_waiting();
+  s.cache_blocks_total = scheduler_.blocks().num_blocks();
+  s.cache_blocks_used = s.cache_blocks_total - scheduler_.blocks().num_free();
+  std::lock_guard lock(stats_mutex_);
+  stats_ = s;
+}
+
+void Engine::Impl::start() {
+  std::lock_guard lock(submit_mutex_);
+  if (thread_.joinable()) throw UsageError("engine: the engine thread is already running");
+  stopping_ = false;
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Engine::Impl::stop() {
+  {
+    std::lock_guard lock(submit_mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::Impl::loop() {
+  bool busy = true;
+  for (;;) {
+    {
+      std::unique_lock lock(submit_mutex_);
+      if (!busy) wake_.wait(lock, [this] { return stopping_ || !incoming_.empty(); });
+      if (stopping_) return;
+    }
+    busy = step();
+  }
+}
+
+Engine::Engine(const Model& model, Ops& ops, EngineConfig config, std::shared_ptr<const Tokenizer> tokenizer)
+    : impl_(std::make_unique<Impl>(model, ops, config, std::move(tokenizer))) {}
+Engine::~Engine() = default;
+RequestHandle Engine::submit(GenerateRequest request) { return impl_->submit(std::move(request)); }
+void Engine::start() { impl_->start(); }
+void Engine::stop() { impl_->stop(); }
+bool Engine::step() { return impl_->step(); }
+const EngineConfig& Engine::config() const { return impl_->config(); }
+EngineStats Engine::stats() const { return impl_->stats(); }
+
+}  // namespace dsv4

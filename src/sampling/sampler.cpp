@@ -1,0 +1,116 @@
+// sample_token: the penalties, the filters and the seeded draw of sampler.h, in double precision
+// where probabilities are summed.
+#include "sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <unordered_map>
+
+#include "core/counter_bits.h"
+#include "core/error.h"
+
+namespace dsv4 {
+
+namespace {
+
+void check_ids(std::span<const int32_t> ids, size_t vocab) {
+  for (int32_t id : ids)
+    if (id < 0 || static_cast<size_t>(id) >= vocab)
+      throw UsageError("sample_token: token id " + std::to_string(id) + " outside the vocabulary of " +
+                       std::to_string(vocab));
+}
+
+void apply_penalties(std::vector<float>& x, const SamplingParams& params, const TokenHistory& history) {
+  if (params.repetition_penalty != 1.0f) {
+    std::vector<bool> seen(x.size(), false);
+    for (auto ids : {history.prompt, history.output})
+      for (int32_t id : ids) seen[static_cast<size_t>(id)] = true;
+    for (size_t i = 0; i < x.size(); ++i)
+      if (seen[i]) x[i] = x[i] > 0 ? x[i] / params.repetition_penalty : x[i] * params.repetition_penalty;
+  }
+  if (params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f) {
+    std::unordered_map<int32_t, int64_t> counts;
+    for (int32_t id : history.output) ++counts[id];
+    for (const auto& [id, count] : counts)
+      x[static_cast<size_t>(id)] -= params.presence_penalty + params.frequency_penalty * static_cast<float>(count);
+  }
+}
+
+int32_t argmax(const std::vector<float>& x) {
+  size_t best = 0;
+  for (size_t i = 1; i < x.size(); ++i)
+    if (x[i] > x[best]) best = i;
+  return static_cast<int32_t>(best);
+}
+
+// Draws from the temperature-scaled, filtered distribution of the penalised logits `x`.
+int32_t draw(const std::vector<float>& x, const SamplingParams& params, uint64_t seed, uint64_t draw_index) {
+  const double inv_t = 1.0 / static_cast<double>(params.temperature);
+  const float top = *std::max_element(x.begin(), x.end());
+  std::vector<double> p(x.size());
+  for (size_t i = 0; i < x.size(); ++i) p[i] = std::exp((static_cast<double>(x[i]) - top) * inv_t);  // max 1
+
+  std::vector<int32_t> kept;
+  kept.reserve(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    if (p[i] >= static_cast<double>(params.min_p)) kept.push_back(static_cast<int32_t>(i));
+  auto more_likely = [&p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); };
+  if (params.top_k > 0 && static_cast<size_t>(params.top_k) < kept.size()) {
+    std::nth_element(kept.begin(), kept.begin() + params.top_k - 1, kept.end(), more_likely);
+    kept.resize(static_cast<size_t>(params.top_k));
+    std::sort(kept.begin(), kept.end());
+  }
+  if (params.top_p < 1.0f) {
+    std::sort(kept.begin(), kept.end(), more_likely);
+    double total = 0;
+    for (int32_t id : kept) total += p[id];
+    double mass = 0;
+    size_t n = 0;
+    while (n < kept.size() && mass < static_cast<double>(params.top_p) * total) mass += p[kept[n++]];
+    kept.resize(std::max<size_t>(n, 1));
+  }
+
+  double total = 0;
+  for (int32_t id : kept) total += p[id];
+  const double u = static_cast<double>(counter_bits(splitmix64_mix(seed), draw_index) >> 11) * 0x1.0p-53;  // [0, 1)
+  const double target = u * total;
+  double mass = 0;
+  for (int32_t id : kept) {
+    mass += p[id];
+    if (mass > target) return id;
+  }
+  return kept.back();
+}
+
+}  // namespace
+
+TokenChoice sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
+                         const TokenHistory& history) {
+  if (logits.empty()) throw UsageError("sample_token: empty logits");
+  check_ids(history.prompt, logits.size());
+  check_ids(history.output, logits.size());
+  std::vector<float> x(logits.begin(), logits.end());
+  apply_penalties(x, params, history);
+
+  TokenChoice choice;
+  choice.id = params.temperature == 0.0f ? argmax(x) : draw(x, params, seed, history.output.size());
+  if (params.logprobs) {
+    const float top = *std::max_element(logits.begin(), logits.end());
+    double sum = 0;
+    for (float v : logits) sum += std::exp(static_cast<double>(v) - top);
+    const double log_z = static_cast<double>(top) + std::log(sum);
+    auto logprob = [&](int32_t id) { return static_cast<float>(static_cast<double>(logits[static_cast<size_t>(id)]) - log_z); };
+    choice.logprob = logprob(choice.id);
+    std::vector<int32_t> ids(logits.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+    const size_t n = std::min(ids.size(), static_cast<size_t>(params.top_logprobs));
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (size_t i = 0; i < n; ++i) choice.top.emplace_back(ids[i], logprob(ids[i]));
+  }
+  return choice;
+}
+
+}  // namespace dsv4

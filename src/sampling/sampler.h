@@ -1,0 +1,39 @@
+// Host-side sampling of one token from a request's logits: penalties, temperature, min-p, top-k,
+// top-p, a counter-based random draw, and the raw logprobs. Stateless: the draw for output token
+// i depends only on (seed, i), and the penalties only on the token history passed in, so a
+// request samples the same tokens alone, in any batch and after a recompute.
+//
+// Runs on the downloaded logits on the host; sampling on the device is a later step (it saves
+// the [sequences, V] download, which matters on the GPU, not on the CPU reference).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "sampling/sampling_params.h"
+
+namespace dsv4 {
+
+struct TokenChoice {
+  int32_t id = 0;
+  float logprob = 0.0f;                          // params.logprobs: log_softmax(logits)[id]
+  std::vector<std::pair<int32_t, float>> top;    // params.top_logprobs (id, logprob), best first
+};
+
+struct TokenHistory {
+  std::span<const int32_t> prompt;
+  std::span<const int32_t> output;  // the tokens generated so far
+};
+
+// The next token from `logits` ([V] of the model, untouched). Order of the processing, as in
+// vLLM: repetition penalty (prompt and output tokens), presence and frequency penalties (output
+// tokens), then greedy argmax (temperature 0) or: divide by temperature, min-p, top-k, top-p,
+// and one uniform draw from counter_bits(seed, output.size()) over the kept tokens in a fixed
+// order (ids ascending; probability descending, ties by id, when top-p needs the sort). Ties of
+// the argmax go to the lowest id. Throws UsageError for empty logits or a history id outside them.
+TokenChoice sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
+                         const TokenHistory& history);
+
+}  // namespace dsv4

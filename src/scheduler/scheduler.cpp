@@ -1,0 +1,175 @@
+// Scheduler: decode first, chunked prefill under the token budget, FCFS admission, preemption of
+// the newest by recompute (the policy is described in scheduler.h).
+#include "scheduler/scheduler.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+
+namespace dsv4 {
+
+namespace {
+
+bool by_id(const Sequence* a, const Sequence* b) { return a->id < b->id; }
+
+}  // namespace
+
+int64_t SchedulerStep::num_tokens() const {
+  int64_t n = 0;
+  for (const ScheduledChunk& c : chunks) n += c.num_tokens;
+  return n;
+}
+
+Scheduler::Scheduler(SchedulerConfig config)
+    : config_(config), blocks_(config.num_blocks, config.block_size) {
+  auto require = [](bool ok, const std::string& what) {
+    if (!ok) throw UsageError("scheduler: " + what);
+  };
+  require(config.max_model_len > 0, "max_model_len = " + std::to_string(config.max_model_len) + " must be positive");
+  require(config.max_num_seqs > 0, "max_num_seqs = " + std::to_string(config.max_num_seqs) + " must be positive");
+  require(config.max_num_batched_tokens >= config.max_num_seqs,
+          "max_num_batched_tokens = " + std::to_string(config.max_num_batched_tokens) +
+              " must be at least max_num_seqs = " + std::to_string(config.max_num_seqs) +
+              " (every running sequence decodes a token per step)");
+}
+
+void Scheduler::check_request(int64_t prompt_tokens, int64_t max_new_tokens) const {
+  if (prompt_tokens <= 0) throw UsageError("the prompt is empty");
+  if (max_new_tokens <= 0) throw UsageError("max_tokens = " + std::to_string(max_new_tokens) + " must be positive");
+  if (prompt_tokens + max_new_tokens > config_.max_model_len)
+    throw UsageError("this model's maximum context length is " + std::to_string(config_.max_model_len) +
+                     " tokens, but " + std::to_string(prompt_tokens + max_new_tokens) + " were requested (" +
+                     std::to_string(prompt_tokens) + " in the prompt, " + std::to_string(max_new_tokens) +
+                     " to generate)");
+  const int64_t need = blocks_.blocks_for(prompt_tokens + max_new_tokens);
+  if (need > blocks_.num_blocks())
+    throw UsageError("the request needs " + std::to_string(need) + " cache blocks of " +
+                     std::to_string(blocks_.block_size()) + " tokens, the cache has " +
+                     std::to_string(blocks_.num_blocks()));
+}
+
+Sequence& Scheduler::add(std::vector<int32_t> prompt, int64_t max_new_tokens) {
+  check_request(static_cast<int64_t>(prompt.size()), max_new_tokens);
+  auto s = std::make_unique<Sequence>();
+  s->id = next_id_++;
+  s->num_prompt_tokens = static_cast<int64_t>(prompt.size());
+  s->max_tokens = s->num_prompt_tokens + max_new_tokens;
+  s->tokens = std::move(prompt);
+  Sequence& ref = *s;
+  sequences_.emplace(ref.id, std::move(s));
+  insert_waiting(&ref);
+  return ref;
+}
+
+SchedulerStep Scheduler::schedule() {
+  SchedulerStep step;
+  int64_t budget = config_.max_num_batched_tokens;
+  schedule_running(step, budget, true);
+  schedule_running(step, budget, false);
+  if (step.preempted.empty()) admit_waiting(step, budget);
+  return step;
+}
+
+void Scheduler::schedule_running(SchedulerStep& step, int64_t& budget, bool decoding) {
+  // Index-free walk: preemption removes sequences from running_, so each round looks for the
+  // oldest sequence of this phase that is not scheduled yet.
+  auto scheduled = [&step](const Sequence* s) {
+    return std::any_of(step.chunks.begin(), step.chunks.end(), [s](const ScheduledChunk& c) { return c.sequence == s; });
+  };
+  SequenceId after = 0;
+  bool first = true;
+  while (budget > 0) {
+    auto it = std::find_if(running_.begin(), running_.end(), [&](const Sequence* s) {
+      return (first || s->id > after) && (s->num_uncomputed() == 1) == decoding && !scheduled(s);
+    });
+    if (it == running_.end()) return;
+    Sequence& s = **it;
+    first = false;
+    after = s.id;
+    const int64_t n = std::min(s.num_uncomputed(), budget);
+    bool preempted_self = false;
+    while (!blocks_.can_grow(s.blocks, s.num_computed + n)) {
+      Sequence* newest = running_.back();
+      if (newest == &s) {
+        preempt(s, step, budget);
+        preempted_self = true;
+        break;
+      }
+      preempt(*newest, step, budget);
+    }
+    if (preempted_self) continue;
+    blocks_.grow(s.blocks, s.num_computed + n);
+    step.chunks.push_back({&s, s.num_computed, n});
+    budget -= n;
+  }
+}
+
+void Scheduler::admit_waiting(SchedulerStep& step, int64_t& budget) {
+  while (budget > 0 && num_running() < config_.max_num_seqs && !waiting_.empty()) {
+    Sequence& s = *waiting_.front();
+    const int64_t n = std::min(s.num_uncomputed(), budget);
+    if (!blocks_.can_grow(s.blocks, n)) return;
+    waiting_.pop_front();
+    blocks_.grow(s.blocks, n);
+    s.status = SequenceStatus::kRunning;
+    insert_running(&s);
+    step.chunks.push_back({&s, 0, n});
+    budget -= n;
+  }
+}
+
+void Scheduler::preempt(Sequence& s, SchedulerStep& step, int64_t& budget) {
+  // A sequence already given a chunk this step (a newer decode) gives it back.
+  auto chunk = std::find_if(step.chunks.begin(), step.chunks.end(), [&s](const ScheduledChunk& c) { return c.sequence == &s; });
+  if (chunk != step.chunks.end()) {
+    budget += chunk->num_tokens;
+    step.chunks.erase(chunk);
+  }
+  blocks_.release(s.blocks);
+  s.num_computed = 0;
+  s.status = SequenceStatus::kWaiting;
+  ++s.num_preemptions;
+  ++num_preemptions_;
+  running_.erase(std::find(running_.begin(), running_.end(), &s));
+  insert_waiting(&s);
+  step.preempted.push_back(s.id);
+}
+
+void Scheduler::complete(const SchedulerStep& step) {
+  for (const ScheduledChunk& c : step.chunks) c.sequence->num_computed += c.num_tokens;
+}
+
+void Scheduler::append_token(Sequence& s, int32_t id) {
+  if (s.num_tokens() >= s.max_tokens)
+    throw UsageError("sequence " + std::to_string(s.id) + " already has its " + std::to_string(s.max_tokens) +
+                     " tokens");
+  s.tokens.push_back(id);
+}
+
+void Scheduler::finish(SequenceId id) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) throw UsageError("scheduler: no sequence " + std::to_string(id));
+  Sequence* s = it->second.get();
+  if (s->status == SequenceStatus::kRunning)
+    running_.erase(std::find(running_.begin(), running_.end(), s));
+  else
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s));
+  blocks_.release(s->blocks);
+  sequences_.erase(it);
+}
+
+Sequence* Scheduler::find(SequenceId id) {
+  auto it = sequences_.find(id);
+  return it == sequences_.end() ? nullptr : it->second.get();
+}
+
+void Scheduler::insert_running(Sequence* s) {
+  running_.insert(std::upper_bound(running_.begin(), running_.end(), s, by_id), s);
+}
+
+void Scheduler::insert_waiting(Sequence* s) {
+  waiting_.insert(std::upper_bound(waiting_.begin(), waiting_.end(), s, by_id), s);
+}
+
+}  // namespace dsv4

@@ -1,0 +1,94 @@
+// The scheduler of continuous batching (no model, no backend): which sequences run in the next
+// step and how many of their tokens, under a token budget and the cache blocks.
+//
+// Each step:
+//   1. running sequences that decode (one token each), oldest first;
+//   2. running sequences still prefilling, oldest first, each a chunk of what the budget leaves;
+//   3. waiting sequences, oldest first (preempted ones keep their arrival order), while the
+//      budget, max_num_seqs and the free blocks allow; the first that does not fit stops the
+//      admission, so a long prompt is not overtaken forever by short ones.
+// When a running sequence needs a block and none is free, the newest running sequence (newer
+// than it) is preempted: its blocks are freed and it goes back to waiting, to be recomputed from
+// its tokens (prompt and generated so far) on readmission. A sequence with nothing newer to
+// preempt preempts itself. So the oldest sequence always progresses, and every sequence finishes.
+// No admission happens in a step that preempted.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "scheduler/block_manager.h"
+#include "scheduler/sequence.h"
+
+namespace dsv4 {
+
+struct SchedulerConfig {
+  int64_t max_model_len = 0;           // prompt + new tokens of one sequence
+  int64_t max_num_seqs = 0;            // running sequences
+  int64_t max_num_batched_tokens = 0;  // tokens in one step; >= max_num_seqs
+  int64_t num_blocks = 0;
+  int64_t block_size = 0;
+};
+
+struct ScheduledChunk {
+  Sequence* sequence = nullptr;
+  int64_t start = 0;       // == sequence->num_computed when scheduled
+  int64_t num_tokens = 0;
+  // The chunk reaches the sequence's last token, so its logits give the next token.
+  bool samples() const { return start + num_tokens == sequence->num_tokens(); }
+};
+
+struct SchedulerStep {
+  std::vector<ScheduledChunk> chunks;   // in batch order
+  std::vector<SequenceId> preempted;    // their caches are to be dropped
+  int64_t num_tokens() const;
+};
+
+class Scheduler {
+ public:
+  // Throws UsageError naming a config value out of range.
+  explicit Scheduler(SchedulerConfig config);
+
+  // Whether a request of this size can ever run; throws UsageError saying why not (the message
+  // is for the client). Reads only the config: safe from any thread.
+  void check_request(int64_t prompt_tokens, int64_t max_new_tokens) const;
+  // Queues a sequence (check_request first). Returns it; it lives until finish().
+  Sequence& add(std::vector<int32_t> prompt, int64_t max_new_tokens);
+
+  // Plans the next step (see above). The chunks' sequences stay valid until finish().
+  SchedulerStep schedule();
+  // After the step's forward: each chunk's tokens are now in its sequence's cache.
+  void complete(const SchedulerStep& step);
+  // A sampled token joins the sequence (it has max_tokens room left, or throws UsageError).
+  void append_token(Sequence& sequence, int32_t id);
+  // Removes the sequence (running or waiting) and frees its blocks.
+  void finish(SequenceId id);
+
+  Sequence* find(SequenceId id);
+  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  uint64_t num_preemptions() const { return num_preemptions_; }
+  const BlockManager& blocks() const { return blocks_; }
+  const SchedulerConfig& config() const { return config_; }
+
+ private:
+  void schedule_running(SchedulerStep& step, int64_t& budget, bool decoding);
+  void admit_waiting(SchedulerStep& step, int64_t& budget);
+  void preempt(Sequence& sequence, SchedulerStep& step, int64_t& budget);
+  void insert_running(Sequence* sequence);
+  void insert_waiting(Sequence* sequence);
+
+  SchedulerConfig config_;
+  BlockManager blocks_;
+  SequenceId next_id_ = 0;
+  std::map<SequenceId, std::unique_ptr<Sequence>> sequences_;
+  std::vector<Sequence*> running_;  // by id (arrival order)
+  std::deque<Sequence*> waiting_;   // by id
+  uint64_t num_preemptions_ = 0;
+};
+
+}  // namespace dsv4

@@ -1,0 +1,35 @@
+// A request's tokens as the scheduler sees them: the prompt and the generated tokens, how many of
+// them the cache already holds, and the cache blocks they take.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "scheduler/block_manager.h"
+
+namespace dsv4 {
+
+using SequenceId = uint64_t;  // also the arrival order: smaller ids came first
+
+enum class SequenceStatus {
+  kWaiting,  // no cache: not admitted yet, or preempted (its cache is recomputed on readmission)
+  kRunning,  // has a cache; prefilling in chunks or decoding
+};
+
+struct Sequence {
+  SequenceId id = 0;
+  std::vector<int32_t> tokens;  // prompt, then the generated tokens
+  int64_t num_prompt_tokens = 0;
+  int64_t max_tokens = 0;       // prompt + the most new tokens it may generate
+  int64_t num_computed = 0;     // leading tokens whose cache entries exist
+  BlockTable blocks;            // covers num_computed tokens
+  SequenceStatus status = SequenceStatus::kWaiting;
+  int64_t num_preemptions = 0;
+
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  int64_t num_output() const { return num_tokens() - num_prompt_tokens; }
+  // Tokens still to run through the model before the next token can be sampled (1 when decoding).
+  int64_t num_uncomputed() const { return num_tokens() - num_computed; }
+};
+
+}  // namespace dsv4

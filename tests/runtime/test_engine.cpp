@@ -1,0 +1,298 @@
+// The engine on the tiny checkpoint and the CPU reference: a request's output in a busy batch
+// (chunked prefill, preemptions) equals its output alone bit for bit, greedy and seeded; cancel
+// and preemption give every cache block back; a long prompt among a stream of short ones
+// finishes; too-long requests are refused; stop ids, stop strings and max_tokens end streams;
+// the engine thread serves several submitting threads.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "core/error.h"
+#include "model/model.h"
+#include "runtime/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dsv4 {
+namespace {
+
+std::vector<int32_t> ids(int64_t n, uint32_t seed) {
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& id : out) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    id = static_cast<int32_t>((s >> 33) % 100000);
+  }
+  return out;
+}
+
+// Everything a stream delivered.
+struct Result {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  std::string text;
+  FinishReason finish = FinishReason::kError;
+  OutputChunk last;
+};
+
+Result drain(RequestHandle& h) {
+  Result r;
+  while (!h.done()) {
+    OutputChunk c = h.next();
+    for (const GeneratedToken& t : c.tokens) {
+      r.tokens.push_back(t.id);
+      r.logprobs.push_back(t.logprob);
+    }
+    r.text += c.text;
+    if (c.finish) {
+      r.finish = *c.finish;
+      r.last = std::move(c);
+    }
+  }
+  return r;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+GenerateRequest request(std::vector<int32_t> prompt, int64_t max_tokens, float temperature = 0.0f) {
+  GenerateRequest r;
+  r.prompt = std::move(prompt);
+  r.stop.max_tokens = max_tokens;
+  r.stop.ignore_eos = true;
+  r.sampling.temperature = temperature;
+  r.sampling.logprobs = true;
+  return r;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ops_ = std::make_unique<cpu::CpuOps>(2);
+    model_ = std::make_unique<Model>(Model::load(*ops_, DSV4_TINY_MODEL_DIR));
+  }
+  static void TearDownTestSuite() {
+    model_.reset();
+    ops_.reset();
+  }
+  static EngineConfig small_config() {
+    EngineConfig c;
+    c.max_model_len = 512;
+    c.max_num_seqs = 8;
+    c.max_num_batched_tokens = 48;
+    c.block_size = 16;
+    return c;
+  }
+  std::unique_ptr<Engine> engine(EngineConfig c = small_config(), std::shared_ptr<const Tokenizer> tok = nullptr) {
+    return std::make_unique<Engine>(*model_, *ops_, c, std::move(tok));
+  }
+  static void run_until_idle(Engine& e) {
+    for (int i = 0; i < 10000 && e.step(); ++i) {
+    }
+  }
+  Result alone(const GenerateRequest& r) {
+    auto e = engine();
+    RequestHandle h = e->submit(r);
+    run_until_idle(*e);
+    return drain(h);
+  }
+
+  static std::unique_ptr<cpu::CpuOps> ops_;
+  static std::unique_ptr<Model> model_;
+};
+std::unique_ptr<cpu::CpuOps> EngineTest::ops_;
+std::unique_ptr<Model> EngineTest::model_;
+
+// The request under test among others of different lengths, submitted before it while they run,
+// in an engine whose budget chunks the prefills. It comes last, so in a cache small enough to
+// preempt it is the first to be preempted and recomputed.
+Result in_busy_batch(Engine& e, const GenerateRequest& r, uint64_t& preemptions) {
+  std::vector<RequestHandle> others;
+  others.push_back(e.submit(request(ids(70, 11), 6)));
+  others.push_back(e.submit(request(ids(5, 12), 12, 0.9f)));
+  e.step();
+  others.push_back(e.submit(request(ids(33, 13), 9)));
+  e.step();
+  others.push_back(e.submit(request(ids(90, 14), 4)));
+  RequestHandle h = e.submit(r);
+  for (int i = 0; i < 10000 && e.step(); ++i) {
+  }
+  for (RequestHandle& o : others) EXPECT_EQ(drain(o).finish, FinishReason::kLength);
+  preemptions = e.stats().preemptions;
+  EXPECT_EQ(e.stats().cache_blocks_used, 0);
+  return drain(h);
+}
+
+TEST_F(EngineTest, GreedyOutputInABusyBatchEqualsItsOutputAloneBitForBit) {
+  const GenerateRequest r = request(ids(41, 1), 10);
+  const Result ref = alone(r);
+  ASSERT_EQ(ref.tokens.size(), 10u);
+  EXPECT_EQ(ref.finish, FinishReason::kLength);
+  for (int64_t blocks : {0, 12}) {  // the default pool, then one that forces preemptions
+    EngineConfig c = small_config();
+    c.num_cache_blocks = blocks;
+    auto e = engine(c);
+    uint64_t preemptions = 0;
+    const Result got = in_busy_batch(*e, r, preemptions);
+    EXPECT_EQ(got.tokens, ref.tokens) << blocks << " blocks";
+    EXPECT_TRUE(same_bits(got.logprobs, ref.logprobs)) << blocks << " blocks";
+    if (blocks > 0) {
+      EXPECT_GT(preemptions, 0u) << "the small pool was meant to preempt";
+      EXPECT_GT(got.last.metrics->preemptions, 0) << "the request under test was meant to be recomputed";
+    }
+  }
+}
+
+TEST_F(EngineTest, ASeededSampledRequestDrawsTheSameTokensAloneAndInABatch) {
+  GenerateRequest r = request(ids(45, 2), 12, 1.0f);
+  r.sampling.seed = 1234;
+  r.sampling.top_p = 0.95f;
+  const Result ref = alone(r);
+  EngineConfig c = small_config();
+  c.num_cache_blocks = 12;
+  auto e = engine(c);
+  uint64_t preemptions = 0;
+  const Result got = in_busy_batch(*e, r, preemptions);
+  EXPECT_EQ(got.tokens, ref.tokens);
+  EXPECT_GT(got.last.metrics->preemptions, 0) << "the request under test was meant to be recomputed";
+  r.sampling.seed = 4321;
+  EXPECT_NE(alone(r).tokens, ref.tokens) << "another seed should draw other tokens";
+}
+
+TEST_F(EngineTest, CancelledAndDroppedRequestsLeaveNoBlockBehind) {
+  auto e = engine();
+  const int64_t total = e->stats().cache_blocks_total;
+  RequestHandle a = e->submit(request(ids(60, 3), 50));
+  RequestHandle b = e->submit(request(ids(20, 4), 50));
+  std::optional<RequestHandle> c = e->submit(request(ids(10, 5), 50));
+  for (int i = 0; i < 4; ++i) e->step();
+  EXPECT_GT(e->stats().cache_blocks_used, 0);
+  a.cancel();
+  c.reset();  // a client that went away
+  e->step();
+  EXPECT_EQ(e->stats().running, 1);
+  const Result ra = drain(a);
+  EXPECT_EQ(ra.finish, FinishReason::kCancelled);
+  EXPECT_EQ(ra.last.metrics->completion_tokens, static_cast<int64_t>(ra.tokens.size()));
+  b.cancel();
+  e->step();
+  EXPECT_EQ(drain(b).finish, FinishReason::kCancelled);
+  EXPECT_EQ(e->stats().cache_blocks_used, 0);
+  EXPECT_EQ(e->stats().cache_blocks_total, total);
+  EXPECT_EQ(e->stats().requests_cancelled, 3u);
+  EXPECT_FALSE(e->step());
+  EXPECT_THROW(b.next(), UsageError);
+}
+
+TEST_F(EngineTest, ALongPromptAmongAStreamOfShortOnesFinishes) {
+  EngineConfig c = small_config();
+  c.max_num_batched_tokens = 16;
+  c.num_cache_blocks = 24;
+  auto e = engine(c);
+  RequestHandle long_request = e->submit(request(ids(300, 6), 3));
+  std::vector<RequestHandle> short_requests;
+  for (int i = 0; i < 40; ++i) {
+    if (i % 2 == 0) short_requests.push_back(e->submit(request(ids(1 + i % 7, 100 + static_cast<uint32_t>(i)), 2)));
+    e->step();
+  }
+  run_until_idle(*e);
+  EXPECT_EQ(drain(long_request).finish, FinishReason::kLength);
+  for (RequestHandle& h : short_requests) EXPECT_EQ(drain(h).tokens.size(), 2u);
+  EXPECT_EQ(e->stats().cache_blocks_used, 0);
+}
+
+TEST_F(EngineTest, TooLongRequestsAreRefusedWithTheLimits) {
+  auto e = engine();
+  try {
+    e->submit(request(ids(500, 7), 20));
+    FAIL() << "520 tokens accepted with max_model_len 512";
+  } catch (const UsageError& err) {
+    EXPECT_NE(std::string(err.what()).find("maximum context length is 512"), std::string::npos) << err.what();
+  }
+  GenerateRequest no_room = request(ids(512, 7), 1);
+  no_room.stop.max_tokens.reset();  // up to max_model_len: nothing left
+  EXPECT_THROW(e->submit(no_room), UsageError);
+  EXPECT_THROW(e->submit(request({}, 4)), UsageError);
+  EXPECT_THROW(e->submit(request({200000}, 4)), UsageError);  // outside the vocabulary
+  GenerateRequest strings = request(ids(4, 7), 4);
+  strings.stop.stop_strings = {"x"};
+  EXPECT_THROW(e->submit(strings), UsageError);  // no tokenizer
+  EXPECT_FALSE(e->step());
+}
+
+TEST_F(EngineTest, StopTokenIdsAndMaxTokensEndTheStream) {
+  const GenerateRequest r = request(ids(12, 8), 8);
+  const Result ref = alone(r);
+  GenerateRequest stopped = r;
+  stopped.stop.stop_token_ids = {ref.tokens[3]};
+  const Result got = alone(stopped);
+  const auto first = std::find(ref.tokens.begin(), ref.tokens.end(), ref.tokens[3]);
+  EXPECT_EQ(got.tokens, std::vector<int32_t>(ref.tokens.begin(), first + 1));
+  EXPECT_EQ(got.finish, FinishReason::kStop);
+  EXPECT_EQ(got.last.stop_token_id, ref.tokens[3]);
+  GenerateRequest shorter = r;
+  shorter.stop.max_tokens = 3;
+  const Result three = alone(shorter);
+  EXPECT_EQ(three.tokens, std::vector<int32_t>(ref.tokens.begin(), ref.tokens.begin() + 3));
+  EXPECT_EQ(three.finish, FinishReason::kLength);
+  EXPECT_EQ(three.last.metrics->completion_tokens, 3);
+  EXPECT_GE(three.last.metrics->time_per_output_token_s(), 0.0);
+}
+
+TEST_F(EngineTest, StopStringsCutTheTextAndTheStreamedTextIsTheDecodedText) {
+  auto tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(DSV4_TOKENIZER_JSON));
+  GenerateRequest r = request(tokenizer->encode("The quick brown fox jumps over"), 12);
+  auto e = engine(small_config(), tokenizer);
+  RequestHandle h = e->submit(r);
+  run_until_idle(*e);
+  const Result ref = drain(h);
+  std::vector<int32_t> known;  // ids the tokenizer has (the random model may pick others)
+  for (int32_t id : ref.tokens)
+    if (id < tokenizer->vocab_size()) known.push_back(id);
+  EXPECT_EQ(ref.text, tokenizer->decode(known));
+  ASSERT_GE(ref.text.size(), 6u);
+  // A stop string from the middle of the text: the stream ends there, the text stops before it.
+  const std::string stop = ref.text.substr(ref.text.size() / 2, 2);
+  r.stop.stop_strings = {"never appears \x01", stop};
+  auto e2 = engine(small_config(), tokenizer);
+  RequestHandle h2 = e2->submit(r);
+  run_until_idle(*e2);
+  const Result got = drain(h2);
+  EXPECT_EQ(got.finish, FinishReason::kStop);
+  EXPECT_EQ(got.last.stop_string, stop);
+  EXPECT_EQ(got.text, ref.text.substr(0, ref.text.find(stop)));
+  EXPECT_LE(got.tokens.size(), ref.tokens.size());
+}
+
+TEST_F(EngineTest, TheEngineThreadServesSubmittingThreads) {
+  auto e = engine();
+  e->start();
+  std::vector<std::thread> clients;
+  std::vector<Result> results(4);
+  for (int t = 0; t < 4; ++t)
+    clients.emplace_back([&, t] {
+      RequestHandle h = e->submit(request(ids(10 + 5 * t, 20 + t), 5 + t));
+      results[static_cast<size_t>(t)] = drain(h);
+    });
+  for (std::thread& c : clients) c.join();
+  e->stop();
+  for (int t = 0; t < 4; ++t) {
+    EXPECT_EQ(results[static_cast<size_t>(t)].tokens.size(), static_cast<size_t>(5 + t));
+    EXPECT_EQ(results[static_cast<size_t>(t)].finish, FinishReason::kLength);
+  }
+  const EngineStats s = e->stats();
+  EXPECT_EQ(s.requests_finished, 4u);
+  EXPECT_EQ(s.generation_tokens, 5u + 6u + 7u + 8u);
+  EXPECT_EQ(s.time_to_first_token_count, 4u);
+  EXPECT_EQ(s.running + s.waiting, 0);
+}
+
+}  // namespace
+}  // namespace dsv4

@@ -1,0 +1,174 @@
+// The host sampler (sampling/sampler.h): greedy, each filter on its own, the seeded draw, the
+// penalties, the raw logprobs, and the range checks of SamplingParams.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "core/error.h"
+#include "sampling/sampler.h"
+
+namespace dsv4 {
+namespace {
+
+// Logits whose softmax is exactly `probs` (up to float rounding).
+std::vector<float> logits_of(const std::vector<double>& probs) {
+  std::vector<float> x;
+  for (double p : probs) x.push_back(static_cast<float>(std::log(p)));
+  return x;
+}
+
+std::map<int32_t, int> draw_counts(const std::vector<float>& logits, const SamplingParams& params, int draws) {
+  std::map<int32_t, int> counts;
+  for (int seed = 0; seed < draws; ++seed) ++counts[sample_token(logits, params, static_cast<uint64_t>(seed), {}).id];
+  return counts;
+}
+
+SamplingParams sampled(float temperature = 1.0f) {
+  SamplingParams p;
+  p.temperature = temperature;
+  return p;
+}
+
+const std::vector<double> kProbs = {0.5, 0.3, 0.15, 0.05};
+
+TEST(Sampling, GreedyTakesTheArgmaxAndTheLowestIdOnTies) {
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  EXPECT_EQ(sample_token(std::vector<float>{0.1f, 3.0f, -2.0f}, greedy, 7, {}).id, 1);
+  EXPECT_EQ(sample_token(std::vector<float>{1.0f, 5.0f, 5.0f}, greedy, 7, {}).id, 1);
+}
+
+TEST(Sampling, UnfilteredDrawsFollowTheDistribution) {
+  const std::map<int32_t, int> counts = draw_counts(logits_of(kProbs), sampled(), 20000);
+  for (size_t id = 0; id < kProbs.size(); ++id)
+    EXPECT_NEAR(counts.at(static_cast<int32_t>(id)) / 20000.0, kProbs[id], 0.015) << "token " << id;
+}
+
+TEST(Sampling, TemperatureSharpensAndFlattens) {
+  const std::vector<float> x = logits_of(kProbs);
+  // p0 = 0.5^(1/T) / sum p^(1/T): 0.832 at T = 0.3, 0.301 at T = 5 (0.5 at T = 1).
+  EXPECT_NEAR(draw_counts(x, sampled(0.3f), 4000).at(0) / 4000.0, 0.832, 0.03);
+  EXPECT_NEAR(draw_counts(x, sampled(5.0f), 4000).at(0) / 4000.0, 0.301, 0.03);
+}
+
+TEST(Sampling, TopKKeepsTheKMostLikely) {
+  SamplingParams p = sampled();
+  p.top_k = 2;
+  const std::map<int32_t, int> counts = draw_counts(logits_of(kProbs), p, 4000);
+  EXPECT_EQ(counts.size(), 2u);
+  EXPECT_NEAR(counts.at(0) / 4000.0, 0.5 / 0.8, 0.03);
+  p.top_k = 1;
+  EXPECT_EQ(draw_counts(logits_of(kProbs), p, 500).size(), 1u);
+}
+
+TEST(Sampling, TopPKeepsTheSmallestSetReachingTheMass) {
+  SamplingParams p = sampled();
+  p.top_p = 0.7f;  // 0.5 + 0.3 >= 0.7
+  const std::map<int32_t, int> counts = draw_counts(logits_of(kProbs), p, 4000);
+  EXPECT_EQ(counts.size(), 2u);
+  EXPECT_TRUE(counts.count(0) && counts.count(1));
+  p.top_p = 0.5f;  // 0.5 alone reaches it
+  EXPECT_EQ(draw_counts(logits_of(kProbs), p, 500).size(), 1u);
+}
+
+TEST(Sampling, MinPDropsTokensBelowAShareOfTheTop) {
+  SamplingParams p = sampled();
+  p.min_p = 0.2f;  // keeps p >= 0.1: tokens 0, 1, 2
+  const std::map<int32_t, int> counts = draw_counts(logits_of(kProbs), p, 4000);
+  EXPECT_EQ(counts.size(), 3u);
+  EXPECT_EQ(counts.count(3), 0u);
+}
+
+TEST(Sampling, TheSeedAndTheOutputIndexDecideTheDraw) {
+  const std::vector<float> x = logits_of({0.25, 0.25, 0.25, 0.25});
+  const SamplingParams p = sampled();
+  std::set<int32_t> by_index, by_seed;
+  for (int i = 0; i < 8; ++i) {
+    const std::vector<int32_t> out(static_cast<size_t>(i), 0);
+    EXPECT_EQ(sample_token(x, p, 99, {{}, out}).id, sample_token(x, p, 99, {{}, out}).id);
+    by_index.insert(sample_token(x, p, 99, {{}, out}).id);
+    by_seed.insert(sample_token(x, p, static_cast<uint64_t>(i), {}).id);
+  }
+  EXPECT_GT(by_index.size(), 1u);
+  EXPECT_GT(by_seed.size(), 1u);
+}
+
+TEST(Sampling, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.repetition_penalty = 2.0f;
+  const std::vector<int32_t> prompt = {0};
+  EXPECT_EQ(sample_token(std::vector<float>{2.0f, 1.9f}, p, 0, {prompt, {}}).id, 1);     // 1.0 < 1.9
+  EXPECT_EQ(sample_token(std::vector<float>{-1.0f, -1.5f}, p, 0, {prompt, {}}).id, 1);   // -2 < -1.5
+  EXPECT_EQ(sample_token(std::vector<float>{2.0f, 1.9f}, p, 0, {{}, {}}).id, 0);          // no history
+}
+
+TEST(Sampling, PresenceAndFrequencyPenaltiesCountGeneratedTokensOnly) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  const std::vector<float> x = {1.0f, 0.5f};
+  const std::vector<int32_t> twice = {0, 0};
+  p.frequency_penalty = 0.3f;  // 1 - 0.6 < 0.5
+  EXPECT_EQ(sample_token(x, p, 0, {{}, twice}).id, 1);
+  EXPECT_EQ(sample_token(x, p, 0, {twice, {}}).id, 0);  // prompt tokens are not penalised
+  p.frequency_penalty = 0.0f;
+  p.presence_penalty = 0.6f;  // 1 - 0.6 < 0.5
+  EXPECT_EQ(sample_token(x, p, 0, {{}, twice}).id, 1);
+  p.presence_penalty = 0.4f;  // once, whatever the count: 0.6 > 0.5
+  EXPECT_EQ(sample_token(x, p, 0, {{}, twice}).id, 0);
+}
+
+TEST(Sampling, LogprobsAreTheRawDistributionsAndSumToOne) {
+  const std::vector<float> x = {1.0f, 3.0f, -0.5f, 2.0f, 0.0f};
+  SamplingParams p = sampled(0.7f);
+  p.logprobs = true;
+  p.top_logprobs = 5;
+  p.frequency_penalty = 1.0f;  // changes the draw, not the logprobs
+  const std::vector<int32_t> out = {1};
+  const TokenChoice c = sample_token(x, p, 3, {{}, out});
+  ASSERT_EQ(c.top.size(), 5u);
+  double mass = 0;
+  for (size_t i = 0; i < c.top.size(); ++i) {
+    mass += std::exp(static_cast<double>(c.top[i].second));
+    if (i > 0) {
+      EXPECT_GE(c.top[i - 1].second, c.top[i].second);
+    }
+    if (c.top[i].first == c.id) {
+      EXPECT_EQ(c.top[i].second, c.logprob);
+    }
+  }
+  EXPECT_NEAR(mass, 1.0, 1e-6);
+  EXPECT_EQ(c.top[0].first, 1);
+  EXPECT_NEAR(c.top[0].second - c.top[1].second, 1.0f, 1e-6);  // logit 3 vs 2
+  p.top_logprobs = 2;
+  EXPECT_EQ(sample_token(x, p, 3, {}).top.size(), 2u);
+}
+
+TEST(Sampling, ParamsOutOfRangeAreRefusedByName) {
+  auto refused = [](auto change, const char* field) {
+    SamplingParams p;
+    change(p);
+    try {
+      p.validate();
+      ADD_FAILURE() << field << " was accepted";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  };
+  refused([](SamplingParams& p) { p.temperature = -1; }, "temperature");
+  refused([](SamplingParams& p) { p.top_p = 0; }, "top_p");
+  refused([](SamplingParams& p) { p.top_k = -2; }, "top_k");
+  refused([](SamplingParams& p) { p.min_p = 1.5f; }, "min_p");
+  refused([](SamplingParams& p) { p.presence_penalty = 3; }, "presence_penalty");
+  refused([](SamplingParams& p) { p.repetition_penalty = 0; }, "repetition_penalty");
+  refused([](SamplingParams& p) { p.top_logprobs = 3; }, "top_logprobs");  // without logprobs
+  SamplingParams ok;
+  EXPECT_NO_THROW(ok.validate());
+  EXPECT_THROW(sample_token(std::vector<float>{1.0f}, ok, 0, {std::vector<int32_t>{5}, {}}), UsageError);
+}
+
+}  // namespace
+}  // namespace dsv4
