@@ -1,0 +1,203 @@
+// The serving engine's API: requests in, streamed tokens and a finish reason out, cancel, stats.
+//
+// Threads. submit(), RequestHandle and stats() are safe from any thread (the HTTP server's
+// handler threads). Steps run on one thread: either the engine's own (start() / stop()), or the
+// caller's through step() (tests and the command-line tools, with no engine thread running).
+// A step schedules the waiting and running requests (src/scheduler), runs one Model::forward
+// over all of them, samples (src/sampling, on the host) and pushes one OutputChunk per request
+// that got a token into that request's queue.
+//
+// Delivery: a per-request queue. submit() returns a RequestHandle; its owner pops chunks with
+// next() (blocking) or next_for() (with a timeout, to notice a closed connection meanwhile).
+// The last chunk carries the finish reason and the request's metrics; after it, done() is true.
+// Dropping a handle before its last chunk cancels the request, so a server that loses its client
+// only has to let go of the handle.
+//
+// Stop strings are detected here, in the engine, on the text its tokenizer decodes: each chunk's
+// `text` is the new text with a matched stop string (and whatever follows it) cut, and with text
+// that might still be the start of a stop string held back until it cannot be. A request with
+// stop strings is refused when the engine was made without a tokenizer.
+//
+// Refused at submit (UsageError, message for the client): an empty prompt, an id outside the
+// vocabulary, prompt + max_tokens longer than max_model_len, sampling values out of range.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sampling/sampling_params.h"
+
+namespace dsv4 {
+
+class Model;
+class Ops;
+class Tokenizer;
+
+using RequestId = uint64_t;
+using EngineClock = std::chrono::steady_clock;
+
+enum class FinishReason {
+  kStop,       // end-of-sequence token, a stop token id or a stop string
+  kLength,     // max_tokens generated (or max_model_len reached)
+  kCancelled,  // RequestHandle::cancel(), the handle dropped, or the engine destroyed
+  kError,      // the step that ran the request failed; OutputChunk::error says why
+};
+// "stop", "length", "abort", "error": the words of OpenAI's and vLLM's finish_reason.
+std::string_view finish_reason_name(FinishReason reason);
+
+struct StopConditions {
+  std::optional<int64_t> max_tokens;      // new tokens; none: up to max_model_len
+  std::vector<int32_t> stop_token_ids;    // besides the model's eos; the token is part of the output
+  std::vector<std::string> stop_strings;  // cut from the text (needs the engine's tokenizer)
+  bool ignore_eos = false;                // keep going after the model's eos token
+};
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  StopConditions stop;
+};
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;
+};
+
+struct GeneratedToken {
+  int32_t id = 0;
+  float logprob = 0.0f;            // when sampling.logprobs
+  std::vector<TokenLogprob> top;   // sampling.top_logprobs entries, most likely first
+};
+
+// Times and counts of one request, complete on its last chunk.
+struct RequestMetrics {
+  EngineClock::time_point arrival;      // submit()
+  EngineClock::time_point first_token;  // the first generated token was emitted
+  EngineClock::time_point finished;
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t preemptions = 0;
+  double time_to_first_token_s() const;
+  // Mean time per output token after the first; 0 with fewer than two tokens.
+  double time_per_output_token_s() const;
+  double end_to_end_s() const;
+};
+
+struct OutputChunk {
+  std::vector<GeneratedToken> tokens;  // the new tokens, in order
+  std::string text;                    // their text when the engine has a tokenizer (see above)
+  EngineClock::time_point time;        // when the engine emitted the chunk
+  std::optional<FinishReason> finish;  // set on the last chunk only
+  std::optional<int32_t> stop_token_id;  // kStop by a token: which one
+  std::string stop_string;               // kStop by a stop string: which one
+  std::string error;                     // kError: what went wrong
+  std::optional<RequestMetrics> metrics;  // on the last chunk
+};
+
+class RequestStream;  // the queue shared by the engine and the handle (engine.cpp)
+
+// The caller's end of one request. Move-only; dropping it before the last chunk cancels.
+class RequestHandle {
+ public:
+  RequestHandle(RequestHandle&&) noexcept;
+  RequestHandle& operator=(RequestHandle&&) noexcept;
+  RequestHandle(const RequestHandle&) = delete;
+  RequestHandle& operator=(const RequestHandle&) = delete;
+  ~RequestHandle();
+
+  RequestId id() const;
+  int64_t prompt_tokens() const;
+
+  // The next chunk, waiting as long as it takes. Throws UsageError once done().
+  OutputChunk next();
+  // The next chunk if one comes within `timeout` (0: only one already queued), else none.
+  // Throws UsageError once done().
+  std::optional<OutputChunk> next_for(std::chrono::milliseconds timeout);
+  // The last chunk (the one with `finish`) has been returned.
+  bool done() const;
+
+  // Asks the engine to stop the request at its next step; the stream then ends with kCancelled
+  // (or with whatever finished it first). Idempotent, any thread.
+  void cancel();
+
+ private:
+  friend class Engine;
+  explicit RequestHandle(std::shared_ptr<RequestStream> stream);
+  std::shared_ptr<RequestStream> stream_;
+};
+
+struct EngineConfig {
+  int64_t max_model_len = 0;            // prompt + output tokens; 0: the model's max_position_embeddings
+  int64_t max_num_seqs = 64;            // sequences in one step
+  int64_t max_num_batched_tokens = 2048;  // tokens in one step (decode first, then prefill chunks)
+  // Cache accounting in blocks of block_size tokens (src/scheduler/block_manager.h). 0 blocks:
+  // enough for max_num_seqs sequences of max_model_len. Accounting only for now: each sequence's
+  // storage is a contiguous SequenceCache of prompt + max_tokens tokens.
+  int64_t block_size = 64;
+  int64_t num_cache_blocks = 0;
+  bool exact_math = false;              // ForwardOptions::exact_math for every step
+};
+
+// A snapshot for /metrics and logs. Counters are totals since the engine was made.
+struct EngineStats {
+  int64_t running = 0;              // requests with a cache (prefilling or decoding)
+  int64_t waiting = 0;              // queued or preempted
+  int64_t cache_blocks_total = 0;
+  int64_t cache_blocks_used = 0;
+  uint64_t steps = 0;
+  uint64_t prompt_tokens = 0;       // prompts of submitted requests
+  uint64_t generation_tokens = 0;   // tokens emitted
+  uint64_t computed_tokens = 0;     // tokens through the forward, recomputation included
+  uint64_t preemptions = 0;
+  uint64_t requests_finished = 0;   // any finish reason
+  uint64_t requests_cancelled = 0;
+  uint64_t requests_failed = 0;     // kError
+  // Sums over finished requests (Prometheus summaries: _sum and _count); the per-request values
+  // come with each last chunk's metrics for histograms.
+  double time_to_first_token_s_sum = 0;
+  uint64_t time_to_first_token_count = 0;
+  double time_per_output_token_s_sum = 0;
+  uint64_t time_per_output_token_count = 0;
+  double end_to_end_s_sum = 0;
+  double cache_usage() const {
+    return cache_blocks_total > 0 ? static_cast<double>(cache_blocks_used) / static_cast<double>(cache_blocks_total) : 0.0;
+  }
+};
+
+class Engine {
+ public:
+  // `model` and `ops` must outlive the engine. Without a tokenizer chunks carry no text and
+  // stop strings are refused. Throws UsageError for a config out of range.
+  Engine(const Model& model, Ops& ops, EngineConfig config, std::shared_ptr<const Tokenizer> tokenizer = nullptr);
+  // Stops the engine thread; requests still open end with kCancelled.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request (any thread). Throws UsageError when it is refused (see above).
+  RequestHandle submit(GenerateRequest request);
+
+  // Starts the engine thread, which runs steps while there is work and sleeps otherwise.
+  void start();
+  // Lets the current step finish and joins the engine thread; queued requests stay queued.
+  void stop();
+
+  // One step on the caller's thread (not while the engine thread runs). Returns whether
+  // requests remain open.
+  bool step();
+
+  // The config with every default resolved (max_model_len, num_cache_blocks).
+  const EngineConfig& config() const;
+  EngineStats stats() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dsv4
