@@ -11,7 +11,9 @@
 // content (an open call's arguments are closed first, so they stay a JSON object), a
 // string="false" value that is not JSON becomes a JSON string, and output cut off mid-call is
 // closed at finish(). The result depends only on the text, never on the chunking: the
-// non-streaming response is parse_completion_text(), the same parser fed at once.
+// non-streaming response is parse_completion_text(), the same parser fed at once. The text is
+// expected as UTF-8 (the engine's decoder gives whole characters); invalid bytes pass through
+// as they are, and the response's JSON writer replaces them.
 #pragma once
 
 #include <cstddef>
