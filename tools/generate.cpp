@@ -146,6 +146,11 @@ void run_generate(const GenerateOptions& o) {
   if (io.ids.empty()) throw UsageError("generate: the prompt has no tokens");
   const std::unique_ptr<Ops> ops = make_backend(o.device, o.threads, o.gpu);
   const Model model = load_model(*ops, o.source);
+  const int64_t max_length = model.config()->max_position_embeddings;
+  if (o.max_new_tokens > max_length - static_cast<int64_t>(io.ids.size()))
+    throw UsageError("generate: the prompt's " + std::to_string(io.ids.size()) + " tokens plus --max-new-tokens " +
+                     std::to_string(o.max_new_tokens) + " exceed the model's max_position_embeddings (" +
+                     std::to_string(max_length) + ")");
   DecodeStats stats;
   const std::vector<int32_t> ids = greedy_decode(model, *ops, io.ids, o, io.print, stats);
   io.finish();

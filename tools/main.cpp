@@ -2,6 +2,7 @@
 // and exit codes (the only place in the project that exits).
 #include <cstdio>
 #include <exception>
+#include <new>
 
 #include <CLI/CLI.hpp>
 
@@ -17,12 +18,17 @@ int main(int argc, char** argv) {
   dsv4::tools::add_logits_command(app);
   dsv4::tools::add_generate_command(app);
   dsv4::tools::add_bench_command(app);
+  dsv4::tools::add_serve_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const dsv4::Error& e) {
     std::fprintf(stderr, "dsv4: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "dsv4: error: out of memory (a size given on the command line or in the model's "
+                         "config may be larger than this machine can hold)\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dsv4: internal error: %s\n", e.what());

@@ -6,6 +6,9 @@
 #include <fstream>
 #include <sstream>
 
+#include <cstdint>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -46,6 +49,8 @@ class FieldReader {
 
   int64_t integer(const std::string& key) const {
     const json& v = get(key);
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      fail(key, v, "is out of range (larger than 2^63 - 1)");
     if (v.is_number_integer()) return v.get<int64_t>();
     if (v.is_number_float()) {  // accept 16.0 for an integer field, reject 16.5
       const double d = v.get<double>();
@@ -86,6 +91,8 @@ class FieldReader {
     for (size_t i = 0; i < v.size(); ++i) {
       if (!v[i].is_number_integer())
         fail(key + "[" + std::to_string(i) + "]", v[i], "must be an integer");
+      if (v[i].is_number_unsigned() && v[i].get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+        fail(key + "[" + std::to_string(i) + "]", v[i], "is out of range (larger than 2^63 - 1)");
       out.push_back(v[i].get<int64_t>());
     }
     return out;
@@ -465,10 +472,26 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
 ModelConfig load_model_config(const std::filesystem::path& file) {
   std::ifstream in(file);
   if (!in) throw IoError(file.string() + ": cannot open config file");
+  // The field being read, so a number the parser cannot hold (1e400) is named with its field.
+  std::vector<std::string> path;
+  const auto track_field = [&path](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) path.emplace_back();
+    if (event == json::parse_event_t::object_end && !path.empty()) path.pop_back();
+    if (event == json::parse_event_t::key && !path.empty()) path.back() = parsed.get<std::string>();
+    return true;
+  };
   json j;
   try {
-    j = json::parse(in);
-  } catch (const json::parse_error& e) {
+    j = json::parse(in, track_field);
+  } catch (const json::out_of_range& e) {
+    std::string field;
+    for (const std::string& key : path) field += (field.empty() ? "" : ".") + key;
+    const std::string what = e.what();
+    const size_t quote = what.find('\'');
+    const std::string value = quote == std::string::npos ? what : what.substr(quote);
+    throw ConfigError(file.string() + ": field '" + field + "' = " + value +
+                      ": the number is out of range (beyond a double)");
+  } catch (const json::exception& e) {
     throw FormatError(file.string() + ": not valid JSON: " + e.what());
   }
   return parse_model_config(j, file.string());

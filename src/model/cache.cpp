@@ -17,6 +17,11 @@ CompressorState make_state(Ops& ops, int64_t ratio, int64_t dc) {
 SequenceCache::SequenceCache(Ops& ops, const ModelConfig& cfg, int64_t capacity, DType dtype)
     : capacity_(capacity), dtype_(dtype) {
   if (capacity <= 0) throw UsageError("a sequence needs a positive capacity, got " + std::to_string(capacity));
+  // Positions past max_position_embeddings are refused by the forward, so such a cache could
+  // never be filled; refusing it here also keeps a typo from becoming a huge allocation.
+  if (capacity > cfg.params().max_position_embeddings)
+    throw UsageError("a sequence of " + std::to_string(capacity) + " tokens is longer than the model's " +
+                     "max_position_embeddings (" + std::to_string(cfg.params().max_position_embeddings) + ")");
   if (dtype != DType::kBF16 && dtype != DType::kF32)
     throw UsageError("sequence caches hold bf16 or f32, not " + std::string(dtype_name(dtype)));
   const ModelParams& p = cfg.params();

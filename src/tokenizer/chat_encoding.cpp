@@ -92,7 +92,7 @@ std::string_view text_or_empty(const std::optional<std::string>& text) {
 std::string json_type_name(const ordered_json& value) { return value.type_name(); }
 
 // nlohmann's message without the "last read" bytes, which may end inside a UTF-8 character.
-std::string describe_parse_error(const ordered_json::parse_error& error) {
+std::string describe_parse_error(const ordered_json::exception& error) {
   const std::string what = error.what();
   return what.substr(0, what.find("; last read"));
 }
@@ -161,7 +161,7 @@ ordered_json parse_arguments(const ordered_json& arguments, const std::string& w
   if (arguments.is_string()) {
     try {
       parsed = ordered_json::parse(arguments.get_ref<const std::string&>());
-    } catch (const ordered_json::parse_error& e) {
+    } catch (const ordered_json::exception& e) {  // parse_error, or out_of_range for 1e400
       fail_field(where, "not valid JSON: " + describe_parse_error(e));
     }
   } else {
@@ -668,7 +668,7 @@ ToolCall read_invoke(CompletionReader& reader) {
     } else {
       try {
         call.arguments[key] = ordered_json::parse(rest);
-      } catch (const ordered_json::parse_error& e) {
+      } catch (const ordered_json::exception& e) {  // parse_error, or out_of_range for 1e400
         reader.fail_at(param_pos, "parameter \"" + key + "\" of tool call \"" + call.name +
                                       "\" has string=\"false\" but its value is not JSON (" +
                                       describe_parse_error(e) + ")");

@@ -51,6 +51,12 @@ if "$dsv4" generate --model "$model" --prompt-ids 1,999999 -n 2 2>"$work/err.txt
   fail "an out-of-vocabulary id was accepted"
 fi
 grep -q "999999" "$work/err.txt" || fail "error message: $(cat "$work/err.txt")"
+# Reported: -n 99999999 ended in "internal error: std::bad_alloc"; it is refused before allocating.
+if "$dsv4" generate --model "$model" --prompt-ids 5,6,7 -n 99999999 2>"$work/err.txt"; then
+  fail "-n 99999999 was accepted"
+fi
+grep -q -- "--max-new-tokens 99999999 exceed the model's max_position_embeddings" "$work/err.txt" ||
+  fail "error message: $(cat "$work/err.txt")"
 # The CUDA backend's options parse in every build; a bad value is named.
 if "$dsv4" generate --model "$model" --prompt-ids 5,6,7 -n 2 --fp8-gemm fast 2>"$work/err.txt"; then
   fail "--fp8-gemm fast was accepted"

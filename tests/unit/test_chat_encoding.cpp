@@ -356,6 +356,9 @@ TEST(ChatCompletion, MalformedCompletionsAreRejected) {
   expect_format_error(
       calls + param("a", "false", "[1, 2") + end, kChat,
       "parameter \"a\" of tool call \"f\" has string=\"false\" but its value is not JSON");
+  // A number beyond a double is refused like any bad JSON (nlohmann throws out_of_range for it).
+  expect_format_error(calls + param("a", "false", "1e400") + end, kChat,
+                      "parameter \"a\" of tool call \"f\" has string=\"false\" but its value is not JSON");
   expect_format_error(calls + param("a", "maybe", "x") + end, kChat,
                       "string must be \"true\" or \"false\"");
   expect_format_error(calls + param("a", "true", "x") + "\n" + param("a", "true", "y") + end, kChat,
@@ -396,6 +399,9 @@ TEST(ChatMessages, ErrorsNameTheMessageAndField) {
           {"type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}},
           {"type": "function", "function": {"name": "f", "arguments": "{\"a\": "}}]}])",
       "messages[1].tool_calls[1].function.arguments: not valid JSON");
+  expect_message_error(
+      R"([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{\"a\": 1e400}"}}]}])",
+      "messages[0].tool_calls[0].function.arguments: not valid JSON");
   expect_message_error(
       R"([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}]}])",
       "messages[0].tool_calls[0].function.arguments: expected a JSON object, got array");

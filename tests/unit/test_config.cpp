@@ -232,5 +232,36 @@ TEST(ModelConfig, FileErrorsNameTheFile) {
   }
 }
 
+// Reported: `1e400` in an integer field came out as nlohmann's raw out_of_range exception. The
+// parser cannot hold the number, so the field is found by tracking the keys while parsing.
+TEST(ModelConfig, NumbersBeyondRangeAreNamedWithTheirField) {
+  const auto expect_named = [](const std::string& replace_key, const std::string& value,
+                               const std::string& field) {
+    json j = flash_json();
+    std::string text = j.dump();
+    const std::string needle = "\"" + replace_key + "\":";
+    const size_t at = text.find(needle) + needle.size();
+    text.replace(at, text.find_first_of(",}", at) - at, value);
+    const std::string path = ::testing::TempDir() + "/range_config.json";
+    FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+    try {
+      load_model_config(path);
+      ADD_FAILURE() << "accepted " << value;
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("field '" + field + "'"), std::string::npos) << what;
+      EXPECT_NE(what.find(value), std::string::npos) << what;
+      EXPECT_NE(what.find("out of range"), std::string::npos) << what;
+    }
+  };
+  expect_named("max_position_embeddings", "1e400", "max_position_embeddings");
+  expect_named("hc_eps", "-1e400", "hc_eps");
+  expect_named("original_max_position_embeddings", "1e400", "rope_scaling.original_max_position_embeddings");
+  // Integers beyond int64 (nlohmann keeps them as uint64) no longer wrap to negative values.
+  expect_named("vocab_size", "18446744073709551615", "vocab_size");
+}
+
 }  // namespace
 }  // namespace dsv4

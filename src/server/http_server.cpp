@@ -1,0 +1,585 @@
+// OpenAiServer's routes on cpp-httplib; see http_server.h. A generation request goes: parse and
+// check the body (openai_request.h), render and tokenize the prompt, check its length, take an
+// open-request slot (429 when none is left), submit to the engine, then turn the engine's chunks
+// into one JSON answer or a stream of events (openai_response.h). Chat text goes through the
+// streaming completion parser in both cases, so both give the same message.
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+#include "server/api_error.h"
+#include "server/completion_stream.h"
+#include "server/metrics.h"
+#include "server/openai_request.h"
+#include "server/openai_response.h"
+
+namespace dsv4::server {
+namespace {
+
+using nlohmann::ordered_json;
+
+constexpr auto kChunkWait = std::chrono::milliseconds(100);
+
+int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void send_json(httplib::Response& res, int status, const ordered_json& body) {
+  res.status = status;
+  res.set_content(dump_json(body), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& error) {
+  send_json(res, error.status(), error.to_json());
+}
+
+// OpenAI's finish_reason for the engine's.
+std::string_view finish_word(FinishReason reason, bool made_tool_calls) {
+  switch (reason) {
+    case FinishReason::kStop: return made_tool_calls ? "tool_calls" : "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "abort";
+    case FinishReason::kError: return "error";
+  }
+  return "error";
+}
+
+void append_delta(CompletionDelta& into, const CompletionDelta& more) {
+  into.reasoning += more.reasoning;
+  into.content += more.content;
+  for (const ToolCallDelta& call : more.tool_calls) {
+    if (!into.tool_calls.empty() && into.tool_calls.back().index == call.index && !call.name) {
+      into.tool_calls.back().arguments += call.arguments;
+    } else {
+      into.tool_calls.push_back(call);
+    }
+  }
+}
+
+// A chat answer as it streams: the parser, the ids of the calls it has started, and the sum.
+class ChatAnswer {
+ public:
+  explicit ChatAnswer(const ChatPrompt& prompt)
+      : parser_(prompt.mode, prompt.parse_tool_calls) {
+    if (prompt.mode == ThinkingMode::kThinking) whole_.reasoning = "";
+  }
+  CompletionDelta feed(std::string_view text) { return record(parser_.feed(text)); }
+  CompletionDelta finish() { return record(parser_.finish()); }
+  const ParsedCompletion& whole() const { return whole_; }
+  const std::vector<std::string>& tool_call_ids() const { return ids_; }
+
+ private:
+  CompletionDelta record(CompletionDelta delta) {
+    while (ids_.size() < parser_.tool_calls_started()) ids_.push_back(random_id("call_"));
+    whole_.add(delta);
+    return delta;
+  }
+  CompletionStreamParser parser_;
+  ParsedCompletion whole_;
+  std::vector<std::string> ids_;
+};
+
+// The "Bearer KEY" of an Authorization header, or "".
+std::string bearer_token(const httplib::Request& req) {
+  const std::string value = req.get_header_value("Authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  return value.starts_with(kBearer) ? value.substr(kBearer.size()) : std::string();
+}
+
+bool same_secret(std::string_view given, std::string_view expected) {
+  // Compares every byte whatever the first difference, so timing tells nothing.
+  unsigned char differ = given.size() != expected.size();
+  for (size_t i = 0; i < given.size() && i < expected.size(); ++i) {
+    differ |= static_cast<unsigned char>(given[i] ^ expected[i]);
+  }
+  return differ == 0;
+}
+
+}  // namespace
+
+class OpenAiServer::Impl {
+ public:
+  Impl(ServerOptions options, std::shared_ptr<const Tokenizer> tokenizer)
+      : options_(std::move(options)),
+        tokenizer_(std::move(tokenizer)),
+        metrics_(options_.served_model_name) {
+    if (!tokenizer_) throw UsageError("OpenAiServer needs a tokenizer");
+    http_.new_task_queue = [threads = static_cast<size_t>(options_.max_open_requests) + 16] {
+      return new httplib::ThreadPool(threads);
+    };
+    http_.set_payload_max_length(options_.max_body_bytes);
+    http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (options_.api_key.empty() || req.path == "/health" ||
+          same_secret(bearer_token(req), options_.api_key)) {
+        return httplib::Server::HandlerResponse::Unhandled;
+      }
+      send_error(res, invalid_api_key());
+      return httplib::Server::HandlerResponse::Handled;
+    });
+    // Statuses httplib sets itself (no route, body too large, unreadable request) get an
+    // OpenAI error body too.
+    http_.set_error_handler(httplib::Server::HandlerWithResponse(
+        [this](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+      switch (res.status) {
+        case 404: send_error(res, route_not_found(req.method, req.path)); break;
+        case 413: send_error(res, body_too_large(options_.max_body_bytes)); break;
+        default:
+          send_error(res, ApiError(res.status, "The request could not be read.",
+                                   res.status < 500 ? "invalid_request_error" : "server_error"));
+      }
+      return httplib::Server::HandlerResponse::Handled;
+    }));
+    route_post("/v1/chat/completions", &Impl::chat_completions);
+    route_post("/v1/completions", &Impl::completions);
+    route_post("/tokenize", &Impl::tokenize);
+    route_post("/detokenize", &Impl::detokenize);
+    http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      guarded(res, [&] {
+        send_json(res, 200,
+                  model_list_json(options_.served_model_name, started_, ready().max_model_len()));
+      });
+    });
+    http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      if (draining_) {
+        send_error(res, not_ready("The server is shutting down."));
+      } else if (!engine_) {
+        send_error(res, not_ready("The model is loading."));
+      } else {
+        res.status = 200;
+      }
+    });
+    http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      ServingEngine* engine = engine_;
+      res.set_content(metrics_.render(engine ? engine->stats() : EngineStats{}),
+                      "text/plain; version=0.0.4");
+    });
+  }
+
+  ~Impl() { stop(); }
+
+  int start() {
+    const int port = options_.port == 0 ? http_.bind_to_any_port(options_.host)
+                                        : (http_.bind_to_port(options_.host, options_.port)
+                                               ? options_.port
+                                               : -1);
+    if (port < 0) {
+      throw IoError("cannot listen on " + options_.host + ":" + std::to_string(options_.port));
+    }
+    thread_ = std::thread([this] { http_.listen_after_bind(); });
+    return port;
+  }
+
+  void set_engine(ServingEngine& engine) { engine_ = &engine; }
+
+  int64_t drain(std::chrono::milliseconds timeout) {
+    draining_ = true;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (open_ > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return open_;
+  }
+
+  void stop() {
+    http_.stop();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  int64_t open_requests() const { return open_; }
+
+ private:
+  // Holds one of the max_open_requests slots while a generation request is open.
+  class OpenSlot {
+   public:
+    explicit OpenSlot(std::atomic<int64_t>& open) : open_(&open) {}
+    OpenSlot(OpenSlot&& other) noexcept : open_(std::exchange(other.open_, nullptr)) {}
+    OpenSlot& operator=(OpenSlot&&) = delete;
+    ~OpenSlot() {
+      if (open_) --*open_;
+    }
+
+   private:
+    std::atomic<int64_t>* open_;
+  };
+
+  // A submitted request: its stream and its slot, released together.
+  struct Running {
+    std::unique_ptr<GenerationStream> stream;
+    OpenSlot slot;
+    ResponseHeader header;
+    int64_t prompt_tokens = 0;
+    int64_t completion_tokens = 0;
+  };
+
+  using Route = void (Impl::*)(const httplib::Request&, httplib::Response&);
+
+  void route_post(const char* path, Route route) {
+    http_.Post(path, [this, route](const httplib::Request& req, httplib::Response& res) {
+      guarded(res, [&] { (this->*route)(req, res); });
+    });
+  }
+
+  // Runs a handler, turning whatever it throws into an error response.
+  template <typename Handler>
+  void guarded(httplib::Response& res, Handler&& handler) {
+    try {
+      handler();
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    } catch (const UsageError& e) {
+      send_error(res, invalid_request(e.what()));
+    } catch (const FormatError& e) {
+      send_error(res, invalid_request(e.what()));
+    } catch (const std::exception& e) {
+      send_error(res, internal_error(e.what()));
+    }
+  }
+
+  ServingEngine& ready() const {
+    ServingEngine* engine = engine_;
+    if (!engine) throw not_ready("The model is loading.");
+    return *engine;
+  }
+
+  void check_model(const std::optional<std::string>& model) const {
+    if (model && *model != options_.served_model_name) throw model_not_found(*model);
+  }
+
+  // The prompt plus the answer must fit the model (the message is vLLM's).
+  void check_length(int64_t prompt_tokens, const GenerationOptions& o, const char* prompt_param,
+                    int64_t max_model_len) const {
+    const int64_t asked = prompt_tokens + o.max_tokens.value_or(0);
+    if (prompt_tokens >= max_model_len || asked > max_model_len) {
+      std::string message = "This model's maximum context length is " +
+                            std::to_string(max_model_len) + " tokens. However, you requested " +
+                            std::to_string(asked) + " tokens (" + std::to_string(prompt_tokens) +
+                            " in the prompt, " + std::to_string(o.max_tokens.value_or(0)) +
+                            " in the completion). Please reduce the length of the prompt or "
+                            "completion.";
+      throw invalid_request(std::move(message),
+                            prompt_tokens >= max_model_len ? prompt_param : "max_tokens",
+                            "context_length_exceeded");
+    }
+  }
+
+  Running submit(std::vector<int32_t> prompt, const GenerationOptions& o, std::string_view id_prefix) {
+    if (draining_) throw not_ready("The server is shutting down.");
+    ServingEngine& engine = ready();
+    if (open_.fetch_add(1) >= options_.max_open_requests) {
+      --open_;
+      throw too_many_requests("Too many requests are open (" +
+                              std::to_string(options_.max_open_requests) +
+                              "); retry when some have finished.");
+    }
+    OpenSlot slot(open_);
+    GenerateRequest request;
+    request.prompt = std::move(prompt);
+    SamplingParams& s = request.sampling;
+    s.temperature = o.temperature;
+    s.top_p = o.top_p;
+    s.top_k = o.top_k;
+    s.min_p = o.min_p;
+    s.seed = o.seed;
+    s.presence_penalty = o.presence_penalty;
+    s.frequency_penalty = o.frequency_penalty;
+    s.repetition_penalty = o.repetition_penalty;
+    s.logprobs = o.logprobs;
+    s.top_logprobs = o.top_logprobs;
+    request.stop.max_tokens = o.max_tokens;
+    request.stop.stop_token_ids = o.stop_token_ids;
+    request.stop.stop_strings = o.stop;
+    request.stop.ignore_eos = o.ignore_eos;
+    const int64_t prompt_tokens = static_cast<int64_t>(request.prompt.size());
+    std::unique_ptr<GenerationStream> stream = engine.submit(std::move(request));
+    return Running{std::move(stream), std::move(slot),
+                   ResponseHeader{random_id(id_prefix), unix_seconds(), options_.served_model_name},
+                   prompt_tokens, 0};
+  }
+
+  std::vector<TokenLogprobInfo> logprobs_of(const OutputChunk& chunk) const {
+    std::vector<TokenLogprobInfo> infos;
+    const auto text_of = [this](int32_t id) {
+      try {
+        return std::string(tokenizer_->token_bytes(id));
+      } catch (const UsageError&) {
+        return std::string();
+      }
+    };
+    for (const GeneratedToken& token : chunk.tokens) {
+      TokenLogprobInfo info{text_of(token.id), token.logprob, {}};
+      for (const TokenLogprob& top : token.top) info.top.emplace_back(text_of(top.id), top.logprob);
+      infos.push_back(std::move(info));
+    }
+    return infos;
+  }
+
+  // The next chunk; waits as long as it takes (the non-streamed routes).
+  static OutputChunk next_chunk(GenerationStream& stream) {
+    while (true) {
+      if (std::optional<OutputChunk> chunk = stream.next_for(kChunkWait)) return std::move(*chunk);
+    }
+  }
+
+  void finished(const OutputChunk& last, std::string_view word) {
+    if (last.metrics) metrics_.record_finished(*last.metrics, word);
+  }
+
+  // ---- /v1/chat/completions ------------------------------------------------------------------
+
+  // The state of a streamed chat answer, shared by httplib's content provider calls.
+  struct ChatStream {
+    Running running;
+    ChatAnswer answer;
+    GenerationOptions options;
+    bool started = false;
+  };
+
+  void chat_completions(const httplib::Request& req, httplib::Response& res) {
+    const ChatCompletionRequest request = parse_chat_completion_request(parse_request_body(req.body));
+    check_model(request.model);
+    const ChatPrompt prompt = render_chat_prompt(request);
+    std::vector<int32_t> ids = tokenizer_->encode(prompt.text);
+    check_length(static_cast<int64_t>(ids.size()), request.generation, "messages",
+                 ready().max_model_len());
+    Running running = submit(std::move(ids), request.generation, "chatcmpl-");
+    ChatAnswer answer(prompt);
+    answer.feed(prompt.tool_call_prefill);
+    if (request.generation.stream) {
+      auto state = std::make_shared<ChatStream>(
+          ChatStream{std::move(running), std::move(answer), request.generation, false});
+      stream_events(res, state, [this](ChatStream& s, const OutputChunk* chunk) {
+        return chat_events(s, chunk);
+      });
+      return;
+    }
+    std::vector<TokenLogprobInfo> logprobs;
+    while (true) {
+      const OutputChunk chunk = next_chunk(*running.stream);
+      running.completion_tokens += static_cast<int64_t>(chunk.tokens.size());
+      if (request.generation.logprobs) {
+        for (TokenLogprobInfo& info : logprobs_of(chunk)) logprobs.push_back(std::move(info));
+      }
+      answer.feed(chunk.text);
+      if (!chunk.finish) continue;
+      answer.finish();
+      const std::string_view word = finish_word(*chunk.finish, !answer.whole().tool_calls.empty());
+      finished(chunk, word);
+      if (*chunk.finish == FinishReason::kError) throw internal_error(chunk.error);
+      send_json(res, 200,
+                chat_completion_json(running.header, answer.whole(), answer.tool_call_ids(), word,
+                                     request.generation.logprobs
+                                         ? std::optional(chat_logprobs_json(logprobs))
+                                         : std::nullopt,
+                                     {running.prompt_tokens, running.completion_tokens}));
+      return;
+    }
+  }
+
+  // The events for one engine chunk (or, with none, the opening role chunk).
+  std::string chat_events(ChatStream& s, const OutputChunk* chunk) {
+    const ResponseHeader& header = s.running.header;
+    const bool usage = s.options.include_usage;
+    std::string events;
+    if (!chunk) {
+      events += sse_event(chat_chunk_json(header, chat_delta_json({}, true, {}), std::nullopt,
+                                          std::nullopt, usage));
+      return events;
+    }
+    s.running.completion_tokens += static_cast<int64_t>(chunk->tokens.size());
+    CompletionDelta delta = s.answer.feed(chunk->text);
+    if (chunk->finish) append_delta(delta, s.answer.finish());
+    std::optional<ordered_json> logprobs;
+    if (s.options.logprobs && !chunk->tokens.empty()) {
+      logprobs = chat_logprobs_json(logprobs_of(*chunk));
+    }
+    if (!delta.empty() || logprobs) {
+      events += sse_event(chat_chunk_json(
+          header, chat_delta_json(delta, false, s.answer.tool_call_ids()), std::nullopt,
+          logprobs, usage));
+    }
+    if (chunk->finish) {
+      const std::string_view word =
+          finish_word(*chunk->finish, !s.answer.whole().tool_calls.empty());
+      finished(*chunk, word);
+      events += closing_events(header, "chat.completion.chunk", *chunk, word, s.options,
+                               s.running, [&](std::string_view finish_word) {
+                                 return chat_chunk_json(header, ordered_json::object(),
+                                                        finish_word, std::nullopt, usage);
+                               });
+    }
+    return events;
+  }
+
+  // The stream's end: the finish_reason chunk (or an error event), usage, [DONE].
+  template <typename FinishChunk>
+  static std::string closing_events(const ResponseHeader& header, std::string_view object,
+                                    const OutputChunk& last, std::string_view word,
+                                    const GenerationOptions& options, const Running& running,
+                                    FinishChunk&& finish_chunk) {
+    std::string events;
+    if (*last.finish == FinishReason::kError) {
+      events += sse_event(internal_error(last.error).to_json());
+    } else {
+      events += sse_event(finish_chunk(word));
+    }
+    if (options.include_usage) {
+      events += sse_event(
+          usage_chunk_json(header, object, {running.prompt_tokens, running.completion_tokens}));
+    }
+    events += kSseDone;
+    return events;
+  }
+
+  // Streams `state` as server-sent events: `events(state, nullptr)` first, then
+  // `events(state, &chunk)` per engine chunk until the last. A client that goes away cancels
+  // the request.
+  template <typename State, typename Events>
+  void stream_events(httplib::Response& res, std::shared_ptr<State> state, Events events) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [state, events](size_t, httplib::DataSink& sink) {
+          GenerationStream& stream = *state->running.stream;
+          const auto write = [&](const std::string& text) {
+            if (text.empty() || sink.write(text.data(), text.size())) return true;
+            stream.cancel();
+            return false;
+          };
+          if (!state->started) {
+            state->started = true;
+            return write(events(*state, nullptr));
+          }
+          if (!sink.is_writable()) {
+            stream.cancel();
+            return false;
+          }
+          const std::optional<OutputChunk> chunk = stream.next_for(kChunkWait);
+          if (!chunk) return true;
+          if (!write(events(*state, &*chunk))) return false;
+          if (chunk->finish) sink.done();
+          return true;
+        },
+        [state](bool success) {
+          if (!success) state->running.stream->cancel();
+        });
+  }
+
+  // ---- /v1/completions -----------------------------------------------------------------------
+
+  struct TextStream {
+    Running running;
+    GenerationOptions options;
+    size_t text_offset = 0;
+    bool started = false;
+  };
+
+  void completions(const httplib::Request& req, httplib::Response& res) {
+    const CompletionRequest request = parse_completion_request(parse_request_body(req.body));
+    check_model(request.model);
+    std::vector<int32_t> ids =
+        request.prompt_text ? tokenizer_->encode(*request.prompt_text) : request.prompt_ids;
+    check_length(static_cast<int64_t>(ids.size()), request.generation, "prompt",
+                 ready().max_model_len());
+    Running running = submit(std::move(ids), request.generation, "cmpl-");
+    if (request.generation.stream) {
+      auto state = std::make_shared<TextStream>(TextStream{std::move(running), request.generation});
+      stream_events(res, state, [this](TextStream& s, const OutputChunk* chunk) {
+        return text_events(s, chunk);
+      });
+      return;
+    }
+    std::string text;
+    std::vector<TokenLogprobInfo> logprobs;
+    while (true) {
+      const OutputChunk chunk = next_chunk(*running.stream);
+      running.completion_tokens += static_cast<int64_t>(chunk.tokens.size());
+      text += chunk.text;
+      if (request.generation.logprobs) {
+        for (TokenLogprobInfo& info : logprobs_of(chunk)) logprobs.push_back(std::move(info));
+      }
+      if (!chunk.finish) continue;
+      const std::string_view word = finish_word(*chunk.finish, false);
+      finished(chunk, word);
+      if (*chunk.finish == FinishReason::kError) throw internal_error(chunk.error);
+      send_json(res, 200,
+                completion_json(running.header, text, word,
+                                request.generation.logprobs
+                                    ? std::optional(completion_logprobs_json(logprobs, 0))
+                                    : std::nullopt,
+                                {running.prompt_tokens, running.completion_tokens}));
+      return;
+    }
+  }
+
+  std::string text_events(TextStream& s, const OutputChunk* chunk) {
+    if (!chunk) return "";
+    const ResponseHeader& header = s.running.header;
+    const bool usage = s.options.include_usage;
+    s.running.completion_tokens += static_cast<int64_t>(chunk->tokens.size());
+    std::string events;
+    std::optional<ordered_json> logprobs;
+    if (s.options.logprobs && !chunk->tokens.empty()) {
+      logprobs = completion_logprobs_json(logprobs_of(*chunk), s.text_offset);
+    }
+    s.text_offset += chunk->text.size();
+    if (!chunk->text.empty() || logprobs) {
+      events += sse_event(completion_chunk_json(header, chunk->text, std::nullopt, logprobs, usage));
+    }
+    if (chunk->finish) {
+      const std::string_view word = finish_word(*chunk->finish, false);
+      finished(*chunk, word);
+      events += closing_events(header, "text_completion", *chunk, word, s.options, s.running,
+                               [&](std::string_view finish_word) {
+                                 return completion_chunk_json(header, "", finish_word,
+                                                              std::nullopt, usage);
+                               });
+    }
+    return events;
+  }
+
+  // ---- /tokenize, /detokenize ----------------------------------------------------------------
+
+  void tokenize(const httplib::Request& req, httplib::Response& res) {
+    const TokenizeRequest request = parse_tokenize_request(parse_request_body(req.body));
+    check_model(request.model);
+    const std::string text = request.prompt ? *request.prompt : render_chat_prompt(*request.chat).text;
+    const std::vector<int32_t> ids = tokenizer_->encode(text);
+    send_json(res, 200,
+              {{"count", ids.size()}, {"max_model_len", ready().max_model_len()}, {"tokens", ids}});
+  }
+
+  void detokenize(const httplib::Request& req, httplib::Response& res) {
+    const DetokenizeRequest request = parse_detokenize_request(parse_request_body(req.body));
+    check_model(request.model);
+    send_json(res, 200, {{"prompt", tokenizer_->decode(request.tokens)}});
+  }
+
+  ServerOptions options_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  ServerMetrics metrics_;
+  httplib::Server http_;
+  std::thread thread_;
+  std::atomic<ServingEngine*> engine_{nullptr};
+  std::atomic<bool> draining_{false};
+  std::atomic<int64_t> open_{0};
+  int64_t started_ = unix_seconds();
+};
+
+OpenAiServer::OpenAiServer(ServerOptions options, std::shared_ptr<const Tokenizer> tokenizer)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(tokenizer))) {}
+OpenAiServer::~OpenAiServer() = default;
+int OpenAiServer::start() { return impl_->start(); }
+void OpenAiServer::set_engine(ServingEngine& engine) { impl_->set_engine(engine); }
+int64_t OpenAiServer::drain(std::chrono::milliseconds timeout) { return impl_->drain(timeout); }
+void OpenAiServer::stop() { impl_->stop(); }
+int64_t OpenAiServer::open_requests() const { return impl_->open_requests(); }
+
+}  // namespace dsv4::server

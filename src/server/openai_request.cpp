@@ -1,0 +1,581 @@
+// Parsing and checking of the OpenAI request bodies; see openai_request.h.
+#include "server/openai_request.h"
+
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "server/api_error.h"
+
+namespace dsv4::server {
+namespace {
+
+using nlohmann::ordered_json;
+
+std::string describe_json_error(const ordered_json::exception& error) {
+  const std::string what = error.what();
+  return what.substr(0, what.find("; last read"));
+}
+
+// "a string", "an object", ... as OpenAI's messages say it.
+std::string article_type(const ordered_json& value) {
+  if (value.is_number()) return "a number";
+  if (value.is_boolean()) return "a boolean";
+  if (value.is_object()) return "an object";
+  if (value.is_array()) return "an array";
+  if (value.is_string()) return "a string";
+  return "null";
+}
+
+// Reads the typed fields of one JSON object; every error names the field with its path.
+class Fields {
+ public:
+  Fields(const ordered_json& object, std::string prefix)
+      : object_(object), prefix_(std::move(prefix)) {}
+
+  // The value, or nullptr when absent or null (OpenAI treats null as absent).
+  const ordered_json* find(const char* key) const {
+    const auto it = object_.find(key);
+    if (it == object_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  std::string path(const char* key) const { return prefix_ + key; }
+
+  [[noreturn]] void type_error(const char* key, const char* expected,
+                               const ordered_json& value) const {
+    throw invalid_request("Invalid type for '" + path(key) + "': expected " + expected +
+                              ", but got " + article_type(value) + " instead.",
+                          path(key), "invalid_type");
+  }
+
+  [[noreturn]] void value_error(const char* key, const std::string& what) const {
+    throw invalid_request("Invalid value for '" + path(key) + "': " + what, path(key),
+                          "invalid_value");
+  }
+
+  std::optional<bool> boolean(const char* key) const {
+    const ordered_json* value = find(key);
+    if (!value) return std::nullopt;
+    if (!value->is_boolean()) type_error(key, "a boolean", *value);
+    return value->get<bool>();
+  }
+
+  std::optional<std::string> string(const char* key) const {
+    const ordered_json* value = find(key);
+    if (!value) return std::nullopt;
+    if (!value->is_string()) type_error(key, "a string", *value);
+    return value->get<std::string>();
+  }
+
+  // A number within [low, high]; `low_open` excludes the lower bound.
+  std::optional<float> number(const char* key, double low, double high,
+                              bool low_open = false) const {
+    const ordered_json* value = find(key);
+    if (!value) return std::nullopt;
+    if (!value->is_number()) type_error(key, "a number", *value);
+    const double number = value->get<double>();
+    if (!(low_open ? number > low : number >= low) || !(number <= high)) {
+      value_error(key, format_number(number) + " is outside " + (low_open ? "(" : "[") +
+                           format_number(low) + ", " + format_number(high) + "].");
+    }
+    return static_cast<float>(number);
+  }
+
+  // An integer (an integral float such as 16.0 counts) within [low, high].
+  std::optional<int64_t> integer(const char* key, int64_t low, int64_t high) const {
+    const ordered_json* value = find(key);
+    if (!value) return std::nullopt;
+    const int64_t number = integer_value(*value, key);
+    if (number < low || number > high) {
+      value_error(key, std::to_string(number) + " is outside [" + std::to_string(low) + ", " +
+                           std::to_string(high) + "].");
+    }
+    return number;
+  }
+
+  // Any 64-bit integer, signed or unsigned, as its bits.
+  std::optional<uint64_t> bits64(const char* key) const {
+    const ordered_json* value = find(key);
+    if (!value) return std::nullopt;
+    if (value->is_number_unsigned()) return value->get<uint64_t>();
+    return static_cast<uint64_t>(integer_value(*value, key));
+  }
+
+  int64_t integer_value(const ordered_json& value, const char* key) const {
+    if (value.is_number_unsigned()) {
+      const uint64_t number = value.get<uint64_t>();
+      if (number > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        value_error(key, std::to_string(number) + " is too large.");
+      }
+      return static_cast<int64_t>(number);
+    }
+    if (value.is_number_integer()) return value.get<int64_t>();
+    if (value.is_number_float()) {
+      const double number = value.get<double>();
+      if (std::floor(number) == number && std::fabs(number) < 9e15) {
+        return static_cast<int64_t>(number);
+      }
+    }
+    type_error(key, "an integer", value);
+  }
+
+  static std::string format_number(double number) {
+    ordered_json as_json = number;
+    if (std::floor(number) == number && std::fabs(number) < 9e15) {
+      as_json = static_cast<int64_t>(number);
+    }
+    return as_json.dump();
+  }
+
+ private:
+  const ordered_json& object_;
+  std::string prefix_;
+};
+
+// ids within int32 (the tokenizer and the engine check them against the vocabulary).
+std::vector<int32_t> token_id_list(const ordered_json& list, const std::string& where) {
+  std::vector<int32_t> ids;
+  ids.reserve(list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string at = where + "[" + std::to_string(i) + "]";
+    const ordered_json& id = list[i];
+    if (!id.is_number_integer()) {
+      throw invalid_request("Invalid type for '" + at + "': expected an integer token id, but got " +
+                                article_type(id) + " instead.",
+                            at, "invalid_type");
+    }
+    const bool in_range = id.is_number_unsigned()
+                              ? id.get<uint64_t>() <= std::numeric_limits<int32_t>::max()
+                              : id.get<int64_t>() >= 0 &&
+                                    id.get<int64_t>() <= std::numeric_limits<int32_t>::max();
+    if (!in_range) {
+      throw invalid_request("Invalid value for '" + at + "': " + id.dump() +
+                                " is not a token id.",
+                            at, "invalid_value");
+    }
+    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  return ids;
+}
+
+std::optional<std::string> model_field(const Fields& fields) { return fields.string("model"); }
+
+void reject_n_above_one(const Fields& fields) {
+  const std::optional<int64_t> n = fields.integer("n", 1, std::numeric_limits<int32_t>::max());
+  if (n && *n > 1) {
+    throw invalid_request("n > 1 is not supported: this server returns one choice per request.",
+                          "n", "unsupported_value");
+  }
+}
+
+std::vector<std::string> stop_strings(const Fields& fields) {
+  const ordered_json* stop = fields.find("stop");
+  if (!stop) return {};
+  std::vector<std::string> strings;
+  if (stop->is_string()) {
+    strings.push_back(stop->get<std::string>());
+  } else if (stop->is_array()) {
+    for (size_t i = 0; i < stop->size(); ++i) {
+      if (!(*stop)[i].is_string()) {
+        const std::string at = "stop[" + std::to_string(i) + "]";
+        throw invalid_request("Invalid type for '" + at + "': expected a string, but got " +
+                                  article_type((*stop)[i]) + " instead.",
+                              at, "invalid_type");
+      }
+      strings.push_back((*stop)[i].get<std::string>());
+    }
+  } else {
+    fields.type_error("stop", "a string or an array of strings", *stop);
+  }
+  if (strings.size() > kMaxStopStrings) {
+    fields.value_error("stop", "at most " + std::to_string(kMaxStopStrings) +
+                                   " stop strings are accepted, got " +
+                                   std::to_string(strings.size()) + ".");
+  }
+  for (const std::string& s : strings) {
+    if (s.empty()) fields.value_error("stop", "stop strings must not be empty.");
+  }
+  return strings;
+}
+
+// The fields both endpoints share (logprobs differ and are read by each endpoint).
+GenerationOptions generation_options(const Fields& fields) {
+  GenerationOptions o;
+  o.temperature = fields.number("temperature", 0, 2).value_or(o.temperature);
+  o.top_p = fields.number("top_p", 0, 1, /*low_open=*/true).value_or(o.top_p);
+  const int64_t top_k = fields.integer("top_k", -1, std::numeric_limits<int32_t>::max()).value_or(0);
+  o.top_k = static_cast<int32_t>(top_k < 0 ? 0 : top_k);
+  o.min_p = fields.number("min_p", 0, 1).value_or(o.min_p);
+  o.seed = fields.bits64("seed");
+  o.presence_penalty = fields.number("presence_penalty", -2, 2).value_or(o.presence_penalty);
+  o.frequency_penalty = fields.number("frequency_penalty", -2, 2).value_or(o.frequency_penalty);
+  o.repetition_penalty =
+      fields.number("repetition_penalty", 0, 2, /*low_open=*/true).value_or(o.repetition_penalty);
+  o.stop = stop_strings(fields);
+  if (const ordered_json* ids = fields.find("stop_token_ids")) {
+    if (!ids->is_array()) fields.type_error("stop_token_ids", "an array of token ids", *ids);
+    o.stop_token_ids = token_id_list(*ids, "stop_token_ids");
+  }
+  o.ignore_eos = fields.boolean("ignore_eos").value_or(false);
+  o.stream = fields.boolean("stream").value_or(false);
+  if (const ordered_json* options = fields.find("stream_options")) {
+    if (!options->is_object()) fields.type_error("stream_options", "an object", *options);
+    if (!o.stream) {
+      throw invalid_request("stream_options can only be given when stream is true.",
+                            "stream_options", "invalid_value");
+    }
+    o.include_usage =
+        Fields(*options, "stream_options.").boolean("include_usage").value_or(false);
+  }
+  reject_n_above_one(fields);
+  return o;
+}
+
+// OpenAI's content may be an array of parts; the encoding takes text, so text parts are joined
+// (with newlines, as vLLM does) and other parts are refused. Tool messages keep their parts:
+// the encoding renders those itself.
+ordered_json text_content_messages(const ordered_json& messages) {
+  ordered_json normalised = messages;
+  for (size_t i = 0; i < normalised.size(); ++i) {
+    ordered_json& message = normalised[i];
+    if (!message.is_object()) continue;  // parse_chat_messages names it
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    const auto role = message.find("role");
+    const bool is_tool = role != message.end() && role->is_string() && *role == "tool";
+    const auto content = message.find("content");
+    if (!is_tool && content != message.end() && content->is_array()) {
+      std::string text;
+      for (size_t p = 0; p < content->size(); ++p) {
+        const std::string at = where + ".content[" + std::to_string(p) + "]";
+        const ordered_json& part = (*content)[p];
+        if (!part.is_object() || Fields(part, at + ".").string("type").value_or("") != "text") {
+          throw invalid_request("Only text content parts are supported.", at, "invalid_value");
+        }
+        if (p > 0) text += "\n";
+        text += Fields(part, at + ".").string("text").value_or("");
+      }
+      *content = text;
+    }
+    // vLLM's newer name for an assistant's reasoning, accepted on input as well.
+    const auto reasoning = message.find("reasoning");
+    if (reasoning != message.end() && !message.contains("reasoning_content")) {
+      message["reasoning_content"] = *reasoning;
+    }
+  }
+  return normalised;
+}
+
+// The library's FormatError says "messages[3].content: missing"; the part before ": " is the
+// field, which becomes OpenAI's param.
+[[noreturn]] void rethrow_as_invalid_request(const Error& error) {
+  const std::string what = error.what();
+  const size_t colon = what.find(": ");
+  std::optional<std::string> param;
+  if (colon != std::string::npos && what.find(' ') > colon) param = what.substr(0, colon);
+  throw invalid_request(what, param);
+}
+
+ToolChoice parse_tool_choice(const Fields& fields, const std::vector<ordered_json>& tools,
+                             std::string& name) {
+  const ordered_json* choice = fields.find("tool_choice");
+  if (!choice) return tools.empty() ? ToolChoice::kNone : ToolChoice::kAuto;
+  ToolChoice parsed;
+  if (choice->is_string()) {
+    const std::string word = choice->get<std::string>();
+    if (word == "none") {
+      parsed = ToolChoice::kNone;
+    } else if (word == "auto") {
+      parsed = ToolChoice::kAuto;
+    } else if (word == "required") {
+      parsed = ToolChoice::kRequired;
+    } else {
+      fields.value_error("tool_choice", "expected none, auto, required or a function object, "
+                                        "got \"" + word + "\".");
+    }
+  } else if (choice->is_object()) {
+    const Fields choice_fields(*choice, "tool_choice.");
+    if (choice_fields.string("type").value_or("") != "function") {
+      choice_fields.value_error("type", "expected \"function\".");
+    }
+    const ordered_json* function = choice_fields.find("function");
+    if (!function || !function->is_object()) {
+      throw invalid_request("Missing required parameter: 'tool_choice.function'.",
+                            "tool_choice.function", "missing_required_parameter");
+    }
+    const std::optional<std::string> function_name =
+        Fields(*function, "tool_choice.function.").string("name");
+    if (!function_name) {
+      throw invalid_request("Missing required parameter: 'tool_choice.function.name'.",
+                            "tool_choice.function.name", "missing_required_parameter");
+    }
+    name = *function_name;
+    parsed = ToolChoice::kNamed;
+  } else {
+    fields.type_error("tool_choice", "a string or an object", *choice);
+  }
+  if (parsed != ToolChoice::kNone && parsed != ToolChoice::kAuto && tools.empty()) {
+    fields.value_error("tool_choice", "a required or named tool choice needs tools.");
+  }
+  if (parsed == ToolChoice::kNamed) {
+    bool known = false;
+    for (const ordered_json& tool : tools) known = known || tool["name"] == name;
+    if (!known) fields.value_error("tool_choice", "no tool is named \"" + name + "\".");
+  }
+  return parsed;
+}
+
+std::optional<ordered_json> parse_response_format(const Fields& fields) {
+  const ordered_json* format = fields.find("response_format");
+  if (!format) return std::nullopt;
+  if (!format->is_object()) fields.type_error("response_format", "an object", *format);
+  const Fields format_fields(*format, "response_format.");
+  const std::optional<std::string> type = format_fields.string("type");
+  if (!type) {
+    throw invalid_request("Missing required parameter: 'response_format.type'.",
+                          "response_format.type", "missing_required_parameter");
+  }
+  if (*type == "text") return std::nullopt;
+  if (*type == "json_object") return *format;
+  if (*type == "json_schema") {
+    const ordered_json* schema = format_fields.find("json_schema");
+    if (!schema || !schema->is_object()) {
+      throw invalid_request("Missing required parameter: 'response_format.json_schema'.",
+                            "response_format.json_schema", "missing_required_parameter");
+    }
+    return *format;
+  }
+  format_fields.value_error("type", "expected text, json_object or json_schema, got \"" + *type +
+                                        "\".");
+}
+
+ReasoningEffort parse_reasoning_effort(const Fields& fields, const char* key) {
+  const std::optional<std::string> effort = fields.string(key);
+  if (!effort || *effort == "high" || *effort == "medium" || *effort == "low") {
+    return ReasoningEffort::kHigh;
+  }
+  if (*effort == "max") return ReasoningEffort::kMax;
+  fields.value_error(key, "expected low, medium, high or max, got \"" + *effort + "\".");
+}
+
+// The parts of a chat request /tokenize shares: messages, tools, tool choice, response format,
+// chat_template_kwargs.
+ChatCompletionRequest chat_conversation(const Fields& fields) {
+  ChatCompletionRequest request;
+  request.model = model_field(fields);
+  const ordered_json* messages = fields.find("messages");
+  if (!messages) {
+    throw invalid_request("Missing required parameter: 'messages'.", "messages",
+                          "missing_required_parameter");
+  }
+  if (!messages->is_array()) fields.type_error("messages", "an array", *messages);
+  if (messages->empty()) fields.value_error("messages", "at least one message is needed.");
+  try {
+    request.messages = parse_chat_messages(text_content_messages(*messages));
+    if (const ordered_json* tools = fields.find("tools")) {
+      request.tools = parse_chat_tools(*tools);
+    }
+  } catch (const FormatError& e) {
+    rethrow_as_invalid_request(e);
+  }
+  request.tool_choice = parse_tool_choice(fields, request.tools, request.tool_choice_name);
+  request.response_format = parse_response_format(fields);
+  request.reasoning_effort = parse_reasoning_effort(fields, "reasoning_effort");
+  if (const ordered_json* kwargs = fields.find("chat_template_kwargs")) {
+    if (!kwargs->is_object()) fields.type_error("chat_template_kwargs", "an object", *kwargs);
+    const Fields kwarg_fields(*kwargs, "chat_template_kwargs.");
+    // "thinking" is DeepSeek's word; "enable_thinking" the one other models' templates use.
+    const std::optional<bool> thinking = kwarg_fields.boolean("thinking");
+    const std::optional<bool> enable_thinking = kwarg_fields.boolean("enable_thinking");
+    if (thinking.value_or(enable_thinking.value_or(false))) {
+      request.thinking = ThinkingMode::kThinking;
+    }
+    if (kwarg_fields.find("reasoning_effort")) {
+      request.reasoning_effort = parse_reasoning_effort(kwarg_fields, "reasoning_effort");
+    }
+  }
+  return request;
+}
+
+}  // namespace
+
+ordered_json parse_request_body(std::string_view body) {
+  // Nesting is measured before parsing, outside strings, so a deep body costs one pass.
+  int depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (const char c : body) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) {
+        throw invalid_request("The request body nests deeper than " +
+                                  std::to_string(kMaxJsonDepth) + " levels.",
+                              std::nullopt, "invalid_json");
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  ordered_json parsed;
+  try {
+    parsed = ordered_json::parse(body);
+  } catch (const ordered_json::exception& e) {
+    throw invalid_request("The request body is not valid JSON: " + describe_json_error(e),
+                          std::nullopt, "invalid_json");
+  }
+  if (!parsed.is_object()) {
+    throw invalid_request("The request body must be a JSON object, got " +
+                              article_type(parsed) + ".",
+                          std::nullopt, "invalid_json");
+  }
+  return parsed;
+}
+
+ChatCompletionRequest parse_chat_completion_request(const ordered_json& body) {
+  const Fields fields(body, "");
+  ChatCompletionRequest request = chat_conversation(fields);
+  GenerationOptions& o = request.generation;
+  o = generation_options(fields);
+  // max_completion_tokens is OpenAI's newer name; it wins when both are given.
+  o.max_tokens = fields.integer("max_tokens", 1, std::numeric_limits<int64_t>::max());
+  if (const auto newer =
+          fields.integer("max_completion_tokens", 1, std::numeric_limits<int64_t>::max())) {
+    o.max_tokens = newer;
+  }
+  o.logprobs = fields.boolean("logprobs").value_or(false);
+  o.top_logprobs =
+      static_cast<int32_t>(fields.integer("top_logprobs", 0, kMaxTopLogprobs).value_or(0));
+  if (o.top_logprobs > 0 && !o.logprobs) {
+    fields.value_error("top_logprobs", "top_logprobs needs logprobs to be true.");
+  }
+  return request;
+}
+
+CompletionRequest parse_completion_request(const ordered_json& body) {
+  const Fields fields(body, "");
+  CompletionRequest request;
+  request.model = model_field(fields);
+  const ordered_json* prompt = fields.find("prompt");
+  if (!prompt) {
+    throw invalid_request("Missing required parameter: 'prompt'.", "prompt",
+                          "missing_required_parameter");
+  }
+  // A string, ids, or a list of one of either.
+  const ordered_json* single = prompt;
+  if (prompt->is_array() && !prompt->empty() && !(*prompt)[0].is_number()) {
+    if (prompt->size() > 1) {
+      fields.value_error("prompt", "several prompts in one request are not supported; send "
+                                   "one request per prompt.");
+    }
+    single = &(*prompt)[0];
+  }
+  if (single->is_string()) {
+    request.prompt_text = single->get<std::string>();
+  } else if (single->is_array()) {
+    request.prompt_ids = token_id_list(*single, "prompt");
+  } else {
+    fields.type_error("prompt", "a string or an array of token ids", *single);
+  }
+  if (request.prompt_text ? request.prompt_text->empty() : request.prompt_ids.empty()) {
+    fields.value_error("prompt", "the prompt is empty.");
+  }
+  if (fields.boolean("echo").value_or(false)) {
+    fields.value_error("echo", "echo is not supported.");
+  }
+  if (fields.find("suffix")) fields.value_error("suffix", "suffix is not supported.");
+  if (fields.integer("best_of", 1, std::numeric_limits<int32_t>::max()).value_or(1) > 1) {
+    fields.value_error("best_of", "best_of > 1 is not supported.");
+  }
+  GenerationOptions& o = request.generation;
+  o = generation_options(fields);
+  o.max_tokens = fields.integer("max_tokens", 1, std::numeric_limits<int64_t>::max())
+                     .value_or(kDefaultCompletionMaxTokens);
+  // Completions give logprobs as a count of alternatives: 0 means the sampled token's only.
+  if (const auto count = fields.integer("logprobs", 0, kMaxCompletionLogprobs)) {
+    o.logprobs = true;
+    o.top_logprobs = static_cast<int32_t>(*count);
+  }
+  return request;
+}
+
+TokenizeRequest parse_tokenize_request(const ordered_json& body) {
+  const Fields fields(body, "");
+  TokenizeRequest request;
+  request.model = model_field(fields);
+  const bool has_prompt = fields.find("prompt") != nullptr;
+  const bool has_messages = fields.find("messages") != nullptr;
+  if (has_prompt == has_messages) {
+    throw invalid_request("Give exactly one of 'prompt' and 'messages'.", "prompt",
+                          "invalid_value");
+  }
+  if (has_prompt) {
+    request.prompt = fields.string("prompt");
+  } else {
+    request.chat = chat_conversation(fields);
+  }
+  return request;
+}
+
+DetokenizeRequest parse_detokenize_request(const ordered_json& body) {
+  const Fields fields(body, "");
+  DetokenizeRequest request;
+  request.model = model_field(fields);
+  const ordered_json* tokens = fields.find("tokens");
+  if (!tokens) {
+    throw invalid_request("Missing required parameter: 'tokens'.", "tokens",
+                          "missing_required_parameter");
+  }
+  if (!tokens->is_array()) fields.type_error("tokens", "an array of token ids", *tokens);
+  request.tokens = token_id_list(*tokens, "tokens");
+  return request;
+}
+
+ChatPrompt render_chat_prompt(const ChatCompletionRequest& request) {
+  std::vector<ChatMessage> messages = request.messages;
+  ChatPrompt prompt;
+  prompt.mode = request.thinking;
+  try {
+    if (request.tool_choice != ToolChoice::kNone) {
+      attach_tools(messages, request.tools);
+      prompt.parse_tool_calls = true;
+    }
+    if (request.response_format) {
+      if (messages.empty() || messages.front().role != ChatRole::kSystem) {
+        ChatMessage system;
+        system.role = ChatRole::kSystem;
+        messages.insert(messages.begin(), std::move(system));
+      }
+      if (!messages.front().response_format) {
+        messages.front().response_format = request.response_format;
+      }
+    }
+    if (request.tool_choice == ToolChoice::kRequired || request.tool_choice == ToolChoice::kNamed) {
+      prompt.mode = ThinkingMode::kChat;
+      prompt.tool_call_prefill = "\n\n<" + std::string(chat_token::kDsml) + "tool_calls>\n";
+      if (request.tool_choice == ToolChoice::kNamed) {
+        prompt.tool_call_prefill += "<" + std::string(chat_token::kDsml) + "invoke name=\"" +
+                                    request.tool_choice_name + "\">\n";
+      }
+    }
+    ChatEncodeOptions options;
+    options.mode = prompt.mode;
+    options.reasoning_effort = request.reasoning_effort;
+    prompt.text = encode_chat_prompt(messages, options) + prompt.tool_call_prefill;
+  } catch (const UsageError& e) {
+    throw invalid_request(e.what(), "tools");
+  } catch (const FormatError& e) {
+    rethrow_as_invalid_request(e);
+  }
+  return prompt;
+}
+
+}  // namespace dsv4::server

@@ -1,0 +1,116 @@
+// The OpenAI requests the server accepts (/v1/chat/completions, /v1/completions, /tokenize,
+// /detokenize), parsed from the body's JSON and checked field by field. Every refusal is an
+// ApiError (400) naming the field as OpenAI's `param` ("temperature", "messages[2].content",
+// "stream_options.include_usage"). Fields OpenAI or vLLM define that do not change the answer
+// (user, metadata, ...) and unknown fields are ignored, as both servers do.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tokenizer/chat_encoding.h"
+
+namespace dsv4::server {
+
+// Request bodies nested deeper than this are refused before parsing (nothing OpenAI defines
+// comes near it; it bounds the recursion of everything that walks the JSON).
+inline constexpr int kMaxJsonDepth = 64;
+
+// The body as JSON. Throws ApiError 400 for malformed JSON, nesting beyond kMaxJsonDepth, or a
+// body that is not a JSON object.
+nlohmann::ordered_json parse_request_body(std::string_view body);
+
+// How the next tokens are drawn and when generation stops: the fields both endpoints share.
+// Ranges as OpenAI documents them (vLLM's where OpenAI has none).
+struct GenerationOptions {
+  std::optional<int64_t> max_tokens;  // >= 1; none: up to the model length
+  float temperature = 1.0f;           // [0, 2]; 0 is greedy
+  float top_p = 1.0f;                 // (0, 1]
+  int32_t top_k = 0;                  // 0 or -1: off; else >= 1
+  float min_p = 0.0f;                 // [0, 1]
+  std::optional<uint64_t> seed;       // any 64-bit integer (negative ones wrap)
+  float presence_penalty = 0.0f;      // [-2, 2]
+  float frequency_penalty = 0.0f;     // [-2, 2]
+  float repetition_penalty = 1.0f;    // (0, 2]
+  std::vector<std::string> stop;      // non-empty strings, at most kMaxStopStrings
+  std::vector<int32_t> stop_token_ids;  // vLLM's extension
+  bool ignore_eos = false;              // vLLM's extension
+  bool logprobs = false;
+  int32_t top_logprobs = 0;  // [0, 20]; needs logprobs
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage; needs stream
+};
+
+inline constexpr size_t kMaxStopStrings = 16;
+inline constexpr int32_t kMaxTopLogprobs = 20;
+
+// tool_choice: none (tools are not offered), auto (the model may call one), required (it must
+// call one), or a named function (it must call that one).
+enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
+
+struct ChatCompletionRequest {
+  std::optional<std::string> model;  // none: the served model
+  std::vector<ChatMessage> messages;
+  std::vector<nlohmann::ordered_json> tools;  // the "function" objects
+  ToolChoice tool_choice = ToolChoice::kNone;  // default: auto with tools, none without
+  std::string tool_choice_name;                // kNamed: the function
+  // {"type": "json_object"} or {"type": "json_schema", ...}; none for "text" or absent.
+  std::optional<nlohmann::ordered_json> response_format;
+  ThinkingMode thinking = ThinkingMode::kChat;  // chat_template_kwargs.thinking
+  ReasoningEffort reasoning_effort = ReasoningEffort::kHigh;  // chat_template_kwargs / top level
+  GenerationOptions generation;
+};
+
+// Throws ApiError 400 naming the first bad field.
+ChatCompletionRequest parse_chat_completion_request(const nlohmann::ordered_json& body);
+
+struct CompletionRequest {
+  std::optional<std::string> model;
+  // Exactly one of the two: a text prompt, or token ids.
+  std::optional<std::string> prompt_text;
+  std::vector<int32_t> prompt_ids;
+  GenerationOptions generation;  // max_tokens defaults to 16, as OpenAI's and vLLM's do
+};
+
+inline constexpr int64_t kDefaultCompletionMaxTokens = 16;
+inline constexpr int32_t kMaxCompletionLogprobs = 5;
+
+// Throws ApiError 400 naming the first bad field; several prompts in one request (a list of
+// strings or of id lists) are refused, as are echo, suffix and best_of > 1.
+CompletionRequest parse_completion_request(const nlohmann::ordered_json& body);
+
+// POST /tokenize: {"prompt": "..."} or {"messages": [...]} (+ add_special_tokens, tools,
+// chat_template_kwargs as for chat), as vLLM's route takes them.
+struct TokenizeRequest {
+  std::optional<std::string> model;
+  std::optional<std::string> prompt;           // text, tokenized as is
+  std::optional<ChatCompletionRequest> chat;   // messages, rendered with the chat encoding
+};
+TokenizeRequest parse_tokenize_request(const nlohmann::ordered_json& body);
+
+// POST /detokenize: {"tokens": [ids]}.
+struct DetokenizeRequest {
+  std::optional<std::string> model;
+  std::vector<int32_t> tokens;
+};
+DetokenizeRequest parse_detokenize_request(const nlohmann::ordered_json& body);
+
+// The prompt text a chat request renders to: request-level tools (unless tool_choice is none)
+// and response_format on the system message, then DeepSeek-V4's encoding. A required or named
+// tool choice opens the tool-call block in the prompt (ToolCallPrefill), which makes the model
+// write a call; that needs chat mode, so it turns thinking off. Throws ApiError 400 for
+// messages the encoder cannot render.
+struct ChatPrompt {
+  std::string text;
+  ThinkingMode mode = ThinkingMode::kChat;  // the mode the completion starts in
+  bool parse_tool_calls = false;            // tools offered: DSML in the answer is a call
+  std::string tool_call_prefill;            // what the prompt ends with beyond the encoding
+};
+ChatPrompt render_chat_prompt(const ChatCompletionRequest& request);
+
+}  // namespace dsv4::server

@@ -1,0 +1,102 @@
+// The OpenAI response bodies the server writes: chat.completion and text_completion objects,
+// their streamed chunks as server-sent events ("data: {...}\n\n", then "data: [DONE]\n\n"),
+// usage, logprobs, and the model list. Plain functions from values to JSON; the server decides
+// what goes in them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/completion_stream.h"
+
+namespace dsv4::server {
+
+// The fields every response object of one request shares.
+struct ResponseHeader {
+  std::string id;       // "chatcmpl-..." or "cmpl-..."
+  int64_t created = 0;  // Unix seconds
+  std::string model;    // the served model name
+};
+
+// A fresh id: `prefix` and 32 random hex digits (OpenAI's ids look the same).
+std::string random_id(std::string_view prefix);
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+nlohmann::ordered_json usage_json(const Usage& usage);
+
+// One generated token's log-probability and the most likely alternatives. Token text is the
+// token's raw bytes (a token may hold part of a UTF-8 character).
+struct TokenLogprobInfo {
+  std::string token;
+  float logprob = 0.0f;
+  std::vector<std::pair<std::string, float>> top;  // most likely first
+};
+
+// Chat's {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
+nlohmann::ordered_json chat_logprobs_json(std::span<const TokenLogprobInfo> tokens);
+// Completions' {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"};
+// offsets count bytes from `text_offset`.
+nlohmann::ordered_json completion_logprobs_json(std::span<const TokenLogprobInfo> tokens,
+                                                size_t text_offset);
+
+// The message of a non-streamed chat completion. Reasoning goes out twice, as
+// "reasoning_content" (DeepSeek's and vLLM's first name) and "reasoning" (vLLM's newer one),
+// since clients read either. `tool_call_ids` has one id per parsed call.
+nlohmann::ordered_json chat_message_json(const ParsedCompletion& completion,
+                                         std::span<const std::string> tool_call_ids);
+
+// A whole chat.completion object.
+nlohmann::ordered_json chat_completion_json(const ResponseHeader& header,
+                                            const ParsedCompletion& completion,
+                                            std::span<const std::string> tool_call_ids,
+                                            std::string_view finish_reason,
+                                            const std::optional<nlohmann::ordered_json>& logprobs,
+                                            const Usage& usage);
+
+// A whole text_completion object.
+nlohmann::ordered_json completion_json(const ResponseHeader& header, std::string_view text,
+                                       std::string_view finish_reason,
+                                       const std::optional<nlohmann::ordered_json>& logprobs,
+                                       const Usage& usage);
+
+// The "delta" of a chat.completion.chunk: role (the first chunk only), reasoning under both
+// names, content, tool calls (the first piece of a call carries its id, type and name).
+nlohmann::ordered_json chat_delta_json(const CompletionDelta& delta, bool with_role,
+                                       std::span<const std::string> tool_call_ids);
+
+// One chat.completion.chunk with one choice. With include_usage every chunk has "usage": null,
+// as OpenAI's stream does; the last chunk (usage_chunk) has the numbers and no choices.
+nlohmann::ordered_json chat_chunk_json(const ResponseHeader& header,
+                                       nlohmann::ordered_json delta,
+                                       std::optional<std::string_view> finish_reason,
+                                       const std::optional<nlohmann::ordered_json>& logprobs,
+                                       bool include_usage);
+nlohmann::ordered_json completion_chunk_json(const ResponseHeader& header, std::string_view text,
+                                             std::optional<std::string_view> finish_reason,
+                                             const std::optional<nlohmann::ordered_json>& logprobs,
+                                             bool include_usage);
+nlohmann::ordered_json usage_chunk_json(const ResponseHeader& header, std::string_view object,
+                                        const Usage& usage);
+
+// /v1/models: one model.
+nlohmann::ordered_json model_list_json(std::string_view model, int64_t created,
+                                       int64_t max_model_len);
+
+// JSON text for a response: invalid UTF-8 (a token's partial character) is replaced by U+FFFD
+// instead of failing the response.
+std::string dump_json(const nlohmann::ordered_json& value);
+
+// One server-sent event carrying `data`, and the stream's last event.
+std::string sse_event(const nlohmann::ordered_json& data);
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+
+}  // namespace dsv4::server

@@ -1,0 +1,409 @@
+// The HTTP server on 127.0.0.1 with a scripted engine behind it: every route, streamed and not;
+// the bad-input list of issue 14 (each an OpenAI error object with its status, the server still
+// serving after it); a client that goes away cancels its request; drain waits for open requests.
+#include <gtest/gtest.h>
+
+#include <httplib.h>
+
+#include <atomic>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "server/http_server.h"
+#include "tokenizer/chat_encoding.h"
+
+namespace dsv4::server {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+// A stream that hands out its chunks one per next_for(), or (when `endless`) tokens forever
+// until cancelled.
+class ScriptedStream final : public GenerationStream {
+ public:
+  ScriptedStream(std::deque<OutputChunk> chunks, bool endless, std::atomic<int>& cancels,
+                 std::atomic<int>& open)
+      : chunks_(std::move(chunks)), endless_(endless), cancels_(cancels), open_(open) {
+    ++open_;
+  }
+  ~ScriptedStream() override {
+    if (!done_) ++cancels_;
+    --open_;
+  }
+  std::optional<OutputChunk> next_for(std::chrono::milliseconds) override {
+    if (done_) throw UsageError("stream done");
+    if (cancelled_) return finish_with(FinishReason::kCancelled);
+    if (endless_) {
+      std::this_thread::sleep_for(5ms);
+      OutputChunk chunk;
+      chunk.tokens.push_back({7, -0.5f, {}});
+      chunk.text = "x";
+      return chunk;
+    }
+    OutputChunk chunk = std::move(chunks_.front());
+    chunks_.pop_front();
+    done_ = chunk.finish.has_value();
+    return chunk;
+  }
+  void cancel() override {
+    if (!cancelled_ && !done_) ++cancels_;
+    cancelled_ = true;
+  }
+
+ private:
+  OutputChunk finish_with(FinishReason reason) {
+    OutputChunk chunk;
+    chunk.finish = reason;
+    chunk.metrics = RequestMetrics{};
+    done_ = true;
+    return chunk;
+  }
+  std::deque<OutputChunk> chunks_;
+  bool endless_;
+  bool done_ = false;
+  bool cancelled_ = false;
+  std::atomic<int>& cancels_;
+  std::atomic<int>& open_;
+};
+
+// Answers every request with `reply` cut into pieces of `piece_bytes`, one token each, or with
+// endless tokens; remembers the last request.
+class ScriptedEngine final : public ServingEngine {
+ public:
+  std::unique_ptr<GenerationStream> submit(GenerateRequest request) override {
+    const std::lock_guard lock(mutex_);
+    last_request = request;
+    std::deque<OutputChunk> chunks;
+    for (size_t at = 0; at < reply.size(); at += piece_bytes) {
+      OutputChunk chunk;
+      chunk.tokens.push_back({static_cast<int32_t>(100 + at), -0.25f, {{5, -0.25f}, {6, -2.0f}}});
+      chunk.text = reply.substr(at, piece_bytes);
+      chunks.push_back(std::move(chunk));
+    }
+    if (chunks.empty()) chunks.emplace_back();
+    chunks.back().finish = finish;
+    const auto now = EngineClock::now();
+    chunks.back().metrics = RequestMetrics{now - 2s, now - 1s, now,
+                                           static_cast<int64_t>(request.prompt.size()),
+                                           static_cast<int64_t>(chunks.size()), 0};
+    return std::make_unique<ScriptedStream>(std::move(chunks), endless, cancels, open);
+  }
+  EngineStats stats() const override {
+    EngineStats s;
+    s.running = open;
+    s.generation_tokens = 42;
+    return s;
+  }
+  int64_t max_model_len() const override { return 512; }
+
+  std::string reply = "Hello there.";
+  size_t piece_bytes = 3;
+  FinishReason finish = FinishReason::kStop;
+  bool endless = false;
+  GenerateRequest last_request;
+  std::atomic<int> cancels{0};
+  std::atomic<int> open{0};
+  std::mutex mutex_;
+};
+
+const std::filesystem::path kTokenizer = DSV4_TOKENIZER_JSON;
+
+// POSTs a streamed request and reads its body until `keep_reading` says stop (then hangs up).
+void post_reading(int port, const std::string& body, const std::function<bool(size_t)>& keep_reading) {
+  httplib::Client client("127.0.0.1", port);
+  httplib::Request request;
+  request.method = "POST";
+  request.path = "/v1/completions";
+  request.body = body;
+  request.set_header("Content-Type", "application/json");
+  request.set_header("Authorization", "Bearer secret");
+  size_t received = 0;
+  request.content_receiver = [&](const char*, size_t length, uint64_t, uint64_t) {
+    received += length;
+    return keep_reading(received);
+  };
+  client.send(request);
+}
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(kTokenizer)) GTEST_SKIP() << kTokenizer << " absent; run scripts/setup.sh";
+    static const auto tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(kTokenizer));
+    ServerOptions options;
+    options.port = 0;
+    options.served_model_name = "tiny";
+    options.api_key = "secret";
+    options.max_body_bytes = 4096;
+    options.max_open_requests = 2;
+    server_ = std::make_unique<OpenAiServer>(options, tokenizer);
+    port_ = server_->start();
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
+    client_->set_bearer_token_auth("secret");
+    client_->set_read_timeout(10, 0);
+  }
+
+  httplib::Result post(const std::string& path, const std::string& body) {
+    return client_->Post(path.c_str(), body, "application/json");
+  }
+
+  // The body's OpenAI error, checked for shape; returns its param (or "null").
+  std::string expect_error(const httplib::Result& result, int status) {
+    EXPECT_TRUE(result) << "no response";
+    if (!result) return "";
+    EXPECT_EQ(result->status, status) << result->body;
+    const json body = json::parse(result->body);
+    EXPECT_TRUE(body["error"]["message"].is_string()) << result->body;
+    EXPECT_TRUE(body["error"]["type"].is_string()) << result->body;
+    EXPECT_TRUE(body["error"].contains("code")) << result->body;
+    return body["error"]["param"].is_null() ? "null" : body["error"]["param"].get<std::string>();
+  }
+
+  // The events of a streamed body, [DONE] last.
+  static std::vector<std::string> sse_data(const std::string& body) {
+    std::vector<std::string> data;
+    size_t at = 0;
+    while ((at = body.find("data: ", at)) != std::string::npos) {
+      const size_t end = body.find("\n\n", at);
+      data.push_back(body.substr(at + 6, end - at - 6));
+      at = end;
+    }
+    return data;
+  }
+
+  ScriptedEngine engine_;
+  std::unique_ptr<OpenAiServer> server_;
+  std::unique_ptr<httplib::Client> client_;
+  int port_ = 0;
+};
+
+TEST_F(HttpServerTest, HealthIs503UntilTheEngineIsSet) {
+  const auto loading = client_->Get("/health");
+  ASSERT_TRUE(loading);
+  EXPECT_EQ(loading->status, 503);
+  expect_error(post("/v1/completions", R"({"prompt": "hi"})"), 503);
+  server_->set_engine(engine_);
+  EXPECT_EQ(client_->Get("/health")->status, 200);
+}
+
+TEST_F(HttpServerTest, ChatNonStreamedWithUsageAndLogprobs) {
+  server_->set_engine(engine_);
+  engine_.reply = "I reason.</think>The answer." + std::string(chat_token::kEos);
+  const auto result = post("/v1/chat/completions", R"({"model": "tiny",
+      "messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"thinking": true},
+      "logprobs": true, "top_logprobs": 2, "temperature": 0, "stop": ["zz"], "max_tokens": 20})");
+  ASSERT_TRUE(result);
+  ASSERT_EQ(result->status, 200) << result->body;
+  const json body = json::parse(result->body);
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["model"], "tiny");
+  const json& message = body["choices"][0]["message"];
+  EXPECT_EQ(message["content"], "The answer.");
+  EXPECT_EQ(message["reasoning_content"], "I reason.");
+  EXPECT_EQ(message["reasoning"], "I reason.");
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
+  const size_t chunks = (engine_.reply.size() + 2) / 3;
+  EXPECT_EQ(body["usage"]["completion_tokens"], chunks);
+  EXPECT_EQ(body["choices"][0]["logprobs"]["content"].size(), chunks);
+  EXPECT_EQ(body["choices"][0]["logprobs"]["content"][0]["top_logprobs"].size(), 2u);
+  // What reached the engine.
+  EXPECT_EQ(engine_.last_request.sampling.temperature, 0.0f);
+  EXPECT_EQ(engine_.last_request.stop.stop_strings, std::vector<std::string>{"zz"});
+  EXPECT_EQ(engine_.last_request.stop.max_tokens, 20);
+  EXPECT_TRUE(engine_.last_request.sampling.logprobs);
+  EXPECT_EQ(body["usage"]["prompt_tokens"], engine_.last_request.prompt.size());
+}
+
+TEST_F(HttpServerTest, ChatStreamedToolCallMatchesTheNonStreamedAnswer) {
+  server_->set_engine(engine_);
+  engine_.reply =
+      "Checking.\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n"
+      "<｜DSML｜parameter name=\"city\" string=\"true\">Paris</｜DSML｜parameter>\n"
+      "</｜DSML｜invoke>\n</｜DSML｜tool_calls>" + std::string(chat_token::kEos);
+  const std::string request = R"({"messages": [{"role": "user", "content": "weather?"}],
+      "tools": [{"type": "function", "function": {"name": "get_weather"}}]})";
+  const json whole = json::parse(post("/v1/chat/completions", request)->body);
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "tool_calls");
+  const json& call = whole["choices"][0]["message"]["tool_calls"][0];
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(call["function"]["arguments"], R"({"city": "Paris"})");
+
+  const auto streamed = post("/v1/chat/completions",
+                             request.substr(0, request.size() - 1) +
+                                 R"(, "stream": true, "stream_options": {"include_usage": true}})");
+  ASSERT_TRUE(streamed);
+  EXPECT_EQ(streamed->get_header_value("Content-Type"), "text/event-stream");
+  const std::vector<std::string> events = sse_data(streamed->body);
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string content, arguments, name;
+  std::optional<std::string> finish;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const json chunk = json::parse(events[i]);
+    if (chunk["choices"].empty()) {
+      EXPECT_EQ(i, events.size() - 2) << "usage comes last";
+      EXPECT_EQ(chunk["usage"]["completion_tokens"], whole["usage"]["completion_tokens"]);
+      continue;
+    }
+    EXPECT_TRUE(chunk["usage"].is_null());
+    const json& delta = chunk["choices"][0]["delta"];
+    if (i == 0) {
+      EXPECT_EQ(delta["role"], "assistant");
+    }
+    if (delta.contains("content")) content += delta["content"].get<std::string>();
+    for (const json& piece : delta.value("tool_calls", json::array())) {
+      if (piece["function"].contains("name")) {
+        name = piece["function"]["name"];
+        EXPECT_EQ(piece["id"], "call_" + piece["id"].get<std::string>().substr(5));
+      }
+      arguments += piece["function"]["arguments"].get<std::string>();
+    }
+    if (!chunk["choices"][0]["finish_reason"].is_null()) finish = chunk["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(content, whole["choices"][0]["message"]["content"].get<std::string>());
+  EXPECT_EQ(name, "get_weather");
+  EXPECT_EQ(arguments, call["function"]["arguments"]);
+  EXPECT_EQ(finish, "tool_calls");
+}
+
+TEST_F(HttpServerTest, CompletionsStreamedAndNot) {
+  server_->set_engine(engine_);
+  engine_.finish = FinishReason::kLength;
+  const json whole = json::parse(post("/v1/completions", R"({"prompt": [1, 2, 3], "logprobs": 1})")->body);
+  EXPECT_EQ(whole["object"], "text_completion");
+  EXPECT_EQ(whole["choices"][0]["text"], "Hello there.");
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(whole["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(whole["choices"][0]["logprobs"]["tokens"].size(), 4u);
+  EXPECT_EQ(engine_.last_request.stop.max_tokens, 16);
+
+  const auto streamed = post("/v1/completions", R"({"prompt": "hi", "stream": true})");
+  std::string text;
+  const auto events = sse_data(streamed->body);
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    text += json::parse(events[i])["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, "Hello there.");
+  EXPECT_EQ(events.back(), "[DONE]");
+}
+
+TEST_F(HttpServerTest, ModelsTokenizeDetokenizeMetrics) {
+  server_->set_engine(engine_);
+  const json models = json::parse(client_->Get("/v1/models")->body);
+  EXPECT_EQ(models["data"][0]["id"], "tiny");
+  EXPECT_EQ(models["data"][0]["max_model_len"], 512);
+  const json tokens = json::parse(post("/tokenize", R"({"prompt": "Hello world"})")->body);
+  EXPECT_GT(tokens["count"], 0);
+  const json text = json::parse(post("/detokenize", json{{"tokens", tokens["tokens"]}}.dump())->body);
+  EXPECT_EQ(text["prompt"], "Hello world");
+  expect_error(post("/detokenize", R"({"tokens": [999999999]})"), 400);
+  post("/v1/completions", R"({"prompt": "hi"})");
+  const std::string metrics = client_->Get("/metrics")->body;
+  EXPECT_NE(metrics.find("dsv4:generation_tokens_total{model_name=\"tiny\"} 42"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("dsv4:request_success_total{model_name=\"tiny\",finished_reason=\"stop\"} 1"),
+            std::string::npos);
+  // The scripted request took 1 s to its first token: in the le="1" bucket, not in le="0.75".
+  EXPECT_NE(metrics.find("dsv4:time_to_first_token_seconds_bucket{model_name=\"tiny\",le=\"0.75\"} 0"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("dsv4:time_to_first_token_seconds_bucket{model_name=\"tiny\",le=\"1\"} 1"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("dsv4:time_to_first_token_seconds_count{model_name=\"tiny\"} 1"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("dsv4:e2e_request_latency_seconds_sum{model_name=\"tiny\"} 2"),
+            std::string::npos);
+}
+
+TEST_F(HttpServerTest, BadInputGetsOpenAiErrorsAndTheServerStaysUp) {
+  server_->set_engine(engine_);
+  // 401: no key or the wrong one; /health needs none.
+  httplib::Client anonymous("127.0.0.1", port_);
+  expect_error(anonymous.Post("/v1/completions", R"({"prompt": "hi"})", "application/json"), 401);
+  expect_error(anonymous.Get("/v1/models"), 401);
+  anonymous.set_bearer_token_auth("wrong");
+  expect_error(anonymous.Get("/metrics"), 401);
+  EXPECT_EQ(anonymous.Get("/health")->status, 200);
+  // 400: malformed JSON, wrong types, n > 1, prompt too long.
+  expect_error(post("/v1/chat/completions", "{\"messages\": [}"), 400);
+  expect_error(post("/v1/chat/completions", "not json at all"), 400);
+  EXPECT_EQ(expect_error(post("/v1/chat/completions", R"({"messages": "hi"})"), 400), "messages");
+  EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": "a", "max_tokens": "5"})"), 400),
+            "max_tokens");
+  EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": "a", "n": 2})"), 400), "n");
+  EXPECT_EQ(expect_error(post("/v1/completions", json{{"prompt", std::vector<int>(512, 1)}}.dump()), 400),
+            "prompt");
+  EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": [1, 2], "max_tokens": 511})"), 400),
+            "max_tokens");
+  // 404: unknown model, unknown route.
+  EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": "a", "model": "gpt-9"})"), 404), "model");
+  expect_error(client_->Get("/v1/nothing"), 404);
+  // 413: a body over the limit.
+  expect_error(post("/v1/completions", json{{"prompt", std::string(5000, 'a')}}.dump()), 413);
+  // Still serving.
+  EXPECT_EQ(post("/v1/completions", R"({"prompt": "hi"})")->status, 200);
+}
+
+TEST_F(HttpServerTest, TooManyOpenRequestsGet429) {
+  server_->set_engine(engine_);
+  engine_.endless = true;
+  std::vector<std::thread> streams;
+  std::vector<std::unique_ptr<httplib::Client>> clients;
+  for (int i = 0; i < 2; ++i) {
+    clients.push_back(std::make_unique<httplib::Client>("127.0.0.1", port_));
+    clients.back()->set_bearer_token_auth("secret");
+    httplib::Client* client = clients.back().get();
+    streams.emplace_back([client] {
+      // Reads until cut off by the stop below.
+      client->Post("/v1/completions", R"({"prompt": "hi", "stream": true, "max_tokens": 10})",
+                   "application/json");
+    });
+  }
+  for (int i = 0; i < 200 && server_->open_requests() < 2; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(server_->open_requests(), 2);
+  expect_error(post("/v1/completions", R"({"prompt": "hi"})"), 429);
+  for (auto& client : clients) client->stop();
+  for (auto& stream : streams) stream.join();
+}
+
+// The client goes away mid-stream: the request is cancelled and its slot freed.
+TEST_F(HttpServerTest, ClientDisconnectCancelsTheRequest) {
+  server_->set_engine(engine_);
+  engine_.endless = true;
+  post_reading(port_, R"({"prompt": "hi", "stream": true, "max_tokens": 50})",
+               [](size_t received) { return received < 2000; });
+  for (int i = 0; i < 300 && (engine_.open > 0 || server_->open_requests() > 0); ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_GE(engine_.cancels, 1);
+  EXPECT_EQ(engine_.open, 0);
+  EXPECT_EQ(server_->open_requests(), 0);
+}
+
+TEST_F(HttpServerTest, DrainRefusesNewRequestsAndWaitsForOpenOnes) {
+  server_->set_engine(engine_);
+  engine_.endless = true;
+  std::thread stream([this] {
+    post_reading(port_, R"({"prompt": "hi", "stream": true})",
+                 [](size_t received) { return received < 3000; });
+  });
+  for (int i = 0; i < 200 && server_->open_requests() < 1; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(server_->open_requests(), 1);
+  // While draining, new work is refused and /health says so; the open stream ends (here: its
+  // client hangs up) and drain returns with nothing open.
+  std::thread drain([this] { EXPECT_EQ(server_->drain(10s), 0); });
+  for (int i = 0; i < 100 && client_->Get("/health")->status != 503; ++i) std::this_thread::sleep_for(10ms);
+  expect_error(post("/v1/completions", R"({"prompt": "hi"})"), 503);
+  stream.join();
+  drain.join();
+  EXPECT_EQ(server_->open_requests(), 0);
+}
+
+}  // namespace
+}  // namespace dsv4::server

@@ -1,0 +1,259 @@
+// OpenAI request parsing: full requests parse into the fields the engine gets, and each bad
+// field is refused with status 400 and OpenAI's `param` naming it; prompts render through the
+// DeepSeek-V4 encoding with tools, tool choice and response format where the encoder puts them.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "server/api_error.h"
+#include "server/openai_request.h"
+
+namespace dsv4::server {
+namespace {
+
+using nlohmann::ordered_json;
+
+ChatCompletionRequest chat(std::string_view body) {
+  return parse_chat_completion_request(parse_request_body(body));
+}
+
+// The request is refused with `status` and `param`; returns the message.
+template <typename Parse>
+std::string expect_refused(Parse parse, std::string_view body, const std::optional<std::string>& param,
+                           int status = 400) {
+  try {
+    parse(parse_request_body(body));
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), status) << body;
+    EXPECT_EQ(e.param(), param) << body << ": " << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "accepted: " << body;
+  return "";
+}
+
+std::string expect_chat_refused(std::string_view body, const std::optional<std::string>& param) {
+  return expect_refused(parse_chat_completion_request, body, param);
+}
+
+constexpr std::string_view kUser = R"("messages": [{"role": "user", "content": "hi"}])";
+
+std::string with_user(std::string_view fields) {
+  return "{" + std::string(kUser) + (fields.empty() ? "" : ", ") + std::string(fields) + "}";
+}
+
+TEST(OpenAiRequest, FullChatRequestParses) {
+  const ChatCompletionRequest r = chat(R"({
+    "model": "dsv4", "messages": [
+      {"role": "system", "content": [{"type": "text", "text": "be"}, {"type": "text", "text": "brief"}]},
+      {"role": "user", "content": "weather?"},
+      {"role": "assistant", "content": null, "reasoning": "need a tool", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}],
+    "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}],
+    "tool_choice": "required", "response_format": {"type": "json_object"},
+    "stream": true, "stream_options": {"include_usage": true},
+    "max_tokens": 10, "max_completion_tokens": 20, "temperature": 0.5, "top_p": 0.9, "top_k": 40,
+    "min_p": 0.05, "seed": -1, "presence_penalty": 0.5, "frequency_penalty": -0.5,
+    "repetition_penalty": 1.1, "stop": ["END", "STOP"], "logprobs": true, "top_logprobs": 3,
+    "n": 1, "chat_template_kwargs": {"thinking": true}, "user": "ignored", "unknown": [1]})");
+  EXPECT_EQ(r.model, "dsv4");
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[0].content, "be\nbrief");
+  EXPECT_EQ(r.messages[2].reasoning_content, "need a tool");
+  EXPECT_EQ(r.messages[2].tool_calls.at(0).name, "get_weather");
+  EXPECT_EQ(r.messages[3].tool_call_id, "call_1");
+  ASSERT_EQ(r.tools.size(), 1u);
+  EXPECT_EQ(r.tool_choice, ToolChoice::kRequired);
+  EXPECT_EQ(r.response_format, ordered_json({{"type", "json_object"}}));
+  EXPECT_EQ(r.thinking, ThinkingMode::kThinking);
+  const GenerationOptions& g = r.generation;
+  EXPECT_TRUE(g.stream);
+  EXPECT_TRUE(g.include_usage);
+  EXPECT_EQ(g.max_tokens, 20);  // max_completion_tokens wins
+  EXPECT_FLOAT_EQ(g.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(g.top_p, 0.9f);
+  EXPECT_EQ(g.top_k, 40);
+  EXPECT_FLOAT_EQ(g.min_p, 0.05f);
+  EXPECT_EQ(g.seed, ~uint64_t{0});
+  EXPECT_FLOAT_EQ(g.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(g.frequency_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(g.repetition_penalty, 1.1f);
+  EXPECT_EQ(g.stop, (std::vector<std::string>{"END", "STOP"}));
+  EXPECT_TRUE(g.logprobs);
+  EXPECT_EQ(g.top_logprobs, 3);
+}
+
+TEST(OpenAiRequest, DefaultsFollowOpenAi) {
+  const ChatCompletionRequest r = chat(with_user(""));
+  EXPECT_FALSE(r.model.has_value());
+  EXPECT_EQ(r.tool_choice, ToolChoice::kNone);
+  EXPECT_EQ(r.thinking, ThinkingMode::kChat);
+  EXPECT_FALSE(r.generation.max_tokens.has_value());
+  EXPECT_FLOAT_EQ(r.generation.temperature, 1.0f);
+  EXPECT_FALSE(r.generation.stream);
+  EXPECT_EQ(chat(with_user(R"("tools": [{"type": "function", "function": {"name": "f"}}])")).tool_choice,
+            ToolChoice::kAuto);
+  EXPECT_EQ(chat(with_user(R"("stop": "x", "top_k": -1)")).generation.stop,
+            std::vector<std::string>{"x"});
+}
+
+TEST(OpenAiRequest, BadBodiesAreRefused) {
+  const auto any = [](const ordered_json&) {};
+  EXPECT_NE(expect_refused(any, "{\"messages\": [", std::nullopt).find("not valid JSON"),
+            std::string::npos);
+  expect_refused(any, "[1, 2]", std::nullopt);
+  expect_refused(any, "", std::nullopt);
+  // A number beyond double's range is a JSON error too (nlohmann throws out_of_range for it).
+  expect_refused(any, R"({"max_tokens": 1e400})", std::nullopt);
+  // Deep nesting is refused before the parser recurses.
+  expect_refused(any, "{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}",
+                 std::nullopt);
+  // Brackets inside strings do not count as nesting.
+  EXPECT_NO_THROW(parse_request_body("{\"a\": \"" + std::string(1000, '[') + "\"}"));
+}
+
+TEST(OpenAiRequest, EachBadChatFieldIsNamed) {
+  expect_chat_refused("{}", "messages");
+  expect_chat_refused(R"({"messages": []})", "messages");
+  expect_chat_refused(R"({"messages": "hi"})", "messages");
+  expect_chat_refused(R"({"messages": [{"role": "robot", "content": "x"}]})", "messages[0].role");
+  expect_chat_refused(R"({"messages": [{"role": "user", "content": 5}]})",
+                      "messages[0].content");
+  expect_chat_refused(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+                      "messages[0].content[0]");
+  expect_chat_refused(R"({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{"}}]}]})",
+                      "messages[0].tool_calls[0].function.arguments");
+  expect_chat_refused(with_user(R"("model": 3)"), "model");
+  expect_chat_refused(with_user(R"("temperature": "hot")"), "temperature");
+  expect_chat_refused(with_user(R"("temperature": 2.5)"), "temperature");
+  expect_chat_refused(with_user(R"("top_p": 0)"), "top_p");
+  expect_chat_refused(with_user(R"("top_k": -2)"), "top_k");
+  expect_chat_refused(with_user(R"("top_k": 1.5)"), "top_k");
+  expect_chat_refused(with_user(R"("min_p": 1.5)"), "min_p");
+  expect_chat_refused(with_user(R"("seed": "x")"), "seed");
+  expect_chat_refused(with_user(R"("presence_penalty": 3)"), "presence_penalty");
+  expect_chat_refused(with_user(R"("frequency_penalty": -3)"), "frequency_penalty");
+  expect_chat_refused(with_user(R"("repetition_penalty": 0)"), "repetition_penalty");
+  expect_chat_refused(with_user(R"("max_tokens": 0)"), "max_tokens");
+  expect_chat_refused(with_user(R"("max_tokens": 18446744073709551615)"), "max_tokens");
+  expect_chat_refused(with_user(R"("max_completion_tokens": "10")"), "max_completion_tokens");
+  expect_chat_refused(with_user(R"("stop": 5)"), "stop");
+  expect_chat_refused(with_user(R"("stop": ["a", 5])"), "stop[1]");
+  expect_chat_refused(with_user(R"("stop": [""])"), "stop");
+  expect_chat_refused(with_user(R"("stop_token_ids": [-1])"), "stop_token_ids[0]");
+  expect_chat_refused(with_user(R"("stream": "yes")"), "stream");
+  expect_chat_refused(with_user(R"("stream_options": {"include_usage": true})"), "stream_options");
+  expect_chat_refused(with_user(R"("stream": true, "stream_options": {"include_usage": 1})"),
+                      "stream_options.include_usage");
+  expect_chat_refused(with_user(R"("logprobs": 1)"), "logprobs");
+  expect_chat_refused(with_user(R"("logprobs": true, "top_logprobs": 21)"), "top_logprobs");
+  expect_chat_refused(with_user(R"("top_logprobs": 2)"), "top_logprobs");
+  EXPECT_NE(expect_chat_refused(with_user(R"("n": 2)"), "n").find("n > 1"), std::string::npos);
+  expect_chat_refused(with_user(R"("n": 0)"), "n");
+  expect_chat_refused(with_user(R"("tools": {"type": "function"})"), "tools");
+  expect_chat_refused(with_user(R"("tools": [{"type": "function"}])"), "tools[0].function");
+  expect_chat_refused(with_user(R"("tool_choice": "sometimes", "tools": [{"function": {"name": "f"}}])"),
+                      "tool_choice");
+  expect_chat_refused(with_user(R"("tool_choice": "required")"), "tool_choice");
+  expect_chat_refused(
+      with_user(R"("tool_choice": {"type": "function", "function": {"name": "g"}}, "tools": [{"function": {"name": "f"}}])"),
+      "tool_choice");
+  expect_chat_refused(with_user(R"("tool_choice": {"type": "function"}, "tools": [{"function": {"name": "f"}}])"),
+                      "tool_choice.function");
+  expect_chat_refused(with_user(R"("response_format": {"type": "xml"})"), "response_format.type");
+  expect_chat_refused(with_user(R"("response_format": {"type": "json_schema"})"),
+                      "response_format.json_schema");
+  expect_chat_refused(with_user(R"("response_format": "json")"), "response_format");
+  expect_chat_refused(with_user(R"("chat_template_kwargs": {"thinking": "yes"})"),
+                      "chat_template_kwargs.thinking");
+  expect_chat_refused(with_user(R"("reasoning_effort": "extreme")"), "reasoning_effort");
+}
+
+TEST(OpenAiRequest, CompletionPromptForms) {
+  const auto completion = [](std::string_view body) {
+    return parse_completion_request(parse_request_body(body));
+  };
+  EXPECT_EQ(completion(R"({"prompt": "hi"})").prompt_text, "hi");
+  EXPECT_EQ(completion(R"({"prompt": ["hi"]})").prompt_text, "hi");
+  EXPECT_EQ(completion(R"({"prompt": [1, 2, 3]})").prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(completion(R"({"prompt": [[4, 5]]})").prompt_ids, (std::vector<int32_t>{4, 5}));
+  const CompletionRequest r = completion(R"({"prompt": "x", "logprobs": 2})");
+  EXPECT_EQ(r.generation.max_tokens, kDefaultCompletionMaxTokens);
+  EXPECT_TRUE(r.generation.logprobs);
+  EXPECT_EQ(r.generation.top_logprobs, 2);
+  EXPECT_TRUE(completion(R"({"prompt": "x", "logprobs": 0})").generation.logprobs);
+  EXPECT_FALSE(completion(R"({"prompt": "x", "logprobs": null})").generation.logprobs);
+
+  const auto refused = [](std::string_view body, const std::string& param) {
+    expect_refused(parse_completion_request, body, param);
+  };
+  refused("{}", "prompt");
+  refused(R"({"prompt": ""})", "prompt");
+  refused(R"({"prompt": []})", "prompt");
+  refused(R"({"prompt": ["a", "b"]})", "prompt");
+  refused(R"({"prompt": [1, "a"]})", "prompt[1]");
+  refused(R"({"prompt": [1, 4294967296]})", "prompt[1]");
+  refused(R"({"prompt": 5})", "prompt");
+  refused(R"({"prompt": "x", "logprobs": 6})", "logprobs");
+  refused(R"({"prompt": "x", "echo": true})", "echo");
+  refused(R"({"prompt": "x", "suffix": "y"})", "suffix");
+  refused(R"({"prompt": "x", "best_of": 2})", "best_of");
+  refused(R"({"prompt": "x", "n": 3})", "n");
+}
+
+TEST(OpenAiRequest, TokenizeAndDetokenize) {
+  EXPECT_EQ(parse_tokenize_request(parse_request_body(R"({"prompt": "a"})")).prompt, "a");
+  EXPECT_TRUE(parse_tokenize_request(parse_request_body(with_user(""))).chat.has_value());
+  expect_refused(parse_tokenize_request, "{}", "prompt");
+  expect_refused(parse_tokenize_request, R"({"prompt": 1})", "prompt");
+  EXPECT_EQ(parse_detokenize_request(parse_request_body(R"({"tokens": [7, 8]})")).tokens,
+            (std::vector<int32_t>{7, 8}));
+  expect_refused(parse_detokenize_request, R"({"tokens": "7"})", "tokens");
+  expect_refused(parse_detokenize_request, R"({"tokens": [1.5]})", "tokens[0]");
+}
+
+TEST(OpenAiRequest, PromptRendering) {
+  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f"}}])";
+  // Plain chat: DeepSeek-V4's chat mode.
+  EXPECT_EQ(render_chat_prompt(chat(with_user(""))).text,
+            "<｜begin▁of▁sentence｜><｜User｜>hi<｜Assistant｜></think>");
+  const ChatPrompt thinking =
+      render_chat_prompt(chat(with_user(R"("chat_template_kwargs": {"thinking": true})")));
+  EXPECT_TRUE(thinking.text.ends_with("<｜Assistant｜><think>"));
+  EXPECT_EQ(thinking.mode, ThinkingMode::kThinking);
+  // Tools go on a system message in front; tool_choice none leaves them out.
+  const ChatPrompt with_tools = render_chat_prompt(chat(with_user(tools)));
+  EXPECT_TRUE(with_tools.parse_tool_calls);
+  EXPECT_NE(with_tools.text.find("## Tools"), std::string::npos);
+  const ChatPrompt none = render_chat_prompt(chat(with_user(tools + R"(, "tool_choice": "none")")));
+  EXPECT_FALSE(none.parse_tool_calls);
+  EXPECT_EQ(none.text.find("## Tools"), std::string::npos);
+  // required / named open the tool-call block in chat mode, even when thinking was asked for.
+  const ChatPrompt named = render_chat_prompt(chat(with_user(
+      tools + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}},
+                 "chat_template_kwargs": {"thinking": true})")));
+  EXPECT_EQ(named.mode, ThinkingMode::kChat);
+  EXPECT_EQ(named.tool_call_prefill, "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n");
+  EXPECT_TRUE(named.text.ends_with("<｜Assistant｜></think>" + named.tool_call_prefill));
+  // response_format joins the system message.
+  const ChatPrompt json = render_chat_prompt(chat(with_user(R"("response_format": {"type": "json_object"})")));
+  EXPECT_NE(json.text.find("## Response Format:"), std::string::npos);
+  // Tools both on the system message and in the request: refused, naming tools.
+  expect_refused(
+      [](const ordered_json& body) { render_chat_prompt(parse_chat_completion_request(body)); },
+      R"({"messages": [{"role": "system", "content": "s", "tools": [{"function": {"name": "g"}}]},
+                       {"role": "user", "content": "u"}], )" + tools + "}",
+      "tools");
+}
+
+TEST(OpenAiRequest, ErrorObjectHasOpenAisShape) {
+  const ApiError error = invalid_request("bad", "temperature", "invalid_value");
+  EXPECT_EQ(error.to_json().dump(),
+            R"({"error":{"message":"bad","type":"invalid_request_error","param":"temperature","code":"invalid_value"}})");
+  EXPECT_EQ(model_not_found("x").status(), 404);
+  EXPECT_EQ(invalid_api_key().to_json()["error"]["param"], nullptr);
+}
+
+}  // namespace
+}  // namespace dsv4::server

@@ -1,0 +1,130 @@
+// `dsv4 serve`: the OpenAI-compatible HTTP server (src/server) in front of the serving engine
+// (src/runtime), with vLLM's flag names. The server listens before the model loads, so /health
+// answers 503 until it is ready; SIGTERM or SIGINT drains the open requests and exits.
+#include <pthread.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "core/error.h"
+#include "runtime/engine.h"
+#include "server/http_server.h"
+#include "server/serving_engine.h"
+#include "tokenizer/tokenizer.h"
+#include "tools/backend.h"
+#include "tools/commands.h"
+#include "tools/model_source.h"
+
+namespace dsv4::tools {
+namespace {
+
+struct ServeOptions {
+  ModelSource source;
+  std::string tokenizer_file;  // default: MODEL/tokenizer.json
+  Device device = Device::kCpu;
+  GpuOptions gpu;
+  int threads = 0;
+  server::ServerOptions server;
+  EngineConfig engine;
+  double gpu_memory_utilization = 0.9;
+  std::string kv_cache_dtype = "auto";
+  int64_t max_waiting_requests = 256;
+  double drain_seconds = 30;
+};
+
+void run_serve(ServeOptions o) {
+  // Every thread made from here on inherits the mask, so only sigwait() below sees the signals.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  const std::filesystem::path tokenizer_file = o.tokenizer_file.empty()
+                                                   ? std::filesystem::path(o.source.model) / "tokenizer.json"
+                                                   : std::filesystem::path(o.tokenizer_file);
+  auto tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(tokenizer_file));
+  if (o.server.served_model_name.empty()) o.server.served_model_name = o.source.model;
+  o.server.max_open_requests = o.engine.max_num_seqs + o.max_waiting_requests;
+
+  server::OpenAiServer http(o.server, tokenizer);
+  const int port = http.start();
+  std::fprintf(stderr, "serve: listening on http://%s:%d (model %s loading)\n", o.server.host.c_str(), port,
+               o.server.served_model_name.c_str());
+  const std::unique_ptr<Ops> ops = make_backend(o.device, o.threads, o.gpu);
+  const Model model = load_model(*ops, o.source);
+  Engine engine(model, *ops, o.engine, tokenizer);
+  std::fprintf(stderr,
+               "serve: ready: max_model_len %lld, max_num_seqs %lld, max_num_batched_tokens %lld, "
+               "%lld cache blocks of %lld tokens (--gpu-memory-utilization %.2f is not used yet: the "
+               "cache is sized from max_num_seqs x max_model_len)\n",
+               static_cast<long long>(engine.config().max_model_len),
+               static_cast<long long>(engine.config().max_num_seqs),
+               static_cast<long long>(engine.config().max_num_batched_tokens),
+               static_cast<long long>(engine.config().num_cache_blocks),
+               static_cast<long long>(engine.config().block_size), o.gpu_memory_utilization);
+  engine.start();
+  const std::unique_ptr<server::ServingEngine> serving = server::serve_engine(engine);
+  http.set_engine(*serving);
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  std::fprintf(stderr, "serve: %s: draining %lld open requests\n", signal_number == SIGTERM ? "SIGTERM" : "SIGINT",
+               static_cast<long long>(http.open_requests()));
+  const int64_t left = http.drain(std::chrono::milliseconds(static_cast<int64_t>(o.drain_seconds * 1000)));
+  if (left > 0) std::fprintf(stderr, "serve: %lld requests still open after the drain; cutting them\n", static_cast<long long>(left));
+  http.stop();
+  engine.stop();
+  std::fprintf(stderr, "serve: stopped\n");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (flags as vLLM spells them)");
+  add_model_options(cmd, o->source);
+  cmd->add_option("--tokenizer", o->tokenizer_file, "tokenizer.json to use (default: MODEL/tokenizer.json)");
+  add_device_option(cmd, o->device);
+  add_gpu_options(cmd, o->gpu);
+  cmd->add_option("--threads", o->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--host", o->server.host, "Address to listen on")->default_str("127.0.0.1");
+  cmd->add_option("--port", o->server.port, "Port to listen on (0: any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->default_str("8000");
+  cmd->add_option("--api-key", o->server.api_key, "Require \"Authorization: Bearer KEY\" on every route but /health");
+  cmd->add_option("--served-model-name", o->server.served_model_name,
+                  "The model name clients use (default: the --model argument)");
+  cmd->add_option("--max-model-len", o->engine.max_model_len,
+                  "Prompt + output tokens per request (default: the model's max_position_embeddings)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-num-seqs", o->engine.max_num_seqs, "Sequences in one step")
+      ->check(CLI::PositiveNumber)
+      ->default_str("64");
+  cmd->add_option("--max-num-batched-tokens", o->engine.max_num_batched_tokens, "Tokens in one step")
+      ->check(CLI::PositiveNumber)
+      ->default_str("2048");
+  cmd->add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
+                  "Accepted for vLLM compatibility; the cache is sized from --max-num-seqs x --max-model-len")
+      ->check(CLI::Range(0.0, 1.0))
+      ->default_str("0.9");
+  cmd->add_option("--kv-cache-dtype", o->kv_cache_dtype, "KV-cache dtype; only auto (the model's own layout)")
+      ->check(CLI::IsMember({"auto"}))
+      ->default_str("auto");
+  cmd->add_option("--max-waiting-requests", o->max_waiting_requests,
+                  "Requests allowed to wait beyond --max-num-seqs; more get 429")
+      ->check(CLI::NonNegativeNumber)
+      ->default_str("256");
+  cmd->add_option("--drain-seconds", o->drain_seconds, "How long SIGTERM waits for open requests")
+      ->check(CLI::NonNegativeNumber)
+      ->default_str("30");
+  cmd->add_option("--max-body-bytes", o->server.max_body_bytes, "Largest request body; larger get 413")
+      ->check(CLI::PositiveNumber)
+      ->default_str(std::to_string(o->server.max_body_bytes));
+  cmd->callback([o] { run_serve(*o); });
+}
+
+}  // namespace dsv4::tools
