@@ -1,4 +1,4 @@
-// The lightning indexer (MODEL.md §5.2) for one sequence's slice of a batch: scores
+// The lightning indexer (MODEL.md §5.2) for a whole batch: scores
 // I[t, j] = sum_h (w[t, h] * weight_scale) * relu(q[t, h] . k[j]) over the entries complete at
 // the token's position, j < floor((p + 1) / ratio), then the top k of each row (ties: lower j
 // first), written as ids ascending then -1.
@@ -25,7 +25,7 @@ struct IndexerTopkParams {
   FloatPtr weights;           // [tokens, heads]
   const IndexerSeqDesc* seqs = nullptr;    // device
   const int32_t* seq_of_token = nullptr;   // [tokens] device
-  float* scores = nullptr;    // [tokens, score_stride] scratch
+  float* scores = nullptr;    // [tokens, score_stride] scratch; row t valid at [0, visible(t))
   int32_t* topk = nullptr;    // [tokens, k]
   float weight_scale = 0;
   int64_t tokens = 0;
@@ -39,6 +39,13 @@ struct IndexerTopkParams {
 // Dynamic shared memory the score kernel needs (the token's queries and head weights).
 size_t indexer_scores_smem_bytes(int64_t heads, int64_t dh);
 
+// The scores of every token's visible entries.
+void indexer_scores(const IndexerTopkParams& p, cudaStream_t stream);
+
+// Each token's top k from p.scores: ids ascending, then -1 where fewer than k entries are visible.
+void indexer_select_topk(const IndexerTopkParams& p, cudaStream_t stream);
+
+// indexer_scores, then indexer_select_topk.
 void indexer_topk(const IndexerTopkParams& p, cudaStream_t stream);
 
 }  // namespace dsv4::kernels
