@@ -1,9 +1,9 @@
 // Scores, exact kernel: one thread per (token, entry), the token's queries in shared memory; each
 // q.k dot uses CpuOps' order (8 running partial sums combined pairwise) and the head sum runs in
-// head order, all without contraction, so the scores equal the CPU's bit for bit. Top-k: one CTA
-// per token finds the k-th largest score by a radix select, 8 bits per pass on order-preserving
-// keys, then writes the chosen ids in ascending order from one block scan (equal keys: the lowest
-// ids win).
+// head order, all without contraction, so the scores equal the CPU's bit for bit. (The
+// tensor-core kernel is indexer_mma_scores.cu.) Top-k: one CTA per token finds the k-th largest
+// score by a radix select, 8 bits per pass on order-preserving keys, then writes the chosen ids in
+// ascending order from one block scan (equal keys: the lowest ids win).
 #include "kernels/indexer/indexer_topk.h"
 
 #include <cub/block/block_scan.cuh>
@@ -13,6 +13,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
+#include "kernels/indexer/indexer_mma_scores.h"
 
 namespace dsv4::kernels {
 namespace {
@@ -146,19 +147,39 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(IndexerTopkParams p)
 
 }  // namespace
 
+const char* indexer_score_kernel_name(IndexerScoreKernel kernel) {
+  switch (kernel) {
+    case IndexerScoreKernel::kExact: return "exact (CUDA cores, CpuOps' order)";
+    case IndexerScoreKernel::kTensorCoreBf16: return "tensor cores (bf16 mma.sync)";
+  }
+  return "unknown";
+}
+
+IndexerScoreKernel indexer_score_kernel_for(bool q_bf16, bool keys_bf16, int64_t heads, int64_t dh) {
+  const bool fits = dh == kIndexerMmaHeadDim && heads >= 1 && heads <= kIndexerMmaMaxHeads;
+  return q_bf16 && keys_bf16 && fits ? IndexerScoreKernel::kTensorCoreBf16 : IndexerScoreKernel::kExact;
+}
+
 size_t indexer_scores_smem_bytes(int64_t heads, int64_t dh) {
   return static_cast<size_t>(heads * dh + heads) * sizeof(float);
 }
 
 void indexer_scores(const IndexerTopkParams& p, cudaStream_t stream) {
   if (p.tokens <= 0 || p.score_stride <= 0) return;
-  const size_t smem = indexer_scores_smem_bytes(p.heads, p.dh);
-  DSV4_CUDA_CHECK(cudaFuncSetAttribute(exact_score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
-  const dim3 grid(static_cast<unsigned>(p.tokens),
-                  static_cast<unsigned>((p.score_stride + kScoreThreads - 1) / kScoreThreads));
-  exact_score_kernel<<<grid, kScoreThreads, smem, stream>>>(p);
-  DSV4_CUDA_CHECK(cudaGetLastError());
+  switch (p.score_kernel) {
+    case IndexerScoreKernel::kTensorCoreBf16: indexer_mma_scores(p, stream); return;
+    case IndexerScoreKernel::kExact: {
+      const size_t smem = indexer_scores_smem_bytes(p.heads, p.dh);
+      DSV4_CUDA_CHECK(cudaFuncSetAttribute(exact_score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem)));
+      const dim3 grid(static_cast<unsigned>(p.tokens),
+                      static_cast<unsigned>((p.score_stride + kScoreThreads - 1) / kScoreThreads));
+      exact_score_kernel<<<grid, kScoreThreads, smem, stream>>>(p);
+      DSV4_CUDA_CHECK(cudaGetLastError());
+      return;
+    }
+  }
+  throw UsageError("indexer_scores: unknown score kernel " + std::to_string(static_cast<int>(p.score_kernel)));
 }
 
 void indexer_select_topk(const IndexerTopkParams& p, cudaStream_t stream) {
