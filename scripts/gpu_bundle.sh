@@ -24,6 +24,11 @@ for bin in "$build"/bench/bench_simple_gemm; do
   [ -x "$bin" ] || continue
   cp "$bin" "$out/" && strip "$out/$(basename "$bin")"
 done
+# The lightning indexer's test and benchmark.
+for bin in "$build"/tests/ops/test_indexer_cuda "$build"/bench/bench_indexer; do
+  [ -x "$bin" ] || continue
+  cp "$bin" "$out/" && strip "$out/$(basename "$bin")"
+done
 # The GPU machine's OpenBLAS has another soname; carry the CPU reference's BLAS with its
 # Fortran runtime so the binaries that hold the CPU backend (the oracle) start there.
 mkdir -p "$out/lib"

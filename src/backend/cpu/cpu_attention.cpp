@@ -10,6 +10,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/float_io.h"
+#include "backend/cpu/indexer_scores.h"
 #include "ops/param_checks.h"
 
 namespace dsv4::cpu {
@@ -47,6 +48,18 @@ std::vector<float> load_cache_rows(const char* op, ConstTensorView cache, int64_
 }
 
 }  // namespace
+
+void indexer_score_row(const float* q, const float* w, float weight_scale, const float* keys, int64_t visible,
+                       int64_t heads, int64_t dh, float* score) {
+  for (int64_t j = 0; j < visible; ++j) {
+    float acc = 0;
+    for (int64_t h = 0; h < heads; ++h) {
+      const float qk = dot(q + h * dh, keys + j * dh, dh);
+      acc += (w[h] * weight_scale) * std::fmax(qk, 0.0f);
+    }
+    score[j] = std::isnan(acc) ? -std::numeric_limits<float>::infinity() : acc;
+  }
+}
 
 void CpuOps::compressor_pool(const CompressorPoolParams& p) {
   check_params(p);
@@ -131,14 +144,8 @@ void CpuOps::indexer_topk(const IndexerTopkParams& p) {
     const int64_t visible = (tp.pos + 1) / p.ratio;
     const float* key = keys[static_cast<size_t>(tp.seq)].data();
     std::vector<float> score(static_cast<size_t>(visible));
-    for (int64_t j = 0; j < visible; ++j) {
-      float acc = 0;
-      for (int64_t h = 0; h < heads; ++h) {
-        const float qk = dot(q.data() + (t * heads + h) * dh, key + j * dh, dh);
-        acc += (w[t * heads + h] * p.weight_scale) * std::fmax(qk, 0.0f);
-      }
-      score[j] = std::isnan(acc) ? -std::numeric_limits<float>::infinity() : acc;
-    }
+    indexer_score_row(q.data() + t * heads * dh, w.data() + t * heads, p.weight_scale, key, visible, heads, dh,
+                      score.data());
     std::vector<int32_t> ids(static_cast<size_t>(visible));
     std::iota(ids.begin(), ids.end(), 0);
     if (visible > k) {

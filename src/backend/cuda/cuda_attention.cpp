@@ -1,9 +1,9 @@
 // CudaOps attention family: the compressor's gated pooling with its per-sequence state rings
 // (MODEL.md §4), the lightning indexer's scores and top-k (§5), and sparse attention with the
 // per-head sink over the window and the compressed entries (§3.5-3.6). Arguments are checked as
-// CpuOps checks them; sparse attention runs the whole batch in one launch (on bf16 tensor cores
-// in the default numerics, in the CPU's operation order for f32), the compressor one launch per
-// sequence, on the op's stream.
+// CpuOps checks them; sparse attention and the indexer run the whole batch in one launch per
+// kernel (on bf16 tensor cores in the default numerics, in the CPU's operation order for f32),
+// the compressor one launch per sequence, on the op's stream.
 #include <algorithm>
 #include <cstdint>
 #include <span>
@@ -118,6 +118,7 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
   if (T == 0) return;
   std::vector<kernels::IndexerSeqDesc> seqs;
   int64_t score_stride = 0;
+  bool keys_bf16 = true;
   for (const IndexerSeq& s : p.seqs) {
     const SeqSlice& sl = s.slice;
     const int64_t visible = (sl.start_pos + sl.num_tokens) / p.ratio;
@@ -125,6 +126,20 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
     if (sl.num_tokens == 0) continue;
     score_stride = std::max(score_stride, visible);
     seqs.push_back({sl.token_begin, sl.start_pos, float_ptr(s.keys)});
+    keys_bf16 = keys_bf16 && s.keys.dtype() == DType::kBF16;
+  }
+  // The one choice of score kernel: tensor cores for bf16 q and keys (the default numerics, where
+  // they equal the CPU's scores: kernels/indexer/indexer_mma_scores.cu), the exact kernel for fp32
+  // (exact math) and shapes the tensor-core kernel does not take.
+  const kernels::IndexerScoreKernel score_kernel =
+      kernels::indexer_score_kernel_for(p.q.dtype() == DType::kBF16, keys_bf16, heads, dh);
+  if (score_kernel == kernels::IndexerScoreKernel::kTensorCoreBf16) {
+    const auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 != 0; };
+    bool any_misaligned = misaligned(p.q.bytes());
+    for (const kernels::IndexerSeqDesc& s : seqs) any_misaligned = any_misaligned || misaligned(s.keys.data);
+    if (any_misaligned)
+      throw UsageError("indexer_topk: the tensor-core score kernel reads q and the keys in 16-byte pieces; a view "
+                       "starts at an address that is not a multiple of 16");
   }
   const DeviceSeqTable<kernels::IndexerSeqDesc> table(seqs, sequence_of_each_token(p.seqs, T), stream_);
   const StreamBuffer scores(static_cast<size_t>(T * score_stride) * sizeof(float), stream_);
@@ -143,6 +158,7 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
   kp.ratio = p.ratio;
   kp.score_stride = score_stride;
   kp.k = k;
+  kp.score_kernel = score_kernel;
   kernels::indexer_topk(kp, stream_);
 }
 

@@ -1,19 +1,26 @@
-// Scores: one thread per (token, entry), the token's queries in shared memory; each q.k dot uses
-// CpuOps' order (8 running partial sums combined pairwise) and the head sum runs in head order,
-// all without contraction, so the scores equal the CPU's bit for bit. Top-k: one CTA per token
-// finds the k-th largest score by a 4-pass radix select on order-preserving keys, then writes
-// the chosen ids in ascending order with block scans (equal keys: the lowest ids win).
+// Scores, exact kernel: one thread per (token, entry), the token's queries in shared memory; each
+// q.k dot uses CpuOps' order (8 running partial sums combined pairwise) and the head sum runs in
+// head order, all without contraction, so the scores equal the CPU's bit for bit. (The
+// tensor-core kernel is indexer_mma_scores.cu.) Top-k: one CTA per token finds the k-th largest
+// score by a radix select, 8 bits per pass on order-preserving keys, then writes the chosen ids in
+// ascending order from one block scan (equal keys: the lowest ids win).
 #include "kernels/indexer/indexer_topk.h"
 
 #include <cub/block/block_scan.cuh>
 
+#include <cmath>
+#include <string>
+
 #include "backend/cuda/cuda_check.h"
+#include "core/error.h"
+#include "kernels/indexer/indexer_mma_scores.h"
 
 namespace dsv4::kernels {
 namespace {
 
 constexpr int kScoreThreads = 128;
-constexpr int kTopkThreads = 256;
+constexpr int kTopkThreads = 512;
+constexpr int kRadixBins = 256;
 
 __device__ float dot8(const float* a, FloatPtr b, int64_t b_off, int64_t n) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -25,7 +32,7 @@ __device__ float dot8(const float* a, FloatPtr b, int64_t b_off, int64_t n) {
                    __fadd_rn(__fadd_rn(acc[4], acc[5]), __fadd_rn(acc[6], acc[7])));
 }
 
-__global__ void score_kernel(IndexerTopkParams p) {
+__global__ void exact_score_kernel(IndexerTopkParams p) {
   extern __shared__ float smem[];
   float* q_s = smem;                  // [heads, dh]
   float* w_s = q_s + p.heads * p.dh;  // [heads] w * weight_scale
@@ -52,91 +59,141 @@ __device__ uint32_t order_key(float f) {
 }
 
 __global__ void __launch_bounds__(kTopkThreads) topk_kernel(IndexerTopkParams p) {
-  using Scan = cub::BlockScan<int, kTopkThreads>;
-  __shared__ typename Scan::TempStorage scan_storage;
-  __shared__ int hist[256];
+  using CountScan = cub::BlockScan<int, kTopkThreads>;
+  using PairScan = cub::BlockScan<unsigned long long, kTopkThreads>;
+  __shared__ union {
+    typename CountScan::TempStorage count;
+    typename PairScan::TempStorage pair;
+  } scan_storage;
+  __shared__ int hist[kRadixBins];
   __shared__ uint32_t s_prefix;
   __shared__ int s_remaining;
-  __shared__ int s_carry_equal, s_carry_chosen;
+  __shared__ bool s_settled;
 
-  const int64_t i = blockIdx.x;
-  const IndexerSeqDesc seq = p.seqs[p.seq_of_token[i]];
-  const int64_t visible = (seq.start_pos + (i - seq.token_begin) + 1) / p.ratio;
-  const float* score = p.scores + i * p.score_stride;
-  int32_t* out = p.topk + i * p.k;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32;
+  const int64_t t = blockIdx.x;
+  const IndexerSeqDesc seq = p.seqs[p.seq_of_token[t]];
+  const int64_t visible = (seq.start_pos + (t - seq.token_begin) + 1) / p.ratio;
+  int32_t* out = p.topk + t * p.k;
 
   if (visible <= p.k) {
-    for (int64_t x = threadIdx.x; x < p.k; x += blockDim.x) out[x] = x < visible ? static_cast<int32_t>(x) : -1;
+    for (int64_t x = tid; x < p.k; x += kTopkThreads) out[x] = x < visible ? static_cast<int32_t>(x) : -1;
     return;
   }
+  const float* score = p.scores + t * p.score_stride;
 
-  // Radix select of the k-th largest key, 8 bits at a time from the top.
+  // Radix select from the top, 8 bits per pass. After each pass the k-th largest key has the bits
+  // `prefix` under `mask`; the keys above it under the mask are k - remaining, all chosen, and
+  // `remaining` more are chosen among those equal to it under the mask.
   uint32_t prefix = 0, mask = 0;
   int remaining = static_cast<int>(p.k);
   for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
+    if (tid < kRadixBins) hist[tid] = 0;
     __syncthreads();
-    for (int64_t j = threadIdx.x; j < visible; j += blockDim.x) {
-      const uint32_t key = order_key(score[j]);
-      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1);
+    // Whole warps run every round (for __match_any_sync); a key's bin is counted once per warp by
+    // the lowest lane holding it, so lanes of one warp never collide on a bin.
+    for (int64_t base = 0; base < visible; base += kTopkThreads) {
+      const int64_t j = base + tid;
+      const uint32_t key = j < visible ? order_key(__ldg(score + j)) : 0u;
+      const bool counted = j < visible && (key & mask) == prefix;
+      const int bin = counted ? static_cast<int>((key >> shift) & 255u) : -1;
+      const unsigned peers = __match_any_sync(0xffffffffu, bin);
+      if (counted && __ffs(peers) - 1 == lane) atomicAdd(&hist[bin], __popc(peers));
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      int above = 0, b = 255;
-      while (above + hist[b] < remaining) above += hist[b--];
-      s_prefix = prefix | (static_cast<uint32_t>(b) << shift);
-      s_remaining = remaining - above;
+    // Thread i < 256 takes bin 255 - i, so its inclusive prefix sum counts the keys at or above its
+    // bin; the bin holding the remaining-th of them is the one whose count first reaches it.
+    const int count = tid < kRadixBins ? hist[kRadixBins - 1 - tid] : 0;
+    int at_or_above = 0;
+    CountScan(scan_storage.count).InclusiveSum(count, at_or_above);
+    if (tid < kRadixBins && at_or_above >= remaining && at_or_above - count < remaining) {
+      s_prefix = prefix | (static_cast<uint32_t>(kRadixBins - 1 - tid) << shift);
+      s_remaining = remaining - (at_or_above - count);
+      s_settled = count == s_remaining;  // the whole bin is chosen: no lower bits needed
     }
     __syncthreads();
     prefix = s_prefix;
     remaining = s_remaining;
     mask |= 255u << shift;
-    __syncthreads();
+    if (s_settled) break;  // read by every thread before any writes it again (two barriers on)
   }
-  // `prefix` is the k-th largest key; `remaining` entries equal to it are taken, lowest ids first.
-  if (threadIdx.x == 0) s_carry_equal = s_carry_chosen = 0;
-  __syncthreads();
-  for (int64_t base = 0; base < visible; base += blockDim.x) {
-    const int64_t j = base + threadIdx.x;
-    const uint32_t key = j < visible ? order_key(score[j]) : 0u;
-    const int equal = j < visible && key == prefix ? 1 : 0;
-    int equal_before = 0, equal_total = 0;
-    Scan(scan_storage).ExclusiveSum(equal, equal_before, equal_total);
-    __syncthreads();
-    const int carry_equal = s_carry_equal;
-    const int chosen = j < visible && (key > prefix || (equal && carry_equal + equal_before < remaining)) ? 1 : 0;
-    int chosen_before = 0, chosen_total = 0;
-    Scan(scan_storage).ExclusiveSum(chosen, chosen_before, chosen_total);
-    const int carry_chosen = s_carry_chosen;
-    if (chosen) out[carry_chosen + chosen_before] = static_cast<int32_t>(j);
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      s_carry_equal = carry_equal + equal_total;
-      s_carry_chosen = carry_chosen + chosen_total;
+
+  // Each thread takes a contiguous run of ids, so thread order is id order: one exclusive scan of
+  // (above, equal) counts gives every chosen id its place, #above before it plus
+  // min(#equal before it, remaining).
+  const int64_t per_thread = (visible + kTopkThreads - 1) / kTopkThreads;
+  const int64_t begin = min(visible, tid * per_thread), end = min(visible, begin + per_thread);
+  uint32_t above = 0, equal = 0;
+  for (int64_t j = begin; j < end; ++j) {
+    const uint32_t key = order_key(__ldg(score + j)) & mask;
+    above += key > prefix ? 1u : 0u;
+    equal += key == prefix ? 1u : 0u;
+  }
+  unsigned long long before = 0;  // #equal before in the high half, #above before in the low half
+  PairScan(scan_storage.pair).ExclusiveSum((static_cast<unsigned long long>(equal) << 32) | above, before);
+  uint32_t above_before = static_cast<uint32_t>(before), equal_before = static_cast<uint32_t>(before >> 32);
+  const auto take_equal = static_cast<uint32_t>(remaining);
+  for (int64_t j = begin; j < end; ++j) {
+    const uint32_t key = order_key(__ldg(score + j)) & mask;
+    if (key > prefix) {
+      out[above_before + min(equal_before, take_equal)] = static_cast<int32_t>(j);
+      ++above_before;
+    } else if (key == prefix) {
+      if (equal_before < take_equal) out[above_before + equal_before] = static_cast<int32_t>(j);
+      ++equal_before;
     }
-    __syncthreads();
   }
 }
 
 }  // namespace
 
+const char* indexer_score_kernel_name(IndexerScoreKernel kernel) {
+  switch (kernel) {
+    case IndexerScoreKernel::kExact: return "exact (CUDA cores, CpuOps' order)";
+    case IndexerScoreKernel::kTensorCoreBf16: return "tensor cores (bf16 mma.sync)";
+  }
+  return "unknown";
+}
+
+IndexerScoreKernel indexer_score_kernel_for(bool q_bf16, bool keys_bf16, int64_t heads, int64_t dh) {
+  const bool fits = dh == kIndexerMmaHeadDim && heads >= 1 && heads <= kIndexerMmaMaxHeads;
+  return q_bf16 && keys_bf16 && fits ? IndexerScoreKernel::kTensorCoreBf16 : IndexerScoreKernel::kExact;
+}
+
 size_t indexer_scores_smem_bytes(int64_t heads, int64_t dh) {
   return static_cast<size_t>(heads * dh + heads) * sizeof(float);
 }
 
-void indexer_topk(const IndexerTopkParams& p, cudaStream_t stream) {
-  if (p.tokens <= 0 || p.k <= 0) return;
-  const int64_t max_visible = p.score_stride;
-  if (max_visible > 0) {
-    const size_t smem = indexer_scores_smem_bytes(p.heads, p.dh);
-    DSV4_CUDA_CHECK(cudaFuncSetAttribute(score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    const dim3 grid(static_cast<unsigned>(p.tokens),
-                    static_cast<unsigned>((max_visible + kScoreThreads - 1) / kScoreThreads));
-    score_kernel<<<grid, kScoreThreads, smem, stream>>>(p);
-    DSV4_CUDA_CHECK(cudaGetLastError());
+void indexer_scores(const IndexerTopkParams& p, cudaStream_t stream) {
+  if (p.tokens <= 0 || p.score_stride <= 0) return;
+  switch (p.score_kernel) {
+    case IndexerScoreKernel::kTensorCoreBf16: indexer_mma_scores(p, stream); return;
+    case IndexerScoreKernel::kExact: {
+      const size_t smem = indexer_scores_smem_bytes(p.heads, p.dh);
+      DSV4_CUDA_CHECK(cudaFuncSetAttribute(exact_score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem)));
+      const dim3 grid(static_cast<unsigned>(p.tokens),
+                      static_cast<unsigned>((p.score_stride + kScoreThreads - 1) / kScoreThreads));
+      exact_score_kernel<<<grid, kScoreThreads, smem, stream>>>(p);
+      DSV4_CUDA_CHECK(cudaGetLastError());
+      return;
+    }
   }
+  throw UsageError("indexer_scores: unknown score kernel " + std::to_string(static_cast<int>(p.score_kernel)));
+}
+
+void indexer_select_topk(const IndexerTopkParams& p, cudaStream_t stream) {
+  if (p.tokens <= 0 || p.k <= 0) return;
+  if (p.k > 0x7fffffff)
+    throw UsageError("indexer_select_topk: k=" + std::to_string(p.k) + ", at most 2^31 - 1");
   topk_kernel<<<static_cast<unsigned>(p.tokens), kTopkThreads, 0, stream>>>(p);
   DSV4_CUDA_CHECK(cudaGetLastError());
+}
+
+void indexer_topk(const IndexerTopkParams& p, cudaStream_t stream) {
+  if (p.tokens <= 0 || p.k <= 0) return;
+  indexer_scores(p, stream);
+  indexer_select_topk(p, stream);
 }
 
 }  // namespace dsv4::kernels
