@@ -1,0 +1,98 @@
+"""`dsv4 serve` driven by the official openai client: completions and chat, streamed and not,
+usage, logprobs, stop strings, seeded sampling, and the bad-input answers (401, 404, 400) with
+the server still serving afterwards. Usage: openai_client_e2e.py BASE_URL API_KEY MODEL_NAME."""
+import json
+import sys
+import urllib.error
+import urllib.request
+
+import openai
+
+base_url, api_key, model = sys.argv[1], sys.argv[2], sys.argv[3]
+client = openai.OpenAI(base_url=base_url + "/v1", api_key=api_key, max_retries=0, timeout=120)
+
+
+def check(cond, what):
+    if not cond:
+        raise SystemExit("FAIL: " + what)
+
+
+# Models.
+ids = [m.id for m in client.models.list().data]
+check(ids == [model], f"models: {ids}")
+
+# Completions, not streamed: greedy, usage counts.
+prompt = "The quick brown fox"
+c = client.completions.create(model=model, prompt=prompt, max_tokens=8, temperature=0)
+text = c.choices[0].text
+check(c.choices[0].finish_reason in ("length", "stop"), f"finish_reason {c.choices[0].finish_reason}")
+check(c.usage.prompt_tokens > 0 and 0 < c.usage.completion_tokens <= 8, f"usage {c.usage}")
+check(c.usage.total_tokens == c.usage.prompt_tokens + c.usage.completion_tokens, "total_tokens")
+
+# The same request streamed gives the same text (greedy), and the usage chunk comes last.
+chunks = list(client.completions.create(model=model, prompt=prompt, max_tokens=8, temperature=0, stream=True,
+                                         stream_options={"include_usage": True}))
+streamed = "".join(ch.choices[0].text for ch in chunks if ch.choices)
+check(streamed == text, f"streamed {streamed!r} != {text!r}")
+check(chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == c.usage.completion_tokens,
+      f"usage chunk {chunks[-1]}")
+
+# Logprobs: one entry per token, each with up to 2 alternatives, all <= 0.
+lp = client.completions.create(model=model, prompt=prompt, max_tokens=4, temperature=0, logprobs=2)
+logprobs = lp.choices[0].logprobs
+check(len(logprobs.token_logprobs) == lp.usage.completion_tokens, f"logprobs {logprobs}")
+check(all(v <= 0 for v in logprobs.token_logprobs), "logprob > 0")
+check(all(len(alt) <= 2 for alt in logprobs.top_logprobs), "top_logprobs size")
+
+# A stop string taken from the greedy text ends the answer right before it.
+long = client.completions.create(model=model, prompt=prompt, max_tokens=16, temperature=0).choices[0].text
+stop = next((long[i:i + 2] for i in range(1, len(long) - 1) if long[i:i + 2].strip() and long.find(long[i:i + 2]) == i),
+            None)
+if stop is not None:
+    s = client.completions.create(model=model, prompt=prompt, max_tokens=16, temperature=0, stop=[stop])
+    check(s.choices[0].text == long[:long.index(stop)], f"stop {stop!r}: {s.choices[0].text!r} vs {long!r}")
+    check(s.choices[0].finish_reason == "stop", f"stop finish_reason {s.choices[0].finish_reason}")
+
+# Seeded sampling repeats itself.
+a = client.completions.create(model=model, prompt=prompt, max_tokens=6, temperature=0.9, top_p=0.9, seed=7)
+b = client.completions.create(model=model, prompt=prompt, max_tokens=6, temperature=0.9, top_p=0.9, seed=7)
+check(a.choices[0].text == b.choices[0].text, "seeded sampling differs")
+
+# Chat, not streamed and streamed (the answer's content and reasoning fields are strings or None).
+messages = [{"role": "user", "content": "Hello!"}]
+chat = client.chat.completions.create(model=model, messages=messages, max_tokens=8, temperature=0)
+msg = chat.choices[0].message
+check(msg.role == "assistant" and chat.usage.completion_tokens > 0, f"chat {chat}")
+parts = list(client.chat.completions.create(model=model, messages=messages, max_tokens=8, temperature=0, stream=True))
+content = "".join(p.choices[0].delta.content or "" for p in parts if p.choices)
+check(content == (msg.content or ""), f"chat streamed {content!r} != {msg.content!r}")
+
+# Bad input: the errors the client maps, and the server stays up.
+try:
+    openai.OpenAI(base_url=base_url + "/v1", api_key="wrong", max_retries=0).models.list()
+    check(False, "a wrong key was accepted")
+except openai.AuthenticationError:
+    pass
+for kwargs, error, what in [
+    ({"model": "nonesuch"}, openai.NotFoundError, "unknown model"),
+    ({"model": model, "n": 2}, openai.BadRequestError, "n > 1"),
+    ({"model": model, "prompt": "word " * 400}, openai.BadRequestError, "prompt over max-model-len"),
+    ({"model": model, "temperature": -1}, openai.BadRequestError, "negative temperature"),
+]:
+    args = {"prompt": prompt, "max_tokens": 4, **kwargs}
+    try:
+        client.completions.create(**args)
+        check(False, what + " was accepted")
+    except error:
+        pass
+request = urllib.request.Request(base_url + "/v1/completions", data=b"{not json", method="POST",
+                                 headers={"Authorization": "Bearer " + api_key, "Content-Type": "application/json"})
+try:
+    urllib.request.urlopen(request, timeout=30)
+    check(False, "malformed JSON was accepted")
+except urllib.error.HTTPError as e:
+    body = json.loads(e.read())
+    check(e.code == 400 and "message" in body["error"], f"malformed JSON: {e.code} {body}")
+with urllib.request.urlopen(base_url + "/health", timeout=30) as r:
+    check(r.status == 200, "health after the bad requests")
+print("ok")

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# `dsv4 serve` end to end on 127.0.0.1: the tiny model on the CPU, driven by the official openai
+# client (tests/e2e/openai_client_e2e.py, from the .venv scripts/setup.sh makes); then SIGTERM
+# must drain and stop it. Usage: serve_openai.sh DSV4 PYTHON
+set -euo pipefail
+dsv4=$1
+python=$2
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+server_pid=""
+cleanup() {
+  [ -n "$server_pid" ] && kill -9 "$server_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; [ -f "$work/serve.log" ] && cat "$work/serve.log" >&2; exit 1; }
+
+"$dsv4" make-model --preset tiny --seed 1 --out "$work/tiny" >/dev/null
+"$dsv4" serve --model "$work/tiny" --served-model-name tiny --port 0 --api-key sekrit --max-model-len 256 \
+  --max-num-seqs 4 --threads 2 2>"$work/serve.log" &
+server_pid=$!
+port=""
+for _ in $(seq 1 300); do  # up to 60 s for the port, then the model
+  port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/serve.log")
+  [ -n "$port" ] && grep -q "serve: ready" "$work/serve.log" && break
+  kill -0 "$server_pid" 2>/dev/null || fail "the server exited"
+  sleep 0.2
+done
+[ -n "$port" ] && grep -q "serve: ready" "$work/serve.log" || fail "the server did not get ready"
+timeout 600 "$python" "$here/openai_client_e2e.py" "http://127.0.0.1:$port" sekrit tiny || fail "the client checks"
+kill -TERM "$server_pid"
+for _ in $(seq 1 150); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.2; done
+kill -0 "$server_pid" 2>/dev/null && fail "SIGTERM did not stop the server within 30 s"
+wait "$server_pid" || fail "the server exited with status $?"
+server_pid=""
+grep -q "serve: stopped" "$work/serve.log" || fail "no drain message"
+echo "ok"
