@@ -30,9 +30,10 @@ for bin in "$build"/tests/ops/test_indexer_cuda "$build"/bench/bench_indexer; do
   cp "$bin" "$out/" && strip "$out/$(basename "$bin")"
 done
 # The GPU machine's OpenBLAS has another soname; carry the CPU reference's BLAS with its
-# Fortran runtime so the binaries that hold the CPU backend (the oracle) start there.
+# Fortran runtime so the binaries that hold the CPU backend (the oracle) start there, and
+# cpp-httplib, which `dsv4 serve` links and the GPU machine lacks.
 mkdir -p "$out/lib"
-for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
+for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libcpp-httplib.so.0.11; do
   path=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
   [ -n "$path" ] && cp -L "$path" "$out/lib/"
 done
