@@ -16,9 +16,10 @@
 //   >= 0.998 and argmax agreement >= 80% (kSimple measured 0.99878 / 83%), the level MODEL.md §15
 //   reports for DeepSeek's own code split two ways. The issue asks for 0.999 / 95% here; that is
 //   not met, see docs/PERF.md. Since sparse attention runs on bf16 tensor cores by default (another
-//   fp32 order of its sums), the default measured 0.99857 / 80.3% (before: 0.99877 / 83%), the
-//   level of the CPU reference against the PyTorch one (0.99855 / 80.7%), hence 0.9984 / 78%;
-//   kSimple with the CPU-order attention (SparseAttention::kCpuOrder) keeps the closest level.
+//   fp32 order of its sums) and the mHC mixes are summed in fixed chunks, the default measured
+//   0.99854 / 78.0% (before: 0.99877 / 83%), the level of the CPU reference against the PyTorch
+//   one (0.99855 / 80.7%), hence 0.9984 / 77%; kSimple with the CPU-order attention
+//   (SparseAttention::kCpuOrder) keeps the closest level (measured 0.99879 / 82.7%).
 // - cuBLASLt's FP8 tensor cores (Hopper's FP8 MMA accumulates with less than fp32 precision):
 //   sanity bounds only (measured: median cosine 0.997, argmax agreement 71%).
 #include <gtest/gtest.h>
@@ -139,12 +140,12 @@ std::vector<int32_t> TinyOnCuda::ids_;
 
 TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumerics) {
   compare_logits(prefill_logits(*gpu_model_, *gpu_, false), prefill_logits(*cpu_model_, *cpu_, false), "default",
-                 0.9984, 0.78);
+                 0.9984, 0.77);
 }
 
 TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumericsOnCudaCores) {
   compare_logits(prefill_logits(*simple_model_, *simple_, false), prefill_logits(*cpu_model_, *cpu_, false),
-                 "default, FP8 linears and attention in the CPU's order on CUDA cores", 0.9986, 0.78);
+                 "default, FP8 linears and attention in the CPU's order on CUDA cores", 0.9987, 0.81);
 }
 
 TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumericsOnCublasLt) {
