@@ -22,6 +22,7 @@ for x in rows:
 assert rows[0]["chunk"] == 40 and rows[0]["linear_tflop"] > 0, rows[0]
 # Three sequences read more cache entries and touch more experts than one.
 assert rows[2]["gb_per_step"] > rows[1]["gb_per_step"], rows
+assert all(0 < x["enqueue_ms"] for x in rows[1:]), rows
 PY
 grep -q "^decode b=3" "$work/out.txt" || fail "table: $(cat "$work/out.txt")"
 if "$dsv4" bench step --model tiny --prefill-chunk 0 2>"$work/err.txt"; then fail "chunk 0 accepted"; fi
