@@ -593,6 +593,31 @@ TEST_F(CudaOpsCore, GroupedLinearWithFp8Weights) {
   }
 }
 
+// wo_a's geometry (8 groups of 1024 x 4096 FP8) on the bf16 tensor cores: near the CPU, and a
+// token's bits do not depend on how many tokens share the call (chunked prefill == one-shot).
+TEST_F(CudaOpsCore, GroupedLinearOnTensorCoresAgreesAndGivesTheSameBitsForFewAndManyRows) {
+  const int64_t T = 40, G = 8, R = 1024, K = 4096;
+  const auto [codes, scales] = random_fp8(G * R, K);
+  const BothWeights w = load_both("wo_a", WeightFormat::kFp8, codes, &scales);
+  const Tensor x = random_tensor(DType::kBF16, {T, G, K});
+  const Both xs = upload_both(x);
+  const Both y = outputs(DType::kF32, {T, G, R});
+  cpu_.grouped_linear({xs.cpu.view(), &w.cpu, y.cpu.view()});
+  gpu_->grouped_linear({xs.gpu.view(), &w.gpu, y.gpu.view()});
+  const std::vector<float> want = floats_of(from_cpu(y.cpu)), got = floats_of(from_gpu(y.gpu));
+  const Comparison c = compare(want, got, [](int64_t) { return 1.0; });
+  std::printf("[measure] grouped_linear wo_a geometry, tensor cores: rel_fro %.3g, max|d| %.3g\n", c.rel_fro, c.max_abs);
+  EXPECT_LT(c.rel_fro, 1e-6);
+  const Tensor many = from_gpu(y.gpu);
+  for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{9}, int64_t{17}}) {
+    const Both few = outputs(DType::kF32, {rows, G, R});
+    gpu_->grouped_linear({slice_rows(ConstTensorView(xs.gpu.view()), 20, 20 + rows), &w.gpu, few.gpu.view()});
+    Tensor part(DType::kF32, {rows, G, R});
+    std::memcpy(part.data<float>(), many.data<float>() + 20 * G * R, part.nbytes());
+    expect_same_bits("grouped_linear, " + std::to_string(rows) + " rows", part, from_gpu(few.gpu));
+  }
+}
+
 // ---- mHC --------------------------------------------------------------------------------------
 
 struct HcWeightsBoth {

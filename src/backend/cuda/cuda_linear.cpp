@@ -4,7 +4,8 @@
 // Everything else takes kernels::simple_gemm, whose fp32 result has the CPU's semantics up to
 // the summation order: fp32/bf16 weights, and FP8 weights in exact-math mode (ActQuant::kNone:
 // the e4m3 codes times their pow2 scales, dequantised exactly on the fly, so no fp32 copy of the
-// weight is kept). The tensor-core paths also need a bf16 x and K a multiple of 128 (cuBLASLt: a
+// weight is kept). The grouped wo_a with bf16 activations and FP8 weights takes
+// kernels::grouped_bf16_fp8_gemm (bf16 tensor cores, fp32 sums) unless fp8_gemm is kSimple. The tensor-core paths also need a bf16 x and K a multiple of 128 (cuBLASLt: a
 // bf16 y and N a multiple of 8); other FP8-quantised linears quantise x to fp32 values in scratch
 // and use simple_gemm.
 #include <memory>
@@ -16,6 +17,7 @@
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/gemm/act_quant.h"
 #include "kernels/gemm/fp8_mma_gemm.h"
+#include "kernels/gemm/grouped_bf16_fp8_gemm.h"
 #include "kernels/gemm/simple_gemm.h"
 #include "ops/param_checks.h"
 
@@ -93,6 +95,15 @@ void CudaOps::grouped_linear(const GroupedLinearParams& p) {
   check_params(p);
   const int64_t T = p.x.dim(0), G = p.x.dim(1), K = p.x.dim(2), R = p.y.dim(2);
   const GemmWeightView w = gemm_weight("grouped_linear", p.w, G * R, K);
+  // bf16 activations and FP8 weights (the default numerics' wo_a) on bf16 tensor cores, unless
+  // the FP8 linears were asked to run on CUDA cores.
+  if (options_.fp8_gemm != Fp8Gemm::kSimple && w.type == kernels::GemmWeight::kE4M3 &&
+      p.x.dtype() == DType::kBF16 && aligned16(p.x.bytes()) && kernels::grouped_bf16_fp8_gemm_supports(R, K)) {
+    kernels::grouped_bf16_fp8_gemm({p.x.data<uint16_t>(), static_cast<const uint8_t*>(w.data), w.scale, w.scale_ld,
+                                    float_ptr(p.y), T, G, R, K},
+                                   stream_);
+    return;
+  }
   kernels::SimpleGemmParams g{float_ptr(p.x), G * K, w.data, w.type, w.scale, w.scale_ld, float_ptr(p.y), G * R,
                               T, R, K};
   g.groups = G;
