@@ -359,6 +359,8 @@ TEST(Fp8MmaGemmCuda, ChoosesTheStagedKernelForPrefillSizes) {
   EXPECT_EQ(dense(63, 32768), Fp8MmaKernel::kStreamed);
   EXPECT_EQ(dense(64, 512), Fp8MmaKernel::kStreamed);  // 4 tiles of 128 x 128: too few for the GPU
   EXPECT_EQ(dense(64, 8192), Fp8MmaKernel::kStaged);
+  EXPECT_EQ(dense(256, 2048), Fp8MmaKernel::kStreamed);  // 32 tiles
+  EXPECT_EQ(dense(512, 1536), Fp8MmaKernel::kStaged);    // 48 tiles
   EXPECT_EQ(dense(4096, 1536), Fp8MmaKernel::kStaged);
   p.kernel = Fp8MmaKernel::kStaged;
   EXPECT_EQ(dense(1, 16), Fp8MmaKernel::kStaged);

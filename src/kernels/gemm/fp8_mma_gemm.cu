@@ -381,10 +381,11 @@ __global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(
 // x rows per block of the streamed kernel.
 int32_t streamed_tile_rows(int64_t m) { return m <= 8 ? 8 : m <= 16 ? 16 : 32; }
 
-// The dense auto rule: the staged kernel once its grid fills about half of the H200's 132 SMs.
-// Below that the streamed kernel's many small blocks spread over the whole GPU win, in the
-// estimate (staged ~4.5 TFLOP/s per busy SM at 600 TFLOP/s, streamed ~110 TFLOP/s in all).
-constexpr int64_t kStagedMinTiles = 64;
+// The dense auto rule's grid size (an estimate until measured: bench_fp8_gemm prints both
+// kernels): a staged CTA runs on an SM of its own at ~1/132 of the kernel's full-GPU rate (hoped
+// 350+ TFLOP/s), the streamed kernel spreads any prefill GEMM over the whole GPU at ~100 TFLOP/s,
+// so the staged kernel wins from about 132 * 100 / 350 ~ 38 tiles of 128 x 128 on.
+constexpr int64_t kStagedMinTiles = 40;
 
 void check_grid_rows(int64_t tiles) {
   if (tiles > 65535)

@@ -89,9 +89,9 @@ int32_t fp8_mma_tile_rows(int64_t m);
 
 // The kernel fp8_mma_gemm runs for p. kAuto: grouped, the staged kernel iff tile_rows is not
 // 8, 16 or 32; dense, the staged kernel iff m >= kFp8MmaStagedMinRows and its grid has at least
-// 64 tiles of 128 x 128 (estimated, fp8_mma_gemm.cu), else the streamed kernel. A forced
-// kStreamed throws UsageError for grouped tiles of other than 8, 16 or 32 rows; tile_rows outside
-// 1..128 always throws.
+// 40 tiles of 128 x 128 (estimated, fp8_mma_gemm.cu), else the streamed kernel. A forced
+// kStreamed throws UsageError for grouped tiles of other than 8, 16 or 32 rows; a grouped
+// tile_rows outside 1..128 always throws.
 Fp8MmaKernel fp8_mma_gemm_choice(const Fp8MmaGemmParams& p);
 
 const char* fp8_mma_kernel_name(Fp8MmaKernel kernel);
