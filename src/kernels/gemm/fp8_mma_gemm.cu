@@ -28,6 +28,14 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_codes) {
   return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
 
+// The high two codes of a word, the same conversion as e4m3x2_to_f16x2(four_codes >> 16) with no
+// shift: the conversion reads the register's upper half.
+__device__ __forceinline__ uint32_t high_e4m3x2_to_f16x2(uint32_t four_codes) {
+  uint32_t h;
+  asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}\n" : "=r"(h) : "r"(four_codes));
+  return h;
+}
+
 __device__ __forceinline__ void mma_f16_f32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                             uint32_t b0, uint32_t b1) {
   asm volatile(
@@ -323,7 +331,7 @@ __global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(
           for (int word = 0; word < 4; ++word) {
             const uint32_t x_s = word_of(xb, word);
             b0[word][j] = e4m3x2_to_f16x2(x_s & 0xffff);
-            b1[word][j] = e4m3x2_to_f16x2(x_s >> 16);
+            b1[word][j] = high_e4m3x2_to_f16x2(x_s);
           }
         }
 #pragma unroll
@@ -333,8 +341,8 @@ __global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(
 #pragma unroll
           for (int word = 0; word < 4; ++word) {
             const uint32_t wa_s = word_of(a_lo, word), wb_s = word_of(a_hi, word);
-            const uint32_t a0 = e4m3x2_to_f16x2(wa_s & 0xffff), a2 = e4m3x2_to_f16x2(wa_s >> 16);
-            const uint32_t a1 = e4m3x2_to_f16x2(wb_s & 0xffff), a3 = e4m3x2_to_f16x2(wb_s >> 16);
+            const uint32_t a0 = e4m3x2_to_f16x2(wa_s & 0xffff), a2 = high_e4m3x2_to_f16x2(wa_s);
+            const uint32_t a1 = e4m3x2_to_f16x2(wb_s & 0xffff), a3 = high_e4m3x2_to_f16x2(wb_s);
 #pragma unroll
             for (int j = 0; j < 4; ++j) mma_f16_f32(blk[i][j], a0, a1, a2, a3, b0[word][j], b1[word][j]);
           }
@@ -364,18 +372,21 @@ __global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           float& sum = sums[((i * 4 + j) * 4 + c) * 32];
-          if (pass == 0) {
-            sum = q[i][j][c];
-          } else if (pass < 3) {
-            sum = __fadd_rn(sum, q[i][j][c]);
-          } else {
-            const float y = __fadd_rn(sum, q[i][j][c]);
-            const int r = 32 * wn + 8 * j + 2 * t + (c & 1);
-            const int64_t n = n0 + 64 * wm + 16 * i + g + (c >= 2 ? 8 : 0);
-            if (r < x_rows && n < p.n) store_float(p.y, (x_row0 + r) * p.ldy + n, y);
-          }
+          sum = pass == 0 ? q[i][j][c] : __fadd_rn(sum, q[i][j][c]);
         }
   }
+
+  // The stores, kept out of the K loop so that their addressing holds no registers there.
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int r = 32 * wn + 8 * j + 2 * t + (c & 1);
+        const int64_t n = n0 + 64 * wm + 16 * i + g + (c >= 2 ? 8 : 0);
+        if (r < x_rows && n < p.n) store_float(p.y, (x_row0 + r) * p.ldy + n, sums[((i * 4 + j) * 4 + c) * 32]);
+      }
 }
 
 // x rows per block of the streamed kernel.
