@@ -223,7 +223,8 @@ std::vector<uint8_t> run_forced(kernels::Fp8MmaGemmParams p, kernels::Fp8MmaKern
 // "" when got and want hold the same bytes, else the first element (row, column of ld-wide rows)
 // where they differ with both values' bits and numbers.
 std::string first_difference(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, int64_t ld, bool bf16) {
-  if (got.size() != want.size()) return "sizes differ: " + std::to_string(got.size()) + " vs " + std::to_string(want.size());
+  if (got.size() != want.size())
+    return "sizes differ: " + std::to_string(got.size()) + " vs " + std::to_string(want.size());
   const size_t elem = bf16 ? 2 : 4;
   for (size_t i = 0; i < got.size(); i += elem) {
     if (std::memcmp(&got[i], &want[i], elem) == 0) continue;
@@ -235,8 +236,8 @@ std::string first_difference(const std::vector<uint8_t>& got, const std::vector<
     };
     const int64_t e = static_cast<int64_t>(i / elem);
     std::ostringstream os;
-    os << "first difference at y[" << e / ld << ", " << e % ld << "] (element " << e << "): staged 0x" << std::hex << g
-       << " (" << std::dec << value(g) << "), streamed 0x" << std::hex << w << " (" << std::dec << value(w) << ")";
+    os << "first difference at y[" << e / ld << ", " << e % ld << "] (element " << e << "): got 0x" << std::hex << g
+       << " (" << std::dec << value(g) << "), want 0x" << std::hex << w << " (" << std::dec << value(w) << ")";
     return os.str();
   }
   return "";
@@ -255,14 +256,16 @@ TEST_P(Fp8MmaGemmStagedCuda, SameBitsAsStreamedDense) {
   for (const bool bf16 : {false, true}) {
     const std::vector<uint8_t> streamed = run_forced(p, kernels::Fp8MmaKernel::kStreamed, m + 1, bf16);
     const std::vector<uint8_t> staged = run_forced(p, kernels::Fp8MmaKernel::kStaged, m + 1, bf16);
-    EXPECT_EQ(first_difference(staged, streamed, p.ldy, bf16), "") << (bf16 ? "bf16" : "fp32") << " output";
+    EXPECT_EQ(first_difference(staged, streamed, p.ldy, bf16), "")
+        << (bf16 ? "bf16" : "fp32") << " output, got = staged kernel, want = streamed kernel";
     // The streamed kernel's own output: every element of [m, n] written, the spare ones not.
     const size_t elem = bf16 ? 2 : 4;
     for (int64_t r = 0; r <= m; ++r)
       for (int64_t c = 0; c < p.ldy; ++c) {
         const bool spare = r == m || c >= n;
+        const size_t at = static_cast<size_t>(r * p.ldy + c) * elem;
         bool all_ff = true;
-        for (size_t b = 0; b < elem; ++b) all_ff = all_ff && streamed[static_cast<size_t>(r * p.ldy + c) * elem + b] == 0xff;
+        for (size_t b = 0; b < elem; ++b) all_ff = all_ff && streamed[at + b] == 0xff;
         ASSERT_EQ(all_ff, spare) << "y[" << r << ", " << c << "] " << (spare ? "written" : "not written");
       }
   }
@@ -319,7 +322,8 @@ TEST(Fp8MmaGemmStagedCuda, SameBitsAsStreamedGrouped) {
       std::vector<kernels::Fp8MmaTile> tiles;
       for (int g = 0; g < groups; ++g)
         for (int64_t r = begin[g]; r < begin[g + 1]; r += tile_rows)
-          tiles.push_back({g, static_cast<int32_t>(r), static_cast<int32_t>(std::min<int64_t>(tile_rows, begin[g + 1] - r))});
+          tiles.push_back(
+              {g, static_cast<int32_t>(r), static_cast<int32_t>(std::min<int64_t>(tile_rows, begin[g + 1] - r))});
       const int32_t count = static_cast<int32_t>(tiles.size());
       tiles.push_back({0, 0, tile_rows});  // must not run: it would overwrite rows from 0 with weight 0's
       DeviceBuffer<kernels::Fp8MmaTile> dtiles(tiles.size());
@@ -340,8 +344,8 @@ TEST(Fp8MmaGemmStagedCuda, SameBitsAsStreamedGrouped) {
       EXPECT_EQ(kernels::fp8_mma_gemm_choice(p), expected) << "tile_rows " << tile_rows;
       const std::vector<uint8_t> got = run_forced(p, kernels::Fp8MmaKernel::kAuto, m, bf16);
       EXPECT_EQ(first_difference(got, want, n, bf16), "")
-          << (bf16 ? "bf16" : "fp32") << " output, grouped tiles of " << tile_rows << " rows on the "
-          << kernels::fp8_mma_kernel_name(expected) << " kernel";
+          << (bf16 ? "bf16" : "fp32") << " output, got = grouped tiles of " << tile_rows << " rows on the "
+          << kernels::fp8_mma_kernel_name(expected) << " kernel, want = dense streamed calls per group";
     }
   }
 }

@@ -1,12 +1,12 @@
 // The FP8 block-scaled GEMM on fp16 tensor cores (see fp8_mma_gemm.h for the summation order), in
 // two kernels of the same arithmetic: the streamed one for decode, the staged one for prefill.
 //
-// Streamed: a block of 4 warps owns 16 weight rows and up to 32 x rows; warp j takes the K blocks b with
-// b mod 4 == j and the block adds the four partial sums in order at the end. mma.sync m16n8k16
-// takes the weight rows as A and the x rows as B. Each lane loads 32 contiguous bytes of a row per
-// K block straight from global memory: any permutation of K applied to both operands leaves the
-// products' sum unchanged, so lane (g, t) feeds bytes 32t + 4s .. 32t + 4s + 3 of its rows to MMA
-// step s as the K positions 2t, 2t+1, 2t+8, 2t+9 the fragment layout gives it.
+// Streamed: a block of 4 warps owns 16 weight rows and up to 32 x rows; warp j takes the K blocks
+// b with b mod 4 == j and the block adds the four partial sums in order at the end. mma.sync
+// m16n8k16 takes the weight rows as A and the x rows as B. Each lane loads 32 contiguous bytes of
+// a row per K block straight from global memory: any permutation of K applied to both operands
+// leaves the products' sum unchanged, so lane (g, t) feeds bytes 32t + 4s .. 32t + 4s + 3 of its
+// rows to MMA step s as the K positions 2t, 2t+1, 2t+8, 2t+9 the fragment layout gives it.
 #include "kernels/gemm/fp8_mma_gemm.h"
 
 #include <cuda_fp8.h>
@@ -155,7 +155,6 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_kernel(Fp8MmaGemmPar
       if (r < x_rows && n < p.n) store_float(p.y, (x_row0 + r) * p.ldy + n, sum);
     }
 }
-
 
 // ---- The staged kernel (prefill) ----
 //
@@ -405,7 +404,9 @@ void check_grid_rows(int64_t tiles) {
 
 }  // namespace
 
-int32_t fp8_mma_tile_rows(int64_t m) { return m < kFp8MmaStagedMinRows ? streamed_tile_rows(m) : kFp8MmaStagedTileRows; }
+int32_t fp8_mma_tile_rows(int64_t m) {
+  return m < kFp8MmaStagedMinRows ? streamed_tile_rows(m) : kFp8MmaStagedTileRows;
+}
 
 Fp8MmaKernel fp8_mma_gemm_choice(const Fp8MmaGemmParams& p) {
   const bool grouped = p.tiles != nullptr;
