@@ -245,8 +245,9 @@ std::string first_difference(const std::vector<uint8_t>& got, const std::vector<
 
 class Fp8MmaGemmStagedCuda : public ::testing::TestWithParam<Shape3> {};
 
-// Dense: the staged kernel gives the streamed kernel's bits in fp32 and bf16, writes every output
-// and nothing outside [m, n] (y has 3 spare columns and a spare row, which must keep 0xff).
+// Dense: the staged kernels (both conversion splits) give the streamed kernel's bits in fp32 and
+// bf16; the streamed kernel writes every output and nothing outside [m, n] (y has 3 spare columns
+// and a spare row, which must keep 0xff), so equal bytes say the same of the staged ones.
 TEST_P(Fp8MmaGemmStagedCuda, SameBitsAsStreamedDense) {
   DSV4_SKIP_WITHOUT_GPU();
   const auto [m, n, k] = GetParam();
@@ -255,9 +256,10 @@ TEST_P(Fp8MmaGemmStagedCuda, SameBitsAsStreamedDense) {
   p.ldy = n + 3;
   for (const bool bf16 : {false, true}) {
     const std::vector<uint8_t> streamed = run_forced(p, kernels::Fp8MmaKernel::kStreamed, m + 1, bf16);
-    const std::vector<uint8_t> staged = run_forced(p, kernels::Fp8MmaKernel::kStaged, m + 1, bf16);
-    EXPECT_EQ(first_difference(staged, streamed, p.ldy, bf16), "")
-        << (bf16 ? "bf16" : "fp32") << " output, got = staged kernel, want = streamed kernel";
+    for (const kernels::Fp8MmaKernel kernel : {kernels::Fp8MmaKernel::kStaged, kernels::Fp8MmaKernel::kStagedIntegerX})
+      EXPECT_EQ(first_difference(run_forced(p, kernel, m + 1, bf16), streamed, p.ldy, bf16), "")
+          << (bf16 ? "bf16" : "fp32") << " output, got = " << kernels::fp8_mma_kernel_name(kernel)
+          << " kernel, want = streamed kernel";
     // The streamed kernel's own output: every element of [m, n] written, the spare ones not.
     const size_t elem = bf16 ? 2 : 4;
     for (int64_t r = 0; r <= m; ++r)
@@ -283,7 +285,7 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(info.param.k);
     });
 
-// Grouped: the staged kernel over tiles of 128 rows and of 100 rows gives the bits of the streamed
+// Grouped: the staged kernels over tiles of 128 rows and of 100 rows give the bits of the streamed
 // kernel over tiles of 32 rows and of dense streamed calls per group, with groups of 1, 130, 0,
 // 257, 64 and 128 rows (partial tiles), a ragged n and 9 K blocks; tiles past tile_count don't run.
 TEST(Fp8MmaGemmStagedCuda, SameBitsAsStreamedGrouped) {
@@ -342,10 +344,13 @@ TEST(Fp8MmaGemmStagedCuda, SameBitsAsStreamedGrouped) {
       const kernels::Fp8MmaKernel expected =
           tile_rows == 32 ? kernels::Fp8MmaKernel::kStreamed : kernels::Fp8MmaKernel::kStaged;
       EXPECT_EQ(kernels::fp8_mma_gemm_choice(p), expected) << "tile_rows " << tile_rows;
-      const std::vector<uint8_t> got = run_forced(p, kernels::Fp8MmaKernel::kAuto, m, bf16);
-      EXPECT_EQ(first_difference(got, want, n, bf16), "")
-          << (bf16 ? "bf16" : "fp32") << " output, got = grouped tiles of " << tile_rows << " rows on the "
-          << kernels::fp8_mma_kernel_name(expected) << " kernel, want = dense streamed calls per group";
+      std::vector<kernels::Fp8MmaKernel> kernels_to_run = {kernels::Fp8MmaKernel::kAuto};
+      if (expected == kernels::Fp8MmaKernel::kStaged) kernels_to_run.push_back(kernels::Fp8MmaKernel::kStagedIntegerX);
+      for (const kernels::Fp8MmaKernel kernel : kernels_to_run)
+        EXPECT_EQ(first_difference(run_forced(p, kernel, m, bf16), want, n, bf16), "")
+            << (bf16 ? "bf16" : "fp32") << " output, got = grouped tiles of " << tile_rows << " rows on the "
+            << kernels::fp8_mma_kernel_name(kernel == kernels::Fp8MmaKernel::kAuto ? expected : kernel)
+            << " kernel, want = dense streamed calls per group";
     }
   }
 }
@@ -368,6 +373,8 @@ TEST(Fp8MmaGemmCuda, ChoosesTheStagedKernelForPrefillSizes) {
   EXPECT_EQ(dense(4096, 1536), Fp8MmaKernel::kStaged);
   p.kernel = Fp8MmaKernel::kStaged;
   EXPECT_EQ(dense(1, 16), Fp8MmaKernel::kStaged);
+  p.kernel = Fp8MmaKernel::kStagedIntegerX;
+  EXPECT_EQ(dense(4096, 4096), Fp8MmaKernel::kStagedIntegerX);
   p.kernel = Fp8MmaKernel::kAuto;
 
   kernels::Fp8MmaTile tile;

@@ -15,6 +15,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
+#include "core/numeric.h"
 
 namespace dsv4::kernels {
 namespace {
@@ -33,6 +34,17 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_codes) {
 __device__ __forceinline__ uint32_t high_e4m3x2_to_f16x2(uint32_t four_codes) {
   uint32_t h;
   asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}\n" : "=r"(h) : "r"(four_codes));
+  return h;
+}
+
+// The low (lane_pair 0) or high (1) two codes of a word as fp16x2, bit for bit what
+// e4m3x2_to_f16x2 gives, on integer operations and one exact fp16 multiply instead of the
+// conversion unit (core/numeric.h's e4m3x2_spread_to_f16x2_over_256; fp16 keeps subnormals).
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2_on_alu(uint32_t four_codes, int lane_pair) {
+  const uint32_t spread = __byte_perm(four_codes, 0, lane_pair == 0 ? 0x1404 : 0x3424);
+  const uint32_t over_256 = e4m3x2_spread_to_f16x2_over_256(spread);
+  uint32_t h;
+  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(h) : "r"(over_256), "r"(0x5C005C00u));  // * 256.0
   return h;
 }
 
@@ -230,6 +242,9 @@ __device__ __forceinline__ int staged_block_at(int step, int kblocks) {
   }
 }
 
+// IntegerX: the x fragments' conversions on the integer units (e4m3x2_to_f16x2_on_alu), the
+// weight's on the conversion unit, so that the two pipes share the work; the same bits.
+template <bool IntegerX>
 __global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(Fp8MmaGemmParams p) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -329,8 +344,8 @@ __global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(
 #pragma unroll
           for (int word = 0; word < 4; ++word) {
             const uint32_t x_s = word_of(xb, word);
-            b0[word][j] = e4m3x2_to_f16x2(x_s & 0xffff);
-            b1[word][j] = high_e4m3x2_to_f16x2(x_s);
+            b0[word][j] = IntegerX ? e4m3x2_to_f16x2_on_alu(x_s, 0) : e4m3x2_to_f16x2(x_s & 0xffff);
+            b1[word][j] = IntegerX ? e4m3x2_to_f16x2_on_alu(x_s, 1) : high_e4m3x2_to_f16x2(x_s);
           }
         }
 #pragma unroll
@@ -427,7 +442,8 @@ Fp8MmaKernel fp8_mma_gemm_choice(const Fp8MmaGemmParams& p) {
         throw UsageError("fp8_mma_gemm: the streamed kernel takes grouped tiles of 8, 16 or 32 rows, not " +
                          std::to_string(p.tile_rows));
       return Fp8MmaKernel::kStreamed;
-    case Fp8MmaKernel::kStaged: return Fp8MmaKernel::kStaged;
+    case Fp8MmaKernel::kStaged:
+    case Fp8MmaKernel::kStagedIntegerX: return p.kernel;
   }
   throw UsageError("fp8_mma_gemm: unknown kernel " + std::to_string(static_cast<int>(p.kernel)));
 }
@@ -437,6 +453,7 @@ const char* fp8_mma_kernel_name(Fp8MmaKernel kernel) {
     case Fp8MmaKernel::kAuto: return "auto";
     case Fp8MmaKernel::kStreamed: return "streamed";
     case Fp8MmaKernel::kStaged: return "staged";
+    case Fp8MmaKernel::kStagedIntegerX: return "staged-integer-x";
   }
   return "unknown";
 }
@@ -445,14 +462,15 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   if (p.k % 128 != 0) throw UsageError("fp8_mma_gemm: k=" + std::to_string(p.k) + " is not a multiple of 128");
   const bool grouped = p.tiles != nullptr;
   const Fp8MmaKernel kernel = fp8_mma_gemm_choice(p);
-  if (kernel == Fp8MmaKernel::kStaged) {
+  if (kernel == Fp8MmaKernel::kStaged || kernel == Fp8MmaKernel::kStagedIntegerX) {
     const int64_t tiles = grouped ? p.max_tiles : (p.m + kStagedXRows - 1) / kStagedXRows;
     if (p.n == 0 || tiles == 0 || p.k == 0) return;
     check_grid_rows(tiles);
-    DSV4_CUDA_CHECK(cudaFuncSetAttribute(fp8_mma_gemm_staged_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         kStagedSharedBytes));
+    auto* const staged = kernel == Fp8MmaKernel::kStaged ? fp8_mma_gemm_staged_kernel<false>
+                                                         : fp8_mma_gemm_staged_kernel<true>;
+    DSV4_CUDA_CHECK(cudaFuncSetAttribute(staged, cudaFuncAttributeMaxDynamicSharedMemorySize, kStagedSharedBytes));
     const dim3 grid(static_cast<unsigned>((p.n + kStagedWRows - 1) / kStagedWRows), static_cast<unsigned>(tiles));
-    fp8_mma_gemm_staged_kernel<<<grid, kStagedThreads, kStagedSharedBytes, stream>>>(p);
+    staged<<<grid, kStagedThreads, kStagedSharedBytes, stream>>>(p);
     DSV4_CUDA_CHECK(cudaGetLastError());
     return;
   }

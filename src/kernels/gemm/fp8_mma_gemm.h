@@ -52,6 +52,10 @@ enum class Fp8MmaKernel : uint8_t {
   kAuto,      // see fp8_mma_gemm_choice
   kStreamed,  // 16 weight rows x 8/16/32 x rows per block, operands straight into registers: decode
   kStaged,    // 128 weight rows x 128 x rows per CTA, tiles staged in shared memory: prefill
+  // kStaged with the x fragments' e4m3 -> fp16 conversions on integer operations and an fp16
+  // multiply instead of the conversion unit, which may bound kStaged; the same bits. Only when
+  // asked for, until bench_fp8_gemm shows which of the two is faster on the H200.
+  kStagedIntegerX,
 };
 
 // The x rows of one staged CTA (the most a grouped tile for it may hold), and the smallest batch
