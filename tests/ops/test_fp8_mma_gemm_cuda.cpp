@@ -355,6 +355,41 @@ TEST(Fp8MmaGemmStagedCuda, SameBitsAsStreamedGrouped) {
   }
 }
 
+// NaN codes (0x7F, 0xFF) in x and in the weight: the outputs they reach are NaN, with the same bits
+// from every kernel (the integer conversion's fp16 NaN differs from the conversion unit's, the
+// MMA's and the fmaf's NaN results do not).
+TEST(Fp8MmaGemmStagedCuda, NanCodesGiveTheSameBits) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const int64_t m = 200, n = 300, k = 512;
+  const Operands ops(m, n, k, 1, 31);
+  std::vector<uint8_t> xq = ops.xq, w = ops.w;
+  xq[5 * k + 17] = 0x7f;
+  xq[130 * k + 300] = 0xff;
+  w[7 * k + 100] = 0x7f;
+  w[250 * k + 511] = 0xff;
+  DeviceBuffer<uint8_t> dxq(xq.size()), dw(w.size());
+  dxq.upload(xq);
+  dw.upload(w);
+  kernels::Fp8MmaGemmParams p = ops.inputs(0, m, 0);
+  p.x = dxq.get();
+  p.w = dw.get();
+  for (const bool bf16 : {false, true}) {
+    const std::vector<uint8_t> streamed = run_forced(p, kernels::Fp8MmaKernel::kStreamed, m, bf16);
+    const size_t elem = bf16 ? 2 : 4;
+    const auto is_nan = [&](int64_t r, int64_t c) {
+      uint32_t bits = 0;
+      std::memcpy(&bits, &streamed[static_cast<size_t>(r * n + c) * elem], elem);
+      return bf16 ? std::isnan(bf16_to_float(static_cast<uint16_t>(bits))) : std::isnan(bits_float(bits));
+    };
+    ASSERT_TRUE(is_nan(5, 0) && is_nan(130, 299) && is_nan(0, 7) && is_nan(199, 250) && !is_nan(0, 0))
+        << "the NaN codes should reach their rows and columns of y, and no others";
+    for (const kernels::Fp8MmaKernel kernel : {kernels::Fp8MmaKernel::kStaged, kernels::Fp8MmaKernel::kStagedIntegerX})
+      EXPECT_EQ(first_difference(run_forced(p, kernel, m, bf16), streamed, n, bf16), "")
+          << (bf16 ? "bf16" : "fp32") << " output, got = " << kernels::fp8_mma_kernel_name(kernel)
+          << " kernel, want = streamed kernel";
+  }
+}
+
 TEST(Fp8MmaGemmCuda, ChoosesTheStagedKernelForPrefillSizes) {
   using kernels::Fp8MmaKernel;
   kernels::Fp8MmaGemmParams p;
