@@ -28,8 +28,11 @@
 // (registers vs shared memory), which warp computes which output, and the order in which
 // different outputs, and the four lanes of one output, are worked on: the staged kernel runs the
 // lanes one after another (blocks 0, 4, 8, ..; 1, 5, ..; ..) keeping the running sum in shared
-// memory, the streamed one runs them on four warps at once. The tests check bit equality on many
-// shapes, dense and grouped.
+// memory, the streamed one runs them on four warps at once. kStagedIntegerX converts x's codes
+// with integer operations and an exact fp16 multiply instead of cvt: the same fp16 values for
+// every code (checked for all pairs on the CPU), and for the NaN codes an fp16 NaN of another
+// payload, which the MMA's and fmaf's NaN results do not carry. The tests check bit equality on
+// many shapes, dense and grouped, NaN codes included.
 #pragma once
 
 #include <cuda_runtime.h>
