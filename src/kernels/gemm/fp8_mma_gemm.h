@@ -21,8 +21,8 @@
 // block (e4m3 -> fp16 is exact) into fragment K positions 2t, 2t + 1, 2t + 8, 2t + 9 of step s.
 // An output element of an MMA is a function of its A row, its B column and its C element only,
 // and the placement matches too: weight row n is A row n % 16 in both (blocks start at multiples
-// of 16 weight rows), x row r of a tile is B column (r - tile start) % 8 in both (tiles of 8, 16,
-// 32 or 128 rows). The scale product sw * sx, the fmaf into lane b mod 4 in ascending b from
+// of 16 weight rows), x row r of a tile is B column (r - tile start) % 8 in both (n8 tiles start
+// every 8 rows of a tile). The scale product sw * sx, the fmaf into lane b mod 4 in ascending b from
 // +0.0f, the three fp32 additions in lane order (lanes with no blocks adding +0.0f) and the final
 // store are the same operations on the same values. What differs is only where operands wait
 // (registers vs shared memory), which warp computes which output, and the order in which
