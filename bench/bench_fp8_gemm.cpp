@@ -1,6 +1,7 @@
 // Times the GPU FP8 block-scaled linear (activation quantisation + the GEMM) at V4-Flash shapes,
-// with cuBLASLt's FP8 GEMM and with kernels::fp8_mma_gemm (the default), and prints time, TFLOP/s
-// and weight GB/s beside the H200's memory floor (4.28 TB/s).
+// with cuBLASLt's FP8 GEMM and with kernels::fp8_mma_gemm's kernels (streamed, staged and staged
+// with integer x conversions, each forced, plus which one the default picks), and prints time,
+// TFLOP/s and weight GB/s (of the default) beside the H200's memory floor (4.28 TB/s).
 // Usage: bench_fp8_gemm [iterations]
 #include <cuda_runtime.h>
 
@@ -34,10 +35,12 @@ int main(int argc, char** argv) {
   }
   const int iters = argc > 1 ? std::atoi(argv[1]) : 50;
   const Case cases[] = {{"wq_a+wkv (fused)", 1536, 4096}, {"wq_b", 32768, 1024}, {"wo_b", 4096, 8192},
-                        {"shared w1", 2048, 4096}, {"N=4096 K=7168", 4096, 7168}};
-  const int64_t ms[] = {1, 16, 64, 512, 4096};
-  std::printf("%-18s %6s %12s %10s %10s %10s %10s %12s\n", "gemm", "M", "cuBLASLt us", "TFLOP/s", "mma us",
-              "TFLOP/s", "GB/s", "floor us");
+                        {"shared/expert w1", 2048, 4096}, {"shared/expert w2", 4096, 2048},
+                        {"N=4096 K=7168", 4096, 7168}};
+  const int64_t ms[] = {1, 16, 64, 512, 2048, 4096, 8192};
+  std::printf("%-18s %6s %12s %8s %12s %8s %10s %8s %12s %8s %8s %9s %10s\n", "gemm", "M", "cuBLASLt us",
+              "TFLOP/s", "streamed us", "TFLOP/s", "staged us", "TFLOP/s", "staged-ix us", "TFLOP/s", "default",
+              "GB/s", "floor us");
   cuda::Fp8BlockGemm gemm;
   for (const Case& c : cases) {
     for (int64_t m : ms) {
@@ -60,28 +63,38 @@ int main(int argc, char** argv) {
         kernels::act_quant_fp8({x, xq, xs, m, mp, c.k}, nullptr);
         gemm.run({xq, xs, w, ws, out, mp, c.n, c.k}, nullptr);
       };
-      auto mma_step = [&] {
+      kernels::Fp8MmaGemmParams p;
+      p.x = xq;
+      p.x_scale = xs;
+      p.x_scale_ld = m;
+      p.w = w;
+      p.w_scale = ws;
+      p.w_scale_ld = kbp;
+      p.y = {out, true};
+      p.ldy = c.n;
+      p.m = m;
+      p.n = c.n;
+      p.k = c.k;
+      auto mma_step = [&](kernels::Fp8MmaKernel kernel) {
         kernels::act_quant_fp8({x, xq, xs, m, m, c.k}, nullptr);
-        kernels::Fp8MmaGemmParams p;
-        p.x = xq;
-        p.x_scale = xs;
-        p.x_scale_ld = m;
-        p.w = w;
-        p.w_scale = ws;
-        p.w_scale_ld = kbp;
-        p.y = {out, true};
-        p.ldy = c.n;
-        p.m = m;
-        p.n = c.n;
-        p.k = c.k;
+        p.kernel = kernel;
         kernels::fp8_mma_gemm(p, nullptr);
       };
-      const double us = bench::time_us(step, iters), mma_us = bench::time_us(mma_step, iters);
+      const double us = bench::time_us(step, iters);
+      const double streamed_us = bench::time_us([&] { mma_step(kernels::Fp8MmaKernel::kStreamed); }, iters);
+      const double staged_us = bench::time_us([&] { mma_step(kernels::Fp8MmaKernel::kStaged); }, iters);
+      const double staged_ix_us = bench::time_us([&] { mma_step(kernels::Fp8MmaKernel::kStagedIntegerX); }, iters);
+      p.kernel = kernels::Fp8MmaKernel::kAuto;
+      const kernels::Fp8MmaKernel chosen = kernels::fp8_mma_gemm_choice(p);
+      const double mma_us = chosen == kernels::Fp8MmaKernel::kStaged ? staged_us : streamed_us;
       const double flops = 2.0 * m * c.n * c.k;
       const double weight_bytes = static_cast<double>(c.n) * c.k;
-      std::printf("%-18s %6ld %12.2f %10.1f %10.2f %10.1f %10.0f %12.2f\n", c.name, static_cast<long>(m), us,
-                  flops / us * 1e-6, mma_us, flops / mma_us * 1e-6, weight_bytes / mma_us * 1e-3,
+      std::printf("%-18s %6ld %12.2f %8.1f %12.2f %8.1f %10.2f %8.1f %12.2f %8.1f %8s %9.0f %10.2f\n", c.name,
+                  static_cast<long>(m), us, flops / us * 1e-6, streamed_us, flops / streamed_us * 1e-6, staged_us,
+                  flops / staged_us * 1e-6, staged_ix_us, flops / staged_ix_us * 1e-6,
+                  kernels::fp8_mma_kernel_name(chosen), weight_bytes / mma_us * 1e-3,
                   weight_bytes / kMemoryBandwidth * 1e6);
+      std::fflush(stdout);
       cudaFree(x);
       cudaFree(xq);
       cudaFree(xs);

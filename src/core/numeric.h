@@ -83,6 +83,17 @@ DSV4_HD uint8_t float_to_e4m3(float f) {
 
 DSV4_HD float round_e4m3(float f) { return e4m3_to_float(float_to_e4m3(f)); }
 
+// Two e4m3 codes as fp16 bits on integer operations, each value scaled by 2^-8 (exactly: e4m3's
+// bias is 8 below fp16's, so the code's exponent and mantissa bits, shifted into place, are the
+// fp16 of value * 2^-8, subnormals included); NaN codes give an fp16 NaN. `spread` holds the codes
+// in bits 8..15 and 24..31 and zeros elsewhere (one byte permute from a word of codes). One fp16
+// multiply by 256 then gives what a cvt.rn.f16x2.e4m3x2 of the two codes gives.
+DSV4_HD uint32_t e4m3x2_spread_to_f16x2_over_256(uint32_t spread) {
+  const uint32_t magnitude = (spread >> 1) & 0x3F803F80u;        // 7 bits per half at 7..13
+  const uint32_t nan = (magnitude + 0x00800080u) & 0x40004000u;  // only 0x3F80 (code 0x7F) reaches bit 14
+  return (spread & 0x80008000u) | magnitude | nan;               // NaN: exponent 31, mantissa != 0
+}
+
 // ---- fp4 e2m1 -------------------------------------------------------------------------------
 // Codes 0..7 are the magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6}; bit 3 is the sign.
 

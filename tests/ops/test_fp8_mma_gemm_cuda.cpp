@@ -1,11 +1,14 @@
 // kernels::fp8_mma_gemm (FP8 block-scaled GEMM on fp16 tensor cores with fp32 sums) against an
 // fp64 host reference of the dequantised values, and its summation-order contract: a row's
-// result is the same bits whether it runs alone, in any batch, or as a tile of a grouped GEMM.
+// result is the same bits whether it runs alone, in any batch, or as a tile of a grouped GEMM, and
+// whichever of its two kernels (streamed, staged) computes it.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/fp8_gemm.h"
@@ -64,8 +67,8 @@ struct Operands {
     return e4m3_to_float(w[(g * n + c) * k + i]) * double(ws[g * ws_group + (c / 128) * ws_ld + i / 128]);
   }
 
-  // A dense call over x rows [r0, r0 + rows) and group g's weight into y (rows with stride n).
-  kernels::Fp8MmaGemmParams dense(int64_t r0, int64_t rows, int64_t g, float* y) const {
+  // A dense call over x rows [r0, r0 + rows) and group g's weight, y not yet set (ldy = n).
+  kernels::Fp8MmaGemmParams inputs(int64_t r0, int64_t rows, int64_t g) const {
     kernels::Fp8MmaGemmParams p;
     p.x = dxq.get() + r0 * k;
     p.x_scale = dxs.get() + r0;
@@ -73,11 +76,17 @@ struct Operands {
     p.w = dw.get() + g * n * k;
     p.w_scale = dws.get() + g * ws_group;
     p.w_scale_ld = ws_ld;
-    p.y = {y + r0 * n, false};
     p.ldy = n;
     p.m = rows;
     p.n = n;
     p.k = k;
+    return p;
+  }
+
+  // The same into fp32 y (rows with stride n), row r0 at y + r0 * n.
+  kernels::Fp8MmaGemmParams dense(int64_t r0, int64_t rows, int64_t g, float* y) const {
+    kernels::Fp8MmaGemmParams p = inputs(r0, rows, g);
+    p.y = {y + r0 * n, false};
     return p;
   }
 };
@@ -96,7 +105,11 @@ TEST_P(Fp8MmaGemmCuda, MatchesHostReferenceToFp32Accuracy) {
   const Operands ops(m, n, k, 1, static_cast<uint32_t>(m * 7 + n * 3 + k));
   DeviceBuffer<float> dy(static_cast<size_t>(m * n));
   dy.poison();
-  kernels::fp8_mma_gemm(ops.dense(0, m, 0, dy.get()), nullptr);
+  const kernels::Fp8MmaGemmParams p = ops.dense(0, m, 0, dy.get());
+  std::printf("[measure] fp8_mma_gemm m=%lld n=%lld k=%lld runs the %s kernel\n", static_cast<long long>(m),
+              static_cast<long long>(n), static_cast<long long>(k),
+              kernels::fp8_mma_kernel_name(kernels::fp8_mma_gemm_choice(p)));
+  kernels::fp8_mma_gemm(p, nullptr);
   DSV4_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<float> y = dy.download();
   // fp32 sums of exact products: the error is a few fp32 ulps of the sum of |products|.
@@ -123,7 +136,8 @@ TEST_P(Fp8MmaGemmCuda, MatchesHostReferenceToFp32Accuracy) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Fp8MmaGemmCuda,
                          ::testing::Values(Shape3{1, 256, 512}, Shape3{7, 200, 384}, Shape3{16, 512, 1024},
-                                           Shape3{33, 136, 640}, Shape3{100, 1536, 4096}, Shape3{3, 4096, 7168}),
+                                           Shape3{33, 136, 640}, Shape3{100, 1536, 4096}, Shape3{3, 4096, 7168},
+                                           Shape3{64, 8192, 256}),  // the last on the staged kernel
                          [](const auto& info) {
                            return "m" + std::to_string(info.param.m) + "_n" + std::to_string(info.param.n) +
                                   "_k" + std::to_string(info.param.k);
@@ -191,6 +205,232 @@ TEST(Fp8MmaGemmCuda, RowsAreTheSameBitsAloneInAnyBatchAndGrouped) {
   EXPECT_TRUE(same_bits(alone.download(), ref)) << "one row at a time";
   EXPECT_TRUE(same_bits(sliced.download(), ref)) << "uneven slices";
   EXPECT_TRUE(same_bits(grouped.download(), ref)) << "grouped tiles";
+}
+
+// Runs p with `kernel` forced into a fresh y of `rows` x p.ldy elements (fp32, or bf16 when `bf16`)
+// whose every byte starts as 0xff, and returns y's bytes.
+std::vector<uint8_t> run_forced(kernels::Fp8MmaGemmParams p, kernels::Fp8MmaKernel kernel, int64_t rows, bool bf16) {
+  const size_t bytes = static_cast<size_t>(rows * p.ldy) * (bf16 ? 2 : 4);
+  DeviceBuffer<uint8_t> y(bytes);
+  DSV4_CUDA_CHECK(cudaMemset(y.get(), 0xff, bytes));
+  p.y = {y.get(), bf16};
+  p.kernel = kernel;
+  kernels::fp8_mma_gemm(p, nullptr);
+  DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+  return y.download();
+}
+
+// "" when got and want hold the same bytes, else the first element (row, column of ld-wide rows)
+// where they differ with both values' bits and numbers.
+std::string first_difference(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, int64_t ld, bool bf16) {
+  if (got.size() != want.size())
+    return "sizes differ: " + std::to_string(got.size()) + " vs " + std::to_string(want.size());
+  const size_t elem = bf16 ? 2 : 4;
+  for (size_t i = 0; i < got.size(); i += elem) {
+    if (std::memcmp(&got[i], &want[i], elem) == 0) continue;
+    uint32_t g = 0, w = 0;
+    std::memcpy(&g, &got[i], elem);
+    std::memcpy(&w, &want[i], elem);
+    const auto value = [&](uint32_t bits) {
+      return bf16 ? bf16_to_float(static_cast<uint16_t>(bits)) : bits_float(bits);
+    };
+    const int64_t e = static_cast<int64_t>(i / elem);
+    std::ostringstream os;
+    os << "first difference at y[" << e / ld << ", " << e % ld << "] (element " << e << "): got 0x" << std::hex << g
+       << " (" << std::dec << value(g) << "), want 0x" << std::hex << w << " (" << std::dec << value(w) << ")";
+    return os.str();
+  }
+  return "";
+}
+
+class Fp8MmaGemmStagedCuda : public ::testing::TestWithParam<Shape3> {};
+
+// Dense: the staged kernels (both conversion splits) give the streamed kernel's bits in fp32 and
+// bf16; the streamed kernel writes every output and nothing outside [m, n] (y has 3 spare columns
+// and a spare row, which must keep 0xff), so equal bytes say the same of the staged ones.
+TEST_P(Fp8MmaGemmStagedCuda, SameBitsAsStreamedDense) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const auto [m, n, k] = GetParam();
+  const Operands ops(m, n, k, 1, static_cast<uint32_t>(m * 5 + n * 11 + k));
+  kernels::Fp8MmaGemmParams p = ops.inputs(0, m, 0);
+  p.ldy = n + 3;
+  for (const bool bf16 : {false, true}) {
+    const std::vector<uint8_t> streamed = run_forced(p, kernels::Fp8MmaKernel::kStreamed, m + 1, bf16);
+    for (const kernels::Fp8MmaKernel kernel : {kernels::Fp8MmaKernel::kStaged, kernels::Fp8MmaKernel::kStagedIntegerX})
+      EXPECT_EQ(first_difference(run_forced(p, kernel, m + 1, bf16), streamed, p.ldy, bf16), "")
+          << (bf16 ? "bf16" : "fp32") << " output, got = " << kernels::fp8_mma_kernel_name(kernel)
+          << " kernel, want = streamed kernel";
+    // The streamed kernel's own output: every element of [m, n] written, the spare ones not.
+    const size_t elem = bf16 ? 2 : 4;
+    for (int64_t r = 0; r <= m; ++r)
+      for (int64_t c = 0; c < p.ldy; ++c) {
+        const bool spare = r == m || c >= n;
+        const size_t at = static_cast<size_t>(r * p.ldy + c) * elem;
+        bool all_ff = true;
+        for (size_t b = 0; b < elem; ++b) all_ff = all_ff && streamed[at + b] == 0xff;
+        ASSERT_EQ(all_ff, spare) << "y[" << r << ", " << c << "] " << (spare ? "written" : "not written");
+      }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, Fp8MmaGemmStagedCuda,
+    ::testing::Values(Shape3{64, 512, 1024}, Shape3{65, 1536, 2048}, Shape3{127, 2048, 1024},
+                      Shape3{128, 4096, 4096}, Shape3{300, 520, 1152}, Shape3{512, 7168, 7168},
+                      Shape3{1024, 1536, 4096}, Shape3{4096, 2048, 1024}, Shape3{4096, 4096, 7168},
+                      Shape3{129, 4100, 2048}, Shape3{1000, 1544, 1024}, Shape3{77, 136, 384},
+                      Shape3{200, 264, 128}, Shape3{5, 4096, 640}),
+    [](const auto& info) {
+      return "m" + std::to_string(info.param.m) + "_n" + std::to_string(info.param.n) + "_k" +
+             std::to_string(info.param.k);
+    });
+
+// Grouped: the staged kernels over tiles of 128 rows and of 100 rows give the bits of the streamed
+// kernel over tiles of 32 rows and of dense streamed calls per group, with groups of 1, 130, 0,
+// 257, 64 and 128 rows (partial tiles), a ragged n and 9 K blocks; tiles past tile_count don't run.
+TEST(Fp8MmaGemmStagedCuda, SameBitsAsStreamedGrouped) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const int64_t rows[] = {1, 130, 0, 257, 64, 128};
+  const int groups = 6;
+  std::vector<int64_t> begin(groups + 1, 0);
+  for (int g = 0; g < groups; ++g) begin[g + 1] = begin[g] + rows[g];
+  const int64_t m = begin[groups], n = 1032, k = 1152;
+  const Operands ops(m, n, k, groups, 23);
+  std::vector<const uint8_t*> w_of;
+  std::vector<const float*> s_of;
+  for (int g = 0; g < groups; ++g) {
+    w_of.push_back(ops.dw.get() + g * n * k);
+    s_of.push_back(ops.dws.get() + g * ops.ws_group);
+  }
+  DeviceBuffer<const uint8_t*> dw_of(groups);
+  DeviceBuffer<const float*> ds_of(groups);
+  dw_of.upload(w_of);
+  ds_of.upload(s_of);
+
+  for (const bool bf16 : {false, true}) {
+    const size_t elem = bf16 ? 2 : 4, bytes = static_cast<size_t>(m * n) * elem;
+    DeviceBuffer<uint8_t> dense(bytes);
+    DSV4_CUDA_CHECK(cudaMemset(dense.get(), 0xff, bytes));
+    for (int g = 0; g < groups; ++g) {
+      kernels::Fp8MmaGemmParams d = ops.inputs(begin[g], rows[g], g);
+      d.y = {dense.get() + static_cast<size_t>(begin[g] * n) * elem, bf16};
+      d.kernel = kernels::Fp8MmaKernel::kStreamed;
+      kernels::fp8_mma_gemm(d, nullptr);
+    }
+    DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<uint8_t> want = dense.download();
+
+    for (const int32_t tile_rows : {32, 128, 100}) {
+      std::vector<kernels::Fp8MmaTile> tiles;
+      for (int g = 0; g < groups; ++g)
+        for (int64_t r = begin[g]; r < begin[g + 1]; r += tile_rows)
+          tiles.push_back(
+              {g, static_cast<int32_t>(r), static_cast<int32_t>(std::min<int64_t>(tile_rows, begin[g + 1] - r))});
+      const int32_t count = static_cast<int32_t>(tiles.size());
+      tiles.push_back({0, 0, tile_rows});  // must not run: it would overwrite rows from 0 with weight 0's
+      DeviceBuffer<kernels::Fp8MmaTile> dtiles(tiles.size());
+      dtiles.upload(tiles);
+      DeviceBuffer<int32_t> dcount(1);
+      dcount.upload({count});
+      kernels::Fp8MmaGemmParams p = ops.inputs(0, m, 0);
+      p.w = nullptr;
+      p.w_scale = nullptr;
+      p.tiles = dtiles.get();
+      p.tile_count = dcount.get();
+      p.max_tiles = static_cast<int64_t>(tiles.size());
+      p.tile_rows = tile_rows;
+      p.group_w = dw_of.get();
+      p.group_w_scale = ds_of.get();
+      const kernels::Fp8MmaKernel expected =
+          tile_rows == 32 ? kernels::Fp8MmaKernel::kStreamed : kernels::Fp8MmaKernel::kStaged;
+      EXPECT_EQ(kernels::fp8_mma_gemm_choice(p), expected) << "tile_rows " << tile_rows;
+      std::vector<kernels::Fp8MmaKernel> kernels_to_run = {kernels::Fp8MmaKernel::kAuto};
+      if (expected == kernels::Fp8MmaKernel::kStaged) kernels_to_run.push_back(kernels::Fp8MmaKernel::kStagedIntegerX);
+      for (const kernels::Fp8MmaKernel kernel : kernels_to_run)
+        EXPECT_EQ(first_difference(run_forced(p, kernel, m, bf16), want, n, bf16), "")
+            << (bf16 ? "bf16" : "fp32") << " output, got = grouped tiles of " << tile_rows << " rows on the "
+            << kernels::fp8_mma_kernel_name(kernel == kernels::Fp8MmaKernel::kAuto ? expected : kernel)
+            << " kernel, want = dense streamed calls per group";
+    }
+  }
+}
+
+// NaN codes (0x7F, 0xFF) in x and in the weight: the outputs they reach are NaN, with the same bits
+// from every kernel (the integer conversion's fp16 NaN differs from the conversion unit's, the
+// MMA's and the fmaf's NaN results do not).
+TEST(Fp8MmaGemmStagedCuda, NanCodesGiveTheSameBits) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const int64_t m = 200, n = 300, k = 512;
+  const Operands ops(m, n, k, 1, 31);
+  std::vector<uint8_t> xq = ops.xq, w = ops.w;
+  xq[5 * k + 17] = 0x7f;
+  xq[130 * k + 300] = 0xff;
+  w[7 * k + 100] = 0x7f;
+  w[250 * k + 511] = 0xff;
+  DeviceBuffer<uint8_t> dxq(xq.size()), dw(w.size());
+  dxq.upload(xq);
+  dw.upload(w);
+  kernels::Fp8MmaGemmParams p = ops.inputs(0, m, 0);
+  p.x = dxq.get();
+  p.w = dw.get();
+  for (const bool bf16 : {false, true}) {
+    const std::vector<uint8_t> streamed = run_forced(p, kernels::Fp8MmaKernel::kStreamed, m, bf16);
+    const size_t elem = bf16 ? 2 : 4;
+    const auto is_nan = [&](int64_t r, int64_t c) {
+      uint32_t bits = 0;
+      std::memcpy(&bits, &streamed[static_cast<size_t>(r * n + c) * elem], elem);
+      return bf16 ? std::isnan(bf16_to_float(static_cast<uint16_t>(bits))) : std::isnan(bits_float(bits));
+    };
+    ASSERT_TRUE(is_nan(5, 0) && is_nan(130, 299) && is_nan(0, 7) && is_nan(199, 250) && !is_nan(0, 0))
+        << "the NaN codes should reach their rows and columns of y, and no others";
+    for (const kernels::Fp8MmaKernel kernel : {kernels::Fp8MmaKernel::kStaged, kernels::Fp8MmaKernel::kStagedIntegerX})
+      EXPECT_EQ(first_difference(run_forced(p, kernel, m, bf16), streamed, n, bf16), "")
+          << (bf16 ? "bf16" : "fp32") << " output, got = " << kernels::fp8_mma_kernel_name(kernel)
+          << " kernel, want = streamed kernel";
+  }
+}
+
+TEST(Fp8MmaGemmCuda, ChoosesTheStagedKernelForPrefillSizes) {
+  using kernels::Fp8MmaKernel;
+  kernels::Fp8MmaGemmParams p;
+  p.k = 4096;
+  const auto dense = [&](int64_t m, int64_t n) {
+    p.m = m;
+    p.n = n;
+    return kernels::fp8_mma_gemm_choice(p);
+  };
+  EXPECT_EQ(dense(1, 4096), Fp8MmaKernel::kStreamed);
+  EXPECT_EQ(dense(63, 32768), Fp8MmaKernel::kStreamed);
+  EXPECT_EQ(dense(64, 512), Fp8MmaKernel::kStreamed);  // 4 tiles of 128 x 128: too few for the GPU
+  EXPECT_EQ(dense(64, 8192), Fp8MmaKernel::kStaged);
+  EXPECT_EQ(dense(256, 2048), Fp8MmaKernel::kStreamed);  // 32 tiles
+  EXPECT_EQ(dense(512, 1536), Fp8MmaKernel::kStaged);    // 48 tiles
+  EXPECT_EQ(dense(4096, 1536), Fp8MmaKernel::kStaged);
+  p.kernel = Fp8MmaKernel::kStaged;
+  EXPECT_EQ(dense(1, 16), Fp8MmaKernel::kStaged);
+  p.kernel = Fp8MmaKernel::kStagedIntegerX;
+  EXPECT_EQ(dense(4096, 4096), Fp8MmaKernel::kStagedIntegerX);
+  p.kernel = Fp8MmaKernel::kAuto;
+
+  kernels::Fp8MmaTile tile;
+  p.tiles = &tile;  // grouped: the choice reads tile_rows only
+  for (const int32_t rows : {8, 16, 32}) {
+    p.tile_rows = rows;
+    EXPECT_EQ(kernels::fp8_mma_gemm_choice(p), Fp8MmaKernel::kStreamed) << rows;
+  }
+  for (const int32_t rows : {1, 64, 100, 128}) {
+    p.tile_rows = rows;
+    EXPECT_EQ(kernels::fp8_mma_gemm_choice(p), Fp8MmaKernel::kStaged) << rows;
+  }
+  p.tile_rows = 129;
+  EXPECT_THROW(kernels::fp8_mma_gemm_choice(p), UsageError);
+  p.tile_rows = 128;
+  p.kernel = Fp8MmaKernel::kStreamed;
+  EXPECT_THROW(kernels::fp8_mma_gemm_choice(p), UsageError);
+
+  EXPECT_EQ(kernels::fp8_mma_tile_rows(1), 8);
+  EXPECT_EQ(kernels::fp8_mma_tile_rows(63), 32);
+  EXPECT_EQ(kernels::fp8_mma_tile_rows(64), kernels::kFp8MmaStagedTileRows);
 }
 
 TEST(Fp8MmaGemmCuda, RejectsKNotAMultipleOf128) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "core/numeric.h"
@@ -35,6 +36,34 @@ TEST(E4M3, EncodeOfDecodeIsIdentityForEveryFiniteCode) {
     if (is_e4m3_nan(code)) continue;
     EXPECT_EQ(float_to_e4m3(e4m3_to_float(code)), code) << "code " << c;
   }
+}
+
+// fp16 bits as a double (subnormals, NaN and infinities included).
+double f16_bits_to_double(uint16_t h) {
+  const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  const double sign = (h & 0x8000) ? -1.0 : 1.0;
+  if (e == 0x1f) return m != 0 ? NAN : sign * INFINITY;
+  if (e == 0) return sign * std::ldexp(static_cast<double>(m), -24);
+  return sign * std::ldexp(static_cast<double>(1024 + m), e - 25);
+}
+
+TEST(E4M3, IntegerConversionToFp16IsExactForEveryPairOfCodes) {
+  for (int c0 = 0; c0 < 256; ++c0)
+    for (int c1 = 0; c1 < 256; ++c1) {
+      const uint32_t spread = static_cast<uint32_t>(c1) << 24 | static_cast<uint32_t>(c0) << 8;
+      const uint32_t halves = e4m3x2_spread_to_f16x2_over_256(spread);
+      for (const auto& [code, h] : {std::pair{c0, static_cast<uint16_t>(halves)},
+                                    std::pair{c1, static_cast<uint16_t>(halves >> 16)}}) {
+        const double v = f16_bits_to_double(h);
+        if (is_e4m3_nan(static_cast<uint8_t>(code))) {
+          ASSERT_TRUE(std::isnan(v)) << "code " << code << " gave fp16 0x" << std::hex << h;
+          continue;
+        }
+        ASSERT_EQ(v * 256.0, static_cast<double>(e4m3_to_float(static_cast<uint8_t>(code))))
+            << "code " << code << " gave fp16 0x" << std::hex << h;
+        ASSERT_EQ(h & 0x8000, (code & 0x80) << 8) << "code " << code << ": sign";
+      }
+    }
 }
 
 TEST(E4M3, EveryTieRoundsToTheEvenCode) {

@@ -1,10 +1,12 @@
-// The FP8 block-scaled GEMM on fp16 tensor cores (see fp8_mma_gemm.h for the summation order).
-// A block of 4 warps owns 16 weight rows and up to 32 x rows; warp j takes the K blocks b with
-// b mod 4 == j and the block adds the four partial sums in order at the end. mma.sync m16n8k16
-// takes the weight rows as A and the x rows as B. Each lane loads 32 contiguous bytes of a row per
-// K block straight from global memory: any permutation of K applied to both operands leaves the
-// products' sum unchanged, so lane (g, t) feeds bytes 32t + 4s .. 32t + 4s + 3 of its rows to MMA
-// step s as the K positions 2t, 2t+1, 2t+8, 2t+9 the fragment layout gives it.
+// The FP8 block-scaled GEMM on fp16 tensor cores (see fp8_mma_gemm.h for the summation order), in
+// two kernels of the same arithmetic: the streamed one for decode, the staged one for prefill.
+//
+// Streamed: a block of 4 warps owns 16 weight rows and up to 32 x rows; warp j takes the K blocks
+// b with b mod 4 == j and the block adds the four partial sums in order at the end. mma.sync
+// m16n8k16 takes the weight rows as A and the x rows as B. Each lane loads 32 contiguous bytes of
+// a row per K block straight from global memory: any permutation of K applied to both operands
+// leaves the products' sum unchanged, so lane (g, t) feeds bytes 32t + 4s .. 32t + 4s + 3 of its
+// rows to MMA step s as the K positions 2t, 2t+1, 2t+8, 2t+9 the fragment layout gives it.
 #include "kernels/gemm/fp8_mma_gemm.h"
 
 #include <cuda_fp8.h>
@@ -13,6 +15,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
+#include "core/numeric.h"
 
 namespace dsv4::kernels {
 namespace {
@@ -24,6 +27,25 @@ constexpr int kRowsPerBlock = 16;  // weight rows of a block (one MMA's M)
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_codes) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes), __NV_E4M3);
   return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
+
+// The high two codes of a word, the same conversion as e4m3x2_to_f16x2(four_codes >> 16) with no
+// shift: the conversion reads the register's upper half.
+__device__ __forceinline__ uint32_t high_e4m3x2_to_f16x2(uint32_t four_codes) {
+  uint32_t h;
+  asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}\n" : "=r"(h) : "r"(four_codes));
+  return h;
+}
+
+// The low (lane_pair 0) or high (1) two codes of a word as fp16x2, bit for bit what
+// e4m3x2_to_f16x2 gives, on integer operations and one exact fp16 multiply instead of the
+// conversion unit (core/numeric.h's e4m3x2_spread_to_f16x2_over_256; fp16 keeps subnormals).
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2_on_alu(uint32_t four_codes, int lane_pair) {
+  const uint32_t spread = __byte_perm(four_codes, 0, lane_pair == 0 ? 0x1404 : 0x3424);
+  const uint32_t over_256 = e4m3x2_spread_to_f16x2_over_256(spread);
+  uint32_t h;
+  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(h) : "r"(over_256), "r"(0x5C005C00u));  // * 256.0
+  return h;
 }
 
 __device__ __forceinline__ void mma_f16_f32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -62,7 +84,8 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_kernel(Fp8MmaGemmPar
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
 
-  int64_t x_row0 = 0, x_rows = 0;
+  int64_t x_row0 = 0;
+  int x_rows = 0;
   const uint8_t* w = p.w;
   const float* w_scale = p.w_scale;
   if (p.tiles != nullptr) {
@@ -145,24 +168,321 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_kernel(Fp8MmaGemmPar
     }
 }
 
+// ---- The staged kernel (prefill) ----
+//
+// A CTA of 8 warps owns 128 weight rows [n0, n0 + 128) and 128 x rows; each K block's two 128 x
+// 128-byte tiles (and the x rows' scales) come into shared memory with cp.async, kStages blocks
+// ahead, so every operand byte crosses L2 once per CTA instead of once per warp. Warp (wm, wn) =
+// (warp % 2, warp / 2) computes weight rows 64 wm .. 64 wm + 63 (four m16 tiles i) against x rows
+// 32 wn .. 32 wn + 31 (four n8 tiles j). The CTA walks the K blocks in the order
+// 0, 4, 8, ..; 1, 5, 9, ..; 2, ..; 3, .. so that one register q per output suffices: pass p
+// accumulates lane q_p exactly as the streamed kernel's warp p does, and at the pass's end the
+// running sum in shared memory becomes q_0 (p = 0) or sum + q_p, which is the streamed kernel's
+// ((q_0 + q_1) + q_2) + q_3.
+//
+// Fragments (PTX ISA, mma.m16n8k16 with .f16 A/B, g = lane / 4, t = lane % 4): A regs a0 = (row g,
+// k 2t..2t+1), a1 = (row g+8, k 2t..2t+1), a2 = (row g, k 2t+8..2t+9), a3 = (row g+8, k 2t+8..2t+9);
+// B regs b0 = (k 2t..2t+1, column g), b1 = (k 2t+8..2t+9, column g); C/D c0 = (row g, column 2t),
+// c1 = (g, 2t+1), c2 = (g+8, 2t), c3 = (g+8, 2t+1). As in the streamed kernel, the word s of a
+// lane's 32 bytes (bytes 32t + 4s .. 32t + 4s + 3 of the K block) gives {a0 | b0} from its low two
+// bytes and {a2 | b1} from its high two, for MMA step s. Those 32 bytes are the row's 16-byte
+// chunks 2t (s = 0..3) and 2t + 1 (s = 4..7), read with one 128-bit shared load each.
+//
+// Shared layout of one tile: row r's 128 bytes at r * 128, its 16-byte chunk c stored at chunk
+// c ^ (r % 8). A 128-bit load is served a quarter warp at a time: lanes 8h .. 8h + 7 are rows
+// g = 2h, 2h + 1 (rows of a tile start at multiples of 8, so r % 8 = g) with t = 0..3, asking for
+// chunk 2t + half; the XOR with g puts the even row on the chunks of one parity and the odd row on
+// the other, eight distinct chunks, no bank conflict.
+constexpr int kStagedWarps = 8;
+constexpr int kStagedThreads = kStagedWarps * 32;
+constexpr int kStagedWRows = 128;  // weight rows of a CTA (one weight scale block)
+constexpr int kStagedXRows = 128;  // x rows of a CTA
+constexpr int kStages = 4;
+constexpr int kTileBytes = 128 * 128;
+constexpr int kStageBytes = 2 * kTileBytes + kStagedXRows * static_cast<int>(sizeof(float));  // w, x, x scales
+constexpr int kOutputsPerLane = 4 * 4 * 4;  // m16 tiles x n8 tiles x accumulator registers
+constexpr int kSumBytes = kStagedWarps * kOutputsPerLane * 32 * static_cast<int>(sizeof(float));
+constexpr int kStagedSharedBytes = kStages * kStageBytes + kSumBytes;  // 198656: one CTA per SM
+static_assert(kStagedSharedBytes <= 227 * 1024, "the staged kernel's shared memory exceeds Hopper's 227 KiB");
+static_assert(kStageBytes % 128 == 0, "stages keep 128-byte alignment");
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, or 16 zeros when !valid (src is then not read).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+
+// 4 bytes global -> shared, or a zero when !valid.
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+template <int Pending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// The K block the CTA handles at step `step` of its walk 0, 4, 8, ..; 1, 5, ..; 2, ..; 3, ..
+__device__ __forceinline__ int staged_block_at(int step, int kblocks) {
+  for (int residue = 0;; ++residue) {
+    const int count = (kblocks - residue + 3) / 4;  // blocks b < kblocks with b % 4 == residue
+    if (step < count) return residue + 4 * step;
+    step -= count;
+  }
+}
+
+// IntegerX: the x fragments' conversions on the integer units (e4m3x2_to_f16x2_on_alu), the
+// weight's on the conversion unit, so that the two pipes share the work; the same bits.
+template <bool IntegerX>
+__global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(Fp8MmaGemmParams p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int wm = warp % 2, wn = warp / 2;
+
+  int64_t x_row0 = 0;
+  int x_rows = 0;
+  const uint8_t* w = p.w;
+  const float* w_scale = p.w_scale;
+  if (p.tiles != nullptr) {
+    if (static_cast<int64_t>(blockIdx.y) >= *p.tile_count) return;
+    const Fp8MmaTile tile = p.tiles[blockIdx.y];
+    x_row0 = tile.row_begin;
+    x_rows = tile.rows;
+    w = p.group_w[tile.group];
+    w_scale = p.group_w_scale[tile.group];
+  } else {
+    x_row0 = static_cast<int64_t>(blockIdx.y) * kStagedXRows;
+    x_rows = static_cast<int>(min(static_cast<int64_t>(kStagedXRows), p.m - x_row0));
+  }
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kStagedWRows;
+  const int kblocks = static_cast<int>(p.k / 128);
+  const float* sw_row = w_scale + (n0 / 128) * p.w_scale_ld;
+
+  // This thread's copies per stage: 16-byte chunk c = tid % 8 of tile rows tid / 8 + 32 i
+  // (i = 0..3) of both tiles, and (threads 0..127) the scale of x row tid. The rows share
+  // row % 8, so their swizzled chunk offsets differ by 32 rows exactly.
+  const int copy_row = tid / 8, copy_chunk = tid % 8;
+  const uint32_t copy_dst = static_cast<uint32_t>(copy_row * 128 + ((copy_chunk ^ (copy_row % 8)) << 4));
+  const uint8_t* w_src = w + (n0 + copy_row) * p.k + copy_chunk * 16;
+  const uint8_t* x_src = p.x + (x_row0 + copy_row) * p.k + copy_chunk * 16;
+  const uint32_t smem0 = shared_address(smem);
+  auto load_stage = [&](int step) {
+    const int64_t b = staged_block_at(step, kblocks);
+    const uint32_t stage = smem0 + static_cast<uint32_t>((step % kStages) * kStageBytes);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = copy_row + 32 * i;
+      const bool w_valid = n0 + row < p.n, x_valid = row < x_rows;
+      const uint32_t dst = stage + copy_dst + static_cast<uint32_t>(i * 32 * 128);
+      cp_async16(dst, w_valid ? w_src + (32 * i) * p.k + b * 128 : w, w_valid);
+      cp_async16(dst + kTileBytes, x_valid ? x_src + (32 * i) * p.k + b * 128 : p.x, x_valid);
+    }
+    if (tid < kStagedXRows) {
+      const bool valid = tid < x_rows;
+      cp_async4(stage + 2 * kTileBytes + 4 * tid, valid ? p.x_scale + b * p.x_scale_ld + x_row0 + tid : p.x_scale,
+                valid);
+    }
+  };
+
+  // Byte offsets (within a tile) of this lane's chunks 2t + half of its first A row and B row;
+  // m16 tile i adds 16 * 128 bytes, the A fragment's row g + 8 adds 8 * 128, n8 tile j 8 * 128.
+  uint32_t a_offset[2], b_offset[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const uint32_t chunk = static_cast<uint32_t>(((2 * t + half) ^ g) << 4);
+    a_offset[half] = static_cast<uint32_t>((64 * wm + g) * 128) + chunk;
+    b_offset[half] = static_cast<uint32_t>(kTileBytes + (32 * wn + g) * 128) + chunk;
+  }
+  float* sums = reinterpret_cast<float*>(smem + kStages * kStageBytes) + warp * kOutputsPerLane * 32 + lane;
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < kblocks) load_stage(s);
+    cp_async_commit();
+  }
+
+  int step = 0;
+  for (int pass = 0; pass < 4; ++pass) {
+    float q[4][4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) q[i][j][0] = q[i][j][1] = q[i][j][2] = q[i][j][3] = 0.0f;
+
+    for (int b = pass; b < kblocks; b += 4, ++step) {
+      cp_async_wait<kStages - 2>();
+      __syncthreads();  // step's stage is in; every warp is done with step - 1's, which the next load takes
+      if (step + kStages - 1 < kblocks) load_stage(step + kStages - 1);
+      cp_async_commit();
+
+      const uint8_t* stage = smem + (step % kStages) * kStageBytes;
+      const float sw = __ldg(sw_row + b);
+      float blk[4][4][4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) blk[i][j][0] = blk[i][j][1] = blk[i][j][2] = blk[i][j][3] = 0.0f;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        // B for MMA steps s = 4 half + word: n8 tile j's row g, converted once for all four m16 tiles.
+        uint32_t b0[4][4], b1[4][4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const uint4 xb = *reinterpret_cast<const uint4*>(stage + b_offset[half] + j * 8 * 128);
+#pragma unroll
+          for (int word = 0; word < 4; ++word) {
+            const uint32_t x_s = word_of(xb, word);
+            b0[word][j] = IntegerX ? e4m3x2_to_f16x2_on_alu(x_s, 0) : e4m3x2_to_f16x2(x_s & 0xffff);
+            b1[word][j] = IntegerX ? e4m3x2_to_f16x2_on_alu(x_s, 1) : high_e4m3x2_to_f16x2(x_s);
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {  // m16 tile i: rows g and g + 8
+          const uint4 a_lo = *reinterpret_cast<const uint4*>(stage + a_offset[half] + i * 16 * 128);
+          const uint4 a_hi = *reinterpret_cast<const uint4*>(stage + a_offset[half] + i * 16 * 128 + 8 * 128);
+#pragma unroll
+          for (int word = 0; word < 4; ++word) {
+            const uint32_t wa_s = word_of(a_lo, word), wb_s = word_of(a_hi, word);
+            const uint32_t a0 = e4m3x2_to_f16x2(wa_s & 0xffff), a2 = high_e4m3x2_to_f16x2(wa_s);
+            const uint32_t a1 = e4m3x2_to_f16x2(wb_s & 0xffff), a3 = high_e4m3x2_to_f16x2(wb_s);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) mma_f16_f32(blk[i][j], a0, a1, a2, a3, b0[word][j], b1[word][j]);
+          }
+        }
+      }
+      const float* sx = reinterpret_cast<const float*>(stage + 2 * kTileBytes);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        // The accumulator's columns are x rows 32 wn + 8j + 2t and that + 1 (zero-filled past x_rows).
+        const float2 sx01 = *reinterpret_cast<const float2*>(sx + 32 * wn + 8 * j + 2 * t);
+        const float s0 = sw * sx01.x, s1 = sw * sx01.y;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          q[i][j][0] = fmaf(blk[i][j][0], s0, q[i][j][0]);
+          q[i][j][1] = fmaf(blk[i][j][1], s1, q[i][j][1]);
+          q[i][j][2] = fmaf(blk[i][j][2], s0, q[i][j][2]);
+          q[i][j][3] = fmaf(blk[i][j][3], s1, q[i][j][3]);
+        }
+      }
+    }
+
+    // Fold lane q_pass into the running sum (this lane's own words of shared memory: no barrier).
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          float& sum = sums[((i * 4 + j) * 4 + c) * 32];
+          sum = pass == 0 ? q[i][j][c] : __fadd_rn(sum, q[i][j][c]);
+        }
+  }
+
+  // The stores, kept out of the K loop so that their addressing holds no registers there.
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int r = 32 * wn + 8 * j + 2 * t + (c & 1);
+        const int64_t n = n0 + 64 * wm + 16 * i + g + (c >= 2 ? 8 : 0);
+        if (r < x_rows && n < p.n) store_float(p.y, (x_row0 + r) * p.ldy + n, sums[((i * 4 + j) * 4 + c) * 32]);
+      }
+}
+
+// x rows per block of the streamed kernel.
+int32_t streamed_tile_rows(int64_t m) { return m <= 8 ? 8 : m <= 16 ? 16 : 32; }
+
+// The dense auto rule's grid size (an estimate until measured: bench_fp8_gemm prints both
+// kernels): a staged CTA runs on an SM of its own at ~1/132 of the kernel's full-GPU rate (hoped
+// 350+ TFLOP/s), the streamed kernel spreads any prefill GEMM over the whole GPU at ~100 TFLOP/s,
+// so the staged kernel wins from about 132 * 100 / 350 ~ 38 tiles of 128 x 128 on.
+constexpr int64_t kStagedMinTiles = 40;
+
+void check_grid_rows(int64_t tiles) {
+  if (tiles > 65535)
+    throw UsageError("fp8_mma_gemm: " + std::to_string(tiles) + " row tiles, at most 65535 (split the call)");
+}
+
 }  // namespace
 
-int32_t fp8_mma_tile_rows(int64_t m) { return m <= 8 ? 8 : m <= 16 ? 16 : 32; }
+int32_t fp8_mma_tile_rows(int64_t m) {
+  return m < kFp8MmaStagedMinRows ? streamed_tile_rows(m) : kFp8MmaStagedTileRows;
+}
+
+Fp8MmaKernel fp8_mma_gemm_choice(const Fp8MmaGemmParams& p) {
+  const bool grouped = p.tiles != nullptr;
+  if (grouped && (p.tile_rows < 1 || p.tile_rows > kFp8MmaStagedTileRows))
+    throw UsageError("fp8_mma_gemm: tile_rows=" + std::to_string(p.tile_rows) + ", expected 8, 16, 32 or up to " +
+                     std::to_string(kFp8MmaStagedTileRows));
+  const bool streamable = !grouped || p.tile_rows == 8 || p.tile_rows == 16 || p.tile_rows == 32;
+  switch (p.kernel) {
+    case Fp8MmaKernel::kAuto:
+      if (grouped) return streamable ? Fp8MmaKernel::kStreamed : Fp8MmaKernel::kStaged;
+      return p.m >= kFp8MmaStagedMinRows &&
+                     (p.m + kStagedXRows - 1) / kStagedXRows * ((p.n + kStagedWRows - 1) / kStagedWRows) >=
+                         kStagedMinTiles
+                 ? Fp8MmaKernel::kStaged
+                 : Fp8MmaKernel::kStreamed;
+    case Fp8MmaKernel::kStreamed:
+      if (!streamable)
+        throw UsageError("fp8_mma_gemm: the streamed kernel takes grouped tiles of 8, 16 or 32 rows, not " +
+                         std::to_string(p.tile_rows));
+      return Fp8MmaKernel::kStreamed;
+    case Fp8MmaKernel::kStaged:
+    case Fp8MmaKernel::kStagedIntegerX: return p.kernel;
+  }
+  throw UsageError("fp8_mma_gemm: unknown kernel " + std::to_string(static_cast<int>(p.kernel)));
+}
+
+const char* fp8_mma_kernel_name(Fp8MmaKernel kernel) {
+  switch (kernel) {
+    case Fp8MmaKernel::kAuto: return "auto";
+    case Fp8MmaKernel::kStreamed: return "streamed";
+    case Fp8MmaKernel::kStaged: return "staged";
+    case Fp8MmaKernel::kStagedIntegerX: return "staged-integer-x";
+  }
+  return "unknown";
+}
 
 void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   if (p.k % 128 != 0) throw UsageError("fp8_mma_gemm: k=" + std::to_string(p.k) + " is not a multiple of 128");
   const bool grouped = p.tiles != nullptr;
-  const int32_t tile_rows = grouped ? p.tile_rows : fp8_mma_tile_rows(p.m);
+  const Fp8MmaKernel kernel = fp8_mma_gemm_choice(p);
+  if (kernel == Fp8MmaKernel::kStaged || kernel == Fp8MmaKernel::kStagedIntegerX) {
+    const int64_t tiles = grouped ? p.max_tiles : (p.m + kStagedXRows - 1) / kStagedXRows;
+    if (p.n == 0 || tiles == 0 || p.k == 0) return;
+    check_grid_rows(tiles);
+    auto* const staged = kernel == Fp8MmaKernel::kStaged ? fp8_mma_gemm_staged_kernel<false>
+                                                         : fp8_mma_gemm_staged_kernel<true>;
+    DSV4_CUDA_CHECK(cudaFuncSetAttribute(staged, cudaFuncAttributeMaxDynamicSharedMemorySize, kStagedSharedBytes));
+    const dim3 grid(static_cast<unsigned>((p.n + kStagedWRows - 1) / kStagedWRows), static_cast<unsigned>(tiles));
+    staged<<<grid, kStagedThreads, kStagedSharedBytes, stream>>>(p);
+    DSV4_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
+  const int32_t tile_rows = grouped ? p.tile_rows : streamed_tile_rows(p.m);
   const int64_t tiles = grouped ? p.max_tiles : (p.m + tile_rows - 1) / tile_rows;
   if (p.n == 0 || tiles == 0 || p.k == 0) return;
-  if (tiles > 65535)
-    throw UsageError("fp8_mma_gemm: " + std::to_string(tiles) + " row tiles, at most 65535 (split the call)");
+  check_grid_rows(tiles);
   const dim3 grid(static_cast<unsigned>((p.n + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(tiles));
   switch (tile_rows) {
     case 8: fp8_mma_gemm_kernel<1><<<grid, kWarps * 32, 0, stream>>>(p); break;
     case 16: fp8_mma_gemm_kernel<2><<<grid, kWarps * 32, 0, stream>>>(p); break;
-    case 32: fp8_mma_gemm_kernel<4><<<grid, kWarps * 32, 0, stream>>>(p); break;
-    default: throw UsageError("fp8_mma_gemm: tile_rows=" + std::to_string(tile_rows) + ", expected 8, 16 or 32");
+    default: fp8_mma_gemm_kernel<4><<<grid, kWarps * 32, 0, stream>>>(p); break;
   }
   DSV4_CUDA_CHECK(cudaGetLastError());
 }

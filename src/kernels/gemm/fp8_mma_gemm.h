@@ -2,8 +2,10 @@
 // tensor cores with fp32 accumulation: e4m3 codes convert to fp16 exactly, so each 128-wide K
 // block's products are exact and summed in fp32 (Hopper's FP8 MMA, which cuBLASLt uses, keeps
 // fewer bits in its accumulator; MODEL.md §15 shows how such differences grow into flipped
-// choices). Also the decode path: it streams the weight straight into registers, with no shared
-// memory staging, so small batches are bound by the weight's bytes.
+// choices). Two kernels compute it: the streamed one (decode) loads every operand straight from
+// global memory into registers, so small batches are bound by the weight's bytes; the staged one
+// (prefill) brings 128 x 128 tiles of both operands into shared memory first, so each byte
+// crosses L2 once per 128 x 128 outputs instead of once per warp.
 //
 // Summation order (the same for every M, tile shape and grouping, so a row's result depends on
 // that row alone and chunked, batched and one-at-a-time runs agree bit for bit): for output
@@ -11,6 +13,26 @@
 // products, taken as eight 16-deep MMAs in a fixed order; the four lanes q_j (j = b mod 4) each
 // accumulate q_j = fmaf(blk_b, sx[m,b] * sw[n/128,b], q_j) over their blocks ascending (the scale
 // product is exact: both are powers of two); y = ((q_0 + q_1) + q_2) + q_3, rounded to y's type.
+//
+// Why the two kernels give the same bits. Both issue, for every output (x row m, weight row n)
+// and K block b, the same eight mma.sync.m16n8k16.f32.f16.f16.f32 in the same order s = 0..7,
+// starting from a zero accumulator, with the weight as A and x as B, and with the same K element
+// in the same fragment slot: lane (g, t) converts bytes 32t + 4s .. 32t + 4s + 3 of its rows'
+// block (e4m3 -> fp16 is exact) into fragment K positions 2t, 2t + 1, 2t + 8, 2t + 9 of step s.
+// An output element of an MMA is a function of its A row, its B column and its C element only,
+// and the placement matches too: weight row n is A row n % 16 in both (blocks start at multiples
+// of 16 weight rows), x row r of a tile is B column (r - tile start) % 8 in both (n8 tiles start
+// every 8 rows of a tile). The scale product sw * sx, the fmaf into lane b mod 4 in ascending b from
+// +0.0f, the three fp32 additions in lane order (lanes with no blocks adding +0.0f) and the final
+// store are the same operations on the same values. What differs is only where operands wait
+// (registers vs shared memory), which warp computes which output, and the order in which
+// different outputs, and the four lanes of one output, are worked on: the staged kernel runs the
+// lanes one after another (blocks 0, 4, 8, ..; 1, 5, ..; ..) keeping the running sum in shared
+// memory, the streamed one runs them on four warps at once. kStagedIntegerX converts x's codes
+// with integer operations and an exact fp16 multiply instead of cvt: the same fp16 values for
+// every code (checked for all pairs on the CPU), and for the NaN codes an fp16 NaN of another
+// payload, which the MMA's and fmaf's NaN results do not carry. The tests check bit equality on
+// many shapes, dense and grouped, NaN codes included.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -28,6 +50,21 @@ struct Fp8MmaTile {
   int32_t row_begin = 0;
   int32_t rows = 0;  // 1 .. tile_rows
 };
+
+enum class Fp8MmaKernel : uint8_t {
+  kAuto,      // see fp8_mma_gemm_choice
+  kStreamed,  // 16 weight rows x 8/16/32 x rows per block, operands straight into registers: decode
+  kStaged,    // 128 weight rows x 128 x rows per CTA, tiles staged in shared memory: prefill
+  // kStaged with the x fragments' e4m3 -> fp16 conversions on integer operations and an fp16
+  // multiply instead of the conversion unit, which may bound kStaged; the same bits. Only when
+  // asked for, until bench_fp8_gemm shows which of the two is faster on the H200.
+  kStagedIntegerX,
+};
+
+// The x rows of one staged CTA (the most a grouped tile for it may hold), and the smallest batch
+// for which fp8_mma_tile_rows picks it.
+constexpr int32_t kFp8MmaStagedTileRows = 128;
+constexpr int64_t kFp8MmaStagedMinRows = 64;
 
 struct Fp8MmaGemmParams {
   const uint8_t* x = nullptr;       // [m, k] e4m3 codes, row stride k (act_quant_fp8's q)
@@ -47,14 +84,24 @@ struct Fp8MmaGemmParams {
   const Fp8MmaTile* tiles = nullptr;
   const int32_t* tile_count = nullptr;
   int64_t max_tiles = 0;
-  int32_t tile_rows = 0;            // the most rows a tile may hold: 8, 16 or 32
+  int32_t tile_rows = 0;            // the most rows a tile may hold: 8, 16, 32 (streamed) or up to 128 (staged)
   const uint8_t* const* group_w = nullptr;
   const float* const* group_w_scale = nullptr;
+  Fp8MmaKernel kernel = Fp8MmaKernel::kAuto;
 };
 
-// The x rows one tile takes for a dense GEMM of m rows (8, 16 or 32), also what a grouped GEMM's
-// tile builder should use for groups of about m rows.
+// The rows a grouped GEMM's tile builder should give each tile for groups of about m rows:
+// 8, 16 or 32 (the streamed kernel) below kFp8MmaStagedMinRows, else kFp8MmaStagedTileRows.
 int32_t fp8_mma_tile_rows(int64_t m);
+
+// The kernel fp8_mma_gemm runs for p. kAuto: grouped, the staged kernel iff tile_rows is not
+// 8, 16 or 32; dense, the staged kernel iff m >= kFp8MmaStagedMinRows and its grid has at least
+// 40 tiles of 128 x 128 (estimated, fp8_mma_gemm.cu), else the streamed kernel. A forced
+// kStreamed throws UsageError for grouped tiles of other than 8, 16 or 32 rows; a grouped
+// tile_rows outside 1..128 always throws.
+Fp8MmaKernel fp8_mma_gemm_choice(const Fp8MmaGemmParams& p);
+
+const char* fp8_mma_kernel_name(Fp8MmaKernel kernel);
 
 void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream);
 

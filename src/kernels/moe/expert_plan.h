@@ -18,7 +18,7 @@ struct ExpertPlanParams {
   int64_t pairs = 0;
   int32_t k = 0;                     // slots per token
   int32_t num_experts = 0;
-  int32_t tile_rows = 0;             // rows per tile (8, 16 or 32)
+  int32_t tile_rows = 0;             // rows per tile (fp8_mma_tile_rows: 8, 16, 32 or 128)
   // Scratch, [num_experts] each.
   int32_t* count = nullptr;
   int32_t* offset = nullptr;
