@@ -13,9 +13,10 @@ namespace dsv4 {
 
 namespace {
 
-// Writes the batch's kv rows into each sequence's window ring (position p in row p % W); only a
-// sequence's last W rows can matter.
+// Writes the batch's kv rows into each sequence's window ring (position p in row p % W), in one
+// copy_rows for the batch; only a sequence's last W rows can matter.
 void append_to_windows(const ForwardContext& ctx, int64_t layer, const DeviceTensor& kv) {
+  std::vector<RowCopy> copies;
   for (size_t s = 0; s < ctx.slices.size(); ++s) {
     const SeqSlice& sl = ctx.slices[s];
     const TensorView ring = ctx.cache(s).layer(layer).window.view();
@@ -23,10 +24,11 @@ void append_to_windows(const ForwardContext& ctx, int64_t layer, const DeviceTen
     for (int64_t i = std::max<int64_t>(0, sl.num_tokens - W); i < sl.num_tokens;) {
       const int64_t slot = (sl.start_pos + i) % W;
       const int64_t run = std::min(sl.num_tokens - i, W - slot);  // up to the ring's end
-      ctx.ops.copy({slice_rows(kv.view(), sl.token_begin + i, sl.token_begin + i + run), slice_rows(ring, slot, slot + run)});
+      copies.push_back({sl.token_begin + i, ring, slot, run});
       i += run;
     }
   }
+  ctx.ops.copy_rows({kv.view(), copies});
 }
 
 }  // namespace

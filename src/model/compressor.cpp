@@ -51,15 +51,16 @@ void compress(const ForwardContext& ctx, const CompressorWeights& w, int64_t lay
     ctx.ops.quant_sim({entry.view(), dc - r, 64, QuantFormat::kE4M3});
   }
 
+  std::vector<RowCopy> copies;
   for (size_t s = 0; s < seqs.size(); ++s) {
     const int64_t begin = seqs[s].out_begin;
     const int64_t end = s + 1 < seqs.size() ? seqs[s + 1].out_begin : entries;
     if (begin == end) continue;
     LayerCache& cache = ctx.cache(s).layer(layer);
     const DeviceTensor& dst = use == CompressorUse::kAttention ? cache.compressed : cache.index_keys;
-    ctx.ops.copy({slice_rows(entry.view(), begin, end),
-                  slice_rows(dst.view(), first_block[s], first_block[s] + (end - begin))});
+    copies.push_back({begin, dst.view(), first_block[s], end - begin});
   }
+  ctx.ops.copy_rows({entry.view(), copies});
 }
 
 }  // namespace dsv4

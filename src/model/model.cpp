@@ -1,7 +1,9 @@
 // The model's top level: loading, the main forward, a single layer, and the logits.
 #include "model/model.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "loader/safetensors.h"
@@ -62,11 +64,14 @@ DeviceTensor Model::logits(const ForwardContext& ctx, const DeviceTensor& hidden
     case LogitsFor::kAllTokens: return linear(ctx, hidden, weights_.head, DType::kF32);
     case LogitsFor::kLastTokenOfSequence: {
       const auto S = static_cast<int64_t>(ctx.slices.size());
+      const bool one_token_each =
+          std::all_of(ctx.slices.begin(), ctx.slices.end(), [](const SeqSlice& sl) { return sl.num_tokens == 1; });
+      if (one_token_each) return linear(ctx, hidden, weights_.head, DType::kF32);  // decode: every row is a last one
       DeviceTensor last = ctx.alloc(hidden.dtype(), {S, hidden.dim(1)});
-      for (int64_t s = 0; s < S; ++s) {
-        const int64_t row = ctx.slices[s].token_begin + ctx.slices[s].num_tokens - 1;
-        ctx.ops.copy({slice_rows(hidden.view(), row, row + 1), slice_rows(last.view(), s, s + 1)});
-      }
+      std::vector<RowCopy> copies;
+      for (int64_t s = 0; s < S; ++s)
+        copies.push_back({ctx.slices[s].token_begin + ctx.slices[s].num_tokens - 1, last.view(), s, 1});
+      ctx.ops.copy_rows({hidden.view(), copies});
       return linear(ctx, last, weights_.head, DType::kF32);
     }
   }

@@ -3,6 +3,7 @@
 #include "ops/ops.h"
 
 #include "core/error.h"
+#include "ops/param_checks.h"
 
 namespace dsv4 {
 
@@ -28,6 +29,13 @@ DeviceTensor DeviceTensor::reshaped(Shape shape) const {
 }
 
 TensorView slice_rows(TensorView v, int64_t begin, int64_t end) { return slice_rows_impl(v, begin, end); }
+
+void Ops::copy_rows(const CopyRowsParams& p) {
+  check_params(p);
+  for (const RowCopy& c : p.copies)
+    if (c.rows > 0)
+      copy({slice_rows(p.src, c.src_row, c.src_row + c.rows), slice_rows(c.dst, c.dst_row, c.dst_row + c.rows)});
+}
 ConstTensorView slice_rows(ConstTensorView v, int64_t begin, int64_t end) {
   return slice_rows_impl(v, begin, end);
 }

@@ -91,6 +91,23 @@ struct CopyParams {
   TensorView dst;       // same element count; values rounded to dst's dtype
 };
 
+// Rows [src_row, src_row + rows) of a copy_rows source written to rows [dst_row, dst_row + rows)
+// of dst.
+struct RowCopy {
+  int64_t src_row = 0;
+  TensorView dst;       // [*, width], the source's dtype and width
+  int64_t dst_row = 0;
+  int64_t rows = 0;
+};
+
+// Row ranges of one tensor copied into others as one operation: a batch's per-sequence writes
+// (window rings, compressed entries, last-token rows) cost one launch, not one per sequence.
+// Destinations must not overlap the source or each other.
+struct CopyRowsParams {
+  ConstTensorView src;  // [T, width] any dtype
+  std::span<const RowCopy> copies;
+};
+
 // ---- elementwise and normalisation ----------------------------------------------------------
 
 struct EmbedParams {
@@ -324,6 +341,8 @@ class Ops {
   virtual void upload(ConstTensorView host, TensorView dst) = 0;
   virtual void download(ConstTensorView src, TensorView host) = 0;
   virtual void copy(const CopyParams& p) = 0;
+  // The default runs each range through copy(); a backend overrides it to batch them.
+  virtual void copy_rows(const CopyRowsParams& p);
   // Converts a checkpoint tensor to the backend's compute layout; checks shapes and dtypes.
   virtual Weight load_weight(const LoadWeightParams& p) = 0;
   virtual Weight dummy_weight(const DummyWeightParams& p) = 0;

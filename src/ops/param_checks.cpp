@@ -60,6 +60,22 @@ void check_params(const CopyParams& p) {
                      " differ in element count");
 }
 
+void check_params(const CopyRowsParams& p) {
+  if (p.src.rank() != 2) throw UsageError("copy_rows: src must be [rows, width], got " + shape_str(p.src.shape()));
+  for (size_t i = 0; i < p.copies.size(); ++i) {
+    const RowCopy& c = p.copies[i];
+    const std::string what = "copy_rows: copy " + std::to_string(i) + ": ";
+    if (c.dst.rank() != 2 || c.dst.dtype() != p.src.dtype() || c.dst.dim(1) != p.src.dim(1))
+      throw UsageError(what + "dst " + std::string(dtype_name(c.dst.dtype())) + shape_str(c.dst.shape()) +
+                       " is not [*, " + std::to_string(p.src.dim(1)) + "] " + std::string(dtype_name(p.src.dtype())));
+    if (c.rows < 0 || c.src_row < 0 || c.dst_row < 0 || c.src_row + c.rows > p.src.dim(0) ||
+        c.dst_row + c.rows > c.dst.dim(0))
+      throw UsageError(what + std::to_string(c.rows) + " rows from row " + std::to_string(c.src_row) + " to row " +
+                       std::to_string(c.dst_row) + " do not fit " + shape_str(p.src.shape()) + " -> " +
+                       shape_str(c.dst.shape()));
+  }
+}
+
 void check_params(const DummyWeightParams& p) {
   for (int64_t d : p.shape)
     if (d < 0) throw UsageError("dummy_weight: " + p.name + ": shape " + shape_str(p.shape) + " has a negative dimension");

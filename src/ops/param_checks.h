@@ -10,6 +10,7 @@ namespace dsv4 {
 void check_params(const AddBroadcastParams& p);
 void check_params(const CompressorPoolParams& p);
 void check_params(const CopyParams& p);
+void check_params(const CopyRowsParams& p);
 void check_params(const DummyWeightParams& p);
 void check_params(const EmbedParams& p);
 void check_params(const GroupedLinearParams& p);

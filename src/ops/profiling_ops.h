@@ -44,6 +44,9 @@ class ProfilingOps final : public Ops {
   void copy(const CopyParams& p) override {
     return timed("copy", [&] { return inner_.copy(p); });
   }
+  void copy_rows(const CopyRowsParams& p) override {
+    return timed("copy_rows", [&] { return inner_.copy_rows(p); });
+  }
   Weight load_weight(const LoadWeightParams& p) override {
     return timed("load_weight", [&] { return inner_.load_weight(p); });
   }

@@ -3,7 +3,7 @@
 // per-head sink over the window and the compressed entries (§3.5-3.6). Arguments are checked as
 // CpuOps checks them; sparse attention and the indexer run the whole batch in one launch per
 // kernel (on bf16 tensor cores in the default numerics, in the CPU's operation order for f32),
-// the compressor one launch per sequence, on the op's stream.
+// the compressor two launches for the batch, on the op's stream.
 #include <algorithm>
 #include <cstdint>
 #include <span>
@@ -81,6 +81,7 @@ void CudaOps::compressor_pool(const CompressorPoolParams& p) {
   expect_dtype("compressor_pool", "out", p.out, DType::kF32);
   if (p.out.dim(1) != dc) throw UsageError("compressor_pool: out must have " + std::to_string(dc) + " columns");
 
+  kernels::CompressorPoolPlan plan;
   for (const CompressorSeq& s : p.seqs) {
     expect_shape("compressor_pool", "state_kv", s.state_kv, {ring, width});
     expect_shape("compressor_pool", "state_score", s.state_score, {ring, width});
@@ -106,8 +107,29 @@ void CudaOps::compressor_pool(const CompressorPoolParams& p) {
     k.ratio = m;
     k.start_pos = sl.start_pos;
     k.num_tokens = sl.num_tokens;
-    kernels::compressor_pool(k, stream_);
+    kernels::add_compressor_slice(plan, k);
   }
+  if (plan.seqs.empty()) return;
+  // The plan's three arrays in one upload, each at a 16-byte aligned offset.
+  const auto aligned = [](size_t bytes) { return (bytes + 15) / 16 * 16; };
+  const size_t seq_bytes = aligned(plan.seqs.size() * sizeof(kernels::CompressorPoolParams));
+  const size_t pool_bytes = aligned(plan.pool_items.size() * sizeof(kernels::CompressorPoolItem));
+  const size_t ring_bytes = plan.ring_items.size() * sizeof(kernels::CompressorPoolItem);
+  StreamBuffer table(seq_bytes + pool_bytes + ring_bytes, stream_);
+  table.upload(plan.seqs.data(), plan.seqs.size() * sizeof(kernels::CompressorPoolParams));
+  if (!plan.pool_items.empty())
+    table.upload(plan.pool_items.data(), plan.pool_items.size() * sizeof(kernels::CompressorPoolItem), seq_bytes);
+  table.upload(plan.ring_items.data(), ring_bytes, seq_bytes + pool_bytes);
+  const std::byte* base = table.get<const std::byte>();
+  kernels::CompressorPoolBatch b;
+  b.seqs = reinterpret_cast<const kernels::CompressorPoolParams*>(base);
+  b.pool_items = reinterpret_cast<const kernels::CompressorPoolItem*>(base + seq_bytes);
+  b.ring_items = reinterpret_cast<const kernels::CompressorPoolItem*>(base + seq_bytes + pool_bytes);
+  b.pool_count = static_cast<int64_t>(plan.pool_items.size());
+  b.ring_count = static_cast<int64_t>(plan.ring_items.size());
+  b.width = width;
+  b.ratio = m;
+  kernels::compressor_pool(b, stream_);
 }
 
 void CudaOps::indexer_topk(const IndexerTopkParams& p) {

@@ -174,6 +174,25 @@ void CudaOps::copy(const CopyParams& p) {
   kernels::convert_copy({float_ptr(src), float_ptr(p.dst), src.numel()}, stream_);
 }
 
+void CudaOps::copy_rows(const CopyRowsParams& p) {
+  check_params(p);
+  const size_t row_bytes = static_cast<size_t>(p.src.dim(1)) * dtype_size(p.src.dtype());
+  std::vector<kernels::ByteRange> ranges;
+  for (const RowCopy& c : p.copies)
+    if (c.rows > 0)
+      ranges.push_back({p.src.bytes() + c.src_row * row_bytes, c.dst.bytes() + c.dst_row * row_bytes,
+                        static_cast<int64_t>(c.rows * row_bytes)});
+  if (ranges.size() == 1) {
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(ranges[0].dst, ranges[0].src, static_cast<size_t>(ranges[0].bytes),
+                                    cudaMemcpyDeviceToDevice, stream_));
+    return;
+  }
+  if (ranges.empty()) return;
+  StreamBuffer table(ranges.size() * sizeof(kernels::ByteRange), stream_);
+  table.upload(ranges.data(), ranges.size() * sizeof(kernels::ByteRange));
+  kernels::copy_byte_ranges(table.get<kernels::ByteRange>(), static_cast<int64_t>(ranges.size()), stream_);
+}
+
 // Device layouts: kFp8 and kMxfp4 (cast losslessly to FP8 on the host first) keep e4m3 codes in
 // `data` (kF8E4M3 [out, in]) and fp32 block scales in cuBLASLt's layout in `scale` (kF32
 // [ceil(out/128), roundup(ceil(in/128), 4)]); plain f32/bf16 tensors stay as stored; plain

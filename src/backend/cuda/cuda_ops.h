@@ -72,6 +72,7 @@ class CudaOps final : public Ops {
   void upload(ConstTensorView host, TensorView dst) override;
   void download(ConstTensorView src, TensorView host) override;
   void copy(const CopyParams& p) override;
+  void copy_rows(const CopyRowsParams& p) override;
   Weight load_weight(const LoadWeightParams& p) override;
   Weight dummy_weight(const DummyWeightParams& p) override;
 

@@ -1,7 +1,7 @@
-// One thread per (completed block, channel): the block's rows visited in CpuOps' order (with
-// overlap, the previous block's first half then this block's second half), max, sum of exp and
-// weighted sum in fp32 with the same operation order and no contraction, so only expf's last
-// bit can differ from the CPU. A second kernel writes the slice's last ring rows.
+// One thread per (completed block, channel) of every slice of the batch: the block's rows visited
+// in CpuOps' order (with overlap, the previous block's first half then this block's second half),
+// max, sum of exp and weighted sum in fp32 with the same operation order and no contraction, so
+// only expf's last bit can differ from the CPU. A second kernel writes the slices' last ring rows.
 #include "kernels/compressor/compressor_pool.h"
 
 #include "backend/cuda/cuda_check.h"
@@ -35,11 +35,13 @@ __device__ RowValue row_value(const CompressorPoolParams& p, const Geometry& g, 
   return {p.state_kv[i], p.state_score[i]};
 }
 
-__global__ void pool_kernel(CompressorPoolParams p, int64_t first_block) {
+__global__ void pool_kernel(CompressorPoolBatch b) {
+  const CompressorPoolItem item = b.pool_items[blockIdx.x];
+  const CompressorPoolParams p = b.seqs[item.seq];
   const Geometry g = geometry(p);
   const int64_t c = blockIdx.y * static_cast<int64_t>(kThreads) + threadIdx.x;
   if (c >= g.dc) return;
-  const int64_t j = first_block + blockIdx.x;
+  const int64_t j = p.start_pos / g.m + item.index;
   const bool overlap = g.coff == 2;
   // Row r of the pooled set: position and column.
   const int64_t rows = overlap && j >= 1 ? 2 * g.m : g.m;
@@ -57,15 +59,23 @@ __global__ void pool_kernel(CompressorPoolParams p, int64_t first_block) {
     const RowValue v = at(r);
     acc = __fadd_rn(acc, __fmul_rn(v.kv, __fdiv_rn(expf(__fsub_rn(v.score, mx)), sum)));
   }
-  p.out[blockIdx.x * g.dc + c] = acc;
+  p.out[item.index * g.dc + c] = acc;
+}
+
+// The first position whose ring row a slice writes: its last `ring` positions, at most all of it.
+__host__ __device__ int64_t first_ring_position(const CompressorPoolParams& p, const Geometry& g) {
+  const int64_t end = p.start_pos + p.num_tokens;
+  return end - g.ring > p.start_pos ? end - g.ring : p.start_pos;
 }
 
 // Ring rows of the positions [first, start_pos + num_tokens), one CTA row per position.
-__global__ void ring_kernel(CompressorPoolParams p, int64_t first) {
+__global__ void ring_kernel(CompressorPoolBatch b) {
+  const CompressorPoolItem item = b.ring_items[blockIdx.x];
+  const CompressorPoolParams p = b.seqs[item.seq];
   const Geometry g = geometry(p);
   const int64_t col = blockIdx.y * static_cast<int64_t>(kThreads) + threadIdx.x;
   if (col >= p.width) return;
-  const int64_t q = first + blockIdx.x;
+  const int64_t q = first_ring_position(p, g) + item.index;
   const RowValue v = row_value(p, g, q, col);
   const int64_t i = (q % g.ring) * p.width + col;
   p.state_kv[i] = v.kv;
@@ -74,20 +84,28 @@ __global__ void ring_kernel(CompressorPoolParams p, int64_t first) {
 
 }  // namespace
 
-void compressor_pool(const CompressorPoolParams& p, cudaStream_t stream) {
+void add_compressor_slice(CompressorPoolPlan& plan, const CompressorPoolParams& p) {
   if (p.num_tokens <= 0) return;
   const Geometry g = geometry(p);
   const int64_t end = p.start_pos + p.num_tokens;
-  const int64_t first_block = p.start_pos / g.m, blocks = end / g.m - first_block;
-  if (blocks > 0) {
-    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>((g.dc + kThreads - 1) / kThreads));
-    pool_kernel<<<grid, kThreads, 0, stream>>>(p, first_block);
+  const auto seq = static_cast<int32_t>(plan.seqs.size());
+  plan.seqs.push_back(p);
+  for (int64_t j = 0; j < end / g.m - p.start_pos / g.m; ++j) plan.pool_items.push_back({seq, static_cast<int32_t>(j)});
+  for (int64_t r = 0; r < end - first_ring_position(p, g); ++r) plan.ring_items.push_back({seq, static_cast<int32_t>(r)});
+}
+
+void compressor_pool(const CompressorPoolBatch& b, cudaStream_t stream) {
+  const int64_t coff = b.ratio == 4 ? 2 : 1, dc = b.width / coff;
+  if (b.pool_count > 0) {
+    const dim3 grid(static_cast<unsigned>(b.pool_count), static_cast<unsigned>((dc + kThreads - 1) / kThreads));
+    pool_kernel<<<grid, kThreads, 0, stream>>>(b);
     DSV4_CUDA_CHECK(cudaGetLastError());
   }
-  const int64_t first = end - g.ring > p.start_pos ? end - g.ring : p.start_pos;
-  const dim3 grid(static_cast<unsigned>(end - first), static_cast<unsigned>((p.width + kThreads - 1) / kThreads));
-  ring_kernel<<<grid, kThreads, 0, stream>>>(p, first);
-  DSV4_CUDA_CHECK(cudaGetLastError());
+  if (b.ring_count > 0) {
+    const dim3 grid(static_cast<unsigned>(b.ring_count), static_cast<unsigned>((b.width + kThreads - 1) / kThreads));
+    ring_kernel<<<grid, kThreads, 0, stream>>>(b);
+    DSV4_CUDA_CHECK(cudaGetLastError());
+  }
 }
 
 }  // namespace dsv4::kernels

@@ -1,5 +1,5 @@
-// The compressor's gated pooling (MODEL.md §4.2-4.3) for one sequence's slice of a batch: every
-// block of m positions the slice completes is pooled (softmax over the block's rows per channel
+// The compressor's gated pooling (MODEL.md §4.2-4.3) for every sequence's slice of a batch, in
+// two launches for the batch: every block of m positions a slice completes is pooled (softmax over the block's rows per channel
 // of score + ape, weights applied to kv), then the state rings take the slice's last rows.
 // Rows of positions before the slice come from the rings, the slice's own from the batch, so the
 // result equals CpuOps' token-by-token ring updates.
@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/float_ptr.h"
 
@@ -26,7 +27,33 @@ struct CompressorPoolParams {
   int64_t num_tokens = 0;
 };
 
+// The work of one launch pair (device arrays): a CTA row per completed block (pool) and per ring
+// row written (ring), each naming its sequence and its index there.
+struct CompressorPoolItem {
+  int32_t seq = 0;    // into seqs
+  int32_t index = 0;  // pool: the block's index among the slice's completed blocks; ring: the
+                      // row's index from the slice's first ring row written
+};
+struct CompressorPoolBatch {
+  const CompressorPoolParams* seqs = nullptr;   // [sequences] one per slice with tokens
+  const CompressorPoolItem* pool_items = nullptr;
+  const CompressorPoolItem* ring_items = nullptr;
+  int64_t pool_count = 0;
+  int64_t ring_count = 0;
+  int64_t width = 0;                            // coff * dc, the same for every sequence
+  int64_t ratio = 0;
+};
+
+// The host side of a batch: the per-sequence params and the items, in one host array each.
+struct CompressorPoolPlan {
+  std::vector<CompressorPoolParams> seqs;
+  std::vector<CompressorPoolItem> pool_items;
+  std::vector<CompressorPoolItem> ring_items;
+};
+// Appends one slice (skipped when it has no tokens).
+void add_compressor_slice(CompressorPoolPlan& plan, const CompressorPoolParams& p);
+
 // Pools, then updates the rings (stream-ordered, so pooling reads the rings as they were).
-void compressor_pool(const CompressorPoolParams& p, cudaStream_t stream);
+void compressor_pool(const CompressorPoolBatch& b, cudaStream_t stream);
 
 }  // namespace dsv4::kernels

@@ -2,7 +2,10 @@
 // rounds one by one use the _rn intrinsics, which nvcc never fuses into an FMA.
 #include "kernels/elementwise/elementwise.h"
 
+#include <string>
+
 #include "backend/cuda/cuda_check.h"
+#include "core/error.h"
 #include "kernels/block_reduce.cuh"
 
 namespace dsv4::kernels {
@@ -115,6 +118,27 @@ __global__ void hadamard_kernel(HadamardRowsParams p) {
 }
 
 }  // namespace
+
+__global__ void copy_byte_ranges_kernel(const ByteRange* ranges) {
+  const ByteRange r = ranges[blockIdx.x];
+  const auto src = reinterpret_cast<uintptr_t>(r.src), dst = reinterpret_cast<uintptr_t>(r.dst);
+  if ((src | dst | static_cast<uintptr_t>(r.bytes)) % 16 == 0) {
+    const auto* s = static_cast<const uint4*>(r.src);
+    auto* d = static_cast<uint4*>(r.dst);
+    for (int64_t i = threadIdx.x; i < r.bytes / 16; i += blockDim.x) d[i] = s[i];
+  } else {
+    const auto* s = static_cast<const unsigned char*>(r.src);
+    auto* d = static_cast<unsigned char*>(r.dst);
+    for (int64_t i = threadIdx.x; i < r.bytes; i += blockDim.x) d[i] = s[i];
+  }
+}
+
+void copy_byte_ranges(const ByteRange* ranges, int64_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  if (count > 2147483647) throw UsageError("copy_byte_ranges: " + std::to_string(count) + " ranges in one launch");
+  copy_byte_ranges_kernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(ranges);
+  DSV4_CUDA_CHECK(cudaGetLastError());
+}
 
 void convert_copy(const ConvertCopyParams& p, cudaStream_t stream) {
   if (p.n == 0) return;

@@ -20,6 +20,16 @@ struct ConvertCopyParams {
 };
 void convert_copy(const ConvertCopyParams& p, cudaStream_t stream);
 
+// One contiguous device-to-device copy of `bytes` bytes.
+struct ByteRange {
+  const void* src = nullptr;
+  void* dst = nullptr;
+  int64_t bytes = 0;
+};
+// Copies `count` ranges (ranges: a device array) in one launch, a block per range, in 16-byte
+// words where source, destination and length allow. The ranges must not overlap.
+void copy_byte_ranges(const ByteRange* ranges, int64_t count, cudaStream_t stream);
+
 // out[t, j, :] = table[ids[t], :] rounded to out's type, for every stream j.
 struct EmbedGatherParams {
   const int32_t* ids = nullptr;  // [tokens], each in [0, vocab) (checked by the caller)
