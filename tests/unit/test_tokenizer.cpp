@@ -3,6 +3,7 @@
 // hand-made tokenizer.json (its expected ids were checked with Hugging Face tokenizers); then
 // the real DeepSeek-V4 tokenizer.json when scripts/setup.sh has fetched it.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -81,8 +82,10 @@ json tiny_json() {
         {"merges", {"b c", "a b", "a a", "h e", "l l", "he ll", "hell o", "a Ġ", "Ġ w"}}}}};
 }
 
+// A file of this test process's own (ctest runs each test as a process, several at once, and a
+// shared name let one process read another's half-written file).
 std::filesystem::path write_file(const std::string& name, const std::string& text) {
-  const auto path = std::filesystem::path(testing::TempDir()) / name;
+  const auto path = std::filesystem::path(testing::TempDir()) / (std::to_string(getpid()) + "_" + name);
   std::ofstream(path, std::ios::binary) << text;
   return path;
 }
