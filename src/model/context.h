@@ -29,7 +29,8 @@ struct ForwardContext {
   DeviceTensor positions;  // [T] i32
   std::vector<SeqSlice> slices;
 
-  DeviceTensor alloc(DType dtype, Shape shape) const { return ops.alloc(dtype, std::move(shape)); }
+  // An op's output within the forward (the op writes all of it, so it need not be zeroed).
+  DeviceTensor alloc(DType dtype, Shape shape) const { return ops.alloc_output(dtype, std::move(shape)); }
   SequenceCache& cache(size_t seq) const { return *batch.sequences[seq].cache; }
   void observe(const std::string& name, const DeviceTensor& t) const {
     if (batch.observer != nullptr) batch.observer->on_tensor(name, t.view());

@@ -336,6 +336,10 @@ class Ops {
 
   // Zero-filled backend memory.
   virtual DeviceTensor alloc(DType dtype, Shape shape) = 0;
+  // Backend memory for the output of an op that writes every element of it: contents unspecified
+  // (the default is alloc's zeros; a backend may skip the fill, which at decode is a launch per
+  // tensor).
+  virtual DeviceTensor alloc_output(DType dtype, Shape shape) { return alloc(dtype, std::move(shape)); }
   // Host <-> backend transfers of equal shapes and dtypes. upload returns once the host buffer may
   // be reused (the copy itself may still be queued), download once the host buffer holds the data.
   virtual void upload(ConstTensorView host, TensorView dst) = 0;

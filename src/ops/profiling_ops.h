@@ -35,6 +35,9 @@ class ProfilingOps final : public Ops {
   DeviceTensor alloc(DType dtype, Shape shape) override {
     return timed("alloc", [&] { return inner_.alloc(dtype, shape); });
   }
+  DeviceTensor alloc_output(DType dtype, Shape shape) override {
+    return timed("alloc", [&] { return inner_.alloc_output(dtype, shape); });
+  }
   void upload(ConstTensorView host, TensorView dst) override {
     return timed("upload", [&] { return inner_.upload(host, dst); });
   }

@@ -102,12 +102,28 @@ void CudaOps::synchronize() {
 // Tensors that outlive the CudaOps (weights or outputs destroyed after it in tests and tools) are
 // freed after a device synchronisation on the legacy default stream: the streams they were used
 // on are gone.
-DeviceTensor CudaOps::alloc(DType dtype, Shape shape) {
-  for (int64_t d : shape)
-    if (d < 0) throw UsageError("alloc: shape " + shape_str(shape) + " has a negative dimension");
+namespace {
+
+// Every allocation is a multiple of 256 bytes (at least one), so views start 256-byte aligned.
+size_t padded_bytes(DType dtype, const Shape& shape) {
   constexpr size_t kAlign = 256;
   const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
-  const size_t padded = std::max(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+  return std::max(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+}
+
+}  // namespace
+
+DeviceTensor CudaOps::alloc(DType dtype, Shape shape) {
+  const size_t padded = padded_bytes(dtype, shape);
+  DeviceTensor t = alloc_output(dtype, std::move(shape));
+  DSV4_CUDA_CHECK(cudaMemsetAsync(t.view().bytes(), 0, padded, stream_));
+  return t;
+}
+
+DeviceTensor CudaOps::alloc_output(DType dtype, Shape shape) {
+  for (int64_t d : shape)
+    if (d < 0) throw UsageError("alloc: shape " + shape_str(shape) + " has a negative dimension");
+  const size_t padded = padded_bytes(dtype, shape);
   void* p = nullptr;
   const cudaError_t err = cudaMallocAsync(&p, padded, stream_);
   if (err != cudaSuccess) {
@@ -123,7 +139,6 @@ DeviceTensor CudaOps::alloc(DType dtype, Shape shape) {
       cudaFreeAsync(q, cudaStreamLegacy);
     }
   });
-  DSV4_CUDA_CHECK(cudaMemsetAsync(p, 0, padded, stream_));
   return DeviceTensor(std::move(storage), dtype, std::move(shape));
 }
 

@@ -69,6 +69,8 @@ class CudaOps final : public Ops {
   void synchronize() override;
 
   DeviceTensor alloc(DType dtype, Shape shape) override;
+  // Stream-ordered like alloc, without the zero fill.
+  DeviceTensor alloc_output(DType dtype, Shape shape) override;
   void upload(ConstTensorView host, TensorView dst) override;
   void download(ConstTensorView src, TensorView host) override;
   void copy(const CopyParams& p) override;
