@@ -203,6 +203,18 @@ Timing repeat(int64_t repeats, const std::function<double()>& measure) {
   return {n % 2 == 1 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]), t.front(), t.back()};
 }
 
+// Under a row of `row_seconds`: each op's time per run (ops of under 1% of the row left out), into
+// the table and extra["profile"]; then the profile starts again.
+void print_profile(ProfilingOps& profiler, double calls_per_run, double row_seconds, nlohmann::json& extra) {
+  for (const ProfilingOps::Entry& e : profiler.entries()) {
+    const double ms = e.seconds * 1e3 / calls_per_run;
+    if (ms < 0.01 * row_seconds * 1e3) break;
+    std::printf("         %-34s %9.3f ms  %6.1f calls\n", e.op.c_str(), ms, static_cast<double>(e.calls) / calls_per_run);
+    extra["profile"][e.op] = ms;
+  }
+  profiler.reset();
+}
+
 // Runs forward_layer of `layer` on `batch` once to warm up (then `on_warm`), then `repeats` times
 // `iters` runs; seconds per run.
 Timing time_layer(const Model& model, Ops& ops, const ForwardBatch& batch, int64_t layer, const DeviceTensor& streams,
@@ -255,15 +267,7 @@ void run_bench_layers(const BenchOptions& o) {
     extra["ms_max"] = t.max * 1e3;
     extra["repeats"] = o.repeats;
     extra["floor_ms"] = floor_seconds * 1e3;
-    if (o.profile) {
-      for (const ProfilingOps::Entry& e : profiler.entries()) {
-        const double ms = e.seconds * 1e3 / calls_per_run;
-        if (ms < 0.01 * seconds * 1e3) break;
-        std::printf("         %-34s %9.3f ms  %6.1f calls\n", e.op.c_str(), ms, static_cast<double>(e.calls) / calls_per_run);
-        extra["profile"][e.op] = ms;
-      }
-      profiler.reset();
-    }
+    if (o.profile) print_profile(profiler, calls_per_run, seconds, extra);
     report["rows"].push_back(extra);
     std::fflush(stdout);
   };
@@ -377,15 +381,7 @@ void run_bench_step(const BenchOptions& o) {
     extra["ms_max"] = t.max * 1e3;
     extra["tokens_per_s"] = tokens / t.median;
     extra["floor_ms"] = floor_seconds * 1e3;
-    if (o.profile) {
-      for (const ProfilingOps::Entry& e : profiler.entries()) {
-        const double ms = e.seconds * 1e3 / calls_per_run;
-        if (ms < 0.01 * t.median * 1e3) break;
-        std::printf("         %-34s %9.3f ms  %6.1f calls\n", e.op.c_str(), ms, static_cast<double>(e.calls) / calls_per_run);
-        extra["profile"][e.op] = ms;
-      }
-      profiler.reset();
-    }
+    if (o.profile) print_profile(profiler, calls_per_run, t.median, extra);
     report["rows"].push_back(extra);
     std::fflush(stdout);
   };

@@ -16,18 +16,13 @@
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
 #include "core/numeric.h"
+#include "kernels/gemm/mma_lanes.cuh"
 
 namespace dsv4::kernels {
 namespace {
 
 constexpr int kWarps = 4;        // K lanes of a block
 constexpr int kRowsPerBlock = 16;  // weight rows of a block (one MMA's M)
-
-// Two e4m3 codes (low byte first) as an fp16x2 register, exactly.
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_codes) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes), __NV_E4M3);
-  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
-}
 
 // The high two codes of a word, the same conversion as e4m3x2_to_f16x2(four_codes >> 16) with no
 // shift: the conversion reads the register's upper half.
@@ -56,27 +51,26 @@ __device__ __forceinline__ void mma_f16_f32(float (&d)[4], uint32_t a0, uint32_t
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// 32 bytes of one row's K block (its lane's share), or zeros for a row past the end.
-struct RowBytes {
-  uint4 lo, hi;
-  __device__ __forceinline__ uint32_t word(int s) const {
-    switch (s) {
-      case 0: return lo.x;
-      case 1: return lo.y;
-      case 2: return lo.z;
-      case 3: return lo.w;
-      case 4: return hi.x;
-      case 5: return hi.y;
-      case 6: return hi.z;
-      default: return hi.w;
-    }
-  }
+// The x rows a block takes (blockIdx.y: a tile of the grouped list, or the dense rows
+// [blockIdx.y * tile_rows, ...)) and the weight they meet; false for a grouped tile past the
+// list's real ones.
+struct BlockRows {
+  int64_t x_row0 = 0;
+  int x_rows = 0;
+  const uint8_t* w = nullptr;
+  const float* w_scale = nullptr;
 };
 
-__device__ __forceinline__ RowBytes load_row_bytes(const uint8_t* p, bool valid) {
-  if (!valid) return {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
-  const auto* v = reinterpret_cast<const uint4*>(p);
-  return {__ldg(v), __ldg(v + 1)};
+__device__ __forceinline__ bool block_rows(const Fp8MmaGemmParams& p, int64_t tile_rows, BlockRows& out) {
+  if (p.tiles != nullptr) {
+    if (static_cast<int64_t>(blockIdx.y) >= *p.tile_count) return false;
+    const Fp8MmaTile tile = p.tiles[blockIdx.y];
+    out = {tile.row_begin, tile.rows, p.group_w[tile.group], p.group_w_scale[tile.group]};
+    return true;
+  }
+  const int64_t x_row0 = static_cast<int64_t>(blockIdx.y) * tile_rows;
+  out = {x_row0, static_cast<int>(min(tile_rows, p.m - x_row0)), p.w, p.w_scale};
+  return true;
 }
 
 template <int NT>  // 8-row x tiles per block
@@ -84,21 +78,12 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_kernel(Fp8MmaGemmPar
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
 
-  int64_t x_row0 = 0;
-  int x_rows = 0;
-  const uint8_t* w = p.w;
-  const float* w_scale = p.w_scale;
-  if (p.tiles != nullptr) {
-    if (static_cast<int64_t>(blockIdx.y) >= *p.tile_count) return;
-    const Fp8MmaTile tile = p.tiles[blockIdx.y];
-    x_row0 = tile.row_begin;
-    x_rows = tile.rows;
-    w = p.group_w[tile.group];
-    w_scale = p.group_w_scale[tile.group];
-  } else {
-    x_row0 = static_cast<int64_t>(blockIdx.y) * 8 * NT;
-    x_rows = min(static_cast<int64_t>(8 * NT), p.m - x_row0);
-  }
+  BlockRows rows;
+  if (!block_rows(p, 8 * NT, rows)) return;
+  const int64_t x_row0 = rows.x_row0;
+  const int x_rows = rows.x_rows;
+  const uint8_t* w = rows.w;
+  const float* w_scale = rows.w_scale;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
   const int64_t kblocks = p.k / 128;
   const bool row_a = n0 + g < p.n, row_b = n0 + g + 8 < p.n;
@@ -146,26 +131,10 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_kernel(Fp8MmaGemmPar
     }
   }
 
-  __shared__ float partial[kWarps - 1][NT][4][32];
-  if (warp > 0) {
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) partial[warp - 1][j][c][lane] = q[j][c];
-  }
-  __syncthreads();
-  if (warp != 0) return;
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      float sum = q[j][c];
-#pragma unroll
-      for (int i = 0; i < kWarps - 1; ++i) sum = __fadd_rn(sum, partial[i][j][c][lane]);
-      const int r = 8 * j + 2 * t + (c & 1);
-      const int64_t n = n0 + g + (c >= 2 ? 8 : 0);
-      if (r < x_rows && n < p.n) store_float(p.y, (x_row0 + r) * p.ldy + n, sum);
-    }
+  sum_lanes_and_store<kWarps, NT>(q, [&](int r, int row, float sum) {
+    const int64_t n = n0 + row;
+    if (r < x_rows && n < p.n) store_float(p.y, (x_row0 + r) * p.ldy + n, sum);
+  });
 }
 
 // ---- The staged kernel (prefill) ----
@@ -251,21 +220,12 @@ __global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(
   const int g = lane / 4, t = lane % 4;
   const int wm = warp % 2, wn = warp / 2;
 
-  int64_t x_row0 = 0;
-  int x_rows = 0;
-  const uint8_t* w = p.w;
-  const float* w_scale = p.w_scale;
-  if (p.tiles != nullptr) {
-    if (static_cast<int64_t>(blockIdx.y) >= *p.tile_count) return;
-    const Fp8MmaTile tile = p.tiles[blockIdx.y];
-    x_row0 = tile.row_begin;
-    x_rows = tile.rows;
-    w = p.group_w[tile.group];
-    w_scale = p.group_w_scale[tile.group];
-  } else {
-    x_row0 = static_cast<int64_t>(blockIdx.y) * kStagedXRows;
-    x_rows = static_cast<int>(min(static_cast<int64_t>(kStagedXRows), p.m - x_row0));
-  }
+  BlockRows rows;
+  if (!block_rows(p, kStagedXRows, rows)) return;
+  const int64_t x_row0 = rows.x_row0;
+  const int x_rows = rows.x_rows;
+  const uint8_t* w = rows.w;
+  const float* w_scale = rows.w_scale;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kStagedWRows;
   const int kblocks = static_cast<int>(p.k / 128);
   const float* sw_row = w_scale + (n0 / 128) * p.w_scale_ld;

@@ -13,12 +13,12 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <cuda_fp8.h>
 
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
+#include "kernels/gemm/mma_lanes.cuh"
 
 namespace dsv4::kernels {
 namespace {
@@ -30,8 +30,8 @@ constexpr int64_t kKBlock = 128;
 // Two e4m3 codes (low byte first) as a bf16x2 register, exactly (e4m3 -> fp16 -> fp32 -> bf16
 // are all exact for e4m3's values).
 __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two_codes) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes), __NV_E4M3);
-  const float2 f = __half22float2(__half2(h));
+  const uint32_t h = e4m3x2_to_f16x2(two_codes);
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
   const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
   return *reinterpret_cast<const uint32_t*>(&b);
 }
@@ -41,26 +41,6 @@ __device__ __forceinline__ void mma_bf16_f32(float (&d)[4], uint32_t a0, uint32_
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// 32 consecutive codes of a weight row (its lane's share of a K block) as 8 words, or zeros.
-struct Codes32 {
-  uint4 lo, hi;
-  __device__ __forceinline__ uint32_t word(int s) const {
-    const uint4& v = s < 4 ? lo : hi;
-    switch (s % 4) {
-      case 0: return v.x;
-      case 1: return v.y;
-      case 2: return v.z;
-      default: return v.w;
-    }
-  }
-};
-
-__device__ __forceinline__ Codes32 load_codes(const uint8_t* p, bool valid) {
-  if (!valid) return {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
-  const auto* v = reinterpret_cast<const uint4*>(p);
-  return {__ldg(v), __ldg(v + 1)};
 }
 
 // 32 consecutive bf16 values of an x row as 16 words (word 2s, 2s+1: values 4s .. 4s+3), or zeros.
@@ -105,7 +85,7 @@ __global__ void __launch_bounds__(kWarps * 32) grouped_bf16_fp8_gemm_kernel(Grou
   for (int j = 0; j < NT; ++j) q[j][0] = q[j][1] = q[j][2] = q[j][3] = 0.0f;
 
   for (int64_t b = warp; b < kblocks; b += kWarps) {
-    const Codes32 a_lo = load_codes(wa + b * kKBlock, row_a), a_hi = load_codes(wb + b * kKBlock, row_b);
+    const RowBytes a_lo = load_row_bytes(wa + b * kKBlock, row_a), a_hi = load_row_bytes(wb + b * kKBlock, row_b);
     Bf16x32 xb[NT];
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
@@ -130,27 +110,10 @@ __global__ void __launch_bounds__(kWarps * 32) grouped_bf16_fp8_gemm_kernel(Grou
       for (int c = 0; c < 4; ++c) q[j][c] = fmaf(blk[j][c], sw, q[j][c]);
   }
 
-  __shared__ float partial[kWarps - 1][NT][4][32];
-  if (warp > 0) {
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) partial[warp - 1][j][c][lane] = q[j][c];
-  }
-  __syncthreads();
-  if (warp != 0) return;
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      float sum = q[j][c];
-#pragma unroll
-      for (int i = 0; i < kWarps - 1; ++i) sum = __fadd_rn(sum, partial[i][j][c][lane]);
-      // The accumulator's columns are x rows 8j + 2t and 8j + 2t + 1, its rows weight rows g, g + 8.
-      const int r = 8 * j + 2 * t + (c & 1);
-      const int64_t n = n0 + g + (c >= 2 ? 8 : 0);
-      if (r < x_rows && n < p.r) store_float(p.y, ((x_row0 + r) * p.groups + group) * p.r + n, sum);
-    }
+  sum_lanes_and_store<kWarps, NT>(q, [&](int r, int row, float sum) {
+    const int64_t n = n0 + row;
+    if (r < x_rows && n < p.r) store_float(p.y, ((x_row0 + r) * p.groups + group) * p.r + n, sum);
+  });
 }
 
 }  // namespace

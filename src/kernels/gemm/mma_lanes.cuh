@@ -1,0 +1,72 @@
+// Pieces shared by the block-scaled GEMMs that stream a weight into registers
+// (kernels::fp8_mma_gemm's streamed kernel, kernels::grouped_bf16_fp8_gemm): a lane's 32 bytes of
+// a row's K block, e4m3 pairs as fp16x2, and the end of a block whose warps each summed every
+// kLanes-th K block of the same outputs.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+namespace dsv4::kernels {
+
+// 32 bytes of one row's K block (a lane's share), or zeros for a row past the end.
+struct RowBytes {
+  uint4 lo, hi;
+  __device__ __forceinline__ uint32_t word(int s) const {
+    switch (s) {
+      case 0: return lo.x;
+      case 1: return lo.y;
+      case 2: return lo.z;
+      case 3: return lo.w;
+      case 4: return hi.x;
+      case 5: return hi.y;
+      case 6: return hi.z;
+      default: return hi.w;
+    }
+  }
+};
+
+__device__ __forceinline__ RowBytes load_row_bytes(const uint8_t* p, bool valid) {
+  if (!valid) return {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+  const auto* v = reinterpret_cast<const uint4*>(p);
+  return {__ldg(v), __ldg(v + 1)};
+}
+
+// Two e4m3 codes (low byte first) as an fp16x2 register, exactly.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_codes) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
+
+// The block's end: warp w < kLanes holds q, its fp32 sums over the K blocks b with
+// b mod kLanes == w, for NT 16x8 accumulator tiles; each output gets ((q_0 + q_1) + q_2) + ...
+// and goes to store(x row of the tile, weight row of the block (0..15), value) on warp 0. Every
+// thread of the block calls it (it holds a __syncthreads).
+template <int kLanes, int NT, typename Store>
+__device__ __forceinline__ void sum_lanes_and_store(const float (&q)[NT][4], Store store) {
+  __shared__ float partial[kLanes - 1][NT][4][32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  if (warp > 0) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) partial[warp - 1][j][c][lane] = q[j][c];
+  }
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      float sum = q[j][c];
+#pragma unroll
+      for (int i = 0; i < kLanes - 1; ++i) sum = __fadd_rn(sum, partial[i][j][c][lane]);
+      // The accumulator's columns are x rows 8j + 2t and 8j + 2t + 1, its rows weight rows g, g + 8.
+      store(8 * j + 2 * t + (c & 1), g + (c >= 2 ? 8 : 0), sum);
+    }
+}
+
+}  // namespace dsv4::kernels
