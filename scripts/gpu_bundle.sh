@@ -25,7 +25,7 @@ for bin in "$build"/bench/bench_simple_gemm; do
   cp "$bin" "$out/" && strip "$out/$(basename "$bin")"
 done
 # The lightning indexer's test and benchmark.
-for bin in "$build"/tests/ops/test_indexer_cuda "$build"/bench/bench_indexer; do
+for bin in "$build"/tests/ops/test_indexer_cuda "$build"/bench/bench_indexer "$build"/bench/bench_sparse_attention; do
   [ -x "$bin" ] || continue
   cp "$bin" "$out/" && strip "$out/$(basename "$bin")"
 done

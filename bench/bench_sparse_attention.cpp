@@ -1,0 +1,152 @@
+// Times sparse attention (MODEL.md §3.6) at V4-Flash geometry (64 heads of 512, window 128,
+// top-512 compressed entries for CSA, all 64 of an 8k context for HCA, none for SWA): the
+// tensor-core kernel of the default numerics (kernels::sparse_attn_mma, its splits' merge
+// included) against the CPU-order kernel (kernels::sparse_attn_rows), for decode batches and an
+// 8k prefill, beside the floors: the entries' bytes read once at 4.43 TB/s, and the FLOPs at the
+// measured 792 TFLOP/s of bf16 tensor cores. Kernel time only (the per-call table upload of
+// CudaOps is left out). Usage: bench_sparse_attention [iterations]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device.h"
+#include "core/numeric.h"
+#include "cuda_timing.h"
+#include "kernels/attention/sparse_attn_mma.h"
+#include "kernels/attention/sparse_attn_rows.h"
+
+namespace {
+
+constexpr int64_t kHeads = 64, kD = 512, kWindow = 128, kTopk = 512;
+constexpr double kMemoryBandwidth = 4.43e12;  // bytes/s (ENV.md, read-only streaming)
+constexpr double kBf16Flops = 792e12;         // bf16 GEMM, cuBLASLt 8192^3 (ENV.md)
+
+struct Case {
+  const char* name;
+  int64_t ratio;      // 4: CSA (top-k), 128: HCA (all compressed), 0: SWA
+  int64_t batch;      // sequences
+  int64_t tokens;     // tokens per sequence
+  int64_t start_pos;  // of each sequence's first token
+};
+
+template <typename T>
+T* device_copy(const std::vector<T>& host) {
+  T* p = nullptr;
+  DSV4_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(1, host.size()) * sizeof(T)));
+  DSV4_CUDA_CHECK(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return p;
+}
+
+std::vector<uint16_t> random_bf16(size_t n, float scale, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<uint16_t> out(n);
+  for (uint16_t& v : out) v = dsv4::float_to_bf16(dist(rng));
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace dsv4;
+  const int iters = argc > 1 ? std::atoi(argv[1]) : 20;
+  if (!cuda::device_available()) {
+    std::printf("bench_sparse_attention: no CUDA device\n");
+    return 0;
+  }
+  const Case cases[] = {{"csa decode b=1 8k", 4, 1, 1, 8192},   {"csa decode b=16 8k", 4, 16, 1, 8192},
+                        {"csa decode b=64 8k", 4, 64, 1, 8192}, {"hca decode b=1 8k", 128, 1, 1, 8192},
+                        {"hca decode b=64 8k", 128, 64, 1, 8192}, {"swa decode b=1 8k", 0, 1, 1, 8192},
+                        {"csa prefill 8192", 4, 1, 8192, 0},     {"hca prefill 8192", 128, 1, 8192, 0}};
+  std::mt19937 rng(7);
+  std::printf("%-22s %8s %12s %12s %10s %10s\n", "case", "tokens", "tensor us", "cpu-order us", "bytes us",
+              "flops us");
+  for (const Case& c : cases) {
+    const int64_t T = c.batch * c.tokens, capacity = c.ratio > 0 ? (c.start_pos + c.tokens) / c.ratio + 1 : 1;
+    uint16_t* q = device_copy(random_bf16(static_cast<size_t>(T * kHeads * kD), 2.0f, rng));
+    uint16_t* kv = device_copy(random_bf16(static_cast<size_t>(T * kD), 1.0f, rng));
+    uint16_t* window = device_copy(random_bf16(static_cast<size_t>(kWindow * kD), 1.0f, rng));
+    uint16_t* compressed = device_copy(random_bf16(static_cast<size_t>(capacity * kD), 1.0f, rng));
+    float* sink = device_copy(std::vector<float>(kHeads, 0.5f));
+    uint16_t* out = nullptr;
+    DSV4_CUDA_CHECK(cudaMalloc(&out, static_cast<size_t>(T * kHeads * kD) * sizeof(uint16_t)));
+    // Every sequence reads the same window ring and compressed entries (the bytes a kernel
+    // moves do not depend on which sequence owns them).
+    std::vector<kernels::SparseAttnSeq> seqs;
+    std::vector<int32_t> seq_of_token, topk;
+    int64_t max_entries = 0;
+    double entries_read = 0, flops = 0;
+    for (int64_t s = 0; s < c.batch; ++s) {
+      kernels::SparseAttnSeq desc;
+      desc.token_begin = s * c.tokens;
+      desc.start_pos = c.start_pos;
+      if (c.start_pos > 0) desc.window = {window, true};
+      if (c.ratio > 0) desc.compressed = {compressed, true};
+      seqs.push_back(desc);
+      for (int64_t i = 0; i < c.tokens; ++i) {
+        seq_of_token.push_back(static_cast<int32_t>(s));
+        const int64_t pos = c.start_pos + i, visible = c.ratio > 0 ? (pos + 1) / c.ratio : 0;
+        int64_t entries = std::min(kWindow, pos + 1);
+        if (c.ratio == 4) {
+          std::vector<int32_t> ids(static_cast<size_t>(visible));
+          std::iota(ids.begin(), ids.end(), 0);
+          std::shuffle(ids.begin(), ids.end(), rng);
+          ids.resize(std::min<size_t>(ids.size(), kTopk));
+          std::sort(ids.begin(), ids.end());
+          ids.resize(kTopk, -1);
+          topk.insert(topk.end(), ids.begin(), ids.end());
+          entries += std::min(visible, kTopk);
+          max_entries = std::max(max_entries, std::min(kWindow, pos + 1) + kTopk);
+        } else {
+          entries += visible;
+          max_entries = std::max(max_entries, entries);
+        }
+        entries_read += static_cast<double>(entries);
+        flops += 4.0 * kHeads * kD * static_cast<double>(entries);
+      }
+    }
+    const auto* seq_table = device_copy(seqs);
+    const int32_t* token_seq = device_copy(seq_of_token);
+    const int32_t* topk_ids = c.ratio == 4 ? device_copy(topk) : nullptr;
+
+    kernels::SparseAttnRowsParams p;
+    p.q = {q, true};
+    p.kv = {kv, true};
+    p.seqs = seq_table;
+    p.seq_of_token = token_seq;
+    p.topk = topk_ids;
+    p.sink = {sink, false};
+    p.out = {out, true};
+    p.tokens = T;
+    p.heads = kHeads;
+    p.d = kD;
+    p.window_size = kWindow;
+    p.ratio = c.ratio;
+    p.k = c.ratio == 4 ? kTopk : 0;
+    p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(kD));
+    const kernels::SparseAttnMmaPlan plan = kernels::sparse_attn_mma_plan(T, kHeads, max_entries);
+    void* workspace = nullptr;
+    DSV4_CUDA_CHECK(cudaMalloc(&workspace, std::max<size_t>(plan.workspace_bytes, 1)));
+    const double tensor_us = bench::time_us([&] { kernels::sparse_attn_mma(p, plan, workspace, nullptr); }, iters);
+    // The CPU-order kernel is three passes in fp32 on CUDA cores: a few runs suffice at prefill.
+    const double rows_us = bench::time_us([&] { kernels::sparse_attn_rows(p, nullptr); }, c.tokens > 1 ? 2 : iters);
+    // Decode: every sequence's entries; prefill: the sequence's distinct entries, read once.
+    const double bytes = (c.tokens > 1 ? static_cast<double>(std::min(kWindow, c.tokens) + capacity)
+                                       : entries_read) * kD * 2.0;
+    std::printf("%-22s %8lld %12.2f %12.2f %10.2f %10.2f\n", c.name, static_cast<long long>(T), tensor_us, rows_us,
+                1e6 * bytes / kMemoryBandwidth, 1e6 * flops / kBf16Flops);
+    for (void* ptr : {static_cast<void*>(q), static_cast<void*>(kv), static_cast<void*>(window),
+                      static_cast<void*>(compressed), static_cast<void*>(sink), static_cast<void*>(out), workspace,
+                      const_cast<void*>(static_cast<const void*>(seq_table)),
+                      const_cast<void*>(static_cast<const void*>(token_seq)),
+                      const_cast<void*>(static_cast<const void*>(topk_ids))})
+      cudaFree(ptr);
+  }
+  return 0;
+}
