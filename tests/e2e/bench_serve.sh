@@ -2,9 +2,12 @@
 # `dsv4 bench serve` against `dsv4 serve` (the tiny model on the CPU) on 127.0.0.1: a run at
 # concurrency 4 whose saved JSON and printed block must add up, a Poisson-rate chat run, and a
 # wrong key and a wrong URL, which must be counted as failures and fail the command with a clear
-# message. Usage: bench_serve.sh DSV4
+# message; a concurrency sweep plotted by scripts/plot_bench_serve.py (matplotlib in the .venv
+# scripts/setup.sh makes). Usage: bench_serve.sh DSV4 PYTHON
 set -euo pipefail
 dsv4=$1
+python=$2
+here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 server_pid=""
 cleanup() {
@@ -77,6 +80,16 @@ starts = r["start_times"]
 assert starts == sorted(starts) and starts[0] < 0.05 and starts[-1] > starts[0], starts
 assert "Request rate configured (RPS):           20.00" in open(sys.argv[2]).read()
 PY
+
+# A sweep over concurrency 1 and 2: one block and one JSON each, plotted as a PNG.
+timeout 60 "$dsv4" bench serve --base-url "$url" --api-key sekrit --model tiny --num-prompts 2 --random-input-len 8 \
+  --random-output-len 3 --max-concurrency 1,2 --ignore-eos --save-result --result-dir "$work/sweep" \
+  --result-filename sweep.json >"$work/sweep.txt" || fail "sweep: $(cat "$work/sweep.txt")"
+[ "$(grep -c "Serving Benchmark Result" "$work/sweep.txt")" = 2 ] || fail "sweep blocks: $(cat "$work/sweep.txt")"
+grep -q "^Maximum request concurrency: *2" "$work/sweep.txt" || fail "sweep: no concurrency 2 block"
+"$python" "$here/../../scripts/plot_bench_serve.py" "$work/sweep.png" "$work/sweep/sweep-concurrency1.json" \
+  "$work/sweep/sweep-concurrency2.json" || fail "the plot"
+[ "$(head -c 8 "$work/sweep.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || fail "sweep.png is not a PNG"
 
 # A wrong key: every request is a counted 401 and the command fails, saying so.
 if timeout 60 "$dsv4" bench serve --base-url "$url" --api-key wrong --model tiny --num-prompts 3 --random-input-len 8 \
