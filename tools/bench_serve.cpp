@@ -16,7 +16,6 @@
 #include <fstream>
 #include <limits>
 #include <memory>
-#include <optional>
 #include <random>
 #include <string>
 #include <thread>
