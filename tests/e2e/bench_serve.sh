@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# `dsv4 bench serve` against `dsv4 serve` (the tiny model on the CPU) on 127.0.0.1: a run at
+# concurrency 4 whose saved JSON and printed block must add up, a Poisson-rate chat run, and a
+# wrong key and a wrong URL, which must be counted as failures and fail the command with a clear
+# message; a concurrency sweep plotted by scripts/plot_bench_serve.py (matplotlib in the .venv
+# scripts/setup.sh makes). Usage: bench_serve.sh DSV4 PYTHON
+set -euo pipefail
+dsv4=$1
+python=$2
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+server_pid=""
+cleanup() {
+  [ -n "$server_pid" ] && kill -9 "$server_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; [ -f "$work/serve.log" ] && cat "$work/serve.log" >&2; exit 1; }
+
+"$dsv4" make-model --preset tiny --seed 1 --out "$work/tiny" >/dev/null
+"$dsv4" serve --model "$work/tiny" --served-model-name tiny --port 0 --api-key sekrit --max-model-len 256 \
+  --max-num-seqs 4 --threads 2 2>"$work/serve.log" &
+server_pid=$!
+port=""
+for _ in $(seq 1 300); do  # up to 60 s for the port, then the model
+  port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/serve.log")
+  [ -n "$port" ] && grep -q "serve: ready" "$work/serve.log" && break
+  kill -0 "$server_pid" 2>/dev/null || fail "the server exited"
+  sleep 0.2
+done
+[ -n "$port" ] && grep -q "serve: ready" "$work/serve.log" || fail "the server did not get ready"
+url="http://127.0.0.1:$port"
+
+# Concurrency 4, all at once, full-length outputs; the model name comes from /v1/models.
+timeout 60 "$dsv4" bench serve --base-url "$url" --api-key sekrit --num-prompts 8 --random-input-len 32 \
+  --random-output-len 8 --max-concurrency 4 --ignore-eos --save-result --result-dir "$work/results" \
+  --result-filename c4.json >"$work/c4.txt" || fail "bench serve: $(cat "$work/c4.txt")"
+python3 - "$work/results/c4.json" "$work/c4.txt" <<'PY'
+import json, re, sys
+r = json.load(open(sys.argv[1]))
+out = open(sys.argv[2]).read()
+assert r["completed"] == 8 and r["failed"] == 0 and r["errors"] == [""] * 8, r["errors"]
+assert r["model_id"] == "tiny" and r["max_concurrency"] == 4 and r["request_rate"] == "inf", r
+assert r["output_lens"] == [8] * 8 and r["total_output_tokens"] == 64, r["output_lens"]
+# The prompt lengths are the server's count; random ids re-encode to about the asked length.
+assert all(24 <= n <= 40 for n in r["input_lens"]) and r["total_input_tokens"] == sum(r["input_lens"]), r["input_lens"]
+assert len(r["ttfts"]) == 8 and all(0 < t < r["duration"] for t in r["ttfts"]), r["ttfts"]
+# One gap per content chunk after the first; a chunk may carry more than one token.
+assert all(1 <= len(itl) <= 7 and all(x >= 0 for x in itl) for itl in r["itls"]), r["itls"]
+assert all(l >= t for l, t in zip(r["latencies"], r["ttfts"])), r
+for key in ("request_throughput", "output_throughput", "total_token_throughput", "duration"):
+    assert r[key] > 0, key
+assert abs(r["output_throughput"] - 64 / r["duration"]) < 1e-6 * r["output_throughput"]
+for metric in ("ttft", "tpot", "itl", "e2el"):
+    assert 0 < r[f"mean_{metric}_ms"] and 0 < r[f"median_{metric}_ms"] <= r[f"p99_{metric}_ms"], metric
+# TPOT of one request is its time after the first token over the 7 tokens after it.
+tpots = sorted((l - t) / 7 for l, t in zip(r["latencies"], r["ttfts"]))
+assert abs(r["mean_tpot_ms"] - 1e3 * sum(tpots) / 8) < 1e-6 * r["mean_tpot_ms"]
+assert "=" * 12 + " Serving Benchmark Result " + "=" * 12 in out, out
+rows = dict(re.findall(r"^(.+?):\s+(\S+)\s*$", out, re.M))
+assert rows["Successful requests"] == "8" and rows["Failed requests"] == "0", rows
+assert rows["Total generated tokens"] == "64" and rows["Maximum request concurrency"] == "4", rows
+assert abs(float(rows["Mean TTFT (ms)"]) - r["mean_ttft_ms"]) < 0.01, rows
+for name in ("Benchmark duration (s)", "Request throughput (req/s)", "Output token throughput (tok/s)",
+             "Total Token throughput (tok/s)", "Median TPOT (ms)", "P99 ITL (ms)", "Mean E2EL (ms)"):
+    assert float(rows[name]) > 0, name
+PY
+
+# Poisson arrivals at 20 requests/s through the chat endpoint, the key from the environment.
+OPENAI_API_KEY=sekrit timeout 60 "$dsv4" bench serve --base-url "$url" --endpoint /v1/chat/completions --model tiny \
+  --num-prompts 4 --random-input-len 16 --random-output-len 4 --request-rate 20 --seed 3 --ignore-eos --save-result \
+  --result-dir "$work/results" --result-filename rate.json >"$work/rate.txt" || fail "rate run: $(cat "$work/rate.txt")"
+python3 - "$work/results/rate.json" "$work/rate.txt" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["completed"] == 4 and r["failed"] == 0 and r["request_rate"] == 20 and r["endpoint_type"] == "openai-chat", r
+assert r["output_lens"] == [4] * 4, r["output_lens"]
+# Sent at random gaps after each other, the first at once.
+starts = r["start_times"]
+assert starts == sorted(starts) and starts[0] < 0.05 and starts[-1] > starts[0], starts
+assert "Request rate configured (RPS):           20.00" in open(sys.argv[2]).read()
+PY
+
+# A sweep over concurrency 1 and 2: one block and one JSON each, plotted as a PNG.
+timeout 60 "$dsv4" bench serve --base-url "$url" --api-key sekrit --model tiny --num-prompts 2 --random-input-len 8 \
+  --random-output-len 3 --max-concurrency 1,2 --ignore-eos --save-result --result-dir "$work/sweep" \
+  --result-filename sweep.json >"$work/sweep.txt" || fail "sweep: $(cat "$work/sweep.txt")"
+[ "$(grep -c "Serving Benchmark Result" "$work/sweep.txt")" = 2 ] || fail "sweep blocks: $(cat "$work/sweep.txt")"
+grep -q "^Maximum request concurrency: *2" "$work/sweep.txt" || fail "sweep: no concurrency 2 block"
+"$python" "$here/../../scripts/plot_bench_serve.py" "$work/sweep.png" "$work/sweep/sweep-concurrency1.json" \
+  "$work/sweep/sweep-concurrency2.json" || fail "the plot"
+[ "$(head -c 8 "$work/sweep.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || fail "sweep.png is not a PNG"
+
+# A wrong key: every request is a counted 401 and the command fails, saying so.
+if timeout 60 "$dsv4" bench serve --base-url "$url" --api-key wrong --model tiny --num-prompts 3 --random-input-len 8 \
+  --random-output-len 2 --save-result --result-dir "$work/results" --result-filename key.json \
+  >"$work/key.txt" 2>"$work/key.err"; then fail "a wrong key passed"; fi
+grep -q "^Failed requests: *3" "$work/key.txt" || fail "wrong key: $(cat "$work/key.txt")"
+grep -q "3 of 3 requests failed; the first: HTTP 401" "$work/key.err" || fail "wrong key message: $(cat "$work/key.err")"
+python3 - "$work/results/key.json" <<'PY' || fail "key.json"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["completed"] == 0 and r["failed"] == 3 and all("401" in e for e in r["errors"]), r
+PY
+
+# A port nothing listens on (the server's, once stopped): counted connection failures.
+kill -TERM "$server_pid"
+for _ in $(seq 1 150); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.2; done
+kill -0 "$server_pid" 2>/dev/null && fail "SIGTERM did not stop the server within 30 s"
+server_pid=""
+if timeout 60 "$dsv4" bench serve --base-url "$url" --model tiny --num-prompts 2 --random-input-len 8 \
+  --random-output-len 2 >"$work/url.txt" 2>"$work/url.err"; then fail "a dead URL passed"; fi
+grep -q "^Failed requests: *2" "$work/url.txt" || fail "dead URL: $(cat "$work/url.txt")"
+grep -q "2 of 2 requests failed; the first: $url/v1/completions: Connection error" "$work/url.err" \
+  || fail "dead URL message: $(cat "$work/url.err")"
+echo "ok"
