@@ -115,11 +115,11 @@ class OpenAiServer::Impl {
       return new httplib::ThreadPool(threads);
     };
     http_.set_payload_max_length(options_.max_body_bytes);
+    // Requests without a body are refused here; a POST's key is checked in its route
+    // (route_post), after httplib has read the body: answered before that, the unread body stayed
+    // on a kept-alive connection and was read as the next request (a 400 instead of the 401).
     http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (options_.api_key.empty() || req.path == "/health" ||
-          same_secret(bearer_token(req), options_.api_key)) {
-        return httplib::Server::HandlerResponse::Unhandled;
-      }
+      if (req.method == "POST" || authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
       send_error(res, invalid_api_key());
       return httplib::Server::HandlerResponse::Handled;
     });
@@ -223,8 +223,14 @@ class OpenAiServer::Impl {
 
   void route_post(const char* path, Route route) {
     http_.Post(path, [this, route](const httplib::Request& req, httplib::Response& res) {
+      if (!authorized(req)) return send_error(res, invalid_api_key());
       guarded(res, [&] { (this->*route)(req, res); });
     });
+  }
+
+  // Every route but /health needs the key when one is set.
+  bool authorized(const httplib::Request& req) const {
+    return options_.api_key.empty() || req.path == "/health" || same_secret(bearer_token(req), options_.api_key);
   }
 
   // Runs a handler, turning whatever it throws into an error response.
