@@ -46,14 +46,6 @@ std::vector<uint16_t> fp4_values(size_t n, std::mt19937& rng) {
   return out;
 }
 
-template <typename T>
-T* device_copy(const std::vector<T>& host) {
-  T* p = nullptr;
-  DSV4_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(1, host.size()) * sizeof(T)));
-  DSV4_CUDA_CHECK(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return p;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -80,17 +72,17 @@ int main(int argc, char** argv) {
     std::vector<int32_t> seq_of_token;
     for (int64_t s = 0; s < c.batch; ++s) {
       const std::vector<uint16_t> mine(pool.begin() + s * 64 * kDh, pool.begin() + (s * 64 + keys_per_seq) * kDh);
-      keys.push_back(device_copy(mine));
+      keys.push_back(bench::device_copy(mine));
       seqs.push_back({s * c.tokens, c.start_pos, {keys.back(), true}});
       seq_of_token.insert(seq_of_token.end(), static_cast<size_t>(c.tokens), static_cast<int32_t>(s));
     }
-    uint16_t* q = device_copy(fp4_values(static_cast<size_t>(T * kHeads * kDh), rng));
+    uint16_t* q = bench::device_copy(fp4_values(static_cast<size_t>(T * kHeads * kDh), rng));
     std::vector<uint16_t> w_host(static_cast<size_t>(T * kHeads));
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (uint16_t& v : w_host) v = float_to_bf16(normal(rng));
-    uint16_t* w = device_copy(w_host);
-    kernels::IndexerSeqDesc* d_seqs = device_copy(seqs);
-    int32_t* d_seq_of_token = device_copy(seq_of_token);
+    uint16_t* w = bench::device_copy(w_host);
+    kernels::IndexerSeqDesc* d_seqs = bench::device_copy(seqs);
+    int32_t* d_seq_of_token = bench::device_copy(seq_of_token);
     float* scores = nullptr;
     int32_t* topk = nullptr;
     DSV4_CUDA_CHECK(cudaMalloc(&scores, static_cast<size_t>(T * keys_per_seq) * sizeof(float)));

@@ -36,14 +36,6 @@ struct Case {
   int64_t start_pos;  // of each sequence's first token
 };
 
-template <typename T>
-T* device_copy(const std::vector<T>& host) {
-  T* p = nullptr;
-  DSV4_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(1, host.size()) * sizeof(T)));
-  DSV4_CUDA_CHECK(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return p;
-}
-
 std::vector<uint16_t> random_bf16(size_t n, float scale, std::mt19937& rng) {
   std::normal_distribution<float> dist(0.0f, scale);
   std::vector<uint16_t> out(n);
@@ -69,11 +61,11 @@ int main(int argc, char** argv) {
               "flops us");
   for (const Case& c : cases) {
     const int64_t T = c.batch * c.tokens, capacity = c.ratio > 0 ? (c.start_pos + c.tokens) / c.ratio + 1 : 1;
-    uint16_t* q = device_copy(random_bf16(static_cast<size_t>(T * kHeads * kD), 2.0f, rng));
-    uint16_t* kv = device_copy(random_bf16(static_cast<size_t>(T * kD), 1.0f, rng));
-    uint16_t* window = device_copy(random_bf16(static_cast<size_t>(kWindow * kD), 1.0f, rng));
-    uint16_t* compressed = device_copy(random_bf16(static_cast<size_t>(capacity * kD), 1.0f, rng));
-    float* sink = device_copy(std::vector<float>(kHeads, 0.5f));
+    uint16_t* q = bench::device_copy(random_bf16(static_cast<size_t>(T * kHeads * kD), 2.0f, rng));
+    uint16_t* kv = bench::device_copy(random_bf16(static_cast<size_t>(T * kD), 1.0f, rng));
+    uint16_t* window = bench::device_copy(random_bf16(static_cast<size_t>(kWindow * kD), 1.0f, rng));
+    uint16_t* compressed = bench::device_copy(random_bf16(static_cast<size_t>(capacity * kD), 1.0f, rng));
+    float* sink = bench::device_copy(std::vector<float>(kHeads, 0.5f));
     uint16_t* out = nullptr;
     DSV4_CUDA_CHECK(cudaMalloc(&out, static_cast<size_t>(T * kHeads * kD) * sizeof(uint16_t)));
     // Every sequence reads the same window ring and compressed entries (the bytes a kernel
@@ -111,9 +103,9 @@ int main(int argc, char** argv) {
         flops += 4.0 * kHeads * kD * static_cast<double>(entries);
       }
     }
-    const auto* seq_table = device_copy(seqs);
-    const int32_t* token_seq = device_copy(seq_of_token);
-    const int32_t* topk_ids = c.ratio == 4 ? device_copy(topk) : nullptr;
+    const auto* seq_table = bench::device_copy(seqs);
+    const int32_t* token_seq = bench::device_copy(seq_of_token);
+    const int32_t* topk_ids = c.ratio == 4 ? bench::device_copy(topk) : nullptr;
 
     kernels::SparseAttnRowsParams p;
     p.q = {q, true};

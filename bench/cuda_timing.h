@@ -1,9 +1,12 @@
-// Timing GPU work for the kernel benchmarks: the mean of many runs by CUDA events, after warm-up.
+// Timing GPU work for the kernel benchmarks: the mean of many runs by CUDA events, after warm-up;
+// and their inputs copied to the device.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <functional>
+#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 
@@ -25,6 +28,16 @@ inline double time_us(const std::function<void()>& step, int iters) {
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   return 1e3 * ms / iters;
+}
+
+// A device copy of `host` (at least one element's memory, so an empty vector gets a valid pointer);
+// the benchmark frees it.
+template <typename T>
+T* device_copy(const std::vector<T>& host) {
+  T* p = nullptr;
+  DSV4_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(1, host.size()) * sizeof(T)));
+  DSV4_CUDA_CHECK(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return p;
 }
 
 }  // namespace dsv4::bench

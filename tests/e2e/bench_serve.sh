@@ -9,27 +9,10 @@ dsv4=$1
 python=$2
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
-server_pid=""
-cleanup() {
-  [ -n "$server_pid" ] && kill -9 "$server_pid" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; [ -f "$work/serve.log" ] && cat "$work/serve.log" >&2; exit 1; }
+source "$here/serve_lib.sh"
+trap 'stop_server_now; rm -rf "$work"' EXIT
 
-"$dsv4" make-model --preset tiny --seed 1 --out "$work/tiny" >/dev/null
-"$dsv4" serve --model "$work/tiny" --served-model-name tiny --port 0 --api-key sekrit --max-model-len 256 \
-  --max-num-seqs 4 --threads 2 2>"$work/serve.log" &
-server_pid=$!
-port=""
-for _ in $(seq 1 300); do  # up to 60 s for the port, then the model
-  port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/serve.log")
-  [ -n "$port" ] && grep -q "serve: ready" "$work/serve.log" && break
-  kill -0 "$server_pid" 2>/dev/null || fail "the server exited"
-  sleep 0.2
-done
-[ -n "$port" ] && grep -q "serve: ready" "$work/serve.log" || fail "the server did not get ready"
-url="http://127.0.0.1:$port"
+start_server "$dsv4" "$work" --max-num-seqs 4
 
 # Concurrency 4, all at once, full-length outputs; the model name comes from /v1/models.
 timeout 60 "$dsv4" bench serve --base-url "$url" --api-key sekrit --num-prompts 8 --random-input-len 32 \
@@ -104,10 +87,7 @@ assert r["completed"] == 0 and r["failed"] == 3 and all("401" in e for e in r["e
 PY
 
 # A port nothing listens on (the server's, once stopped): counted connection failures.
-kill -TERM "$server_pid"
-for _ in $(seq 1 150); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.2; done
-kill -0 "$server_pid" 2>/dev/null && fail "SIGTERM did not stop the server within 30 s"
-server_pid=""
+stop_server
 if timeout 60 "$dsv4" bench serve --base-url "$url" --model tiny --num-prompts 2 --random-input-len 8 \
   --random-output-len 2 >"$work/url.txt" 2>"$work/url.err"; then fail "a dead URL passed"; fi
 grep -q "^Failed requests: *2" "$work/url.txt" || fail "dead URL: $(cat "$work/url.txt")"
