@@ -49,6 +49,11 @@ class Fields {
                           path(key), "invalid_type");
   }
 
+  [[noreturn]] void missing(const char* key) const {
+    throw invalid_request("Missing required parameter: '" + path(key) + "'.", path(key),
+                          "missing_required_parameter");
+  }
+
   [[noreturn]] void value_error(const char* key, const std::string& what) const {
     throw invalid_request("Invalid value for '" + path(key) + "': " + what, path(key),
                           "invalid_value");
@@ -299,16 +304,10 @@ ToolChoice parse_tool_choice(const Fields& fields, const std::vector<ordered_jso
       choice_fields.value_error("type", "expected \"function\".");
     }
     const ordered_json* function = choice_fields.find("function");
-    if (!function || !function->is_object()) {
-      throw invalid_request("Missing required parameter: 'tool_choice.function'.",
-                            "tool_choice.function", "missing_required_parameter");
-    }
-    const std::optional<std::string> function_name =
-        Fields(*function, "tool_choice.function.").string("name");
-    if (!function_name) {
-      throw invalid_request("Missing required parameter: 'tool_choice.function.name'.",
-                            "tool_choice.function.name", "missing_required_parameter");
-    }
+    if (!function || !function->is_object()) choice_fields.missing("function");
+    const Fields function_fields(*function, "tool_choice.function.");
+    const std::optional<std::string> function_name = function_fields.string("name");
+    if (!function_name) function_fields.missing("name");
     name = *function_name;
     parsed = ToolChoice::kNamed;
   } else {
@@ -331,18 +330,12 @@ std::optional<ordered_json> parse_response_format(const Fields& fields) {
   if (!format->is_object()) fields.type_error("response_format", "an object", *format);
   const Fields format_fields(*format, "response_format.");
   const std::optional<std::string> type = format_fields.string("type");
-  if (!type) {
-    throw invalid_request("Missing required parameter: 'response_format.type'.",
-                          "response_format.type", "missing_required_parameter");
-  }
+  if (!type) format_fields.missing("type");
   if (*type == "text") return std::nullopt;
   if (*type == "json_object") return *format;
   if (*type == "json_schema") {
     const ordered_json* schema = format_fields.find("json_schema");
-    if (!schema || !schema->is_object()) {
-      throw invalid_request("Missing required parameter: 'response_format.json_schema'.",
-                            "response_format.json_schema", "missing_required_parameter");
-    }
+    if (!schema || !schema->is_object()) format_fields.missing("json_schema");
     return *format;
   }
   format_fields.value_error("type", "expected text, json_object or json_schema, got \"" + *type +
@@ -364,10 +357,7 @@ ChatCompletionRequest chat_conversation(const Fields& fields) {
   ChatCompletionRequest request;
   request.model = model_field(fields);
   const ordered_json* messages = fields.find("messages");
-  if (!messages) {
-    throw invalid_request("Missing required parameter: 'messages'.", "messages",
-                          "missing_required_parameter");
-  }
+  if (!messages) fields.missing("messages");
   if (!messages->is_array()) fields.type_error("messages", "an array", *messages);
   if (messages->empty()) fields.value_error("messages", "at least one message is needed.");
   try {
@@ -465,10 +455,7 @@ CompletionRequest parse_completion_request(const ordered_json& body) {
   CompletionRequest request;
   request.model = model_field(fields);
   const ordered_json* prompt = fields.find("prompt");
-  if (!prompt) {
-    throw invalid_request("Missing required parameter: 'prompt'.", "prompt",
-                          "missing_required_parameter");
-  }
+  if (!prompt) fields.missing("prompt");
   // A string, ids, or a list of one of either.
   const ordered_json* single = prompt;
   if (prompt->is_array() && !prompt->empty() && !(*prompt)[0].is_number()) {
@@ -530,10 +517,7 @@ DetokenizeRequest parse_detokenize_request(const ordered_json& body) {
   DetokenizeRequest request;
   request.model = model_field(fields);
   const ordered_json* tokens = fields.find("tokens");
-  if (!tokens) {
-    throw invalid_request("Missing required parameter: 'tokens'.", "tokens",
-                          "missing_required_parameter");
-  }
+  if (!tokens) fields.missing("tokens");
   if (!tokens->is_array()) fields.type_error("tokens", "an array of token ids", *tokens);
   request.tokens = token_id_list(*tokens, "tokens");
   return request;

@@ -161,6 +161,9 @@ TEST(OpenAiRequest, EachBadChatFieldIsNamed) {
       "tool_choice");
   expect_chat_refused(with_user(R"("tool_choice": {"type": "function"}, "tools": [{"function": {"name": "f"}}])"),
                       "tool_choice.function");
+  expect_chat_refused(with_user(R"("tool_choice": {"type": "function", "function": {}}, "tools": [{"function": {"name": "f"}}])"),
+                      "tool_choice.function.name");
+  expect_chat_refused(with_user(R"("response_format": {})"), "response_format.type");
   expect_chat_refused(with_user(R"("response_format": {"type": "xml"})"), "response_format.type");
   expect_chat_refused(with_user(R"("response_format": {"type": "json_schema"})"),
                       "response_format.json_schema");
