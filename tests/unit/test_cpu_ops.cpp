@@ -32,6 +32,37 @@ class CpuOpsTest : public ::testing::Test {
   CpuOps ops{2};
 };
 
+// ---- copy_rows --------------------------------------------------------------------------------
+
+// Row ranges of one tensor land in other tensors' rows; nothing else in them changes; a
+// destination of another dtype or width, or a range past either end, is refused naming the copy.
+TEST_F(CpuOpsTest, CopyRowsWritesEachRangeAndRefusesMisfits) {
+  const std::vector<float> src = random_floats(5 * 4, 3);
+  const DeviceTensor from = make_tensor(ops, DType::kF32, {5, 4}, src);
+  DeviceTensor a = ops.alloc(DType::kF32, {3, 4}), b = ops.alloc(DType::kF32, {6, 4});
+  const std::vector<RowCopy> copies = {{0, a.view(), 1, 2}, {2, b.view(), 3, 3}, {4, a.view(), 0, 0}};
+  ops.copy_rows({from.view(), copies});
+  const std::vector<float> got_a = to_floats(a.view()), got_b = to_floats(b.view());
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t c = 0; c < 4; ++c)
+      EXPECT_EQ(got_a[r * 4 + c], r == 0 ? 0.0f : src[(r - 1) * 4 + c]) << r << "," << c;
+  for (int64_t r = 0; r < 6; ++r)
+    for (int64_t c = 0; c < 4; ++c)
+      EXPECT_EQ(got_b[r * 4 + c], r < 3 ? 0.0f : src[(r - 1) * 4 + c]) << r << "," << c;
+
+  DeviceTensor narrow = ops.alloc(DType::kF32, {3, 2}), half = ops.alloc(DType::kBF16, {3, 4});
+  for (const RowCopy& bad : {RowCopy{0, narrow.view(), 0, 1}, RowCopy{0, half.view(), 0, 1},
+                             RowCopy{4, a.view(), 0, 2}, RowCopy{0, a.view(), 2, 2}}) {
+    const std::vector<RowCopy> one = {bad};
+    try {
+      ops.copy_rows({from.view(), one});
+      ADD_FAILURE() << "a misfit copy was accepted";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("copy_rows: copy 0"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // ---- norms, rope, quantisation, hadamard ----------------------------------------------------
 
 TEST_F(CpuOpsTest, RmsNormMatchesTheFormulaAndRoundsToTheOutputDtype) {
