@@ -69,12 +69,13 @@ int main(int argc, char** argv) {
     const std::vector<uint16_t> pool = fp4_values(static_cast<size_t>((keys_per_seq + 64 * c.batch) * kDh), rng);
     std::vector<uint16_t*> keys;
     std::vector<kernels::IndexerSeqDesc> seqs;
-    std::vector<int32_t> seq_of_token;
+    std::vector<int32_t> seq_of_token, positions;
     for (int64_t s = 0; s < c.batch; ++s) {
       const std::vector<uint16_t> mine(pool.begin() + s * 64 * kDh, pool.begin() + (s * 64 + keys_per_seq) * kDh);
       keys.push_back(bench::device_copy(mine));
-      seqs.push_back({s * c.tokens, c.start_pos, {keys.back(), true}});
+      seqs.push_back({s * c.tokens, {keys.back(), true}});
       seq_of_token.insert(seq_of_token.end(), static_cast<size_t>(c.tokens), static_cast<int32_t>(s));
+      for (int64_t i = 0; i < c.tokens; ++i) positions.push_back(static_cast<int32_t>(c.start_pos + i));
     }
     uint16_t* q = bench::device_copy(fp4_values(static_cast<size_t>(T * kHeads * kDh), rng));
     std::vector<uint16_t> w_host(static_cast<size_t>(T * kHeads));
@@ -83,6 +84,7 @@ int main(int argc, char** argv) {
     uint16_t* w = bench::device_copy(w_host);
     kernels::IndexerSeqDesc* d_seqs = bench::device_copy(seqs);
     int32_t* d_seq_of_token = bench::device_copy(seq_of_token);
+    int32_t* d_positions = bench::device_copy(positions);
     float* scores = nullptr;
     int32_t* topk = nullptr;
     DSV4_CUDA_CHECK(cudaMalloc(&scores, static_cast<size_t>(T * keys_per_seq) * sizeof(float)));
@@ -93,6 +95,7 @@ int main(int argc, char** argv) {
     p.weights = {w, true};
     p.seqs = d_seqs;
     p.seq_of_token = d_seq_of_token;
+    p.positions = d_positions;
     p.scores = scores;
     p.topk = topk;
     p.weight_scale = 1.0f / std::sqrt(static_cast<float>(kHeads * kDh));
@@ -119,6 +122,7 @@ int main(int argc, char** argv) {
     cudaFree(w);
     cudaFree(d_seqs);
     cudaFree(d_seq_of_token);
+    cudaFree(d_positions);
     cudaFree(scores);
     cudaFree(topk);
   }

@@ -71,18 +71,18 @@ int main(int argc, char** argv) {
     // Every sequence reads the same window ring and compressed entries (the bytes a kernel
     // moves do not depend on which sequence owns them).
     std::vector<kernels::SparseAttnSeq> seqs;
-    std::vector<int32_t> seq_of_token, topk;
+    std::vector<int32_t> seq_of_token, positions, topk;
     int64_t max_entries = 0;
     double entries_read = 0, flops = 0;
     for (int64_t s = 0; s < c.batch; ++s) {
       kernels::SparseAttnSeq desc;
       desc.token_begin = s * c.tokens;
-      desc.start_pos = c.start_pos;
-      if (c.start_pos > 0) desc.window = {window, true};
+      desc.window = {window, true};
       if (c.ratio > 0) desc.compressed = {compressed, true};
       seqs.push_back(desc);
       for (int64_t i = 0; i < c.tokens; ++i) {
         seq_of_token.push_back(static_cast<int32_t>(s));
+        positions.push_back(static_cast<int32_t>(c.start_pos + i));
         const int64_t pos = c.start_pos + i, visible = c.ratio > 0 ? (pos + 1) / c.ratio : 0;
         int64_t entries = std::min(kWindow, pos + 1);
         if (c.ratio == 4) {
@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
     }
     const auto* seq_table = bench::device_copy(seqs);
     const int32_t* token_seq = bench::device_copy(seq_of_token);
+    const int32_t* token_positions = bench::device_copy(positions);
     const int32_t* topk_ids = c.ratio == 4 ? bench::device_copy(topk) : nullptr;
 
     kernels::SparseAttnRowsParams p;
@@ -112,6 +113,7 @@ int main(int argc, char** argv) {
     p.kv = {kv, true};
     p.seqs = seq_table;
     p.seq_of_token = token_seq;
+    p.positions = token_positions;
     p.topk = topk_ids;
     p.sink = {sink, false};
     p.out = {out, true};
@@ -137,6 +139,7 @@ int main(int argc, char** argv) {
                       static_cast<void*>(compressed), static_cast<void*>(sink), static_cast<void*>(out), workspace,
                       const_cast<void*>(static_cast<const void*>(seq_table)),
                       const_cast<void*>(static_cast<const void*>(token_seq)),
+                      const_cast<void*>(static_cast<const void*>(token_positions)),
                       const_cast<void*>(static_cast<const void*>(topk_ids))})
       cudaFree(ptr);
   }

@@ -13,22 +13,13 @@ namespace dsv4 {
 
 namespace {
 
-// Writes the batch's kv rows into each sequence's window ring (position p in row p % W), in one
-// copy_rows for the batch; only a sequence's last W rows can matter.
+// Writes the batch's kv rows into each sequence's window ring (position p in row p % W, the
+// plan's window_rows; only a sequence's last W rows are written), in one op for the batch.
 void append_to_windows(const ForwardContext& ctx, int64_t layer, const DeviceTensor& kv) {
-  std::vector<RowCopy> copies;
-  for (size_t s = 0; s < ctx.slices.size(); ++s) {
-    const SeqSlice& sl = ctx.slices[s];
-    const TensorView ring = ctx.cache(s).layer(layer).window.view();
-    const int64_t W = ring.dim(0);
-    for (int64_t i = std::max<int64_t>(0, sl.num_tokens - W); i < sl.num_tokens;) {
-      const int64_t slot = (sl.start_pos + i) % W;
-      const int64_t run = std::min(sl.num_tokens - i, W - slot);  // up to the ring's end
-      copies.push_back({sl.token_begin + i, ring, slot, run});
-      i += run;
-    }
-  }
-  ctx.ops.copy_rows({kv.view(), copies});
+  std::vector<CacheRows> seqs;
+  for (size_t s = 0; s < ctx.slices.size(); ++s)
+    seqs.push_back({ctx.slices[s].token_begin, ctx.slices[s].num_tokens, ctx.cache(s).layer(layer).window.view()});
+  ctx.ops.write_cache_rows({kv.view(), ctx.window_rows.view(), seqs});
 }
 
 }  // namespace
@@ -80,7 +71,7 @@ DeviceTensor attention(const ForwardContext& ctx, const AttentionWeights& w, int
   DeviceTensor o = ctx.alloc(ctx.act, {T, H, d});
   const auto softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   ctx.ops.sparse_attention({q.view(), kv.view(), &w.attn_sink, topk.empty() ? ConstTensorView() : ConstTensorView(topk.view()),
-                            seqs, p.sliding_window, ratio, softmax_scale, o.view()});
+                            ctx.positions.view(), seqs, p.sliding_window, ratio, softmax_scale, o.view()});
   append_to_windows(ctx, layer, kv);
   if (!topk.empty()) ctx.observe("layers." + std::to_string(layer) + ".indexer_topk", topk);
 

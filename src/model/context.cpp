@@ -1,4 +1,4 @@
-// ForwardContext construction (validation of the batch against its caches) and block helpers.
+// ForwardContext construction (the batch's StepPlan, checked and in backend memory) and block helpers.
 #include "model/context.h"
 
 #include "core/error.h"
@@ -6,53 +6,26 @@
 namespace dsv4 {
 
 ForwardContext::ForwardContext(Ops& ops_, const ModelConfig& cfg_, const ForwardBatch& batch_, bool mtp)
-    : ops(ops_), cfg(cfg_), batch(batch_), T(batch_.num_tokens()) {
+    : ops(ops_), cfg(cfg_), batch(batch_), plan(cfg_, batch_, mtp), T(batch_.num_tokens()) {
   const bool exact = batch.options.exact_math;
   act = exact ? DType::kF32 : DType::kBF16;
   fp8_act = exact ? ActQuant::kNone : ActQuant::kFp8Block128;
   qat = !exact;
-  if (T == 0) throw UsageError("a forward needs at least one token");
-  if (static_cast<int64_t>(batch.positions.size()) != T)
-    throw UsageError("the batch has " + std::to_string(T) + " tokens but " + std::to_string(batch.positions.size()) +
-                     " positions");
-  int64_t begin = 0;
-  for (size_t s = 0; s < batch.sequences.size(); ++s) {
-    const SequenceChunk& c = batch.sequences[s];
-    const std::string which = "sequence " + std::to_string(s) + " of the batch";
-    if (c.cache == nullptr) throw UsageError(which + " has no cache");
-    if (c.num_tokens <= 0) throw UsageError(which + " has no tokens");
-    const int64_t expected = mtp ? c.cache->mtp_length() : c.cache->length();
-    if (c.start_pos != expected)
-      throw UsageError(which + " starts at position " + std::to_string(c.start_pos) + " but its cache holds " +
-                       std::to_string(expected) + " tokens");
-    if (c.start_pos + c.num_tokens > c.cache->capacity())
-      throw UsageError(which + " would grow to " + std::to_string(c.start_pos + c.num_tokens) +
-                       " tokens, beyond its capacity of " + std::to_string(c.cache->capacity()));
-    if (c.start_pos + c.num_tokens > cfg.params().max_position_embeddings)
-      throw UsageError(which + " would reach position " + std::to_string(c.start_pos + c.num_tokens - 1) +
-                       ", beyond max_position_embeddings (" + std::to_string(cfg.params().max_position_embeddings) + ")");
-    if (c.cache->dtype() != act)
-      throw UsageError(which + " has " + std::string(dtype_name(c.cache->dtype())) + " caches but the forward is " +
-                       (exact ? "exact-math (needs f32)" : "default-mode (needs bf16)"));
-    for (size_t u = 0; u < s; ++u)
-      if (batch.sequences[u].cache == c.cache) throw UsageError(which + " appears twice");
-    if (begin + c.num_tokens > T) throw UsageError("the batch's sequences hold more tokens than token_ids");
-    for (int64_t i = 0; i < c.num_tokens; ++i)
-      if (batch.positions[static_cast<size_t>(begin + i)] != c.start_pos + i)
-        throw UsageError(which + ": token " + std::to_string(i) + " has position " +
-                         std::to_string(batch.positions[static_cast<size_t>(begin + i)]) + ", expected " +
-                         std::to_string(c.start_pos + i));
-    slices.push_back({begin, c.num_tokens, c.start_pos});
-    begin += c.num_tokens;
+  const auto n = static_cast<int64_t>(plan.ints().size());
+  if (batch.planned.empty()) {
+    plan_ints = ops.alloc(DType::kI32, {n});
+    ops.upload(ConstTensorView(reinterpret_cast<const std::byte*>(plan.ints().data()), DType::kI32, {n}),
+               plan_ints.view());
+  } else {
+    if (batch.planned.dtype() != DType::kI32 || batch.planned.numel() != n)
+      throw UsageError("the batch's planned inputs are " + std::string(dtype_name(batch.planned.dtype())) +
+                       shape_str(batch.planned.shape()) + ", its plan needs i32[" + std::to_string(n) + "]");
+    plan_ints = batch.planned;
   }
-  if (begin != T) throw UsageError("the batch's sequences hold " + std::to_string(begin) + " of its " +
-                                   std::to_string(T) + " tokens");
-  token_ids = ops.alloc(DType::kI32, {T});
-  ops.upload(ConstTensorView(reinterpret_cast<const std::byte*>(batch.token_ids.data()), DType::kI32, {T}),
-             token_ids.view());
-  positions = ops.alloc(DType::kI32, {T});
-  ops.upload(ConstTensorView(reinterpret_cast<const std::byte*>(batch.positions.data()), DType::kI32, {T}),
-             positions.view());
+  token_ids = field(plan.token_ids());
+  positions = field(plan.positions());
+  window_rows = field(plan.window_rows());
+  slices = plan.slices();
 }
 
 DeviceTensor linear(const ForwardContext& ctx, const DeviceTensor& x, const Weight& w, DType out) {

@@ -10,6 +10,7 @@
 #include "config/model_config.h"
 #include "model/cache.h"
 #include "model/forward_batch.h"
+#include "model/step_plan.h"
 #include "ops/ops.h"
 
 namespace dsv4 {
@@ -21,13 +22,19 @@ struct ForwardContext {
   Ops& ops;
   const ModelConfig& cfg;
   const ForwardBatch& batch;
+  StepPlan plan;           // checks the batch
   int64_t T;
   DType act;               // activations and caches: kBF16, or kF32 in exact-math mode
   ActQuant fp8_act;        // activation quantisation of FP8/FP4 linears (kNone in exact math)
   bool qat;                // QAT rounding of kv, compressed entries and indexer q/k
+  DeviceTensor plan_ints;  // the plan's ints in backend memory
   DeviceTensor token_ids;  // [T] i32
   DeviceTensor positions;  // [T] i32
+  DeviceTensor window_rows;  // [T] i32 (StepPlan::window_rows)
   std::vector<SeqSlice> slices;
+
+  // A field of the plan in backend memory, [size] i32.
+  DeviceTensor field(StepPlan::Field f) const { return plan_ints.part(f.offset, {f.size}); }
 
   // An op's output within the forward (the op writes all of it, so it need not be zeroed).
   DeviceTensor alloc(DType dtype, Shape shape) const { return ops.alloc_output(dtype, std::move(shape)); }

@@ -49,6 +49,9 @@ struct ForwardBatch {
   std::vector<SequenceChunk> sequences;
   ForwardOptions options;
   ForwardObserver* observer = nullptr;
+  // The batch's StepPlan ints already in backend memory (a CUDA graph's input buffer, which the
+  // graph's ops read at every replay); empty: the forward uploads its plan itself.
+  DeviceTensor planned;
 
   // Appends a sequence's next tokens at positions start_pos, start_pos + 1, ...
   void add(SequenceCache& cache, std::span<const int32_t> ids, int64_t start_pos) {

@@ -24,7 +24,8 @@ DeviceTensor indexer_topk(const ForwardContext& ctx, const IndexerWeights& w, in
   std::vector<IndexerSeq> seqs;
   for (size_t s = 0; s < ctx.slices.size(); ++s) seqs.push_back({ctx.slices[s], ctx.cache(s).layer(layer).index_keys.view()});
   DeviceTensor topk = ctx.alloc(DType::kI32, {T, p.index_topk});
-  ctx.ops.indexer_topk({q.view(), weights.view(), weight_scale, ctx.cfg.compress_ratio(layer), seqs, topk.view()});
+  ctx.ops.indexer_topk({q.view(), weights.view(), weight_scale, ctx.cfg.compress_ratio(layer), ctx.positions.view(), seqs,
+                        topk.view()});
   return topk;
 }
 

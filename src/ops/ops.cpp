@@ -28,6 +28,14 @@ DeviceTensor DeviceTensor::reshaped(Shape shape) const {
   return DeviceTensor(storage_, dtype_, std::move(shape));
 }
 
+DeviceTensor DeviceTensor::part(int64_t offset, Shape shape) const {
+  if (offset < 0 || offset + shape_numel(shape) > numel())
+    throw UsageError("elements [" + std::to_string(offset) + ", " + std::to_string(offset + shape_numel(shape)) +
+                     ") are outside a tensor of shape " + shape_str(shape_));
+  std::shared_ptr<std::byte> at(storage_, storage_.get() + offset * static_cast<int64_t>(dtype_size(dtype_)));
+  return DeviceTensor(std::move(at), dtype_, std::move(shape));
+}
+
 TensorView slice_rows(TensorView v, int64_t begin, int64_t end) { return slice_rows_impl(v, begin, end); }
 
 void Ops::copy_rows(const CopyRowsParams& p) {

@@ -41,6 +41,8 @@ class DeviceTensor {
   bool empty() const { return storage_ == nullptr; }
   // The same storage seen with another shape of equal element count (UsageError otherwise).
   DeviceTensor reshaped(Shape shape) const;
+  // Elements [offset, offset + numel(shape)) as a tensor of `shape`, sharing the storage.
+  DeviceTensor part(int64_t offset, Shape shape) const;
 
  private:
   std::shared_ptr<std::byte> storage_;
@@ -106,6 +108,25 @@ struct RowCopy {
 struct CopyRowsParams {
   ConstTensorView src;  // [T, width] any dtype
   std::span<const RowCopy> copies;
+};
+
+// One sequence's rows of a write_cache_rows source: rows [src_begin, src_begin + rows) go into
+// `cache`.
+struct CacheRows {
+  int64_t src_begin = 0;
+  int64_t rows = 0;
+  TensorView cache;     // [capacity, width], the source's dtype and width
+};
+
+// Cache writes whose destinations are data, not arguments: source row r goes to row dst_rows[r]
+// of its sequence's cache, or nowhere where dst_rows[r] < 0. The destinations come from the
+// forward's step plan (window slots, completed blocks), so the op's arguments are the same at
+// every decode step and a CUDA graph can replay it. A destination past the cache is an error
+// (the CPU throws; the CUDA backend skips the row: the plan never makes one).
+struct WriteCacheRowsParams {
+  ConstTensorView src;       // [R, width] any dtype
+  ConstTensorView dst_rows;  // [R] i32
+  std::span<const CacheRows> seqs;
 };
 
 // ---- elementwise and normalisation ----------------------------------------------------------
@@ -226,20 +247,27 @@ struct SeqSlice {
 // The compressor's gated pooling (MODEL.md §4.2-4.3) for one sequence. The state rings hold the
 // last ring_rows = coff*m tokens' (kv, score + ape) in fp32, the token at position p in row
 // p % ring_rows. The op writes this slice's rows and pools every block the slice completes.
+// A slice of n tokens owns compressor_block_rows(n, m) = ceil(n / m) rows of `out` from
+// out_begin, the most blocks n tokens can complete: row i is block floor(start_pos / m) + i,
+// pooled if the slice completes it and zeros otherwise. The row count does not depend on the
+// position, so a decode step's shapes are the same at every step (what a CUDA graph needs).
 struct CompressorSeq {
   SeqSlice slice;
   TensorView state_kv;     // [coff*m, coff*dc] f32
   TensorView state_score;  // [coff*m, coff*dc] f32
-  int64_t out_begin = 0;   // row of `out` for the first block this slice completes
+  int64_t out_begin = 0;   // row of `out` for the slice's first block row
 };
+
+inline int64_t compressor_block_rows(int64_t num_tokens, int64_t ratio) { return (num_tokens + ratio - 1) / ratio; }
 
 struct CompressorPoolParams {
   ConstTensorView kv;      // [T, coff*dc] f32  x @ wkv^T
   ConstTensorView score;   // [T, coff*dc] f32  x @ wgate^T (ape not yet added)
   const Weight* ape;       // [m, coff*dc] f32
   int64_t ratio = 0;       // m: 4 (overlapping, coff = 2) or 128 (coff = 1)
+  ConstTensorView positions;  // [T] i32 each token's position (the slices' positions)
   std::span<const CompressorSeq> seqs;
-  TensorView out;          // [entries, dc] f32 pooled entries, sequence by sequence, block order
+  TensorView out;          // [rows, dc] f32 each sequence's block rows (see CompressorSeq)
 };
 
 struct IndexerSeq {
@@ -255,6 +283,7 @@ struct IndexerTopkParams {
   ConstTensorView weights; // [T, Hi]
   float weight_scale = 0;
   int64_t ratio = 0;
+  ConstTensorView positions;  // [T] i32 each token's position (the slices' positions)
   std::span<const IndexerSeq> seqs;
   TensorView topk;         // [T, topk] i32: chosen entry ids ascending, then -1
 };
@@ -275,6 +304,7 @@ struct SparseAttentionParams {
   ConstTensorView kv;          // [T, d] the batch's window kv rows
   const Weight* sink;          // [H] f32
   ConstTensorView topk;        // [T, k] i32 ascending ids then -1, or empty
+  ConstTensorView positions;   // [T] i32 each token's position (the slices' positions)
   std::span<const AttentionSeq> seqs;
   int64_t window = 0;
   int64_t ratio = 0;
@@ -347,6 +377,7 @@ class Ops {
   virtual void copy(const CopyParams& p) = 0;
   // The default runs each range through copy(); a backend overrides it to batch them.
   virtual void copy_rows(const CopyRowsParams& p);
+  virtual void write_cache_rows(const WriteCacheRowsParams& p) = 0;
   // Converts a checkpoint tensor to the backend's compute layout; checks shapes and dtypes.
   virtual Weight load_weight(const LoadWeightParams& p) = 0;
   virtual Weight dummy_weight(const DummyWeightParams& p) = 0;

@@ -48,8 +48,19 @@ void check_params(const AddBroadcastParams& p) {
 void check_params(const CompressorPoolParams& p) {
   expect_rank("compressor_pool", "kv", p.kv, 2);
   expect_dtype("compressor_pool", "kv", p.kv, DType::kF32);
+  expect_shape("compressor_pool", "positions", p.positions, {p.kv.dim(0)});
+  expect_dtype("compressor_pool", "positions", p.positions, DType::kI32);
   const int64_t m = p.ratio;
   if (m <= 0) throw UsageError("compressor_pool: ratio must be positive");
+  expect_rank("compressor_pool", "out", p.out, 2);
+  for (size_t s = 0; s < p.seqs.size(); ++s) {
+    const CompressorSeq& seq = p.seqs[s];
+    const int64_t rows = compressor_block_rows(seq.slice.num_tokens, m);
+    if (rows > 0 && (seq.out_begin < 0 || seq.out_begin + rows > p.out.dim(0)))
+      throw UsageError("compressor_pool: sequence " + std::to_string(s) + "'s " + std::to_string(rows) +
+                       " block rows from row " + std::to_string(seq.out_begin) + " do not fit out " +
+                       shape_str(p.out.shape()));
+  }
 }
 
 void check_params(const CopyParams& p) {
@@ -58,6 +69,23 @@ void check_params(const CopyParams& p) {
   if (p.src.numel() != p.dst.numel())
     throw UsageError("copy: " + shape_str(p.src.shape()) + " and " + shape_str(p.dst.shape()) +
                      " differ in element count");
+}
+
+void check_params(const WriteCacheRowsParams& p) {
+  if (p.src.rank() != 2)
+    throw UsageError("write_cache_rows: src must be [rows, width], got " + shape_str(p.src.shape()));
+  expect_shape("write_cache_rows", "dst_rows", p.dst_rows, {p.src.dim(0)});
+  expect_dtype("write_cache_rows", "dst_rows", p.dst_rows, DType::kI32);
+  for (size_t i = 0; i < p.seqs.size(); ++i) {
+    const CacheRows& c = p.seqs[i];
+    const std::string what = "write_cache_rows: sequence " + std::to_string(i) + ": ";
+    if (c.cache.rank() != 2 || c.cache.dtype() != p.src.dtype() || c.cache.dim(1) != p.src.dim(1))
+      throw UsageError(what + "cache " + std::string(dtype_name(c.cache.dtype())) + shape_str(c.cache.shape()) +
+                       " is not [*, " + std::to_string(p.src.dim(1)) + "] " + std::string(dtype_name(p.src.dtype())));
+    if (c.rows < 0 || c.src_begin < 0 || c.src_begin + c.rows > p.src.dim(0))
+      throw UsageError(what + "rows [" + std::to_string(c.src_begin) + ", " + std::to_string(c.src_begin + c.rows) +
+                       ") are outside the source " + shape_str(p.src.shape()));
+  }
 }
 
 void check_params(const CopyRowsParams& p) {
@@ -146,6 +174,8 @@ void check_params(const IndexerTopkParams& p) {
   expect_dtype("indexer_topk", "topk", p.topk, DType::kI32);
   if (p.topk.dim(0) != T) throw UsageError("indexer_topk: topk must have one row per token");
   if (p.ratio <= 0) throw UsageError("indexer_topk: ratio must be positive");
+  expect_shape("indexer_topk", "positions", p.positions, {T});
+  expect_dtype("indexer_topk", "positions", p.positions, DType::kI32);
   check_slices("indexer_topk", p.seqs, T);
 }
 
@@ -219,6 +249,8 @@ void check_params(const SparseAttentionParams& p) {
   expect_float("sparse_attention", "kv", p.kv);
   expect_shape("sparse_attention", "out", p.out, {T, H, d});
   expect_float("sparse_attention", "out", p.out);
+  expect_shape("sparse_attention", "positions", p.positions, {T});
+  expect_dtype("sparse_attention", "positions", p.positions, DType::kI32);
   if (!is_empty(p.topk)) {
     expect_rank("sparse_attention", "topk", p.topk, 2);
     expect_dtype("sparse_attention", "topk", p.topk, DType::kI32);

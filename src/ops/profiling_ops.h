@@ -50,6 +50,9 @@ class ProfilingOps final : public Ops {
   void copy_rows(const CopyRowsParams& p) override {
     return timed("copy_rows", [&] { return inner_.copy_rows(p); });
   }
+  void write_cache_rows(const WriteCacheRowsParams& p) override {
+    return timed("write_cache_rows", [&] { return inner_.write_cache_rows(p); });
+  }
   Weight load_weight(const LoadWeightParams& p) override {
     return timed("load_weight", [&] { return inner_.load_weight(p); });
   }

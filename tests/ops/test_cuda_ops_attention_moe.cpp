@@ -123,6 +123,14 @@ class CudaOpsAttentionMoeTest : public ::testing::Test {
     return {host.data<int32_t>(), host.data<int32_t>() + host.numel()};
   }
 
+  // Each token's position, from the slices that cover the batch of T tokens.
+  Both positions_of(const std::vector<SeqSlice>& slices, int64_t T) {
+    std::vector<int32_t> p(static_cast<size_t>(T), 0);
+    for (const SeqSlice& sl : slices)
+      for (int64_t i = 0; i < sl.num_tokens; ++i) p[static_cast<size_t>(sl.token_begin + i)] = static_cast<int32_t>(sl.start_pos + i);
+    return both(int_tensor({T}, p));
+  }
+
   cpu::CpuOps cpu_{2};
   std::unique_ptr<cuda::CudaOps> gpu_;
   std::mt19937 rng_{20240611};
@@ -148,21 +156,23 @@ TEST_P(CompressorPoolTest, MatchesCpuAcrossTwoCalls) {
   }
   for (const std::vector<SeqSlice>* round : {&c.first, &c.second}) {
     std::vector<CompressorSeq> cseqs, gseqs;
+    std::vector<SeqSlice> slices;
     int64_t T = 0, entries = 0;
     for (size_t s = 0; s < round->size(); ++s) {
       SeqSlice sl = (*round)[s];
       sl.token_begin = T;
-      const int64_t blocks = (sl.start_pos + sl.num_tokens) / m - sl.start_pos / m;
+      slices.push_back(sl);
       cseqs.push_back({sl, state_kv[s].cpu.view(), state_score[s].cpu.view(), entries});
       gseqs.push_back({sl, state_kv[s].gpu.view(), state_score[s].gpu.view(), entries});
       T += sl.num_tokens;
-      entries += blocks;
+      entries += compressor_block_rows(sl.num_tokens, m);  // blocks the slice completes, then zeros
     }
+    const Both positions = positions_of(slices, T);
     const Both kv = both(random_tensor(DType::kF32, {T, width}, 1.0f));
     const Both score = both(random_tensor(DType::kF32, {T, width}, 2.0f));
     Both out = output(DType::kF32, {entries, c.dc});
-    cpu_.compressor_pool({kv.cpu.view(), score.cpu.view(), &ape.cpu, m, cseqs, out.cpu.view()});
-    gpu_->compressor_pool({kv.gpu.view(), score.gpu.view(), &ape.gpu, m, gseqs, out.gpu.view()});
+    cpu_.compressor_pool({kv.cpu.view(), score.cpu.view(), &ape.cpu, m, positions.cpu.view(), cseqs, out.cpu.view()});
+    gpu_->compressor_pool({kv.gpu.view(), score.gpu.view(), &ape.gpu, m, positions.gpu.view(), gseqs, out.gpu.view()});
     const std::string what = "compressor_pool m=" + std::to_string(m) + (round == &c.first ? " call 1" : " call 2");
     EXPECT_LT(measure(what, gpu_floats(out), cpu_floats(out)), 1e-6) << what;
     for (size_t s = 0; s < round->size(); ++s) {  // the rings are copies and one add: bit-exact
@@ -216,8 +226,9 @@ TEST_P(IndexerTopkTest, MatchesCpuIncludingTiesAndShortRows) {
     gseqs.push_back({slices[s], keys[s].gpu.view()});
   }
   Both topk = output(DType::kI32, {T, k});
-  cpu_.indexer_topk({q.cpu.view(), w.cpu.view(), weight_scale, ratio, cseqs, topk.cpu.view()});
-  gpu_->indexer_topk({q.gpu.view(), w.gpu.view(), weight_scale, ratio, gseqs, topk.gpu.view()});
+  const Both positions = positions_of(slices, T);
+  cpu_.indexer_topk({q.cpu.view(), w.cpu.view(), weight_scale, ratio, positions.cpu.view(), cseqs, topk.cpu.view()});
+  gpu_->indexer_topk({q.gpu.view(), w.gpu.view(), weight_scale, ratio, positions.gpu.view(), gseqs, topk.gpu.view()});
   const std::vector<int32_t> want = ints(cpu_, topk.cpu), got = ints(*gpu_, topk.gpu);
   // The scores are computed in the CPU's operation order, so the lists must agree exactly.
   int64_t equal_rows = 0;
@@ -287,10 +298,11 @@ TEST_P(SparseAttentionTest, MatchesCpu) {
   const bool with_topk = mode == Compressed::kTopk;
   Both out = output(dt, {T, H, d});
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const Both positions = positions_of(slices, T);
   cpu_.sparse_attention({q.cpu.view(), kv.cpu.view(), &sink.cpu, with_topk ? ConstTensorView(topk.cpu.view()) : ConstTensorView(),
-                         cseqs, W, ratio, scale, out.cpu.view()});
+                         positions.cpu.view(), cseqs, W, ratio, scale, out.cpu.view()});
   gpu_->sparse_attention({q.gpu.view(), kv.gpu.view(), &sink.gpu, with_topk ? ConstTensorView(topk.gpu.view()) : ConstTensorView(),
-                          gseqs, W, ratio, scale, out.gpu.view()});
+                          positions.gpu.view(), gseqs, W, ratio, scale, out.gpu.view()});
   const char* names[] = {"swa only", "all compressed", "top-k"};
   const std::string what = std::string("sparse_attention ") + dtype_label(dt) + " " + names[static_cast<int>(mode)];
   // Same operation order as the CPU; only expf's last bit differs (bf16: rare rounding flips).
@@ -328,8 +340,10 @@ TEST_P(SparseAttentionFlashTest, MatchesCpu) {
   std::vector<Both> windows, comps;
   std::vector<AttentionSeq> cseqs, gseqs;
   std::vector<int32_t> topk_ids(static_cast<size_t>(T * k), -1);
+  std::vector<SeqSlice> slices;
   for (int64_t s = 0; s < c.sequences; ++s) {
     const SeqSlice sl{s * c.tokens, c.tokens, c.start_pos + 37 * s};
+    slices.push_back(sl);
     windows.push_back(both(random_tensor(DType::kBF16, {W, d}, 1.0f)));
     const int64_t capacity = c.ratio > 0 ? (sl.start_pos + sl.num_tokens) / c.ratio + 1 : 1;
     comps.push_back(both(random_tensor(DType::kBF16, {capacity, d}, 1.0f)));
@@ -350,8 +364,11 @@ TEST_P(SparseAttentionFlashTest, MatchesCpu) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const ConstTensorView cpu_topk = with_topk ? ConstTensorView(topk.cpu.view()) : ConstTensorView();
   const ConstTensorView gpu_topk = with_topk ? ConstTensorView(topk.gpu.view()) : ConstTensorView();
-  cpu_.sparse_attention({q.cpu.view(), kv.cpu.view(), &sink.cpu, cpu_topk, cseqs, W, c.ratio, scale, out.cpu.view()});
-  gpu_->sparse_attention({q.gpu.view(), kv.gpu.view(), &sink.gpu, gpu_topk, gseqs, W, c.ratio, scale, out.gpu.view()});
+  const Both positions = positions_of(slices, T);
+  cpu_.sparse_attention({q.cpu.view(), kv.cpu.view(), &sink.cpu, cpu_topk, positions.cpu.view(), cseqs, W, c.ratio, scale,
+                         out.cpu.view()});
+  gpu_->sparse_attention({q.gpu.view(), kv.gpu.view(), &sink.gpu, gpu_topk, positions.gpu.view(), gseqs, W, c.ratio, scale,
+                          out.gpu.view()});
   const std::string what = std::string("sparse_attention flash ") + c.name;
   EXPECT_LT(measure(what, gpu_floats(out), cpu_floats(out)), 1e-3) << what;
 }

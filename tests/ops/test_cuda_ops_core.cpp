@@ -372,13 +372,42 @@ TEST_F(CudaOpsCore, EmbedGathersRowsIntoEveryStream) {
   }
 }
 
+// The id is found on the device, so the error comes from the next synchronisation (every
+// download is one), naming the id; the backend is usable afterwards.
 TEST_F(CudaOpsCore, EmbedRejectsAnIdOutsideTheVocabulary) {
   const BothWeights table = load_both("embed", WeightFormat::kPlain, random_tensor(DType::kBF16, {10, 8}));
   Tensor bad = int_tensor({3}, 0, 9);
   bad.data<int32_t>()[1] = 10;
   const Both ids = upload_both(bad);
   const Both out = outputs(DType::kBF16, {3, 1, 8});
-  EXPECT_THROW(gpu_->embed({ids.gpu.view(), &table.gpu, out.gpu.view()}), UsageError);
+  gpu_->embed({ids.gpu.view(), &table.gpu, out.gpu.view()});
+  try {
+    gpu_->synchronize();
+    ADD_FAILURE() << "token id 10 of a 10-token vocabulary was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("embed: token id 10 is outside the vocabulary"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(gpu_->synchronize());
+}
+
+// Rows land where dst_rows says in each sequence's cache, -1 rows and rows past a cache go
+// nowhere, and the rest of the caches keep their bytes: the CPU's result, bit for bit.
+TEST_F(CudaOpsCore, WriteCacheRowsMatchesTheCpu) {
+  for (DType dt : {DType::kBF16, DType::kF32}) {
+    const Tensor src = random_tensor(dt, {7, 36});
+    const Both s = upload_both(src);
+    const Both a = upload_both(random_tensor(dt, {4, 36})), b = upload_both(random_tensor(dt, {9, 36}));
+    Tensor rows_host(DType::kI32, {7});
+    const int32_t rows[] = {3, -1, 0, 8, -1, 2, 5};
+    std::copy(std::begin(rows), std::end(rows), rows_host.data<int32_t>());
+    const Both dst_rows = upload_both(rows_host);
+    const std::vector<CacheRows> cpu_seqs = {{0, 3, a.cpu.view()}, {3, 4, b.cpu.view()}};
+    const std::vector<CacheRows> gpu_seqs = {{0, 3, a.gpu.view()}, {3, 4, b.gpu.view()}};
+    cpu_.write_cache_rows({s.cpu.view(), dst_rows.cpu.view(), cpu_seqs});
+    gpu_->write_cache_rows({s.gpu.view(), dst_rows.gpu.view(), gpu_seqs});
+    expect_same_bits("write_cache_rows " + dtype_tag(dt) + " cache a", from_cpu(a.cpu), from_gpu(a.gpu));
+    expect_same_bits("write_cache_rows " + dtype_tag(dt) + " cache b", from_cpu(b.cpu), from_gpu(b.gpu));
+  }
 }
 
 TEST_F(CudaOpsCore, RmsNormMatchesWithinTheLastBit) {

@@ -192,8 +192,15 @@ void IndexerCudaTest::run_case(const IndexerCase& c) {
   }
   const DeviceTensor topk_cpu = cpu_.alloc(DType::kI32, {T, k}), topk_gpu = gpu_->alloc(DType::kI32, {T, k});
   DSV4_CUDA_CHECK(cudaMemsetAsync(topk_gpu.view().bytes(), 0xa5, topk_gpu.view().nbytes(), gpu_->stream()));
-  cpu_.indexer_topk({q.cpu.view(), w.cpu.view(), weight_scale, kRatio, cseqs, topk_cpu.view()});
-  gpu_->indexer_topk({q.gpu.view(), w.gpu.view(), weight_scale, kRatio, gseqs, topk_gpu.view()});
+  std::vector<int32_t> token_positions(static_cast<size_t>(T), 0);
+  for (const SeqSlice& sl : slices)
+    for (int64_t i = 0; i < sl.num_tokens; ++i)
+      token_positions[static_cast<size_t>(sl.token_begin + i)] = static_cast<int32_t>(sl.start_pos + i);
+  Tensor positions_host(DType::kI32, {T});
+  std::copy(token_positions.begin(), token_positions.end(), positions_host.data<int32_t>());
+  const Both positions = both(positions_host);
+  cpu_.indexer_topk({q.cpu.view(), w.cpu.view(), weight_scale, kRatio, positions.cpu.view(), cseqs, topk_cpu.view()});
+  gpu_->indexer_topk({q.gpu.view(), w.gpu.view(), weight_scale, kRatio, positions.gpu.view(), gseqs, topk_gpu.view()});
   const std::vector<int32_t> want = ints(cpu_, topk_cpu), got = ints(*gpu_, topk_gpu);
 
   // The scores of the same kernel, launched directly, against the CPU's code on the same values.
@@ -213,7 +220,7 @@ void IndexerCudaTest::run_case(const IndexerCase& c) {
       key_index_of_token[t] = s;
       stride = std::max(stride, visible[t]);
     }
-    descs.push_back({sl.token_begin, sl.start_pos, {keys[s].gpu.view().bytes(), bf16}});
+    descs.push_back({sl.token_begin, {keys[s].gpu.view().bytes(), bf16}});
   }
   DeviceBuffer<kernels::IndexerSeqDesc> d_descs(descs.size());
   DeviceBuffer<int32_t> d_seq_of_token(seq_of_token.size());
@@ -227,6 +234,7 @@ void IndexerCudaTest::run_case(const IndexerCase& c) {
   kp.weights = {w.gpu.view().bytes(), bf16};
   kp.seqs = d_descs.get();
   kp.seq_of_token = d_seq_of_token.get();
+  kp.positions = positions.gpu.view().data<int32_t>();
   kp.scores = d_scores.get();
   kp.topk = d_topk.get();
   kp.weight_scale = weight_scale;
@@ -492,24 +500,27 @@ TEST_P(IndexerSelectTest, MatchesHostSelectionOnCraftedRows) {
   for (const auto& r : rows) stride = std::max(stride, static_cast<int64_t>(r.second.size()));
   std::vector<float> scores(static_cast<size_t>(R * stride), std::numeric_limits<float>::quiet_NaN());
   std::vector<kernels::IndexerSeqDesc> descs;
-  std::vector<int32_t> seq_of_token;
+  std::vector<int32_t> seq_of_token, positions;
   for (int64_t r = 0; r < R; ++r) {
     const std::vector<float>& v = rows[static_cast<size_t>(r)].second;
     std::copy(v.begin(), v.end(), scores.begin() + r * stride);
-    descs.push_back({r, static_cast<int64_t>(v.size()) - 1, {}});
+    descs.push_back({r, {}});
     seq_of_token.push_back(static_cast<int32_t>(r));
+    positions.push_back(static_cast<int32_t>(v.size()) - 1);  // at ratio 1: v.size() visible entries
   }
   DeviceBuffer<float> d_scores(scores.size());
   DeviceBuffer<kernels::IndexerSeqDesc> d_descs(descs.size());
-  DeviceBuffer<int32_t> d_seq_of_token(seq_of_token.size());
+  DeviceBuffer<int32_t> d_seq_of_token(seq_of_token.size()), d_positions(positions.size());
   DeviceBuffer<int32_t> d_topk(static_cast<size_t>(R * k));
   d_scores.upload(scores);
   d_descs.upload(descs);
   d_seq_of_token.upload(seq_of_token);
+  d_positions.upload(positions);
   d_topk.poison();
   kernels::IndexerTopkParams kp;
   kp.seqs = d_descs.get();
   kp.seq_of_token = d_seq_of_token.get();
+  kp.positions = d_positions.get();
   kp.scores = d_scores.get();
   kp.topk = d_topk.get();
   kp.tokens = R;

@@ -63,6 +63,47 @@ TEST_F(CpuOpsTest, CopyRowsWritesEachRangeAndRefusesMisfits) {
   }
 }
 
+// ---- write_cache_rows -------------------------------------------------------------------------
+
+// Each source row lands in its sequence's cache at the row dst_rows names; -1 rows go nowhere and
+// nothing else in the caches changes; a destination past a cache, a cache of another dtype or
+// width, and rows outside the source are refused naming the sequence.
+TEST_F(CpuOpsTest, WriteCacheRowsPutsEachRowWhereThePlanSays) {
+  const std::vector<float> src = random_floats(5 * 4, 4);
+  const DeviceTensor from = make_tensor(ops, DType::kF32, {5, 4}, src);
+  DeviceTensor a = ops.alloc(DType::kF32, {3, 4}), b = ops.alloc(DType::kF32, {6, 4});
+  const DeviceTensor rows = make_ints(ops, {5}, {2, -1, 5, 0, -1});
+  const std::vector<CacheRows> seqs = {{0, 2, a.view()}, {2, 3, b.view()}};
+  ops.write_cache_rows({from.view(), rows.view(), seqs});
+  const std::vector<float> got_a = to_floats(a.view()), got_b = to_floats(b.view());
+  const auto expect_row = [&](const std::vector<float>& got, int64_t row, int64_t src_row) {
+    for (int64_t c = 0; c < 4; ++c)
+      EXPECT_EQ(got[row * 4 + c], src_row < 0 ? 0.0f : src[src_row * 4 + c]) << "row " << row << " column " << c;
+  };
+  expect_row(got_a, 0, -1);
+  expect_row(got_a, 1, -1);
+  expect_row(got_a, 2, 0);
+  expect_row(got_b, 0, 3);
+  for (int64_t r = 1; r < 5; ++r) expect_row(got_b, r, -1);
+  expect_row(got_b, 5, 2);
+
+  const auto expect_refused = [&](const WriteCacheRowsParams& p, const std::string& says) {
+    try {
+      ops.write_cache_rows(p);
+      ADD_FAILURE() << "accepted: " << says;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  const DeviceTensor past = make_ints(ops, {5}, {3, -1, 0, 0, 0});
+  expect_refused({from.view(), past.view(), seqs}, "goes to row 3 of sequence 0's cache");
+  DeviceTensor half = ops.alloc(DType::kBF16, {3, 4});
+  const std::vector<CacheRows> wrong_dtype = {{0, 2, half.view()}};
+  expect_refused({from.view(), rows.view(), wrong_dtype}, "write_cache_rows: sequence 0: cache bf16");
+  const std::vector<CacheRows> outside = {{4, 2, a.view()}};
+  expect_refused({from.view(), rows.view(), outside}, "rows [4, 6) are outside the source");
+}
+
 // ---- norms, rope, quantisation, hadamard ----------------------------------------------------
 
 TEST_F(CpuOpsTest, RmsNormMatchesTheFormulaAndRoundsToTheOutputDtype) {
@@ -333,6 +374,13 @@ std::vector<double> naive_pool(const std::vector<float>& kv, const std::vector<f
   return out;
 }
 
+// Positions start, start + 1, ... of n tokens, as ops take them.
+DeviceTensor consecutive_positions(Ops& ops, int64_t start, int64_t n) {
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  std::iota(p.begin(), p.end(), static_cast<int32_t>(start));
+  return make_ints(ops, {n}, p);
+}
+
 class CompressorTest : public CpuOpsTest, public ::testing::WithParamInterface<int64_t> {};
 
 TEST_P(CompressorTest, PoolsBlocksWithOverlapAndCarriesStateAcrossCalls) {
@@ -342,17 +390,20 @@ TEST_P(CompressorTest, PoolsBlocksWithOverlapAndCarriesStateAcrossCalls) {
   const std::vector<float> ape = random_floats(m * width, 22);
   const Weight wape = make_weight(ops, ape, {m, width});
   const std::vector<double> ref = naive_pool(kv, score, ape, len, m, dc);
-  const int64_t entries = len / m;
+  const int64_t entries = len / m, rows = (len + m - 1) / m;
   ASSERT_EQ(static_cast<int64_t>(ref.size()), entries * dc);
+  ASSERT_EQ(rows, entries + 1);  // the last block row is one the sequence does not complete
 
-  // One call over the whole sequence.
+  // One call over the whole sequence: the completed blocks, then a row of zeros.
   DeviceTensor skv = ops.alloc(DType::kF32, {coff * m, width}), ssc = ops.alloc(DType::kF32, {coff * m, width});
   const DeviceTensor tkv = make_tensor(ops, DType::kF32, {len, width}, kv), tsc = make_tensor(ops, DType::kF32, {len, width}, score);
-  DeviceTensor out = ops.alloc(DType::kF32, {entries, dc});
+  DeviceTensor out = make_tensor(ops, DType::kF32, {rows, dc}, std::vector<float>(rows * dc, 7.0f));
   const CompressorSeq whole{{0, len, 0}, skv.view(), ssc.view(), 0};
-  ops.compressor_pool({tkv.view(), tsc.view(), &wape, m, {&whole, 1}, out.view()});
-  const std::vector<float> one_shot = to_floats(out.view());
+  ops.compressor_pool({tkv.view(), tsc.view(), &wape, m, consecutive_positions(ops, 0, len).view(), {&whole, 1}, out.view()});
+  const std::vector<float> all_rows = to_floats(out.view());
+  const std::vector<float> one_shot(all_rows.begin(), all_rows.begin() + entries * dc);
   EXPECT_LT(max_rel_error(one_shot, ref), 1e-5);
+  EXPECT_EQ(std::vector<float>(all_rows.begin() + entries * dc, all_rows.end()), std::vector<float>(dc, 0.0f));
 
   // Token by token with the state carried in the rings: the same bits.
   DeviceTensor skv2 = ops.alloc(DType::kF32, {coff * m, width}), ssc2 = ops.alloc(DType::kF32, {coff * m, width});
@@ -361,11 +412,12 @@ TEST_P(CompressorTest, PoolsBlocksWithOverlapAndCarriesStateAcrossCalls) {
     const int64_t emitted = (t + 1) % m == 0 ? 1 : 0;
     const DeviceTensor k1 = make_tensor(ops, DType::kF32, {1, width}, {kv.begin() + t * width, kv.begin() + (t + 1) * width});
     const DeviceTensor s1 = make_tensor(ops, DType::kF32, {1, width}, {score.begin() + t * width, score.begin() + (t + 1) * width});
-    DeviceTensor o1 = ops.alloc(DType::kF32, {emitted, dc});
+    DeviceTensor o1 = ops.alloc(DType::kF32, {1, dc});
     const CompressorSeq step{{0, 1, t}, skv2.view(), ssc2.view(), 0};
-    ops.compressor_pool({k1.view(), s1.view(), &wape, m, {&step, 1}, o1.view()});
+    ops.compressor_pool({k1.view(), s1.view(), &wape, m, consecutive_positions(ops, t, 1).view(), {&step, 1}, o1.view()});
     const std::vector<float> got = to_floats(o1.view());
-    stepped.insert(stepped.end(), got.begin(), got.end());
+    if (emitted == 1) stepped.insert(stepped.end(), got.begin(), got.end());
+    else EXPECT_EQ(got, std::vector<float>(dc, 0.0f)) << "position " << t;
   }
   EXPECT_TRUE(same_bits(stepped, one_shot));
 }
@@ -384,7 +436,7 @@ TEST_F(CpuOpsTest, FirstOverlappingBlockPoolsOnlyItsOwnRows) {
   const DeviceTensor tkv = make_tensor(ops, DType::kF32, {4, width}, kv), tsc = make_tensor(ops, DType::kF32, {4, width}, score);
   DeviceTensor out = ops.alloc(DType::kF32, {1, dc});
   const CompressorSeq s{{0, 4, 0}, skv.view(), ssc.view(), 0};
-  ops.compressor_pool({tkv.view(), tsc.view(), &wape, m, {&s, 1}, out.view()});
+  ops.compressor_pool({tkv.view(), tsc.view(), &wape, m, consecutive_positions(ops, 0, 4).view(), {&s, 1}, out.view()});
   const std::vector<float> got = to_floats(out.view());
   EXPECT_FLOAT_EQ(got[0], (2 + 3 + 4 + 5) / 4.0f);
   EXPECT_FLOAT_EQ(got[1], (3 + 4 + 5 + 6) / 4.0f);
@@ -407,7 +459,7 @@ TEST_F(CpuOpsTest, IndexerSeesOnlyCompleteBlocksAndKeepsTheTopScoresAscending) {
   const DeviceTensor w = make_tensor(ops, DType::kF32, {T, 1}, std::vector<float>(T, 1.0f));
   DeviceTensor topk = ops.alloc(DType::kI32, {T, k});
   const IndexerSeq seq{{0, T, 0}, tk.view()};
-  ops.indexer_topk({q.view(), w.view(), 1.0f, 4, {&seq, 1}, topk.view()});
+  ops.indexer_topk({q.view(), w.view(), 1.0f, 4, consecutive_positions(ops, 0, T).view(), {&seq, 1}, topk.view()});
   const std::vector<int32_t> got = to_ints(topk.view());
   for (int64_t p = 0; p < T; ++p) {
     const int64_t visible = (p + 1) / 4;
@@ -431,7 +483,7 @@ TEST_F(CpuOpsTest, IndexerScoreIsTheReluWeightedHeadSum) {
   for (const auto& [w0, w1, winner] : std::vector<std::tuple<float, float, int>>{{1, 1, 0}, {1, 4, 1}}) {
     const DeviceTensor w = make_tensor(ops, DType::kF32, {1, 2}, {w0, w1});
     DeviceTensor topk = ops.alloc(DType::kI32, {1, 1});
-    ops.indexer_topk({q.view(), w.view(), 0.5f, 4, {&seq, 1}, topk.view()});
+    ops.indexer_topk({q.view(), w.view(), 0.5f, 4, consecutive_positions(ops, 7, 1).view(), {&seq, 1}, topk.view()});
     EXPECT_EQ(to_ints(topk.view())[0], winner) << "weights " << w0 << ", " << w1;
   }
 }
@@ -450,7 +502,8 @@ TEST_F(CpuOpsTest, SparseAttentionIsASoftmaxWithASinkOverWindowAndEntries) {
   const AttentionSeq seq{{0, T, start}, tring.view(), tcomp.view()};
   DeviceTensor out = ops.alloc(DType::kF32, {T, H, d});
   const float scale = 0.3f;
-  ops.sparse_attention({tq.view(), tkv.view(), &wsink, topk.view(), {&seq, 1}, W, ratio, scale, out.view()});
+  ops.sparse_attention({tq.view(), tkv.view(), &wsink, topk.view(), consecutive_positions(ops, start, T).view(), {&seq, 1},
+                        W, ratio, scale, out.view()});
   const std::vector<float> got = to_floats(out.view());
   // Token 0 at p=4: window 2,3 (ring rows 2, 0) and itself; entry 1. Token 1 at p=5: window 3,4,5
   // (ring row 0, kv 0, kv 1); entries 0 and 2.
@@ -486,7 +539,8 @@ TEST_F(CpuOpsTest, DenseCompressedAttentionUsesEveryCompleteBlock) {
   const DeviceTensor tring = make_tensor(ops, DType::kF32, {W, d}, ring), tcomp = make_tensor(ops, DType::kF32, {4, d}, comp);
   const AttentionSeq seq{{0, 1, 5}, tring.view(), tcomp.view()};
   DeviceTensor out = ops.alloc(DType::kF32, {1, H, d});
-  ops.sparse_attention({tq.view(), tkv.view(), &wsink, {}, {&seq, 1}, W, 2, 1.0f, out.view()});
+  ops.sparse_attention({tq.view(), tkv.view(), &wsink, {}, consecutive_positions(ops, 5, 1).view(), {&seq, 1}, W, 2, 1.0f,
+                        out.view()});
   // Window: position 4 (ring row 0 = 2) and 5 (kv = 1); entries 10, 20, 30.
   EXPECT_FLOAT_EQ(to_floats(out.view())[0], (2 + 1 + 10 + 20 + 30) / 5.0f);
 }
@@ -501,7 +555,8 @@ TEST_F(CpuOpsTest, AttentionRejectsSlicesThatDoNotCoverTheBatchOnce) {
   DeviceTensor out = ops.alloc(DType::kF32, {T, H, d});
   const auto expect_error = [&](std::vector<AttentionSeq> seqs, const std::string& says) {
     try {
-      ops.sparse_attention({tq.view(), tkv.view(), &wsink, {}, seqs, W, 0, 1.0f, out.view()});
+      ops.sparse_attention({tq.view(), tkv.view(), &wsink, {}, consecutive_positions(ops, 0, T).view(), seqs, W, 0, 1.0f,
+                            out.view()});
       FAIL() << "accepted: " << says;
     } catch (const UsageError& e) {
       EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();

@@ -83,7 +83,8 @@ void CpuOps::compressor_pool(const CompressorPoolParams& p) {
     expect_dtype("compressor_pool", "state_score", s.state_score, DType::kF32);
     float* skv = s.state_kv.data<float>();
     float* ssc = s.state_score.data<float>();
-    int64_t out_row = s.out_begin;
+    const int64_t first_block = s.slice.start_pos / m;
+    std::fill_n(out + s.out_begin * dc, compressor_block_rows(s.slice.num_tokens, m) * dc, 0.0f);
     for (int64_t i = 0; i < s.slice.num_tokens; ++i) {
       const int64_t t = s.slice.token_begin + i, pos = s.slice.start_pos + i, slot = pos % ring;
       if (t < 0 || t >= T) throw UsageError("compressor_pool: token " + std::to_string(t) + " outside the batch");
@@ -92,7 +93,6 @@ void CpuOps::compressor_pool(const CompressorPoolParams& p) {
         ssc[slot * width + c] = score[t * width + c] + ape[(pos % m) * width + c];
       }
       if ((pos + 1) % m != 0) continue;
-      if (out_row >= p.out.dim(0)) throw UsageError("compressor_pool: out has too few rows for the completed blocks");
       // Block j's rows: with overlap, the previous block's first half (absent for j = 0) then this
       // block's second half; without, this block's rows. Softmax over rows per channel.
       const int64_t j = pos / m;
@@ -109,7 +109,7 @@ void CpuOps::compressor_pool(const CompressorPoolParams& p) {
         kv_rows.push_back(skv + sl * width + half);
         score_rows.push_back(ssc + sl * width + half);
       }
-      float* o = out + out_row * dc;
+      float* o = out + (s.out_begin + j - first_block) * dc;
       std::vector<float> e(kv_rows.size());
       for (int64_t c = 0; c < dc; ++c) {
         float mx = -std::numeric_limits<float>::infinity();
@@ -120,7 +120,6 @@ void CpuOps::compressor_pool(const CompressorPoolParams& p) {
         for (size_t r = 0; r < e.size(); ++r) acc += kv_rows[r][c] * (e[r] / sum);
         o[c] = acc;
       }
-      ++out_row;
     }
   }
 }

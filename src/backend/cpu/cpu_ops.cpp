@@ -69,6 +69,23 @@ void CpuOps::copy(const CopyParams& p) {
   store_floats(p.dst, 0, p.dst.numel(), buf.data());
 }
 
+void CpuOps::write_cache_rows(const WriteCacheRowsParams& p) {
+  check_params(p);
+  const size_t row_bytes = static_cast<size_t>(p.src.dim(1)) * dtype_size(p.src.dtype());
+  const std::span<const int32_t> dst = p.dst_rows.span<int32_t>();
+  for (size_t s = 0; s < p.seqs.size(); ++s) {
+    const CacheRows& c = p.seqs[s];
+    for (int64_t r = c.src_begin; r < c.src_begin + c.rows; ++r) {
+      const int32_t row = dst[static_cast<size_t>(r)];
+      if (row < 0) continue;
+      if (row >= c.cache.dim(0))
+        throw UsageError("write_cache_rows: source row " + std::to_string(r) + " goes to row " + std::to_string(row) +
+                         " of sequence " + std::to_string(s) + "'s cache " + shape_str(c.cache.shape()));
+      std::memcpy(c.cache.bytes() + row * row_bytes, p.src.bytes() + r * row_bytes, row_bytes);
+    }
+  }
+}
+
 Weight CpuOps::load_weight(const LoadWeightParams& p) {
   Weight w;
   w.name = p.name;

@@ -45,25 +45,15 @@ std::vector<int32_t> sequence_of_each_token(std::span<const Seq> seqs, int64_t T
   return out;
 }
 
-// A batch's per-sequence table (one Desc per sequence with tokens) and each token's index into it,
-// uploaded into one stream-ordered buffer for a kernel that runs every sequence in one launch.
-template <typename Desc>
-class DeviceSeqTable {
- public:
-  DeviceSeqTable(const std::vector<Desc>& seqs, const std::vector<int32_t>& seq_of_token, cudaStream_t stream)
-      : table_bytes_(seqs.size() * sizeof(Desc)), buffer_(table_bytes_ + seq_of_token.size() * sizeof(int32_t), stream) {
-    buffer_.upload(seqs.data(), table_bytes_);
-    buffer_.upload(seq_of_token.data(), seq_of_token.size() * sizeof(int32_t), table_bytes_);
-  }
-  const Desc* seqs() const { return buffer_.get<const Desc>(); }
-  const int32_t* seq_of_token() const {
-    return reinterpret_cast<const int32_t*>(buffer_.get<const std::byte>() + table_bytes_);
-  }
-
- private:
-  size_t table_bytes_;  // a multiple of alignof(Desc) >= alignof(int32_t)
-  StreamBuffer buffer_;
-};
+// The largest cache capacity (rows) among a batch's sequences: while a graph is captured, the
+// bound of a launch shape that must hold at every later decode step.
+template <typename Seq, typename Cache>
+int64_t max_capacity(std::span<const Seq> seqs, Cache cache_of) {
+  int64_t rows = 0;
+  for (const Seq& s : seqs)
+    if (!is_empty(cache_of(s))) rows = std::max(rows, cache_of(s).dim(0));
+  return rows;
+}
 
 }  // namespace
 
@@ -93,38 +83,27 @@ void CudaOps::compressor_pool(const CompressorPoolParams& p) {
       throw UsageError("compressor_pool: tokens [" + std::to_string(sl.token_begin) + ", " +
                        std::to_string(sl.token_begin + sl.num_tokens) + ") at position " + std::to_string(sl.start_pos) +
                        " are outside the batch of " + std::to_string(T));
-    const int64_t blocks = (sl.start_pos + sl.num_tokens) / m - sl.start_pos / m;
-    if (blocks > 0 && (s.out_begin < 0 || s.out_begin + blocks > p.out.dim(0)))
-      throw UsageError("compressor_pool: out has too few rows for the completed blocks");
     kernels::CompressorPoolParams k;
     k.kv = p.kv.data<float>() + sl.token_begin * width;
     k.score = p.score.data<float>() + sl.token_begin * width;
     k.ape = ape;
     k.state_kv = s.state_kv.data<float>();
     k.state_score = s.state_score.data<float>();
-    k.out = p.out.data<float>() + (blocks > 0 ? s.out_begin * dc : 0);
+    k.out = p.out.data<float>() + s.out_begin * dc;
     k.width = width;
     k.ratio = m;
-    k.start_pos = sl.start_pos;
+    k.start_pos = p.positions.data<int32_t>() + sl.token_begin;
     k.num_tokens = sl.num_tokens;
     kernels::add_compressor_slice(plan, k);
   }
   if (plan.seqs.empty()) return;
-  // The plan's three arrays in one upload, each at a 16-byte aligned offset.
-  const auto aligned = [](size_t bytes) { return (bytes + 15) / 16 * 16; };
-  const size_t seq_bytes = aligned(plan.seqs.size() * sizeof(kernels::CompressorPoolParams));
-  const size_t pool_bytes = aligned(plan.pool_items.size() * sizeof(kernels::CompressorPoolItem));
-  const size_t ring_bytes = plan.ring_items.size() * sizeof(kernels::CompressorPoolItem);
-  StreamBuffer table(seq_bytes + pool_bytes + ring_bytes, stream_);
-  table.upload(plan.seqs.data(), plan.seqs.size() * sizeof(kernels::CompressorPoolParams));
-  if (!plan.pool_items.empty())
-    table.upload(plan.pool_items.data(), plan.pool_items.size() * sizeof(kernels::CompressorPoolItem), seq_bytes);
-  table.upload(plan.ring_items.data(), ring_bytes, seq_bytes + pool_bytes);
-  const std::byte* base = table.get<const std::byte>();
+  TableBytes bytes;
+  const size_t seqs_at = bytes.add(plan.seqs), pool_at = bytes.add(plan.pool_items), ring_at = bytes.add(plan.ring_items);
+  const DeviceTables table = upload_tables(bytes);
   kernels::CompressorPoolBatch b;
-  b.seqs = reinterpret_cast<const kernels::CompressorPoolParams*>(base);
-  b.pool_items = reinterpret_cast<const kernels::CompressorPoolItem*>(base + seq_bytes);
-  b.ring_items = reinterpret_cast<const kernels::CompressorPoolItem*>(base + seq_bytes + pool_bytes);
+  b.seqs = table.at<kernels::CompressorPoolParams>(seqs_at);
+  b.pool_items = table.at<kernels::CompressorPoolItem>(pool_at);
+  b.ring_items = table.at<kernels::CompressorPoolItem>(ring_at);
   b.pool_count = static_cast<int64_t>(plan.pool_items.size());
   b.ring_count = static_cast<int64_t>(plan.ring_items.size());
   b.width = width;
@@ -147,7 +126,7 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
     check_cache("indexer_topk", s.keys, visible, dh);
     if (sl.num_tokens == 0) continue;
     score_stride = std::max(score_stride, visible);
-    seqs.push_back({sl.token_begin, sl.start_pos, float_ptr(s.keys)});
+    seqs.push_back({sl.token_begin, float_ptr(s.keys)});
     keys_bf16 = keys_bf16 && s.keys.dtype() == DType::kBF16;
   }
   // The one choice of score kernel: tensor cores for bf16 q and keys (the default numerics, where
@@ -163,14 +142,19 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
       throw UsageError("indexer_topk: the tensor-core score kernel reads q and the keys in 16-byte pieces; a view "
                        "starts at an address that is not a multiple of 16");
   }
-  const DeviceSeqTable<kernels::IndexerSeqDesc> table(seqs, sequence_of_each_token(p.seqs, T), stream_);
+  // A graph's scores must have room for the keys of any later step: the caches' capacity.
+  if (capturing()) score_stride = max_capacity(p.seqs, [](const IndexerSeq& s) { return s.keys; });
+  TableBytes bytes;
+  const size_t seqs_at = bytes.add(seqs), tokens_at = bytes.add(sequence_of_each_token(p.seqs, T));
+  const DeviceTables table = upload_tables(bytes);
   const StreamBuffer scores(static_cast<size_t>(T * score_stride) * sizeof(float), stream_);
 
   kernels::IndexerTopkParams kp;
   kp.q = float_ptr(p.q);
   kp.weights = float_ptr(p.weights);
-  kp.seqs = table.seqs();
-  kp.seq_of_token = table.seq_of_token();
+  kp.seqs = table.at<kernels::IndexerSeqDesc>(seqs_at);
+  kp.seq_of_token = table.at<int32_t>(tokens_at);
+  kp.positions = p.positions.data<int32_t>();
   kp.scores = scores.get<float>();
   kp.topk = p.topk.data<int32_t>();
   kp.weight_scale = p.weight_scale;
@@ -210,8 +194,7 @@ void CudaOps::sparse_attention(const SparseAttentionParams& p) {
     if (sl.num_tokens == 0) continue;
     kernels::SparseAttnSeq desc;
     desc.token_begin = sl.token_begin;
-    desc.start_pos = sl.start_pos;
-    if (sl.start_pos > 0) {
+    if (!is_empty(s.window)) {  // kept even at position 0: a graph's later steps read it
       desc.window = float_ptr(s.window);
       use_mma = use_mma && mma_ready(s.window);
     }
@@ -224,13 +207,21 @@ void CudaOps::sparse_attention(const SparseAttentionParams& p) {
     const int64_t compressed = p.ratio > 0 ? (has_topk ? k : (last + 1) / p.ratio) : 0;
     max_entries = std::max(max_entries, std::min(W, last + 1) + compressed);
   }
-  const DeviceSeqTable<kernels::SparseAttnSeq> table(seqs, sequence_of_each_token(p.seqs, T), stream_);
+  // A graph's launch shape must fit any later step's entries: the window and the caches' capacity.
+  if (capturing())
+    max_entries = W + (p.ratio == 0 ? 0
+                       : has_topk   ? k
+                                    : max_capacity(p.seqs, [](const AttentionSeq& s) { return s.compressed; }));
+  TableBytes bytes;
+  const size_t seqs_at = bytes.add(seqs), tokens_at = bytes.add(sequence_of_each_token(p.seqs, T));
+  const DeviceTables table = upload_tables(bytes);
 
   kernels::SparseAttnRowsParams kp;
   kp.q = float_ptr(p.q);
   kp.kv = float_ptr(p.kv);
-  kp.seqs = table.seqs();
-  kp.seq_of_token = table.seq_of_token();
+  kp.seqs = table.at<kernels::SparseAttnSeq>(seqs_at);
+  kp.seq_of_token = table.at<int32_t>(tokens_at);
+  kp.positions = p.positions.data<int32_t>();
   kp.topk = has_topk ? p.topk.data<int32_t>() : nullptr;
   kp.sink = sink;
   kp.out = float_ptr(p.out);

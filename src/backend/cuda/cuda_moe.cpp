@@ -98,6 +98,7 @@ void CudaOps::moe_experts(const MoeExpertsParams& p) {
     return;
   }
   if (moe_experts_on_device(p)) return;
+  refuse_while_capturing("moe_experts (experts grouped on the host)");
 
   // The routing, on the host: each expert's rows (token * k + slot) in token order.
   std::vector<int32_t> experts(static_cast<size_t>(N));
@@ -204,11 +205,10 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
       (i < 2 ? ld_in : ld_out) = v.scale_ld;
     }
   }
-  const StreamBuffer pointers(table.size() * sizeof(void*), stream_);
-  // A pageable source: the call returns once the bytes are staged, so `table` may go.
-  DSV4_CUDA_CHECK(cudaMemcpyAsync(pointers.get<void>(), table.data(), table.size() * sizeof(void*),
-                                  cudaMemcpyHostToDevice, stream_));
-  const auto* const* w_of = pointers.get<const uint8_t*>();
+  TableBytes bytes;
+  const size_t table_at = bytes.add(table);
+  const DeviceTables pointers = upload_tables(bytes);
+  const auto* const* w_of = pointers.at<const uint8_t*>(table_at);
   const auto* const* s_of = reinterpret_cast<const float* const*>(w_of + 3 * E);
 
   // The plan: rows grouped by expert and their tiles.

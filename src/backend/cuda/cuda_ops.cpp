@@ -70,19 +70,23 @@ CudaOps::~CudaOps() {
   fork_join_.reset();
   fp8_gemm_.reset();
   cudaFreeHost(fault_host_);
+  if (table_stream_ != nullptr) cudaStreamDestroy(table_stream_);
   cudaStreamDestroy(owned_stream_);
   alloc_state_->ops_alive = false;
   alloc_state_->current = nullptr;
 }
 
 void CudaOps::synchronize() {
+  refuse_while_capturing("synchronize");
   DSV4_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  if (fault_host_[0] != 0) {
-    const int32_t value = fault_host_[1];
-    fault_host_[0] = fault_host_[1] = 0;
-    throw UsageError("moe_experts: routed expert id " + std::to_string(value) +
-                     " is outside the layer's experts (found on the device; the outputs since are not valid)");
-  }
+  const int32_t fault = fault_host_[0], value = fault_host_[1];
+  if (fault == kernels::kFaultNone) return;
+  fault_host_[0] = fault_host_[1] = 0;
+  const std::string consequence = " (found on the device; the outputs since are not valid)";
+  if (fault == kernels::kFaultTokenId)
+    throw UsageError("embed: token id " + std::to_string(value) + " is outside the vocabulary" + consequence);
+  throw UsageError("moe_experts: routed expert id " + std::to_string(value) + " is outside the layer's experts" +
+                   consequence);
 }
 
 // Stream-ordered storage: cudaMallocAsync from the device's default pool on the current stream,
@@ -150,12 +154,69 @@ void CudaOps::fork_join(const ForkJoinTasks& tasks) {
   fork_join_->run(tasks, stream_, [this](cudaStream_t s) { set_stream(s); });
 }
 
+// Relaxed mode: an op may allocate and copy its tables (upload_tables) on another stream while
+// the current one is capturing.
+void CudaOps::begin_capture() {
+  if (capture_ != nullptr) throw UsageError("begin_capture: a capture is already in progress");
+  if (stream_ != owned_stream_) throw UsageError("begin_capture: called inside a fork/join side task");
+  if (table_stream_ == nullptr) DSV4_CUDA_CHECK(cudaStreamCreateWithFlags(&table_stream_, cudaStreamNonBlocking));
+  DSV4_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+  capture_ = std::make_unique<Capture>();
+}
+
+std::unique_ptr<CudaGraph> CudaOps::end_capture() {
+  if (capture_ == nullptr) throw UsageError("end_capture: no capture is in progress");
+  std::unique_ptr<Capture> capture = std::move(capture_);
+  cudaGraph_t graph = nullptr;
+  DSV4_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  cudaGraphExec_t exec = nullptr;
+  size_t nodes = 0;
+  const cudaError_t counted = cudaGraphGetNodes(graph, nullptr, &nodes);
+  const cudaError_t instantiated = counted == cudaSuccess ? cudaGraphInstantiate(&exec, graph, 0) : counted;
+  cudaGraphDestroy(graph);
+  DSV4_CUDA_CHECK(instantiated);
+  return std::make_unique<CudaGraph>(exec, nodes, std::move(capture->tables));
+}
+
+void CudaOps::abort_capture() noexcept {
+  if (capture_ == nullptr) return;
+  capture_.reset();
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph != nullptr) cudaGraphDestroy(graph);
+  cudaGetLastError();  // an invalidated capture's error is not the caller's next one
+}
+
+void CudaOps::refuse_while_capturing(const char* what) const {
+  if (capture_ != nullptr)
+    throw UsageError(std::string(what) + ": not allowed while a CUDA graph is being captured (a forward's inputs "
+                                         "come from its step plan, and it never waits for the device)");
+}
+
+DeviceTables CudaOps::upload_tables(const TableBytes& bytes) {
+  DeviceTables t;
+  if (capture_ == nullptr) {
+    t.eager_.emplace(bytes.size(), stream_);
+    t.eager_->upload(bytes.data(), bytes.size());
+    t.base_ = t.eager_->get<const std::byte>();
+    return t;
+  }
+  void* p = nullptr;
+  DSV4_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes.size(), 1)));
+  std::shared_ptr<void> table(p, [](void* q) { cudaFree(q); });
+  DSV4_CUDA_CHECK(cudaMemcpyAsync(p, bytes.data(), bytes.size(), cudaMemcpyHostToDevice, table_stream_));
+  DSV4_CUDA_CHECK(cudaStreamSynchronize(table_stream_));
+  capture_->tables.push_back(std::move(table));
+  t.base_ = static_cast<const std::byte*>(p);
+  return t;
+}
+
 // Both transfers return once the host buffer may be reused (upload) or read (download). From
 // pageable memory (vectors, mmap'd checkpoints) the driver stages the bytes before
 // cudaMemcpyAsync returns, so an upload need not wait for the device, which keeps the host from
 // stalling on every small upload of a forward (positions, entry positions inside side tasks); a
 // pinned (page-locked) buffer is read by the DMA engine later, so then the copy is waited for.
 void CudaOps::upload(ConstTensorView host, TensorView dst) {
+  refuse_while_capturing("upload");
   check_same_bytes("upload", host, dst);
   if (host.nbytes() == 0) return;
   cudaPointerAttributes attributes{};
@@ -165,6 +226,7 @@ void CudaOps::upload(ConstTensorView host, TensorView dst) {
 }
 
 void CudaOps::download(ConstTensorView src, TensorView host) {
+  refuse_while_capturing("download");
   check_same_bytes("download", src, host);
   if (src.nbytes() == 0) return;
   DSV4_CUDA_CHECK(cudaMemcpyAsync(host.bytes(), src.bytes(), src.nbytes(), cudaMemcpyDeviceToHost, stream_));
@@ -203,9 +265,31 @@ void CudaOps::copy_rows(const CopyRowsParams& p) {
     return;
   }
   if (ranges.empty()) return;
-  StreamBuffer table(ranges.size() * sizeof(kernels::ByteRange), stream_);
-  table.upload(ranges.data(), ranges.size() * sizeof(kernels::ByteRange));
-  kernels::copy_byte_ranges(table.get<kernels::ByteRange>(), static_cast<int64_t>(ranges.size()), stream_);
+  TableBytes bytes;
+  const size_t at = bytes.add(ranges);
+  const DeviceTables table = upload_tables(bytes);
+  kernels::copy_byte_ranges(table.at<kernels::ByteRange>(at), static_cast<int64_t>(ranges.size()), stream_);
+}
+
+void CudaOps::write_cache_rows(const WriteCacheRowsParams& p) {
+  check_params(p);
+  const int64_t R = p.src.dim(0);
+  if (R == 0) return;
+  std::vector<kernels::CacheRowTarget> caches;
+  std::vector<int32_t> seq_of_row(static_cast<size_t>(R), -1);
+  for (const CacheRows& c : p.seqs) {
+    if (c.rows == 0) continue;
+    std::fill_n(seq_of_row.begin() + c.src_begin, c.rows, static_cast<int32_t>(caches.size()));
+    caches.push_back({c.cache.bytes(), c.cache.dim(0)});
+  }
+  if (caches.empty()) return;
+  TableBytes bytes;
+  const size_t caches_at = bytes.add(caches), rows_at = bytes.add(seq_of_row);
+  const DeviceTables table = upload_tables(bytes);
+  kernels::write_cache_rows({p.src.bytes(), p.dst_rows.data<int32_t>(), table.at<int32_t>(rows_at),
+                             table.at<kernels::CacheRowTarget>(caches_at), R,
+                             p.src.dim(1) * static_cast<int64_t>(dtype_size(p.src.dtype()))},
+                            stream_);
 }
 
 // Device layouts: kFp8 and kMxfp4 (cast losslessly to FP8 on the host first) keep e4m3 codes in
@@ -306,7 +390,8 @@ Weight CudaOps::dummy_weight(const DummyWeightParams& p) {
   return w;
 }
 
-// The ids are checked on the host (a small download and a wait), so a bad id throws like the CPU.
+// A bad id is found on the device (the host never waits inside a forward) and reported by the
+// next synchronize(): every download, so before any logits are read.
 void CudaOps::embed(const EmbedParams& p) {
   check_params(p);
   expect_float("embed", "out", p.out);
@@ -316,13 +401,7 @@ void CudaOps::embed(const EmbedParams& p) {
     throw UsageError("embed: the table must be [vocab, " + std::to_string(D) + "]");
   const int64_t V = p.table->shape[0];
   const kernels::FloatPtr table = weight_floats("embed", p.table, {V, D});
-  std::vector<int32_t> ids(static_cast<size_t>(T));
-  download(p.ids, TensorView(reinterpret_cast<std::byte*>(ids.data()), DType::kI32, {T}));
-  for (int64_t t = 0; t < T; ++t)
-    if (ids[t] < 0 || ids[t] >= V)
-      throw UsageError("embed: token id " + std::to_string(ids[t]) + " at index " + std::to_string(t) +
-                       " is outside the vocabulary [0, " + std::to_string(V) + ")");
-  kernels::embed_gather({p.ids.data<int32_t>(), table, float_ptr(p.out), T, n, D}, stream_);
+  kernels::embed_gather({p.ids.data<int32_t>(), table, V, fault_device_, float_ptr(p.out), T, n, D}, stream_);
 }
 
 void CudaOps::rms_norm(const RmsNormParams& p) {

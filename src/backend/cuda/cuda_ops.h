@@ -9,8 +9,10 @@
 
 #include <memory>
 
+#include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/fork_join.h"
 #include "backend/cuda/fp8_gemm.h"
+#include "backend/cuda/op_tables.h"
 #include "ops/ops.h"
 
 namespace dsv4::cuda {
@@ -75,6 +77,7 @@ class CudaOps final : public Ops {
   void download(ConstTensorView src, TensorView host) override;
   void copy(const CopyParams& p) override;
   void copy_rows(const CopyRowsParams& p) override;
+  void write_cache_rows(const WriteCacheRowsParams& p) override;
   Weight load_weight(const LoadWeightParams& p) override;
   Weight dummy_weight(const DummyWeightParams& p) override;
 
@@ -106,7 +109,25 @@ class CudaOps final : public Ops {
   // otherwise, and inside a side task, the sequential contract on the current stream.
   void fork_join(const ForkJoinTasks& tasks) override;
 
+  const CudaOptions& options() const { return options_; }
+
+  // CUDA graph capture of the ops enqueued on the current stream between begin_capture and
+  // end_capture (side streams of fork/joins join the capture through their events). While
+  // capturing, op tables go to device memory the graph keeps, and launch shapes come from bounds
+  // that do not depend on positions (cache capacities), so a replay at a later decode step is
+  // right; upload, download and synchronize() are refused. Tensors made during the capture must
+  // also die during it (their frees are graph nodes).
+  void begin_capture();
+  std::unique_ptr<CudaGraph> end_capture();
+  // Ends a capture an op's error interrupted, dropping what was recorded. Never throws.
+  void abort_capture() noexcept;
+  bool capturing() const { return capture_ != nullptr; }
+
  private:
+  // The op's tables on the device (op_tables.h): in stream order, or into graph-kept memory
+  // while capturing.
+  DeviceTables upload_tables(const TableBytes& bytes);
+  void refuse_while_capturing(const char* what) const;
   // A copy of host memory in new device memory.
   DeviceTensor upload_new(ConstTensorView host);
   // An FP8 weight's e8m0 block scales ([ceil(rows/128), ceil(cols/128)]) as f32 device memory in
@@ -129,8 +150,15 @@ class CudaOps final : public Ops {
   std::shared_ptr<AllocState> alloc_state_ = std::make_shared<AllocState>();
   std::unique_ptr<Fp8BlockGemm> fp8_gemm_;
   std::unique_ptr<ForkJoin> fork_join_;  // made when options_.multi_stream.mode is not kOff
-  // Where kernels report bad input (kernels::ExpertPlanParams::fault): mapped host memory,
-  // [0] = raised, [1] = the offending value; synchronize() reads and clears it.
+  // The capture in progress: the tables its ops uploaded, and the stream that uploads them
+  // (outside the capture).
+  struct Capture {
+    std::vector<std::shared_ptr<void>> tables;
+  };
+  std::unique_ptr<Capture> capture_;
+  cudaStream_t table_stream_ = nullptr;  // made at the first capture
+  // Where kernels report bad input (kernels/fault.h): mapped host memory, [0] = the fault code,
+  // [1] = the offending value; synchronize() reads and clears it.
   int32_t* fault_host_ = nullptr;
   int32_t* fault_device_ = nullptr;
 };

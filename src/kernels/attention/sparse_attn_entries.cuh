@@ -25,7 +25,8 @@ __device__ inline EntrySource entry_source(const SparseAttnRowsParams& p, const 
   const int64_t nwin = pos - lo + 1;
   if (e < nwin) {
     const int64_t q = lo + e;
-    if (q >= s.start_pos) return {p.kv, s.token_begin + q - s.start_pos, true};
+    const int64_t start_pos = p.positions[s.token_begin];
+    if (q >= start_pos) return {p.kv, s.token_begin + q - start_pos, true};
     return {s.window, q % p.window_size, true};
   }
   const int64_t c = e - nwin;

@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t i = ws.token0 + blockIdx.x;  // the batch token
   const int64_t head0 = static_cast<int64_t>(blockIdx.y) * kHeads;
   const SparseAttnSeq seq = p.seqs[p.seq_of_token[i]];
-  const int64_t pos = seq.start_pos + (i - seq.token_begin);
+  const int64_t pos = p.positions[i];
   const int64_t entries = entry_count(p, pos);
   const int64_t splits = split_count(entries);
   if (blockIdx.z >= splits) return;  // the whole CTA: this token has fewer splits than the batch's most
@@ -330,8 +330,7 @@ constexpr int kCombineThreads = kD / 4;
 __global__ void __launch_bounds__(kCombineThreads)
     sparse_attn_mma_combine(SparseAttnRowsParams p, SplitWorkspace ws) {
   const int64_t i = ws.token0 + blockIdx.x;
-  const SparseAttnSeq seq = p.seqs[p.seq_of_token[i]];
-  const int64_t splits = split_count(entry_count(p, seq.start_pos + (i - seq.token_begin)));
+  const int64_t splits = split_count(entry_count(p, p.positions[i]));
   if (splits == 1) return;
   const int64_t at = (static_cast<int64_t>(blockIdx.x) * p.heads + blockIdx.y) * ws.max_splits;
   const float2* ms = ws.max_sum + at;

@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(kHeadsPerCta * 32) sparse_attn_rows_kernel(Spa
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t i = blockIdx.x;  // the batch token
   const SparseAttnSeq seq = p.seqs[p.seq_of_token[i]];
-  const int64_t pos = seq.start_pos + (i - seq.token_begin);
+  const int64_t pos = p.positions[i];
   const int64_t head = blockIdx.y * static_cast<int64_t>(kHeadsPerCta) + warp;
   const bool head_valid = head < p.heads;
   const int64_t S = entry_count(p, pos);

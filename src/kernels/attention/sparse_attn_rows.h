@@ -13,12 +13,13 @@
 
 namespace dsv4::kernels {
 
-// One sequence of the batch (device memory; the launcher's caller uploads the table).
+// One sequence of the batch (device memory; the launcher's caller uploads the table). It holds
+// nothing that changes from one decode step to the next (positions come from `positions`), so a
+// CUDA graph can keep the table it was captured with.
 struct SparseAttnSeq {
   int64_t token_begin = 0;        // the batch row of its first token
-  int64_t start_pos = 0;          // position of its first token
   FloatPtr window;                // [window_size, d] ring, position p in row p % window_size;
-                                  // read only for positions before start_pos
+                                  // read only for positions before its first token's
   FloatPtr compressed;            // [>= visible entries, d] entry j in row j; read if ratio > 0
 };
 
@@ -29,6 +30,7 @@ struct SparseAttnRowsParams {
   FloatPtr kv;                    // [tokens, d] the batch's own window rows
   const SparseAttnSeq* seqs = nullptr;     // device
   const int32_t* seq_of_token = nullptr;   // [tokens] device: index into seqs
+  const int32_t* positions = nullptr;      // [tokens] device: each token's position
   const int32_t* topk = nullptr;  // [tokens, k] or nullptr (all visible entries)
   FloatPtr sink;                  // [heads]
   MutFloatPtr out;                // [tokens, heads, d]

@@ -1,4 +1,4 @@
-// One thread per (completed block, channel) of every slice of the batch: the block's rows visited
+// One thread per (block row, channel) of every slice of the batch: the block's rows visited
 // in CpuOps' order (with overlap, the previous block's first half then this block's second half),
 // max, sum of exp and weighted sum in fp32 with the same operation order and no contraction, so
 // only expf's last bit can differ from the CPU. A second kernel writes the slices' last ring rows.
@@ -26,9 +26,10 @@ struct RowValue {
   float kv, score;
 };
 
-__device__ RowValue row_value(const CompressorPoolParams& p, const Geometry& g, int64_t q, int64_t col) {
-  if (q >= p.start_pos) {
-    const int64_t i = (q - p.start_pos) * p.width + col;
+__device__ RowValue row_value(const CompressorPoolParams& p, const Geometry& g, int64_t start_pos, int64_t q,
+                              int64_t col) {
+  if (q >= start_pos) {
+    const int64_t i = (q - start_pos) * p.width + col;
     return {p.kv[i], __fadd_rn(p.score[i], load_float(p.ape, (q % g.m) * p.width + col))};
   }
   const int64_t i = (q % g.ring) * p.width + col;
@@ -41,14 +42,19 @@ __global__ void pool_kernel(CompressorPoolBatch b) {
   const Geometry g = geometry(p);
   const int64_t c = blockIdx.y * static_cast<int64_t>(kThreads) + threadIdx.x;
   if (c >= g.dc) return;
-  const int64_t j = p.start_pos / g.m + item.index;
+  const int64_t start_pos = *p.start_pos;
+  const int64_t j = start_pos / g.m + item.index;
+  if ((j + 1) * g.m > start_pos + p.num_tokens) {  // a block the slice does not complete
+    p.out[item.index * g.dc + c] = 0.0f;
+    return;
+  }
   const bool overlap = g.coff == 2;
   // Row r of the pooled set: position and column.
   const int64_t rows = overlap && j >= 1 ? 2 * g.m : g.m;
   const int64_t prev_rows = rows - g.m;
   auto at = [&](int64_t r) {
-    return r < prev_rows ? row_value(p, g, (j - 1) * g.m + r, c)
-                         : row_value(p, g, j * g.m + (r - prev_rows), c + (overlap ? g.dc : 0));
+    return r < prev_rows ? row_value(p, g, start_pos, (j - 1) * g.m + r, c)
+                         : row_value(p, g, start_pos, j * g.m + (r - prev_rows), c + (overlap ? g.dc : 0));
   };
   float mx = -INFINITY;
   for (int64_t r = 0; r < rows; ++r) mx = fmaxf(mx, at(r).score);
@@ -62,21 +68,21 @@ __global__ void pool_kernel(CompressorPoolBatch b) {
   p.out[item.index * g.dc + c] = acc;
 }
 
-// The first position whose ring row a slice writes: its last `ring` positions, at most all of it.
-__host__ __device__ int64_t first_ring_position(const CompressorPoolParams& p, const Geometry& g) {
-  const int64_t end = p.start_pos + p.num_tokens;
-  return end - g.ring > p.start_pos ? end - g.ring : p.start_pos;
+// The ring rows a slice writes: its last `ring` positions, at most all of it.
+__host__ __device__ int64_t ring_rows_written(const CompressorPoolParams& p, const Geometry& g) {
+  return p.num_tokens < g.ring ? p.num_tokens : g.ring;
 }
 
-// Ring rows of the positions [first, start_pos + num_tokens), one CTA row per position.
+// Ring rows of the slice's last ring_rows_written positions, one CTA row per position.
 __global__ void ring_kernel(CompressorPoolBatch b) {
   const CompressorPoolItem item = b.ring_items[blockIdx.x];
   const CompressorPoolParams p = b.seqs[item.seq];
   const Geometry g = geometry(p);
   const int64_t col = blockIdx.y * static_cast<int64_t>(kThreads) + threadIdx.x;
   if (col >= p.width) return;
-  const int64_t q = first_ring_position(p, g) + item.index;
-  const RowValue v = row_value(p, g, q, col);
+  const int64_t start_pos = *p.start_pos;
+  const int64_t q = start_pos + p.num_tokens - ring_rows_written(p, g) + item.index;
+  const RowValue v = row_value(p, g, start_pos, q, col);
   const int64_t i = (q % g.ring) * p.width + col;
   p.state_kv[i] = v.kv;
   p.state_score[i] = v.score;
@@ -87,11 +93,11 @@ __global__ void ring_kernel(CompressorPoolBatch b) {
 void add_compressor_slice(CompressorPoolPlan& plan, const CompressorPoolParams& p) {
   if (p.num_tokens <= 0) return;
   const Geometry g = geometry(p);
-  const int64_t end = p.start_pos + p.num_tokens;
   const auto seq = static_cast<int32_t>(plan.seqs.size());
   plan.seqs.push_back(p);
-  for (int64_t j = 0; j < end / g.m - p.start_pos / g.m; ++j) plan.pool_items.push_back({seq, static_cast<int32_t>(j)});
-  for (int64_t r = 0; r < end - first_ring_position(p, g); ++r) plan.ring_items.push_back({seq, static_cast<int32_t>(r)});
+  for (int64_t j = 0; j < (p.num_tokens + g.m - 1) / g.m; ++j)  // ceil(n / m) block rows
+    plan.pool_items.push_back({seq, static_cast<int32_t>(j)});
+  for (int64_t r = 0; r < ring_rows_written(p, g); ++r) plan.ring_items.push_back({seq, static_cast<int32_t>(r)});
 }
 
 void compressor_pool(const CompressorPoolBatch& b, cudaStream_t stream) {

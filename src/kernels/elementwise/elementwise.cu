@@ -26,9 +26,11 @@ __global__ void convert_copy_kernel(ConvertCopyParams p) {
 
 __global__ void embed_gather_kernel(EmbedGatherParams p) {
   const int64_t row = blockIdx.x;  // t * streams + j
-  const int64_t id = p.ids[row / p.streams];
+  const int32_t id = p.ids[row / p.streams];
+  const bool valid = id >= 0 && id < p.vocab;
+  if (!valid && threadIdx.x == 0 && atomicCAS(p.fault, 0, kFaultTokenId) == 0) p.fault[1] = id;
   for (int64_t d = threadIdx.x; d < p.dim; d += blockDim.x)
-    store_float(p.out, row * p.dim + d, load_float(p.table, id * p.dim + d));
+    store_float(p.out, row * p.dim + d, valid ? load_float(p.table, id * p.dim + d) : 0.0f);
 }
 
 __global__ void broadcast_add_kernel(BroadcastAddParams p) {
@@ -119,18 +121,40 @@ __global__ void hadamard_kernel(HadamardRowsParams p) {
 
 }  // namespace
 
+// The block copies `bytes` bytes, in 16-byte words where both ends and the length allow.
+__device__ void block_copy_bytes(void* dst, const void* src, int64_t bytes) {
+  const auto s_at = reinterpret_cast<uintptr_t>(src), d_at = reinterpret_cast<uintptr_t>(dst);
+  if ((s_at | d_at | static_cast<uintptr_t>(bytes)) % 16 == 0) {
+    const auto* s = static_cast<const uint4*>(src);
+    auto* d = static_cast<uint4*>(dst);
+    for (int64_t i = threadIdx.x; i < bytes / 16; i += blockDim.x) d[i] = s[i];
+  } else {
+    const auto* s = static_cast<const unsigned char*>(src);
+    auto* d = static_cast<unsigned char*>(dst);
+    for (int64_t i = threadIdx.x; i < bytes; i += blockDim.x) d[i] = s[i];
+  }
+}
+
 __global__ void copy_byte_ranges_kernel(const ByteRange* ranges) {
   const ByteRange r = ranges[blockIdx.x];
-  const auto src = reinterpret_cast<uintptr_t>(r.src), dst = reinterpret_cast<uintptr_t>(r.dst);
-  if ((src | dst | static_cast<uintptr_t>(r.bytes)) % 16 == 0) {
-    const auto* s = static_cast<const uint4*>(r.src);
-    auto* d = static_cast<uint4*>(r.dst);
-    for (int64_t i = threadIdx.x; i < r.bytes / 16; i += blockDim.x) d[i] = s[i];
-  } else {
-    const auto* s = static_cast<const unsigned char*>(r.src);
-    auto* d = static_cast<unsigned char*>(r.dst);
-    for (int64_t i = threadIdx.x; i < r.bytes; i += blockDim.x) d[i] = s[i];
-  }
+  block_copy_bytes(r.dst, r.src, r.bytes);
+}
+
+__global__ void write_cache_rows_kernel(WriteCacheRowsKernelParams p) {
+  const int64_t r = blockIdx.x;
+  const int32_t seq = p.seq_of_row[r], row = p.dst_rows[r];
+  if (seq < 0 || row < 0) return;
+  const CacheRowTarget target = p.caches[seq];
+  if (row >= target.capacity) return;
+  block_copy_bytes(static_cast<unsigned char*>(target.cache) + row * p.row_bytes,
+                   static_cast<const unsigned char*>(p.src) + r * p.row_bytes, p.row_bytes);
+}
+
+void write_cache_rows(const WriteCacheRowsKernelParams& p, cudaStream_t stream) {
+  if (p.rows == 0) return;
+  if (p.rows > 2147483647) throw UsageError("write_cache_rows: " + std::to_string(p.rows) + " rows in one launch");
+  write_cache_rows_kernel<<<static_cast<unsigned>(p.rows), kThreads, 0, stream>>>(p);
+  DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
 void copy_byte_ranges(const ByteRange* ranges, int64_t count, cudaStream_t stream) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/fault.h"
 #include "kernels/float_ptr.h"
 
 namespace dsv4::kernels {
@@ -30,10 +31,30 @@ struct ByteRange {
 // words where source, destination and length allow. The ranges must not overlap.
 void copy_byte_ranges(const ByteRange* ranges, int64_t count, cudaStream_t stream);
 
-// out[t, j, :] = table[ids[t], :] rounded to out's type, for every stream j.
+// A sequence's cache for write_cache_rows: [capacity, row_bytes] bytes.
+struct CacheRowTarget {
+  void* cache = nullptr;
+  int64_t capacity = 0;
+};
+// Source row r goes to row dst_rows[r] of caches[seq_of_row[r]]; rows with seq_of_row < 0, a
+// negative destination or one past the capacity are skipped. A block per source row.
+struct WriteCacheRowsKernelParams {
+  const void* src = nullptr;             // [rows, row_bytes]
+  const int32_t* dst_rows = nullptr;     // [rows] device
+  const int32_t* seq_of_row = nullptr;   // [rows] device
+  const CacheRowTarget* caches = nullptr;  // device
+  int64_t rows = 0;
+  int64_t row_bytes = 0;
+};
+void write_cache_rows(const WriteCacheRowsKernelParams& p, cudaStream_t stream);
+
+// out[t, j, :] = table[ids[t], :] rounded to out's type, for every stream j. An id outside
+// [0, vocab) gives zeros and sets fault[0] = kFaultTokenId (if still 0) and fault[1] = the id.
 struct EmbedGatherParams {
-  const int32_t* ids = nullptr;  // [tokens], each in [0, vocab) (checked by the caller)
+  const int32_t* ids = nullptr;  // [tokens]
   FloatPtr table;                // [vocab, dim]
+  int64_t vocab = 0;
+  int32_t* fault = nullptr;      // [2] device-visible
   MutFloatPtr out;               // [tokens, streams, dim]
   int64_t tokens = 0;
   int64_t streams = 0;

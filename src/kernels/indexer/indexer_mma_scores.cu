@@ -112,9 +112,9 @@ constexpr size_t smem_bytes_for_rows(int rows) {
   return query_or_term_bytes(rows) + sizeof(uint16_t) * 2 * kKeyTile * kPitch + sizeof(float) * rows;
 }
 
-// Grid: x = token, y = range of keys_per_cta keys (a multiple of kKeyTile). Block: 32 x
-// ceil(heads / 16) threads.
-__global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkParams p, int64_t keys_per_cta) {
+// Grid: x = token, y = one of gridDim.y ranges of whole key tiles that split the token's visible
+// keys. Block: 32 x ceil(heads / 16) threads.
+__global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int warps = static_cast<int>(blockDim.x / 32), rows = 16 * warps;
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
@@ -128,7 +128,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkPa
 
   const int64_t t = blockIdx.x;
   const IndexerSeqDesc seq = p.seqs[p.seq_of_token[t]];
-  const int64_t visible = (seq.start_pos + (t - seq.token_begin) + 1) / p.ratio;
+  const int64_t visible = (p.positions[t] + 1) / p.ratio;
+  // The token's visible keys in gridDim.y ranges of whole tiles (the split never changes a score).
+  const int64_t visible_tiles = (visible + kKeyTile - 1) / kKeyTile;
+  const int64_t keys_per_cta = kKeyTile * ((visible_tiles + gridDim.y - 1) / gridDim.y);
   const int64_t key_begin = static_cast<int64_t>(blockIdx.y) * keys_per_cta;
   const int64_t key_end = min(visible, key_begin + keys_per_cta);
   if (key_begin >= key_end) return;  // the same for every thread of the CTA
@@ -249,17 +252,13 @@ void indexer_mma_scores(const IndexerTopkParams& p, cudaStream_t stream) {
   const int64_t max_tiles = (p.score_stride + kKeyTile - 1) / kKeyTile;
   const int64_t wanted_ctas = static_cast<int64_t>(kCtasPerSm) * sms;
   const int64_t ranges = std::min(max_tiles, std::max<int64_t>(1, (wanted_ctas + p.tokens - 1) / p.tokens));
-  const int64_t keys_per_cta = kKeyTile * ((max_tiles + ranges - 1) / ranges);
-  const int64_t grid_y = (p.score_stride + keys_per_cta - 1) / keys_per_cta;
-  if (grid_y > 65535)
-    throw UsageError("indexer_mma_scores: " + std::to_string(p.score_stride) + " keys need " + std::to_string(grid_y) +
-                     " key ranges, at most 65535");
+  const int64_t grid_y = std::min<int64_t>(ranges, 65535);
 
   const int warps = static_cast<int>((p.heads + 15) / 16);
   const size_t smem = indexer_mma_scores_smem_bytes(p.heads);
   DSV4_CUDA_CHECK(cudaFuncSetAttribute(mma_score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   mma_score_kernel<<<dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(grid_y)), 32 * warps, smem, stream>>>(
-      p, keys_per_cta);
+      p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

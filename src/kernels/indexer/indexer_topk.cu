@@ -38,7 +38,7 @@ __global__ void exact_score_kernel(IndexerTopkParams p) {
   float* w_s = q_s + p.heads * p.dh;  // [heads] w * weight_scale
   const int64_t i = blockIdx.x;       // token of the batch
   const IndexerSeqDesc seq = p.seqs[p.seq_of_token[i]];
-  const int64_t visible = (seq.start_pos + (i - seq.token_begin) + 1) / p.ratio;
+  const int64_t visible = (p.positions[i] + 1) / p.ratio;
   if (blockIdx.y * static_cast<int64_t>(kScoreThreads) >= visible) return;  // the whole CTA
   for (int64_t x = threadIdx.x; x < p.heads * p.dh; x += blockDim.x) q_s[x] = load_float(p.q, i * p.heads * p.dh + x);
   for (int64_t h = threadIdx.x; h < p.heads; h += blockDim.x)
@@ -72,8 +72,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(IndexerTopkParams p)
 
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32;
   const int64_t t = blockIdx.x;
-  const IndexerSeqDesc seq = p.seqs[p.seq_of_token[t]];
-  const int64_t visible = (seq.start_pos + (t - seq.token_begin) + 1) / p.ratio;
+  const int64_t visible = (p.positions[t] + 1) / p.ratio;
   int32_t* out = p.topk + t * p.k;
 
   if (visible <= p.k) {

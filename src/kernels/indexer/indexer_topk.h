@@ -36,10 +36,10 @@ constexpr int64_t kIndexerMmaMaxHeads = 64;
 // numerics) and the shape fits them; the exact kernel otherwise (fp32, the exact-math mode).
 IndexerScoreKernel indexer_score_kernel_for(bool q_bf16, bool keys_bf16, int64_t heads, int64_t dh);
 
-// One sequence of the batch (device memory).
+// One sequence of the batch (device memory): nothing that changes between decode steps, so a
+// CUDA graph can keep it.
 struct IndexerSeqDesc {
   int64_t token_begin = 0;    // the batch row of its first token
-  int64_t start_pos = 0;      // position of its first token
   FloatPtr keys;              // [>= visible entries, dh] its indexer keys, entry j in row j
 };
 
@@ -49,6 +49,7 @@ struct IndexerTopkParams {
   FloatPtr weights;           // [tokens, heads]
   const IndexerSeqDesc* seqs = nullptr;    // device
   const int32_t* seq_of_token = nullptr;   // [tokens] device
+  const int32_t* positions = nullptr;      // [tokens] device: each token's position
   float* scores = nullptr;    // [tokens, score_stride] scratch; row t valid at [0, visible(t))
   int32_t* topk = nullptr;    // [tokens, k]
   float weight_scale = 0;

@@ -24,7 +24,7 @@ __global__ void count_pairs_kernel(ExpertPlanParams p) {
     const int32_t id = r < p.pairs ? p.experts[r] : 0;
     n += __popc(__ballot_sync(0xffffffffu, r < p.pairs && id == e));
     // Expert 0's warp also looks for ids no expert owns.
-    if (e == 0 && r < p.pairs && !valid_expert(id, p.num_experts) && atomicCAS(p.fault, 0, 1) == 0) p.fault[1] = id;
+    if (e == 0 && r < p.pairs && !valid_expert(id, p.num_experts) && atomicCAS(p.fault, 0, kFaultExpertId) == 0) p.fault[1] = id;
   }
   if (lane == 0) p.count[e] = n;
 }

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "kernels/fault.h"
+
 #include "kernels/gemm/fp8_mma_gemm.h"
 
 namespace dsv4::kernels {
@@ -30,7 +32,8 @@ struct ExpertPlanParams {
   Fp8MmaTile* tiles = nullptr;       // [max_tiles]
   int32_t* tile_count = nullptr;     // [1]
   int64_t max_tiles = 0;             // >= expert_plan_max_tiles(pairs, num_experts, tile_rows)
-  // An expert id outside [0, num_experts) sets fault[0] = 1 (if still 0) and fault[1] = the id.
+  // An expert id outside [0, num_experts) sets fault[0] = kFaultExpertId (if still 0) and
+  // fault[1] = the id.
   int32_t* fault = nullptr;
 };
 
