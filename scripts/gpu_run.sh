@@ -75,6 +75,31 @@ if [ -x "$t" ] && [ "$sanitize" = 1 ]; then
     [ $rc -eq 0 ] || status=1
   done
 fi
+# Decode steps as CUDA graphs under memcheck and synccheck: captures, replays, graph-kept tables
+# and the graph's own allocations over random sets of sequences, side streams inside the graph.
+t="$here/test_model_graphs_cuda"
+if [ -x "$t" ] && [ "$sanitize" = 1 ]; then
+  for tool in memcheck synccheck; do
+    timeout "${GPU_SANITIZE_LIMIT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 1 "$t" \
+      --gtest_filter='*RandomSequenceSets*/on' >"$out/test_model_graphs_cuda.$tool.log" 2>&1
+    rc=$?
+    echo "   compute-sanitizer $tool (CUDA graphs, random sequence sets): rc=$rc ($(tail -n 1 "$out/test_model_graphs_cuda.$tool.log"))"
+    [ $rc -eq 0 ] || status=1
+  done
+fi
+# generate through CUDA graphs (the default) gives the same greedy ids as with every op launched.
+echo "== generate --cuda-graphs off"
+graph_prompt=$(seq -s, 1000 37 5000)
+"$here/dsv4" generate --model "$model" --prompt-ids "$graph_prompt" -n 140 --ignore-eos --device cuda --json \
+  >"$out/generate_cuda_graphs.json" 2>"$out/generate_cuda_graphs.err" || status=1
+"$here/dsv4" generate --model "$model" --prompt-ids "$graph_prompt" -n 140 --ignore-eos --device cuda --json \
+  --cuda-graphs off >"$out/generate_cuda_eager.json" 2>"$out/generate_cuda_eager.err" || status=1
+if cmp -s "$out/generate_cuda_graphs.json" "$out/generate_cuda_eager.json"; then
+  echo "   same ids with --cuda-graphs off"
+else
+  echo "   --cuda-graphs off gave other ids (or failed): see generate_cuda_{graphs,eager}.json"
+  status=1
+fi
 # generate with the attention chains on side streams gives the same greedy ids as on one stream.
 echo "== generate --multi-stream on"
 ms_prompt=$(seq -s, 1000 37 5000)

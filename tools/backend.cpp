@@ -1,5 +1,6 @@
-// The backend factory behind `--device`, `--multi-stream`, `--fp8-gemm` and `--attention`. The CUDA backend exists only in builds configured with
-// CUDA (DSV4_WITH_CUDA); the tools are the one place that may branch on that.
+// The backend factory behind `--device`, `--multi-stream`, `--fp8-gemm`, `--attention` and
+// `--cuda-graphs`. The CUDA backend exists only in builds configured with CUDA (DSV4_WITH_CUDA);
+// the tools are the one place that may branch on that.
 #include "tools/backend.h"
 
 #include <string>
@@ -7,6 +8,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #if defined(DSV4_WITH_CUDA)
+#include "backend/cuda/cuda_graph_forward.h"
 #include "backend/cuda/cuda_ops.h"
 #endif
 
@@ -74,6 +76,36 @@ void add_gpu_options(CLI::App* cmd, GpuOptions& gpu) {
          "CUDA cores: the closest to it, 10-50x slower)")
       ->check(CLI::IsMember({"tensor-cores", "cpu-order"}))
       ->default_str(std::string(attention_choice_name(GpuOptions{}.attention)));
+  cmd->add_option_function<std::string>(
+         "--cuda-graphs", [&gpu](const std::string& v) { gpu.cuda_graphs = v == "on"; },
+         "--device cuda: run decode steps (every sequence one token) as CUDA graphs, recorded at a batch's "
+         "first step and replayed after (on), or launch every op eagerly (off). The numbers are the same "
+         "either way")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->default_str(GpuOptions{}.cuda_graphs ? "on" : "off");
+}
+
+std::unique_ptr<ForwardRunner> make_forward_runner(Ops& backend, const GpuOptions& gpu) {
+#if defined(DSV4_WITH_CUDA)
+  if (auto* cuda_ops = dynamic_cast<cuda::CudaOps*>(&backend); cuda_ops != nullptr && gpu.cuda_graphs)
+    return std::make_unique<cuda::CudaGraphForward>(*cuda_ops);
+#else
+  (void)backend;
+  (void)gpu;
+#endif
+  return std::make_unique<EagerForward>();
+}
+
+std::optional<GraphRunStats> graph_stats(const ForwardRunner& runner) {
+#if defined(DSV4_WITH_CUDA)
+  if (const auto* graphs = dynamic_cast<const cuda::CudaGraphForward*>(&runner); graphs != nullptr) {
+    const cuda::CudaGraphForward::Stats& s = graphs->stats();
+    return GraphRunStats{s.captures, s.replays, s.eager, s.last_graph_nodes};
+  }
+#else
+  (void)runner;
+#endif
+  return std::nullopt;
 }
 
 std::unique_ptr<Ops> make_backend(Device device, int threads, const GpuOptions& gpu) {

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string_view>
 
 #include <CLI/CLI.hpp>
 
+#include "model/forward_runner.h"
 #include "ops/fork_join.h"
 #include "ops/ops.h"
 
@@ -31,15 +33,30 @@ struct GpuOptions {
   MultiStreamPolicy multi_stream;
   Fp8GemmChoice fp8_gemm = Fp8GemmChoice::kMma;
   AttentionChoice attention = AttentionChoice::kTensorCores;
+  bool cuda_graphs = true;
 };
 
 // Adds `--multi-stream off|on|auto` (default auto: whether the CUDA backend overlaps the attention
 // layer's independent input chains on side streams), `--fp8-gemm mma|cublaslt|simple` (default
-// mma) and `--attention tensor-cores|cpu-order` (default tensor-cores) to `cmd`.
+// mma), `--attention tensor-cores|cpu-order` (default tensor-cores) and `--cuda-graphs on|off`
+// (default on) to `cmd`.
 void add_gpu_options(CLI::App* cmd, GpuOptions& gpu);
 
 // The backend for `device`; `threads` is the CPU backend's thread count (0: all cores).
 // Throws UsageError for cuda when this build has no CUDA backend, CudaError when no GPU can be used.
 std::unique_ptr<Ops> make_backend(Device device, int threads, const GpuOptions& gpu = {});
+
+// How forwards on `backend` run: CUDA graphs for decode steps on the CUDA backend when
+// gpu.cuda_graphs, eagerly otherwise. `backend` must outlive the runner.
+std::unique_ptr<ForwardRunner> make_forward_runner(Ops& backend, const GpuOptions& gpu);
+
+// What a CUDA graph runner has done so far; nullopt for a runner that launches eagerly.
+struct GraphRunStats {
+  int64_t captures = 0;
+  int64_t replays = 0;
+  int64_t eager = 0;
+  size_t last_graph_nodes = 0;
+};
+std::optional<GraphRunStats> graph_stats(const ForwardRunner& runner);
 
 }  // namespace dsv4::tools

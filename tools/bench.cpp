@@ -359,6 +359,8 @@ void run_bench_step(const BenchOptions& o) {
   const auto start = Clock::now();
   const Model model = Model::dummy(*ops, cfg, o.source.dummy_seed, true);
   std::fprintf(stderr, "bench: weights made in %.1f s\n", seconds_since(start));
+  const std::unique_ptr<ForwardRunner> runner = make_forward_runner(*ops, o.gpu);
+  const bool graphs = graph_stats(*runner).has_value();
   std::vector<LayerCost> costs;
   for (int64_t l = 0; l < cfg.num_layers(); ++l) costs.push_back(layer_cost(cfg, model.weights().layers.at(static_cast<size_t>(l))));
 
@@ -367,10 +369,10 @@ void run_bench_step(const BenchOptions& o) {
   nlohmann::json report = {{"model", cfg.source()}, {"backend", std::string(ops->name())}, {"context", o.context},
                            {"layers", cfg.num_layers()}, {"multi_stream", multi_stream}, {"fp8_gemm", fp8_gemm},
                            {"attention", std::string(attention_choice_name(o.gpu.attention))},
-                           {"cuda_graphs", false}};
-  std::printf("%s, %lld layers + head, %s backend, multi-stream %s, fp8-gemm %s, eager launches; floors are the H200's (ENV.md)\n",
+                           {"cuda_graphs", graphs}};
+  std::printf("%s, %lld layers + head, %s backend, multi-stream %s, fp8-gemm %s, %s; floors are the H200's (ENV.md)\n",
               cfg.source().c_str(), static_cast<long long>(cfg.num_layers()), std::string(ops->name()).c_str(),
-              multi_stream.c_str(), fp8_gemm.c_str());
+              multi_stream.c_str(), fp8_gemm.c_str(), graphs ? "decode steps as CUDA graphs" : "eager launches");
   std::printf("%-16s %12s %9s %12s %12s %8s\n", "run", "median ms", "range %", "tokens/s", "floor ms", "x floor");
   const auto row = [&](const std::string& run, const Timing& t, double tokens, double floor_seconds, nlohmann::json extra,
                        double calls_per_run) {
@@ -432,7 +434,7 @@ void run_bench_step(const BenchOptions& o) {
         const int32_t id = static_cast<int32_t>((s * 104729 + seqs[static_cast<size_t>(s)].length()) % cfg->vocab_size);
         batch.add(seqs[static_cast<size_t>(s)], std::span<const int32_t>(&id, 1));
       }
-      return model.forward(*ops, batch).logits;
+      return runner->forward(model, *ops, batch).logits;
     };
     wait_for(*ops, step());
     profiler.reset();
@@ -450,10 +452,13 @@ void run_bench_step(const BenchOptions& o) {
     });
     const double bytes = step_bytes(model, costs, batch_size, fill);
     const double enqueue_ms = enqueue_seconds * 1e3 / static_cast<double>(o.iters * o.repeats);
-    row("decode b=" + std::to_string(batch_size), t, static_cast<double>(batch_size), bytes / kReadBytesPerSecond,
-        {{"batch", batch_size}, {"gb_per_step", bytes / 1e9}, {"enqueue_ms", enqueue_ms}},
+    nlohmann::json extra = {{"batch", batch_size}, {"gb_per_step", bytes / 1e9}, {"enqueue_ms", enqueue_ms}};
+    const size_t nodes = graphs ? graph_stats(*runner)->last_graph_nodes : 0;
+    if (graphs) extra["graph_nodes"] = nodes;
+    row("decode b=" + std::to_string(batch_size), t, static_cast<double>(batch_size), bytes / kReadBytesPerSecond, extra,
         static_cast<double>(o.iters * o.repeats));
     std::printf("%-16s %12.3f ms of it on the host, inside forward (enqueue)\n", "", enqueue_ms);
+    if (graphs) std::printf("%-16s %12zu nodes in the step's graph (kernels, copies, allocations)\n", "", nodes);
   }
   if (!o.json_file.empty()) {
     std::ofstream out(o.json_file);
@@ -512,7 +517,7 @@ void add_bench_command(CLI::App& app) {
       "Time the whole model (every layer and the head, no MTP) with dummy weights, layers of one kind sharing one set "
       "(each still far larger than L2): a chunked prefill of the context, then whole decode steps per batch size, each "
       "beside its floor (bytes / 4.43 TB/s for decode; FLOPs / the measured FP8 and bf16 GEMM rates for prefill). "
-      "Launches are eager (no CUDA graphs yet)");
+      "Decode steps run as CUDA graphs unless --cuda-graphs off (or --profile, which times ops one by one)");
   add_common_bench_options(step_cmd, *step);
   step_cmd->add_option("--iters", step->iters, "Decode steps averaged in one timing")
       ->check(CLI::PositiveNumber)

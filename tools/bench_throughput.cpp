@@ -48,7 +48,10 @@ int64_t random_length(std::mt19937_64& rng, int64_t length, double range_ratio) 
 void run_bench_throughput(const ThroughputOptions& o) {
   const std::unique_ptr<Ops> ops = make_backend(o.device, o.threads, o.gpu);
   const Model model = load_model(*ops, o.source);
-  Engine engine(model, *ops, o.engine);
+  const std::unique_ptr<ForwardRunner> runner = make_forward_runner(*ops, o.gpu);
+  EngineConfig config = o.engine;
+  config.runner = runner.get();
+  Engine engine(model, *ops, config);
   const EngineConfig& c = engine.config();
   std::fprintf(stderr,
                "bench throughput: %lld prompts, input %lld, output %lld tokens (range ratio %.2f); max_num_seqs %lld, "

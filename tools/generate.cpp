@@ -55,10 +55,11 @@ struct DecodeStats {
 // token budget is the prompt's length), then one token per step up to `max_new_tokens`, stopping
 // after the end-of-sequence token unless told to ignore it. on_token sees every new id as soon as
 // the engine emits it.
-std::vector<int32_t> greedy_decode(const Model& model, Ops& ops, const std::vector<int32_t>& prompt,
+std::vector<int32_t> greedy_decode(const Model& model, Ops& ops, ForwardRunner& runner, const std::vector<int32_t>& prompt,
                                    const GenerateOptions& o, const std::function<void(int32_t)>& on_token,
                                    DecodeStats& stats) {
   EngineConfig config;
+  config.runner = &runner;
   config.max_model_len = static_cast<int64_t>(prompt.size()) + o.max_new_tokens;
   config.max_num_seqs = 1;
   config.max_num_batched_tokens = static_cast<int64_t>(prompt.size());
@@ -152,7 +153,8 @@ void run_generate(const GenerateOptions& o) {
                      std::to_string(o.max_new_tokens) + " exceed the model's max_position_embeddings (" +
                      std::to_string(max_length) + ")");
   DecodeStats stats;
-  const std::vector<int32_t> ids = greedy_decode(model, *ops, io.ids, o, io.print, stats);
+  const std::unique_ptr<ForwardRunner> runner = make_forward_runner(*ops, o.gpu);
+  const std::vector<int32_t> ids = greedy_decode(model, *ops, *runner, io.ids, o, io.print, stats);
   io.finish();
   if (o.json) {
     nlohmann::json j{{"ids", ids}};

@@ -73,6 +73,7 @@ void run_logits(const LogitsOptions& o) {
   const std::unique_ptr<Ops> backend = make_backend(o.device, o.threads, o.gpu);
   Ops& ops = *backend;
   const Model model = load_model(ops, o.source);
+  const std::unique_ptr<ForwardRunner> runner = make_forward_runner(ops, o.gpu);
   const int64_t V = model.config()->vocab_size;
   SequenceCache cache = model.new_sequence(ops, T, o.exact_math);
   NpyWriter npy(o.out_file, T, V);
@@ -83,7 +84,7 @@ void run_logits(const LogitsOptions& o) {
     batch.options.exact_math = o.exact_math;
     batch.options.logits = LogitsFor::kAllTokens;
     batch.add(cache, std::span<const int32_t>(ids).subspan(static_cast<size_t>(begin), static_cast<size_t>(n)));
-    const ForwardResult r = model.forward(ops, batch);
+    const ForwardResult r = runner->forward(model, ops, batch);
     std::vector<float> logits(static_cast<size_t>(n * V));
     ops.download(r.logits.view(), TensorView(reinterpret_cast<std::byte*>(logits.data()), DType::kF32, {n, V}));
     npy.write(logits);

@@ -56,7 +56,10 @@ void run_serve(ServeOptions o) {
                o.server.served_model_name.c_str());
   const std::unique_ptr<Ops> ops = make_backend(o.device, o.threads, o.gpu);
   const Model model = load_model(*ops, o.source);
-  Engine engine(model, *ops, o.engine, tokenizer);
+  const std::unique_ptr<ForwardRunner> runner = make_forward_runner(*ops, o.gpu);
+  EngineConfig config = o.engine;
+  config.runner = runner.get();
+  Engine engine(model, *ops, config, tokenizer);
   std::fprintf(stderr,
                "serve: ready: max_model_len %lld, max_num_seqs %lld, max_num_batched_tokens %lld, "
                "%lld cache blocks of %lld tokens (--gpu-memory-utilization %.2f is not used yet: the "

@@ -1,11 +1,15 @@
 // Allocation of a sequence's per-layer caches, sized from the config and the capacity.
 #include "model/cache.h"
 
+#include <atomic>
+
 #include "core/error.h"
 
 namespace dsv4 {
 
 namespace {
+
+std::atomic<uint64_t> next_cache_id{1};
 
 CompressorState make_state(Ops& ops, int64_t ratio, int64_t dc) {
   const int64_t coff = ratio == 4 ? 2 : 1;
@@ -15,7 +19,7 @@ CompressorState make_state(Ops& ops, int64_t ratio, int64_t dc) {
 }  // namespace
 
 SequenceCache::SequenceCache(Ops& ops, const ModelConfig& cfg, int64_t capacity, DType dtype)
-    : capacity_(capacity), dtype_(dtype) {
+    : capacity_(capacity), id_(next_cache_id++), dtype_(dtype) {
   if (capacity <= 0) throw UsageError("a sequence needs a positive capacity, got " + std::to_string(capacity));
   // Positions past max_position_embeddings are refused by the forward, so such a cache could
   // never be filled; refusing it here also keeps a typo from becoming a huge allocation.

@@ -42,6 +42,9 @@ class SequenceCache {
   SequenceCache& operator=(SequenceCache&&) = default;
 
   int64_t capacity() const { return capacity_; }
+  // Unique among the caches this process made (moves keep it): what a recorded forward
+  // (CudaGraphForward) keys on, since the buffers its kernels write are this cache's.
+  uint64_t id() const { return id_; }
   DType dtype() const { return dtype_; }
   // Tokens the main model has processed (the next token's position), and the MTP layers.
   int64_t length() const { return length_; }
@@ -51,12 +54,14 @@ class SequenceCache {
   LayerCache& layer(int64_t index) { return layers_.at(static_cast<size_t>(index)); }
   const LayerCache& layer(int64_t index) const { return layers_.at(static_cast<size_t>(index)); }
 
-  // Called by the model once a forward has written the caches for n more tokens.
+  // Called by the model once a forward has written the caches for n more tokens (a recorded
+  // forward that was never run takes them back with a negative n).
   void advance(int64_t n) { length_ += n; }
   void advance_mtp(int64_t n) { mtp_length_ += n; }
 
  private:
   int64_t capacity_;
+  uint64_t id_;
   DType dtype_;
   int64_t length_ = 0;
   int64_t mtp_length_ = 0;

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "model/forward_runner.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 #include "scheduler/scheduler.h"
@@ -278,7 +279,8 @@ bool Engine::Impl::step() {
           batch.add(*r.cache, std::span<const int32_t>(c.sequence->tokens)
                                   .subspan(static_cast<size_t>(c.start), static_cast<size_t>(c.num_tokens)));
         }
-        const ForwardResult result = model_.forward(ops_, batch);
+        const ForwardResult result =
+            config_.runner != nullptr ? config_.runner->forward(model_, ops_, batch) : model_.forward(ops_, batch);
         logits_.resize(static_cast<size_t>(n * V));
         ops_.download(result.logits.view(), TensorView(reinterpret_cast<std::byte*>(logits_.data()), DType::kF32, {n, V}));
       } catch (const std::exception& e) {

@@ -34,6 +34,7 @@
 
 namespace dsv4 {
 
+class ForwardRunner;
 class Model;
 class Ops;
 class Tokenizer;
@@ -141,6 +142,8 @@ struct EngineConfig {
   int64_t block_size = 64;
   int64_t num_cache_blocks = 0;
   bool exact_math = false;              // ForwardOptions::exact_math for every step
+  // How steps run (CUDA graphs for decode steps, say); must outlive the engine. Null: eagerly.
+  ForwardRunner* runner = nullptr;
 };
 
 // A snapshot for /metrics and logs. Counters are totals since the engine was made.

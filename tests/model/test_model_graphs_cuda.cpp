@@ -1,0 +1,132 @@
+// Decode steps as CUDA graphs (CudaGraphForward) against the same steps launched eagerly: every
+// step's logits must be the same bytes, with the attention fork/join on one stream and on side
+// streams inside the graph, when the batch's sequences change (a new graph, then an old one
+// replayed), and over many steps of random sequence sets (the run compute-sanitizer's memcheck
+// takes in scripts/gpu_run.sh). Skips where no GPU exists.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/cuda_graph_forward.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/device.h"
+#include "model_test_util.h"
+
+namespace dsv4::testing {
+namespace {
+
+std::vector<float> logits_of(Ops& ops, const ForwardResult& r) {
+  Tensor host(DType::kF32, r.logits.shape());
+  ops.download(r.logits.view(), host.view());
+  return to_floats(host.view());
+}
+
+// One set of sequences decoded in lockstep by two runners on two sets of caches.
+class Lockstep {
+ public:
+  Lockstep(const Model& model, Ops& ops, const std::vector<int64_t>& prompts, int64_t steps)
+      : model_(model), ops_(ops) {
+    const int64_t V = model.config()->vocab_size;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ids_.push_back(test_ids(prompts[i] + steps, V, 50 + static_cast<uint32_t>(i)));
+      for (auto* caches : {&eager_caches_, &graph_caches_}) {
+        caches->push_back(model.new_sequence(ops, prompts[i] + steps, false));
+        ForwardBatch prefill;
+        prefill.options.logits = LogitsFor::kNone;
+        prefill.add(caches->back(), std::span(ids_.back()).first(static_cast<size_t>(prompts[i])));
+        model.forward(ops, prefill);
+      }
+    }
+  }
+
+  // One decode step of the listed sequences on both sides; fails the test on the first differing
+  // logit.
+  void step(ForwardRunner& graphs, const std::vector<size_t>& which, const std::string& what) {
+    EagerForward eager;
+    const std::vector<float> want = run(eager, eager_caches_, which), got = run(graphs, graph_caches_, which);
+    ASSERT_EQ(got.size(), want.size()) << what;
+    if (std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) != 0) {
+      size_t i = 0;
+      while (std::memcmp(&got[i], &want[i], sizeof(float)) == 0) ++i;
+      FAIL() << what << ": logit " << i << " of " << want.size() << " is " << got[i] << " through the graph, "
+             << want[i] << " eagerly";
+    }
+  }
+
+ private:
+  std::vector<float> run(ForwardRunner& runner, std::vector<SequenceCache>& caches, const std::vector<size_t>& which) {
+    ForwardBatch batch;
+    batch.options.logits = LogitsFor::kLastTokenOfSequence;
+    for (size_t s : which) batch.add(caches[s], std::span(ids_[s]).subspan(static_cast<size_t>(caches[s].length()), 1));
+    return logits_of(ops_, runner.forward(model_, ops_, batch));
+  }
+
+  const Model& model_;
+  Ops& ops_;
+  std::vector<std::vector<int32_t>> ids_;
+  std::vector<SequenceCache> eager_caches_, graph_caches_;
+};
+
+class CudaGraphs : public ::testing::TestWithParam<MultiStreamMode> {
+ protected:
+  void SetUp() override {
+    if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device on this machine";
+    cuda::CudaOptions options;
+    options.multi_stream.mode = GetParam();
+    ops_ = std::make_unique<cuda::CudaOps>(options);
+    model_ = std::make_unique<Model>(Model::load(*ops_, tiny_model_dir()));
+  }
+  std::unique_ptr<cuda::CudaOps> ops_;
+  std::unique_ptr<Model> model_;
+};
+
+// Three sequences past C4 and C128 block boundaries as they decode; the middle one leaves for a
+// while (a second graph) and comes back (the first graph again).
+TEST_P(CudaGraphs, DecodeStepsAreTheEagerBitsAcrossBatchChanges) {
+  const int64_t steps = 140;
+  Lockstep run(*model_, *ops_, {3, 70, 126}, steps);
+  cuda::CudaGraphForward graphs(*ops_);
+  for (int64_t s = 0; s < steps; ++s) {
+    const bool middle_away = s >= 40 && s < 50;
+    const std::vector<size_t> which = middle_away ? std::vector<size_t>{0, 2} : std::vector<size_t>{0, 1, 2};
+    ASSERT_NO_FATAL_FAILURE(run.step(graphs, which, "step " + std::to_string(s)));
+  }
+  // The middle sequence missed ten steps: it has ten tokens to go, alone.
+  for (int64_t s = 0; s < 10; ++s) ASSERT_NO_FATAL_FAILURE(run.step(graphs, {1}, "catch-up " + std::to_string(s)));
+  const cuda::CudaGraphForward::Stats& st = graphs.stats();
+  EXPECT_EQ(st.captures, 3);  // {0, 1, 2}, {0, 2}, {1}
+  EXPECT_EQ(st.replays, steps + 10 - 3);
+  EXPECT_EQ(st.eager, 0);
+  std::printf("[measured] graphs (multi-stream %s): %lld captures, %lld replays, %zu nodes in the last graph\n",
+              std::string(multi_stream_mode_name(GetParam())).c_str(), static_cast<long long>(st.captures),
+              static_cast<long long>(st.replays), st.last_graph_nodes);
+}
+
+// Many steps of random sets of sequences: more sets than the runner keeps graphs, so graphs are
+// dropped, recaptured and replayed in every order; the bits stay the eager ones.
+TEST_P(CudaGraphs, RandomSequenceSetsKeepTheEagerBits) {
+  const int64_t sequences = 5, steps = 120;
+  Lockstep run(*model_, *ops_, {1, 4, 9, 33, 128}, steps);
+  cuda::CudaGraphForward graphs(*ops_, 4);
+  std::mt19937 rng(7);
+  for (int64_t s = 0; s < steps; ++s) {
+    std::vector<size_t> which;
+    // Sequence 0 always, so each step advances someone; the others at random.
+    for (size_t i = 0; i < static_cast<size_t>(sequences); ++i)
+      if (i == 0 || rng() % 2 == 0) which.push_back(i);
+    ASSERT_NO_FATAL_FAILURE(run.step(graphs, which, "step " + std::to_string(s)));
+  }
+  EXPECT_GT(graphs.stats().replays, 0);
+  EXPECT_EQ(graphs.stats().eager, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(MultiStream, CudaGraphs, ::testing::Values(MultiStreamMode::kOff, MultiStreamMode::kOn),
+                         [](const ::testing::TestParamInfo<MultiStreamMode>& info) {
+                           return std::string(multi_stream_mode_name(info.param));
+                         });
+
+}  // namespace
+}  // namespace dsv4::testing
