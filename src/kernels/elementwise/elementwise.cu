@@ -2,6 +2,7 @@
 // rounds one by one use the _rn intrinsics, which nvcc never fuses into an FMA.
 #include "kernels/elementwise/elementwise.h"
 
+#include <algorithm>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
@@ -185,7 +186,11 @@ void broadcast_add(const BroadcastAddParams& p, cudaStream_t stream) {
 
 void rms_norm_rows(const RmsNormRowsParams& p, cudaStream_t stream) {
   if (p.rows == 0 || p.dim == 0) return;
-  rms_norm_kernel<<<static_cast<unsigned>(p.rows), kThreads, 0, stream>>>(p);
+  // About four elements per thread: a decode step's single rows of 4096 are latency-bound, so
+  // they take whole 1024-thread blocks. The block size fixes the summation order, and it depends
+  // on dim alone, so a row's result never depends on how many rows the batch has.
+  const int64_t threads = std::clamp<int64_t>((p.dim / 4 + 31) / 32 * 32, 32, 1024);
+  rms_norm_kernel<<<static_cast<unsigned>(p.rows), static_cast<unsigned>(threads), 0, stream>>>(p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -13,13 +13,22 @@ __device__ float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
 
 constexpr int kWarps = kThreads / 32;
 constexpr int kTokensPerBlock = 4;
-constexpr int kSums = static_cast<int>(kHcMaxMix) + 1;  // the mixes' dots, then the sum of squares
 
+// Block (token group, chunk, mix group): the dots of mixes [k0, k0 + kGroup) over the chunk, and
+// in mix group 0 the sum of squares too. Each dot is accumulated by the same threads in the same
+// order whatever the grouping (thread-strided FMAs, a warp's xor reduction, warps added in
+// order), so the grouping is a launch choice that never changes a bit: small batches split the
+// mixes over more blocks (decode: 16 chunks alone would leave most SMs idle), large ones keep
+// them together so x is read once.
+template <int kGroup>
 __global__ void __launch_bounds__(kThreads) hc_mix_partials_kernel(HcMixPartialsParams p) {
+  constexpr int kSums = kGroup + 1;  // the group's dots, then the sum of squares
   __shared__ float warp_sums[kWarps][kTokensPerBlock][kSums];
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTokensPerBlock;
   const int64_t chunk = (p.width + kHcChunks - 1) / kHcChunks;
   const int64_t begin = blockIdx.y * chunk, end = begin + chunk < p.width ? begin + chunk : p.width;
+  const int64_t k0 = static_cast<int64_t>(blockIdx.z) * kGroup;
+  const bool squares = blockIdx.z == 0;
   float acc[kTokensPerBlock][kSums];
 #pragma unroll
   for (auto& token_acc : acc)
@@ -30,37 +39,38 @@ __global__ void __launch_bounds__(kThreads) hc_mix_partials_kernel(HcMixPartials
 #pragma unroll
     for (int tt = 0; tt < kTokensPerBlock; ++tt) {
       x[tt] = t0 + tt < p.tokens ? load_float(p.x, (t0 + tt) * p.width + i) : 0.0f;
-      acc[tt][kSums - 1] = fmaf(x[tt], x[tt], acc[tt][kSums - 1]);
+      if (squares) acc[tt][kSums - 1] = fmaf(x[tt], x[tt], acc[tt][kSums - 1]);
     }
 #pragma unroll
-    for (int k = 0; k < kHcMaxMix; ++k) {
-      if (k >= p.mix) break;
-      const float f = load_float(p.fn, k * p.width + i);
+    for (int g = 0; g < kGroup; ++g) {
+      if (k0 + g >= p.mix) break;
+      const float f = load_float(p.fn, (k0 + g) * p.width + i);
 #pragma unroll
-      for (int tt = 0; tt < kTokensPerBlock; ++tt) acc[tt][k] = fmaf(x[tt], f, acc[tt][k]);
+      for (int tt = 0; tt < kTokensPerBlock; ++tt) acc[tt][g] = fmaf(x[tt], f, acc[tt][g]);
     }
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
   for (int tt = 0; tt < kTokensPerBlock; ++tt)
 #pragma unroll
-    for (int k = 0; k < kSums; ++k) {
-      float v = acc[tt][k];
+    for (int g = 0; g < kSums; ++g) {
+      float v = acc[tt][g];
       for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-      if (lane == 0) warp_sums[warp][tt][k] = v;
+      if (lane == 0) warp_sums[warp][tt][g] = v;
     }
   __syncthreads();
   for (int e = threadIdx.x; e < kTokensPerBlock * kSums; e += kThreads) {
-    const int tt = e / kSums, k = e % kSums;
-    if (t0 + tt >= p.tokens || (k >= p.mix && k != kSums - 1)) continue;
+    const int tt = e / kSums, g = e % kSums;
+    const bool is_squares = g == kSums - 1;
+    if (t0 + tt >= p.tokens || (is_squares ? !squares : k0 + g >= p.mix)) continue;
     float total = 0.0f;
-    for (int w = 0; w < kWarps; ++w) total += warp_sums[w][tt][k];
-    p.partials[((t0 + tt) * kHcChunks + blockIdx.y) * (p.mix + 1) + (k == kSums - 1 ? p.mix : k)] = total;
+    for (int w = 0; w < kWarps; ++w) total += warp_sums[w][tt][g];
+    p.partials[((t0 + tt) * kHcChunks + blockIdx.y) * (p.mix + 1) + (is_squares ? p.mix : k0 + g)] = total;
   }
 }
 
-// Thread k < mix of the block gets mix k of token t (chunks added in order); every thread sums
-// the squares in the same order, so all agree on the norm.
+// Mix k of token t (chunks added in order); every caller sums the squares in the same order, so
+// all agree on the norm.
 __device__ float finish_mix(const float* partials, int64_t t, int64_t k, int64_t mix, int64_t width, float norm_eps) {
   const float* part = partials + t * kHcChunks * (mix + 1);
   float dot = 0.0f, ss = 0.0f;
@@ -72,77 +82,84 @@ __device__ float finish_mix(const float* partials, int64_t t, int64_t k, int64_t
   return __fmul_rn(dot, rs);
 }
 
-// Column k of the n x n matrix c (row-major) divided by its sum + eps, as the CPU does it.
-__device__ void normalise_column(float* c, int64_t n, int64_t k, float eps) {
-  float sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum = __fadd_rn(sum, c[i * n + k]);
-  for (int64_t i = 0; i < n; ++i) c[i * n + k] = __fdiv_rn(c[i * n + k], __fadd_rn(sum, eps));
+// Element (i, k) = lane i * n + k of a warp's n x n matrix: the sum of row i (from_row) or column
+// k, added in index order from 0 as the CPU's loops add them. Every lane calls it.
+__device__ float line_sum(float v, int n, bool from_row) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int i = lane / n, k = lane % n;
+  float sum = 0.0f;
+  for (int e = 0; e < n; ++e) {
+    const int src = from_row ? i * n + e : e * n + k;
+    sum = __fadd_rn(sum, __shfl_sync(0xffffffffu, v, src < 32 ? src : 31));
+  }
+  return sum;
 }
 
-// The n x n Sinkhorn of MODEL.md §2.4 on c (row-major, shared memory), exactly as the CPU's
-// sinkhorn(): thread i < n takes row i in the row steps and column i in the column steps, and
-// each element sees the CPU's operations in the CPU's order. All threads of the block call it.
-__device__ void sinkhorn(float* c, int64_t n, int64_t iters, float eps) {
-  const auto i = static_cast<int64_t>(threadIdx.x);
-  if (i < n) {
-    float* row = c + i * n;
-    float mx = row[0];
-    for (int64_t k = 1; k < n; ++k) mx = fmaxf(mx, row[k]);
-    float sum = 0;
-    for (int64_t k = 0; k < n; ++k) {
-      row[k] = expf(__fsub_rn(row[k], mx));
-      sum = __fadd_rn(sum, row[k]);
-    }
-    for (int64_t k = 0; k < n; ++k) row[k] = __fadd_rn(__fdiv_rn(row[k], sum), eps);
-  }
-  __syncthreads();
-  if (i < n) normalise_column(c, n, i, eps);
-  __syncthreads();
+// The n x n Sinkhorn of MODEL.md §2.4, one element per lane of a warp (lanes >= n*n carry
+// nothing), with every element seeing the CPU's sinkhorn() operations in its order: a row
+// softmax plus eps, a column normalisation, then iters - 1 row and column normalisations. Called
+// by a whole warp; returns the lane's element.
+__device__ float warp_sinkhorn(float v, int n, int64_t iters, float eps) {
+  const int lane = static_cast<int>(threadIdx.x % 32), i = lane / n;
+  float mx = __shfl_sync(0xffffffffu, v, i * n < 32 ? i * n : 31);
+  for (int e = 1; e < n; ++e) mx = fmaxf(mx, __shfl_sync(0xffffffffu, v, i * n + e < 32 ? i * n + e : 31));
+  v = expf(__fsub_rn(v, mx));
+  v = __fadd_rn(__fdiv_rn(v, line_sum(v, n, true)), eps);
+  v = __fdiv_rn(v, __fadd_rn(line_sum(v, n, false), eps));
   for (int64_t it = 1; it < iters; ++it) {
-    if (i < n) {
-      float sum = 0;
-      for (int64_t k = 0; k < n; ++k) sum = __fadd_rn(sum, c[i * n + k]);
-      for (int64_t k = 0; k < n; ++k) c[i * n + k] = __fdiv_rn(c[i * n + k], __fadd_rn(sum, eps));
-    }
-    __syncthreads();
-    if (i < n) normalise_column(c, n, i, eps);
-    __syncthreads();
+    v = __fdiv_rn(v, __fadd_rn(line_sum(v, n, true), eps));
+    v = __fdiv_rn(v, __fadd_rn(line_sum(v, n, false), eps));
   }
+  return v;
 }
 
-// y[t, :] = sum_j g[j] * x[t, j, :], j ascending, rounded to y's type.
-__device__ void weighted_stream_sum(const float* g, FloatPtr x, MutFloatPtr y, int64_t t, int64_t n, int64_t dim) {
-  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
+// y[t, begin:end] = sum_j g[j] * x[t, j, begin:end], j ascending, rounded to y's type.
+__device__ void weighted_stream_sum(const float* g, FloatPtr x, MutFloatPtr y, int64_t t, int64_t n, int64_t dim,
+                                    int64_t begin, int64_t end) {
+  for (int64_t d = begin + threadIdx.x; d < end; d += blockDim.x) {
     float acc = __fmul_rn(g[0], load_float(x, t * n * dim + d));
     for (int64_t j = 1; j < n; ++j) acc = __fadd_rn(acc, __fmul_rn(g[j], load_float(x, (t * n + j) * dim + d)));
     store_float(y, t * dim + d, acc);
   }
 }
 
+// The part of y one block of the finishing kernels writes.
+constexpr int64_t kStreamSumSlice = 1024;
+
 __device__ float affine(float m, float scale, float base) { return __fadd_rn(__fmul_rn(m, scale), base); }
 
+// Block (t, 0): post and comb of token t, on warp 0 (the Sinkhorn's latency is its alone).
+// Blocks (t, 1 + s): pre (every block computes it, the same way) and slice s of y.
 __global__ void hc_pre_finish_kernel(HcPreFinishParams p) {
-  extern __shared__ float smem[];  // mixes[mix], pre[n], then comb[n * n]
+  __shared__ float pre[kHcMaxStreams];
   const int64_t t = blockIdx.x, n = p.n, mix = (2 + n) * n;
-  float* m = smem;
-  float* pre = m + mix;
-  float* c = pre + n;
   const auto k = static_cast<int64_t>(threadIdx.x);
-  if (k < mix) m[k] = finish_mix(p.partials, t, k, mix, n * p.dim, p.norm_eps);
-  __syncthreads();
-  if (k < n) {
-    pre[k] = __fadd_rn(sigmoid(affine(m[k], load_float(p.scale, 0), load_float(p.base, k))), p.hc_eps);
-    p.post[t * n + k] = __fmul_rn(2.0f, sigmoid(affine(m[n + k], load_float(p.scale, 1), load_float(p.base, n + k))));
+  if (blockIdx.y == 0) {
+    if (k >= 32) return;
+    if (k < n)
+      p.post[t * n + k] = __fmul_rn(
+          2.0f, sigmoid(affine(finish_mix(p.partials, t, n + k, mix, n * p.dim, p.norm_eps), load_float(p.scale, 1),
+                               load_float(p.base, n + k))));
+    const bool element = k < n * n;
+    const float c0 = element ? affine(finish_mix(p.partials, t, 2 * n + k, mix, n * p.dim, p.norm_eps),
+                                      load_float(p.scale, 2), load_float(p.base, 2 * n + k))
+                             : 0.0f;
+    const float c = warp_sinkhorn(c0, static_cast<int>(n), p.sinkhorn_iters, p.hc_eps);
+    if (element) p.comb[t * n * n + k] = c;
+    return;
   }
-  if (k < n * n) c[k] = affine(m[2 * n + k], load_float(p.scale, 2), load_float(p.base, 2 * n + k));
+  if (k < n)
+    pre[k] = __fadd_rn(sigmoid(affine(finish_mix(p.partials, t, k, mix, n * p.dim, p.norm_eps), load_float(p.scale, 0),
+                                      load_float(p.base, k))),
+                       p.hc_eps);
   __syncthreads();
-  sinkhorn(c, n, p.sinkhorn_iters, p.hc_eps);
-  if (k < n * n) p.comb[t * n * n + k] = c[k];
-  weighted_stream_sum(pre, p.x, p.y, t, n, p.dim);
+  const int64_t begin = (blockIdx.y - 1) * kStreamSumSlice;
+  weighted_stream_sum(pre, p.x, p.y, t, n, p.dim, begin, begin + kStreamSumSlice < p.dim ? begin + kStreamSumSlice : p.dim);
 }
 
+// Block (t, s): g of token t (every block computes it, the same way) and slice s of y.
 __global__ void hc_head_finish_kernel(HcHeadFinishParams p) {
-  extern __shared__ float g[];  // [n]
+  __shared__ float g[kHcMaxStreams];
   const int64_t t = blockIdx.x;
   const auto j = static_cast<int64_t>(threadIdx.x);
   if (j < p.n) {
@@ -150,7 +167,8 @@ __global__ void hc_head_finish_kernel(HcHeadFinishParams p) {
     g[j] = __fadd_rn(sigmoid(affine(m, load_float(p.scale, 0), load_float(p.base, j))), p.hc_eps);
   }
   __syncthreads();
-  weighted_stream_sum(g, p.x, p.y, t, p.n, p.dim);
+  const int64_t begin = blockIdx.y * kStreamSumSlice;
+  weighted_stream_sum(g, p.x, p.y, t, p.n, p.dim, begin, begin + kStreamSumSlice < p.dim ? begin + kStreamSumSlice : p.dim);
 }
 
 __global__ void hc_post_mix_kernel(HcPostMixParams p) {
@@ -176,21 +194,30 @@ unsigned grid_for(int64_t n) {
 void hc_mix_partials(const HcMixPartialsParams& p, cudaStream_t stream) {
   if (p.tokens == 0 || p.mix == 0) return;
   const auto blocks = static_cast<unsigned>((p.tokens + kTokensPerBlock - 1) / kTokensPerBlock);
-  hc_mix_partials_kernel<<<dim3(blocks, kHcChunks), kThreads, 0, stream>>>(p);
+  // Up to 16 tokens (decode): two mixes per block; more: all of them, x read once.
+  if (p.tokens <= 16) {
+    constexpr int kGroup = 2;
+    const auto groups = static_cast<unsigned>((p.mix + kGroup - 1) / kGroup);
+    hc_mix_partials_kernel<kGroup><<<dim3(blocks, kHcChunks, groups), kThreads, 0, stream>>>(p);
+  } else {
+    hc_mix_partials_kernel<static_cast<int>(kHcMaxMix)><<<dim3(blocks, kHcChunks, 1), kThreads, 0, stream>>>(p);
+  }
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
 void hc_pre_finish(const HcPreFinishParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return;
-  const size_t smem = static_cast<size_t>((2 + p.n) * p.n + p.n + p.n * p.n) * sizeof(float);
-  hc_pre_finish_kernel<<<static_cast<unsigned>(p.tokens), kThreads, smem, stream>>>(p);
+  if (p.n > kHcMaxStreams) throw UsageError("hc_pre_finish: " + std::to_string(p.n) + " streams, at most 4");
+  const auto slices = static_cast<unsigned>((p.dim + kStreamSumSlice - 1) / kStreamSumSlice);
+  hc_pre_finish_kernel<<<dim3(static_cast<unsigned>(p.tokens), 1 + slices), kThreads, 0, stream>>>(p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
 void hc_head_finish(const HcHeadFinishParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return;
-  const size_t smem = static_cast<size_t>(p.n) * sizeof(float);
-  hc_head_finish_kernel<<<static_cast<unsigned>(p.tokens), kThreads, smem, stream>>>(p);
+  if (p.n > kHcMaxStreams) throw UsageError("hc_head_finish: " + std::to_string(p.n) + " streams, at most 4");
+  const auto slices = static_cast<unsigned>((p.dim + kStreamSumSlice - 1) / kStreamSumSlice);
+  hc_head_finish_kernel<<<dim3(static_cast<unsigned>(p.tokens), slices), kThreads, 0, stream>>>(p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -16,9 +16,10 @@ namespace dsv4::kernels {
 // kHcChunks fixed chunks, and partials[t, c, k] = x[t, chunk c] . fn[k, chunk c] for k < mix,
 // partials[t, c, mix] = x[t, chunk c] . x[t, chunk c]. The finishing kernels add the chunks in
 // order: mixes[t, k] = (sum_c partials[t, c, k]) / sqrt(sum_c partials[t, c, mix] / width +
-// norm_eps). A token's sums run in one fixed order whatever the batch. Each block takes 4 tokens
-// and one chunk, so fn is read once per 4 tokens.
+// norm_eps). A token's sums run in one fixed order whatever the batch. Each block takes 4 tokens,
+// one chunk and a group of the mixes, so fn is read once per 4 tokens.
 constexpr int kHcChunks = 16;
+constexpr int64_t kHcMaxStreams = 4;
 constexpr int64_t kHcMaxMix = 24;  // (2 + n) * n for n <= 4
 struct HcMixPartialsParams {
   FloatPtr x;                 // [tokens, width]
@@ -32,8 +33,9 @@ void hc_mix_partials(const HcMixPartialsParams& p, cudaStream_t stream);
 
 // From the mixes: pre[j] = sigmoid(m[j] * scale[0] + base[j]) + hc_eps, post[t, j] =
 // 2 sigmoid(m[n+j] * scale[1] + base[n+j]), comb[t] = Sinkhorn(m[2n..] * scale[2] + base[2n..]);
-// y[t, :] = sum_j pre[j] * x[t, j, :] (j ascending). One block per token; the Sinkhorn's rows and
-// columns each on a thread of their own, every element computed as the CPU's serial loop does.
+// y[t, :] = sum_j pre[j] * x[t, j, :] (j ascending). Per token one block for post and comb (the
+// Sinkhorn on one warp, an element per lane, every element computed as the CPU's serial loop
+// does) and blocks for slices of y.
 struct HcPreFinishParams {
   const float* partials = nullptr;  // [tokens, kHcChunks, (2+n)*n + 1] from hc_mix_partials
   float norm_eps = 0;

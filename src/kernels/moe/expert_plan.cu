@@ -1,9 +1,12 @@
 // The routed experts' row plan (see expert_plan.h): one warp per expert counts its pairs, one
 // small block turns the counts into offsets and tiles, and one warp per expert writes its rows in
 // pair order (a ballot per 32 pairs gives each match its rank), so the plan is deterministic.
+// Small batches (decode) make the same plan in one block instead: a kernel's latency, not three.
 #include "kernels/moe/expert_plan.h"
 
 #include <algorithm>
+
+#include <cub/block/block_scan.cuh>
 
 #include "backend/cuda/cuda_check.h"
 
@@ -78,8 +81,63 @@ int64_t expert_plan_max_tiles(int64_t pairs, int32_t num_experts, int32_t tile_r
   return (pairs + tile_rows - 1) / tile_rows + std::min<int64_t>(num_experts, pairs);
 }
 
+constexpr int kSmallThreads = 1024;
+constexpr int64_t kSmallMaxPairs = 1024;
+
+// The whole plan in one block of kSmallThreads, for num_experts <= kSmallThreads and pairs <=
+// kSmallMaxPairs: thread e owns expert e (count, offset, tiles); pair r's rank within its expert
+// is the number of earlier pairs with its id, so rows keep pair order as in the general path.
+__global__ void __launch_bounds__(kSmallThreads) plan_small_kernel(ExpertPlanParams p) {
+  using Scan = cub::BlockScan<int32_t, kSmallThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ int32_t ids[kSmallMaxPairs];
+  __shared__ int32_t count[kSmallThreads], offset[kSmallThreads];
+  const int e = static_cast<int>(threadIdx.x);
+  count[e] = 0;
+  for (int64_t r = e; r < p.pairs; r += kSmallThreads) ids[r] = p.experts[r];
+  __syncthreads();
+  for (int64_t r = e; r < p.pairs; r += kSmallThreads) {
+    const int32_t id = ids[r];
+    if (valid_expert(id, p.num_experts)) atomicAdd(&count[id], 1);
+    else if (atomicCAS(p.fault, 0, kFaultExpertId) == 0) p.fault[1] = id;
+  }
+  __syncthreads();
+  const int32_t c = e < p.num_experts ? count[e] : 0;
+  int32_t begin = 0, first_tile = 0, tiles = 0;
+  Scan(scan).ExclusiveSum(c, begin);
+  __syncthreads();
+  Scan(scan).ExclusiveSum((c + p.tile_rows - 1) / p.tile_rows, first_tile, tiles);
+  offset[e] = begin;
+  if (e < p.num_experts) {
+    p.count[e] = c;
+    p.offset[e] = begin;
+    for (int32_t j = 0; j * p.tile_rows < c; ++j)
+      p.tiles[first_tile + j] = {e, begin + j * p.tile_rows, min(p.tile_rows, c - j * p.tile_rows)};
+  }
+  if (e == 0) *p.tile_count = tiles;
+  __syncthreads();
+  for (int64_t r = e; r < p.pairs; r += kSmallThreads) {
+    const int32_t id = ids[r];
+    if (!valid_expert(id, p.num_experts)) {
+      p.row_of[r] = -1;
+      continue;
+    }
+    int32_t rank = 0;
+    for (int64_t q = 0; q < r; ++q) rank += ids[q] == id;
+    const int32_t i = offset[id] + rank;
+    p.src_token[i] = static_cast<int32_t>(r / p.k);
+    p.row_weight[i] = p.weights[r];
+    p.row_of[r] = i;
+  }
+}
+
 void expert_plan(const ExpertPlanParams& p, cudaStream_t stream) {
   if (p.num_experts <= 0) return;
+  if (p.num_experts <= kSmallThreads && p.pairs <= kSmallMaxPairs) {
+    plan_small_kernel<<<1, kSmallThreads, 0, stream>>>(p);
+    DSV4_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   const unsigned blocks = static_cast<unsigned>((p.num_experts + kWarpsPerBlock - 1) / kWarpsPerBlock);
   count_pairs_kernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p);
   DSV4_CUDA_CHECK(cudaGetLastError());
