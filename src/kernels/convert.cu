@@ -4,6 +4,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/numeric.h"
+#include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
 namespace {
@@ -12,6 +13,7 @@ constexpr int kThreads = 256;
 
 __global__ void dequant_fp8_block_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ scale,
                                          uint16_t* __restrict__ out, int64_t rows, int64_t cols) {
+  pdl_wait();
   const int64_t scale_cols = (cols + 127) / 128;
   const int64_t n = rows * cols;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
@@ -24,6 +26,7 @@ __global__ void dequant_fp8_block_kernel(const uint8_t* __restrict__ w, const ui
 
 __global__ void round_formats_kernel(const float* __restrict__ x, uint8_t* __restrict__ e4m3,
                                      uint8_t* __restrict__ e2m1, uint16_t* __restrict__ bf16, int64_t n) {
+  pdl_wait();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     e4m3[i] = float_to_e4m3(x[i]);
@@ -41,13 +44,13 @@ unsigned grid_for(int64_t n) {
 
 void dequant_fp8_block_to_bf16(const uint8_t* w, const uint8_t* scale, uint16_t* out, int64_t rows,
                                int64_t cols, cudaStream_t stream) {
-  dequant_fp8_block_kernel<<<grid_for(rows * cols), kThreads, 0, stream>>>(w, scale, out, rows, cols);
+  launch_pdl(dequant_fp8_block_kernel, grid_for(rows * cols), kThreads, 0, stream, w, scale, out, rows, cols);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
 void round_formats(const float* x, uint8_t* e4m3, uint8_t* e2m1, uint16_t* bf16, int64_t n,
                    cudaStream_t stream) {
-  round_formats_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, e4m3, e2m1, bf16, n);
+  launch_pdl(round_formats_kernel, grid_for(n), kThreads, 0, stream, x, e4m3, e2m1, bf16, n);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -19,7 +19,10 @@
 //   fp32 order of its sums) and the mHC mixes are summed in fixed chunks, the default measured
 //   0.99854 / 78.0% (before: 0.99877 / 83%), the level of the CPU reference against the PyTorch
 //   one (0.99855 / 80.7%), hence 0.9984 / 77%; kSimple with the CPU-order attention
-//   (SparseAttention::kCpuOrder) keeps the closest level (measured 0.99879 / 82.7%).
+//   (SparseAttention::kCpuOrder) keeps the closest level (measured 0.99879 / 82.7%). RMSNorm's
+//   block size then followed the row width (about four elements per thread, for decode's single
+//   rows): the default measured 0.99855 / 79.0%, kSimple + CPU order 0.99879 / 80.7% (242 of 300
+//   tokens, six fewer: near-ties in a tiny random model), hence 0.9987 / 80%.
 // - cuBLASLt's FP8 tensor cores (Hopper's FP8 MMA accumulates with less than fp32 precision):
 //   sanity bounds only (measured: median cosine 0.997, argmax agreement 71%).
 #include <gtest/gtest.h>
@@ -145,7 +148,7 @@ TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumerics) {
 
 TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumericsOnCudaCores) {
   compare_logits(prefill_logits(*simple_model_, *simple_, false), prefill_logits(*cpu_model_, *cpu_, false),
-                 "default, FP8 linears and attention in the CPU's order on CUDA cores", 0.9987, 0.81);
+                 "default, FP8 linears and attention in the CPU's order on CUDA cores", 0.9987, 0.80);
 }
 
 TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumericsOnCublasLt) {

@@ -147,7 +147,7 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
   TableBytes bytes;
   const size_t seqs_at = bytes.add(seqs), tokens_at = bytes.add(sequence_of_each_token(p.seqs, T));
   const DeviceTables table = upload_tables(bytes);
-  const StreamBuffer scores(static_cast<size_t>(T * score_stride) * sizeof(float), stream_);
+  const StreamBuffer scores(static_cast<size_t>(T * score_stride) * sizeof(float), stream_, arena());
 
   kernels::IndexerTopkParams kp;
   kp.q = float_ptr(p.q);
@@ -234,7 +234,7 @@ void CudaOps::sparse_attention(const SparseAttentionParams& p) {
   kp.softmax_scale = p.softmax_scale;
   if (use_mma) {
     const kernels::SparseAttnMmaPlan plan = kernels::sparse_attn_mma_plan(T, H, max_entries);
-    const StreamBuffer workspace(plan.workspace_bytes, stream_);
+    const StreamBuffer workspace(plan.workspace_bytes, stream_, arena());
     kernels::sparse_attn_mma(kp, plan, workspace.get<void>(), stream_);
   } else {
     kernels::sparse_attn_rows(kp, stream_);

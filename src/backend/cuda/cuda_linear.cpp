@@ -48,8 +48,8 @@ void CudaOps::linear(const LinearParams& p) {
                            N % 8 == 0;
   if (on_mma || on_cublaslt) {
     const int64_t mp = on_cublaslt ? fp8_gemm_padded_m(M) : M;  // cuBLASLt wants padded rows
-    StreamBuffer xq(static_cast<size_t>(mp * K), stream_);
-    StreamBuffer xs(static_cast<size_t>(K / kActQuantBlock * mp) * sizeof(float), stream_);
+    StreamBuffer xq(static_cast<size_t>(mp * K), stream_, arena());
+    StreamBuffer xs(static_cast<size_t>(K / kActQuantBlock * mp) * sizeof(float), stream_, arena());
     kernels::act_quant_fp8({p.x.data<uint16_t>(), xq.get<uint8_t>(), xs.get<float>(), M, mp, K}, stream_);
     if (on_mma) {
       kernels::Fp8MmaGemmParams g;
@@ -69,7 +69,7 @@ void CudaOps::linear(const LinearParams& p) {
     }
     const bool direct = mp == M && aligned16(p.y.bytes());
     std::unique_ptr<StreamBuffer> padded_out;
-    if (!direct) padded_out = std::make_unique<StreamBuffer>(static_cast<size_t>(mp * N) * sizeof(uint16_t), stream_);
+    if (!direct) padded_out = std::make_unique<StreamBuffer>(static_cast<size_t>(mp * N) * sizeof(uint16_t), stream_, arena());
     uint16_t* out = direct ? p.y.data<uint16_t>() : padded_out->get<uint16_t>();
     fp8_gemm_->run({xq.get<uint8_t>(), xs.get<float>(), static_cast<const uint8_t*>(w.data), w.scale, out, mp, N, K},
                    stream_);
@@ -82,7 +82,7 @@ void CudaOps::linear(const LinearParams& p) {
   kernels::FloatPtr x = float_ptr(p.x);
   std::unique_ptr<StreamBuffer> quantised;  // x rounded as the FP8 GEMM would see it, in fp32
   if (quantise) {
-    quantised = std::make_unique<StreamBuffer>(static_cast<size_t>(M * K) * sizeof(float), stream_);
+    quantised = std::make_unique<StreamBuffer>(static_cast<size_t>(M * K) * sizeof(float), stream_, arena());
     const kernels::MutFloatPtr xq{quantised->get<float>(), false};
     kernels::convert_copy({x, xq, M * K}, stream_);
     kernels::quant_sim_rows({xq, M, K, K, kActQuantBlock, false}, stream_);

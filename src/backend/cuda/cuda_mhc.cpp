@@ -13,12 +13,13 @@ namespace {
 
 // The chunked projections of the streams x [T, n, D] onto fn's `mix` rows (kernels::hc_mix_partials),
 // in scratch that lives until the finishing kernel has read it.
-StreamBuffer mix_partials(const char* op, ConstTensorView x, kernels::FloatPtr fn, int64_t mix, cudaStream_t stream) {
+StreamBuffer mix_partials(const char* op, ConstTensorView x, kernels::FloatPtr fn, int64_t mix, cudaStream_t stream,
+                          CaptureArena* arena) {
   if (mix > kernels::kHcMaxMix)
     throw UsageError(std::string(op) + ": " + std::to_string(mix) + " mixes (hc_mult " + std::to_string(x.dim(1)) +
                      ") exceed the kernel's " + std::to_string(kernels::kHcMaxMix));
   const int64_t T = x.dim(0), width = x.dim(1) * x.dim(2);
-  StreamBuffer partials(static_cast<size_t>(T * kernels::kHcChunks * (mix + 1)) * sizeof(float), stream);
+  StreamBuffer partials(static_cast<size_t>(T * kernels::kHcChunks * (mix + 1)) * sizeof(float), stream, arena);
   kernels::hc_mix_partials({float_ptr(x), fn, partials.get<float>(), T, width, mix}, stream);
   return partials;
 }
@@ -38,7 +39,7 @@ void CudaOps::hc_pre(const HcPreParams& p) {
   expect_shape("hc_pre", "comb", p.comb, {T, n, n});
   expect_dtype("hc_pre", "comb", p.comb, DType::kF32);
   if (T == 0 || n == 0) return;
-  const StreamBuffer partials = mix_partials("hc_pre", p.x, fn, mix, stream_);
+  const StreamBuffer partials = mix_partials("hc_pre", p.x, fn, mix, stream_, arena());
   kernels::hc_pre_finish({partials.get<float>(), p.norm_eps, scale, base, float_ptr(p.x), float_ptr(p.y),
                           p.post.data<float>(), p.comb.data<float>(), T, n, D, p.sinkhorn_iters, p.hc_eps},
                          stream_);
@@ -62,7 +63,7 @@ void CudaOps::hc_head(const HcHeadParams& p) {
   expect_shape("hc_head", "y", p.y, {T, D});
   expect_float("hc_head", "y", p.y);
   if (T == 0 || n == 0) return;
-  const StreamBuffer partials = mix_partials("hc_head", p.x, fn, n, stream_);
+  const StreamBuffer partials = mix_partials("hc_head", p.x, fn, n, stream_, arena());
   kernels::hc_head_finish({partials.get<float>(), p.norm_eps, scale, base, float_ptr(p.x), float_ptr(p.y), T, n, D,
                            p.hc_eps},
                           stream_);

@@ -146,7 +146,7 @@ void CudaOps::moe_experts(const MoeExpertsParams& p) {
   }
 
   const size_t esize = dtype_size(p.x.dtype());
-  const StreamBuffer index(static_cast<size_t>(N) * (2 * sizeof(int32_t) + sizeof(float)), stream_);
+  const StreamBuffer index(static_cast<size_t>(N) * (2 * sizeof(int32_t) + sizeof(float)), stream_, arena());
   int32_t* d_src_token = index.get<int32_t>();
   int32_t* d_row_of = d_src_token + N;
   auto* d_row_weight = reinterpret_cast<float*>(d_row_of + N);
@@ -156,11 +156,11 @@ void CudaOps::moe_experts(const MoeExpertsParams& p) {
   DSV4_CUDA_CHECK(cudaMemcpyAsync(d_row_weight, row_weight.data(), N * sizeof(float), cudaMemcpyHostToDevice, stream_));
 
   // Grouped rows, all in x's dtype: the inputs, gate/up/h intermediates, and the outputs.
-  const StreamBuffer xs(static_cast<size_t>(N * D) * esize, stream_);
-  const StreamBuffer ys(static_cast<size_t>(N * D) * esize, stream_);
-  const StreamBuffer gate(static_cast<size_t>(inter) * esize, stream_);
-  const StreamBuffer up(static_cast<size_t>(inter) * esize, stream_);
-  const StreamBuffer h(static_cast<size_t>(inter) * esize, stream_);
+  const StreamBuffer xs(static_cast<size_t>(N * D) * esize, stream_, arena());
+  const StreamBuffer ys(static_cast<size_t>(N * D) * esize, stream_, arena());
+  const StreamBuffer gate(static_cast<size_t>(inter) * esize, stream_, arena());
+  const StreamBuffer up(static_cast<size_t>(inter) * esize, stream_, arena());
+  const StreamBuffer h(static_cast<size_t>(inter) * esize, stream_, arena());
   kernels::gather_rows({p.x.bytes(), d_src_token, xs.get<void>(), N, D * static_cast<int64_t>(esize)}, stream_);
   auto view = [&](const StreamBuffer& b, int64_t offset, Shape shape) {
     return TensorView(b.get<std::byte>() + offset * static_cast<int64_t>(esize), p.x.dtype(), std::move(shape));
@@ -214,8 +214,8 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
   // The plan: rows grouped by expert and their tiles.
   const int32_t tile_rows = kernels::fp8_mma_tile_rows((N + std::min<int64_t>(E, N) - 1) / std::min<int64_t>(E, N));
   const int64_t max_tiles = kernels::expert_plan_max_tiles(N, E, tile_rows);
-  const StreamBuffer ints(static_cast<size_t>(2 * E + 3 * N + 1) * sizeof(int32_t), stream_);
-  const StreamBuffer tiles(static_cast<size_t>(max_tiles) * sizeof(kernels::Fp8MmaTile), stream_);
+  const StreamBuffer ints(static_cast<size_t>(2 * E + 3 * N + 1) * sizeof(int32_t), stream_, arena());
+  const StreamBuffer tiles(static_cast<size_t>(max_tiles) * sizeof(kernels::Fp8MmaTile), stream_, arena());
   kernels::ExpertPlanParams plan;
   plan.experts = p.experts.data<int32_t>();
   plan.weights = p.weights.data<float>();
@@ -235,15 +235,15 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
   kernels::expert_plan(plan, stream_);
 
   // Gathered inputs, quantised; gate and up; h, quantised; the experts' outputs.
-  const StreamBuffer xs(static_cast<size_t>(N * D) * sizeof(uint16_t), stream_);
-  const StreamBuffer xq(static_cast<size_t>(N * D), stream_);
-  const StreamBuffer x_scale(static_cast<size_t>(D / 128 * N) * sizeof(float), stream_);
-  const StreamBuffer gate(static_cast<size_t>(N * I) * sizeof(uint16_t), stream_);
-  const StreamBuffer up(static_cast<size_t>(N * I) * sizeof(uint16_t), stream_);
-  const StreamBuffer h(static_cast<size_t>(N * I) * sizeof(uint16_t), stream_);
-  const StreamBuffer hq(static_cast<size_t>(N * I), stream_);
-  const StreamBuffer h_scale(static_cast<size_t>(I / 128 * N) * sizeof(float), stream_);
-  const StreamBuffer ys(static_cast<size_t>(N * D) * sizeof(uint16_t), stream_);
+  const StreamBuffer xs(static_cast<size_t>(N * D) * sizeof(uint16_t), stream_, arena());
+  const StreamBuffer xq(static_cast<size_t>(N * D), stream_, arena());
+  const StreamBuffer x_scale(static_cast<size_t>(D / 128 * N) * sizeof(float), stream_, arena());
+  const StreamBuffer gate(static_cast<size_t>(N * I) * sizeof(uint16_t), stream_, arena());
+  const StreamBuffer up(static_cast<size_t>(N * I) * sizeof(uint16_t), stream_, arena());
+  const StreamBuffer h(static_cast<size_t>(N * I) * sizeof(uint16_t), stream_, arena());
+  const StreamBuffer hq(static_cast<size_t>(N * I), stream_, arena());
+  const StreamBuffer h_scale(static_cast<size_t>(I / 128 * N) * sizeof(float), stream_, arena());
+  const StreamBuffer ys(static_cast<size_t>(N * D) * sizeof(uint16_t), stream_, arena());
   kernels::gather_rows({p.x.bytes(), plan.src_token, xs.get<void>(), N, D * 2}, stream_);
   kernels::act_quant_fp8({xs.get<uint16_t>(), xq.get<uint8_t>(), x_scale.get<float>(), N, N, D}, stream_);
 

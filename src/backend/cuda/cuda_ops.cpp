@@ -128,6 +128,14 @@ DeviceTensor CudaOps::alloc_output(DType dtype, Shape shape) {
   for (int64_t d : shape)
     if (d < 0) throw UsageError("alloc: shape " + shape_str(shape) + " has a negative dimension");
   const size_t padded = padded_bytes(dtype, shape);
+  if (capture_ != nullptr) {  // from the graph's arena (capture_arena.h), given back where it dies
+    void* block = capture_->arena->allocate(padded, stream_);
+    std::shared_ptr<std::byte> storage(static_cast<std::byte*>(block),
+                                       [arena = capture_->arena, state = alloc_state_](std::byte* q) {
+                                         arena->release(q, state->current);
+                                       });
+    return DeviceTensor(std::move(storage), dtype, std::move(shape));
+  }
   void* p = nullptr;
   const cudaError_t err = cudaMallocAsync(&p, padded, stream_);
   if (err != cudaSuccess) {
@@ -162,6 +170,7 @@ void CudaOps::begin_capture() {
   if (table_stream_ == nullptr) DSV4_CUDA_CHECK(cudaStreamCreateWithFlags(&table_stream_, cudaStreamNonBlocking));
   DSV4_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
   capture_ = std::make_unique<Capture>();
+  capture_->arena = std::make_shared<CaptureArena>();
 }
 
 std::unique_ptr<CudaGraph> CudaOps::end_capture() {
@@ -175,15 +184,18 @@ std::unique_ptr<CudaGraph> CudaOps::end_capture() {
   const cudaError_t instantiated = counted == cudaSuccess ? cudaGraphInstantiate(&exec, graph, 0) : counted;
   cudaGraphDestroy(graph);
   DSV4_CUDA_CHECK(instantiated);
-  return std::make_unique<CudaGraph>(exec, nodes, std::move(capture->tables));
+  std::vector<std::shared_ptr<void>> keep = std::move(capture->tables);
+  for (std::shared_ptr<void>& chunk : capture->arena->close()) keep.push_back(std::move(chunk));
+  return std::make_unique<CudaGraph>(exec, nodes, std::move(keep));
 }
 
 void CudaOps::abort_capture() noexcept {
   if (capture_ == nullptr) return;
-  capture_.reset();
+  std::unique_ptr<Capture> capture = std::move(capture_);
   cudaGraph_t graph = nullptr;
   if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph != nullptr) cudaGraphDestroy(graph);
   cudaGetLastError();  // an invalidated capture's error is not the caller's next one
+  capture->arena->close();  // the chunks go now: nothing that used them was launched
 }
 
 void CudaOps::refuse_while_capturing(const char* what) const {
@@ -239,7 +251,7 @@ void CudaOps::copy(const CopyParams& p) {
   ConstTensorView src = p.src;
   std::unique_ptr<StreamBuffer> staged;  // overlapping ranges: copy the source aside first
   if (overlaps(p.src, p.dst)) {
-    staged = std::make_unique<StreamBuffer>(p.src.nbytes(), stream_);
+    staged = std::make_unique<StreamBuffer>(p.src.nbytes(), stream_, arena());
     DSV4_CUDA_CHECK(cudaMemcpyAsync(staged->get<std::byte>(), p.src.bytes(), p.src.nbytes(),
                                     cudaMemcpyDeviceToDevice, stream_));
     src = ConstTensorView(staged->get<std::byte>(), p.src.dtype(), p.src.shape());

@@ -9,6 +9,7 @@
 
 #include <memory>
 
+#include "backend/cuda/capture_arena.h"
 #include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/fork_join.h"
 #include "backend/cuda/fp8_gemm.h"
@@ -154,7 +155,10 @@ class CudaOps final : public Ops {
   // (outside the capture).
   struct Capture {
     std::vector<std::shared_ptr<void>> tables;
+    std::shared_ptr<CaptureArena> arena;  // the forward's tensors and scratch
   };
+  // Where an op's scratch (StreamBuffer) comes from: the capture's arena, or stream order.
+  CaptureArena* arena() const { return capture_ != nullptr ? capture_->arena.get() : nullptr; }
   std::unique_ptr<Capture> capture_;
   cudaStream_t table_stream_ = nullptr;  // made at the first capture
   // Where kernels report bad input (kernels/fault.h): mapped host memory, [0] = the fault code,

@@ -1,5 +1,6 @@
 // Scratch device memory for the length of one op: allocated and freed in stream order
-// (cudaMallocAsync / cudaFreeAsync), so no synchronisation is needed.
+// (cudaMallocAsync / cudaFreeAsync), so no synchronisation is needed; or, while a CUDA graph is
+// captured, taken from and given back to the capture's arena (capture_arena.h).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -7,21 +8,26 @@
 #include <cstddef>
 #include <utility>
 
+#include "backend/cuda/capture_arena.h"
 #include "backend/cuda/cuda_check.h"
 
 namespace dsv4::cuda {
 
 class StreamBuffer {
  public:
-  StreamBuffer(size_t bytes, cudaStream_t stream) : stream_(stream) {
-    DSV4_CUDA_CHECK(cudaMallocAsync(&p_, bytes > 0 ? bytes : 1, stream));
+  StreamBuffer(size_t bytes, cudaStream_t stream, CaptureArena* arena = nullptr) : stream_(stream), arena_(arena) {
+    if (arena_ != nullptr) p_ = arena_->allocate(bytes, stream);
+    else DSV4_CUDA_CHECK(cudaMallocAsync(&p_, bytes > 0 ? bytes : 1, stream));
   }
   ~StreamBuffer() {
-    if (p_ != nullptr) cudaFreeAsync(p_, stream_);
+    if (p_ == nullptr) return;
+    if (arena_ != nullptr) arena_->release(p_, stream_);
+    else cudaFreeAsync(p_, stream_);
   }
   StreamBuffer(const StreamBuffer&) = delete;
   StreamBuffer& operator=(const StreamBuffer&) = delete;
-  StreamBuffer(StreamBuffer&& other) noexcept : p_(std::exchange(other.p_, nullptr)), stream_(other.stream_) {}
+  StreamBuffer(StreamBuffer&& other) noexcept
+      : p_(std::exchange(other.p_, nullptr)), stream_(other.stream_), arena_(other.arena_) {}
   StreamBuffer& operator=(StreamBuffer&&) = delete;
 
   template <typename T>
@@ -36,6 +42,7 @@ class StreamBuffer {
  private:
   void* p_ = nullptr;
   cudaStream_t stream_;
+  CaptureArena* arena_;  // not owned; outlives the op
 };
 
 }  // namespace dsv4::cuda

@@ -4,6 +4,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/numeric.h"
+#include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
 namespace {
@@ -12,6 +13,7 @@ constexpr int kWarpsPerBlock = 8;
 using L = Fp8CacheLayout;
 
 __global__ void kv_cache_insert_fp8_kernel(KvInsertParams p) {
+  pdl_wait();
   const int lane = threadIdx.x % 32;
   const int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
   if (row >= p.n) return;
@@ -41,7 +43,7 @@ __global__ void kv_cache_insert_fp8_kernel(KvInsertParams p) {
 void kv_cache_insert_fp8(const KvInsertParams& p, cudaStream_t stream) {
   if (p.n == 0) return;
   const auto blocks = static_cast<unsigned>((p.n + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  kv_cache_insert_fp8_kernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p);
+  launch_pdl(kv_cache_insert_fp8_kernel, blocks, kWarpsPerBlock * 32, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/numeric.h"
+#include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
 namespace {
@@ -27,6 +28,7 @@ __device__ float load_entry_dim(const uint8_t* data, const uint8_t* scales, int 
 }
 
 __global__ void __launch_bounds__(kHeadsPerCta * 32) sparse_attn_fp8_kernel(SparseAttnParams p) {
+  pdl_wait();
   extern __shared__ float smem[];
   float* q_s = smem;                                 // [8][512]
   float* kv_s = q_s + kHeadsPerCta * L::kHeadDim;    // [32][513]
@@ -109,7 +111,7 @@ void sparse_attn_fp8(const SparseAttnParams& p, cudaStream_t stream) {
   }();
   (void)configured;
   const dim3 grid(static_cast<unsigned>(p.t), static_cast<unsigned>((p.h + kHeadsPerCta - 1) / kHeadsPerCta));
-  sparse_attn_fp8_kernel<<<grid, kHeadsPerCta * 32, kSmemBytes, stream>>>(p);
+  launch_pdl(sparse_attn_fp8_kernel, grid, kHeadsPerCta * 32, kSmemBytes, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -25,6 +25,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "core/numeric.h"
 #include "kernels/attention/sparse_attn_entries.cuh"
+#include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
 namespace {
@@ -111,6 +112,7 @@ __device__ __forceinline__ int64_t split_count(int64_t entries) {
 
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_attn_mma_kernel(SparseAttnRowsParams p, SplitWorkspace ws) {
+  pdl_wait();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -329,6 +331,7 @@ constexpr int kCombineThreads = kD / 4;
 // the sink (a token of one split was finished by the main kernel).
 __global__ void __launch_bounds__(kCombineThreads)
     sparse_attn_mma_combine(SparseAttnRowsParams p, SplitWorkspace ws) {
+  pdl_wait();
   const int64_t i = ws.token0 + blockIdx.x;
   const int64_t splits = split_count(entry_count(p, p.positions[i]));
   if (splits == 1) return;
@@ -388,11 +391,10 @@ void sparse_attn_mma(const SparseAttnRowsParams& p, const SparseAttnMmaPlan& pla
   const auto head_blocks = static_cast<unsigned>((p.heads + kHeads - 1) / kHeads);
   for (ws.token0 = 0; ws.token0 < p.tokens; ws.token0 += plan.tokens_per_launch) {
     const auto tokens = static_cast<unsigned>(std::min(plan.tokens_per_launch, p.tokens - ws.token0));
-    sparse_attn_mma_kernel<<<dim3(tokens, head_blocks, static_cast<unsigned>(plan.max_splits)), kThreads, sizeof(Smem),
-                             stream>>>(p, ws);
+    launch_pdl(sparse_attn_mma_kernel, dim3(tokens, head_blocks, static_cast<unsigned>(plan.max_splits)), kThreads, sizeof(Smem), stream, p, ws);
     DSV4_CUDA_CHECK(cudaGetLastError());
     if (plan.max_splits == 1) continue;
-    sparse_attn_mma_combine<<<dim3(tokens, static_cast<unsigned>(p.heads)), kCombineThreads, 0, stream>>>(p, ws);
+    launch_pdl(sparse_attn_mma_combine, dim3(tokens, static_cast<unsigned>(p.heads)), kCombineThreads, 0, stream, p, ws);
     DSV4_CUDA_CHECK(cudaGetLastError());
   }
 }

@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
 #include "kernels/attention/sparse_attn_entries.cuh"
+#include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
 namespace {
@@ -29,6 +30,7 @@ __device__ float dot8(const float* a, const float* b, int64_t n) {
 }
 
 __global__ void __launch_bounds__(kHeadsPerCta * 32) sparse_attn_rows_kernel(SparseAttnRowsParams p) {
+  pdl_wait();
   extern __shared__ float smem[];
   const int64_t d = p.d, stride = d + 1;  // odd row stride: lanes reading one column hit distinct banks
   float* q_s = smem;                       // [8][d]
@@ -122,7 +124,7 @@ void sparse_attn_rows(const SparseAttnRowsParams& p, cudaStream_t stream) {
   DSV4_CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>((p.heads + kHeadsPerCta - 1) / kHeadsPerCta));
-  sparse_attn_rows_kernel<<<grid, kHeadsPerCta * 32, smem, stream>>>(p);
+  launch_pdl(sparse_attn_rows_kernel, grid, kHeadsPerCta * 32, smem, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -5,6 +5,7 @@
 #include "kernels/compressor/compressor_pool.h"
 
 #include "backend/cuda/cuda_check.h"
+#include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
 namespace {
@@ -37,6 +38,7 @@ __device__ RowValue row_value(const CompressorPoolParams& p, const Geometry& g, 
 }
 
 __global__ void pool_kernel(CompressorPoolBatch b) {
+  pdl_wait();
   const CompressorPoolItem item = b.pool_items[blockIdx.x];
   const CompressorPoolParams p = b.seqs[item.seq];
   const Geometry g = geometry(p);
@@ -75,6 +77,7 @@ __host__ __device__ int64_t ring_rows_written(const CompressorPoolParams& p, con
 
 // Ring rows of the slice's last ring_rows_written positions, one CTA row per position.
 __global__ void ring_kernel(CompressorPoolBatch b) {
+  pdl_wait();
   const CompressorPoolItem item = b.ring_items[blockIdx.x];
   const CompressorPoolParams p = b.seqs[item.seq];
   const Geometry g = geometry(p);
@@ -104,12 +107,12 @@ void compressor_pool(const CompressorPoolBatch& b, cudaStream_t stream) {
   const int64_t coff = b.ratio == 4 ? 2 : 1, dc = b.width / coff;
   if (b.pool_count > 0) {
     const dim3 grid(static_cast<unsigned>(b.pool_count), static_cast<unsigned>((dc + kThreads - 1) / kThreads));
-    pool_kernel<<<grid, kThreads, 0, stream>>>(b);
+    launch_pdl(pool_kernel, grid, kThreads, 0, stream, b);
     DSV4_CUDA_CHECK(cudaGetLastError());
   }
   if (b.ring_count > 0) {
     const dim3 grid(static_cast<unsigned>(b.ring_count), static_cast<unsigned>((b.width + kThreads - 1) / kThreads));
-    ring_kernel<<<grid, kThreads, 0, stream>>>(b);
+    launch_pdl(ring_kernel, grid, kThreads, 0, stream, b);
     DSV4_CUDA_CHECK(cudaGetLastError());
   }
 }

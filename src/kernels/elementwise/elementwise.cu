@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
 #include "kernels/block_reduce.cuh"
+#include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
 namespace {
@@ -20,12 +21,14 @@ unsigned grid_for(int64_t n) {
 }
 
 __global__ void convert_copy_kernel(ConvertCopyParams p) {
+  pdl_wait();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < p.n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     store_float(p.dst, i, load_float(p.src, i));
 }
 
 __global__ void embed_gather_kernel(EmbedGatherParams p) {
+  pdl_wait();
   const int64_t row = blockIdx.x;  // t * streams + j
   const int32_t id = p.ids[row / p.streams];
   const bool valid = id >= 0 && id < p.vocab;
@@ -35,6 +38,7 @@ __global__ void embed_gather_kernel(EmbedGatherParams p) {
 }
 
 __global__ void broadcast_add_kernel(BroadcastAddParams p) {
+  pdl_wait();
   const int64_t n = p.tokens * p.streams * p.dim;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -44,6 +48,7 @@ __global__ void broadcast_add_kernel(BroadcastAddParams p) {
 }
 
 __global__ void rms_norm_kernel(RmsNormRowsParams p) {
+  pdl_wait();
   __shared__ float scratch[32];
   const int64_t base = blockIdx.x * p.dim;
   float ss = 0;
@@ -61,6 +66,7 @@ __global__ void rms_norm_kernel(RmsNormRowsParams p) {
 }
 
 __global__ void rope_kernel(RopeRowsParams p) {
+  pdl_wait();
   extern __shared__ float trig[];  // cos[half], then sin[half]
   const int64_t half = p.rope_dim / 2, r = blockIdx.x;
   for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
@@ -82,6 +88,7 @@ __global__ void rope_kernel(RopeRowsParams p) {
 }
 
 __global__ void quant_sim_kernel(QuantSimRowsParams p) {
+  pdl_wait();
   const int lane = threadIdx.x % 32;
   const int64_t blocks_per_row = (p.cols + p.block - 1) / p.block;
   const int64_t tasks = p.rows * blocks_per_row;
@@ -104,6 +111,7 @@ __global__ void quant_sim_kernel(QuantSimRowsParams p) {
 }
 
 __global__ void hadamard_kernel(HadamardRowsParams p) {
+  pdl_wait();
   extern __shared__ float row[];
   const int64_t n = p.width, base = blockIdx.x * n;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) row[i] = load_float(p.x, base + i);
@@ -137,11 +145,13 @@ __device__ void block_copy_bytes(void* dst, const void* src, int64_t bytes) {
 }
 
 __global__ void copy_byte_ranges_kernel(const ByteRange* ranges) {
+  pdl_wait();
   const ByteRange r = ranges[blockIdx.x];
   block_copy_bytes(r.dst, r.src, r.bytes);
 }
 
 __global__ void write_cache_rows_kernel(WriteCacheRowsKernelParams p) {
+  pdl_wait();
   const int64_t r = blockIdx.x;
   const int32_t seq = p.seq_of_row[r], row = p.dst_rows[r];
   if (seq < 0 || row < 0) return;
@@ -154,33 +164,33 @@ __global__ void write_cache_rows_kernel(WriteCacheRowsKernelParams p) {
 void write_cache_rows(const WriteCacheRowsKernelParams& p, cudaStream_t stream) {
   if (p.rows == 0) return;
   if (p.rows > 2147483647) throw UsageError("write_cache_rows: " + std::to_string(p.rows) + " rows in one launch");
-  write_cache_rows_kernel<<<static_cast<unsigned>(p.rows), kThreads, 0, stream>>>(p);
+  launch_pdl(write_cache_rows_kernel, static_cast<unsigned>(p.rows), kThreads, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
 void copy_byte_ranges(const ByteRange* ranges, int64_t count, cudaStream_t stream) {
   if (count == 0) return;
   if (count > 2147483647) throw UsageError("copy_byte_ranges: " + std::to_string(count) + " ranges in one launch");
-  copy_byte_ranges_kernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(ranges);
+  launch_pdl(copy_byte_ranges_kernel, static_cast<unsigned>(count), kThreads, 0, stream, ranges);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
 void convert_copy(const ConvertCopyParams& p, cudaStream_t stream) {
   if (p.n == 0) return;
-  convert_copy_kernel<<<grid_for(p.n), kThreads, 0, stream>>>(p);
+  launch_pdl(convert_copy_kernel, grid_for(p.n), kThreads, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
 void embed_gather(const EmbedGatherParams& p, cudaStream_t stream) {
   if (p.tokens * p.streams == 0 || p.dim == 0) return;
-  embed_gather_kernel<<<static_cast<unsigned>(p.tokens * p.streams), kThreads, 0, stream>>>(p);
+  launch_pdl(embed_gather_kernel, static_cast<unsigned>(p.tokens * p.streams), kThreads, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
 void broadcast_add(const BroadcastAddParams& p, cudaStream_t stream) {
   const int64_t n = p.tokens * p.streams * p.dim;
   if (n == 0) return;
-  broadcast_add_kernel<<<grid_for(n), kThreads, 0, stream>>>(p);
+  launch_pdl(broadcast_add_kernel, grid_for(n), kThreads, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -190,28 +200,28 @@ void rms_norm_rows(const RmsNormRowsParams& p, cudaStream_t stream) {
   // they take whole 1024-thread blocks. The block size fixes the summation order, and it depends
   // on dim alone, so a row's result never depends on how many rows the batch has.
   const int64_t threads = std::clamp<int64_t>((p.dim / 4 + 31) / 32 * 32, 32, 1024);
-  rms_norm_kernel<<<static_cast<unsigned>(p.rows), static_cast<unsigned>(threads), 0, stream>>>(p);
+  launch_pdl(rms_norm_kernel, static_cast<unsigned>(p.rows), static_cast<unsigned>(threads), 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
 void rope_rows(const RopeRowsParams& p, cudaStream_t stream) {
   if (p.rows == 0 || p.heads == 0 || p.rope_dim == 0) return;
   const size_t smem = static_cast<size_t>(p.rope_dim) * sizeof(float);
-  rope_kernel<<<static_cast<unsigned>(p.rows), kThreads, smem, stream>>>(p);
+  launch_pdl(rope_kernel, static_cast<unsigned>(p.rows), kThreads, smem, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
 void quant_sim_rows(const QuantSimRowsParams& p, cudaStream_t stream) {
   if (p.rows == 0 || p.cols == 0) return;
   const int64_t warps = p.rows * ((p.cols + p.block - 1) / p.block);
-  quant_sim_kernel<<<grid_for(warps * 32), kThreads, 0, stream>>>(p);
+  launch_pdl(quant_sim_kernel, grid_for(warps * 32), kThreads, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
 void hadamard_rows(const HadamardRowsParams& p, cudaStream_t stream) {
   if (p.rows == 0) return;
   const size_t smem = static_cast<size_t>(p.width) * sizeof(float);
-  hadamard_kernel<<<static_cast<unsigned>(p.rows), kThreads, smem, stream>>>(p);
+  launch_pdl(hadamard_kernel, static_cast<unsigned>(p.rows), kThreads, smem, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -4,6 +4,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/numeric.h"
+#include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
 namespace {
@@ -11,6 +12,7 @@ namespace {
 constexpr int kWarpsPerBlock = 8;
 
 __global__ void act_quant_fp8_kernel(ActQuantParams p) {
+  pdl_wait();
   const int lane = threadIdx.x % 32;
   const int64_t kblocks = p.k / 128;
   const int64_t task = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
@@ -40,7 +42,7 @@ void act_quant_fp8(const ActQuantParams& p, cudaStream_t stream) {
   const int64_t tasks = p.m_padded * (p.k / 128);
   const auto blocks = static_cast<unsigned>((tasks + kWarpsPerBlock - 1) / kWarpsPerBlock);
   if (blocks == 0) return;
-  act_quant_fp8_kernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p);
+  launch_pdl(act_quant_fp8_kernel, blocks, kWarpsPerBlock * 32, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
 #include "core/numeric.h"
+#include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
 namespace {
@@ -18,6 +19,7 @@ constexpr int kWarps = 8;
 constexpr int kValuesPerLoad = 32;  // 16 bytes of e2m1 pairs, one scale group
 
 __global__ void __launch_bounds__(kWarps * 32) fp4_gemv_kernel(Fp4GemvParams p) {
+  pdl_wait();
   extern __shared__ uint8_t x_codes[];  // [m][k], the first m rows of x (contiguous)
   __shared__ float e4m3_table[256];
   __shared__ float e2m1_table[16];
@@ -72,7 +74,7 @@ void fp4_gemv(const Fp4GemvParams& p, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(p.m * p.k);
   DSV4_CUDA_CHECK(cudaFuncSetAttribute(fp4_gemv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const unsigned grid = static_cast<unsigned>((p.n + kWarps - 1) / kWarps);
-  fp4_gemv_kernel<<<grid, kWarps * 32, smem, stream>>>(p);
+  launch_pdl(fp4_gemv_kernel, grid, kWarps * 32, smem, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "kernels/gemm/mma_lanes.cuh"
+#include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
 namespace {
@@ -75,6 +76,7 @@ __device__ __forceinline__ bool block_rows(const Fp8MmaGemmParams& p, int64_t ti
 
 template <int NT>  // 8-row x tiles per block
 __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_kernel(Fp8MmaGemmParams p) {
+  pdl_wait();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
 
@@ -215,6 +217,7 @@ __device__ __forceinline__ int staged_block_at(int step, int kblocks) {
 // weight's on the conversion unit, so that the two pipes share the work; the same bits.
 template <bool IntegerX>
 __global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(Fp8MmaGemmParams p) {
+  pdl_wait();
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
@@ -430,7 +433,7 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
                                                          : fp8_mma_gemm_staged_kernel<true>;
     DSV4_CUDA_CHECK(cudaFuncSetAttribute(staged, cudaFuncAttributeMaxDynamicSharedMemorySize, kStagedSharedBytes));
     const dim3 grid(static_cast<unsigned>((p.n + kStagedWRows - 1) / kStagedWRows), static_cast<unsigned>(tiles));
-    staged<<<grid, kStagedThreads, kStagedSharedBytes, stream>>>(p);
+    launch_pdl(staged, grid, kStagedThreads, kStagedSharedBytes, stream, p);
     DSV4_CUDA_CHECK(cudaGetLastError());
     return;
   }
@@ -440,9 +443,9 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   check_grid_rows(tiles);
   const dim3 grid(static_cast<unsigned>((p.n + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(tiles));
   switch (tile_rows) {
-    case 8: fp8_mma_gemm_kernel<1><<<grid, kWarps * 32, 0, stream>>>(p); break;
-    case 16: fp8_mma_gemm_kernel<2><<<grid, kWarps * 32, 0, stream>>>(p); break;
-    default: fp8_mma_gemm_kernel<4><<<grid, kWarps * 32, 0, stream>>>(p); break;
+    case 8: launch_pdl(fp8_mma_gemm_kernel<1>, grid, kWarps * 32, 0, stream, p); break;
+    case 16: launch_pdl(fp8_mma_gemm_kernel<2>, grid, kWarps * 32, 0, stream, p); break;
+    default: launch_pdl(fp8_mma_gemm_kernel<4>, grid, kWarps * 32, 0, stream, p); break;
   }
   DSV4_CUDA_CHECK(cudaGetLastError());
 }

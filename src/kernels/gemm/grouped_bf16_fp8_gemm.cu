@@ -19,6 +19,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
 #include "kernels/gemm/mma_lanes.cuh"
+#include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
 namespace {
@@ -66,6 +67,7 @@ __device__ __forceinline__ Bf16x32 load_bf16x32(const uint16_t* p, bool valid) {
 
 template <int NT>  // 8-row x tiles per block
 __global__ void __launch_bounds__(kWarps * 32) grouped_bf16_fp8_gemm_kernel(GroupedBf16Fp8GemmParams p) {
+  pdl_wait();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int64_t group = blockIdx.z;
@@ -135,9 +137,9 @@ void grouped_bf16_fp8_gemm(const GroupedBf16Fp8GemmParams& p, cudaStream_t strea
   const dim3 grid(static_cast<unsigned>(p.r / kRowsPerBlock), static_cast<unsigned>(tiles),
                   static_cast<unsigned>(p.groups));
   switch (nt) {
-    case 1: grouped_bf16_fp8_gemm_kernel<1><<<grid, kWarps * 32, 0, stream>>>(p); break;
-    case 2: grouped_bf16_fp8_gemm_kernel<2><<<grid, kWarps * 32, 0, stream>>>(p); break;
-    default: grouped_bf16_fp8_gemm_kernel<4><<<grid, kWarps * 32, 0, stream>>>(p); break;
+    case 1: launch_pdl(grouped_bf16_fp8_gemm_kernel<1>, grid, kWarps * 32, 0, stream, p); break;
+    case 2: launch_pdl(grouped_bf16_fp8_gemm_kernel<2>, grid, kWarps * 32, 0, stream, p); break;
+    default: launch_pdl(grouped_bf16_fp8_gemm_kernel<4>, grid, kWarps * 32, 0, stream, p); break;
   }
   DSV4_CUDA_CHECK(cudaGetLastError());
 }

@@ -16,6 +16,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
+#include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
 namespace {
@@ -64,6 +65,7 @@ static_assert(kChunk % kTileK == 0, "a K slice must not straddle a chunk boundar
 
 template <bool XBf16, GemmWeight W>
 __global__ void __launch_bounds__(kTiledThreads) tiled_kernel(SimpleGemmParams p) {
+  pdl_wait();
   __shared__ float xs[kTileK][kTileM + 1];
   __shared__ float ws[kTileK][kTileN + 1];
   const int64_t g = blockIdx.z;
@@ -166,6 +168,7 @@ __device__ __forceinline__ void load_x8(const XElem<XBf16>* row, int64_t col, fl
 // sums read). vectorised: every full chunk's weights and x rows can be read in 16-byte loads.
 template <bool XBf16, GemmWeight W, int kXRows>
 __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(SimpleGemmParams p, int rows_per_block, bool vectorised) {
+  pdl_wait();
   extern __shared__ float partials[];  // [kXRows][items + 1]
   const int chunks = static_cast<int>((p.k + kChunk - 1) / kChunk);
   const int items = rows_per_block * chunks, stride = items + 1;
@@ -266,7 +269,7 @@ void launch_gemv(const SimpleGemmParams& p, const GemvPlan& plan, cudaStream_t s
                           (p.m == 1 || p.ldx * xb % 16 == 0) && (p.groups == 1 || p.x_group_stride * xb % 16 == 0);
   const dim3 grid(static_cast<unsigned>(ceil_div(p.n, plan.rows_per_block)), static_cast<unsigned>(ceil_div(p.m, kXRows)),
                   static_cast<unsigned>(p.groups));
-  gemv_kernel<XBf16, W, kXRows><<<grid, kGemvThreads, plan.shared_bytes, stream>>>(p, plan.rows_per_block, vectorised);
+  launch_pdl(gemv_kernel<XBf16, W, kXRows>, grid, kGemvThreads, plan.shared_bytes, stream, p, plan.rows_per_block, vectorised);
 }
 
 template <bool XBf16, GemmWeight W>
@@ -274,7 +277,7 @@ void launch_typed(const SimpleGemmParams& p, bool gemv, const GemvPlan& plan, cu
   if (!gemv) {
     const dim3 grid(static_cast<unsigned>(ceil_div(p.n, kTileN)), static_cast<unsigned>(ceil_div(p.m, kTileM)),
                     static_cast<unsigned>(p.groups));
-    tiled_kernel<XBf16, W><<<grid, kTiledThreads, 0, stream>>>(p);
+    launch_pdl(tiled_kernel<XBf16, W>, grid, kTiledThreads, 0, stream, p);
   } else if (plan.x_rows == 1) {
     launch_gemv<XBf16, W, 1>(p, plan, stream);
   } else if (plan.x_rows == 4) {

@@ -57,6 +57,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
+#include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
 namespace {
@@ -115,6 +116,7 @@ constexpr size_t smem_bytes_for_rows(int rows) {
 // Grid: x = token, y = one of gridDim.y ranges of whole key tiles that split the token's visible
 // keys. Block: 32 x ceil(heads / 16) threads.
 __global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkParams p) {
+  pdl_wait();
   extern __shared__ __align__(16) unsigned char smem[];
   const int warps = static_cast<int>(blockDim.x / 32), rows = 16 * warps;
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
@@ -257,8 +259,7 @@ void indexer_mma_scores(const IndexerTopkParams& p, cudaStream_t stream) {
   const int warps = static_cast<int>((p.heads + 15) / 16);
   const size_t smem = indexer_mma_scores_smem_bytes(p.heads);
   DSV4_CUDA_CHECK(cudaFuncSetAttribute(mma_score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  mma_score_kernel<<<dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(grid_y)), 32 * warps, smem, stream>>>(
-      p);
+  launch_pdl(mma_score_kernel, dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(grid_y)), 32 * warps, smem, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

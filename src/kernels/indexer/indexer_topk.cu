@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
 #include "kernels/indexer/indexer_mma_scores.h"
+#include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
 namespace {
@@ -33,6 +34,7 @@ __device__ float dot8(const float* a, FloatPtr b, int64_t b_off, int64_t n) {
 }
 
 __global__ void exact_score_kernel(IndexerTopkParams p) {
+  pdl_wait();
   extern __shared__ float smem[];
   float* q_s = smem;                  // [heads, dh]
   float* w_s = q_s + p.heads * p.dh;  // [heads] w * weight_scale
@@ -59,6 +61,7 @@ __device__ uint32_t order_key(float f) {
 }
 
 __global__ void __launch_bounds__(kTopkThreads) topk_kernel(IndexerTopkParams p) {
+  pdl_wait();
   using CountScan = cub::BlockScan<int, kTopkThreads>;
   using PairScan = cub::BlockScan<unsigned long long, kTopkThreads>;
   __shared__ union {
@@ -173,7 +176,7 @@ void indexer_scores(const IndexerTopkParams& p, cudaStream_t stream) {
                                            static_cast<int>(smem)));
       const dim3 grid(static_cast<unsigned>(p.tokens),
                       static_cast<unsigned>((p.score_stride + kScoreThreads - 1) / kScoreThreads));
-      exact_score_kernel<<<grid, kScoreThreads, smem, stream>>>(p);
+      launch_pdl(exact_score_kernel, grid, kScoreThreads, smem, stream, p);
       DSV4_CUDA_CHECK(cudaGetLastError());
       return;
     }
@@ -185,7 +188,7 @@ void indexer_select_topk(const IndexerTopkParams& p, cudaStream_t stream) {
   if (p.tokens <= 0 || p.k <= 0) return;
   if (p.k > 0x7fffffff)
     throw UsageError("indexer_select_topk: k=" + std::to_string(p.k) + ", at most 2^31 - 1");
-  topk_kernel<<<static_cast<unsigned>(p.tokens), kTopkThreads, 0, stream>>>(p);
+  launch_pdl(topk_kernel, static_cast<unsigned>(p.tokens), kTopkThreads, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/dummy_random.h"
+#include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
 
@@ -17,12 +18,14 @@ unsigned grid_for(int64_t n) {
 }
 
 __global__ void dummy_floats_kernel(DummyFloatsParams p) {
+  pdl_wait();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < p.n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     store_float(p.out, i, p.mean + p.std * dummy_normal(p.key, static_cast<uint64_t>(i)));
 }
 
 __global__ void dummy_e4m3_kernel(DummyE4m3Params p) {
+  pdl_wait();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < p.n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     p.codes[i] = dummy_e4m3_code(p.key, static_cast<uint64_t>(i), p.mean, p.std, p.inv_scale);
@@ -32,13 +35,13 @@ __global__ void dummy_e4m3_kernel(DummyE4m3Params p) {
 
 void dummy_floats(const DummyFloatsParams& p, cudaStream_t stream) {
   if (p.n == 0) return;
-  dummy_floats_kernel<<<grid_for(p.n), kThreads, 0, stream>>>(p);
+  launch_pdl(dummy_floats_kernel, grid_for(p.n), kThreads, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
 void dummy_e4m3(const DummyE4m3Params& p, cudaStream_t stream) {
   if (p.n == 0) return;
-  dummy_e4m3_kernel<<<grid_for(p.n), kThreads, 0, stream>>>(p);
+  launch_pdl(dummy_e4m3_kernel, grid_for(p.n), kThreads, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

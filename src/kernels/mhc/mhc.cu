@@ -3,6 +3,7 @@
 #include "kernels/mhc/mhc.h"
 
 #include "backend/cuda/cuda_check.h"
+#include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
 namespace {
@@ -22,6 +23,7 @@ constexpr int kTokensPerBlock = 4;
 // them together so x is read once.
 template <int kGroup>
 __global__ void __launch_bounds__(kThreads) hc_mix_partials_kernel(HcMixPartialsParams p) {
+  pdl_wait();
   constexpr int kSums = kGroup + 1;  // the group's dots, then the sum of squares
   __shared__ float warp_sums[kWarps][kTokensPerBlock][kSums];
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTokensPerBlock;
@@ -131,6 +133,7 @@ __device__ float affine(float m, float scale, float base) { return __fadd_rn(__f
 // Block (t, 0): post and comb of token t, on warp 0 (the Sinkhorn's latency is its alone).
 // Blocks (t, 1 + s): pre (every block computes it, the same way) and slice s of y.
 __global__ void hc_pre_finish_kernel(HcPreFinishParams p) {
+  pdl_wait();
   __shared__ float pre[kHcMaxStreams];
   const int64_t t = blockIdx.x, n = p.n, mix = (2 + n) * n;
   const auto k = static_cast<int64_t>(threadIdx.x);
@@ -159,6 +162,7 @@ __global__ void hc_pre_finish_kernel(HcPreFinishParams p) {
 
 // Block (t, s): g of token t (every block computes it, the same way) and slice s of y.
 __global__ void hc_head_finish_kernel(HcHeadFinishParams p) {
+  pdl_wait();
   __shared__ float g[kHcMaxStreams];
   const int64_t t = blockIdx.x;
   const auto j = static_cast<int64_t>(threadIdx.x);
@@ -172,6 +176,7 @@ __global__ void hc_head_finish_kernel(HcHeadFinishParams p) {
 }
 
 __global__ void hc_post_mix_kernel(HcPostMixParams p) {
+  pdl_wait();
   const int64_t total = p.tokens * p.n * p.dim;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -198,9 +203,9 @@ void hc_mix_partials(const HcMixPartialsParams& p, cudaStream_t stream) {
   if (p.tokens <= 16) {
     constexpr int kGroup = 2;
     const auto groups = static_cast<unsigned>((p.mix + kGroup - 1) / kGroup);
-    hc_mix_partials_kernel<kGroup><<<dim3(blocks, kHcChunks, groups), kThreads, 0, stream>>>(p);
+    launch_pdl(hc_mix_partials_kernel<kGroup>, dim3(blocks, kHcChunks, groups), kThreads, 0, stream, p);
   } else {
-    hc_mix_partials_kernel<static_cast<int>(kHcMaxMix)><<<dim3(blocks, kHcChunks, 1), kThreads, 0, stream>>>(p);
+    launch_pdl(hc_mix_partials_kernel<static_cast<int>(kHcMaxMix)>, dim3(blocks, kHcChunks, 1), kThreads, 0, stream, p);
   }
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
@@ -209,7 +214,7 @@ void hc_pre_finish(const HcPreFinishParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return;
   if (p.n > kHcMaxStreams) throw UsageError("hc_pre_finish: " + std::to_string(p.n) + " streams, at most 4");
   const auto slices = static_cast<unsigned>((p.dim + kStreamSumSlice - 1) / kStreamSumSlice);
-  hc_pre_finish_kernel<<<dim3(static_cast<unsigned>(p.tokens), 1 + slices), kThreads, 0, stream>>>(p);
+  launch_pdl(hc_pre_finish_kernel, dim3(static_cast<unsigned>(p.tokens), 1 + slices), kThreads, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -217,14 +222,14 @@ void hc_head_finish(const HcHeadFinishParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return;
   if (p.n > kHcMaxStreams) throw UsageError("hc_head_finish: " + std::to_string(p.n) + " streams, at most 4");
   const auto slices = static_cast<unsigned>((p.dim + kStreamSumSlice - 1) / kStreamSumSlice);
-  hc_head_finish_kernel<<<dim3(static_cast<unsigned>(p.tokens), slices), kThreads, 0, stream>>>(p);
+  launch_pdl(hc_head_finish_kernel, dim3(static_cast<unsigned>(p.tokens), slices), kThreads, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
 void hc_post_mix(const HcPostMixParams& p, cudaStream_t stream) {
   const int64_t total = p.tokens * p.n * p.dim;
   if (total == 0) return;
-  hc_post_mix_kernel<<<grid_for(total), kThreads, 0, stream>>>(p);
+  launch_pdl(hc_post_mix_kernel, grid_for(total), kThreads, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

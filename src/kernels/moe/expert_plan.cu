@@ -9,6 +9,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "backend/cuda/cuda_check.h"
+#include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
 namespace {
@@ -18,6 +19,7 @@ constexpr int kWarpsPerBlock = 8;
 __device__ __forceinline__ bool valid_expert(int32_t e, int32_t num_experts) { return e >= 0 && e < num_experts; }
 
 __global__ void count_pairs_kernel(ExpertPlanParams p) {
+  pdl_wait();
   const int32_t e = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (e >= p.num_experts) return;
@@ -35,6 +37,7 @@ __global__ void count_pairs_kernel(ExpertPlanParams p) {
 // One block of 32 threads: offsets and tile starts by a serial scan (a few hundred experts),
 // then each thread writes the tiles of its experts.
 __global__ void plan_tiles_kernel(ExpertPlanParams p) {
+  pdl_wait();
   extern __shared__ int32_t first_tile[];  // [num_experts]
   if (threadIdx.x == 0) {
     int32_t rows = 0, tiles = 0;
@@ -55,6 +58,7 @@ __global__ void plan_tiles_kernel(ExpertPlanParams p) {
 }
 
 __global__ void place_pairs_kernel(ExpertPlanParams p) {
+  pdl_wait();
   const int32_t e = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (e >= p.num_experts) return;
@@ -88,6 +92,7 @@ constexpr int64_t kSmallMaxPairs = 1024;
 // kSmallMaxPairs: thread e owns expert e (count, offset, tiles); pair r's rank within its expert
 // is the number of earlier pairs with its id, so rows keep pair order as in the general path.
 __global__ void __launch_bounds__(kSmallThreads) plan_small_kernel(ExpertPlanParams p) {
+  pdl_wait();
   using Scan = cub::BlockScan<int32_t, kSmallThreads>;
   __shared__ typename Scan::TempStorage scan;
   __shared__ int32_t ids[kSmallMaxPairs];
@@ -134,16 +139,16 @@ __global__ void __launch_bounds__(kSmallThreads) plan_small_kernel(ExpertPlanPar
 void expert_plan(const ExpertPlanParams& p, cudaStream_t stream) {
   if (p.num_experts <= 0) return;
   if (p.num_experts <= kSmallThreads && p.pairs <= kSmallMaxPairs) {
-    plan_small_kernel<<<1, kSmallThreads, 0, stream>>>(p);
+    launch_pdl(plan_small_kernel, 1, kSmallThreads, 0, stream, p);
     DSV4_CUDA_CHECK(cudaGetLastError());
     return;
   }
   const unsigned blocks = static_cast<unsigned>((p.num_experts + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  count_pairs_kernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p);
+  launch_pdl(count_pairs_kernel, blocks, kWarpsPerBlock * 32, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
-  plan_tiles_kernel<<<1, 32, static_cast<size_t>(p.num_experts) * sizeof(int32_t), stream>>>(p);
+  launch_pdl(plan_tiles_kernel, 1, 32, static_cast<size_t>(p.num_experts) * sizeof(int32_t), stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
-  place_pairs_kernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p);
+  launch_pdl(place_pairs_kernel, blocks, kWarpsPerBlock * 32, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -3,6 +3,7 @@
 #include "kernels/moe/expert_rows.h"
 
 #include "backend/cuda/cuda_check.h"
+#include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
 namespace {
@@ -10,6 +11,7 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void gather_rows_kernel(GatherRowsParams p) {
+  pdl_wait();
   const int64_t words = p.row_bytes / 2;
   const int64_t x = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
   if (x >= p.rows * words) return;
@@ -18,6 +20,7 @@ __global__ void gather_rows_kernel(GatherRowsParams p) {
 }
 
 __global__ void combine_experts_kernel(CombineExpertsParams p) {
+  pdl_wait();
   const int64_t x = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
   if (x >= p.tokens * p.dim) return;
   const int64_t t = x / p.dim, c = x % p.dim;
@@ -36,14 +39,14 @@ unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1)
 void gather_rows(const GatherRowsParams& p, cudaStream_t stream) {
   const int64_t n = p.rows * (p.row_bytes / 2);
   if (n <= 0) return;
-  gather_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(p);
+  launch_pdl(gather_rows_kernel, blocks_for(n), kThreads, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
 void combine_experts(const CombineExpertsParams& p, cudaStream_t stream) {
   const int64_t n = p.tokens * p.dim;
   if (n <= 0) return;
-  combine_experts_kernel<<<blocks_for(n), kThreads, 0, stream>>>(p);
+  launch_pdl(combine_experts_kernel, blocks_for(n), kThreads, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

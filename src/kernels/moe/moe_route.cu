@@ -6,6 +6,7 @@
 #include "kernels/moe/moe_route.h"
 
 #include "backend/cuda/cuda_check.h"
+#include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
 namespace {
@@ -22,6 +23,7 @@ __device__ __forceinline__ bool beats(int32_t other, float other_score, int32_t 
 }
 
 __global__ void moe_route_kernel(MoeRouteParams p) {
+  pdl_wait();
   extern __shared__ float smem[];
   const int64_t E = p.num_experts, k = p.k, t = blockIdx.x;
   float* s = smem;       // [E] scores
@@ -144,7 +146,7 @@ __global__ void moe_route_kernel(MoeRouteParams p) {
 void moe_route(const MoeRouteParams& p, cudaStream_t stream) {
   if (p.tokens <= 0) return;
   const size_t smem = static_cast<size_t>(2 * p.num_experts) * sizeof(float);
-  moe_route_kernel<<<static_cast<unsigned>(p.tokens), kThreads, smem, stream>>>(p);
+  launch_pdl(moe_route_kernel, static_cast<unsigned>(p.tokens), kThreads, smem, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -3,6 +3,7 @@
 #include "kernels/moe/swiglu.h"
 
 #include "backend/cuda/cuda_check.h"
+#include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
 namespace {
@@ -10,6 +11,7 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void swiglu_kernel(SwigluParams p) {
+  pdl_wait();
   const int64_t x = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
   if (x >= p.rows * p.cols) return;
   float gate = load_float(p.gate, x), up = load_float(p.up, x);
@@ -27,7 +29,7 @@ __global__ void swiglu_kernel(SwigluParams p) {
 void swiglu(const SwigluParams& p, cudaStream_t stream) {
   const int64_t n = p.rows * p.cols;
   if (n <= 0) return;
-  swiglu_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(p);
+  launch_pdl(swiglu_kernel, static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
