@@ -140,6 +140,7 @@ std::vector<std::vector<GeneratedToken>> serve_requests(const Model& model, Ops&
     r.prompt = test_ids(3 + 17 * i, model.config()->vocab_size, 90 + i);
     r.stop.max_tokens = 12 + 5 * i;
     r.stop.ignore_eos = true;
+    r.sampling.temperature = 0.0f;  // greedy: the engine seeds sampled requests at random
     r.sampling.logprobs = true;
     handles.push_back(engine.submit(std::move(r)));
   }
