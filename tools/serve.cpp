@@ -127,6 +127,11 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-body-bytes", o->server.max_body_bytes, "Largest request body; larger get 413")
       ->check(CLI::PositiveNumber)
       ->default_str(std::to_string(o->server.max_body_bytes));
+  cmd->footer(
+      "response_format {\"type\": \"json_object\"} constrains decoding: the chat answer is one "
+      "syntactically valid JSON object (or its start, when max_tokens cuts it), ending as the object "
+      "closes, with thinking off. {\"type\": \"json_schema\"} gets the same; its schema is shown to "
+      "the model, not enforced.");
   cmd->callback([o] { run_serve(*o); });
 }
 

@@ -18,6 +18,8 @@
 #include "core/error.h"
 #include "model/forward_runner.h"
 #include "model/model.h"
+#include "sampling/json_prefix.h"
+#include "sampling/json_token_mask.h"
 #include "sampling/sampler.h"
 #include "scheduler/scheduler.h"
 #include "tokenizer/tokenizer.h"
@@ -162,6 +164,7 @@ class Engine::Impl {
     Sequence* sequence = nullptr;
     std::optional<SequenceCache> cache;   // while running
     std::optional<StreamDecoder> decoder;  // with a tokenizer
+    std::optional<JsonObjectPrefix> json;  // OutputFormat::kJsonObject: the output so far
     std::string text;                      // decoded so far (stop string cut)
     size_t text_sent = 0;
     RequestMetrics metrics;
@@ -171,6 +174,7 @@ class Engine::Impl {
   void take_submissions();
   void emit(Request& r, const TokenChoice& choice, EngineClock::time_point now, std::vector<SequenceId>& finished);
   size_t stop_string_holdback(const Request& r) const;
+  const JsonTokenMask& json_mask();
   void end_early(Request& r, FinishReason reason, const std::string& error);
   void finalize(Request& r, OutputChunk& last);
   void publish_stats();
@@ -185,6 +189,8 @@ class Engine::Impl {
   Scheduler scheduler_;
   std::unordered_map<SequenceId, Request> requests_;
   std::vector<float> logits_;
+  std::optional<JsonTokenMask> json_mask_;  // made when the first JSON request samples
+  std::vector<uint8_t> allowed_;            // a JSON request's mask for this step
   EngineStats counters_;  // the totals; copied into stats_ after each step
 
   std::mutex submit_mutex_;  // guards the members below
@@ -216,6 +222,8 @@ RequestHandle Engine::Impl::submit(GenerateRequest request) {
   request.sampling.validate();
   if (!request.stop.stop_strings.empty() && !tokenizer_)
     throw UsageError("stop strings need the engine's tokenizer, and this engine has none");
+  if (request.format == OutputFormat::kJsonObject && !tokenizer_)
+    throw UsageError("a JSON object output (response_format) needs the engine's tokenizer, and this engine has none");
   for (const std::string& s : request.stop.stop_strings)
     if (s.empty()) throw UsageError("a stop string is empty");
   const int64_t max_new = request.stop.max_tokens.value_or(std::max<int64_t>(1, config_.max_model_len - prompt));
@@ -250,6 +258,7 @@ void Engine::Impl::take_submissions() {
     r.seed = s.seed;
     r.sequence = &seq;
     if (tokenizer_) r.decoder.emplace(*tokenizer_);
+    if (s.request.format == OutputFormat::kJsonObject) r.json.emplace();
     r.metrics.arrival = s.arrival;
     r.metrics.prompt_tokens = seq.num_prompt_tokens;
     counters_.prompt_tokens += static_cast<uint64_t>(seq.num_prompt_tokens);
@@ -303,8 +312,16 @@ bool Engine::Impl::step() {
         const std::span<const int32_t> tokens(seq.tokens);
         const TokenHistory history{tokens.first(static_cast<size_t>(seq.num_prompt_tokens)),
                                    tokens.subspan(static_cast<size_t>(seq.num_prompt_tokens))};
+        std::span<const uint8_t> allowed;  // empty: every token
+        if (r.json) {
+          if (json_mask().allowed_tokens(*r.json, allowed_) == 0) {
+            end_early(r, FinishReason::kError, "no token of the vocabulary can continue the JSON object");
+            continue;
+          }
+          allowed = allowed_;
+        }
         const TokenChoice choice = sample_token(std::span<const float>(logits_).subspan(i * static_cast<size_t>(V), static_cast<size_t>(V)),
-                                                r.sampling, r.seed, history);
+                                                r.sampling, r.seed, history, allowed);
         scheduler_.append_token(*c.sequence, choice.id);
         emit(r, choice, now, finished);
       }
@@ -332,6 +349,7 @@ void Engine::Impl::emit(Request& r, const TokenChoice& choice, EngineClock::time
   ++r.metrics.completion_tokens;
   ++counters_.generation_tokens;
 
+  if (r.json) r.json->advance(json_mask().bytes(choice.id));  // the mask let only such tokens through
   const bool eos = !r.stop.ignore_eos && choice.id == model_.config()->eos_token_id;
   if (eos || std::find(r.stop.stop_token_ids.begin(), r.stop.stop_token_ids.end(), choice.id) != r.stop.stop_token_ids.end()) {
     chunk.finish = FinishReason::kStop;  // the stopping token adds no text
@@ -353,6 +371,7 @@ void Engine::Impl::emit(Request& r, const TokenChoice& choice, EngineClock::time
       chunk.finish = FinishReason::kStop;
     }
   }
+  if (!chunk.finish && r.json && r.json->complete()) chunk.finish = FinishReason::kStop;
   if (!chunk.finish && seq.num_output() >= seq.max_tokens - seq.num_prompt_tokens) chunk.finish = FinishReason::kLength;
 
   if (r.decoder && chunk.finish && chunk.stop_string.empty()) r.text += r.decoder->flush();
@@ -381,6 +400,20 @@ size_t Engine::Impl::stop_string_holdback(const Request& r) const {
         break;
       }
   return hold;
+}
+
+// The vocabulary as the JSON constraint sees it: the bytes of the tokenizer's vocabulary tokens;
+// added and special tokens, and ids the tokenizer lacks, are never allowed.
+const JsonTokenMask& Engine::Impl::json_mask() {
+  if (!json_mask_) {
+    const int32_t vocab = static_cast<int32_t>(model_.config()->vocab_size);
+    std::vector<std::string> bytes(static_cast<size_t>(vocab));
+    for (int32_t id = 0; id < std::min(vocab, tokenizer_->vocab_size()); ++id)
+      if (tokenizer_->token_kind(id) == Tokenizer::TokenKind::kVocabulary)
+        bytes[static_cast<size_t>(id)] = tokenizer_->token_bytes(id);
+    json_mask_.emplace(bytes);
+  }
+  return *json_mask_;
 }
 
 // Ends a request outside the sampling path (cancelled, failed, engine shut down).

@@ -18,8 +18,17 @@
 // that might still be the start of a stop string held back until it cannot be. A request with
 // stop strings is refused when the engine was made without a tokenizer.
 //
+// OutputFormat::kJsonObject (response_format json_object) constrains decoding: at each step only
+// tokens whose bytes keep the output a prefix of one JSON object may be drawn
+// (sampling/json_token_mask.h, among the tokenizer's vocabulary tokens: no added or special token,
+// end of sequence included), and the request ends with kStop as soon as the object closes, so its
+// text is one JSON object, or a prefix of one when max_tokens, a stop token or a stop string ends
+// it first. The mask costs a pass over the vocabulary on the host per step of each such request.
+// Needs the engine's tokenizer, like stop strings.
+//
 // Refused at submit (UsageError, message for the client): an empty prompt, an id outside the
-// vocabulary, prompt + max_tokens longer than max_model_len, sampling values out of range.
+// vocabulary, prompt + max_tokens longer than max_model_len, sampling values out of range, stop
+// strings or a JSON output format without a tokenizer.
 #pragma once
 
 #include <chrono>
@@ -43,7 +52,7 @@ using RequestId = uint64_t;
 using EngineClock = std::chrono::steady_clock;
 
 enum class FinishReason {
-  kStop,       // end-of-sequence token, a stop token id or a stop string
+  kStop,       // end-of-sequence token, a stop token id, a stop string, or the JSON object closed
   kLength,     // max_tokens generated (or max_model_len reached)
   kCancelled,  // RequestHandle::cancel(), the handle dropped, or the engine destroyed
   kError,      // the step that ran the request failed; OutputChunk::error says why
@@ -58,10 +67,17 @@ struct StopConditions {
   bool ignore_eos = false;                // keep going after the model's eos token
 };
 
+// What the output must be (see above).
+enum class OutputFormat {
+  kText,        // anything the model writes
+  kJsonObject,  // one JSON object, the request ending when it closes
+};
+
 struct GenerateRequest {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
   StopConditions stop;
+  OutputFormat format = OutputFormat::kText;
 };
 
 struct TokenLogprob {

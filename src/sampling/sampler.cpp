@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <unordered_map>
 
@@ -37,6 +38,19 @@ void apply_penalties(std::vector<float>& x, const SamplingParams& params, const 
   }
 }
 
+// Takes the tokens `allowed` leaves out (when it is not empty) out of the choice: -inf logits,
+// no probability at any temperature.
+void apply_allowed(std::vector<float>& x, std::span<const uint8_t> allowed) {
+  if (allowed.empty()) return;
+  if (allowed.size() != x.size())
+    throw UsageError("sample_token: the allowed-token mask has " + std::to_string(allowed.size()) +
+                     " entries for " + std::to_string(x.size()) + " logits");
+  if (std::find_if(allowed.begin(), allowed.end(), [](uint8_t a) { return a != 0; }) == allowed.end())
+    throw UsageError("sample_token: the allowed-token mask allows no token");
+  for (size_t i = 0; i < x.size(); ++i)
+    if (allowed[i] == 0) x[i] = -std::numeric_limits<float>::infinity();
+}
+
 int32_t argmax(const std::vector<float>& x) {
   size_t best = 0;
   for (size_t i = 1; i < x.size(); ++i)
@@ -44,7 +58,8 @@ int32_t argmax(const std::vector<float>& x) {
   return static_cast<int32_t>(best);
 }
 
-// Draws from the temperature-scaled, filtered distribution of the penalised logits `x`.
+// Draws from the temperature-scaled, filtered distribution of the penalised logits `x`. Tokens
+// of probability 0 (masked out, or too unlikely for a double) are never kept, so never drawn.
 int32_t draw(const std::vector<float>& x, const SamplingParams& params, uint64_t seed, uint64_t draw_index) {
   const double inv_t = 1.0 / static_cast<double>(params.temperature);
   const float top = *std::max_element(x.begin(), x.end());
@@ -54,7 +69,7 @@ int32_t draw(const std::vector<float>& x, const SamplingParams& params, uint64_t
   std::vector<int32_t> kept;
   kept.reserve(x.size());
   for (size_t i = 0; i < x.size(); ++i)
-    if (p[i] >= static_cast<double>(params.min_p)) kept.push_back(static_cast<int32_t>(i));
+    if (p[i] > 0 && p[i] >= static_cast<double>(params.min_p)) kept.push_back(static_cast<int32_t>(i));
   auto more_likely = [&p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); };
   if (params.top_k > 0 && static_cast<size_t>(params.top_k) < kept.size()) {
     std::nth_element(kept.begin(), kept.begin() + params.top_k - 1, kept.end(), more_likely);
@@ -86,12 +101,13 @@ int32_t draw(const std::vector<float>& x, const SamplingParams& params, uint64_t
 }  // namespace
 
 TokenChoice sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
-                         const TokenHistory& history) {
+                         const TokenHistory& history, std::span<const uint8_t> allowed) {
   if (logits.empty()) throw UsageError("sample_token: empty logits");
   check_ids(history.prompt, logits.size());
   check_ids(history.output, logits.size());
   std::vector<float> x(logits.begin(), logits.end());
   apply_penalties(x, params, history);
+  apply_allowed(x, allowed);
 
   TokenChoice choice;
   choice.id = params.temperature == 0.0f ? argmax(x) : draw(x, params, seed, history.output.size());

@@ -32,8 +32,14 @@ struct TokenHistory {
 // tokens), then greedy argmax (temperature 0) or: divide by temperature, min-p, top-k, top-p,
 // and one uniform draw from counter_bits(seed, output.size()) over the kept tokens in a fixed
 // order (ids ascending; probability descending, ties by id, when top-p needs the sort). Ties of
-// the argmax go to the lowest id. Throws UsageError for empty logits or a history id outside them.
+// the argmax go to the lowest id.
+//
+// `allowed` (a constraint such as json_token_mask.h's): empty, every token may be drawn; else one
+// entry per logit, and only tokens whose entry is non-zero are: the others get no probability
+// after the penalties, so temperature, min-p, top-k and top-p act on the allowed tokens alone.
+// The logprobs stay those of the raw logits. Throws UsageError for empty logits, a history id
+// outside them, or an `allowed` of another size or that allows no token.
 TokenChoice sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
-                         const TokenHistory& history);
+                         const TokenHistory& history, std::span<const uint8_t> allowed = {});
 
 }  // namespace dsv4

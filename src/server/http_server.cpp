@@ -276,7 +276,8 @@ class OpenAiServer::Impl {
     }
   }
 
-  Running submit(std::vector<int32_t> prompt, const GenerationOptions& o, std::string_view id_prefix) {
+  Running submit(std::vector<int32_t> prompt, const GenerationOptions& o, OutputFormat format,
+                 std::string_view id_prefix) {
     if (draining_) throw not_ready("The server is shutting down.");
     ServingEngine& engine = ready();
     if (open_.fetch_add(1) >= options_.max_open_requests) {
@@ -303,6 +304,7 @@ class OpenAiServer::Impl {
     request.stop.stop_token_ids = o.stop_token_ids;
     request.stop.stop_strings = o.stop;
     request.stop.ignore_eos = o.ignore_eos;
+    request.format = format;
     const int64_t prompt_tokens = static_cast<int64_t>(request.prompt.size());
     std::unique_ptr<GenerationStream> stream = engine.submit(std::move(request));
     return Running{std::move(stream), std::move(slot),
@@ -355,7 +357,8 @@ class OpenAiServer::Impl {
     std::vector<int32_t> ids = tokenizer_->encode(prompt.text);
     check_length(static_cast<int64_t>(ids.size()), request.generation, "messages",
                  ready().max_model_len());
-    Running running = submit(std::move(ids), request.generation, "chatcmpl-");
+    const OutputFormat format = request.response_format ? OutputFormat::kJsonObject : OutputFormat::kText;
+    Running running = submit(std::move(ids), request.generation, format, "chatcmpl-");
     ChatAnswer answer(prompt);
     answer.feed(prompt.tool_call_prefill);
     if (request.generation.stream) {
@@ -494,7 +497,7 @@ class OpenAiServer::Impl {
         request.prompt_text ? tokenizer_->encode(*request.prompt_text) : request.prompt_ids;
     check_length(static_cast<int64_t>(ids.size()), request.generation, "prompt",
                  ready().max_model_len());
-    Running running = submit(std::move(ids), request.generation, "cmpl-");
+    Running running = submit(std::move(ids), request.generation, OutputFormat::kText, "cmpl-");
     if (request.generation.stream) {
       auto state = std::make_shared<TextStream>(TextStream{std::move(running), request.generation});
       stream_events(res, state, [this](TextStream& s, const OutputChunk* chunk) {

@@ -370,6 +370,12 @@ ChatCompletionRequest chat_conversation(const Fields& fields) {
   }
   request.tool_choice = parse_tool_choice(fields, request.tools, request.tool_choice_name);
   request.response_format = parse_response_format(fields);
+  if (request.response_format &&
+      (request.tool_choice == ToolChoice::kRequired || request.tool_choice == ToolChoice::kNamed)) {
+    fields.value_error("response_format", "a JSON response_format cannot be combined with a "
+                                          "required or named tool_choice (that answer is a tool "
+                                          "call, not a JSON object).");
+  }
   request.reasoning_effort = parse_reasoning_effort(fields, "reasoning_effort");
   if (const ordered_json* kwargs = fields.find("chat_template_kwargs")) {
     if (!kwargs->is_object()) fields.type_error("chat_template_kwargs", "an object", *kwargs);
@@ -526,7 +532,7 @@ DetokenizeRequest parse_detokenize_request(const ordered_json& body) {
 ChatPrompt render_chat_prompt(const ChatCompletionRequest& request) {
   std::vector<ChatMessage> messages = request.messages;
   ChatPrompt prompt;
-  prompt.mode = request.thinking;
+  prompt.mode = request.response_format ? ThinkingMode::kChat : request.thinking;
   try {
     if (request.tool_choice != ToolChoice::kNone) {
       attach_tools(messages, request.tools);

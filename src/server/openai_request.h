@@ -59,7 +59,10 @@ struct ChatCompletionRequest {
   std::vector<nlohmann::ordered_json> tools;  // the "function" objects
   ToolChoice tool_choice = ToolChoice::kNone;  // default: auto with tools, none without
   std::string tool_choice_name;                // kNamed: the function
-  // {"type": "json_object"} or {"type": "json_schema", ...}; none for "text" or absent.
+  // {"type": "json_object"} or {"type": "json_schema", ...}; none for "text" or absent. Either
+  // constrains the answer to one JSON object (OutputFormat::kJsonObject); a json_schema's schema
+  // is shown to the model in the prompt, not enforced. Refused with a required or named
+  // tool_choice.
   std::optional<nlohmann::ordered_json> response_format;
   ThinkingMode thinking = ThinkingMode::kChat;  // chat_template_kwargs.thinking
   ReasoningEffort reasoning_effort = ReasoningEffort::kHigh;  // chat_template_kwargs / top level
@@ -103,8 +106,9 @@ DetokenizeRequest parse_detokenize_request(const nlohmann::ordered_json& body);
 // The prompt text a chat request renders to: request-level tools (unless tool_choice is none)
 // and response_format on the system message, then DeepSeek-V4's encoding. A required or named
 // tool choice opens the tool-call block in the prompt (ToolCallPrefill), which makes the model
-// write a call; that needs chat mode, so it turns thinking off. Throws ApiError 400 for
-// messages the encoder cannot render.
+// write a call; that needs chat mode, so it turns thinking off. A response_format turns thinking
+// off too: the constrained answer is the JSON object alone, with no reasoning before it. Throws
+// ApiError 400 for messages the encoder cannot render.
 struct ChatPrompt {
   std::string text;
   ThinkingMode mode = ThinkingMode::kChat;  // the mode the completion starts in

@@ -166,31 +166,37 @@ class WordCache {
   std::unordered_map<std::string, std::vector<int32_t>, Hash, std::equal_to<>> map_;
 };
 
-// What each id decodes to, indexed by id.
+// What each id decodes to, and what kind of token it is, indexed by id.
 class TokenTable {
  public:
-  void set(int32_t id, std::string bytes) {
+  using Kind = Tokenizer::TokenKind;
+
+  void set(int32_t id, std::string bytes, Kind kind) {
     if (static_cast<size_t>(id) >= bytes_.size()) {
       bytes_.resize(static_cast<size_t>(id) + 1);
-      known_.resize(static_cast<size_t>(id) + 1);
+      kinds_.resize(static_cast<size_t>(id) + 1, Kind::kNone);
     }
     bytes_[id] = std::move(bytes);
-    known_[id] = true;
+    kinds_[id] = kind;
   }
 
   const std::string& bytes(int32_t id) const {
-    if (id < 0 || static_cast<size_t>(id) >= known_.size() || !known_[id]) {
+    if (kind(id) == Kind::kNone) {
       throw UsageError("token id " + std::to_string(id) + " names no token (vocabulary size " +
-                       std::to_string(known_.size()) + ")");
+                       std::to_string(kinds_.size()) + ")");
     }
     return bytes_[id];
   }
 
-  size_t size() const { return known_.size(); }
+  Kind kind(int32_t id) const {
+    return id < 0 || static_cast<size_t>(id) >= kinds_.size() ? Kind::kNone : kinds_[id];
+  }
+
+  size_t size() const { return kinds_.size(); }
 
  private:
   std::vector<std::string> bytes_;
-  std::vector<bool> known_;  // whether an id names a token
+  std::vector<Kind> kinds_;
 };
 
 }  // namespace
@@ -368,7 +374,9 @@ std::unordered_map<std::string, int32_t> load_model(const json& root, const Fiel
     bpe.add_merge(l->second, r->second, static_cast<int32_t>(rank), m->second);
   }
 
-  for (const auto& [token, id] : ids) tokens.set(id, token_string_bytes(token));
+  for (const auto& [token, id] : ids) {
+    tokens.set(id, token_string_bytes(token), Tokenizer::TokenKind::kVocabulary);
+  }
   return ids;
 }
 
@@ -402,7 +410,7 @@ void load_added_tokens(const json& root, const FieldReader& reader,
       reader.fail(path + ".content", "\"" + content + "\" appears twice in added_tokens");
     }
     added_ids.emplace(content, static_cast<int32_t>(id));
-    tokens.set(static_cast<int32_t>(id), token_string_bytes(content));
+    tokens.set(static_cast<int32_t>(id), token_string_bytes(content), Tokenizer::TokenKind::kAdded);
   }
 }
 
@@ -479,6 +487,8 @@ std::string Tokenizer::decode(std::span<const int32_t> ids) const {
   utf8::append_repaired(bytes, text);
   return text;
 }
+
+Tokenizer::TokenKind Tokenizer::token_kind(int32_t id) const { return impl_->tokens.kind(id); }
 
 std::optional<int32_t> Tokenizer::token_id(std::string_view content) const {
   const auto it = impl_->added_ids.find(std::string(content));

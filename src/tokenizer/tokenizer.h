@@ -51,6 +51,11 @@ class Tokenizer {
   // UsageError for an id that names no token.
   std::string_view token_bytes(int32_t id) const;
 
+  // What an id names: no token, a token of the BPE vocabulary, or an added token (special or
+  // not: "<｜end▁of▁sentence｜>", "<think>", ...), whose bytes are its content.
+  enum class TokenKind { kNone, kVocabulary, kAdded };
+  TokenKind token_kind(int32_t id) const;
+
   // The id of the added (special or not) token whose content is exactly `content`.
   std::optional<int32_t> token_id(std::string_view content) const;
 

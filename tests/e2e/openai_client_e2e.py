@@ -1,6 +1,7 @@
 """`dsv4 serve` driven by the official openai client: completions and chat, streamed and not,
-usage, logprobs, stop strings, seeded sampling, and the bad-input answers (401, 404, 400) with
-the server still serving afterwards. Usage: openai_client_e2e.py BASE_URL API_KEY MODEL_NAME."""
+usage, logprobs, stop strings, seeded sampling, response_format's JSON constraint, and the
+bad-input answers (401, 404, 400) with the server still serving afterwards.
+Usage: openai_client_e2e.py BASE_URL API_KEY MODEL_NAME."""
 import json
 import sys
 import urllib.error
@@ -66,6 +67,78 @@ check(msg.role == "assistant" and chat.usage.completion_tokens > 0, f"chat {chat
 parts = list(client.chat.completions.create(model=model, messages=messages, max_tokens=8, temperature=0, stream=True))
 content = "".join(p.choices[0].delta.content or "" for p in parts if p.choices)
 check(content == (msg.content or ""), f"chat streamed {content!r} != {msg.content!r}")
+
+
+def closers(text):
+    """The brackets that close what `text` leaves open (brackets inside strings do not count)."""
+    stack, in_string, escaped = [], False, False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]" and stack:
+            stack.pop()
+    return "".join(reversed(stack))
+
+
+def starts_json_object(text):
+    """Whether a short ending makes `text` one JSON object: an unfinished escape, number or literal,
+    then maybe a closing quote, then maybe a value, then the open brackets closed."""
+    if not text.strip():
+        return True
+    for fill in ("", "0", "00", "000", "0000", "n", "ue", "e", "rue", "alse", "lse", "se", "ull", "ll", "l"):
+        for quote in ("", '"'):
+            for value in ("", "0", ":0", '"k":0'):
+                whole = text + fill + quote + value
+                try:
+                    if isinstance(json.loads(whole + closers(whole)), dict):
+                        return True
+                except ValueError:
+                    pass
+    return False
+
+
+check(starts_json_object('{"a": [1, {"b\\u00') and starts_json_object('{"a": "[\\"') and not starts_json_object('{"a": }'),
+      "starts_json_object")
+
+# response_format json_object (and json_schema, whose schema is only shown to the model): the
+# answer is one JSON object, finish_reason "stop" when it closes, or the start of one when
+# max_tokens cuts it; the random tiny model writes nothing like it unconstrained.
+json_messages = [{"role": "user", "content": "Reply with a JSON object."}]
+schema = {"type": "json_schema", "json_schema": {"name": "reply", "schema": {"type": "object"}}}
+answers = []
+for response_format in ({"type": "json_object"}, schema):
+    for seed in range(3):
+        r = client.chat.completions.create(model=model, messages=json_messages, max_tokens=24, temperature=1.0,
+                                           seed=seed, response_format=response_format)
+        content, finish = r.choices[0].message.content or "", r.choices[0].finish_reason
+        answers.append(content)
+        if finish == "stop":
+            check(isinstance(json.loads(content), dict), f"closed JSON answer {content!r}")
+        else:
+            check(finish == "length" and starts_json_object(content), f"JSON answer {finish} {content!r}")
+check(any(a.strip() for a in answers), f"JSON answers all blank: {answers}")
+free = client.chat.completions.create(model=model, messages=json_messages, max_tokens=24, temperature=0)
+check(not (free.choices[0].message.content or "").lstrip().startswith("{"), "the unconstrained answer starts an object")
+greedy = dict(model=model, messages=json_messages, max_tokens=16, temperature=0, response_format={"type": "json_object"})
+whole = client.chat.completions.create(**greedy).choices[0].message.content or ""
+parts = list(client.chat.completions.create(**greedy, stream=True))
+check("".join(p.choices[0].delta.content or "" for p in parts if p.choices) == whole, "JSON answer streamed differs")
+check(starts_json_object(whole), f"greedy JSON answer {whole!r}")
+try:
+    client.chat.completions.create(model=model, messages=json_messages, max_tokens=4, response_format={"type": "json_object"},
+                                   tools=[{"type": "function", "function": {"name": "f"}}], tool_choice="required")
+    check(False, "response_format with tool_choice required was accepted")
+except openai.BadRequestError:
+    pass
 
 # Bad input: the errors the client maps, and the server stays up.
 try:

@@ -2,19 +2,27 @@
 // (chunked prefill, preemptions) equals its output alone bit for bit, greedy and seeded; cancel
 // and preemption give every cache block back; a long prompt among a stream of short ones
 // finishes; too-long requests are refused; stop ids, stop strings and max_tokens end streams;
-// the engine thread serves several submitting threads.
+// JSON object requests write one JSON object (or a prefix of one), sampled or greedy; the engine
+// thread serves several submitting threads.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
+#include "model/forward_runner.h"
 #include "model/model.h"
 #include "runtime/engine.h"
 #include "tokenizer/tokenizer.h"
@@ -224,6 +232,9 @@ TEST_F(EngineTest, TooLongRequestsAreRefusedWithTheLimits) {
   GenerateRequest strings = request(ids(4, 7), 4);
   strings.stop.stop_strings = {"x"};
   EXPECT_THROW(e->submit(strings), UsageError);  // no tokenizer
+  GenerateRequest json_object = request(ids(4, 7), 4);
+  json_object.format = OutputFormat::kJsonObject;
+  EXPECT_THROW(e->submit(json_object), UsageError);  // no tokenizer
   EXPECT_FALSE(e->step());
 }
 
@@ -269,6 +280,144 @@ TEST_F(EngineTest, StopStringsCutTheTextAndTheStreamedTextIsTheDecodedText) {
   EXPECT_EQ(got.last.stop_string, stop);
   EXPECT_EQ(got.text, ref.text.substr(0, ref.text.find(stop)));
   EXPECT_LE(got.tokens.size(), ref.tokens.size());
+}
+
+// The model's forward, then `bias` added to the logits of the `favoured` tokens: the random model
+// then writes mostly JSON punctuation (and would end or open a special token at once if it
+// could), so the mask has to refuse most of its favourites and objects close within a few dozen
+// tokens.
+class BiasedForward final : public ForwardRunner {
+ public:
+  BiasedForward(std::vector<int32_t> favoured, float bias) : favoured_(std::move(favoured)), bias_(bias) {}
+  ForwardResult forward(const Model& model, Ops& ops, const ForwardBatch& batch) override {
+    ForwardResult result = model.forward(ops, batch);
+    const int64_t rows = result.logits.dim(0), vocab = result.logits.dim(1);
+    std::vector<float> logits(static_cast<size_t>(rows * vocab));
+    const TensorView host(reinterpret_cast<std::byte*>(logits.data()), DType::kF32, {rows, vocab});
+    ops.download(result.logits.view(), host);
+    for (int64_t row = 0; row < rows; ++row)
+      for (int32_t id : favoured_) logits[static_cast<size_t>(row * vocab + id)] += bias_;
+    ops.upload(host, result.logits.view());
+    return result;
+  }
+
+ private:
+  std::vector<int32_t> favoured_;
+  float bias_;
+};
+
+// nlohmann reads all of `text` and then runs out: `text` is the start of a JSON document.
+void expect_json_prefix(const std::string& text) {
+  try {
+    const nlohmann::json whole = nlohmann::json::parse(text);
+    ADD_FAILURE() << "a whole document, yet not closed: " << whole.dump();
+  } catch (const nlohmann::json::parse_error& e) {
+    EXPECT_EQ(e.byte, text.size() + 1) << text << "\n" << e.what();
+  }
+}
+
+// Whatever ended it, a JSON object request's text is its tokens' text (no special token among
+// them), and one JSON object when the object closed it (kStop, no stop token), else a prefix.
+// Returns whether the object closed.
+bool expect_json_object_or_prefix(const Result& r, const Tokenizer& tokenizer) {
+  EXPECT_EQ(r.text, tokenizer.decode(r.tokens));
+  for (int32_t id : r.tokens) EXPECT_EQ(tokenizer.token_kind(id), Tokenizer::TokenKind::kVocabulary) << id;
+  const size_t start = r.text.find_first_not_of(" \t\r\n");
+  EXPECT_TRUE(start == std::string::npos || r.text[start] == '{') << r.text;
+  if (r.finish == FinishReason::kStop) {
+    EXPECT_FALSE(r.last.stop_token_id.has_value());
+    EXPECT_TRUE(nlohmann::json::parse(r.text).is_object()) << r.text;  // parse throws if it is not JSON
+    return true;
+  }
+  EXPECT_EQ(r.finish, FinishReason::kLength) << r.last.error;
+  expect_json_prefix(r.text);
+  return false;
+}
+
+TEST_F(EngineTest, JsonObjectRequestsWriteOneObjectWhenTheModelFavoursPunctuation) {
+  auto tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(DSV4_TOKENIZER_JSON));
+  std::vector<int32_t> favoured = {static_cast<int32_t>(model_->config()->eos_token_id),
+                                   *tokenizer->token_id("<think>")};
+  // No "e": a long exponent overflows a double, which JSON allows and nlohmann does not.
+  for (const char* piece : {"{", "}", "[", "]", "\"", ":", ",", " ", "\n", "0", "1", "-", ".", "true", "null",
+                            "\\", "u", "\":", "\",", "},", "],", "{\"", "\"}", "abc"}) {
+    const std::vector<int32_t> one = tokenizer->encode(piece);
+    ASSERT_EQ(one.size(), 1u) << piece;
+    favoured.push_back(one[0]);
+  }
+  BiasedForward biased(favoured, 30.0f);
+  EngineConfig config = small_config();
+  config.runner = &biased;
+  auto e = engine(config, tokenizer);
+  std::vector<RequestHandle> handles;
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    GenerateRequest r = request(tokenizer->encode("Reply with a JSON object."), 64, 1.0f);
+    r.sampling.seed = seed;
+    r.format = OutputFormat::kJsonObject;
+    handles.push_back(e->submit(r));
+  }
+  run_until_idle(*e);
+  int closed = 0;
+  for (RequestHandle& h : handles) closed += expect_json_object_or_prefix(drain(h), *tokenizer);
+  EXPECT_GE(closed, 4);
+}
+
+TEST_F(EngineTest, JsonObjectRequestsOfTheRandomModelArePrefixesGreedyAndSampled) {
+  auto tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(DSV4_TOKENIZER_JSON));
+  auto e = engine(small_config(), tokenizer);
+  std::vector<RequestHandle> handles;
+  for (float temperature : {0.0f, 0.7f, 1.5f}) {
+    GenerateRequest r = request(ids(9, 3), 24, temperature);
+    r.sampling.seed = 5;
+    r.format = OutputFormat::kJsonObject;
+    handles.push_back(e->submit(r));
+  }
+  handles.push_back(e->submit(request(ids(9, 3), 24)));  // the same prompt unconstrained, beside them
+  run_until_idle(*e);
+  for (size_t i = 0; i + 1 < handles.size(); ++i) expect_json_object_or_prefix(drain(handles[i]), *tokenizer);
+  // Unconstrained, the same prompt does not start an object: the constraint made the difference.
+  const std::string text = drain(handles.back()).text;
+  const size_t start = text.find_first_not_of(" \t\r\n");
+  ASSERT_NE(start, std::string::npos);
+  EXPECT_NE(text[start], '{') << text;
+}
+
+// A tokenizer whose every token lies beyond the model's vocabulary: no token can start the object.
+TEST_F(EngineTest, AJsonObjectRequestNoTokenCanContinueFails) {
+  using nlohmann::json;
+  const int32_t first = static_cast<int32_t>(model_->config()->vocab_size);
+  json vocab = json::object();
+  int extra = 256;
+  for (int b = 0; b < 256; ++b) {  // GPT-2's byte-level characters: printable bytes as themselves
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    const int code = printable ? b : extra++;
+    std::string c;
+    if (code < 0x80) {
+      c += static_cast<char>(code);
+    } else {
+      c += static_cast<char>(0xC0 | (code >> 6));
+      c += static_cast<char>(0x80 | (code & 0x3F));
+    }
+    vocab[c] = first + b;
+  }
+  const json tokenizer_json = {
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}}},
+      {"decoder", {{"type", "ByteLevel"}}}};
+  const auto file = std::filesystem::path(testing::TempDir()) / (std::to_string(getpid()) + "_far_tokenizer.json");
+  std::ofstream(file) << tokenizer_json.dump();
+  auto tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(file));
+  auto e = engine(small_config(), tokenizer);
+  GenerateRequest r = request(ids(6, 4), 8);
+  r.format = OutputFormat::kJsonObject;
+  RequestHandle h = e->submit(r);
+  run_until_idle(*e);
+  const Result got = drain(h);
+  EXPECT_EQ(got.finish, FinishReason::kError);
+  EXPECT_TRUE(got.tokens.empty());
+  EXPECT_NE(got.last.error.find("JSON"), std::string::npos) << got.last.error;
+  EXPECT_EQ(e->stats().cache_blocks_used, 0);
 }
 
 TEST_F(EngineTest, TheEngineThreadServesSubmittingThreads) {

@@ -1,6 +1,7 @@
 // The HTTP server on 127.0.0.1 with a scripted engine behind it: every route, streamed and not;
-// the bad-input list of issue 14 (each an OpenAI error object with its status, the server still
-// serving after it); a client that goes away cancels its request; drain waits for open requests.
+// response_format's JSON constraint reaching the engine; the bad-input list of issue 14 (each an
+// OpenAI error object with its status, the server still serving after it); a client that goes
+// away cancels its request; drain waits for open requests.
 #include <gtest/gtest.h>
 
 #include <httplib.h>
@@ -219,6 +220,26 @@ TEST_F(HttpServerTest, ChatNonStreamedWithUsageAndLogprobs) {
   EXPECT_EQ(engine_.last_request.stop.max_tokens, 20);
   EXPECT_TRUE(engine_.last_request.sampling.logprobs);
   EXPECT_EQ(body["usage"]["prompt_tokens"], engine_.last_request.prompt.size());
+}
+
+TEST_F(HttpServerTest, JsonResponseFormatsConstrainTheChatAnswer) {
+  server_->set_engine(engine_);
+  engine_.reply = R"({"answer": 42})";
+  const std::string chat = R"({"messages": [{"role": "user", "content": "hi"}],
+      "chat_template_kwargs": {"thinking": true}, "response_format": )";
+  for (const char* format : {R"({"type": "json_object"})",
+                             R"({"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}})"}) {
+    const auto result = post("/v1/chat/completions", chat + format + "}");
+    ASSERT_TRUE(result);
+    ASSERT_EQ(result->status, 200) << result->body;
+    EXPECT_EQ(engine_.last_request.format, OutputFormat::kJsonObject) << format;
+    // Thinking is off: the answer is content, not reasoning.
+    EXPECT_EQ(json::parse(result->body)["choices"][0]["message"]["content"], engine_.reply) << format;
+  }
+  ASSERT_EQ(post("/v1/chat/completions", chat + R"({"type": "text"}})")->status, 200);
+  EXPECT_EQ(engine_.last_request.format, OutputFormat::kText);
+  ASSERT_EQ(post("/v1/completions", R"({"prompt": "hi"})")->status, 200);
+  EXPECT_EQ(engine_.last_request.format, OutputFormat::kText);
 }
 
 TEST_F(HttpServerTest, ChatStreamedToolCallMatchesTheNonStreamedAnswer) {

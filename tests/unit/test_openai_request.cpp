@@ -51,7 +51,7 @@ TEST(OpenAiRequest, FullChatRequestParses) {
         {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
       {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}],
     "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}],
-    "tool_choice": "required", "response_format": {"type": "json_object"},
+    "tool_choice": "auto", "response_format": {"type": "json_object"},
     "stream": true, "stream_options": {"include_usage": true},
     "max_tokens": 10, "max_completion_tokens": 20, "temperature": 0.5, "top_p": 0.9, "top_k": 40,
     "min_p": 0.05, "seed": -1, "presence_penalty": 0.5, "frequency_penalty": -0.5,
@@ -64,7 +64,7 @@ TEST(OpenAiRequest, FullChatRequestParses) {
   EXPECT_EQ(r.messages[2].tool_calls.at(0).name, "get_weather");
   EXPECT_EQ(r.messages[3].tool_call_id, "call_1");
   ASSERT_EQ(r.tools.size(), 1u);
-  EXPECT_EQ(r.tool_choice, ToolChoice::kRequired);
+  EXPECT_EQ(r.tool_choice, ToolChoice::kAuto);
   EXPECT_EQ(r.response_format, ordered_json({{"type", "json_object"}}));
   EXPECT_EQ(r.thinking, ThinkingMode::kThinking);
   const GenerationOptions& g = r.generation;
@@ -168,6 +168,13 @@ TEST(OpenAiRequest, EachBadChatFieldIsNamed) {
   expect_chat_refused(with_user(R"("response_format": {"type": "json_schema"})"),
                       "response_format.json_schema");
   expect_chat_refused(with_user(R"("response_format": "json")"), "response_format");
+  // A JSON answer and a forced tool call exclude each other.
+  expect_chat_refused(with_user(R"("response_format": {"type": "json_object"}, "tool_choice": "required",
+                                   "tools": [{"function": {"name": "f"}}])"),
+                      "response_format");
+  expect_chat_refused(with_user(R"("response_format": {"type": "json_object"}, "tools": [{"function": {"name": "f"}}],
+                                   "tool_choice": {"type": "function", "function": {"name": "f"}})"),
+                      "response_format");
   expect_chat_refused(with_user(R"("chat_template_kwargs": {"thinking": "yes"})"),
                       "chat_template_kwargs.thinking");
   expect_chat_refused(with_user(R"("reasoning_effort": "extreme")"), "reasoning_effort");
@@ -239,9 +246,13 @@ TEST(OpenAiRequest, PromptRendering) {
   EXPECT_EQ(named.mode, ThinkingMode::kChat);
   EXPECT_EQ(named.tool_call_prefill, "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n");
   EXPECT_TRUE(named.text.ends_with("<｜Assistant｜></think>" + named.tool_call_prefill));
-  // response_format joins the system message.
-  const ChatPrompt json = render_chat_prompt(chat(with_user(R"("response_format": {"type": "json_object"})")));
+  // response_format joins the system message, and the answer (the JSON object alone) comes in
+  // chat mode even when thinking was asked for.
+  const ChatPrompt json = render_chat_prompt(chat(with_user(
+      R"("response_format": {"type": "json_object"}, "chat_template_kwargs": {"thinking": true})")));
   EXPECT_NE(json.text.find("## Response Format:"), std::string::npos);
+  EXPECT_EQ(json.mode, ThinkingMode::kChat);
+  EXPECT_TRUE(json.text.ends_with("<｜Assistant｜></think>"));
   // Tools both on the system message and in the request: refused, naming tools.
   expect_refused(
       [](const ordered_json& body) { render_chat_prompt(parse_chat_completion_request(body)); },

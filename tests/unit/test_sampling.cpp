@@ -1,5 +1,5 @@
 // The host sampler (sampling/sampler.h): greedy, each filter on its own, the seeded draw, the
-// penalties, the raw logprobs, and the range checks of SamplingParams.
+// penalties, the raw logprobs, the allowed-token mask, and the range checks of SamplingParams.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -145,6 +145,51 @@ TEST(Sampling, LogprobsAreTheRawDistributionsAndSumToOne) {
   EXPECT_NEAR(c.top[0].second - c.top[1].second, 1.0f, 1e-6);  // logit 3 vs 2
   p.top_logprobs = 2;
   EXPECT_EQ(sample_token(x, p, 3, {}).top.size(), 2u);
+}
+
+TEST(Sampling, MaskedTokensAreNeverDrawnAndTheRestKeepTheirShares) {
+  const std::vector<float> x = logits_of(kProbs);
+  const std::vector<uint8_t> allowed = {0, 1, 0, 1};  // 0.3 and 0.05: 6/7 and 1/7 of the mass
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  EXPECT_EQ(sample_token(x, greedy, 0, {}, allowed).id, 1);
+  std::map<int32_t, int> counts;
+  for (int seed = 0; seed < 7000; ++seed) ++counts[sample_token(x, sampled(), static_cast<uint64_t>(seed), {}, allowed).id];
+  EXPECT_EQ(counts.size(), 2u);
+  EXPECT_NEAR(counts[1] / 7000.0, 6.0 / 7.0, 0.015);
+  // The filters see the allowed tokens only: top-k 1 keeps token 1, min-p is relative to it.
+  SamplingParams p = sampled();
+  p.top_k = 1;
+  EXPECT_EQ(draw_counts(x, p, 200).count(0), 1u);  // unmasked: token 0
+  for (int seed = 0; seed < 200; ++seed) EXPECT_EQ(sample_token(x, p, static_cast<uint64_t>(seed), {}, allowed).id, 1);
+  p.top_k = 0;
+  p.min_p = 0.2f;  // 0.05 < 0.2 * 0.3
+  for (int seed = 0; seed < 200; ++seed) EXPECT_EQ(sample_token(x, p, static_cast<uint64_t>(seed), {}, allowed).id, 1);
+  // A lone allowed token far below the others still wins at a low temperature.
+  const std::vector<float> far = {50.0f, -50.0f, 40.0f};
+  for (int seed = 0; seed < 50; ++seed)
+    EXPECT_EQ(sample_token(far, sampled(0.05f), static_cast<uint64_t>(seed), {}, std::vector<uint8_t>{0, 1, 0}).id, 1);
+}
+
+TEST(Sampling, MaskedLogprobsStayTheRawOnes) {
+  const std::vector<float> x = {1.0f, 3.0f, -0.5f, 2.0f};
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.logprobs = true;
+  p.top_logprobs = 2;
+  const TokenChoice masked = sample_token(x, p, 0, {}, std::vector<uint8_t>{1, 0, 1, 0});
+  const TokenChoice raw = sample_token(x, p, 0, {});
+  EXPECT_EQ(masked.id, 0);
+  EXPECT_EQ(masked.top, raw.top);  // tokens 1 and 3, masked or not
+  EXPECT_EQ(raw.id, 1);
+  EXPECT_NEAR(masked.logprob, raw.logprob - 2.0f, 1e-6);  // logit 1 vs 3, in the raw distribution
+}
+
+TEST(Sampling, AMaskOfAnotherSizeOrAllowingNothingIsRefused) {
+  const std::vector<float> x = {1.0f, 2.0f};
+  EXPECT_THROW(sample_token(x, sampled(), 0, {}, std::vector<uint8_t>{1}), UsageError);
+  EXPECT_THROW(sample_token(x, sampled(), 0, {}, std::vector<uint8_t>{0, 0}), UsageError);
+  EXPECT_NO_THROW(sample_token(x, sampled(), 0, {}, std::vector<uint8_t>{0, 1}));
 }
 
 TEST(Sampling, ParamsOutOfRangeAreRefusedByName) {

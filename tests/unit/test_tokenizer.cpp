@@ -159,6 +159,22 @@ TEST(TokenizerAddedTokens, LookupAndDecode) {
   EXPECT_EQ(tiny().decode(Ids{265, 'h', 269}), "<tag>h<|n|>");
 }
 
+TEST(TokenizerAddedTokens, TokenKindsTellVocabularyAddedAndMissingIds) {
+  using Kind = Tokenizer::TokenKind;
+  EXPECT_EQ(tiny().token_kind('a'), Kind::kVocabulary);
+  EXPECT_EQ(tiny().token_kind(264), Kind::kVocabulary);  // "aĠ", a merge
+  EXPECT_EQ(tiny().token_kind(265), Kind::kAdded);       // "<tag>", special
+  EXPECT_EQ(tiny().token_kind(267), Kind::kAdded);       // "xy", not special
+  EXPECT_EQ(tiny().token_kind(270), Kind::kNone);
+  EXPECT_EQ(tiny().token_kind(-1), Kind::kNone);
+  json gap = tiny_json();
+  gap["added_tokens"].push_back(added_token(300, "<far>", false, true));
+  const Tokenizer far = load_json(gap, "gap_tokenizer.json");
+  EXPECT_EQ(far.vocab_size(), 301);
+  EXPECT_EQ(far.token_kind(299), Kind::kNone);  // ids between the tokens name none
+  EXPECT_EQ(far.token_kind(300), Kind::kAdded);
+}
+
 TEST(TokenizerDecode, UnknownIdsAreRejected) {
   EXPECT_THROW(tiny().decode(Ids{'a', 270}), UsageError);
   EXPECT_THROW(tiny().decode(Ids{-1}), UsageError);

@@ -1,0 +1,68 @@
+// JsonTokenMask: the vocabulary's bytes in one buffer, the tokens grouped by first byte, and each
+// group tried from the state after its first byte.
+#include "sampling/json_token_mask.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.h"
+
+namespace dsv4 {
+
+namespace {
+
+bool plain_string_byte(char c) { return static_cast<unsigned char>(c) >= 0x20 && c != '"' && c != '\\'; }
+
+}  // namespace
+
+JsonTokenMask::JsonTokenMask(std::span<const std::string> token_bytes) {
+  offsets_.reserve(token_bytes.size() + 1);
+  offsets_.push_back(0);
+  plain_.resize(token_bytes.size());
+  std::array<uint32_t, 256> group_size{};
+  for (size_t id = 0; id < token_bytes.size(); ++id) {
+    const std::string& bytes = token_bytes[id];
+    if (bytes_.size() + bytes.size() > std::numeric_limits<uint32_t>::max())
+      throw UsageError("JsonTokenMask: the vocabulary's bytes pass 4 GiB");
+    bytes_ += bytes;
+    offsets_.push_back(static_cast<uint32_t>(bytes_.size()));
+    plain_[id] = std::all_of(bytes.begin(), bytes.end(), plain_string_byte);
+    if (!bytes.empty()) ++group_size[static_cast<unsigned char>(bytes[0])];
+  }
+  for (size_t b = 0; b < 256; ++b) group_begin_[b + 1] = group_begin_[b] + group_size[b];
+  by_first_byte_.resize(group_begin_[256]);
+  std::array<uint32_t, 256> next = {};
+  std::copy(group_begin_.begin(), group_begin_.end() - 1, next.begin());
+  for (int32_t id = 0; id < vocab_size(); ++id)
+    if (!bytes(id).empty()) by_first_byte_[next[static_cast<unsigned char>(bytes(id)[0])]++] = id;
+}
+
+std::string_view JsonTokenMask::bytes(int32_t id) const {
+  const auto i = static_cast<size_t>(id);
+  return std::string_view(bytes_).substr(offsets_[i], offsets_[i + 1] - offsets_[i]);
+}
+
+size_t JsonTokenMask::allowed_tokens(const JsonObjectPrefix& prefix, std::vector<uint8_t>& allowed) const {
+  allowed.assign(static_cast<size_t>(vocab_size()), 0);
+  size_t count = 0;
+  const bool plain_stays = prefix.in_plain_string();
+  for (size_t b = 0; b < 256; ++b) {
+    JsonObjectPrefix after_first = prefix;
+    if (!after_first.advance(static_cast<char>(b))) continue;
+    for (uint32_t i = group_begin_[b]; i < group_begin_[b + 1]; ++i) {
+      const int32_t id = by_first_byte_[i];
+      bool fits = plain_stays && plain_[static_cast<size_t>(id)] != 0;
+      if (!fits) {
+        JsonObjectPrefix next = after_first;
+        fits = next.advance(bytes(id).substr(1));
+      }
+      if (fits) {
+        allowed[static_cast<size_t>(id)] = 1;
+        ++count;
+      }
+    }
+  }
+  return count;
+}
+
+}  // namespace dsv4

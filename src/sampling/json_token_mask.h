@@ -1,0 +1,46 @@
+// Which tokens of a vocabulary may come next in a JSON object being generated (response_format
+// json_object): a token is allowed when every byte it adds can follow the text so far
+// (json_prefix.h). The sampler then draws among the allowed tokens only (sampler.h), so the
+// output stays a prefix of one JSON object and the request can end when the object closes.
+//
+// Made once per vocabulary, with the tokens grouped by their first byte. allowed_tokens() runs on
+// the host once per constrained sequence and step: a group whose first byte cannot follow is out
+// at once; inside a string, tokens of plain string bytes only are in at once; every other token is
+// tried byte by byte from a copy of the state, stopping at the first byte that cannot follow.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sampling/json_prefix.h"
+
+namespace dsv4 {
+
+class JsonTokenMask {
+ public:
+  // token_bytes[id]: the bytes token `id` adds to the text. An empty entry is never allowed:
+  // give special tokens (end of sequence included, since a constrained request ends when its
+  // object closes) and ids without a token as empty.
+  explicit JsonTokenMask(std::span<const std::string> token_bytes);
+
+  // Sets allowed (resized to the vocabulary) to 1 for each token that can follow `prefix` and 0
+  // for the others; returns how many are allowed (0 once the object is complete).
+  size_t allowed_tokens(const JsonObjectPrefix& prefix, std::vector<uint8_t>& allowed) const;
+
+  // The bytes of token `id` (empty for a token never allowed). `id` must be < vocab_size().
+  std::string_view bytes(int32_t id) const;
+  int32_t vocab_size() const { return static_cast<int32_t>(offsets_.size()) - 1; }
+
+ private:
+  std::string bytes_;              // every token's bytes, in id order
+  std::vector<uint32_t> offsets_;  // token id's bytes are [offsets_[id], offsets_[id + 1])
+  std::vector<int32_t> by_first_byte_;         // the non-empty tokens' ids, by first byte
+  std::array<uint32_t, 257> group_begin_{};    // first byte b's ids: [group_begin_[b], group_begin_[b + 1])
+  std::vector<uint8_t> plain_;                 // per id: every byte >= 0x20 and neither '"' nor '\'
+};
+
+}  // namespace dsv4
