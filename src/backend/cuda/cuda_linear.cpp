@@ -26,9 +26,6 @@ namespace dsv4::cuda {
 namespace {
 
 constexpr int64_t kActQuantBlock = 128;
-// Up to this many rows the FP8 GEMM quantises x itself (Fp8MmaGemmParams::x_bf16): each of its
-// blocks redoes the rows' quantisation, which costs less than act_quant's launch for a few rows.
-constexpr int64_t kQuantiseInGemmRows = 4;
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -49,21 +46,6 @@ void CudaOps::linear(const LinearParams& p) {
   const bool on_mma = fp8_codes && options_.fp8_gemm == Fp8Gemm::kFp16Mma;
   const bool on_cublaslt = fp8_codes && options_.fp8_gemm == Fp8Gemm::kCublasLt && p.y.dtype() == DType::kBF16 &&
                            N % 8 == 0;
-  if (on_mma && M <= kQuantiseInGemmRows) {
-    // A few rows (decode): the GEMM quantises x itself, the same codes and scales, one launch.
-    kernels::Fp8MmaGemmParams g;
-    g.x_bf16 = p.x.data<uint16_t>();
-    g.w = static_cast<const uint8_t*>(w.data);
-    g.w_scale = w.scale;
-    g.w_scale_ld = w.scale_ld;
-    g.y = float_ptr(p.y);
-    g.ldy = N;
-    g.m = M;
-    g.n = N;
-    g.k = K;
-    kernels::fp8_mma_gemm(g, stream_);
-    return;
-  }
   if (on_mma || on_cublaslt) {
     const int64_t mp = on_cublaslt ? fp8_gemm_padded_m(M) : M;  // cuBLASLt wants padded rows
     StreamBuffer xq(static_cast<size_t>(mp * K), stream_, arena());

@@ -74,45 +74,7 @@ __device__ __forceinline__ bool block_rows(const Fp8MmaGemmParams& p, int64_t ti
   return true;
 }
 
-// Lane (g, t)'s 32 bytes of x row `r` in K block b quantised as act_quant_fp8 does: the four lanes
-// of the quad share the block's amax (a max is exact in any order), the pow2 scale and the codes
-// follow core/numeric.h. Rows past the tile give zero codes (their outputs are not stored). Every
-// lane of the warp calls it.
-__device__ __forceinline__ RowBytes quantise_row_bytes(const uint16_t* x_row, int64_t b, int t, bool valid,
-                                                       float& scale) {
-  float v[32];
-  float amax = 0.0f;
-  if (valid) {
-    const auto* src = reinterpret_cast<const uint4*>(x_row + b * 128 + 32 * t);
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const uint4 raw = __ldg(src + c);
-      const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        v[8 * c + 2 * i] = bf16_to_float(words[i] & 0xffff);
-        v[8 * c + 2 * i + 1] = bf16_to_float(words[i] >> 16);
-      }
-    }
-#pragma unroll
-    for (float f : v) amax = fmaxf(amax, fabsf(f));
-  }
-  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-  const int e = pow2_scale_exponent(amax, kFp8AmaxFloor, kE4M3Max);
-  scale = ldexpf(1.0f, e);
-  if (!valid) return {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
-  uint32_t w[8];
-#pragma unroll
-  for (int s = 0; s < 8; ++s) {
-    w[s] = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) w[s] |= static_cast<uint32_t>(float_to_e4m3(ldexpf(v[4 * s + i], -e))) << (8 * i);
-  }
-  return {make_uint4(w[0], w[1], w[2], w[3]), make_uint4(w[4], w[5], w[6], w[7])};
-}
-
-template <int NT, bool kQuantiseX>  // 8-row x tiles per block; x given in bf16 (x_bf16)
+template <int NT>  // 8-row x tiles per block
 __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_kernel(Fp8MmaGemmParams p) {
   pdl_wait();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -138,14 +100,10 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_kernel(Fp8MmaGemmPar
   for (int64_t b = warp; b < kblocks; b += kWarps) {
     const RowBytes a_lo = load_row_bytes(wa + b * 128, row_a), a_hi = load_row_bytes(wb + b * 128, row_b);
     RowBytes xb[NT];
-    float x_scale_of_g[NT];  // kQuantiseX: the scale of x row 8j + g in this block
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
       const int r = 8 * j + g;
-      if constexpr (kQuantiseX)
-        xb[j] = quantise_row_bytes(p.x_bf16 + (x_row0 + r) * p.k, b, t, r < x_rows, x_scale_of_g[j]);
-      else
-        xb[j] = load_row_bytes(p.x + (x_row0 + r) * p.k + b * 128 + 32 * t, r < x_rows);
+      xb[j] = load_row_bytes(p.x + (x_row0 + r) * p.k + b * 128 + 32 * t, r < x_rows);
     }
     float blk[NT][4];
 #pragma unroll
@@ -166,16 +124,8 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_kernel(Fp8MmaGemmPar
     for (int j = 0; j < NT; ++j) {
       // The accumulator's columns are x rows 8j + 2t and 8j + 2t + 1.
       const int r0 = 8 * j + 2 * t, r1 = r0 + 1;
-      float x0, x1;
-      if constexpr (kQuantiseX) {  // computed by the lanes with g = 2t and 2t + 1
-        x0 = __shfl_sync(0xffffffffu, x_scale_of_g[j], 8 * t);
-        x1 = __shfl_sync(0xffffffffu, x_scale_of_g[j], 8 * t + 4);
-      } else {
-        x0 = r0 < x_rows ? __ldg(p.x_scale + b * p.x_scale_ld + x_row0 + r0) : 0.0f;
-        x1 = r1 < x_rows ? __ldg(p.x_scale + b * p.x_scale_ld + x_row0 + r1) : 0.0f;
-      }
-      const float s0 = r0 < x_rows ? sw * x0 : 0.0f;
-      const float s1 = r1 < x_rows ? sw * x1 : 0.0f;
+      const float s0 = r0 < x_rows ? sw * __ldg(p.x_scale + b * p.x_scale_ld + x_row0 + r0) : 0.0f;
+      const float s1 = r1 < x_rows ? sw * __ldg(p.x_scale + b * p.x_scale_ld + x_row0 + r1) : 0.0f;
       q[j][0] = fmaf(blk[j][0], s0, q[j][0]);
       q[j][1] = fmaf(blk[j][1], s1, q[j][1]);
       q[j][2] = fmaf(blk[j][2], s0, q[j][2]);
@@ -475,8 +425,6 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   if (p.k % 128 != 0) throw UsageError("fp8_mma_gemm: k=" + std::to_string(p.k) + " is not a multiple of 128");
   const bool grouped = p.tiles != nullptr;
   const Fp8MmaKernel kernel = fp8_mma_gemm_choice(p);
-  if (p.x_bf16 != nullptr && (grouped || kernel != Fp8MmaKernel::kStreamed))
-    throw UsageError("fp8_mma_gemm: bf16 x (quantised in the kernel) is for dense calls on the streamed kernel");
   if (kernel == Fp8MmaKernel::kStaged || kernel == Fp8MmaKernel::kStagedIntegerX) {
     const int64_t tiles = grouped ? p.max_tiles : (p.m + kStagedXRows - 1) / kStagedXRows;
     if (p.n == 0 || tiles == 0 || p.k == 0) return;
@@ -494,18 +442,10 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   if (p.n == 0 || tiles == 0 || p.k == 0) return;
   check_grid_rows(tiles);
   const dim3 grid(static_cast<unsigned>((p.n + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(tiles));
-  if (p.x_bf16 != nullptr) {
-    switch (tile_rows) {
-      case 8: launch_pdl(fp8_mma_gemm_kernel<1, true>, grid, kWarps * 32, 0, stream, p); break;
-      case 16: launch_pdl(fp8_mma_gemm_kernel<2, true>, grid, kWarps * 32, 0, stream, p); break;
-      default: launch_pdl(fp8_mma_gemm_kernel<4, true>, grid, kWarps * 32, 0, stream, p); break;
-    }
-    return;
-  }
   switch (tile_rows) {
-    case 8: launch_pdl(fp8_mma_gemm_kernel<1, false>, grid, kWarps * 32, 0, stream, p); break;
-    case 16: launch_pdl(fp8_mma_gemm_kernel<2, false>, grid, kWarps * 32, 0, stream, p); break;
-    default: launch_pdl(fp8_mma_gemm_kernel<4, false>, grid, kWarps * 32, 0, stream, p); break;
+    case 8: launch_pdl(fp8_mma_gemm_kernel<1>, grid, kWarps * 32, 0, stream, p); break;
+    case 16: launch_pdl(fp8_mma_gemm_kernel<2>, grid, kWarps * 32, 0, stream, p); break;
+    default: launch_pdl(fp8_mma_gemm_kernel<4>, grid, kWarps * 32, 0, stream, p); break;
   }
   DSV4_CUDA_CHECK(cudaGetLastError());
 }

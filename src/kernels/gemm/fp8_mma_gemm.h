@@ -81,10 +81,6 @@ struct Fp8MmaGemmParams {
   // Grouped mode (tiles != nullptr): the grid runs max_tiles tiles, of which the first
   // *tile_count (device memory) are real; tile t covers tiles[t]. Each group's weight and scales
   // come from group_w / group_w_scale (device arrays of device pointers), all [n, k].
-  // Dense streamed calls only: x as bf16 [m, k] (row stride k, 16-byte aligned) instead of x and
-  // x_scale; the kernel quantises each row's K blocks itself, to the codes and scales act_quant_fp8
-  // would give, so the result is the same bits without act_quant's launch (decode's single rows).
-  const uint16_t* x_bf16 = nullptr;
   const Fp8MmaTile* tiles = nullptr;
   const int32_t* tile_count = nullptr;
   int64_t max_tiles = 0;
