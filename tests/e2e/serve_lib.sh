@@ -16,7 +16,9 @@ start_server() {
   server_pid=$!
   local port=""
   for _ in $(seq 1 300); do  # up to 60 s for the port, then the model
-    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$dir/serve.log")
+    # The log may not exist yet (the server's shell has not opened it): no port yet, not an error
+    # (under set -e a failed sed here ended the script).
+    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$dir/serve.log" 2>/dev/null || true)
     [ -n "$port" ] && grep -q "serve: ready" "$dir/serve.log" && break
     kill -0 "$server_pid" 2>/dev/null || fail "the server exited"
     sleep 0.2
