@@ -129,6 +129,15 @@ struct WriteCacheRowsParams {
   std::span<const CacheRows> seqs;
 };
 
+// Greedy decoding on the backend: out[r] is the index a left-to-right scan keeping the first
+// strictly larger value finds in row r (sample_token's argmax: ties go to the lowest index, NaN
+// is never chosen unless it is the row's first value). Only R ids cross to the host, not R x V
+// logits.
+struct ArgmaxRowsParams {
+  ConstTensorView x;   // [R, V] f32
+  TensorView out;      // [R] i32
+};
+
 // ---- elementwise and normalisation ----------------------------------------------------------
 
 struct EmbedParams {
@@ -378,6 +387,7 @@ class Ops {
   // The default runs each range through copy(); a backend overrides it to batch them.
   virtual void copy_rows(const CopyRowsParams& p);
   virtual void write_cache_rows(const WriteCacheRowsParams& p) = 0;
+  virtual void argmax_rows(const ArgmaxRowsParams& p) = 0;
   // Converts a checkpoint tensor to the backend's compute layout; checks shapes and dtypes.
   virtual Weight load_weight(const LoadWeightParams& p) = 0;
   virtual Weight dummy_weight(const DummyWeightParams& p) = 0;

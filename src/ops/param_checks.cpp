@@ -88,6 +88,14 @@ void check_params(const WriteCacheRowsParams& p) {
   }
 }
 
+void check_params(const ArgmaxRowsParams& p) {
+  expect_rank("argmax_rows", "x", p.x, 2);
+  expect_dtype("argmax_rows", "x", p.x, DType::kF32);
+  if (p.x.dim(1) == 0) throw UsageError("argmax_rows: x has rows of no values");
+  expect_shape("argmax_rows", "out", p.out, {p.x.dim(0)});
+  expect_dtype("argmax_rows", "out", p.out, DType::kI32);
+}
+
 void check_params(const CopyRowsParams& p) {
   if (p.src.rank() != 2) throw UsageError("copy_rows: src must be [rows, width], got " + shape_str(p.src.shape()));
   for (size_t i = 0; i < p.copies.size(); ++i) {

@@ -170,6 +170,14 @@ class Engine::Impl {
     RequestMetrics metrics;
   };
 
+  // Whether the request's next token is sample_token's argmax of the raw logits and nothing
+  // else is needed from them: temperature 0, no penalty, no logprobs, no constraint.
+  static bool plain_greedy(const Request& r) {
+    const SamplingParams& s = r.sampling;
+    return s.temperature == 0.0f && !s.logprobs && s.presence_penalty == 0.0f && s.frequency_penalty == 0.0f &&
+           s.repetition_penalty == 1.0f && !r.json;
+  }
+
   static EngineConfig resolve(EngineConfig c, const Model& model);
   void take_submissions();
   void emit(Request& r, const TokenChoice& choice, EngineClock::time_point now, std::vector<SequenceId>& finished);
@@ -189,6 +197,7 @@ class Engine::Impl {
   Scheduler scheduler_;
   std::unordered_map<SequenceId, Request> requests_;
   std::vector<float> logits_;
+  std::vector<int32_t> greedy_ids_;         // the step's argmax per sequence, when made on the backend
   std::optional<JsonTokenMask> json_mask_;  // made when the first JSON request samples
   std::vector<uint8_t> allowed_;            // a JSON request's mask for this step
   EngineStats counters_;  // the totals; copied into stats_ after each step
@@ -281,6 +290,11 @@ bool Engine::Impl::step() {
       ForwardBatch batch;
       batch.options.exact_math = config_.exact_math;
       batch.options.logits = LogitsFor::kLastTokenOfSequence;
+      // When every token this step samples is a plain greedy choice, the argmax runs on the
+      // backend and only the ids come back (sample_token's argmax, the same ids).
+      const bool greedy_on_backend = std::all_of(plan.chunks.begin(), plan.chunks.end(), [&](const ScheduledChunk& c) {
+        return !c.samples() || plain_greedy(requests_.at(c.sequence->id));
+      });
       try {
         for (const ScheduledChunk& c : plan.chunks) {
           Request& r = requests_.at(c.sequence->id);
@@ -290,8 +304,15 @@ bool Engine::Impl::step() {
         }
         const ForwardResult result =
             config_.runner != nullptr ? config_.runner->forward(model_, ops_, batch) : model_.forward(ops_, batch);
-        logits_.resize(static_cast<size_t>(n * V));
-        ops_.download(result.logits.view(), TensorView(reinterpret_cast<std::byte*>(logits_.data()), DType::kF32, {n, V}));
+        if (greedy_on_backend) {
+          DeviceTensor ids = ops_.alloc_output(DType::kI32, {n});
+          ops_.argmax_rows({result.logits.view(), ids.view()});
+          greedy_ids_.resize(static_cast<size_t>(n));
+          ops_.download(ids.view(), TensorView(reinterpret_cast<std::byte*>(greedy_ids_.data()), DType::kI32, {n}));
+        } else {
+          logits_.resize(static_cast<size_t>(n * V));
+          ops_.download(result.logits.view(), TensorView(reinterpret_cast<std::byte*>(logits_.data()), DType::kF32, {n, V}));
+        }
       } catch (const std::exception& e) {
         // A cache that could not be made, or a forward that failed and left its caches in an
         // unknown state: the step's requests fail, the others go on.
@@ -312,6 +333,13 @@ bool Engine::Impl::step() {
         const std::span<const int32_t> tokens(seq.tokens);
         const TokenHistory history{tokens.first(static_cast<size_t>(seq.num_prompt_tokens)),
                                    tokens.subspan(static_cast<size_t>(seq.num_prompt_tokens))};
+        if (greedy_on_backend) {
+          TokenChoice choice;
+          choice.id = greedy_ids_[i];
+          scheduler_.append_token(*c.sequence, choice.id);
+          emit(r, choice, now, finished);
+          continue;
+        }
         std::span<const uint8_t> allowed;  // empty: every token
         if (r.json) {
           if (json_mask().allowed_tokens(*r.json, allowed_) == 0) {

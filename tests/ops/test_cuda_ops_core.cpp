@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -388,6 +389,27 @@ TEST_F(CudaOpsCore, EmbedRejectsAnIdOutsideTheVocabulary) {
     EXPECT_NE(std::string(e.what()).find("embed: token id 10 is outside the vocabulary"), std::string::npos) << e.what();
   }
   EXPECT_NO_THROW(gpu_->synchronize());
+}
+
+// The CPU's argmax of each row (greedy decoding on the device): rows of a vocabulary's width with
+// ties, NaN first, NaN later, all -inf and all NaN.
+TEST_F(CudaOpsCore, ArgmaxRowsMatchesTheCpu) {
+  const int64_t R = 6, V = 129280;
+  Tensor x = random_tensor(DType::kF32, {R, V}, 3.0f);
+  float* v = x.data<float>();
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  v[0 * V + 70000] = v[0 * V + 90000] = v[0 * V + 5] = 100.0f;  // a three-way tie
+  v[1 * V + 0] = nan;                                             // a leading NaN
+  v[2 * V + 17] = nan;
+  v[2 * V + 129279] = 1000.0f;                                    // the last column wins
+  for (int64_t i = 0; i < V; ++i) v[3 * V + i] = -inf;
+  for (int64_t i = 0; i < V; ++i) v[4 * V + i] = nan;
+  const Both xs = upload_both(x);
+  const Both out = outputs(DType::kI32, {R});
+  cpu_.argmax_rows({xs.cpu.view(), out.cpu.view()});
+  gpu_->argmax_rows({xs.gpu.view(), out.gpu.view()});
+  expect_same_bits("argmax_rows", from_cpu(out.cpu), from_gpu(out.gpu));
+  EXPECT_EQ(from_cpu(out.cpu).data<int32_t>()[0], 5);
 }
 
 // Rows land where dst_rows says in each sequence's cache, -1 rows and rows past a cache go

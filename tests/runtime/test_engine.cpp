@@ -158,6 +158,22 @@ TEST_F(EngineTest, GreedyOutputInABusyBatchEqualsItsOutputAloneBitForBit) {
   }
 }
 
+// Greedy requests without logprobs or penalties take their argmax from the backend
+// (Ops::argmax_rows, only the ids downloaded): the same tokens as the host's sample_token, which a
+// logprobs request still uses, alone and in a busy batch where both kinds share steps.
+TEST_F(EngineTest, GreedyIdsFromTheBackendAreTheHostSamplersTokens) {
+  GenerateRequest plain = request(ids(41, 1), 10);
+  plain.sampling.logprobs = false;
+  const GenerateRequest with_logprobs = request(ids(41, 1), 10);
+  const Result on_backend = alone(plain), on_host = alone(with_logprobs);
+  ASSERT_EQ(on_backend.tokens.size(), 10u);
+  EXPECT_EQ(on_backend.tokens, on_host.tokens);
+  EXPECT_TRUE(on_backend.logprobs == std::vector<float>(10, 0.0f));  // none asked for
+  auto e = engine();
+  uint64_t preemptions = 0;
+  EXPECT_EQ(in_busy_batch(*e, plain, preemptions).tokens, on_host.tokens);
+}
+
 TEST_F(EngineTest, ASeededSampledRequestDrawsTheSameTokensAloneAndInABatch) {
   GenerateRequest r = request(ids(45, 2), 12, 1.0f);
   r.sampling.seed = 1234;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "core/error.h"
@@ -102,6 +103,24 @@ TEST_F(CpuOpsTest, WriteCacheRowsPutsEachRowWhereThePlanSays) {
   expect_refused({from.view(), rows.view(), wrong_dtype}, "write_cache_rows: sequence 0: cache bf16");
   const std::vector<CacheRows> outside = {{4, 2, a.view()}};
   expect_refused({from.view(), rows.view(), outside}, "rows [4, 6) are outside the source");
+}
+
+// ---- argmax_rows ------------------------------------------------------------------------------
+
+// sample_token's greedy choice: the first of equal maxima, NaN skipped unless it comes first.
+TEST_F(CpuOpsTest, ArgmaxRowsIsTheFirstLargestValue) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> rows = {1, 5, 5, 2,      // ties: the first
+                                   nan, 9, 1, 1,    // a leading NaN: index 0
+                                   1, nan, 7, 7,    // a later NaN is skipped
+                                   -inf, -inf, -inf, -inf,
+                                   -3, -1, -2, -1};
+  const DeviceTensor x = make_tensor(ops, DType::kF32, {5, 4}, rows);
+  DeviceTensor out = ops.alloc(DType::kI32, {5});
+  ops.argmax_rows({x.view(), out.view()});
+  EXPECT_EQ(to_ints(out.view()), (std::vector<int32_t>{1, 0, 2, 0, 1}));
+  DeviceTensor wrong = ops.alloc(DType::kI32, {4});
+  EXPECT_THROW(ops.argmax_rows({x.view(), wrong.view()}), UsageError);
 }
 
 // ---- norms, rope, quantisation, hadamard ----------------------------------------------------

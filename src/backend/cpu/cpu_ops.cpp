@@ -86,6 +86,20 @@ void CpuOps::write_cache_rows(const WriteCacheRowsParams& p) {
   }
 }
 
+void CpuOps::argmax_rows(const ArgmaxRowsParams& p) {
+  check_params(p);
+  const int64_t R = p.x.dim(0), V = p.x.dim(1);
+  const float* x = p.x.data<float>();
+  int32_t* out = p.out.data<int32_t>();
+  for (int64_t r = 0; r < R; ++r) {
+    const float* row = x + r * V;
+    int64_t best = 0;
+    for (int64_t i = 1; i < V; ++i)
+      if (row[i] > row[best]) best = i;
+    out[r] = static_cast<int32_t>(best);
+  }
+}
+
 Weight CpuOps::load_weight(const LoadWeightParams& p) {
   Weight w;
   w.name = p.name;

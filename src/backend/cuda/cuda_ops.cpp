@@ -304,6 +304,11 @@ void CudaOps::write_cache_rows(const WriteCacheRowsParams& p) {
                             stream_);
 }
 
+void CudaOps::argmax_rows(const ArgmaxRowsParams& p) {
+  check_params(p);
+  kernels::argmax_rows({p.x.data<float>(), p.out.data<int32_t>(), p.x.dim(0), p.x.dim(1)}, stream_);
+}
+
 // Device layouts: kFp8 and kMxfp4 (cast losslessly to FP8 on the host first) keep e4m3 codes in
 // `data` (kF8E4M3 [out, in]) and fp32 block scales in cuBLASLt's layout in `scale` (kF32
 // [ceil(out/128), roundup(ceil(in/128), 4)]); plain f32/bf16 tensors stay as stored; plain
