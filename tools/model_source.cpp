@@ -1,4 +1,4 @@
-// --model / --load-format / --dummy-seed and loading the model they name.
+// --model / --load-format / --dummy-seed / --dummy-share-layers and loading the model they name.
 #include "tools/model_source.h"
 
 #include <filesystem>
@@ -22,6 +22,10 @@ void add_model_options(CLI::App* cmd, ModelSource& source) {
       ->check(CLI::IsMember({"safetensors", "dummy"}))
       ->default_str("safetensors");
   cmd->add_option("--dummy-seed", source.dummy_seed, "Seed of the dummy weights")->default_str("0");
+  cmd->add_flag("--dummy-share-layers", source.dummy_share_layers,
+                "With --load-format dummy: main layers of one kind (SWA, CSA, HCA; hash or score routed) share one "
+                "set of weights, so V4-Flash fits one H200 for speed runs (each set is still far larger than L2, "
+                "so every layer streams its weights from memory); the outputs are those of another model");
 }
 
 ModelConfig model_config_of(const std::string& model) {
@@ -35,8 +39,11 @@ ModelConfig model_config_of(const std::string& model) {
 }
 
 Model load_model(Ops& ops, const ModelSource& source) {
-  if (source.format == LoadFormat::kSafetensors) return Model::load(ops, source.model);
-  return Model::dummy(ops, model_config_of(source.model), source.dummy_seed);
+  if (source.format == LoadFormat::kSafetensors) {
+    if (source.dummy_share_layers) throw UsageError("--dummy-share-layers needs --load-format dummy");
+    return Model::load(ops, source.model);
+  }
+  return Model::dummy(ops, model_config_of(source.model), source.dummy_seed, source.dummy_share_layers);
 }
 
 }  // namespace dsv4::tools
