@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "loader/synthetic_checkpoint.h"
 #include "tools/commands.h"
+#include "tools/progress.h"
 
 namespace dsv4::tools {
 
@@ -35,12 +36,6 @@ struct MakeModelOptions {
   bool tokenizer_given = false;
   uint64_t max_shard_mib = 0;
 };
-
-std::string mb(uint64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f MB", static_cast<double>(bytes) / 1e6);
-  return text;
-}
 
 // Files an earlier make-model run writes into a folder (and so the ones --force replaces).
 bool is_make_model_output(const std::string& name) {
@@ -117,17 +112,12 @@ void make_model(const MakeModelOptions& o) {
   if (ec) throw IoError(o.out.string() + ": cannot create folder: " + ec.message());
 
   const Clock::time_point start = Clock::now();
-  Clock::time_point last_report = start;
+  ProgressLine line("make-model");
   SyntheticCheckpointOptions options;
   options.seed = o.seed;
   options.max_shard_bytes = o.max_shard_mib << 20;
   options.progress = [&](const WriteProgress& p) {
-    const Clock::time_point now = Clock::now();
-    if (now - last_report < std::chrono::seconds(1)) return;
-    last_report = now;
-    std::fprintf(stderr, "make-model: %zu/%zu tensors, %s/%s (%.0f%%)\n", p.tensors_done,
-                 p.tensors_total, mb(p.bytes_done).c_str(), mb(p.bytes_total).c_str(),
-                 100.0 * static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total));
+    line.report(p.tensors_done, p.tensors_total, p.bytes_done, p.bytes_total);
   };
   const SyntheticCheckpointSummary summary = write_synthetic_checkpoint(cfg, o.out, options);
   const bool tokenizer = copy_tokenizer(o);
@@ -136,7 +126,7 @@ void make_model(const MakeModelOptions& o) {
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   std::printf("wrote %s: preset %s, seed %llu, %zu tensors, %s in %zu shards, %.1f s\n",
               o.out.string().c_str(), o.preset.c_str(), static_cast<unsigned long long>(o.seed),
-              summary.tensors, mb(summary.bytes).c_str(), summary.shards, seconds);
+              summary.tensors, megabytes(summary.bytes).c_str(), summary.shards, seconds);
   if (!tokenizer)
     std::fprintf(stderr, "make-model: note: no tokenizer copied (%s/tokenizer.json is absent; "
                  "scripts/setup.sh fetches it)\n", o.tokenizer_dir.string().c_str());

@@ -6,6 +6,7 @@
 #include "config/model_config.h"
 #include "config/presets.h"
 #include "core/error.h"
+#include "tools/progress.h"
 
 namespace dsv4::tools {
 
@@ -39,11 +40,15 @@ ModelConfig model_config_of(const std::string& model) {
 }
 
 Model load_model(Ops& ops, const ModelSource& source) {
+  ProgressLine line(source.format == LoadFormat::kSafetensors ? "loading weights" : "making dummy weights");
+  const LoadProgressFn progress = [&](const LoadProgress& p) {
+    line.report(p.tensors_done, p.tensors_total, p.bytes_done, p.bytes_total);
+  };
   if (source.format == LoadFormat::kSafetensors) {
     if (source.dummy_share_layers) throw UsageError("--dummy-share-layers needs --load-format dummy");
-    return Model::load(ops, source.model);
+    return Model::load(ops, source.model, progress);
   }
-  return Model::dummy(ops, model_config_of(source.model), source.dummy_seed, source.dummy_share_layers);
+  return Model::dummy(ops, model_config_of(source.model), source.dummy_seed, source.dummy_share_layers, progress);
 }
 
 }  // namespace dsv4::tools

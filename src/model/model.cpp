@@ -25,15 +25,15 @@ Model::Model(Ops& ops, ModelConfig cfg, ModelWeights weights) : cfg_(std::move(c
   }
 }
 
-Model Model::load(Ops& ops, const std::filesystem::path& dir) {
+Model Model::load(Ops& ops, const std::filesystem::path& dir, const LoadProgressFn& progress) {
   ModelConfig cfg = load_model_config(dir / "config.json");
   const Checkpoint checkpoint(dir);
-  ModelWeights weights = load_model_weights(ops, cfg, checkpoint);
+  ModelWeights weights = load_model_weights(ops, cfg, checkpoint, progress);
   return Model(ops, std::move(cfg), std::move(weights));
 }
 
-Model Model::dummy(Ops& ops, ModelConfig cfg, uint64_t seed, bool share_layers) {
-  ModelWeights weights = dummy_model_weights(ops, cfg, seed, share_layers);
+Model Model::dummy(Ops& ops, ModelConfig cfg, uint64_t seed, bool share_layers, const LoadProgressFn& progress) {
+  ModelWeights weights = dummy_model_weights(ops, cfg, seed, share_layers, progress);
   return Model(ops, std::move(cfg), std::move(weights));
 }
 

@@ -29,11 +29,12 @@ class Model {
  public:
   Model(Ops& ops, ModelConfig cfg, ModelWeights weights);
 
-  // config.json plus the safetensors checkpoint of a model folder.
-  static Model load(Ops& ops, const std::filesystem::path& dir);
+  // config.json plus the safetensors checkpoint of a model folder; `progress` hears of each tensor.
+  static Model load(Ops& ops, const std::filesystem::path& dir, const LoadProgressFn& progress = {});
   // Random weights of cfg's full geometry, made by the backend (dummy_model_weights; with
   // share_layers, layers of one kind share their weights: benchmarks only).
-  static Model dummy(Ops& ops, ModelConfig cfg, uint64_t seed, bool share_layers = false);
+  static Model dummy(Ops& ops, ModelConfig cfg, uint64_t seed, bool share_layers = false,
+                     const LoadProgressFn& progress = {});
 
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return weights_; }

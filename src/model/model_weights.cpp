@@ -33,13 +33,23 @@ class WeightReader {
  public:
   using Maker = std::function<Weight(const ExpectedTensor& weight, const ExpectedTensor* scale)>;
   // `origin` names where the weights come from in errors (the checkpoint's path, "dummy weights").
-  WeightReader(const ModelConfig& cfg, std::string origin, Maker make) : origin_(std::move(origin)), make_(std::move(make)) {
-    for (ExpectedTensor& e : expected_tensors(cfg)) expected_.emplace(e.spec.name, std::move(e));
+  WeightReader(const ModelConfig& cfg, std::string origin, Maker make, const LoadProgressFn& progress)
+      : origin_(std::move(origin)), make_(std::move(make)), progress_fn_(progress) {
+    for (ExpectedTensor& e : expected_tensors(cfg)) {
+      progress_.bytes_total += stored_bytes(e);
+      expected_.emplace(e.spec.name, std::move(e));
+    }
+    progress_.tensors_total = expected_.size();
   }
 
   Weight get(const std::string& name) const {
     const ExpectedTensor& e = expected(name);
-    return make_(e, e.format == WeightFormat::kPlain ? nullptr : &expected(scale_of(name)));
+    const ExpectedTensor* scale = e.format == WeightFormat::kPlain ? nullptr : &expected(scale_of(name));
+    Weight w = make_(e, scale);
+    progress_.tensors_done += scale != nullptr ? 2 : 1;
+    progress_.bytes_done += stored_bytes(e) + (scale != nullptr ? stored_bytes(*scale) : 0);
+    if (progress_fn_) progress_fn_(progress_);
+    return w;
   }
   bool expects(const std::string& name) const { return expected_.count(name) != 0; }
 
@@ -51,8 +61,14 @@ class WeightReader {
     return it->second;
   }
 
+  static uint64_t stored_bytes(const ExpectedTensor& e) {
+    return static_cast<uint64_t>(shape_numel(e.spec.shape)) * dtype_size(e.spec.dtype);
+  }
+
   std::string origin_;
   Maker make_;
+  const LoadProgressFn& progress_fn_;
+  mutable LoadProgress progress_;
   std::map<std::string, ExpectedTensor> expected_;
 };
 
@@ -132,7 +148,8 @@ ModelWeights read_model(const WeightReader& r, const ModelConfig& cfg) {
 
 }  // namespace
 
-ModelWeights load_model_weights(Ops& ops, const ModelConfig& cfg, const Checkpoint& checkpoint) {
+ModelWeights load_model_weights(Ops& ops, const ModelConfig& cfg, const Checkpoint& checkpoint,
+                                const LoadProgressFn& progress) {
   const WeightReader r(cfg, checkpoint.path().string(), [&](const ExpectedTensor& e, const ExpectedTensor* scale) {
     LoadWeightParams p;
     p.name = e.spec.name;
@@ -140,14 +157,15 @@ ModelWeights load_model_weights(Ops& ops, const ModelConfig& cfg, const Checkpoi
     p.weight = checkpoint.get(e.spec.name, e.spec.dtype, e.spec.shape);
     if (scale != nullptr) p.scale = checkpoint.get(scale->spec.name, scale->spec.dtype, scale->spec.shape);
     return ops.load_weight(p);
-  });
+  }, progress);
   return read_model(r, cfg);
 }
 
 // Linears and the embedding (the bulk of the bytes) are made by the backend where they live, with
 // the spread synthetic_weights.h gives them; the small tensors whose values shape the network
 // (norms, mHC mixes, sinks, routing tables) are synthesised on the host as make-model would.
-ModelWeights dummy_model_weights(Ops& ops, const ModelConfig& cfg, uint64_t seed, bool share_layers) {
+ModelWeights dummy_model_weights(Ops& ops, const ModelConfig& cfg, uint64_t seed, bool share_layers,
+                                 const LoadProgressFn& progress) {
   // The main layer whose weights layer l takes: itself, or with share_layers the first of its kind.
   const auto source_layer = [&](int64_t l) {
     if (!share_layers) return l;
@@ -182,7 +200,7 @@ ModelWeights dummy_model_weights(Ops& ops, const ModelConfig& cfg, uint64_t seed
       return made.emplace(e.spec.name, make(e)).first->second;
     }
     return make(e);
-  });
+  }, progress);
   return read_model(r, cfg);
 }
 

@@ -3,6 +3,9 @@
 // each to the backend's load_weight, which converts it for compute.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -69,8 +72,18 @@ struct ModelWeights {
   std::vector<MtpWeights> mtp;
 };
 
+// How far a load has come, after each tensor (bytes as the checkpoint stores them).
+struct LoadProgress {
+  size_t tensors_done = 0;
+  size_t tensors_total = 0;
+  uint64_t bytes_done = 0;
+  uint64_t bytes_total = 0;
+};
+using LoadProgressFn = std::function<void(const LoadProgress&)>;
+
 // Reads every tensor of a checkpoint of `cfg`; TensorError names a missing or mismatched tensor.
-ModelWeights load_model_weights(Ops& ops, const ModelConfig& cfg, const Checkpoint& checkpoint);
+ModelWeights load_model_weights(Ops& ops, const ModelConfig& cfg, const Checkpoint& checkpoint,
+                                const LoadProgressFn& progress = {});
 
 // Random weights of the configuration's full geometry without a checkpoint (`--load-format
 // dummy`, for speed and memory runs): linears and the embedding from Ops::dummy_weight, made where
@@ -78,6 +91,7 @@ ModelWeights load_model_weights(Ops& ops, const ModelConfig& cfg, const Checkpoi
 // With `share_layers`, each main layer takes the weights of the first main layer of its kind and
 // routing (benchmark only: a whole model's step on one GPU whose memory cannot hold every layer;
 // each layer still streams weights far larger than L2, so a step moves the bytes it would).
-ModelWeights dummy_model_weights(Ops& ops, const ModelConfig& cfg, uint64_t seed, bool share_layers = false);
+ModelWeights dummy_model_weights(Ops& ops, const ModelConfig& cfg, uint64_t seed, bool share_layers = false,
+                                 const LoadProgressFn& progress = {});
 
 }  // namespace dsv4

@@ -140,5 +140,21 @@ TEST_F(DummyWeightTest, SharedLayersShareStorageWithinAKindOnly) {
   for (float v : last_logits(m, ops)) ASSERT_TRUE(std::isfinite(v));
 }
 
+// The load's progress (what the tools print while weights load): after every tensor, counts that
+// only grow and end at the totals, the bytes those of the tensors as stored.
+TEST_F(DummyWeightTest, ProgressCountsEveryTensorUpToTheTotals) {
+  std::vector<LoadProgress> seen;
+  const Model m = Model::dummy(ops, small_tiny(), 1, false, [&](const LoadProgress& p) { seen.push_back(p); });
+  ASSERT_FALSE(seen.empty());
+  for (size_t i = 1; i < seen.size(); ++i) {
+    EXPECT_GT(seen[i].tensors_done, seen[i - 1].tensors_done);
+    EXPECT_GT(seen[i].bytes_done, seen[i - 1].bytes_done);
+  }
+  const LoadProgress& last = seen.back();
+  EXPECT_EQ(last.tensors_done, last.tensors_total);
+  EXPECT_EQ(last.bytes_done, last.bytes_total);
+  EXPECT_GT(last.bytes_total, uint64_t{1} << 20);  // the tiny model's weights: megabytes
+}
+
 }  // namespace
 }  // namespace dsv4
