@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "model/forward_runner.h"
 #include "model/model.h"
 #include "sampling/json_prefix.h"
@@ -120,7 +121,7 @@ class Engine::Impl {
       : model_(model), ops_(ops), config_(resolve(config, model)), tokenizer_(std::move(tokenizer)),
         scheduler_(SchedulerConfig{config_.max_model_len, config_.max_num_seqs, config_.max_num_batched_tokens,
                                    config_.num_cache_blocks, config_.block_size}),
-        seeds_(std::random_device{}()) {
+        sampling_pool_(config_.sampling_threads), seeds_(std::random_device{}()) {
     publish_stats();
   }
 
@@ -199,7 +200,7 @@ class Engine::Impl {
   std::vector<float> logits_;
   std::vector<int32_t> greedy_ids_;         // the step's argmax per sequence, when made on the backend
   std::optional<JsonTokenMask> json_mask_;  // made when the first JSON request samples
-  std::vector<uint8_t> allowed_;            // a JSON request's mask for this step
+  ThreadPool sampling_pool_;                // the step's draws (EngineConfig::sampling_threads)
   EngineStats counters_;  // the totals; copied into stats_ after each step
 
   std::mutex submit_mutex_;  // guards the members below
@@ -218,6 +219,10 @@ EngineConfig Engine::Impl::resolve(EngineConfig c, const Model& model) {
   if (c.max_model_len == 0) c.max_model_len = model.config()->max_position_embeddings;
   if (c.block_size <= 0) throw UsageError("engine: block_size = " + std::to_string(c.block_size) + " must be positive");
   if (c.num_cache_blocks == 0) c.num_cache_blocks = c.max_num_seqs * ((c.max_model_len + c.block_size - 1) / c.block_size);
+  if (c.sampling_threads < 0)
+    throw UsageError("engine: sampling_threads = " + std::to_string(c.sampling_threads) + " must not be negative");
+  if (c.sampling_threads == 0)
+    c.sampling_threads = static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 16));
   return c;
 }
 
@@ -324,34 +329,43 @@ bool Engine::Impl::step() {
       scheduler_.complete(plan);
       counters_.computed_tokens += static_cast<uint64_t>(batch.num_tokens());
       const EngineClock::time_point now = EngineClock::now();
-      std::vector<SequenceId> finished;
+      // The step's draws: first what each needs (a JSON request's mask is made here, in order),
+      // then the draws themselves on the sampling pool (sample_token is stateless: the same
+      // tokens whatever the thread count), then the tokens appended and emitted in order.
+      struct Draw {
+        size_t chunk = 0;
+        Request* request = nullptr;
+        std::vector<uint8_t> allowed;  // a JSON request's mask; empty: every token
+        TokenChoice choice;
+      };
+      std::vector<Draw> draws;
       for (size_t i = 0; i < plan.chunks.size(); ++i) {
         const ScheduledChunk& c = plan.chunks[i];
         if (!c.samples()) continue;
         Request& r = requests_.at(c.sequence->id);
-        const Sequence& seq = *c.sequence;
-        const std::span<const int32_t> tokens(seq.tokens);
-        const TokenHistory history{tokens.first(static_cast<size_t>(seq.num_prompt_tokens)),
-                                   tokens.subspan(static_cast<size_t>(seq.num_prompt_tokens))};
+        Draw d{i, &r, {}, {}};
         if (greedy_on_backend) {
-          TokenChoice choice;
-          choice.id = greedy_ids_[i];
-          scheduler_.append_token(*c.sequence, choice.id);
-          emit(r, choice, now, finished);
+          d.choice.id = greedy_ids_[i];
+        } else if (r.json && json_mask().allowed_tokens(*r.json, d.allowed) == 0) {
+          end_early(r, FinishReason::kError, "no token of the vocabulary can continue the JSON object");
           continue;
         }
-        std::span<const uint8_t> allowed;  // empty: every token
-        if (r.json) {
-          if (json_mask().allowed_tokens(*r.json, allowed_) == 0) {
-            end_early(r, FinishReason::kError, "no token of the vocabulary can continue the JSON object");
-            continue;
-          }
-          allowed = allowed_;
-        }
-        const TokenChoice choice = sample_token(std::span<const float>(logits_).subspan(i * static_cast<size_t>(V), static_cast<size_t>(V)),
-                                                r.sampling, r.seed, history, allowed);
-        scheduler_.append_token(*c.sequence, choice.id);
-        emit(r, choice, now, finished);
+        draws.push_back(std::move(d));
+      }
+      if (!greedy_on_backend)
+        sampling_pool_.parallel_for(static_cast<int64_t>(draws.size()), [&](int64_t k) {
+          Draw& d = draws[static_cast<size_t>(k)];
+          const Sequence& seq = *plan.chunks[d.chunk].sequence;
+          const std::span<const int32_t> tokens(seq.tokens);
+          const TokenHistory history{tokens.first(static_cast<size_t>(seq.num_prompt_tokens)),
+                                     tokens.subspan(static_cast<size_t>(seq.num_prompt_tokens))};
+          d.choice = sample_token(std::span<const float>(logits_).subspan(d.chunk * static_cast<size_t>(V), static_cast<size_t>(V)),
+                                  d.request->sampling, d.request->seed, history, d.allowed);
+        });
+      std::vector<SequenceId> finished;
+      for (Draw& d : draws) {
+        scheduler_.append_token(*plan.chunks[d.chunk].sequence, d.choice.id);
+        emit(*d.request, d.choice, now, finished);
       }
       for (SequenceId id : finished) requests_.erase(id);
     }

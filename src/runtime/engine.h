@@ -160,6 +160,9 @@ struct EngineConfig {
   bool exact_math = false;              // ForwardOptions::exact_math for every step
   // How steps run (CUDA graphs for decode steps, say); must outlive the engine. Null: eagerly.
   ForwardRunner* runner = nullptr;
+  // Host threads drawing a step's tokens (sampling is per request, so any count gives the same
+  // tokens). 0: the machine's, up to 16.
+  int sampling_threads = 0;
 };
 
 // A snapshot for /metrics and logs. Counters are totals since the engine was made.

@@ -174,6 +174,40 @@ TEST_F(EngineTest, GreedyIdsFromTheBackendAreTheHostSamplersTokens) {
   EXPECT_EQ(in_busy_batch(*e, plain, preemptions).tokens, on_host.tokens);
 }
 
+// A step's draws run on the engine's sampling threads: one thread or four, every request of a
+// mixed batch (seeded sampling with penalties and top-p/top-k, greedy with logprobs) gets the same
+// tokens and logprobs.
+TEST_F(EngineTest, TheSamplingThreadCountChangesNoToken) {
+  const auto run = [&](int threads) {
+    EngineConfig c = small_config();
+    c.sampling_threads = threads;
+    auto e = engine(c);
+    std::vector<RequestHandle> hs;
+    for (uint32_t i = 0; i < 6; ++i) {
+      GenerateRequest r = request(ids(9 + 7 * i, 40 + i), 8, i % 2 == 0 ? 0.8f : 0.0f);
+      r.sampling.seed = 1000 + i;
+      if (i % 2 == 0) {
+        r.sampling.top_p = 0.9f;
+        r.sampling.top_k = 50;
+        r.sampling.presence_penalty = 0.5f;
+        r.sampling.repetition_penalty = 1.1f;
+      }
+      hs.push_back(e->submit(std::move(r)));
+    }
+    run_until_idle(*e);
+    std::vector<Result> out;
+    for (RequestHandle& h : hs) out.push_back(drain(h));
+    return out;
+  };
+  const std::vector<Result> one = run(1), four = run(4);
+  ASSERT_EQ(one.size(), four.size());
+  for (size_t i = 0; i < one.size(); ++i) {
+    ASSERT_EQ(one[i].tokens.size(), 8u) << "request " << i;
+    EXPECT_EQ(four[i].tokens, one[i].tokens) << "request " << i;
+    EXPECT_TRUE(same_bits(four[i].logprobs, one[i].logprobs)) << "request " << i;
+  }
+}
+
 TEST_F(EngineTest, ASeededSampledRequestDrawsTheSameTokensAloneAndInABatch) {
   GenerateRequest r = request(ids(45, 2), 12, 1.0f);
   r.sampling.seed = 1234;

@@ -4,7 +4,7 @@
 // independent rows, tokens or experts, so results are bit-identical for any thread count.
 #pragma once
 
-#include "backend/cpu/thread_pool.h"
+#include "core/thread_pool.h"
 #include "ops/ops.h"
 
 namespace dsv4::cpu {

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "backend/cpu/thread_pool.h"
+#include "core/thread_pool.h"
 
 namespace dsv4::cpu {
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "backend/cpu/thread_pool.h"
+#include "core/thread_pool.h"
 
 namespace dsv4::cpu {
 

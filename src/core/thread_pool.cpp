@@ -1,7 +1,7 @@
-// The CPU backend's parallel-for: workers take indices one at a time from a shared counter.
-#include "backend/cpu/thread_pool.h"
+// ThreadPool's parallel-for: workers take indices one at a time from a shared counter.
+#include "core/thread_pool.h"
 
-namespace dsv4::cpu {
+namespace dsv4 {
 
 namespace {
 thread_local bool t_inside_pool = false;
@@ -83,4 +83,4 @@ void ThreadPool::parallel_for(int64_t count, const std::function<void(int64_t)>&
   if (error) std::rethrow_exception(error);
 }
 
-}  // namespace dsv4::cpu
+}  // namespace dsv4

@@ -1,5 +1,6 @@
-// A fixed set of worker threads running parallel-for loops for the CPU backend. Every loop body
-// handles independent indices, so results never depend on the thread count or the schedule.
+// A fixed set of worker threads running parallel-for loops (the CPU backend's ops, the engine's
+// sampling). Every loop body handles independent indices, so results never depend on the thread
+// count or the schedule.
 #pragma once
 
 #include <condition_variable>
@@ -10,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-namespace dsv4::cpu {
+namespace dsv4 {
 
 class ThreadPool {
  public:
@@ -43,4 +44,4 @@ class ThreadPool {
   std::exception_ptr error_;
 };
 
-}  // namespace dsv4::cpu
+}  // namespace dsv4
