@@ -1,7 +1,6 @@
 // The attention block, step by step as MODEL.md §3.3-3.7 writes it.
 #include "model/attention.h"
 
-#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>

@@ -34,6 +34,20 @@ void check_slices(const char* op, std::span<const Seq> seqs, int64_t T) {
       throw UsageError(std::string(op) + ": token " + std::to_string(t) + " belongs to no sequence");
 }
 
+// A row copy's source is [rows, width] (`op`: src must be ...).
+void expect_row_source(const char* op, ConstTensorView src) {
+  if (src.rank() != 2)
+    throw UsageError(std::string(op) + ": src must be [rows, width], got " + shape_str(src.shape()));
+}
+
+// A row copy's destination takes the source's rows: [*, width] of its dtype. `what` names the
+// destination in the message ("copy_rows: copy 0: dst").
+void expect_rows_of(const std::string& what, ConstTensorView dst, ConstTensorView src) {
+  if (dst.rank() != 2 || dst.dtype() != src.dtype() || dst.dim(1) != src.dim(1))
+    throw UsageError(what + " " + std::string(dtype_name(dst.dtype())) + shape_str(dst.shape()) + " is not [*, " +
+                     std::to_string(src.dim(1)) + "] " + std::string(dtype_name(src.dtype())));
+}
+
 }  // namespace
 
 void check_params(const AddBroadcastParams& p) {
@@ -72,16 +86,13 @@ void check_params(const CopyParams& p) {
 }
 
 void check_params(const WriteCacheRowsParams& p) {
-  if (p.src.rank() != 2)
-    throw UsageError("write_cache_rows: src must be [rows, width], got " + shape_str(p.src.shape()));
+  expect_row_source("write_cache_rows", p.src);
   expect_shape("write_cache_rows", "dst_rows", p.dst_rows, {p.src.dim(0)});
   expect_dtype("write_cache_rows", "dst_rows", p.dst_rows, DType::kI32);
   for (size_t i = 0; i < p.seqs.size(); ++i) {
     const CacheRows& c = p.seqs[i];
     const std::string what = "write_cache_rows: sequence " + std::to_string(i) + ": ";
-    if (c.cache.rank() != 2 || c.cache.dtype() != p.src.dtype() || c.cache.dim(1) != p.src.dim(1))
-      throw UsageError(what + "cache " + std::string(dtype_name(c.cache.dtype())) + shape_str(c.cache.shape()) +
-                       " is not [*, " + std::to_string(p.src.dim(1)) + "] " + std::string(dtype_name(p.src.dtype())));
+    expect_rows_of(what + "cache", c.cache, p.src);
     if (c.rows < 0 || c.src_begin < 0 || c.src_begin + c.rows > p.src.dim(0))
       throw UsageError(what + "rows [" + std::to_string(c.src_begin) + ", " + std::to_string(c.src_begin + c.rows) +
                        ") are outside the source " + shape_str(p.src.shape()));
@@ -97,13 +108,11 @@ void check_params(const ArgmaxRowsParams& p) {
 }
 
 void check_params(const CopyRowsParams& p) {
-  if (p.src.rank() != 2) throw UsageError("copy_rows: src must be [rows, width], got " + shape_str(p.src.shape()));
+  expect_row_source("copy_rows", p.src);
   for (size_t i = 0; i < p.copies.size(); ++i) {
     const RowCopy& c = p.copies[i];
     const std::string what = "copy_rows: copy " + std::to_string(i) + ": ";
-    if (c.dst.rank() != 2 || c.dst.dtype() != p.src.dtype() || c.dst.dim(1) != p.src.dim(1))
-      throw UsageError(what + "dst " + std::string(dtype_name(c.dst.dtype())) + shape_str(c.dst.shape()) +
-                       " is not [*, " + std::to_string(p.src.dim(1)) + "] " + std::string(dtype_name(p.src.dtype())));
+    expect_rows_of(what + "dst", c.dst, p.src);
     if (c.rows < 0 || c.src_row < 0 || c.dst_row < 0 || c.src_row + c.rows > p.src.dim(0) ||
         c.dst_row + c.rows > c.dst.dim(0))
       throw UsageError(what + std::to_string(c.rows) + " rows from row " + std::to_string(c.src_row) + " to row " +
