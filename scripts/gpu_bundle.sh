@@ -34,8 +34,11 @@ done
 # Fortran runtime so the binaries that hold the CPU backend (the oracle) start there, and
 # cpp-httplib, which `dsv4 serve` links and the GPU machine lacks.
 mkdir -p "$out/lib"
+# (The library list is read once: awk quitting early would end ldconfig with SIGPIPE, which
+# pipefail turns into an exit of this script.)
+libraries=$(ldconfig -p)
 for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libcpp-httplib.so.0.11; do
-  path=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
+  path=$(awk -v l="$lib" '$1 == l {print $NF; exit}' <<<"$libraries")
   [ -n "$path" ] && cp -L "$path" "$out/lib/"
 done
 cp scripts/gpu_run.sh "$out/"

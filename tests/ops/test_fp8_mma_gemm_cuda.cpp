@@ -279,7 +279,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape3{128, 4096, 4096}, Shape3{300, 520, 1152}, Shape3{512, 7168, 7168},
                       Shape3{1024, 1536, 4096}, Shape3{4096, 2048, 1024}, Shape3{4096, 4096, 7168},
                       Shape3{129, 4100, 2048}, Shape3{1000, 1544, 1024}, Shape3{77, 136, 384},
-                      Shape3{200, 264, 128}, Shape3{5, 4096, 640}),
+                      Shape3{200, 264, 128}, Shape3{5, 4096, 640},
+                      // streamed on the piped kernel: 17 K blocks (4 stages), 33 (8 stages)
+                      Shape3{5, 1032, 2176}, Shape3{8, 264, 4224}, Shape3{1, 136, 8192}),
     [](const auto& info) {
       return "m" + std::to_string(info.param.m) + "_n" + std::to_string(info.param.n) + "_k" +
              std::to_string(info.param.k);

@@ -3,10 +3,19 @@
 //
 // Streamed: a block of 4 warps owns 16 weight rows and up to 32 x rows; warp j takes the K blocks
 // b with b mod 4 == j and the block adds the four partial sums in order at the end. mma.sync
-// m16n8k16 takes the weight rows as A and the x rows as B. Each lane loads 32 contiguous bytes of
-// a row per K block straight from global memory: any permutation of K applied to both operands
-// leaves the products' sum unchanged, so lane (g, t) feeds bytes 32t + 4s .. 32t + 4s + 3 of its
-// rows to MMA step s as the K positions 2t, 2t+1, 2t+8, 2t+9 the fragment layout gives it.
+// m16n8k16 takes the weight rows as A and the x rows as B. Lane (g, t) feeds bytes
+// 32t + 4s .. 32t + 4s + 3 of its rows' block to MMA step s as the K positions 2t, 2t+1, 2t+8,
+// 2t+9 the fragment layout gives it: any permutation of K applied to both operands leaves the
+// products' sum unchanged. Two ways to feed the warps, the same arithmetic:
+// - registers: each lane loads its 32 bytes of a K block straight from global memory, one block
+//   at a time; many small blocks per SM keep the HBM busy (grids of thousands of blocks, short K);
+// - piped (8 x rows): each warp streams its blocks through a pipeline of its own in shared
+//   memory (cp.async copies of the weight rows, the x rows and both scales, up to 8 blocks
+//   ahead), so a warp has its weight, x and scales in flight at once instead of waiting for x and
+//   the scales after each block's weight. A dense GEMM issues its weight copies before it waits
+//   for the kernel that writes x (programmatic dependent launch), so those bytes travel while that
+//   kernel finishes. Measured at batch 1 (H200, docs/PERF.md): 1.4-1.8x faster than registers for
+//   K >= 2048, slower for the 2048-block K = 1024 wq_b.
 #include "kernels/gemm/fp8_mma_gemm.h"
 
 #include <cuda_fp8.h>
@@ -74,6 +83,33 @@ __device__ __forceinline__ bool block_rows(const Fp8MmaGemmParams& p, int64_t ti
   return true;
 }
 
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, or 16 zeros when !valid (src is then not read).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+
+// 4 bytes global -> shared, or a zero when !valid.
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+template <int Pending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
 template <int NT>  // 8-row x tiles per block
 __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_kernel(Fp8MmaGemmParams p) {
   pdl_wait();
@@ -139,6 +175,149 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_kernel(Fp8MmaGemmPar
   });
 }
 
+// A streamed block's pipeline stage (one warp's K block): 16 weight rows and NT * 8 x rows of 128
+// bytes each (16-byte chunk c of row r at chunk c ^ (r % 8), so that the fragment loads of a
+// quarter warp hit distinct banks), the x rows' scales and the weight block's scale. A warp has
+// kStages of them.
+template <int NT, int Stages>
+struct StreamStage {
+  static constexpr int kStages = Stages;
+  static constexpr int kXRows = 8 * NT;
+  static constexpr int kX = 16 * 128;                  // offset of the x rows
+  static constexpr int kXScales = kX + kXRows * 128;   // offset of the x rows' scales
+  static constexpr int kWScale = kXScales + kXRows * 4;
+  static constexpr int kBytes = (kWScale + 4 + 127) / 128 * 128;
+  static constexpr int kBlockBytes = kWarps * kStages * kBytes;  // dynamic shared memory of a block
+};
+
+// Byte offset of 16-byte chunk c of row r in a stage's 128-byte-row tile.
+__device__ __forceinline__ uint32_t swizzled(int r, int c) { return static_cast<uint32_t>(r * 128 + ((c ^ (r % 8)) << 4)); }
+
+template <int NT, int Stages>  // 8-row x tiles per block, pipeline stages per warp
+__global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_piped_kernel(Fp8MmaGemmParams p) {
+  using Stage = StreamStage<NT, Stages>;
+  extern __shared__ __align__(128) uint8_t stream_smem[];
+  // A grouped GEMM's tiles (and so its weights) are the previous kernel's output; a dense one's
+  // weights are known before it.
+  const bool grouped = p.tiles != nullptr;
+  if (grouped) pdl_wait();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+
+  BlockRows rows;
+  if (!block_rows(p, 8 * NT, rows)) return;
+  const int64_t x_row0 = rows.x_row0;
+  const int x_rows = rows.x_rows;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
+  const int64_t kblocks = p.k / 128;
+  const int64_t steps = kblocks > warp ? (kblocks - warp + kWarps - 1) / kWarps : 0;  // this warp's blocks
+  uint8_t* const stages = stream_smem + warp * Stage::kStages * Stage::kBytes;
+  const uint32_t stages_at = shared_address(stages);
+  const float* sw_row = rows.w_scale + (n0 / 128) * p.w_scale_ld;
+
+  // Step i's copies into stage i % kStages (K block warp + 4i); none past the warp's blocks.
+  auto copy_weight = [&](int64_t i) {
+    if (i >= steps) return;
+    const int64_t b = warp + kWarps * i;
+    const uint32_t stage = stages_at + static_cast<uint32_t>((i % Stage::kStages) * Stage::kBytes);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {  // 16 rows x 8 chunks
+      const int idx = lane + 32 * c, row = idx / 8, chunk = idx % 8;
+      const bool valid = n0 + row < p.n;
+      cp_async16(stage + swizzled(row, chunk), valid ? rows.w + (n0 + row) * p.k + b * 128 + chunk * 16 : rows.w,
+                 valid);
+    }
+    if (lane == 0) cp_async4(stage + Stage::kWScale, sw_row + b, true);
+  };
+  auto copy_x = [&](int64_t i) {
+    if (i >= steps) return;
+    const int64_t b = warp + kWarps * i;
+    const uint32_t stage = stages_at + static_cast<uint32_t>((i % Stage::kStages) * Stage::kBytes);
+#pragma unroll
+    for (int c = 0; c < 2 * NT; ++c) {  // 8 NT rows x 8 chunks
+      const int idx = lane + 32 * c, row = idx / 8, chunk = idx % 8;
+      const bool valid = row < x_rows;
+      cp_async16(stage + Stage::kX + swizzled(row, chunk), valid ? p.x + (x_row0 + row) * p.k + b * 128 + chunk * 16 : p.x,
+                 valid);
+    }
+    if (lane < Stage::kXRows) {
+      const bool valid = lane < x_rows;
+      cp_async4(stage + Stage::kXScales + 4 * lane, valid ? p.x_scale + b * p.x_scale_ld + x_row0 + lane : p.x_scale,
+                valid);
+    }
+  };
+
+  // Commit order: the first kStages steps' weights, then their x, then one group per step with
+  // step i + kStages's weight and x. Step i needs the groups up to its x (group kStages + i) of
+  // the 2 kStages + i committed when it starts: at most kStages - 1 may still be pending.
+#pragma unroll
+  for (int i = 0; i < Stage::kStages; ++i) {
+    copy_weight(i);
+    cp_async_commit();
+  }
+  if (!grouped) pdl_wait();
+#pragma unroll
+  for (int i = 0; i < Stage::kStages; ++i) {
+    copy_x(i);
+    cp_async_commit();
+  }
+
+  float q[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) q[j][0] = q[j][1] = q[j][2] = q[j][3] = 0.0f;
+
+  for (int64_t i = 0; i < steps; ++i) {
+    cp_async_wait<Stage::kStages - 1>();
+    __syncwarp();  // every lane's copies of the stage are in
+    const uint8_t* stage = stages + (i % Stage::kStages) * Stage::kBytes;
+    float blk[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) blk[j][0] = blk[j][1] = blk[j][2] = blk[j][3] = 0.0f;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {  // MMA steps 4 half .. 4 half + 3: the lane's chunk 2t + half
+      const uint4 w_lo = *reinterpret_cast<const uint4*>(stage + swizzled(g, 2 * t + half));
+      const uint4 w_hi = *reinterpret_cast<const uint4*>(stage + swizzled(g + 8, 2 * t + half));
+      uint4 xv[NT];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) xv[j] = *reinterpret_cast<const uint4*>(stage + Stage::kX + swizzled(8 * j + g, 2 * t + half));
+#pragma unroll
+      for (int word = 0; word < 4; ++word) {
+        const uint32_t wa_s = word_of(w_lo, word), wb_s = word_of(w_hi, word);
+        const uint32_t a0 = e4m3x2_to_f16x2(wa_s & 0xffff), a2 = e4m3x2_to_f16x2(wa_s >> 16);
+        const uint32_t a1 = e4m3x2_to_f16x2(wb_s & 0xffff), a3 = e4m3x2_to_f16x2(wb_s >> 16);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          const uint32_t x_s = word_of(xv[j], word);
+          mma_f16_f32(blk[j], a0, a1, a2, a3, e4m3x2_to_f16x2(x_s & 0xffff), e4m3x2_to_f16x2(x_s >> 16));
+        }
+      }
+    }
+    const float sw = *reinterpret_cast<const float*>(stage + Stage::kWScale);
+    const auto* xs = reinterpret_cast<const float*>(stage + Stage::kXScales);
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      // The accumulator's columns are x rows 8j + 2t and 8j + 2t + 1.
+      const int r0 = 8 * j + 2 * t, r1 = r0 + 1;
+      const float s0 = r0 < x_rows ? sw * xs[r0] : 0.0f;
+      const float s1 = r1 < x_rows ? sw * xs[r1] : 0.0f;
+      q[j][0] = fmaf(blk[j][0], s0, q[j][0]);
+      q[j][1] = fmaf(blk[j][1], s1, q[j][1]);
+      q[j][2] = fmaf(blk[j][2], s0, q[j][2]);
+      q[j][3] = fmaf(blk[j][3], s1, q[j][3]);
+    }
+    __syncwarp();  // every lane is done with the stage before the copies refill it
+    copy_weight(i + Stage::kStages);
+    copy_x(i + Stage::kStages);
+    cp_async_commit();
+  }
+  cp_async_wait<0>();  // no copy may still be landing when the block's shared memory is reused
+
+  sum_lanes_and_store<kWarps, NT>(q, [&](int r, int row, float sum) {
+    const int64_t n = n0 + row;
+    if (r < x_rows && n < p.n) store_float(p.y, (x_row0 + r) * p.ldy + n, sum);
+  });
+}
+
 // ---- The staged kernel (prefill) ----
 //
 // A CTA of 8 warps owns 128 weight rows [n0, n0 + 128) and 128 x rows; each K block's two 128 x
@@ -177,32 +356,6 @@ constexpr int kStagedSharedBytes = kStages * kStageBytes + kSumBytes;  // 198656
 static_assert(kStagedSharedBytes <= 227 * 1024, "the staged kernel's shared memory exceeds Hopper's 227 KiB");
 static_assert(kStageBytes % 128 == 0, "stages keep 128-byte alignment");
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, or 16 zeros when !valid (src is then not read).
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
-
-// 4 bytes global -> shared, or a zero when !valid.
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0)
-               : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-template <int Pending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
-}
-
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
 
 // The K block the CTA handles at step `step` of its walk 0, 4, 8, ..; 1, 5, ..; 2, ..; 3, ..
 __device__ __forceinline__ int staged_block_at(int step, int kblocks) {
@@ -375,6 +528,14 @@ int32_t streamed_tile_rows(int64_t m) { return m <= 8 ? 8 : m <= 16 ? 16 : 32; }
 // so the staged kernel wins from about 132 * 100 / 350 ~ 38 tiles of 128 x 128 on.
 constexpr int64_t kStagedMinTiles = 40;
 
+template <int NT, int Stages>
+void launch_piped(dim3 grid, cudaStream_t stream, const Fp8MmaGemmParams& p) {
+  constexpr int bytes = StreamStage<NT, Stages>::kBlockBytes;
+  auto* const kernel = fp8_mma_gemm_piped_kernel<NT, Stages>;
+  DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  launch_pdl(kernel, grid, kWarps * 32, bytes, stream, p);
+}
+
 void check_grid_rows(int64_t tiles) {
   if (tiles > 65535)
     throw UsageError("fp8_mma_gemm: " + std::to_string(tiles) + " row tiles, at most 65535 (split the call)");
@@ -442,10 +603,19 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   if (p.n == 0 || tiles == 0 || p.k == 0) return;
   check_grid_rows(tiles);
   const dim3 grid(static_cast<unsigned>((p.n + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(tiles));
-  switch (tile_rows) {
-    case 8: launch_pdl(fp8_mma_gemm_kernel<1>, grid, kWarps * 32, 0, stream, p); break;
-    case 16: launch_pdl(fp8_mma_gemm_kernel<2>, grid, kWarps * 32, 0, stream, p); break;
-    default: launch_pdl(fp8_mma_gemm_kernel<4>, grid, kWarps * 32, 0, stream, p); break;
+  // The piped kernel where it measured faster: dense 8-row tiles and K of 16+ blocks (a warp's
+  // four or more blocks fill 4 or 8 stages).
+  const int64_t kblocks = p.k / 128;
+  if (!grouped && tile_rows == 8 && kblocks >= 32) {
+    launch_piped<1, 8>(grid, stream, p);
+  } else if (!grouped && tile_rows == 8 && kblocks >= 16) {
+    launch_piped<1, 4>(grid, stream, p);
+  } else {
+    switch (tile_rows) {
+      case 8: launch_pdl(fp8_mma_gemm_kernel<1>, grid, kWarps * 32, 0, stream, p); break;
+      case 16: launch_pdl(fp8_mma_gemm_kernel<2>, grid, kWarps * 32, 0, stream, p); break;
+      default: launch_pdl(fp8_mma_gemm_kernel<4>, grid, kWarps * 32, 0, stream, p); break;
+    }
   }
   DSV4_CUDA_CHECK(cudaGetLastError());
 }

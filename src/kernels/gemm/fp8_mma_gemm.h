@@ -28,10 +28,10 @@
 // (registers vs shared memory), which warp computes which output, and the order in which
 // different outputs, and the four lanes of one output, are worked on: the staged kernel runs the
 // lanes one after another (blocks 0, 4, 8, ..; 1, 5, ..; ..) keeping the running sum in shared
-// memory, the streamed one runs them on four warps at once. kStagedIntegerX converts x's codes
-// with integer operations and an exact fp16 multiply instead of cvt: the same fp16 values for
-// every code (checked for all pairs on the CPU), and for the NaN codes an fp16 NaN of another
-// payload, which the MMA's and fmaf's NaN results do not carry. The tests check bit equality on
+// memory, the streamed one runs them on four warps at once, fed with blk_b through shared memory
+// by eight warps' MMAs. kStagedIntegerX converts x's codes with integer operations and an exact
+// fp16 multiply instead of cvt: the same fp16 values for every code (checked for all pairs on the
+// CPU), and for the NaN codes an fp16 NaN of another payload, which the MMA's and fmaf's NaN results do not carry. The tests check bit equality on
 // many shapes, dense and grouped, NaN codes included.
 #pragma once
 
@@ -103,6 +103,9 @@ Fp8MmaKernel fp8_mma_gemm_choice(const Fp8MmaGemmParams& p);
 
 const char* fp8_mma_kernel_name(Fp8MmaKernel kernel);
 
+// A dense streamed GEMM starts loading its weight before it waits for the kernel launched before
+// it (programmatic dependent launch), so that kernel must not write the weight; weights are
+// written by uploads and loaders long before any GEMM reads them.
 void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream);
 
 }  // namespace dsv4::kernels
