@@ -62,7 +62,8 @@ void add_gpu_options(CLI::App* cmd, GpuOptions& gpu) {
          },
          "--device cuda: the GEMM of the FP8 linears: mma (fp16 tensor cores with fp32 sums, the same "
          "bits for any batch, the closest to the CPU reference), cublaslt (cuBLASLt's FP8 tensor cores: "
-         "up to 8x faster at prefill sizes, less precise sums) or simple (CUDA cores, slow)")
+         "up to 8x faster at prefill sizes, less precise sums) or simple (CUDA cores, slow; the bf16 "
+         "linears then leave their tensor cores too: every linear in the CPU's arithmetic)")
       ->check(CLI::IsMember({"mma", "cublaslt", "simple"}))
       ->default_str(std::string(fp8_gemm_choice_name(GpuOptions{}.fp8_gemm)));
   cmd->add_option_function<std::string>(

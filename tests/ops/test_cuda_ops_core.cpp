@@ -533,6 +533,11 @@ TEST_F(CudaOpsCore, LinearWithPlainWeights) {
   check_linear("linear bf16 w, bf16 x -> bf16", wb, 9, DType::kBF16, DType::kBF16, ActQuant::kNone, false);
   check_linear("linear bf16 w, bf16 x -> f32 (gate/head)", wb, 70, DType::kBF16, DType::kF32, ActQuant::kNone, false);
   check_linear("linear f32 w, bf16 x -> bf16", wf, 3, DType::kBF16, DType::kBF16, ActQuant::kNone, false);
+  // K a multiple of 128: bf16 tensor cores with fp32 sums, as precise as the fp32 chains.
+  const BothWeights wt = load_both("w_bf16_k512", WeightFormat::kPlain, random_tensor(DType::kBF16, {200, 512}, 0.1f));
+  check_linear("linear bf16 w, bf16 x -> f32 (tensor cores)", wt, 70, DType::kBF16, DType::kF32, ActQuant::kNone, false);
+  check_linear("linear bf16 w, bf16 x -> bf16 (tensor cores)", wt, 9, DType::kBF16, DType::kBF16, ActQuant::kNone,
+               false);
   check_linear("linear bf16 w, act-quant f32 x -> f32", wb, 4, DType::kF32, DType::kF32, ActQuant::kFp8Block128,
                false);
 }
@@ -577,18 +582,27 @@ TEST_F(CudaOpsCore, LinearWithMxfp4Weights) {
 
 TEST_F(CudaOpsCore, LinearRowsDoNotDependOnTheBatchAndRunsRepeat) {
   const auto [codes, scales] = random_fp8(320, 640);
-  const BothWeights w = load_both("fp8", WeightFormat::kFp8, codes, &scales);
+  const BothWeights fp8 = load_both("fp8", WeightFormat::kFp8, codes, &scales);
+  const BothWeights bf16 = load_both("bf16", WeightFormat::kPlain, random_tensor(DType::kBF16, {320, 640}, 0.1f));
   const Tensor x = random_tensor(DType::kBF16, {37, 640});
   const Both xs = upload_both(x);
-  for (const ActQuant q : {ActQuant::kNone, ActQuant::kFp8Block128}) {
-    const std::string what = q == ActQuant::kNone ? "plain GEMM" : "FP8 tensor cores";
+  struct Case {
+    const BothWeights* w;
+    ActQuant q;
+    const char* what;
+    bool batch_independent;  // promised for the plain GEMM and the bf16 tensor cores
+  };
+  for (const Case& c : {Case{&fp8, ActQuant::kNone, "plain GEMM", true},
+                        Case{&fp8, ActQuant::kFp8Block128, "FP8 tensor cores", false},
+                        Case{&bf16, ActQuant::kNone, "bf16 tensor cores", true}}) {
+    const std::string what = c.what;
     const Both all = outputs(DType::kBF16, {37, 320}), again = outputs(DType::kBF16, {37, 320});
-    gpu_->linear({xs.gpu.view(), &w.gpu, q, all.gpu.view()});
-    gpu_->linear({xs.gpu.view(), &w.gpu, q, again.gpu.view()});
+    gpu_->linear({xs.gpu.view(), &c.w->gpu, c.q, all.gpu.view()});
+    gpu_->linear({xs.gpu.view(), &c.w->gpu, c.q, again.gpu.view()});
     expect_same_bits("linear repeat, " + what, from_gpu(all.gpu), from_gpu(again.gpu));
-    if (q == ActQuant::kNone) {  // batch independence is promised for the plain GEMM only
+    if (c.batch_independent) {
       const Both few = outputs(DType::kBF16, {5, 320});
-      gpu_->linear({slice_rows(ConstTensorView(xs.gpu.view()), 10, 15), &w.gpu, q, few.gpu.view()});
+      gpu_->linear({slice_rows(ConstTensorView(xs.gpu.view()), 10, 15), &c.w->gpu, c.q, few.gpu.view()});
       Tensor rows(DType::kBF16, {5, 320});
       std::memcpy(rows.data<uint16_t>(), from_gpu(all.gpu).data<uint16_t>() + 10 * 320, rows.nbytes());
       expect_same_bits("linear rows 10..14 alone, " + what, rows, from_gpu(few.gpu));

@@ -1,13 +1,16 @@
 // CudaOps linears. FP8 weights with FP8 activation quantisation (the default mode's FP8/FP4
 // linears) take kernels::act_quant_fp8 and then the GEMM CudaOptions::fp8_gemm names: by default
 // kernels::fp8_mma_gemm (fp16 tensor cores, fp32 sums), or cuBLASLt's block-scaled FP8 GEMM.
-// Everything else takes kernels::simple_gemm, whose fp32 result has the CPU's semantics up to
-// the summation order: fp32/bf16 weights, and FP8 weights in exact-math mode (ActQuant::kNone:
-// the e4m3 codes times their pow2 scales, dequantised exactly on the fly, so no fp32 copy of the
-// weight is kept). The grouped wo_a with bf16 activations and FP8 weights takes
-// kernels::grouped_bf16_fp8_gemm (bf16 tensor cores, fp32 sums) unless fp8_gemm is kSimple. The tensor-core paths also need a bf16 x and K a multiple of 128 (cuBLASLt: a
-// bf16 y and N a multiple of 8); other FP8-quantised linears quantise x to fp32 values in scratch
-// and use simple_gemm.
+// bf16 weights with bf16 activations (the compressors, the indexer's weights_proj, the MoE gate,
+// the head) take kernels::bf16_mma_gemm (bf16 tensor cores, fp32 sums) unless fp8_gemm is kSimple,
+// which keeps every linear in the CPU's arithmetic. Everything else takes kernels::simple_gemm,
+// whose fp32 result has the CPU's semantics up to the summation order: fp32 weights, and FP8
+// weights in exact-math mode (ActQuant::kNone: the e4m3 codes times their pow2 scales, dequantised
+// exactly on the fly, so no fp32 copy of the weight is kept). The grouped wo_a with bf16
+// activations and FP8 weights takes kernels::grouped_bf16_fp8_gemm (bf16 tensor cores, fp32 sums)
+// unless fp8_gemm is kSimple. The tensor-core paths also need a bf16 x and K a multiple of 128
+// (cuBLASLt: a bf16 y and N a multiple of 8); other FP8-quantised linears quantise x to fp32 values
+// in scratch and use simple_gemm.
 #include <memory>
 
 #include "backend/cuda/cuda_check.h"
@@ -16,6 +19,7 @@
 #include "backend/cuda/stream_buffer.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/gemm/act_quant.h"
+#include "kernels/gemm/bf16_mma_gemm.h"
 #include "kernels/gemm/fp8_mma_gemm.h"
 #include "kernels/gemm/grouped_bf16_fp8_gemm.h"
 #include "kernels/gemm/simple_gemm.h"
@@ -77,6 +81,16 @@ void CudaOps::linear(const LinearParams& p) {
       DSV4_CUDA_CHECK(cudaMemcpyAsync(p.y.bytes(), out, static_cast<size_t>(M * N) * sizeof(uint16_t),
                                       cudaMemcpyDeviceToDevice, stream_));
     return;
+  }
+
+  if (!quantise && options_.fp8_gemm != Fp8Gemm::kSimple && w.type == kernels::GemmWeight::kBF16 &&
+      p.x.dtype() == DType::kBF16) {
+    const kernels::Bf16MmaGemmParams b{p.x.data<uint16_t>(), K, static_cast<const uint16_t*>(w.data), float_ptr(p.y),
+                                       N, M, N, K};
+    if (kernels::bf16_mma_gemm_supports(b)) {
+      kernels::bf16_mma_gemm(b, stream_);
+      return;
+    }
   }
 
   kernels::FloatPtr x = float_ptr(p.x);

@@ -28,6 +28,8 @@ enum class Fp8Gemm {
   // differences into visible ones (MODEL.md §15; docs/PERF.md has the measurements).
   kCublasLt,
   // kernels::simple_gemm on CUDA cores: one fp32 FMA chain per output, the CPU's arithmetic, slow.
+  // The bf16 linears (bf16 weights and activations) then stay on it too, instead of
+  // kernels::bf16_mma_gemm: every linear in the CPU's arithmetic.
   kSimple,
 };
 

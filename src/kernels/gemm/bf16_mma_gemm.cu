@@ -1,0 +1,148 @@
+// The bf16 tensor-core GEMM (see bf16_mma_gemm.h for the summation order). A block of 4 warps owns
+// 16 weight rows and up to 8 * NT x rows; warp j takes the K blocks b with b mod 4 == j and the
+// block adds the four partial sums in order at the end. mma.sync m16n8k16 (bf16) takes the weight
+// rows as A and the x rows as B. Each lane reads the same 32 K positions of its rows per K block
+// (values 32t .. 32t + 31) straight from global memory: for MMA step s lane (g, t) feeds positions
+// 32t + 4s .. 32t + 4s + 3 as the fragment's K slots 2t, 2t+1 and 2t+8, 2t+9 (any permutation of
+// K applied to both operands leaves the products' sum unchanged). A warp loads its next block's
+// weight and x before it multiplies the current one, so one block's bytes are always in flight
+// behind the arithmetic (a decode-sized batch is bound by the weight's bytes).
+#include "kernels/gemm/bf16_mma_gemm.h"
+
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "core/error.h"
+#include "kernels/gemm/mma_lanes.cuh"
+#include "kernels/launch.cuh"
+
+namespace dsv4::kernels {
+namespace {
+
+constexpr int kWarps = 4;          // K lanes of a block
+constexpr int kRowsPerBlock = 16;  // weight rows of a block (one MMA's M)
+constexpr int64_t kKBlock = 128;
+
+__device__ __forceinline__ void mma_bf16_f32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// 32 consecutive bf16 values of a row as 16 words (word 2s, 2s+1: values 4s .. 4s+3), or zeros.
+struct Bf16x32 {
+  uint4 v[4];
+  __device__ __forceinline__ uint32_t word(int i) const {
+    const uint4& q = v[i / 4];
+    switch (i % 4) {
+      case 0: return q.x;
+      case 1: return q.y;
+      case 2: return q.z;
+      default: return q.w;
+    }
+  }
+};
+
+__device__ __forceinline__ Bf16x32 load_bf16x32(const uint16_t* p, bool valid) {
+  Bf16x32 out;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) out.v[i] = valid ? __ldg(reinterpret_cast<const uint4*>(p) + i) : make_uint4(0, 0, 0, 0);
+  return out;
+}
+
+// One warp's operands of a K block: its lane's 32 values of weight rows g and g + 8 and of x rows
+// 8j + g.
+template <int NT>
+struct BlockOperands {
+  Bf16x32 w_lo, w_hi, x[NT];
+};
+
+template <int NT>  // 8-row x tiles per block
+__global__ void __launch_bounds__(kWarps * 32) bf16_mma_gemm_kernel(Bf16MmaGemmParams p) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
+  const int64_t x_row0 = static_cast<int64_t>(blockIdx.y) * 8 * NT;
+  const int64_t x_rows = min(static_cast<int64_t>(8 * NT), p.m - x_row0);
+  const int64_t kblocks = p.k / kKBlock;
+  const bool row_a = n0 + g < p.n, row_b = n0 + g + 8 < p.n;
+  const uint16_t* wa = p.w + (n0 + g) * p.k + 32 * t;
+  const uint16_t* wb = wa + 8 * p.k;
+
+  auto load_weight = [&](BlockOperands<NT>& o, int64_t b) {
+    o.w_lo = load_bf16x32(wa + b * kKBlock, row_a && b < kblocks);
+    o.w_hi = load_bf16x32(wb + b * kKBlock, row_b && b < kblocks);
+  };
+  auto load_x = [&](BlockOperands<NT>& o, int64_t b) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int r = 8 * j + g;
+      o.x[j] = load_bf16x32(p.x + (x_row0 + r) * p.ldx + b * kKBlock + 32 * t, r < x_rows && b < kblocks);
+    }
+  };
+
+  // The weight is never written by the kernel before this one: its first block loads before the
+  // wait (programmatic dependent launch), x after.
+  BlockOperands<NT> next;
+  load_weight(next, warp);
+  pdl_wait();
+  load_x(next, warp);
+
+  float q[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) q[j][0] = q[j][1] = q[j][2] = q[j][3] = 0.0f;
+
+  for (int64_t b = warp; b < kblocks; b += kWarps) {
+    const BlockOperands<NT> cur = next;
+    load_weight(next, b + kWarps);
+    load_x(next, b + kWarps);
+    float blk[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) blk[j][0] = blk[j][1] = blk[j][2] = blk[j][3] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+      const uint32_t a0 = cur.w_lo.word(2 * s), a2 = cur.w_lo.word(2 * s + 1);
+      const uint32_t a1 = cur.w_hi.word(2 * s), a3 = cur.w_hi.word(2 * s + 1);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) mma_bf16_f32(blk[j], a0, a1, a2, a3, cur.x[j].word(2 * s), cur.x[j].word(2 * s + 1));
+    }
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) q[j][c] = __fadd_rn(q[j][c], blk[j][c]);
+  }
+
+  sum_lanes_and_store<kWarps, NT>(q, [&](int r, int row, float sum) {
+    const int64_t n = n0 + row;
+    if (r < x_rows && n < p.n) store_float(p.y, (x_row0 + r) * p.ldy + n, sum);
+  });
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+bool bf16_mma_gemm_supports(const Bf16MmaGemmParams& p) {
+  return p.k > 0 && p.k % kKBlock == 0 && p.ldx % 8 == 0 && aligned16(p.x) && aligned16(p.w);
+}
+
+void bf16_mma_gemm(const Bf16MmaGemmParams& p, cudaStream_t stream) {
+  if (!bf16_mma_gemm_supports(p))
+    throw UsageError("bf16_mma_gemm: k=" + std::to_string(p.k) + ", ldx=" + std::to_string(p.ldx) +
+                     ": k must be a multiple of 128, ldx of 8, and both operands 16-byte aligned");
+  if (p.m == 0 || p.n == 0) return;
+  const int nt = p.m <= 8 ? 1 : p.m <= 16 ? 2 : 4;
+  const int64_t tiles = (p.m + 8 * nt - 1) / (8 * nt);
+  if (tiles > 65535)
+    throw UsageError("bf16_mma_gemm: " + std::to_string(p.m) + " rows exceed one launch (split the call)");
+  const dim3 grid(static_cast<unsigned>((p.n + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(tiles));
+  switch (nt) {
+    case 1: launch_pdl(bf16_mma_gemm_kernel<1>, grid, kWarps * 32, 0, stream, p); break;
+    case 2: launch_pdl(bf16_mma_gemm_kernel<2>, grid, kWarps * 32, 0, stream, p); break;
+    default: launch_pdl(bf16_mma_gemm_kernel<4>, grid, kWarps * 32, 0, stream, p); break;
+  }
+  DSV4_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace dsv4::kernels

@@ -1,0 +1,131 @@
+// kernels::bf16_mma_gemm (bf16 x bf16 on tensor cores with fp32 sums) against an fp64 host
+// reference, and its summation-order contract: a row's result is the same bits whether it runs
+// alone, in a batch of any size (any x tile) or as a slice of one.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/numeric.h"
+#include "kernels/gemm/bf16_mma_gemm.h"
+#include "tests/ops/cuda_test_util.h"
+
+namespace dsv4 {
+namespace {
+
+using testing::DeviceBuffer;
+
+// Random bf16 operands: x [m, ldx] (columns past k unused), w [n, k].
+struct Operands {
+  int64_t m, n, k, ldx;
+  std::vector<uint16_t> x, w;
+  DeviceBuffer<uint16_t> dx, dw;
+  Operands(int64_t m_, int64_t n_, int64_t k_, int64_t ldx_, uint32_t seed)
+      : m(m_), n(n_), k(k_), ldx(ldx_), x(static_cast<size_t>(m_ * ldx_)), w(static_cast<size_t>(n_ * k_)),
+        dx(x.size()), dw(w.size()) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (auto& v : x) v = float_to_bf16(normal(rng));
+    for (auto& v : w) v = float_to_bf16(0.05f * normal(rng));
+    dx.upload(x);
+    dw.upload(w);
+  }
+  double x_at(int64_t r, int64_t i) const { return bf16_to_float(x[static_cast<size_t>(r * ldx + i)]); }
+  double w_at(int64_t c, int64_t i) const { return bf16_to_float(w[static_cast<size_t>(c * k + i)]); }
+  // Rows [row0, row0 + rows) into y (row stride n).
+  kernels::Bf16MmaGemmParams params(int64_t row0, int64_t rows, float* y) const {
+    return {dx.get() + row0 * ldx, ldx, dw.get(), {y + row0 * n, false}, n, rows, n, k};
+  }
+};
+
+struct Shape4 {
+  int64_t m, n, k, ldx;
+};
+
+class Bf16MmaGemmCuda : public ::testing::TestWithParam<Shape4> {};
+
+TEST_P(Bf16MmaGemmCuda, MatchesHostReferenceToFp32Accuracy) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const auto [m, n, k, ldx] = GetParam();
+  const Operands ops(m, n, k, ldx, static_cast<uint32_t>(m * 7 + n * 3 + k));
+  DeviceBuffer<float> dy(static_cast<size_t>(m * n));
+  dy.poison();
+  kernels::bf16_mma_gemm(ops.params(0, m, dy.get()), nullptr);
+  DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> y = dy.download();
+  // fp32 sums of exact products: the error is a few fp32 ulps of the sum of |products|.
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t c = 0; c < n; ++c) {
+      double want = 0, magnitude = 0;
+      for (int64_t i = 0; i < k; ++i) {
+        const double prod = ops.x_at(r, i) * ops.w_at(c, i);
+        want += prod;
+        magnitude += std::fabs(prod);
+      }
+      const double got = y[static_cast<size_t>(r * n + c)];
+      ASSERT_LE(std::fabs(got - want), 1e-6 * magnitude)
+          << "y[" << r << ", " << c << "] = " << got << ", want " << want << " (sum |products| " << magnitude << ")";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Bf16MmaGemmCuda,
+                         ::testing::Values(Shape4{1, 256, 4096, 4096}, Shape4{7, 200, 384, 392},
+                                           Shape4{16, 1032, 1024, 1024}, Shape4{33, 136, 640, 648},
+                                           Shape4{100, 520, 2048, 2048}),
+                         [](const auto& info) {
+                           return "m" + std::to_string(info.param.m) + "_n" + std::to_string(info.param.n) + "_k" +
+                                  std::to_string(info.param.k) + "_ldx" + std::to_string(info.param.ldx);
+                         });
+
+TEST(Bf16MmaGemmCudaOrder, RowsAreTheSameBitsAloneAndInAnyBatch) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const int64_t m = 77, n = 264, k = 1152;  // 9 K blocks: lanes of unequal length
+  const Operands ops(m, n, k, k, 5);
+  const size_t size = static_cast<size_t>(m * n);
+  DeviceBuffer<float> batched(size), alone(size), sliced(size);
+  for (auto* b : {&batched, &alone, &sliced}) b->poison();
+  kernels::bf16_mma_gemm(ops.params(0, m, batched.get()), nullptr);  // 32-row tiles
+  for (int64_t r = 0; r < m; ++r) kernels::bf16_mma_gemm(ops.params(r, 1, alone.get()), nullptr);
+  for (int64_t r = 0; r < m; r += 13)  // 13-row slices: 16-row tiles
+    kernels::bf16_mma_gemm(ops.params(r, std::min<int64_t>(13, m - r), sliced.get()), nullptr);
+  DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> want = batched.download();
+  for (const auto* got : {&alone, &sliced}) {
+    const std::vector<float> y = got->download();
+    for (size_t i = 0; i < size; ++i)
+      ASSERT_EQ(std::memcmp(&y[i], &want[i], sizeof(float)), 0)
+          << (got == &alone ? "alone" : "13-row slices") << ": y[" << i / n << ", " << i % n << "] = " << y[i]
+          << ", batched " << want[i];
+  }
+}
+
+TEST(Bf16MmaGemmCudaOrder, Bf16OutputIsTheRoundedFp32Output) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const int64_t m = 5, n = 48, k = 256;
+  const Operands ops(m, n, k, k, 9);
+  DeviceBuffer<float> y32(static_cast<size_t>(m * n));
+  DeviceBuffer<uint16_t> y16(static_cast<size_t>(m * n));
+  kernels::bf16_mma_gemm(ops.params(0, m, y32.get()), nullptr);
+  kernels::Bf16MmaGemmParams p = ops.params(0, m, nullptr);
+  p.y = {y16.get(), true};
+  kernels::bf16_mma_gemm(p, nullptr);
+  DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> f = y32.download();
+  const std::vector<uint16_t> h = y16.download();
+  for (size_t i = 0; i < f.size(); ++i) ASSERT_EQ(h[i], float_to_bf16(f[i])) << "element " << i;
+}
+
+TEST(Bf16MmaGemmCudaOrder, RefusesKThatIsNotAMultipleOf128) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const Operands ops(2, 16, 192, 192, 1);
+  DeviceBuffer<float> y(32);
+  EXPECT_FALSE(kernels::bf16_mma_gemm_supports(ops.params(0, 2, y.get())));
+  EXPECT_THROW(kernels::bf16_mma_gemm(ops.params(0, 2, y.get()), nullptr), UsageError);
+}
+
+}  // namespace
+}  // namespace dsv4
