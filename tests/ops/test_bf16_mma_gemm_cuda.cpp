@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -75,15 +76,22 @@ TEST_P(Bf16MmaGemmCuda, MatchesHostReferenceToFp32Accuracy) {
 INSTANTIATE_TEST_SUITE_P(Shapes, Bf16MmaGemmCuda,
                          ::testing::Values(Shape4{1, 256, 4096, 4096}, Shape4{7, 200, 384, 392},
                                            Shape4{16, 1032, 1024, 1024}, Shape4{33, 136, 640, 648},
-                                           Shape4{100, 520, 2048, 2048}),
+                                           Shape4{100, 520, 2048, 2048},
+                                           // 64 row blocks of 33 K blocks: the split kernel's last grid
+                                           Shape4{5, 1024, 4224, 4224}),
                          [](const auto& info) {
                            return "m" + std::to_string(info.param.m) + "_n" + std::to_string(info.param.n) + "_k" +
                                   std::to_string(info.param.k) + "_ldx" + std::to_string(info.param.ldx);
                          });
 
-TEST(Bf16MmaGemmCudaOrder, RowsAreTheSameBitsAloneAndInAnyBatch) {
+// Alone, a row runs on the split kernel (8-row tiles, grids of up to 64 blocks); in the whole
+// batch on 32-row tiles, in 13-row slices on 16-row tiles.
+class Bf16MmaGemmCudaOrder : public ::testing::TestWithParam<std::pair<int64_t, int64_t>> {};
+
+TEST_P(Bf16MmaGemmCudaOrder, RowsAreTheSameBitsAloneAndInAnyBatch) {
   DSV4_SKIP_WITHOUT_GPU();
-  const int64_t m = 77, n = 264, k = 1152;  // 9 K blocks: lanes of unequal length
+  const int64_t m = 77;
+  const auto [n, k] = GetParam();
   const Operands ops(m, n, k, k, 5);
   const size_t size = static_cast<size_t>(m * n);
   DeviceBuffer<float> batched(size), alone(size), sliced(size);
@@ -103,7 +111,14 @@ TEST(Bf16MmaGemmCudaOrder, RowsAreTheSameBitsAloneAndInAnyBatch) {
   }
 }
 
-TEST(Bf16MmaGemmCudaOrder, Bf16OutputIsTheRoundedFp32Output) {
+// 9 K blocks (lanes of unequal length, one chunk of the split kernel); 33 (three chunks).
+INSTANTIATE_TEST_SUITE_P(Shapes, Bf16MmaGemmCudaOrder,
+                         ::testing::Values(std::pair<int64_t, int64_t>{264, 1152}, std::pair<int64_t, int64_t>{136, 4224}),
+                         [](const auto& info) {
+                           return "n" + std::to_string(info.param.first) + "_k" + std::to_string(info.param.second);
+                         });
+
+TEST(Bf16MmaGemmCudaOutput, Bf16IsTheRoundedFp32Output) {
   DSV4_SKIP_WITHOUT_GPU();
   const int64_t m = 5, n = 48, k = 256;
   const Operands ops(m, n, k, k, 9);
@@ -119,7 +134,7 @@ TEST(Bf16MmaGemmCudaOrder, Bf16OutputIsTheRoundedFp32Output) {
   for (size_t i = 0; i < f.size(); ++i) ASSERT_EQ(h[i], float_to_bf16(f[i])) << "element " << i;
 }
 
-TEST(Bf16MmaGemmCudaOrder, RefusesKThatIsNotAMultipleOf128) {
+TEST(Bf16MmaGemmCudaOutput, RefusesKThatIsNotAMultipleOf128) {
   DSV4_SKIP_WITHOUT_GPU();
   const Operands ops(2, 16, 192, 192, 1);
   DeviceBuffer<float> y(32);

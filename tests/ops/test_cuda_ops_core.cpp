@@ -736,6 +736,37 @@ TEST_F(CudaOpsMhc, HcPreMatchesInBothModes) {
   }
 }
 
+// hc_pre's mix partials are split over blocks by the token count (2, 8 or all 24 mixes a block);
+// a token's results are the same bits in a batch of each size.
+TEST_F(CudaOpsMhc, HcPreRowsAreTheSameBitsInAnyBatch) {
+  const int64_t n = 4, D = 512, mix = (2 + n) * n;
+  const HcWeightsBoth w = hc_weights(mix, n * D, 3);
+  const Tensor x = random_tensor(DType::kBF16, {300, n, D});
+  const Both xs = upload_both(x);
+  struct Run {
+    Both y, post, comb;
+  };
+  auto run = [&](int64_t begin, int64_t end) {
+    const int64_t T = end - begin;
+    Run r{outputs(DType::kBF16, {T, D}), outputs(DType::kF32, {T, n}), outputs(DType::kF32, {T, n, n})};
+    gpu_->hc_pre({slice_rows(ConstTensorView(xs.gpu.view()), begin, end), &w.fn.gpu, &w.scale.gpu, &w.base.gpu, 20,
+                  1e-6f, 1e-6f, r.y.gpu.view(), r.post.gpu.view(), r.comb.gpu.view()});
+    return r;
+  };
+  const Run all = run(0, 300), some = run(0, 40), one = run(7, 8);
+  for (const auto& [what, got, begin] : {std::tuple{"40 tokens", &some, int64_t{0}}, std::tuple{"one token", &one, int64_t{7}}}) {
+    const int64_t T = got->post.gpu.view().dim(0);
+    for (const auto& [name, a, b] : {std::tuple{"y", &all.y, &got->y}, std::tuple{"post", &all.post, &got->post},
+                                     std::tuple{"comb", &all.comb, &got->comb}}) {
+      const Tensor whole = from_gpu(a->gpu);
+      const Tensor part = from_gpu(b->gpu);
+      const size_t row = whole.nbytes() / 300;
+      ASSERT_EQ(std::memcmp(whole.data<std::byte>() + begin * row, part.data<std::byte>(), static_cast<size_t>(T) * row), 0)
+          << "hc_pre " << name << " of " << what << " differs from the 300-token batch";
+    }
+  }
+}
+
 TEST_F(CudaOpsMhc, HcPostIsBitExact) {
   const int64_t T = 5, n = 4, D = 700;
   for (DType dt : {DType::kF32, DType::kBF16}) {

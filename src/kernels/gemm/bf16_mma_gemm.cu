@@ -119,6 +119,65 @@ __global__ void __launch_bounds__(kWarps * 32) bf16_mma_gemm_kernel(Bf16MmaGemmP
   });
 }
 
+// The split kernel, for grids too small to fill the GPU (m <= 8, n up to ~1000: the MoE gate, the
+// compressors, the indexer's weights_proj at batch 1): 16 warps per block share the K blocks of a
+// chunk (warp w takes the chunk's block w), each loaded a chunk ahead, and leave each blk_b in
+// shared memory; warps 0..3 then add them into the lanes q_j in the header's order, so the bits
+// are those of bf16_mma_gemm_kernel<1>.
+constexpr int kSplitWarps = 16;                 // also the K blocks of a chunk, a multiple of kWarps
+constexpr int64_t kSplitMaxBlocks = 64;         // half the H200's SMs: bigger grids fill the GPU as they are
+
+__global__ void __launch_bounds__(kSplitWarps * 32) bf16_mma_gemm_split_kernel(Bf16MmaGemmParams p) {
+  static_assert(kSplitWarps % kWarps == 0, "a chunk's block b sits at b mod kSplitWarps, so b mod 4 is kept");
+  __shared__ float chunk_sums[kSplitWarps][4][32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
+  const int64_t x_rows = min(static_cast<int64_t>(8), p.m);
+  const int64_t kblocks = p.k / kKBlock;
+  const bool row_a = n0 + g < p.n, row_b = n0 + g + 8 < p.n, x_row = g < x_rows;
+  const uint16_t* wa = p.w + (n0 + g) * p.k + 32 * t;
+  const uint16_t* wb = wa + 8 * p.k;
+  const uint16_t* xa = p.x + g * p.ldx + 32 * t;
+
+  BlockOperands<1> next;
+  auto load_weight = [&](int64_t b) {
+    next.w_lo = load_bf16x32(wa + b * kKBlock, row_a && b < kblocks);
+    next.w_hi = load_bf16x32(wb + b * kKBlock, row_b && b < kblocks);
+  };
+  auto load_x = [&](int64_t b) { next.x[0] = load_bf16x32(xa + b * kKBlock, x_row && b < kblocks); };
+
+  load_weight(warp);
+  pdl_wait();
+  load_x(warp);
+  float q[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+  for (int64_t b0 = 0; b0 < kblocks; b0 += kSplitWarps) {
+    const BlockOperands<1> cur = next;
+    load_weight(b0 + kSplitWarps + warp);  // the next chunk's bytes travel while this one is summed
+    load_x(b0 + kSplitWarps + warp);
+    if (b0 + warp < kblocks) {
+      float blk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int s = 0; s < 8; ++s)
+        mma_bf16_f32(blk, cur.w_lo.word(2 * s), cur.w_hi.word(2 * s), cur.w_lo.word(2 * s + 1),
+                     cur.w_hi.word(2 * s + 1), cur.x[0].word(2 * s), cur.x[0].word(2 * s + 1));
+#pragma unroll
+      for (int c = 0; c < 4; ++c) chunk_sums[warp][c][lane] = blk[c];
+    }
+    __syncthreads();  // the chunk's blk are in
+    if (warp < kWarps)
+      for (int i = warp; i < kSplitWarps && b0 + i < kblocks; i += kWarps)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) q[0][c] = __fadd_rn(q[0][c], chunk_sums[i][c][lane]);
+    __syncthreads();  // the lanes have read them before the next chunk's overwrite
+  }
+
+  sum_lanes_and_store<kWarps, 1>(q, [&](int r, int row, float sum) {
+    const int64_t n = n0 + row;
+    if (r < x_rows && n < p.n) store_float(p.y, r * p.ldy + n, sum);
+  });
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
@@ -133,6 +192,12 @@ void bf16_mma_gemm(const Bf16MmaGemmParams& p, cudaStream_t stream) {
                      ": k must be a multiple of 128, ldx of 8, and both operands 16-byte aligned");
   if (p.m == 0 || p.n == 0) return;
   const int nt = p.m <= 8 ? 1 : p.m <= 16 ? 2 : 4;
+  const int64_t row_blocks = (p.n + kRowsPerBlock - 1) / kRowsPerBlock;
+  if (nt == 1 && row_blocks <= kSplitMaxBlocks) {
+    launch_pdl(bf16_mma_gemm_split_kernel, dim3(static_cast<unsigned>(row_blocks)), kSplitWarps * 32, 0, stream, p);
+    DSV4_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   const int64_t tiles = (p.m + 8 * nt - 1) / (8 * nt);
   if (tiles > 65535)
     throw UsageError("bf16_mma_gemm: " + std::to_string(p.m) + " rows exceed one launch (split the call)");

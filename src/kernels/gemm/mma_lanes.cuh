@@ -41,15 +41,15 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_codes) {
 }
 
 // The block's end: warp w < kLanes holds q, its fp32 sums over the K blocks b with
-// b mod kLanes == w, for NT 16x8 accumulator tiles; each output gets ((q_0 + q_1) + q_2) + ...
-// and goes to store(x row of the tile, weight row of the block (0..15), value) on warp 0. Every
-// thread of the block calls it (it holds a __syncthreads).
+// b mod kLanes == w, for NT 16x8 accumulator tiles (warps past kLanes hold nothing); each output
+// gets ((q_0 + q_1) + q_2) + ... and goes to store(x row of the tile, weight row of the block
+// (0..15), value) on warp 0. Every thread of the block calls it (it holds a __syncthreads).
 template <int kLanes, int NT, typename Store>
 __device__ __forceinline__ void sum_lanes_and_store(const float (&q)[NT][4], Store store) {
   __shared__ float partial[kLanes - 1][NT][4][32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  if (warp > 0) {
+  if (warp > 0 && warp < kLanes) {
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
