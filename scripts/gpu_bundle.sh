@@ -30,6 +30,11 @@ for bin in "$build"/tests/ops/test_indexer_cuda "$build"/bench/bench_indexer "$b
   [ -x "$bin" ] || continue
   cp "$bin" "$out/" && strip "$out/$(basename "$bin")"
 done
+# The kernel tracer (CUPTI injection library) and its summary, for profiling graph replays there.
+for file in "$build"/bench/libdsv4_kernel_trace.so scripts/trace_summary.py; do
+  [ -e "$file" ] || continue
+  cp "$file" "$out/"
+done
 # The GPU machine's OpenBLAS has another soname; carry the CPU reference's BLAS with its
 # Fortran runtime so the binaries that hold the CPU backend (the oracle) start there, and
 # cpp-httplib, which `dsv4 serve` links and the GPU machine lacks.

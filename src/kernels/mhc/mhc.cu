@@ -177,17 +177,19 @@ __global__ void hc_head_finish_kernel(HcHeadFinishParams p) {
   weighted_stream_sum(g, p.x, p.y, t, p.n, p.dim, begin, begin + kStreamSumSlice < p.dim ? begin + kStreamSumSlice : p.dim);
 }
 
+// Grid (column blocks, rows): row (t, j) = t * n + j of out, looped past the grid's rows, so that no
+// thread divides 64-bit indices.
 __global__ void hc_post_mix_kernel(HcPostMixParams p) {
   pdl_wait();
-  const int64_t total = p.tokens * p.n * p.dim;
-  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
-       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t d = e % p.dim, j = (e / p.dim) % p.n, t = e / (p.dim * p.n);
+  const int64_t d = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (d >= p.dim) return;
+  for (int64_t row = blockIdx.y; row < p.tokens * p.n; row += gridDim.y) {
+    const int64_t t = row / p.n, j = row % p.n;
     const float* c = p.comb + t * p.n * p.n;
     const int64_t xt = t * p.n * p.dim + d;
     float o = __fmul_rn(c[j], load_float(p.x, xt));
     for (int64_t i = 1; i < p.n; ++i) o = __fadd_rn(o, __fmul_rn(c[i * p.n + j], load_float(p.x, xt + i * p.dim)));
-    store_float(p.out, e, __fadd_rn(__fmul_rn(p.post[t * p.n + j], load_float(p.a, t * p.dim + d)), o));
+    store_float(p.out, row * p.dim + d, __fadd_rn(__fmul_rn(p.post[t * p.n + j], load_float(p.a, t * p.dim + d)), o));
   }
 }
 
@@ -196,11 +198,6 @@ template <int kGroup>
 void launch_grouped(const HcMixPartialsParams& p, unsigned token_blocks, cudaStream_t stream) {
   const auto groups = static_cast<unsigned>((p.mix + kGroup - 1) / kGroup);
   launch_pdl(hc_mix_partials_kernel<kGroup>, dim3(token_blocks, kHcChunks, groups), kThreads, 0, stream, p);
-}
-
-unsigned grid_for(int64_t n) {
-  const int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
 }
 
 }  // namespace
@@ -238,9 +235,10 @@ void hc_head_finish(const HcHeadFinishParams& p, cudaStream_t stream) {
 }
 
 void hc_post_mix(const HcPostMixParams& p, cudaStream_t stream) {
-  const int64_t total = p.tokens * p.n * p.dim;
-  if (total == 0) return;
-  launch_pdl(hc_post_mix_kernel, grid_for(total), kThreads, 0, stream, p);
+  const int64_t rows = p.tokens * p.n;
+  if (rows == 0 || p.dim == 0) return;
+  const dim3 grid(static_cast<unsigned>((p.dim + kThreads - 1) / kThreads), static_cast<unsigned>(rows < 65535 ? rows : 65535));
+  launch_pdl(hc_post_mix_kernel, grid, kThreads, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,5 +1,7 @@
-// Row gathers copy 16-bit words (every activation dtype is a multiple of that); the combine runs
-// one thread per (token, column) with the CPU's summation order.
+// Row gathers copy a row per block, in 16-byte words where the rows allow it (else 16-bit words:
+// every activation dtype is a multiple of that); the combine runs one thread per (token, column)
+// with the CPU's summation order. Blocks loop over rows (grid y for the combine) so that no
+// thread divides 64-bit indices.
 #include "kernels/moe/expert_rows.h"
 
 #include "backend/cuda/cuda_check.h"
@@ -10,43 +12,53 @@ namespace {
 
 constexpr int kThreads = 256;
 
+template <typename Word>  // uint4 or uint16_t
 __global__ void gather_rows_kernel(GatherRowsParams p) {
   pdl_wait();
-  const int64_t words = p.row_bytes / 2;
-  const int64_t x = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
-  if (x >= p.rows * words) return;
-  const int64_t r = x / words, w = x % words;
-  static_cast<uint16_t*>(p.dst)[x] = static_cast<const uint16_t*>(p.src)[p.index[r] * words + w];
+  const int64_t words = p.row_bytes / static_cast<int64_t>(sizeof(Word));
+  for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
+    const Word* src = static_cast<const Word*>(p.src) + p.index[r] * words;
+    Word* dst = static_cast<Word*>(p.dst) + r * words;
+    for (int64_t w = threadIdx.x; w < words; w += kThreads) dst[w] = src[w];
+  }
 }
 
 __global__ void combine_experts_kernel(CombineExpertsParams p) {
   pdl_wait();
-  const int64_t x = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
-  if (x >= p.tokens * p.dim) return;
-  const int64_t t = x / p.dim, c = x % p.dim;
-  float acc = 0.0f;
-  for (int64_t s = 0; s < p.k; ++s) {
-    const int32_t row = p.row_of[t * p.k + s];
-    if (row >= 0) acc = __fadd_rn(acc, load_float(p.expert_out, row * p.dim + c));
+  const int64_t c = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
+  if (c >= p.dim) return;
+  for (int64_t t = blockIdx.y; t < p.tokens; t += gridDim.y) {
+    float acc = 0.0f;
+    for (int64_t s = 0; s < p.k; ++s) {
+      const int32_t row = p.row_of[t * p.k + s];
+      if (row >= 0) acc = __fadd_rn(acc, load_float(p.expert_out, row * p.dim + c));
+    }
+    const int64_t x = t * p.dim + c;
+    store_float(p.out, x, __fadd_rn(acc, load_float(p.shared, x)));
   }
-  store_float(p.out, x, __fadd_rn(acc, load_float(p.shared, x)));
 }
 
 unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
+// A block (or grid row) per row up to `limit`; the kernels loop over the rows past it.
+unsigned row_blocks(int64_t rows, int64_t limit) { return static_cast<unsigned>(rows < limit ? rows : limit); }
+
 }  // namespace
 
 void gather_rows(const GatherRowsParams& p, cudaStream_t stream) {
-  const int64_t n = p.rows * (p.row_bytes / 2);
-  if (n <= 0) return;
-  launch_pdl(gather_rows_kernel, blocks_for(n), kThreads, 0, stream, p);
+  if (p.rows <= 0 || p.row_bytes <= 0) return;
+  const bool wide = p.row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(p.src) % 16 == 0 &&
+                    reinterpret_cast<uintptr_t>(p.dst) % 16 == 0;
+  const unsigned blocks = row_blocks(p.rows, 65535);
+  if (wide) launch_pdl(gather_rows_kernel<uint4>, blocks, kThreads, 0, stream, p);
+  else launch_pdl(gather_rows_kernel<uint16_t>, blocks, kThreads, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
 void combine_experts(const CombineExpertsParams& p, cudaStream_t stream) {
-  const int64_t n = p.tokens * p.dim;
-  if (n <= 0) return;
-  launch_pdl(combine_experts_kernel, blocks_for(n), kThreads, 0, stream, p);
+  if (p.tokens <= 0 || p.dim <= 0) return;
+  const dim3 grid(blocks_for(p.dim), row_blocks(p.tokens, 65535));
+  launch_pdl(combine_experts_kernel, grid, kThreads, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Summarise a kernel trace (bench/kernel_trace: CSV of start, end, stream, graph, correlation,
+grid, name): where the time of a decode step's CUDA graph goes, or of the eager kernels (prefill).
+
+A graph replay is the set of kernels sharing the correlation id of one cudaGraphLaunch; the last
+--replays replays of the largest graph are summarised. With programmatic dependent launch a kernel
+starts while the kernel before it on its stream still runs and waits for it, so each kernel is
+counted from that kernel's end. At each instant the time is split evenly among the kernels running
+(side streams overlap), so the shares add up to the replay's span.
+
+Usage: trace_summary.py TRACE.csv[.gz] [--replays N] [--by-grid] [--eager] [--top N]
+"""
+import argparse
+import collections
+import csv
+import gzip
+
+
+def read(path):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return list(csv.DictReader(f))
+
+
+def effective(kernels):
+    """(start, end, key) per kernel, each counted from its stream's previous kernel's end."""
+    prev_end = {}
+    out = []
+    for r in sorted(kernels, key=lambda r: int(r["start"])):
+        start, end = int(r["start"]), int(r["end"])
+        start = max(start, prev_end.get(r["stream"], 0))
+        prev_end[r["stream"]] = max(end, prev_end.get(r["stream"], 0))
+        out.append((start, max(start, end), r))
+    return out
+
+
+def shares(intervals, key):
+    """Each key's share of the span (ns), splitting time among the kernels running at once."""
+    events = []
+    for start, end, r in intervals:
+        events += [(start, 1, key(r)), (end, -1, key(r))]
+    events.sort(key=lambda e: (e[0], e[1]))
+    share = collections.defaultdict(float)
+    active = collections.Counter()
+    t0 = events[0][0]
+    for t, d, k in events:
+        running = sum(active.values())
+        if running:
+            for a, c in active.items():
+                share[a] += (t - t0) * c / running
+        else:
+            share["(idle)"] += t - t0
+        active[k] += d
+        if active[k] == 0:
+            del active[k]
+        t0 = t
+    return share, events[-1][0] - events[0][0]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("trace")
+    ap.add_argument("--replays", type=int, default=5, help="graph replays to average (the last ones)")
+    ap.add_argument("--by-grid", action="store_true", help="one row per kernel and grid size")
+    ap.add_argument("--eager", action="store_true", help="the kernels outside graphs (e.g. a prefill)")
+    ap.add_argument("--top", type=int, default=40)
+    args = ap.parse_args()
+    rows = read(args.trace)
+    key = (lambda r: f"{r['name']} ({r['gx']},{r['gy']},{r['gz']})") if args.by_grid else (lambda r: r["name"])
+    if args.eager:
+        groups = [[r for r in rows if r["graph"] == "0"]]
+    else:
+        replays = collections.defaultdict(list)
+        for r in rows:
+            if r["graph"] != "0":
+                replays[int(r["correlation"])].append(r)
+        if not replays:
+            raise SystemExit("no graph replays in the trace")
+        biggest = max(len(v) for v in replays.values())
+        groups = [replays[c] for c in sorted(replays) if len(replays[c]) == biggest][-args.replays:]
+    total = collections.defaultdict(float)
+    calls = collections.Counter()
+    span = 0
+    for g in groups:
+        intervals = effective(g)
+        s, sp = shares(intervals, key)
+        span += sp
+        for k, v in s.items():
+            total[k] += v
+        for _, _, r in intervals:
+            calls[key(r)] += 1
+    n = len(groups)
+    what = "eager kernels" if args.eager else f"{n} replays of {len(groups[0])} kernels"
+    print(f"{what}: {span / n / 1e6:.3f} ms each")
+    print(f"{'kernel':64s} {'calls':>6s} {'ms':>8s} {'share':>6s}")
+    for k, v in sorted(total.items(), key=lambda kv: -kv[1])[: args.top]:
+        print(f"{k[:64]:64s} {calls[k] / n:6.0f} {v / n / 1e6:8.3f} {v / span * 100:5.1f}%")
+
+
+if __name__ == "__main__":
+    main()
