@@ -23,34 +23,6 @@ constexpr int kWarps = 4;          // K lanes of a block
 constexpr int kRowsPerBlock = 16;  // weight rows of a block (one MMA's M)
 constexpr int64_t kKBlock = 128;
 
-__device__ __forceinline__ void mma_bf16_f32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                             uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// 32 consecutive bf16 values of a row as 16 words (word 2s, 2s+1: values 4s .. 4s+3), or zeros.
-struct Bf16x32 {
-  uint4 v[4];
-  __device__ __forceinline__ uint32_t word(int i) const {
-    const uint4& q = v[i / 4];
-    switch (i % 4) {
-      case 0: return q.x;
-      case 1: return q.y;
-      case 2: return q.z;
-      default: return q.w;
-    }
-  }
-};
-
-__device__ __forceinline__ Bf16x32 load_bf16x32(const uint16_t* p, bool valid) {
-  Bf16x32 out;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) out.v[i] = valid ? __ldg(reinterpret_cast<const uint4*>(p) + i) : make_uint4(0, 0, 0, 0);
-  return out;
-}
-
 // One warp's operands of a K block: its lane's 32 values of weight rows g and g + 8 and of x rows
 // 8j + g.
 template <int NT>

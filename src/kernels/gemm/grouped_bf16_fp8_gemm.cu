@@ -37,34 +37,6 @@ __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two_codes) {
   return *reinterpret_cast<const uint32_t*>(&b);
 }
 
-__device__ __forceinline__ void mma_bf16_f32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                             uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// 32 consecutive bf16 values of an x row as 16 words (word 2s, 2s+1: values 4s .. 4s+3), or zeros.
-struct Bf16x32 {
-  uint4 v[4];
-  __device__ __forceinline__ uint32_t word(int i) const {
-    const uint4& q = v[i / 4];
-    switch (i % 4) {
-      case 0: return q.x;
-      case 1: return q.y;
-      case 2: return q.z;
-      default: return q.w;
-    }
-  }
-};
-
-__device__ __forceinline__ Bf16x32 load_bf16x32(const uint16_t* p, bool valid) {
-  Bf16x32 out;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) out.v[i] = valid ? __ldg(reinterpret_cast<const uint4*>(p) + i) : make_uint4(0, 0, 0, 0);
-  return out;
-}
-
 template <int NT>  // 8-row x tiles per block
 __global__ void __launch_bounds__(kWarps * 32) grouped_bf16_fp8_gemm_kernel(GroupedBf16Fp8GemmParams p) {
   pdl_wait();

@@ -1,7 +1,7 @@
-// Pieces shared by the block-scaled GEMMs that stream a weight into registers
-// (kernels::fp8_mma_gemm's streamed kernel, kernels::grouped_bf16_fp8_gemm): a lane's 32 bytes of
-// a row's K block, e4m3 pairs as fp16x2, and the end of a block whose warps each summed every
-// kLanes-th K block of the same outputs.
+// Pieces shared by the GEMMs that stream a weight into registers (kernels::fp8_mma_gemm's
+// streamed kernels, kernels::grouped_bf16_fp8_gemm, kernels::bf16_mma_gemm): a lane's 32 bytes
+// (or 32 bf16 values) of a row's K block, e4m3 pairs as fp16x2, the bf16 MMA, and the end of a
+// block whose warps each summed every kLanes-th K block of the same outputs.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -38,6 +38,34 @@ __device__ __forceinline__ RowBytes load_row_bytes(const uint8_t* p, bool valid)
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_codes) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes), __NV_E4M3);
   return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
+
+__device__ __forceinline__ void mma_bf16_f32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// 32 consecutive bf16 values of an x row as 16 words (word 2s, 2s+1: values 4s .. 4s+3), or zeros.
+struct Bf16x32 {
+  uint4 v[4];
+  __device__ __forceinline__ uint32_t word(int i) const {
+    const uint4& q = v[i / 4];
+    switch (i % 4) {
+      case 0: return q.x;
+      case 1: return q.y;
+      case 2: return q.z;
+      default: return q.w;
+    }
+  }
+};
+
+__device__ __forceinline__ Bf16x32 load_bf16x32(const uint16_t* p, bool valid) {
+  Bf16x32 out;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) out.v[i] = valid ? __ldg(reinterpret_cast<const uint4*>(p) + i) : make_uint4(0, 0, 0, 0);
+  return out;
 }
 
 // The block's end: warp w < kLanes holds q, its fp32 sums over the K blocks b with
