@@ -42,13 +42,14 @@ DeviceTensor attention(const ForwardContext& ctx, const AttentionWeights& w, int
   chains.chain = layer_kind_name(ctx.cfg.layer_kind(layer));
   chains.tokens = T;
   chains.main = [&] {
-    qr = rms_norm(ctx, linear(ctx, x, w.wq_a, ctx.act), &w.q_norm);
+    const auto [q_lora, kv_lora] = linear_pair(ctx, x, w.wq_a, w.wkv, ctx.act);  // one input, one launch
+    qr = rms_norm(ctx, q_lora, &w.q_norm);
     q = linear(ctx, qr, w.wq_b, ctx.act).reshaped({T * H, d});
     ctx.ops.rms_norm({q.view(), nullptr, eps, q.view()});
     q = q.reshaped({T, H, d});
     ctx.ops.rope({q.view(), ctx.positions.view(), inv_freq.view(), r, false});
 
-    kv = rms_norm(ctx, linear(ctx, x, w.wkv, ctx.act), &w.kv_norm);
+    kv = rms_norm(ctx, kv_lora, &w.kv_norm);
     ctx.ops.rope({kv.reshaped({T, 1, d}).view(), ctx.positions.view(), inv_freq.view(), r, false});
     if (ctx.qat) ctx.ops.quant_sim({kv.view(), d - r, 64, QuantFormat::kE4M3});
   };

@@ -14,8 +14,7 @@ void compress(const ForwardContext& ctx, const CompressorWeights& w, int64_t lay
   const int64_t r = p.qk_rope_head_dim;
 
   // kv_t = x_t @ wkv^T, score_t = x_t @ wgate^T, both fp32 from the fp32 values of x (OFF).
-  const DeviceTensor kv = linear(ctx, x, w.wkv, DType::kF32);
-  const DeviceTensor score = linear(ctx, x, w.wgate, DType::kF32);
+  const auto [kv, score] = linear_pair(ctx, x, w.wkv, w.wgate, DType::kF32);
 
   // Each sequence owns compressor_block_rows(n, m) rows of the pooled entries (the plan's layout):
   // the blocks it completes, then zeros.

@@ -35,6 +35,15 @@ DeviceTensor linear(const ForwardContext& ctx, const DeviceTensor& x, const Weig
   return y;
 }
 
+std::array<DeviceTensor, 2> linear_pair(const ForwardContext& ctx, const DeviceTensor& x, const Weight& a,
+                                        const Weight& b, DType out) {
+  std::array<DeviceTensor, 2> y = {ctx.alloc(out, {x.dim(0), a.shape.at(0)}), ctx.alloc(out, {x.dim(0), b.shape.at(0)})};
+  const auto act_of = [&](const Weight& w) { return w.format != WeightFormat::kPlain ? ctx.fp8_act : ActQuant::kNone; };
+  const LinearOut outs[2] = {{&a, act_of(a), y[0].view()}, {&b, act_of(b), y[1].view()}};
+  ctx.ops.linears({x.view(), outs});
+  return y;
+}
+
 DeviceTensor rms_norm(const ForwardContext& ctx, const DeviceTensor& x, const Weight* weight) {
   DeviceTensor y = ctx.alloc(ctx.act, x.shape());
   ctx.ops.rms_norm({x.view(), weight, static_cast<float>(ctx.cfg->rms_norm_eps), y.view()});

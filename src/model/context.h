@@ -3,6 +3,8 @@
 // change only the sequences' caches. Also the few thin helpers every block uses.
 #pragma once
 
+#include <array>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -46,6 +48,11 @@ struct ForwardContext {
 
 // y = x @ w^T with the activation quantisation w's checkpoint format calls for; y has `out` dtype.
 DeviceTensor linear(const ForwardContext& ctx, const DeviceTensor& x, const Weight& w, DType out);
+
+// linear(x, a) and linear(x, b) as one Ops::linears (the same numbers; one launch where the
+// backend can).
+std::array<DeviceTensor, 2> linear_pair(const ForwardContext& ctx, const DeviceTensor& x, const Weight& a,
+                                        const Weight& b, DType out);
 
 // RMSNorm of the rows of x ([rows, dim]); weight nullptr for the weight-free norm. Output in act.
 DeviceTensor rms_norm(const ForwardContext& ctx, const DeviceTensor& x, const Weight* weight);

@@ -11,8 +11,7 @@ namespace {
 
 // silu(min(w1 x, limit)) * clamp(w3 x, -limit, limit), then w2; the shared expert (weight 1).
 DeviceTensor shared_expert(const ForwardContext& ctx, const ExpertLinears& e, const DeviceTensor& x) {
-  const DeviceTensor gate = linear(ctx, x, e.w1, ctx.act);
-  const DeviceTensor up = linear(ctx, x, e.w3, ctx.act);
+  const auto [gate, up] = linear_pair(ctx, x, e.w1, e.w3, ctx.act);
   DeviceTensor h = ctx.alloc(ctx.act, gate.shape());
   ctx.ops.swiglu({gate.view(), up.view(), {}, static_cast<float>(ctx.cfg->swiglu_limit), h.view()});
   return linear(ctx, h, e.w2, ctx.act);

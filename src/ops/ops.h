@@ -203,6 +203,19 @@ struct LinearParams {
   TensorView y;            // [M, N]
 };
 
+// Linears of one input: outs[i].y = x @ outs[i].w^T exactly as linear() computes it (the same
+// bits), which a backend may run as one launch after quantising x once.
+struct LinearOut {
+  const Weight* w;         // [N_i, K]
+  ActQuant act_quant = ActQuant::kNone;
+  TensorView y;            // [M, N_i]
+};
+
+struct LinearsParams {
+  ConstTensorView x;       // [M, K]
+  std::span<const LinearOut> outs;
+};
+
 // The grouped output projection: y[t, g, :] = w[g] @ x[t, g, :], w viewed as [G, R, K].
 struct GroupedLinearParams {
   ConstTensorView x;       // [T, G, K]
@@ -400,6 +413,9 @@ class Ops {
   virtual void add_broadcast(const AddBroadcastParams& p) = 0;
 
   virtual void linear(const LinearParams& p) = 0;
+  virtual void linears(const LinearsParams& p) {
+    for (const LinearOut& o : p.outs) linear({p.x, o.w, o.act_quant, o.y});
+  }
   virtual void grouped_linear(const GroupedLinearParams& p) = 0;
 
   virtual void hc_pre(const HcPreParams& p) = 0;

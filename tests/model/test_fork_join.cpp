@@ -167,7 +167,7 @@ TEST_F(ModelForkJoin, AttentionLayersForkTheirIndependentInputChains) {
     SCOPED_TRACE("layer " + std::to_string(l) + " (" + r.chain + ")");
     EXPECT_EQ(r.chain, layer_kind_name(kind));
     EXPECT_EQ(r.tokens, kPrompt);
-    EXPECT_EQ(r.linears[0], (std::vector<std::string>{a + "wq_a.weight", a + "wq_b.weight", a + "wkv.weight"}));
+    EXPECT_EQ(r.linears[0], (std::vector<std::string>{a + "wq_a.weight", a + "wkv.weight", a + "wq_b.weight"}));
     EXPECT_EQ(r.side_present[0], kind != LayerKind::kSwa);
     EXPECT_EQ(r.side_present[1], kind == LayerKind::kCsa);
     EXPECT_FALSE(r.side_present[2]);

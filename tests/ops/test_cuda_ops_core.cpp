@@ -610,6 +610,40 @@ TEST_F(CudaOpsCore, LinearRowsDoNotDependOnTheBatchAndRunsRepeat) {
   }
 }
 
+// Two linears of one x (Ops::linears, one launch on the GPU for FP8 or bf16 pairs) give the bits
+// of two linear() calls, at decode sizes (the pair path) and past them (linear() calls).
+TEST_F(CudaOpsCore, LinearPairsGiveTheBitsOfSeparateLinears) {
+  const auto [codes_a, scales_a] = random_fp8(320, 2048);
+  const auto [codes_b, scales_b] = random_fp8(136, 2048);
+  const BothWeights fa = load_both("fa", WeightFormat::kFp8, codes_a, &scales_a);
+  const BothWeights fb = load_both("fb", WeightFormat::kFp8, codes_b, &scales_b);
+  const BothWeights ba = load_both("ba", WeightFormat::kPlain, random_tensor(DType::kBF16, {264, 2048}, 0.1f));
+  const BothWeights bb = load_both("bb", WeightFormat::kPlain, random_tensor(DType::kBF16, {40, 2048}, 0.1f));
+  struct Case {
+    const BothWeights* a;
+    const BothWeights* b;
+    ActQuant q;
+    DType y;
+    const char* what;
+  };
+  for (const int64_t m : {1, 5, 16, 40, 70}) {
+    const Both xs = upload_both(random_tensor(DType::kBF16, {m, 2048}));
+    for (const Case& c : {Case{&fa, &fb, ActQuant::kFp8Block128, DType::kBF16, "FP8 pair"},
+                          Case{&ba, &bb, ActQuant::kNone, DType::kF32, "bf16 pair"}}) {
+      const int64_t na = c.a->gpu.shape[0], nb = c.b->gpu.shape[0];
+      const Both ya = outputs(c.y, {m, na}), yb = outputs(c.y, {m, nb});
+      const Both sa = outputs(c.y, {m, na}), sb = outputs(c.y, {m, nb});
+      const LinearOut outs[2] = {{&c.a->gpu, c.q, ya.gpu.view()}, {&c.b->gpu, c.q, yb.gpu.view()}};
+      gpu_->linears({xs.gpu.view(), outs});
+      gpu_->linear({xs.gpu.view(), &c.a->gpu, c.q, sa.gpu.view()});
+      gpu_->linear({xs.gpu.view(), &c.b->gpu, c.q, sb.gpu.view()});
+      const std::string what = std::string(c.what) + ", m=" + std::to_string(m);
+      expect_same_bits(what + ", first output", from_gpu(sa.gpu), from_gpu(ya.gpu));
+      expect_same_bits(what + ", second output", from_gpu(sb.gpu), from_gpu(yb.gpu));
+    }
+  }
+}
+
 // A row's bits do not depend on how many rows share the call, also with a K that is not a multiple
 // of the kernel's K slice (the zero-padded tail).
 TEST_F(CudaOpsCore, PlainGemmGivesTheSameBitsForFewAndManyRows) {

@@ -105,6 +105,58 @@ void CudaOps::linear(const LinearParams& p) {
   kernels::simple_gemm({x, K, w.data, w.type, w.scale, w.scale_ld, float_ptr(p.y), N, M, N, K}, stream_);
 }
 
+void CudaOps::linears(const LinearsParams& p) {
+  if (p.outs.size() == 2 && linear_pair(p)) return;
+  Ops::linears(p);
+}
+
+bool CudaOps::linear_pair(const LinearsParams& p) {
+  const LinearOut& a = p.outs[0];
+  const LinearOut& b = p.outs[1];
+  for (const LinearOut& o : p.outs) check_params(LinearParams{p.x, o.w, o.act_quant, o.y});
+  const int64_t M = p.x.dim(0), K = p.x.dim(1);
+  if (M == 0 || M >= kernels::kFp8MmaStagedMinRows || a.act_quant != b.act_quant || p.x.dtype() != DType::kBF16 ||
+      options_.fp8_gemm == Fp8Gemm::kSimple)
+    return false;
+  for (const LinearOut& o : p.outs)
+    if (o.w == nullptr || o.w->shape.size() != 2 || o.w->shape[1] != K || o.y.dim(1) != o.w->shape[0]) return false;
+  const GemmWeightView wa = gemm_weight("linears", a.w, a.w->shape[0], K);
+  const GemmWeightView wb = gemm_weight("linears", b.w, b.w->shape[0], K);
+  if (wa.type != wb.type) return false;
+
+  if (wa.type == kernels::GemmWeight::kE4M3 && a.act_quant == ActQuant::kFp8Block128 &&
+      options_.fp8_gemm == Fp8Gemm::kFp16Mma && K % kActQuantBlock == 0 && aligned16(p.x.bytes())) {
+    StreamBuffer xq(static_cast<size_t>(M * K), stream_, arena());
+    StreamBuffer xs(static_cast<size_t>(K / kActQuantBlock * M) * sizeof(float), stream_, arena());
+    kernels::act_quant_fp8({p.x.data<uint16_t>(), xq.get<uint8_t>(), xs.get<float>(), M, M, K}, stream_);
+    kernels::Fp8MmaGemmParams g;
+    g.x = xq.get<uint8_t>();
+    g.x_scale = xs.get<float>();
+    g.x_scale_ld = M;
+    g.w = static_cast<const uint8_t*>(wa.data);
+    g.w_scale = wa.scale;
+    g.w_scale_ld = wa.scale_ld;
+    g.y = float_ptr(a.y);
+    g.ldy = a.w->shape[0];
+    g.n = a.w->shape[0];
+    g.second = {static_cast<const uint8_t*>(wb.data), wb.scale, wb.scale_ld, float_ptr(b.y), b.w->shape[0],
+                b.w->shape[0]};
+    g.m = M;
+    g.k = K;
+    kernels::fp8_mma_gemm(g, stream_);
+    return true;
+  }
+  if (wa.type == kernels::GemmWeight::kBF16 && a.act_quant == ActQuant::kNone) {
+    kernels::Bf16MmaGemmParams g{p.x.data<uint16_t>(), K, static_cast<const uint16_t*>(wa.data), float_ptr(a.y),
+                                 a.w->shape[0], M, a.w->shape[0], K};
+    g.second = {static_cast<const uint16_t*>(wb.data), float_ptr(b.y), b.w->shape[0], b.w->shape[0]};
+    if (!kernels::bf16_mma_gemm_supports(g)) return false;
+    kernels::bf16_mma_gemm(g, stream_);
+    return true;
+  }
+  return false;
+}
+
 void CudaOps::grouped_linear(const GroupedLinearParams& p) {
   check_params(p);
   const int64_t T = p.x.dim(0), G = p.x.dim(1), K = p.x.dim(2), R = p.y.dim(2);

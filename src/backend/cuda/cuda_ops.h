@@ -93,6 +93,9 @@ class CudaOps final : public Ops {
   void add_broadcast(const AddBroadcastParams& p) override;
 
   void linear(const LinearParams& p) override;
+  // Two linears of one decode-sized x on the same tensor cores run as one launch (one activation
+  // quantisation for FP8 weights); anything else runs as linear() calls.
+  void linears(const LinearsParams& p) override;
   void grouped_linear(const GroupedLinearParams& p) override;
 
   void hc_pre(const HcPreParams& p) override;
@@ -140,6 +143,8 @@ class CudaOps final : public Ops {
   // moe_experts with the plan, the gathers and the GEMMs all on the device (FP8 experts on
   // kernels::fp8_mma_gemm); false if this call's weights or options need the host-grouped path.
   bool moe_experts_on_device(const MoeExpertsParams& p);
+  // linears() of two outputs as one launch; false (nothing run) where the pair does not qualify.
+  bool linear_pair(const LinearsParams& p);
 
   // Shared with the deleters of alloc's storage, so tensors that outlive this object still find
   // out how to free their memory.

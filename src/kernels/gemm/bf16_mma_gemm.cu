@@ -23,6 +23,19 @@ constexpr int kWarps = 4;          // K lanes of a block
 constexpr int kRowsPerBlock = 16;  // weight rows of a block (one MMA's M)
 constexpr int64_t kKBlock = 128;
 
+// The output a block's weight rows belong to (blockIdx.x counts 16-row blocks over the first
+// output's rows, then the second's) and its first row.
+struct BlockOutput {
+  Bf16MmaOutput out;
+  int64_t n0 = 0;
+};
+
+__device__ __forceinline__ BlockOutput block_output(const Bf16MmaGemmParams& p) {
+  const int64_t first_blocks = (p.n + kRowsPerBlock - 1) / kRowsPerBlock, b = blockIdx.x;
+  if (b < first_blocks) return {{p.w, p.y, p.ldy, p.n}, b * kRowsPerBlock};
+  return {p.second, (b - first_blocks) * kRowsPerBlock};
+}
+
 // One warp's operands of a K block: its lane's 32 values of weight rows g and g + 8 and of x rows
 // 8j + g.
 template <int NT>
@@ -34,12 +47,13 @@ template <int NT>  // 8-row x tiles per block
 __global__ void __launch_bounds__(kWarps * 32) bf16_mma_gemm_kernel(Bf16MmaGemmParams p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
+  const BlockOutput o = block_output(p);
+  const int64_t n0 = o.n0;
   const int64_t x_row0 = static_cast<int64_t>(blockIdx.y) * 8 * NT;
   const int64_t x_rows = min(static_cast<int64_t>(8 * NT), p.m - x_row0);
   const int64_t kblocks = p.k / kKBlock;
-  const bool row_a = n0 + g < p.n, row_b = n0 + g + 8 < p.n;
-  const uint16_t* wa = p.w + (n0 + g) * p.k + 32 * t;
+  const bool row_a = n0 + g < o.out.n, row_b = n0 + g + 8 < o.out.n;
+  const uint16_t* wa = o.out.w + (n0 + g) * p.k + 32 * t;
   const uint16_t* wb = wa + 8 * p.k;
 
   auto load_weight = [&](BlockOperands<NT>& o, int64_t b) {
@@ -87,7 +101,7 @@ __global__ void __launch_bounds__(kWarps * 32) bf16_mma_gemm_kernel(Bf16MmaGemmP
 
   sum_lanes_and_store<kWarps, NT>(q, [&](int r, int row, float sum) {
     const int64_t n = n0 + row;
-    if (r < x_rows && n < p.n) store_float(p.y, (x_row0 + r) * p.ldy + n, sum);
+    if (r < x_rows && n < o.out.n) store_float(o.out.y, (x_row0 + r) * o.out.ldy + n, sum);
   });
 }
 
@@ -104,11 +118,12 @@ __global__ void __launch_bounds__(kSplitWarps * 32) bf16_mma_gemm_split_kernel(B
   __shared__ float chunk_sums[kSplitWarps][4][32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
+  const BlockOutput o = block_output(p);
+  const int64_t n0 = o.n0;
   const int64_t x_rows = min(static_cast<int64_t>(8), p.m);
   const int64_t kblocks = p.k / kKBlock;
-  const bool row_a = n0 + g < p.n, row_b = n0 + g + 8 < p.n, x_row = g < x_rows;
-  const uint16_t* wa = p.w + (n0 + g) * p.k + 32 * t;
+  const bool row_a = n0 + g < o.out.n, row_b = n0 + g + 8 < o.out.n, x_row = g < x_rows;
+  const uint16_t* wa = o.out.w + (n0 + g) * p.k + 32 * t;
   const uint16_t* wb = wa + 8 * p.k;
   const uint16_t* xa = p.x + g * p.ldx + 32 * t;
 
@@ -146,7 +161,7 @@ __global__ void __launch_bounds__(kSplitWarps * 32) bf16_mma_gemm_split_kernel(B
 
   sum_lanes_and_store<kWarps, 1>(q, [&](int r, int row, float sum) {
     const int64_t n = n0 + row;
-    if (r < x_rows && n < p.n) store_float(p.y, r * p.ldy + n, sum);
+    if (r < x_rows && n < o.out.n) store_float(o.out.y, r * o.out.ldy + n, sum);
   });
 }
 
@@ -155,16 +170,17 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }  // namespace
 
 bool bf16_mma_gemm_supports(const Bf16MmaGemmParams& p) {
-  return p.k > 0 && p.k % kKBlock == 0 && p.ldx % 8 == 0 && aligned16(p.x) && aligned16(p.w);
+  return p.k > 0 && p.k % kKBlock == 0 && p.ldx % 8 == 0 && aligned16(p.x) && aligned16(p.w) &&
+         (p.second.n == 0 || aligned16(p.second.w));
 }
 
 void bf16_mma_gemm(const Bf16MmaGemmParams& p, cudaStream_t stream) {
   if (!bf16_mma_gemm_supports(p))
     throw UsageError("bf16_mma_gemm: k=" + std::to_string(p.k) + ", ldx=" + std::to_string(p.ldx) +
                      ": k must be a multiple of 128, ldx of 8, and both operands 16-byte aligned");
-  if (p.m == 0 || p.n == 0) return;
+  const int64_t row_blocks = (p.n + kRowsPerBlock - 1) / kRowsPerBlock + (p.second.n + kRowsPerBlock - 1) / kRowsPerBlock;
+  if (p.m == 0 || row_blocks == 0) return;
   const int nt = p.m <= 8 ? 1 : p.m <= 16 ? 2 : 4;
-  const int64_t row_blocks = (p.n + kRowsPerBlock - 1) / kRowsPerBlock;
   if (nt == 1 && row_blocks <= kSplitMaxBlocks) {
     launch_pdl(bf16_mma_gemm_split_kernel, dim3(static_cast<unsigned>(row_blocks)), kSplitWarps * 32, 0, stream, p);
     DSV4_CUDA_CHECK(cudaGetLastError());
@@ -173,7 +189,7 @@ void bf16_mma_gemm(const Bf16MmaGemmParams& p, cudaStream_t stream) {
   const int64_t tiles = (p.m + 8 * nt - 1) / (8 * nt);
   if (tiles > 65535)
     throw UsageError("bf16_mma_gemm: " + std::to_string(p.m) + " rows exceed one launch (split the call)");
-  const dim3 grid(static_cast<unsigned>((p.n + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(tiles));
+  const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(tiles));
   switch (nt) {
     case 1: launch_pdl(bf16_mma_gemm_kernel<1>, grid, kWarps * 32, 0, stream, p); break;
     case 2: launch_pdl(bf16_mma_gemm_kernel<2>, grid, kWarps * 32, 0, stream, p); break;

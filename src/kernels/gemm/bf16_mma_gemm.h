@@ -19,6 +19,14 @@
 
 namespace dsv4::kernels {
 
+// A linear's weight and result: y = x @ w^T.
+struct Bf16MmaOutput {
+  const uint16_t* w = nullptr;  // [n, k] bf16, row stride k (16-byte aligned)
+  MutFloatPtr y;                // [m, n] row stride ldy
+  int64_t ldy = 0;
+  int64_t n = 0;
+};
+
 struct Bf16MmaGemmParams {
   const uint16_t* x = nullptr;  // [m, k] bf16, row stride ldx (a multiple of 8)
   int64_t ldx = 0;
@@ -28,10 +36,12 @@ struct Bf16MmaGemmParams {
   int64_t m = 0;
   int64_t n = 0;
   int64_t k = 0;                // a multiple of 128
+  // A second linear of the same x in the same launch (n > 0): its rows get the bits they get alone.
+  Bf16MmaOutput second;
 };
 
-// Whether the kernel takes these operands: k a multiple of 128, ldx a multiple of 8 and both
-// pointers 16-byte aligned (the caller falls back to kernels::simple_gemm otherwise).
+// Whether the kernel takes these operands: k a multiple of 128, ldx a multiple of 8 and the
+// pointers (x, w and a second output's w) 16-byte aligned (the caller falls back to kernels::simple_gemm otherwise).
 bool bf16_mma_gemm_supports(const Bf16MmaGemmParams& p);
 
 // Throws UsageError for operands bf16_mma_gemm_supports refuses.

@@ -62,24 +62,44 @@ __device__ __forceinline__ void mma_f16_f32(float (&d)[4], uint32_t a0, uint32_t
 }
 
 // The x rows a block takes (blockIdx.y: a tile of the grouped list, or the dense rows
-// [blockIdx.y * tile_rows, ...)) and the weight they meet; false for a grouped tile past the
-// list's real ones.
+// [blockIdx.y * tile_rows, ...)), the weight they meet and where the results go: blockIdx.x counts
+// blocks of `w_rows` weight rows over the first output, then (streamed kernels) the second's.
+// false for a grouped tile past the list's real ones.
 struct BlockRows {
   int64_t x_row0 = 0;
   int x_rows = 0;
   const uint8_t* w = nullptr;
   const float* w_scale = nullptr;
+  int64_t w_scale_ld = 0;
+  int64_t n0 = 0;  // the block's first weight row
+  int64_t n = 0;   // the weight's rows
+  MutFloatPtr y;
+  int64_t ldy = 0;
 };
 
-__device__ __forceinline__ bool block_rows(const Fp8MmaGemmParams& p, int64_t tile_rows, BlockRows& out) {
+__device__ __forceinline__ bool block_rows(const Fp8MmaGemmParams& p, int64_t tile_rows, int64_t w_rows,
+                                           BlockRows& out) {
+  const int64_t first_blocks = (p.n + w_rows - 1) / w_rows;
+  const bool second = static_cast<int64_t>(blockIdx.x) >= first_blocks;
+  const Fp8MmaOutput& o = second ? p.second : Fp8MmaOutput{p.w, p.w_scale, p.w_scale_ld, p.y, p.ldy, p.n};
+  out.n0 = (static_cast<int64_t>(blockIdx.x) - (second ? first_blocks : 0)) * w_rows;
+  out.n = o.n;
+  out.y = o.y;
+  out.ldy = o.ldy;
+  out.w_scale_ld = o.w_scale_ld;
   if (p.tiles != nullptr) {
     if (static_cast<int64_t>(blockIdx.y) >= *p.tile_count) return false;
     const Fp8MmaTile tile = p.tiles[blockIdx.y];
-    out = {tile.row_begin, tile.rows, p.group_w[tile.group], p.group_w_scale[tile.group]};
+    out.x_row0 = tile.row_begin;
+    out.x_rows = tile.rows;
+    out.w = p.group_w[tile.group];
+    out.w_scale = p.group_w_scale[tile.group];
     return true;
   }
-  const int64_t x_row0 = static_cast<int64_t>(blockIdx.y) * tile_rows;
-  out = {x_row0, static_cast<int>(min(tile_rows, p.m - x_row0)), p.w, p.w_scale};
+  out.x_row0 = static_cast<int64_t>(blockIdx.y) * tile_rows;
+  out.x_rows = static_cast<int>(min(tile_rows, p.m - out.x_row0));
+  out.w = o.w;
+  out.w_scale = o.w_scale;
   return true;
 }
 
@@ -117,17 +137,15 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_kernel(Fp8MmaGemmPar
   const int g = lane / 4, t = lane % 4;
 
   BlockRows rows;
-  if (!block_rows(p, 8 * NT, rows)) return;
+  if (!block_rows(p, 8 * NT, kRowsPerBlock, rows)) return;
   const int64_t x_row0 = rows.x_row0;
   const int x_rows = rows.x_rows;
-  const uint8_t* w = rows.w;
-  const float* w_scale = rows.w_scale;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
+  const int64_t n0 = rows.n0;
   const int64_t kblocks = p.k / 128;
-  const bool row_a = n0 + g < p.n, row_b = n0 + g + 8 < p.n;
-  const uint8_t* wa = w + (n0 + g) * p.k + 32 * t;
+  const bool row_a = n0 + g < rows.n, row_b = n0 + g + 8 < rows.n;
+  const uint8_t* wa = rows.w + (n0 + g) * p.k + 32 * t;
   const uint8_t* wb = wa + 8 * p.k;
-  const float* sw_row = w_scale + (n0 / 128) * p.w_scale_ld;
+  const float* sw_row = rows.w_scale + (n0 / 128) * rows.w_scale_ld;
 
   float q[NT][4];
 #pragma unroll
@@ -171,7 +189,7 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_kernel(Fp8MmaGemmPar
 
   sum_lanes_and_store<kWarps, NT>(q, [&](int r, int row, float sum) {
     const int64_t n = n0 + row;
-    if (r < x_rows && n < p.n) store_float(p.y, (x_row0 + r) * p.ldy + n, sum);
+    if (r < x_rows && n < rows.n) store_float(rows.y, (x_row0 + r) * rows.ldy + n, sum);
   });
 }
 
@@ -205,15 +223,15 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_piped_kernel(Fp8MmaG
   const int g = lane / 4, t = lane % 4;
 
   BlockRows rows;
-  if (!block_rows(p, 8 * NT, rows)) return;
+  if (!block_rows(p, 8 * NT, kRowsPerBlock, rows)) return;
   const int64_t x_row0 = rows.x_row0;
   const int x_rows = rows.x_rows;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
+  const int64_t n0 = rows.n0;
   const int64_t kblocks = p.k / 128;
   const int64_t steps = kblocks > warp ? (kblocks - warp + kWarps - 1) / kWarps : 0;  // this warp's blocks
   uint8_t* const stages = stream_smem + warp * Stage::kStages * Stage::kBytes;
   const uint32_t stages_at = shared_address(stages);
-  const float* sw_row = rows.w_scale + (n0 / 128) * p.w_scale_ld;
+  const float* sw_row = rows.w_scale + (n0 / 128) * rows.w_scale_ld;
 
   // Step i's copies into stage i % kStages (K block warp + 4i); none past the warp's blocks.
   auto copy_weight = [&](int64_t i) {
@@ -223,7 +241,7 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_piped_kernel(Fp8MmaG
 #pragma unroll
     for (int c = 0; c < 4; ++c) {  // 16 rows x 8 chunks
       const int idx = lane + 32 * c, row = idx / 8, chunk = idx % 8;
-      const bool valid = n0 + row < p.n;
+      const bool valid = n0 + row < rows.n;
       cp_async16(stage + swizzled(row, chunk), valid ? rows.w + (n0 + row) * p.k + b * 128 + chunk * 16 : rows.w,
                  valid);
     }
@@ -314,7 +332,7 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_piped_kernel(Fp8MmaG
 
   sum_lanes_and_store<kWarps, NT>(q, [&](int r, int row, float sum) {
     const int64_t n = n0 + row;
-    if (r < x_rows && n < p.n) store_float(p.y, (x_row0 + r) * p.ldy + n, sum);
+    if (r < x_rows && n < rows.n) store_float(rows.y, (x_row0 + r) * rows.ldy + n, sum);
   });
 }
 
@@ -377,14 +395,14 @@ __global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(
   const int wm = warp % 2, wn = warp / 2;
 
   BlockRows rows;
-  if (!block_rows(p, kStagedXRows, rows)) return;
+  if (!block_rows(p, kStagedXRows, kStagedWRows, rows)) return;
   const int64_t x_row0 = rows.x_row0;
   const int x_rows = rows.x_rows;
   const uint8_t* w = rows.w;
   const float* w_scale = rows.w_scale;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kStagedWRows;
+  const int64_t n0 = rows.n0;
   const int kblocks = static_cast<int>(p.k / 128);
-  const float* sw_row = w_scale + (n0 / 128) * p.w_scale_ld;
+  const float* sw_row = w_scale + (n0 / 128) * rows.w_scale_ld;
 
   // This thread's copies per stage: 16-byte chunk c = tid % 8 of tile rows tid / 8 + 32 i
   // (i = 0..3) of both tiles, and (threads 0..127) the scale of x row tid. The rows share
@@ -400,7 +418,7 @@ __global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int row = copy_row + 32 * i;
-      const bool w_valid = n0 + row < p.n, x_valid = row < x_rows;
+      const bool w_valid = n0 + row < rows.n, x_valid = row < x_rows;
       const uint32_t dst = stage + copy_dst + static_cast<uint32_t>(i * 32 * 128);
       cp_async16(dst, w_valid ? w_src + (32 * i) * p.k + b * 128 : w, w_valid);
       cp_async16(dst + kTileBytes, x_valid ? x_src + (32 * i) * p.k + b * 128 : p.x, x_valid);
@@ -515,7 +533,7 @@ __global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(
       for (int c = 0; c < 4; ++c) {
         const int r = 32 * wn + 8 * j + 2 * t + (c & 1);
         const int64_t n = n0 + 64 * wm + 16 * i + g + (c >= 2 ? 8 : 0);
-        if (r < x_rows && n < p.n) store_float(p.y, (x_row0 + r) * p.ldy + n, sums[((i * 4 + j) * 4 + c) * 32]);
+        if (r < x_rows && n < rows.n) store_float(rows.y, (x_row0 + r) * rows.ldy + n, sums[((i * 4 + j) * 4 + c) * 32]);
       }
 }
 
@@ -553,8 +571,14 @@ Fp8MmaKernel fp8_mma_gemm_choice(const Fp8MmaGemmParams& p) {
     throw UsageError("fp8_mma_gemm: tile_rows=" + std::to_string(p.tile_rows) + ", expected 8, 16, 32 or up to " +
                      std::to_string(kFp8MmaStagedTileRows));
   const bool streamable = !grouped || p.tile_rows == 8 || p.tile_rows == 16 || p.tile_rows == 32;
+  const bool paired = p.second.n > 0;
+  if (paired && (grouped || p.m >= kFp8MmaStagedMinRows || p.kernel == Fp8MmaKernel::kStaged ||
+                 p.kernel == Fp8MmaKernel::kStagedIntegerX))
+    throw UsageError("fp8_mma_gemm: a second output takes the streamed kernel: dense, under " +
+                     std::to_string(kFp8MmaStagedMinRows) + " rows (m=" + std::to_string(p.m) + ")");
   switch (p.kernel) {
     case Fp8MmaKernel::kAuto:
+      if (paired) return Fp8MmaKernel::kStreamed;
       if (grouped) return streamable ? Fp8MmaKernel::kStreamed : Fp8MmaKernel::kStaged;
       return p.m >= kFp8MmaStagedMinRows &&
                      (p.m + kStagedXRows - 1) / kStagedXRows * ((p.n + kStagedWRows - 1) / kStagedWRows) >=
@@ -600,9 +624,10 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   }
   const int32_t tile_rows = grouped ? p.tile_rows : streamed_tile_rows(p.m);
   const int64_t tiles = grouped ? p.max_tiles : (p.m + tile_rows - 1) / tile_rows;
-  if (p.n == 0 || tiles == 0 || p.k == 0) return;
+  const int64_t row_blocks = (p.n + kRowsPerBlock - 1) / kRowsPerBlock + (p.second.n + kRowsPerBlock - 1) / kRowsPerBlock;
+  if (row_blocks == 0 || tiles == 0 || p.k == 0) return;
   check_grid_rows(tiles);
-  const dim3 grid(static_cast<unsigned>((p.n + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(tiles));
+  const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(tiles));
   // The piped kernel where it measured faster: dense 8-row tiles and K of 16+ blocks (a warp's
   // four or more blocks fill 4 or 8 stages).
   const int64_t kblocks = p.k / 128;

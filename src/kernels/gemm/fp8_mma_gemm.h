@@ -66,6 +66,16 @@ enum class Fp8MmaKernel : uint8_t {
 constexpr int32_t kFp8MmaStagedTileRows = 128;
 constexpr int64_t kFp8MmaStagedMinRows = 64;
 
+// A dense linear's weight and result: y = x @ dequant(w)^T.
+struct Fp8MmaOutput {
+  const uint8_t* w = nullptr;       // [n, k] e4m3 codes
+  const float* w_scale = nullptr;   // w_scale[(row / 128) * w_scale_ld + b]
+  int64_t w_scale_ld = 0;
+  MutFloatPtr y;                    // [m, n] row stride ldy
+  int64_t ldy = 0;
+  int64_t n = 0;
+};
+
 struct Fp8MmaGemmParams {
   const uint8_t* x = nullptr;       // [m, k] e4m3 codes, row stride k (act_quant_fp8's q)
   const float* x_scale = nullptr;   // x_scale[b * x_scale_ld + row]: block b's pow2 scale of that row
@@ -88,13 +98,17 @@ struct Fp8MmaGemmParams {
   const uint8_t* const* group_w = nullptr;
   const float* const* group_w_scale = nullptr;
   Fp8MmaKernel kernel = Fp8MmaKernel::kAuto;
+  // A second dense linear of the same x in the same launch (n > 0; the streamed kernel, so m <
+  // kFp8MmaStagedMinRows): its rows get the bits they get alone.
+  Fp8MmaOutput second;
 };
 
 // The rows a grouped GEMM's tile builder should give each tile for groups of about m rows:
 // 8, 16 or 32 (the streamed kernel) below kFp8MmaStagedMinRows, else kFp8MmaStagedTileRows.
 int32_t fp8_mma_tile_rows(int64_t m);
 
-// The kernel fp8_mma_gemm runs for p. kAuto: grouped, the staged kernel iff tile_rows is not
+// The kernel fp8_mma_gemm runs for p. A second output takes the streamed kernel (UsageError when
+// grouped, m >= kFp8MmaStagedMinRows or a staged kernel is forced). kAuto: grouped, the staged kernel iff tile_rows is not
 // 8, 16 or 32; dense, the staged kernel iff m >= kFp8MmaStagedMinRows and its grid has at least
 // 40 tiles of 128 x 128 (estimated, fp8_mma_gemm.cu), else the streamed kernel. A forced
 // kStreamed throws UsageError for grouped tiles of other than 8, 16 or 32 rows; a grouped
