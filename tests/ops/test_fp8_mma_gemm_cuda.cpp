@@ -178,14 +178,16 @@ TEST(Fp8MmaGemmCuda, RowsAreTheSameBitsAloneInAnyBatchAndGrouped) {
   dtiles.upload(tiles);
   DeviceBuffer<int32_t> dcount(1);
   dcount.upload({count});
+  // The weight tables twice over: a second output with group offset 3 meets the same weights.
   std::vector<const uint8_t*> w_of;
   std::vector<const float*> s_of;
-  for (int g = 0; g < 3; ++g) {
-    w_of.push_back(ops.dw.get() + g * n * k);
-    s_of.push_back(ops.dws.get() + g * ops.ws_group);
-  }
-  DeviceBuffer<const uint8_t*> dw_of(3);
-  DeviceBuffer<const float*> ds_of(3);
+  for (int copy = 0; copy < 2; ++copy)
+    for (int g = 0; g < 3; ++g) {
+      w_of.push_back(ops.dw.get() + g * n * k);
+      s_of.push_back(ops.dws.get() + g * ops.ws_group);
+    }
+  DeviceBuffer<const uint8_t*> dw_of(w_of.size());
+  DeviceBuffer<const float*> ds_of(s_of.size());
   dw_of.upload(w_of);
   ds_of.upload(s_of);
   kernels::Fp8MmaGemmParams p = ops.dense(0, m, 0, grouped.get());
@@ -198,6 +200,13 @@ TEST(Fp8MmaGemmCuda, RowsAreTheSameBitsAloneInAnyBatchAndGrouped) {
   p.group_w = dw_of.get();
   p.group_w_scale = ds_of.get();
   kernels::fp8_mma_gemm(p, nullptr);
+  // The same tiles with a second output in the launch (MoE gate and up): both get the bits.
+  DeviceBuffer<float> first(size), second(size);
+  for (auto* b : {&first, &second}) DSV4_CUDA_CHECK(cudaMemset(b->get(), 0xff, size * sizeof(float)));
+  kernels::Fp8MmaGemmParams paired = p;
+  paired.y = {first.get(), false};
+  paired.second = {nullptr, nullptr, p.w_scale_ld, {second.get(), false}, n, n, 3};
+  kernels::fp8_mma_gemm(paired, nullptr);
   DSV4_CUDA_CHECK(cudaDeviceSynchronize());
 
   const std::vector<float> ref = batched.download();
@@ -205,6 +214,8 @@ TEST(Fp8MmaGemmCuda, RowsAreTheSameBitsAloneInAnyBatchAndGrouped) {
   EXPECT_TRUE(same_bits(alone.download(), ref)) << "one row at a time";
   EXPECT_TRUE(same_bits(sliced.download(), ref)) << "uneven slices";
   EXPECT_TRUE(same_bits(grouped.download(), ref)) << "grouped tiles";
+  EXPECT_TRUE(same_bits(first.download(), ref)) << "grouped tiles, first of two outputs";
+  EXPECT_TRUE(same_bits(second.download(), ref)) << "grouped tiles, second of two outputs";
 }
 
 // Runs p with `kernel` forced into a fresh y of `rows` x p.ldy elements (fp32, or bf16 when `bf16`)

@@ -265,15 +265,21 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
     g.tile_rows = tile_rows;
     g.group_w = w_of + which * E;
     g.group_w_scale = s_of + which * E;
-    kernels::fp8_mma_gemm(g, stream_);
+    return g;
   };
-  grouped(xq.get<uint8_t>(), x_scale.get<float>(), D, I, 0, ld_in, gate.get<void>());
-  grouped(xq.get<uint8_t>(), x_scale.get<float>(), D, I, 1, ld_in, up.get<void>());
+  kernels::Fp8MmaGemmParams gate_up = grouped(xq.get<uint8_t>(), x_scale.get<float>(), D, I, 0, ld_in, gate.get<void>());
+  if (tile_rows <= 32) {  // streamed tiles: up in the same launch (w3 of expert e is table entry E + e)
+    gate_up.second = {nullptr, nullptr, ld_in, {up.get<void>(), true}, I, I, E};
+    kernels::fp8_mma_gemm(gate_up, stream_);
+  } else {
+    kernels::fp8_mma_gemm(gate_up, stream_);
+    kernels::fp8_mma_gemm(grouped(xq.get<uint8_t>(), x_scale.get<float>(), D, I, 1, ld_in, up.get<void>()), stream_);
+  }
   kernels::swiglu({{gate.get<void>(), true}, {up.get<void>(), true}, plan.row_weight, {h.get<void>(), true},
                    p.swiglu_limit, N, I},
                   stream_);
   kernels::act_quant_fp8({h.get<uint16_t>(), hq.get<uint8_t>(), h_scale.get<float>(), N, N, I}, stream_);
-  grouped(hq.get<uint8_t>(), h_scale.get<float>(), I, D, 2, ld_out, ys.get<void>());
+  kernels::fp8_mma_gemm(grouped(hq.get<uint8_t>(), h_scale.get<float>(), I, D, 2, ld_out, ys.get<void>()), stream_);
   kernels::combine_experts({{ys.get<void>(), true}, plan.row_of, float_ptr(p.shared), float_ptr(p.out), T, k, D},
                            stream_);
   return true;

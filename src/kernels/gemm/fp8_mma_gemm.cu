@@ -81,7 +81,7 @@ __device__ __forceinline__ bool block_rows(const Fp8MmaGemmParams& p, int64_t ti
                                            BlockRows& out) {
   const int64_t first_blocks = (p.n + w_rows - 1) / w_rows;
   const bool second = static_cast<int64_t>(blockIdx.x) >= first_blocks;
-  const Fp8MmaOutput& o = second ? p.second : Fp8MmaOutput{p.w, p.w_scale, p.w_scale_ld, p.y, p.ldy, p.n};
+  const Fp8MmaOutput& o = second ? p.second : Fp8MmaOutput{p.w, p.w_scale, p.w_scale_ld, p.y, p.ldy, p.n, 0};
   out.n0 = (static_cast<int64_t>(blockIdx.x) - (second ? first_blocks : 0)) * w_rows;
   out.n = o.n;
   out.y = o.y;
@@ -92,8 +92,8 @@ __device__ __forceinline__ bool block_rows(const Fp8MmaGemmParams& p, int64_t ti
     const Fp8MmaTile tile = p.tiles[blockIdx.y];
     out.x_row0 = tile.row_begin;
     out.x_rows = tile.rows;
-    out.w = p.group_w[tile.group];
-    out.w_scale = p.group_w_scale[tile.group];
+    out.w = p.group_w[tile.group + o.group_offset];
+    out.w_scale = p.group_w_scale[tile.group + o.group_offset];
     return true;
   }
   out.x_row0 = static_cast<int64_t>(blockIdx.y) * tile_rows;
@@ -572,10 +572,11 @@ Fp8MmaKernel fp8_mma_gemm_choice(const Fp8MmaGemmParams& p) {
                      std::to_string(kFp8MmaStagedTileRows));
   const bool streamable = !grouped || p.tile_rows == 8 || p.tile_rows == 16 || p.tile_rows == 32;
   const bool paired = p.second.n > 0;
-  if (paired && (grouped || p.m >= kFp8MmaStagedMinRows || p.kernel == Fp8MmaKernel::kStaged ||
+  if (paired && ((grouped ? !streamable : p.m >= kFp8MmaStagedMinRows) || p.kernel == Fp8MmaKernel::kStaged ||
                  p.kernel == Fp8MmaKernel::kStagedIntegerX))
-    throw UsageError("fp8_mma_gemm: a second output takes the streamed kernel: dense, under " +
-                     std::to_string(kFp8MmaStagedMinRows) + " rows (m=" + std::to_string(p.m) + ")");
+    throw UsageError("fp8_mma_gemm: a second output takes the streamed kernel: dense under " +
+                     std::to_string(kFp8MmaStagedMinRows) + " rows (m=" + std::to_string(p.m) +
+                     ") or grouped tiles of 8, 16 or 32 rows (tile_rows=" + std::to_string(p.tile_rows) + ")");
   switch (p.kernel) {
     case Fp8MmaKernel::kAuto:
       if (paired) return Fp8MmaKernel::kStreamed;

@@ -66,14 +66,15 @@ enum class Fp8MmaKernel : uint8_t {
 constexpr int32_t kFp8MmaStagedTileRows = 128;
 constexpr int64_t kFp8MmaStagedMinRows = 64;
 
-// A dense linear's weight and result: y = x @ dequant(w)^T.
+// A linear's weight and result: y = x @ dequant(w)^T.
 struct Fp8MmaOutput {
-  const uint8_t* w = nullptr;       // [n, k] e4m3 codes
-  const float* w_scale = nullptr;   // w_scale[(row / 128) * w_scale_ld + b]
+  const uint8_t* w = nullptr;       // [n, k] e4m3 codes (dense)
+  const float* w_scale = nullptr;   // w_scale[(row / 128) * w_scale_ld + b] (dense)
   int64_t w_scale_ld = 0;
   MutFloatPtr y;                    // [m, n] row stride ldy
   int64_t ldy = 0;
   int64_t n = 0;
+  int32_t group_offset = 0;         // grouped: a tile of group g meets group_w[g + group_offset]
 };
 
 struct Fp8MmaGemmParams {
@@ -98,8 +99,9 @@ struct Fp8MmaGemmParams {
   const uint8_t* const* group_w = nullptr;
   const float* const* group_w_scale = nullptr;
   Fp8MmaKernel kernel = Fp8MmaKernel::kAuto;
-  // A second dense linear of the same x in the same launch (n > 0; the streamed kernel, so m <
-  // kFp8MmaStagedMinRows): its rows get the bits they get alone.
+  // A second linear of the same x in the same launch (n > 0; the streamed kernel: dense with m <
+  // kFp8MmaStagedMinRows, or grouped with tiles of 8, 16 or 32 rows): its rows get the bits they
+  // get alone.
   Fp8MmaOutput second;
 };
 
@@ -107,8 +109,9 @@ struct Fp8MmaGemmParams {
 // 8, 16 or 32 (the streamed kernel) below kFp8MmaStagedMinRows, else kFp8MmaStagedTileRows.
 int32_t fp8_mma_tile_rows(int64_t m);
 
-// The kernel fp8_mma_gemm runs for p. A second output takes the streamed kernel (UsageError when
-// grouped, m >= kFp8MmaStagedMinRows or a staged kernel is forced). kAuto: grouped, the staged kernel iff tile_rows is not
+// The kernel fp8_mma_gemm runs for p. A second output takes the streamed kernel (UsageError for
+// dense m >= kFp8MmaStagedMinRows, grouped tiles of other sizes, or a forced staged kernel). kAuto:
+// grouped, the staged kernel iff tile_rows is not
 // 8, 16 or 32; dense, the staged kernel iff m >= kFp8MmaStagedMinRows and its grid has at least
 // 40 tiles of 128 x 128 (estimated, fp8_mma_gemm.cu), else the streamed kernel. A forced
 // kStreamed throws UsageError for grouped tiles of other than 8, 16 or 32 rows; a grouped
