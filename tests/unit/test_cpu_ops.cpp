@@ -21,6 +21,8 @@ using dsv4::testing::make_ints;
 using dsv4::testing::make_tensor;
 using dsv4::testing::make_weight;
 using dsv4::testing::max_rel_error;
+using dsv4::testing::one_page_cache;
+using dsv4::testing::OnePageCache;
 using dsv4::testing::random_floats;
 using dsv4::testing::same_bits;
 using dsv4::testing::to_floats;
@@ -74,7 +76,8 @@ TEST_F(CpuOpsTest, WriteCacheRowsPutsEachRowWhereThePlanSays) {
   const DeviceTensor from = make_tensor(ops, DType::kF32, {5, 4}, src);
   DeviceTensor a = ops.alloc(DType::kF32, {3, 4}), b = ops.alloc(DType::kF32, {6, 4});
   const DeviceTensor rows = make_ints(ops, {5}, {2, -1, 5, 0, -1});
-  const std::vector<CacheRows> seqs = {{0, 2, a.view()}, {2, 3, b.view()}};
+  const OnePageCache pa = one_page_cache(ops, a), pb = one_page_cache(ops, b);
+  const std::vector<CacheRows> seqs = {{0, 2, pa.cache}, {2, 3, pb.cache}};
   ops.write_cache_rows({from.view(), rows.view(), seqs});
   const std::vector<float> got_a = to_floats(a.view()), got_b = to_floats(b.view());
   const auto expect_row = [&](const std::vector<float>& got, int64_t row, int64_t src_row) {
@@ -97,11 +100,12 @@ TEST_F(CpuOpsTest, WriteCacheRowsPutsEachRowWhereThePlanSays) {
     }
   };
   const DeviceTensor past = make_ints(ops, {5}, {3, -1, 0, 0, 0});
-  expect_refused({from.view(), past.view(), seqs}, "goes to row 3 of sequence 0's cache");
+  expect_refused({from.view(), past.view(), seqs}, "goes to entry 3 of sequence 0's cache, which has no row for it");
   DeviceTensor half = ops.alloc(DType::kBF16, {3, 4});
-  const std::vector<CacheRows> wrong_dtype = {{0, 2, half.view()}};
-  expect_refused({from.view(), rows.view(), wrong_dtype}, "write_cache_rows: sequence 0: cache bf16");
-  const std::vector<CacheRows> outside = {{4, 2, a.view()}};
+  const OnePageCache phalf = one_page_cache(ops, half);
+  const std::vector<CacheRows> wrong_dtype = {{0, 2, phalf.cache}};
+  expect_refused({from.view(), rows.view(), wrong_dtype}, "write_cache_rows: sequence 0: cache pool bf16");
+  const std::vector<CacheRows> outside = {{4, 2, pa.cache}};
   expect_refused({from.view(), rows.view(), outside}, "rows [4, 6) are outside the source");
 }
 
@@ -477,7 +481,8 @@ TEST_F(CpuOpsTest, IndexerSeesOnlyCompleteBlocksAndKeepsTheTopScoresAscending) {
   const DeviceTensor q = make_tensor(ops, DType::kF32, {T, 1, dh}, std::vector<float>(T * dh, 1.0f));
   const DeviceTensor w = make_tensor(ops, DType::kF32, {T, 1}, std::vector<float>(T, 1.0f));
   DeviceTensor topk = ops.alloc(DType::kI32, {T, k});
-  const IndexerSeq seq{{0, T, 0}, tk.view()};
+  const OnePageCache keys_cache = one_page_cache(ops, tk);
+  const IndexerSeq seq{{0, T, 0}, keys_cache.cache};
   ops.indexer_topk({q.view(), w.view(), 1.0f, 4, consecutive_positions(ops, 0, T).view(), {&seq, 1}, topk.view()});
   const std::vector<int32_t> got = to_ints(topk.view());
   for (int64_t p = 0; p < T; ++p) {
@@ -498,7 +503,8 @@ TEST_F(CpuOpsTest, IndexerScoreIsTheReluWeightedHeadSum) {
   const DeviceTensor keys = make_tensor(ops, DType::kF32, {2, dh}, {1, 0, 0, 1});
   // Head 0 likes key 0 (+3) and dislikes key 1 (-10); head 1 likes key 1 (+1).
   const DeviceTensor q = make_tensor(ops, DType::kF32, {1, 2, dh}, {3, -10, 0, 1});
-  const IndexerSeq seq{{0, 1, 7}, keys.view()};  // position 7: both entries complete
+  const OnePageCache keys_cache = one_page_cache(ops, keys);
+  const IndexerSeq seq{{0, 1, 7}, keys_cache.cache};  // position 7: both entries complete
   for (const auto& [w0, w1, winner] : std::vector<std::tuple<float, float, int>>{{1, 1, 0}, {1, 4, 1}}) {
     const DeviceTensor w = make_tensor(ops, DType::kF32, {1, 2}, {w0, w1});
     DeviceTensor topk = ops.alloc(DType::kI32, {1, 1});
@@ -518,7 +524,8 @@ TEST_F(CpuOpsTest, SparseAttentionIsASoftmaxWithASinkOverWindowAndEntries) {
   const DeviceTensor tq = make_tensor(ops, DType::kF32, {T, H, d}, q), tkv = make_tensor(ops, DType::kF32, {T, d}, kv);
   const DeviceTensor tring = make_tensor(ops, DType::kF32, {W, d}, ring), tcomp = make_tensor(ops, DType::kF32, {3, d}, comp);
   const DeviceTensor topk = make_ints(ops, {T, 2}, {1, -1, 0, 2});
-  const AttentionSeq seq{{0, T, start}, tring.view(), tcomp.view()};
+  const OnePageCache comp_cache = one_page_cache(ops, tcomp);
+  const AttentionSeq seq{{0, T, start}, tring.view(), comp_cache.cache};
   DeviceTensor out = ops.alloc(DType::kF32, {T, H, d});
   const float scale = 0.3f;
   ops.sparse_attention({tq.view(), tkv.view(), &wsink, topk.view(), consecutive_positions(ops, start, T).view(), {&seq, 1},
@@ -556,7 +563,8 @@ TEST_F(CpuOpsTest, DenseCompressedAttentionUsesEveryCompleteBlock) {
   const Weight wsink = make_weight(ops, {-INFINITY}, {H});
   const DeviceTensor tq = make_tensor(ops, DType::kF32, {1, H, d}, q), tkv = make_tensor(ops, DType::kF32, {1, d}, kv);
   const DeviceTensor tring = make_tensor(ops, DType::kF32, {W, d}, ring), tcomp = make_tensor(ops, DType::kF32, {4, d}, comp);
-  const AttentionSeq seq{{0, 1, 5}, tring.view(), tcomp.view()};
+  const OnePageCache comp_cache = one_page_cache(ops, tcomp);
+  const AttentionSeq seq{{0, 1, 5}, tring.view(), comp_cache.cache};
   DeviceTensor out = ops.alloc(DType::kF32, {1, H, d});
   ops.sparse_attention({tq.view(), tkv.view(), &wsink, {}, consecutive_positions(ops, 5, 1).view(), {&seq, 1}, W, 2, 1.0f,
                         out.view()});
