@@ -64,7 +64,8 @@ DeviceTensor attention(const ForwardContext& ctx, const AttentionWeights& w, int
 
   std::vector<AttentionSeq> seqs;
   for (size_t s = 0; s < ctx.slices.size(); ++s)
-    seqs.push_back({ctx.slices[s], ctx.cache(s).layer(layer).window.view(), ratio > 0 ? ctx.compressed(s, layer) : PagedCache()});
+    seqs.push_back(
+        {ctx.slices[s], ctx.cache(s).layer(layer).window.view(), ratio > 0 ? ctx.compressed(s, layer) : PagedCache()});
   DeviceTensor o = ctx.alloc(ctx.act, {T, H, d});
   const auto softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   ctx.ops.sparse_attention({q.view(), kv.view(), &w.attn_sink, topk.empty() ? ConstTensorView() : ConstTensorView(topk.view()),

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <iterator>
+#include <memory>
 #include <string>
 
 #include "core/error.h"
@@ -32,10 +34,16 @@ int64_t checked_capacity(const ModelConfig& cfg, int64_t capacity) {
   return capacity;
 }
 
+// A pool holding one sequence's capacity in one page per ratio (checked before it is allocated).
+std::shared_ptr<CachePool> own_pool(Ops& ops, const ModelConfig& cfg, int64_t capacity, DType dtype) {
+  return std::make_shared<CachePool>(ops, cfg, dtype, CachePool::one_sequence(cfg, checked_capacity(cfg, capacity)));
+}
+
 }  // namespace
 
 BlockTables::BlockTables(std::shared_ptr<CachePool> pool, int64_t capacity) : pool_(std::move(pool)) {
-  for (const auto& [m, p] : pool_->pages()) tables_[m].assign(static_cast<size_t>(pages_for_entries(capacity / m, p.page_rows)), -1);
+  for (const auto& [m, p] : pool_->pages())
+    tables_[m].assign(static_cast<size_t>(pages_for_entries(capacity / m, p.page_rows)), -1);
 }
 
 BlockTables::BlockTables(BlockTables&& other) noexcept
@@ -99,8 +107,6 @@ SequenceCache::SequenceCache(Ops& ops, const ModelConfig& cfg, std::shared_ptr<C
 }
 
 SequenceCache::SequenceCache(Ops& ops, const ModelConfig& cfg, int64_t capacity, DType dtype)
-    : SequenceCache(ops, cfg,
-                    std::make_shared<CachePool>(ops, cfg, dtype, CachePool::one_sequence(cfg, checked_capacity(cfg, capacity))),
-                    capacity) {}
+    : SequenceCache(ops, cfg, own_pool(ops, cfg, capacity, dtype), capacity) {}
 
 }  // namespace dsv4

@@ -64,13 +64,15 @@ CachePool::PagesByRatio CachePool::pages_for(const ModelConfig& cfg, int64_t seq
 
 CachePool::PagesByRatio CachePool::one_sequence(const ModelConfig& cfg, int64_t capacity) {
   PagesByRatio pages;
-  for (const int64_t m : compression_ratios(cfg)) pages[m] = {std::max<int64_t>(1, capacity / m), capacity / m > 0 ? 1 : 0};
+  for (const int64_t m : compression_ratios(cfg))
+    pages[m] = {std::max<int64_t>(1, capacity / m), capacity / m > 0 ? 1 : 0};
   return pages;
 }
 
 const CachePool::Pages& CachePool::pages(int64_t ratio) const {
   const auto it = pages_.find(ratio);
-  if (it == pages_.end()) throw UsageError("the cache pool has no pages for compression ratio " + std::to_string(ratio));
+  if (it == pages_.end())
+    throw UsageError("the cache pool has no pages for compression ratio " + std::to_string(ratio));
   return it->second;
 }
 
@@ -98,8 +100,8 @@ void CachePool::give_back(int64_t ratio, std::span<const int32_t> pages) {
   const Pages& p = this->pages(ratio);
   for (const int32_t page : pages)
     if (page < 0 || page >= p.num_pages)
-      throw UsageError("page " + std::to_string(page) + " given back to the cache pool's " + std::to_string(p.num_pages) +
-                       " ratio-" + std::to_string(ratio) + " pages");
+      throw UsageError("page " + std::to_string(page) + " given back to the cache pool's " +
+                       std::to_string(p.num_pages) + " ratio-" + std::to_string(ratio) + " pages");
   const std::lock_guard lock(mutex_);
   std::vector<int32_t>& free = free_.at(ratio);
   free.insert(free.end(), pages.rbegin(), pages.rend());

@@ -28,7 +28,8 @@ void compress(const ForwardContext& ctx, const CompressorWeights& w, int64_t lay
     CompressorState& state = use == CompressorUse::kAttention ? cache.compressor : cache.index_compressor;
     const int64_t rows = compressor_block_rows(sl.num_tokens, m);
     seqs.push_back({sl, state.kv.view(), state.score.view(), entries});
-    writes.push_back({entries, rows, use == CompressorUse::kAttention ? ctx.compressed(s, layer) : ctx.index_keys(s, layer)});
+    writes.push_back(
+        {entries, rows, use == CompressorUse::kAttention ? ctx.compressed(s, layer) : ctx.index_keys(s, layer)});
     entries += rows;
   }
   DeviceTensor pooled = ctx.alloc(DType::kF32, {entries, dc});

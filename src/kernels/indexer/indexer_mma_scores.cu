@@ -4,8 +4,8 @@
 // stages; each key from its pool row through the sequence's block table), each tile read once
 // for all heads. Per tile every warp computes its 16 rows x 64 keys of q.k with mma.sync
 // m16n8k16 (bf16 operands, fp32 accumulation), writes (w[h] * weight_scale) * relu(q.k) to
-// shared memory, and one thread per key then adds the heads in head order, as CpuOps does. Decode spreads a token's keys over many CTAs; prefill gives a
-// CTA all of a token's keys.
+// shared memory, and one thread per key then adds the heads in head order, as CpuOps does.
+// Decode spreads a token's keys over many CTAs; prefill gives a CTA all of a token's keys.
 //
 // Why the scores equal CpuOps' bit for bit in the default numerics. q and the keys are FP4-QAT'd
 // in blocks of 32 along dh (model/indexer.cpp, model/compressor.cpp: Hadamard, then
