@@ -102,25 +102,30 @@ class CudaOpsAttentionMoeTest : public ::testing::Test {
   }
   // A cache's entries ([entries, width] rows) in a paged pool in both backends: scattered over
   // pages of page_rows rows in a shuffled order with spare pages of random rows between them,
-  // and a -1 page at the end of the table (a page not taken yet).
+  // and a -1 page at the end of the table (a page not taken yet). With missing_page >= 0 that
+  // page of the table is -1 too, so its entries are absent.
   struct BothPaged {
     Both pool, table;
     PagedCache cpu() const { return {pool.cpu.view(), table.cpu.view()}; }
     PagedCache gpu() const { return {pool.gpu.view(), table.gpu.view()}; }
   };
-  BothPaged paged(const Tensor& entries, int64_t page_rows) {
+  BothPaged paged(const Tensor& entries, int64_t page_rows, int64_t missing_page = -1) {
     const int64_t n = entries.shape()[0], width = entries.shape()[1], pages = (n + page_rows - 1) / page_rows;
     const int64_t num_pages = pages + 3;
     std::vector<int32_t> ids(static_cast<size_t>(num_pages));
     std::iota(ids.begin(), ids.end(), 0);
     std::shuffle(ids.begin(), ids.end(), rng_);
     ids.resize(static_cast<size_t>(pages));
+    if (missing_page >= 0 && missing_page < pages) ids[static_cast<size_t>(missing_page)] = -1;
     ids.push_back(-1);
     Tensor pool = random_tensor(entries.dtype(), {num_pages, page_rows, width}, 1.0f);
     const size_t row_bytes = static_cast<size_t>(width) * dtype_size(entries.dtype());
-    for (int64_t j = 0; j < n; ++j)
-      std::memcpy(pool.data<std::byte>() + (ids[static_cast<size_t>(j / page_rows)] * page_rows + j % page_rows) * row_bytes,
-                  entries.data<std::byte>() + j * row_bytes, row_bytes);
+    for (int64_t j = 0; j < n; ++j) {
+      const int32_t page = ids[static_cast<size_t>(j / page_rows)];
+      if (page >= 0)
+        std::memcpy(pool.data<std::byte>() + (page * page_rows + j % page_rows) * row_bytes,
+                    entries.data<std::byte>() + j * row_bytes, row_bytes);
+    }
     return {both(pool), both(int_tensor({pages + 1}, ids))};
   }
 
@@ -235,6 +240,7 @@ TEST_P(IndexerTopkTest, MatchesCpuIncludingTiesAndShortRows) {
   const Both w = both(random_tensor(dt, {T, heads}, 1.0f));
   std::vector<BothPaged> keys;
   std::vector<IndexerSeq> cseqs, gseqs;
+  // The last sequence's keys 35-39 are in a missing page: they score -inf on both backends.
   for (const SeqSlice& sl : slices) {
     const int64_t capacity = (sl.start_pos + sl.num_tokens) / ratio + 3;
     Tensor host = random_tensor(dt, {capacity, dh}, 1.0f);
@@ -244,7 +250,7 @@ TEST_P(IndexerTopkTest, MatchesCpuIncludingTiesAndShortRows) {
     for (int64_t j = 37; j < capacity; ++j)
       std::memcpy(bytes + j * row_bytes, bytes + (j % 37) * row_bytes, row_bytes);
     for (int64_t j = 0; j < capacity; j += 11) std::memset(bytes + j * row_bytes, 0, row_bytes);
-    keys.push_back(paged(host, 5));
+    keys.push_back(paged(host, 5, sl.start_pos == 1000 ? 7 : -1));
   }
   for (size_t s = 0; s < slices.size(); ++s) {
     cseqs.push_back({slices[s], keys[s].cpu()});
@@ -304,7 +310,8 @@ TEST_P(SparseAttentionTest, MatchesCpu) {
   for (const SeqSlice& sl : slices) {
     windows.push_back(both(random_tensor(dt, {W, d}, 1.0f)));
     const int64_t capacity = ratio > 0 ? (sl.start_pos + sl.num_tokens) / ratio + 2 : 1;
-    comps.push_back(paged(random_tensor(dt, {capacity, d}, 1.0f), 3));
+    // The decode step's sequence has a missing page (entries 15-17 absent, skipped by both).
+    comps.push_back(paged(random_tensor(dt, {capacity, d}, 1.0f), 3, sl.start_pos == 200 ? 5 : -1));
     for (int64_t i = 0; i < sl.num_tokens && ratio > 0; ++i) {
       // A random subset of the visible entries, ascending, then -1 (sometimes none at all).
       const int64_t visible = (sl.start_pos + i + 1) / ratio;
