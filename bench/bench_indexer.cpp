@@ -3,7 +3,8 @@
 // prefills of 2k and 8k tokens, with the exact CUDA-core score kernel (the old path, kept for
 // exact math) and the tensor-core one (the default numerics), plus the tensor-core scores and
 // the top-k alone; prints microseconds per call beside the memory floor (the keys' bytes read
-// once at 4.43 TB/s). Inputs are bf16 e2m1 values times pow2 scales, as QAT leaves them.
+// once at 4.43 TB/s). Inputs are bf16 e2m1 values times pow2 scales, as QAT leaves them; each
+// sequence's keys are read through a shuffled block table of 64-key pages, as the model's are.
 // Usage: bench_indexer [iterations]
 #include <cuda_runtime.h>
 
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -25,6 +27,7 @@ namespace {
 using dsv4::kernels::IndexerScoreKernel;
 
 constexpr int64_t kHeads = 64, kDh = 128, kTopk = 512, kRatio = 4;
+constexpr int64_t kPageRows = 64;  // keys per cache page, read through a shuffled block table
 constexpr double kMemoryBandwidth = 4.43e12;  // bytes/s, the H200's HBM3e peak
 
 struct Case {
@@ -68,12 +71,18 @@ int main(int argc, char** argv) {
     // Each sequence's keys in memory of their own (a shared pool would sit in L2 and hide the reads).
     const std::vector<uint16_t> pool = fp4_values(static_cast<size_t>((keys_per_seq + 64 * c.batch) * kDh), rng);
     std::vector<uint16_t*> keys;
+    std::vector<int32_t*> tables;
     std::vector<kernels::IndexerSeqDesc> seqs;
     std::vector<int32_t> seq_of_token, positions;
+    const int64_t pages = (keys_per_seq + kPageRows - 1) / kPageRows;
     for (int64_t s = 0; s < c.batch; ++s) {
-      const std::vector<uint16_t> mine(pool.begin() + s * 64 * kDh, pool.begin() + (s * 64 + keys_per_seq) * kDh);
+      const std::vector<uint16_t> mine(pool.begin() + s * 64 * kDh, pool.begin() + (s * 64 + pages * kPageRows) * kDh);
       keys.push_back(bench::device_copy(mine));
-      seqs.push_back({s * c.tokens, {keys.back(), true}});
+      std::vector<int32_t> table(static_cast<size_t>(pages));
+      std::iota(table.begin(), table.end(), 0);
+      std::shuffle(table.begin(), table.end(), rng);
+      tables.push_back(bench::device_copy(table));
+      seqs.push_back({s * c.tokens, {keys.back(), true}, {tables.back(), pages, kPageRows, pages}});
       seq_of_token.insert(seq_of_token.end(), static_cast<size_t>(c.tokens), static_cast<int32_t>(s));
       for (int64_t i = 0; i < c.tokens; ++i) positions.push_back(static_cast<int32_t>(c.start_pos + i));
     }
@@ -118,6 +127,7 @@ int main(int argc, char** argv) {
                 topk_us, exact_us / tensor_us);
 
     for (uint16_t* k : keys) cudaFree(k);
+    for (int32_t* t : tables) cudaFree(t);
     cudaFree(q);
     cudaFree(w);
     cudaFree(d_seqs);

@@ -25,6 +25,7 @@
 namespace {
 
 constexpr int64_t kHeads = 64, kD = 512, kWindow = 128, kTopk = 512;
+constexpr int64_t kPageRows = 64;  // compressed entries per cache page, read through a shuffled block table
 constexpr double kMemoryBandwidth = 4.43e12;  // bytes/s (ENV.md, read-only streaming)
 constexpr double kBf16Flops = 792e12;         // bf16 GEMM, cuBLASLt 8192^3 (ENV.md)
 
@@ -64,12 +65,17 @@ int main(int argc, char** argv) {
     uint16_t* q = bench::device_copy(random_bf16(static_cast<size_t>(T * kHeads * kD), 2.0f, rng));
     uint16_t* kv = bench::device_copy(random_bf16(static_cast<size_t>(T * kD), 1.0f, rng));
     uint16_t* window = bench::device_copy(random_bf16(static_cast<size_t>(kWindow * kD), 1.0f, rng));
-    uint16_t* compressed = bench::device_copy(random_bf16(static_cast<size_t>(capacity * kD), 1.0f, rng));
+    const int64_t pages = (capacity + kPageRows - 1) / kPageRows;
+    uint16_t* compressed = bench::device_copy(random_bf16(static_cast<size_t>(pages * kPageRows * kD), 1.0f, rng));
+    std::vector<int32_t> table(static_cast<size_t>(pages));
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);
+    int32_t* pages_of_compressed = bench::device_copy(table);
     float* sink = bench::device_copy(std::vector<float>(kHeads, 0.5f));
     uint16_t* out = nullptr;
     DSV4_CUDA_CHECK(cudaMalloc(&out, static_cast<size_t>(T * kHeads * kD) * sizeof(uint16_t)));
-    // Every sequence reads the same window ring and compressed entries (the bytes a kernel
-    // moves do not depend on which sequence owns them).
+    // Every sequence reads the same window ring and compressed entries, the latter through one
+    // shuffled block table (the bytes a kernel moves do not depend on which sequence owns them).
     std::vector<kernels::SparseAttnSeq> seqs;
     std::vector<int32_t> seq_of_token, positions, topk;
     int64_t max_entries = 0;
@@ -78,7 +84,10 @@ int main(int argc, char** argv) {
       kernels::SparseAttnSeq desc;
       desc.token_begin = s * c.tokens;
       desc.window = {window, true};
-      if (c.ratio > 0) desc.compressed = {compressed, true};
+      if (c.ratio > 0) {
+        desc.compressed = {compressed, true};
+        desc.compressed_pages = {pages_of_compressed, pages, kPageRows, pages};
+      }
       seqs.push_back(desc);
       for (int64_t i = 0; i < c.tokens; ++i) {
         seq_of_token.push_back(static_cast<int32_t>(s));
@@ -136,7 +145,8 @@ int main(int argc, char** argv) {
     std::printf("%-22s %8lld %12.2f %12.2f %10.2f %10.2f\n", c.name, static_cast<long long>(T), tensor_us, rows_us,
                 1e6 * bytes / kMemoryBandwidth, 1e6 * flops / kBf16Flops);
     for (void* ptr : {static_cast<void*>(q), static_cast<void*>(kv), static_cast<void*>(window),
-                      static_cast<void*>(compressed), static_cast<void*>(sink), static_cast<void*>(out), workspace,
+                      static_cast<void*>(compressed), static_cast<void*>(pages_of_compressed),
+                      static_cast<void*>(sink), static_cast<void*>(out), workspace,
                       const_cast<void*>(static_cast<const void*>(seq_table)),
                       const_cast<void*>(static_cast<const void*>(token_seq)),
                       const_cast<void*>(static_cast<const void*>(token_positions)),

@@ -150,19 +150,22 @@ void wait_for(Ops& ops, const DeviceTensor& t) {
   ops.download(slice_rows(first.view(), 0, 1), TensorView(reinterpret_cast<std::byte*>(&one), t.dtype(), {1}));
 }
 
-// A copy of `src`'s caches and length in a new sequence of the same capacity.
+// A copy of `src`'s caches and length in a new sequence of the same capacity. Both keep their
+// compressed entries and indexer keys in pools of their own (new_sequence without a pool), whose
+// one page per ratio is taken at the same length, so the pools are copied whole.
 SequenceCache clone_sequence(const Model& model, Ops& ops, const SequenceCache& src) {
   SequenceCache dst = model.new_sequence(ops, src.capacity(), src.dtype() == DType::kF32);
+  dst.reserve(src.length());
   const int64_t layers = model.config().num_layers();
   for (int64_t l = 0; l < layers; ++l) {
     const LayerCache& a = src.layer(l);
     LayerCache& b = dst.layer(l);
-    const std::pair<const DeviceTensor*, DeviceTensor*> pairs[] = {
+    const std::pair<const DeviceTensor*, const DeviceTensor*> pairs[] = {
         {&a.window, &b.window},
-        {&a.compressed, &b.compressed},
+        {&src.pool().compressed(l), &dst.pool().compressed(l)},
         {&a.compressor.kv, &b.compressor.kv},
         {&a.compressor.score, &b.compressor.score},
-        {&a.index_keys, &b.index_keys},
+        {&src.pool().index_keys(l), &dst.pool().index_keys(l)},
         {&a.index_compressor.kv, &b.index_compressor.kv},
         {&a.index_compressor.score, &b.index_compressor.score}};
     for (const auto& [from, to] : pairs)

@@ -17,7 +17,7 @@ namespace {
 void append_to_windows(const ForwardContext& ctx, int64_t layer, const DeviceTensor& kv) {
   std::vector<CacheRows> seqs;
   for (size_t s = 0; s < ctx.slices.size(); ++s)
-    seqs.push_back({ctx.slices[s].token_begin, ctx.slices[s].num_tokens, ctx.cache(s).layer(layer).window.view()});
+    seqs.push_back({ctx.slices[s].token_begin, ctx.slices[s].num_tokens, ctx.window(s, layer)});
   ctx.ops.write_cache_rows({kv.view(), ctx.window_rows.view(), seqs});
 }
 
@@ -64,10 +64,9 @@ DeviceTensor attention(const ForwardContext& ctx, const AttentionWeights& w, int
   if (w.indexer) topk = indexer_topk(ctx, *w.indexer, layer, x, qr, inv_freq);
 
   std::vector<AttentionSeq> seqs;
-  for (size_t s = 0; s < ctx.slices.size(); ++s) {
-    const LayerCache& cache = ctx.cache(s).layer(layer);
-    seqs.push_back({ctx.slices[s], cache.window.view(), ratio > 0 ? ConstTensorView(cache.compressed.view()) : ConstTensorView()});
-  }
+  for (size_t s = 0; s < ctx.slices.size(); ++s)
+    seqs.push_back(
+        {ctx.slices[s], ctx.cache(s).layer(layer).window.view(), ratio > 0 ? ctx.compressed(s, layer) : PagedCache()});
   DeviceTensor o = ctx.alloc(ctx.act, {T, H, d});
   const auto softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   ctx.ops.sparse_attention({q.view(), kv.view(), &w.attn_sink, topk.empty() ? ConstTensorView() : ConstTensorView(topk.view()),

@@ -1,7 +1,12 @@
-// Allocation of a sequence's per-layer caches, sized from the config and the capacity.
+// Allocation of a sequence's per-layer caches, sized from the config and the capacity, and its
+// block tables into the cache pool.
 #include "model/cache.h"
 
+#include <algorithm>
 #include <atomic>
+#include <iterator>
+#include <memory>
+#include <string>
 
 #include "core/error.h"
 
@@ -16,34 +21,92 @@ CompressorState make_state(Ops& ops, int64_t ratio, int64_t dc) {
   return {ops.alloc(DType::kF32, {coff * ratio, coff * dc}), ops.alloc(DType::kF32, {coff * ratio, coff * dc})};
 }
 
-}  // namespace
+int64_t pages_for_entries(int64_t entries, int64_t page_rows) { return (entries + page_rows - 1) / page_rows; }
 
-SequenceCache::SequenceCache(Ops& ops, const ModelConfig& cfg, int64_t capacity, DType dtype)
-    : capacity_(capacity), id_(next_cache_id++), dtype_(dtype) {
+// The capacity, checked before anything is allocated for it.
+int64_t checked_capacity(const ModelConfig& cfg, int64_t capacity) {
   if (capacity <= 0) throw UsageError("a sequence needs a positive capacity, got " + std::to_string(capacity));
   // Positions past max_position_embeddings are refused by the forward, so such a cache could
   // never be filled; refusing it here also keeps a typo from becoming a huge allocation.
   if (capacity > cfg.params().max_position_embeddings)
     throw UsageError("a sequence of " + std::to_string(capacity) + " tokens is longer than the model's " +
                      "max_position_embeddings (" + std::to_string(cfg.params().max_position_embeddings) + ")");
-  if (dtype != DType::kBF16 && dtype != DType::kF32)
-    throw UsageError("sequence caches hold bf16 or f32, not " + std::string(dtype_name(dtype)));
+  return capacity;
+}
+
+// A pool holding one sequence's capacity in one page per ratio (checked before it is allocated).
+std::shared_ptr<CachePool> own_pool(Ops& ops, const ModelConfig& cfg, int64_t capacity, DType dtype) {
+  return std::make_shared<CachePool>(ops, cfg, dtype, CachePool::one_sequence(cfg, checked_capacity(cfg, capacity)));
+}
+
+}  // namespace
+
+BlockTables::BlockTables(std::shared_ptr<CachePool> pool, int64_t capacity) : pool_(std::move(pool)) {
+  for (const auto& [m, p] : pool_->pages())
+    tables_[m].assign(static_cast<size_t>(pages_for_entries(capacity / m, p.page_rows)), -1);
+}
+
+BlockTables::BlockTables(BlockTables&& other) noexcept
+    : pool_(std::move(other.pool_)), tables_(std::move(other.tables_)) {
+  other.tables_.clear();
+}
+
+BlockTables& BlockTables::operator=(BlockTables&& other) noexcept {
+  if (this != &other) {
+    give_back();
+    pool_ = std::move(other.pool_);
+    tables_ = std::move(other.tables_);
+    other.tables_.clear();
+  }
+  return *this;
+}
+
+BlockTables::~BlockTables() { give_back(); }
+
+void BlockTables::give_back() {
+  if (pool_ == nullptr) return;
+  for (const auto& [m, table] : tables_) {
+    std::vector<int32_t> taken;
+    std::copy_if(table.begin(), table.end(), std::back_inserter(taken), [](int32_t page) { return page >= 0; });
+    pool_->give_back(m, taken);
+  }
+  tables_.clear();
+}
+
+void BlockTables::reserve(int64_t tokens) {
+  for (auto& [m, table] : tables_) {
+    const auto needed = static_cast<size_t>(pages_for_entries(tokens / m, pool_->pages(m).page_rows));
+    if (needed > table.size())
+      throw UsageError("block tables of " + std::to_string(table.size()) + " ratio-" + std::to_string(m) +
+                       " pages cannot hold " + std::to_string(tokens) + " tokens");
+    const auto first_missing = static_cast<size_t>(std::find(table.begin(), table.end(), -1) - table.begin());
+    if (first_missing >= needed) continue;
+    const std::vector<int32_t> pages = pool_->take(m, static_cast<int64_t>(needed - first_missing));
+    std::copy(pages.begin(), pages.end(), table.begin() + static_cast<std::ptrdiff_t>(first_missing));
+  }
+}
+
+SequenceCache::SequenceCache(Ops& ops, const ModelConfig& cfg, std::shared_ptr<CachePool> pool, int64_t capacity)
+    : capacity_(checked_capacity(cfg, capacity)), id_(next_cache_id++) {
+  if (pool == nullptr) throw UsageError("a sequence needs a cache pool");
+  if (pool->num_layers() != cfg.num_layers() + cfg.num_mtp_layers())
+    throw UsageError("the cache pool was made for " + std::to_string(pool->num_layers()) + " layers, the model has " +
+                     std::to_string(cfg.num_layers() + cfg.num_mtp_layers()));
+  const DType dtype = pool->dtype();
   const ModelParams& p = cfg.params();
   const int64_t d = p.head_dim, dh = p.index_head_dim;
   for (int64_t l = 0; l < cfg.num_layers() + cfg.num_mtp_layers(); ++l) {
     LayerCache c;
     c.window = ops.alloc(dtype, {p.sliding_window, d});
     const int64_t m = cfg.compress_ratio(l);
-    if (m > 0) {
-      c.compressed = ops.alloc(dtype, {capacity / m, d});
-      c.compressor = make_state(ops, m, d);
-    }
-    if (cfg.layer_kind(l) == LayerKind::kCsa) {
-      c.index_keys = ops.alloc(dtype, {capacity / m, dh});
-      c.index_compressor = make_state(ops, m, dh);
-    }
+    if (m > 0) c.compressor = make_state(ops, m, d);
+    if (cfg.layer_kind(l) == LayerKind::kCsa) c.index_compressor = make_state(ops, m, dh);
     layers_.push_back(std::move(c));
   }
+  blocks_ = BlockTables(std::move(pool), capacity);
 }
+
+SequenceCache::SequenceCache(Ops& ops, const ModelConfig& cfg, int64_t capacity, DType dtype)
+    : SequenceCache(ops, cfg, own_pool(ops, cfg, capacity, dtype), capacity) {}
 
 }  // namespace dsv4

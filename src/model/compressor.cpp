@@ -1,5 +1,5 @@
 // The compressor block: fp32 kv/score projections, pooling with state (compressor_pool), then
-// the entry's norm, RoPE and QAT, written into the sequences' caches.
+// the entry's norm, RoPE and QAT, written into the sequences' paged caches.
 #include "model/compressor.h"
 
 #include <vector>
@@ -27,7 +27,8 @@ void compress(const ForwardContext& ctx, const CompressorWeights& w, int64_t lay
     CompressorState& state = use == CompressorUse::kAttention ? cache.compressor : cache.index_compressor;
     const int64_t rows = compressor_block_rows(sl.num_tokens, m);
     seqs.push_back({sl, state.kv.view(), state.score.view(), entries});
-    writes.push_back({entries, rows, (use == CompressorUse::kAttention ? cache.compressed : cache.index_keys).view()});
+    writes.push_back(
+        {entries, rows, use == CompressorUse::kAttention ? ctx.compressed(s, layer) : ctx.index_keys(s, layer)});
     entries += rows;
   }
   DeviceTensor pooled = ctx.alloc(DType::kF32, {entries, dc});

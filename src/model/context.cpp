@@ -28,6 +28,19 @@ ForwardContext::ForwardContext(Ops& ops_, const ModelConfig& cfg_, const Forward
   slices = plan.slices();
 }
 
+PagedCache ForwardContext::compressed(size_t seq, int64_t layer) const {
+  return {cache(seq).pool().compressed(layer).view(), field(plan.block_table(cfg.compress_ratio(layer), seq)).view()};
+}
+
+PagedCache ForwardContext::index_keys(size_t seq, int64_t layer) const {
+  return {cache(seq).pool().index_keys(layer).view(), field(plan.block_table(cfg.compress_ratio(layer), seq)).view()};
+}
+
+PagedCache ForwardContext::window(size_t seq, int64_t layer) const {
+  const DeviceTensor& ring = cache(seq).layer(layer).window;
+  return {ring.reshaped({1, ring.dim(0), ring.dim(1)}).view(), field(plan.one_page_table()).view()};
+}
+
 DeviceTensor linear(const ForwardContext& ctx, const DeviceTensor& x, const Weight& w, DType out) {
   DeviceTensor y = ctx.alloc(out, {x.dim(0), w.shape.at(0)});
   const bool quantised = w.format != WeightFormat::kPlain;

@@ -41,6 +41,12 @@ struct ForwardContext {
   // An op's output within the forward (the op writes all of it, so it need not be zeroed).
   DeviceTensor alloc(DType dtype, Shape shape) const { return ops.alloc_output(dtype, std::move(shape)); }
   SequenceCache& cache(size_t seq) const { return *batch.sequences[seq].cache; }
+  // Sequence seq's caches of `layer` as the ops address them: the compressed entries and the
+  // indexer keys are its pool's pages through its block table in the plan; the window ring, a
+  // cache of one page, for its writes.
+  PagedCache compressed(size_t seq, int64_t layer) const;
+  PagedCache index_keys(size_t seq, int64_t layer) const;
+  PagedCache window(size_t seq, int64_t layer) const;
   void observe(const std::string& name, const DeviceTensor& t) const {
     if (batch.observer != nullptr) batch.observer->on_tensor(name, t.view());
   }

@@ -22,7 +22,7 @@ DeviceTensor indexer_topk(const ForwardContext& ctx, const IndexerWeights& w, in
   const auto weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dh * heads)));
 
   std::vector<IndexerSeq> seqs;
-  for (size_t s = 0; s < ctx.slices.size(); ++s) seqs.push_back({ctx.slices[s], ctx.cache(s).layer(layer).index_keys.view()});
+  for (size_t s = 0; s < ctx.slices.size(); ++s) seqs.push_back({ctx.slices[s], ctx.index_keys(s, layer)});
   DeviceTensor topk = ctx.alloc(DType::kI32, {T, p.index_topk});
   ctx.ops.indexer_topk({q.view(), weights.view(), weight_scale, ctx.cfg.compress_ratio(layer), ctx.positions.view(), seqs,
                         topk.view()});

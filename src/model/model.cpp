@@ -41,6 +41,14 @@ SequenceCache Model::new_sequence(Ops& ops, int64_t capacity, bool exact_math) c
   return SequenceCache(ops, cfg_, capacity, exact_math ? DType::kF32 : DType::kBF16);
 }
 
+SequenceCache Model::new_sequence(Ops& ops, std::shared_ptr<CachePool> pool, int64_t capacity) const {
+  return SequenceCache(ops, cfg_, std::move(pool), capacity);
+}
+
+std::shared_ptr<CachePool> Model::new_cache_pool(Ops& ops, const CachePool::PagesByRatio& pages, bool exact_math) const {
+  return std::make_shared<CachePool>(ops, cfg_, exact_math ? DType::kF32 : DType::kBF16, pages);
+}
+
 const LayerWeights& Model::layer_weights(int64_t layer) const {
   if (layer < cfg_.num_layers()) return weights_.layers.at(static_cast<size_t>(layer));
   return weights_.mtp.at(static_cast<size_t>(layer - cfg_.num_layers())).block;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,8 +41,12 @@ class Model {
   const ModelWeights& weights() const { return weights_; }
 
   // Empty caches for a sequence of up to `capacity` tokens, in the dtype a forward with
-  // `exact_math` needs.
+  // `exact_math` needs, its compressed entries and indexer keys in a pool of its own (one page).
   SequenceCache new_sequence(Ops& ops, int64_t capacity, bool exact_math) const;
+  // The same with those caches in pages of `pool`, shared with other sequences (new_cache_pool).
+  SequenceCache new_sequence(Ops& ops, std::shared_ptr<CachePool> pool, int64_t capacity) const;
+  // A page pool for sequences of this model (CachePool::pages_for sizes one).
+  std::shared_ptr<CachePool> new_cache_pool(Ops& ops, const CachePool::PagesByRatio& pages, bool exact_math) const;
 
   // The main model over the batch; advances each sequence's length by its tokens.
   ForwardResult forward(Ops& ops, const ForwardBatch& batch) const;

@@ -55,6 +55,14 @@ StepPlan::StepPlan(const ModelConfig& cfg, const ForwardBatch& batch, bool mtp) 
   }
   if (begin != T)
     throw UsageError("the batch's sequences hold " + std::to_string(begin) + " of its " + std::to_string(T) + " tokens");
+  for (size_t s = 0; s < batch.sequences.size(); ++s) {
+    const SequenceChunk& c = batch.sequences[s];
+    try {
+      c.cache->reserve(c.start_pos + c.num_tokens);
+    } catch (const UsageError& e) {
+      throw UsageError("sequence " + std::to_string(s) + " of the batch: " + e.what());
+    }
+  }
 
   token_ids_ = append(batch.token_ids);
   positions_ = append(batch.positions);
@@ -81,7 +89,9 @@ StepPlan::StepPlan(const ModelConfig& cfg, const ForwardBatch& batch, bool mtp) 
     }
     entry_rows_[m] = append(rows);
     entry_positions_[m] = append(positions);
+    for (const SequenceChunk& c : batch.sequences) block_tables_[m].push_back(append(c.cache->block_table(m)));
   }
+  one_page_table_ = append({0});
 }
 
 }  // namespace dsv4

@@ -20,6 +20,7 @@
 
 #include "config/model_config.h"
 #include "core/tensor.h"
+#include "kv/page_table.h"
 #include "loader/weights.h"
 #include "ops/fork_join.h"
 
@@ -110,19 +111,37 @@ struct CopyRowsParams {
   std::span<const RowCopy> copies;
 };
 
+// A sequence's cache whose rows live in pages of a pool that sequences share
+// (model/cache_pool.h): entry j is row j % page_rows of page table[j / page_rows]
+// (kv/page_table.h). The table is plan data in backend memory (StepPlan::block_table) that kernels
+// read on the device, so a CUDA graph replays with the next step's pages. An entry whose page is
+// -1 (not given yet), past the table or outside the pool has no row: readers treat it as absent
+// (each op says how), and a write to it is an error (the CPU throws; the CUDA backend drops the
+// row). A contiguous cache is the special case of one page holding every row, table [0].
+struct PagedCache {
+  TensorView pool;        // [num_pages, page_rows, width]
+  ConstTensorView table;  // [table pages] i32 page ids
+};
+
+// The table as PageTable addresses it (pointers into backend memory; after check_params).
+inline PageTable page_table(const PagedCache& c) {
+  return {c.table.data<int32_t>(), c.table.numel(), c.pool.dim(1), c.pool.dim(0)};
+}
+
 // One sequence's rows of a write_cache_rows source: rows [src_begin, src_begin + rows) go into
 // `cache`.
 struct CacheRows {
   int64_t src_begin = 0;
   int64_t rows = 0;
-  TensorView cache;     // [capacity, width], the source's dtype and width
+  PagedCache cache;     // pool [pages, page_rows, width] of the source's dtype and width
 };
 
-// Cache writes whose destinations are data, not arguments: source row r goes to row dst_rows[r]
-// of its sequence's cache, or nowhere where dst_rows[r] < 0. The destinations come from the
-// forward's step plan (window slots, completed blocks), so the op's arguments are the same at
-// every decode step and a CUDA graph can replay it. A destination past the cache is an error
-// (the CPU throws; the CUDA backend skips the row: the plan never makes one).
+// Cache writes whose destinations are data, not arguments: source row r goes to entry
+// dst_rows[r] of its sequence's cache, or nowhere where dst_rows[r] < 0. The destinations come
+// from the forward's step plan (window slots, completed blocks), so the op's arguments are the
+// same at every decode step and a CUDA graph can replay it. An entry without a row (past the
+// table, or in a page not given) is an error (the CPU throws; the CUDA backend skips the row:
+// the plan never makes one).
 struct WriteCacheRowsParams {
   ConstTensorView src;       // [R, width] any dtype
   ConstTensorView dst_rows;  // [R] i32
@@ -294,12 +313,13 @@ struct CompressorPoolParams {
 
 struct IndexerSeq {
   SeqSlice slice;
-  ConstTensorView keys;    // [capacity, dh] indexer keys, entry j in row j; entries complete at a
+  PagedCache keys;         // pool [pages, page_rows, dh]: entry j is key j; entries complete at a
                            // query's position are valid
 };
 
 // Lightning indexer (MODEL.md §5.2): I[t, j] = sum_h w[t, h] * weight_scale * relu(q[t, h] . k[j])
-// over the entries j < floor((p_t + 1) / ratio); picks the top `topk` (ties: lower j first).
+// over the entries j < floor((p_t + 1) / ratio); picks the top `topk` (ties: lower j first). An
+// absent key (PagedCache) scores -inf. The table must reach every entry the slice's tokens see.
 struct IndexerTopkParams {
   ConstTensorView q;       // [T, Hi, dh]
   ConstTensorView weights; // [T, Hi]
@@ -313,14 +333,15 @@ struct IndexerTopkParams {
 struct AttentionSeq {
   SeqSlice slice;
   ConstTensorView window;      // [W, d] kv rows of positions < start_pos, position p in row p % W
-  ConstTensorView compressed;  // [capacity, d] compressed entries, entry j in row j; empty for
-                               // SWA-only layers
+  PagedCache compressed;       // pool [pages, page_rows, d]: entry j is compressed entry j; empty
+                               // for SWA-only layers
 };
 
 // Sparse attention with a per-head sink (MODEL.md §3.5-3.6). Query t at position p attends to
 // the window positions max(0, p-W+1)..p (older ones from the sequence's window ring, the batch's
 // own from kv), then to compressed entries: none (ratio 0), all j < floor((p+1)/ratio) (topk
-// empty), or the listed ids (topk given). Entries are visited in that order.
+// empty), or the listed ids (topk given). Entries are visited in that order; absent compressed
+// entries (PagedCache) are skipped. The table must reach every entry the slice's tokens see.
 struct SparseAttentionParams {
   ConstTensorView q;           // [T, H, d]
   ConstTensorView kv;          // [T, d] the batch's window kv rows

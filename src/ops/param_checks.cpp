@@ -48,6 +48,29 @@ void expect_rows_of(const std::string& what, ConstTensorView dst, ConstTensorVie
                      std::to_string(src.dim(1)) + "] " + std::string(dtype_name(src.dtype())));
 }
 
+// A paged cache's pool is [pages, page_rows, width] and its table [pages] i32 (`what` names the
+// cache in the message, "sparse_attention: sequence 0's compressed").
+void expect_paged_cache(const std::string& what, const PagedCache& c) {
+  if (c.pool.rank() != 3)
+    throw UsageError(what + " pool has shape " + shape_str(c.pool.shape()) + ", expected [pages, page_rows, width]");
+  if (c.table.rank() != 1 || c.table.dtype() != DType::kI32)
+    throw UsageError(what + " table is " + std::string(dtype_name(c.table.dtype())) + shape_str(c.table.shape()) +
+                     ", expected i32[pages]");
+}
+
+// A reader's paged cache: float rows of `width`, its table reaching the entries the slice's last
+// token sees.
+void expect_readable_cache(const std::string& what, const PagedCache& c, int64_t width, int64_t entries) {
+  expect_paged_cache(what, c);
+  if (!is_float_activation(c.pool.dtype()) || c.pool.dim(2) != width)
+    throw UsageError(what + " pool " + std::string(dtype_name(c.pool.dtype())) + shape_str(c.pool.shape()) +
+                     " does not hold f32 or bf16 rows of width " + std::to_string(width));
+  if (c.table.numel() * c.pool.dim(1) < entries)
+    throw UsageError(what + " table of " + std::to_string(c.table.numel()) + " pages of " +
+                     std::to_string(c.pool.dim(1)) + " rows cannot hold the " + std::to_string(entries) +
+                     " entries its tokens see");
+}
+
 }  // namespace
 
 void check_params(const AddBroadcastParams& p) {
@@ -92,7 +115,11 @@ void check_params(const WriteCacheRowsParams& p) {
   for (size_t i = 0; i < p.seqs.size(); ++i) {
     const CacheRows& c = p.seqs[i];
     const std::string what = "write_cache_rows: sequence " + std::to_string(i) + ": ";
-    expect_rows_of(what + "cache", c.cache, p.src);
+    expect_paged_cache(what + "cache", c.cache);
+    if (c.cache.pool.dtype() != p.src.dtype() || c.cache.pool.dim(2) != p.src.dim(1))
+      throw UsageError(what + "cache pool " + std::string(dtype_name(c.cache.pool.dtype())) +
+                       shape_str(c.cache.pool.shape()) + " does not hold rows of [*, " + std::to_string(p.src.dim(1)) +
+                       "] " + std::string(dtype_name(p.src.dtype())));
     if (c.rows < 0 || c.src_begin < 0 || c.src_begin + c.rows > p.src.dim(0))
       throw UsageError(what + "rows [" + std::to_string(c.src_begin) + ", " + std::to_string(c.src_begin + c.rows) +
                        ") are outside the source " + shape_str(p.src.shape()));
@@ -194,6 +221,11 @@ void check_params(const IndexerTopkParams& p) {
   expect_shape("indexer_topk", "positions", p.positions, {T});
   expect_dtype("indexer_topk", "positions", p.positions, DType::kI32);
   check_slices("indexer_topk", p.seqs, T);
+  for (size_t s = 0; s < p.seqs.size(); ++s) {
+    const SeqSlice& sl = p.seqs[s].slice;
+    expect_readable_cache("indexer_topk: sequence " + std::to_string(s) + "'s keys", p.seqs[s].keys, p.q.dim(2),
+                          (sl.start_pos + sl.num_tokens) / p.ratio);
+  }
 }
 
 void check_params(const LinearParams& p) {
@@ -276,6 +308,12 @@ void check_params(const SparseAttentionParams& p) {
   }
   if (p.window <= 0) throw UsageError("sparse_attention: window must be positive");
   check_slices("sparse_attention", p.seqs, T);
+  if (p.ratio > 0)
+    for (size_t s = 0; s < p.seqs.size(); ++s) {
+      const SeqSlice& sl = p.seqs[s].slice;
+      expect_readable_cache("sparse_attention: sequence " + std::to_string(s) + "'s compressed", p.seqs[s].compressed,
+                            d, (sl.start_pos + sl.num_tokens) / p.ratio);
+    }
 }
 
 void check_params(const SwigluParams& p) {

@@ -154,7 +154,7 @@ struct EngineConfig {
   int64_t max_num_batched_tokens = 2048;  // tokens in one step (decode first, then prefill chunks)
   // Cache accounting in blocks of block_size tokens (src/scheduler/block_manager.h). 0 blocks:
   // enough for max_num_seqs sequences of max_model_len. Accounting only for now: each sequence's
-  // storage is a contiguous SequenceCache of prompt + max_tokens tokens.
+  // SequenceCache has a page pool of its own, one page of prompt + max_tokens tokens.
   int64_t block_size = 64;
   int64_t num_cache_blocks = 0;
   bool exact_math = false;              // ForwardOptions::exact_math for every step

@@ -1,11 +1,11 @@
 // Cache accounting in fixed-size blocks of tokens: a pool of block ids with reference counts, and
 // per-sequence block tables. The scheduler admits, grows and preempts sequences by it.
 //
-// Accounting only for now: no cache lives in these blocks yet. Each sequence's storage is still a
-// contiguous SequenceCache (model/cache.h) sized for its whole length; the paged FP8 caches
-// (kv/fp8_cache_layout.h, another issue) will store their pages under these ids. Prefix caching
-// (sharing the blocks of a common prompt prefix by hash) needs those pages and is not here; the
-// reference counts are what it and forked sequences will share blocks by.
+// Accounting only for now: no cache lives in these blocks yet. Each sequence's SequenceCache
+// (model/cache.h) still has a page pool of its own sized for its whole length; a pool shared by
+// the engine's sequences (model/cache_pool.h) will hand out its pages under these ids. Prefix
+// caching (sharing the blocks of a common prompt prefix by hash) needs those pages and is not
+// here; the reference counts are what it and forked sequences will share blocks by.
 #pragma once
 
 #include <cstddef>

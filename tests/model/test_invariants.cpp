@@ -267,13 +267,16 @@ TEST_F(TinyModel, CachedKvRowsAreExactlyRepresentableInTheFp8CacheLayout) {
   using L = Fp8CacheLayout;
   int64_t rows_checked = 0;
   for (int64_t l = 0; l < model().config().num_layers(); ++l) {
-    const LayerCache& c = seq.layer(l);
-    for (const DeviceTensor* cache : {&c.window, &c.compressed}) {
-      if (cache->empty()) continue;
-      ASSERT_EQ(cache->dim(1), L::kHeadDim);
-      ASSERT_EQ(cache->dtype(), DType::kBF16);
-      const uint16_t* bits = cache->view().data<uint16_t>();
-      for (int64_t r = 0; r < cache->dim(0); ++r) {
+    // The window ring and the compressed pool's rows (a pool of this sequence's own: every row
+    // is one of its entries).
+    const DeviceTensor& pool = seq.pool().compressed(l);
+    std::vector<DeviceTensor> caches = {seq.layer(l).window};
+    if (!pool.empty()) caches.push_back(pool.reshaped({pool.dim(0) * pool.dim(1), pool.dim(2)}));
+    for (const DeviceTensor& cache : caches) {
+      ASSERT_EQ(cache.dim(1), L::kHeadDim);
+      ASSERT_EQ(cache.dtype(), DType::kBF16);
+      const uint16_t* bits = cache.view().data<uint16_t>();
+      for (int64_t r = 0; r < cache.dim(0); ++r) {
         float nope[L::kNopeDim];
         for (int i = 0; i < L::kNopeDim; ++i) nope[i] = bf16_to_float(bits[r * L::kHeadDim + i]);
         float again[L::kNopeDim];

@@ -1,8 +1,9 @@
 // Decode steps as CUDA graphs (CudaGraphForward) against the same steps launched eagerly: every
 // step's logits must be the same bytes, with the attention fork/join on one stream and on side
 // streams inside the graph, when the batch's sequences change (a new graph, then an old one
-// replayed), over many steps of random sequence sets (the run compute-sanitizer's memcheck
-// takes in scripts/gpu_run.sh), and through the serving engine (continuous batching: prefill
+// replayed), with the compressed caches in small pages of a shared pool taken between replays,
+// over many steps of random sequence sets (the run compute-sanitizer's memcheck takes in
+// scripts/gpu_run.sh), and through the serving engine (continuous batching: prefill
 // chunks between graph steps, requests joining and leaving). Skips where no GPU exists.
 #include <gtest/gtest.h>
 
@@ -26,16 +27,21 @@ std::vector<float> logits_of(Ops& ops, const ForwardResult& r) {
   return to_floats(host.view());
 }
 
-// One set of sequences decoded in lockstep by two runners on two sets of caches.
+// One set of sequences decoded in lockstep by two runners on two sets of caches. The eager side's
+// sequences have pools of their own (one page each); the graph side's too, or take pages of
+// `graph_pool` when one is given.
 class Lockstep {
  public:
-  Lockstep(const Model& model, Ops& ops, const std::vector<int64_t>& prompts, int64_t steps)
+  Lockstep(const Model& model, Ops& ops, const std::vector<int64_t>& prompts, int64_t steps,
+           const std::shared_ptr<CachePool>& graph_pool = nullptr)
       : model_(model), ops_(ops) {
     const int64_t V = model.config()->vocab_size;
     for (size_t i = 0; i < prompts.size(); ++i) {
       ids_.push_back(test_ids(prompts[i] + steps, V, 50 + static_cast<uint32_t>(i)));
       for (auto* caches : {&eager_caches_, &graph_caches_}) {
-        caches->push_back(model.new_sequence(ops, prompts[i] + steps, false));
+        const int64_t capacity = prompts[i] + steps;
+        caches->push_back(caches == &graph_caches_ && graph_pool != nullptr ? model.new_sequence(ops, graph_pool, capacity)
+                                                                            : model.new_sequence(ops, capacity, false));
         ForwardBatch prefill;
         prefill.options.logits = LogitsFor::kNone;
         prefill.add(caches->back(), std::span(ids_.back()).first(static_cast<size_t>(prompts[i])));
@@ -105,6 +111,22 @@ TEST_P(CudaGraphs, DecodeStepsAreTheEagerBitsAcrossBatchChanges) {
   std::printf("[measured] graphs (multi-stream %s): %lld captures, %lld replays, %zu nodes in the last graph\n",
               std::string(multi_stream_mode_name(GetParam())).c_str(), static_cast<long long>(st.captures),
               static_cast<long long>(st.replays), st.last_graph_nodes);
+}
+
+// The graph side's compressed caches in 2-row pages of one shared pool, taken as the sequences
+// grow, so replays read block tables that changed since the capture (new pages, interleaved
+// between the sequences); the eager side has one page per sequence. The same bits.
+TEST_P(CudaGraphs, SmallSharedPagesTakenBetweenReplaysKeepTheEagerBits) {
+  const int64_t steps = 140;
+  const std::vector<int64_t> prompts = {3, 70, 126};
+  const std::shared_ptr<CachePool> pool =
+      model_->new_cache_pool(*ops_, CachePool::pages_for(model_->config(), 3, 126 + steps, 2), false);
+  Lockstep run(*model_, *ops_, prompts, steps, pool);
+  cuda::CudaGraphForward graphs(*ops_);
+  for (int64_t s = 0; s < steps; ++s)
+    ASSERT_NO_FATAL_FAILURE(run.step(graphs, {0, 1, 2}, "step " + std::to_string(s)));
+  EXPECT_EQ(graphs.stats().captures, 1);
+  EXPECT_EQ(graphs.stats().eager, 0);
 }
 
 // Many steps of random sets of sequences: more sets than the runner keeps graphs, so graphs are

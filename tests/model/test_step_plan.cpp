@@ -1,9 +1,11 @@
 // StepPlan, the i32 inputs a forward uploads once: where each token's kv row goes in its window
 // ring, each compressor block row's cache entry and position per ratio (the rows of blocks a slice
-// does not complete write nothing), in the layout the ops read; and its checks of the batch, each
-// naming the sequence.
+// does not complete write nothing), the sequences' block tables into the cache pool, in the layout
+// the ops read; and its checks of the batch, each naming the sequence (an exhausted pool too).
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -88,6 +90,74 @@ TEST_F(StepPlanTest, ADecodeStepsLayoutDoesNotDependOnThePosition) {
     EXPECT_EQ(field(plan, plan.entry_rows(128))[0], (length + 1) % 128 == 0 ? length / 128 : -1) << "length " << length;
   }
   for (size_t s : sizes) EXPECT_EQ(s, sizes.front());
+}
+
+// Each sequence's block table per ratio is in the plan at the size its capacity needs whatever
+// its length (so a decode step's layout does not depend on the position either), with the pages
+// the step's tokens complete entries in taken from the pool and -1 for the rest.
+TEST_F(StepPlanTest, BlockTablesHaveAFixedSizeAndTakeThePagesTheStepNeeds) {
+  // Ratio 4: 64 entries of a 256-token sequence in 16 pages of 4; ratio 128: 2 entries, 1 page.
+  const auto pool = std::make_shared<CachePool>(ops_, cfg_, DType::kBF16, CachePool::pages_for(cfg_, 2, 256, 4));
+  ASSERT_EQ(pool->pages(4).num_pages, 32);
+  ASSERT_EQ(pool->pages(128).num_pages, 2);
+  SequenceCache a(ops_, cfg_, pool, 256), b(ops_, cfg_, pool, 100);
+  const std::vector<int32_t> twenty(20, 5), nine(9, 6), one = {7};
+  ForwardBatch first;
+  first.add(a, twenty);  // entries 0-4 of ratio 4: pages for 2 x 4 rows
+  first.add(b, nine);    // entries 0-1: one page
+  const StepPlan plan(cfg_, first, false);
+  std::vector<int32_t> table_a(16, -1), table_b(7, -1);
+  table_a[0] = 0;
+  table_a[1] = 1;
+  table_b[0] = 2;
+  EXPECT_EQ(field(plan, plan.block_table(4, 0)), table_a);
+  EXPECT_EQ(field(plan, plan.block_table(4, 1)), table_b);
+  EXPECT_EQ(field(plan, plan.block_table(128, 0)), (std::vector<int32_t>{-1}));
+  EXPECT_EQ(plan.block_table(128, 1).size, 0);  // 100 tokens complete no ratio-128 entry
+  EXPECT_EQ(field(plan, plan.one_page_table()), (std::vector<int32_t>{0}));
+  EXPECT_EQ(pool->free_pages(4), 29);
+  EXPECT_EQ(a.block_table(4), table_a);
+
+  a.advance(20);
+  b.advance(9);
+  ForwardBatch decode;
+  decode.add(a, one);
+  decode.add(b, one);
+  const StepPlan next(cfg_, decode, false);
+  EXPECT_EQ(next.block_table(4, 0).size, 16);
+  EXPECT_EQ(field(next, next.block_table(4, 1)), table_b);  // position 9 completes no entry
+}
+
+// Pages go back to the pool when a sequence ends (not when it is moved), and a step that needs
+// more pages than are free is refused naming the sequence and the counts.
+TEST_F(StepPlanTest, PagesReturnWhenASequenceEndsAndAnExhaustedPoolIsNamed) {
+  const auto pool = std::make_shared<CachePool>(ops_, cfg_, DType::kBF16, CachePool::pages_for(cfg_, 1, 64, 4));
+  ASSERT_EQ(pool->free_pages(4), 4);
+  const std::vector<int32_t> tokens(64, 3);
+  {
+    SequenceCache c(ops_, cfg_, pool, 64);
+    ForwardBatch batch;
+    batch.add(c, std::span(tokens).first(32));
+    const StepPlan plan(cfg_, batch, false);
+    EXPECT_EQ(pool->free_pages(4), 2);
+    c.advance(32);
+    SequenceCache moved = std::move(c);
+    EXPECT_EQ(pool->free_pages(4), 2);
+    SequenceCache d(ops_, cfg_, pool, 64);
+    ForwardBatch too_many;
+    too_many.add(moved, std::span(tokens).first(8));  // a third page
+    too_many.add(d, tokens);                           // four more
+    try {
+      const StepPlan refused(cfg_, too_many, false);
+      ADD_FAILURE() << "a step beyond the pool was planned";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(
+                    "sequence 1 of the batch: the cache pool is out of ratio-4 pages: 4 needed, 1 of 4 pages of 4 rows free"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(pool->free_pages(4), 4);
 }
 
 TEST_F(StepPlanTest, RefusesABatchThatDoesNotMatchItsCaches) {

@@ -1,7 +1,8 @@
 // CudaOps' attention family (compressor_pool, indexer_topk, sparse_attention) and MoE ops
 // (moe_route, swiglu, moe_experts) against CpuOps on the same random inputs: several sequences
 // at different positions, partial compressor blocks, window wrap-around, more and fewer indexer
-// candidates than k, hash and score routing, exact-math (f32) and default (bf16, FP8) variants.
+// candidates than k, compressed entries and indexer keys in shuffled pages of a pool, hash and
+// score routing, exact-math (f32) and default (bf16, FP8) variants.
 // GPU outputs are poisoned before each run. Measured errors are printed ("[measured] ...").
 #include <gtest/gtest.h>
 
@@ -99,6 +100,35 @@ class CudaOpsAttentionMoeTest : public ::testing::Test {
     DSV4_CUDA_CHECK(cudaMemsetAsync(b.gpu.view().bytes(), 0xa5, b.gpu.view().nbytes(), gpu_->stream()));
     return b;
   }
+  // A cache's entries ([entries, width] rows) in a paged pool in both backends: scattered over
+  // pages of page_rows rows in a shuffled order with spare pages of random rows between them,
+  // and a -1 page at the end of the table (a page not taken yet). With missing_page >= 0 that
+  // page of the table is -1 too, so its entries are absent.
+  struct BothPaged {
+    Both pool, table;
+    PagedCache cpu() const { return {pool.cpu.view(), table.cpu.view()}; }
+    PagedCache gpu() const { return {pool.gpu.view(), table.gpu.view()}; }
+  };
+  BothPaged paged(const Tensor& entries, int64_t page_rows, int64_t missing_page = -1) {
+    const int64_t n = entries.shape()[0], width = entries.shape()[1], pages = (n + page_rows - 1) / page_rows;
+    const int64_t num_pages = pages + 3;
+    std::vector<int32_t> ids(static_cast<size_t>(num_pages));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng_);
+    ids.resize(static_cast<size_t>(pages));
+    if (missing_page >= 0 && missing_page < pages) ids[static_cast<size_t>(missing_page)] = -1;
+    ids.push_back(-1);
+    Tensor pool = random_tensor(entries.dtype(), {num_pages, page_rows, width}, 1.0f);
+    const size_t row_bytes = static_cast<size_t>(width) * dtype_size(entries.dtype());
+    for (int64_t j = 0; j < n; ++j) {
+      const int32_t page = ids[static_cast<size_t>(j / page_rows)];
+      if (page >= 0)
+        std::memcpy(pool.data<std::byte>() + (page * page_rows + j % page_rows) * row_bytes,
+                    entries.data<std::byte>() + j * row_bytes, row_bytes);
+    }
+    return {both(pool), both(int_tensor({pages + 1}, ids))};
+  }
+
   struct BothWeights {
     Weight cpu, gpu;
   };
@@ -208,8 +238,9 @@ TEST_P(IndexerTopkTest, MatchesCpuIncludingTiesAndShortRows) {
   const float weight_scale = 1.0f / std::sqrt(static_cast<float>(dh * heads));
   const Both q = both(random_tensor(dt, {T, heads, dh}, 1.0f));
   const Both w = both(random_tensor(dt, {T, heads}, 1.0f));
-  std::vector<Both> keys;
+  std::vector<BothPaged> keys;
   std::vector<IndexerSeq> cseqs, gseqs;
+  // The last sequence's keys 35-39 are in a missing page: they score -inf on both backends.
   for (const SeqSlice& sl : slices) {
     const int64_t capacity = (sl.start_pos + sl.num_tokens) / ratio + 3;
     Tensor host = random_tensor(dt, {capacity, dh}, 1.0f);
@@ -219,11 +250,11 @@ TEST_P(IndexerTopkTest, MatchesCpuIncludingTiesAndShortRows) {
     for (int64_t j = 37; j < capacity; ++j)
       std::memcpy(bytes + j * row_bytes, bytes + (j % 37) * row_bytes, row_bytes);
     for (int64_t j = 0; j < capacity; j += 11) std::memset(bytes + j * row_bytes, 0, row_bytes);
-    keys.push_back(both(host));
+    keys.push_back(paged(host, 5, sl.start_pos == 1000 ? 7 : -1));
   }
   for (size_t s = 0; s < slices.size(); ++s) {
-    cseqs.push_back({slices[s], keys[s].cpu.view()});
-    gseqs.push_back({slices[s], keys[s].gpu.view()});
+    cseqs.push_back({slices[s], keys[s].cpu()});
+    gseqs.push_back({slices[s], keys[s].gpu()});
   }
   Both topk = output(DType::kI32, {T, k});
   const Both positions = positions_of(slices, T);
@@ -272,13 +303,15 @@ TEST_P(SparseAttentionTest, MatchesCpu) {
   const Both q = both(random_tensor(dt, {T, H, d}, 1.0f));
   const Both kv = both(random_tensor(dt, {T, d}, 1.0f));
   const BothWeights sink = plain_weight("sink", random_tensor(DType::kF32, {H}, 1.0f));
-  std::vector<Both> windows, comps;
+  std::vector<Both> windows;
+  std::vector<BothPaged> comps;
   std::vector<AttentionSeq> cseqs, gseqs;
   std::vector<int32_t> topk_ids(static_cast<size_t>(T * k), -1);
   for (const SeqSlice& sl : slices) {
     windows.push_back(both(random_tensor(dt, {W, d}, 1.0f)));
     const int64_t capacity = ratio > 0 ? (sl.start_pos + sl.num_tokens) / ratio + 2 : 1;
-    comps.push_back(both(random_tensor(dt, {capacity, d}, 1.0f)));
+    // The decode step's sequence has a missing page (entries 15-17 absent, skipped by both).
+    comps.push_back(paged(random_tensor(dt, {capacity, d}, 1.0f), 3, sl.start_pos == 200 ? 5 : -1));
     for (int64_t i = 0; i < sl.num_tokens && ratio > 0; ++i) {
       // A random subset of the visible entries, ascending, then -1 (sometimes none at all).
       const int64_t visible = (sl.start_pos + i + 1) / ratio;
@@ -291,8 +324,8 @@ TEST_P(SparseAttentionTest, MatchesCpu) {
     }
   }
   for (size_t s = 0; s < slices.size(); ++s) {
-    cseqs.push_back({slices[s], windows[s].cpu.view(), ratio > 0 ? ConstTensorView(comps[s].cpu.view()) : ConstTensorView()});
-    gseqs.push_back({slices[s], windows[s].gpu.view(), ratio > 0 ? ConstTensorView(comps[s].gpu.view()) : ConstTensorView()});
+    cseqs.push_back({slices[s], windows[s].cpu.view(), ratio > 0 ? comps[s].cpu() : PagedCache()});
+    gseqs.push_back({slices[s], windows[s].gpu.view(), ratio > 0 ? comps[s].gpu() : PagedCache()});
   }
   const Both topk = both(int_tensor({T, k}, topk_ids));
   const bool with_topk = mode == Compressed::kTopk;
@@ -337,7 +370,8 @@ TEST_P(SparseAttentionFlashTest, MatchesCpu) {
   const Both q = both(random_tensor(DType::kBF16, {T, H, d}, 2.0f));
   const Both kv = both(random_tensor(DType::kBF16, {T, d}, 1.0f));
   const BothWeights sink = plain_weight("sink", random_tensor(DType::kF32, {H}, 1.0f));
-  std::vector<Both> windows, comps;
+  std::vector<Both> windows;
+  std::vector<BothPaged> comps;
   std::vector<AttentionSeq> cseqs, gseqs;
   std::vector<int32_t> topk_ids(static_cast<size_t>(T * k), -1);
   std::vector<SeqSlice> slices;
@@ -346,7 +380,7 @@ TEST_P(SparseAttentionFlashTest, MatchesCpu) {
     slices.push_back(sl);
     windows.push_back(both(random_tensor(DType::kBF16, {W, d}, 1.0f)));
     const int64_t capacity = c.ratio > 0 ? (sl.start_pos + sl.num_tokens) / c.ratio + 1 : 1;
-    comps.push_back(both(random_tensor(DType::kBF16, {capacity, d}, 1.0f)));
+    comps.push_back(paged(random_tensor(DType::kBF16, {capacity, d}, 1.0f), 64));
     for (int64_t i = 0; i < sl.num_tokens && with_topk; ++i) {
       const int64_t visible = (sl.start_pos + i + 1) / c.ratio;
       std::vector<int32_t> ids(static_cast<size_t>(visible));
@@ -356,8 +390,8 @@ TEST_P(SparseAttentionFlashTest, MatchesCpu) {
       std::sort(ids.begin(), ids.end());
       std::copy(ids.begin(), ids.end(), topk_ids.begin() + (sl.token_begin + i) * k);
     }
-    cseqs.push_back({sl, windows.back().cpu.view(), c.ratio > 0 ? ConstTensorView(comps.back().cpu.view()) : ConstTensorView()});
-    gseqs.push_back({sl, windows.back().gpu.view(), c.ratio > 0 ? ConstTensorView(comps.back().gpu.view()) : ConstTensorView()});
+    cseqs.push_back({sl, windows.back().cpu.view(), c.ratio > 0 ? comps.back().cpu() : PagedCache()});
+    gseqs.push_back({sl, windows.back().gpu.view(), c.ratio > 0 ? comps.back().gpu() : PagedCache()});
   }
   const Both topk = both(int_tensor({T, k}, topk_ids));
   Both out = output(DType::kBF16, {T, H, d});

@@ -412,24 +412,52 @@ TEST_F(CudaOpsCore, ArgmaxRowsMatchesTheCpu) {
   EXPECT_EQ(from_cpu(out.cpu).data<int32_t>()[0], 5);
 }
 
-// Rows land where dst_rows says in each sequence's cache, -1 rows and rows past a cache go
-// nowhere, and the rest of the caches keep their bytes: the CPU's result, bit for bit.
+// Rows land where dst_rows says in each sequence's paged cache (entry j in row j % page_rows of
+// page table[j / page_rows], two sequences' pages interleaved in one pool), -1 rows go nowhere,
+// and the rest of the pool keeps its bytes: the CPU's result, bit for bit.
 TEST_F(CudaOpsCore, WriteCacheRowsMatchesTheCpu) {
+  const auto ints = [](std::vector<int32_t> v) {
+    Tensor t(DType::kI32, {static_cast<int64_t>(v.size())});
+    std::copy(v.begin(), v.end(), t.data<int32_t>());
+    return t;
+  };
   for (DType dt : {DType::kBF16, DType::kF32}) {
     const Tensor src = random_tensor(dt, {7, 36});
     const Both s = upload_both(src);
-    const Both a = upload_both(random_tensor(dt, {4, 36})), b = upload_both(random_tensor(dt, {9, 36}));
-    Tensor rows_host(DType::kI32, {7});
-    const int32_t rows[] = {3, -1, 0, 8, -1, 2, 5};
-    std::copy(std::begin(rows), std::end(rows), rows_host.data<int32_t>());
-    const Both dst_rows = upload_both(rows_host);
-    const std::vector<CacheRows> cpu_seqs = {{0, 3, a.cpu.view()}, {3, 4, b.cpu.view()}};
-    const std::vector<CacheRows> gpu_seqs = {{0, 3, a.gpu.view()}, {3, 4, b.gpu.view()}};
+    const Both pool = upload_both(random_tensor(dt, {5, 3, 36}));
+    const Both table_a = upload_both(ints({4, 0})), table_b = upload_both(ints({2, -1, 3}));
+    // a: entries 3, 0 -> page 0 row 0, page 4 row 0; b: entries 8, 2, 1 -> page 3 row 2, page 2
+    // rows 2 and 1.
+    const Both dst_rows = upload_both(ints({3, -1, 0, 8, -1, 2, 1}));
+    const std::vector<CacheRows> cpu_seqs = {{0, 3, {pool.cpu.view(), table_a.cpu.view()}},
+                                             {3, 4, {pool.cpu.view(), table_b.cpu.view()}}};
+    const std::vector<CacheRows> gpu_seqs = {{0, 3, {pool.gpu.view(), table_a.gpu.view()}},
+                                             {3, 4, {pool.gpu.view(), table_b.gpu.view()}}};
     cpu_.write_cache_rows({s.cpu.view(), dst_rows.cpu.view(), cpu_seqs});
     gpu_->write_cache_rows({s.gpu.view(), dst_rows.gpu.view(), gpu_seqs});
-    expect_same_bits("write_cache_rows " + dtype_tag(dt) + " cache a", from_cpu(a.cpu), from_gpu(a.gpu));
-    expect_same_bits("write_cache_rows " + dtype_tag(dt) + " cache b", from_cpu(b.cpu), from_gpu(b.gpu));
+    expect_same_bits("write_cache_rows " + dtype_tag(dt) + " paged pool", from_cpu(pool.cpu), from_gpu(pool.gpu));
   }
+}
+
+// Entries without a pool row (a -1 page, past the table, a page id outside the pool) are errors
+// the CPU throws for; on the GPU, where the plan is data, they are skipped without touching
+// memory outside the pool (compute-sanitizer checks that in gpu_run.sh).
+TEST_F(CudaOpsCore, WriteCacheRowsSkipsEntriesWithoutAPoolRow) {
+  const auto ints = [](std::vector<int32_t> v) {
+    Tensor t(DType::kI32, {static_cast<int64_t>(v.size())});
+    std::copy(v.begin(), v.end(), t.data<int32_t>());
+    return t;
+  };
+  const Tensor before = random_tensor(DType::kBF16, {2, 2, 16});
+  const Both pool = upload_both(before);
+  const Both src = upload_both(random_tensor(DType::kBF16, {4, 16}));
+  const Both table = upload_both(ints({-1, 1, 7}));
+  const Both dst_rows = upload_both(ints({0, 4, 6, 100000}));  // a -1 page, outside the pool, past the table
+  const std::vector<CacheRows> seqs = {{0, 4, {pool.gpu.view(), table.gpu.view()}}};
+  gpu_->write_cache_rows({src.gpu.view(), dst_rows.gpu.view(), seqs});
+  expect_same_bits("write_cache_rows without pool rows", before, from_gpu(pool.gpu));
+  const std::vector<CacheRows> cpu_seqs = {{0, 4, {pool.cpu.view(), table.cpu.view()}}};
+  EXPECT_THROW(cpu_.write_cache_rows({src.cpu.view(), dst_rows.cpu.view(), cpu_seqs}), UsageError);
 }
 
 TEST_F(CudaOpsCore, RmsNormMatchesWithinTheLastBit) {

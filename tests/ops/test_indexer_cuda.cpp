@@ -3,8 +3,9 @@
 // cpu::indexer_score_row (the CPU's own code), at V4-Flash geometry (64 heads x 128, top-512,
 // ratio 4: decode batches 1/16/64 at 8k context, a 1024-token prefill, mixed batches) and toy
 // sizes, with q and keys made as the model makes them (Hadamard, then FP4 QAT in blocks of 32,
-// stored bf16); then the top-k kernel alone on crafted score rows (ties, infinities, signed zeros,
-// rows longer than 65535). Measured mismatch counts are printed ("[measured] ...").
+// stored bf16) and the keys in shuffled pages of a pool; then the top-k kernel alone on crafted
+// score rows (ties, infinities, signed zeros, rows longer than 65535). Measured mismatch counts
+// are printed ("[measured] ...").
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -34,6 +35,9 @@ using testing::DeviceBuffer;
 
 constexpr int64_t kFlashHeads = 64, kFlashDh = 128, kFlashTopk = 512, kRatio = 4;
 constexpr int64_t kPoisonRows = 3;  // NaN key rows past the last visible entry: must never be read
+// Keys live in pages of this many rows (not a multiple of the score kernels' 64-key tiles, so a
+// tile spans pages), in a shuffled order with spare NaN pages between them.
+constexpr int64_t kKeyPageRows = 48;
 
 // The top k of a score row as CpuOps picks them (higher first, equal scores: lower id first),
 // ascending, then -1.
@@ -141,6 +145,34 @@ class IndexerCudaTest : public ::testing::Test {
     return {host.data<int32_t>(), host.data<int32_t>() + host.numel()};
   }
 
+  // A sequence's keys ([rows, dh]) as the model keeps them, in both backends: pages of
+  // kKeyPageRows rows of a pool in a shuffled order, every other pool row NaN.
+  struct PagedKeys {
+    Both pool, table;
+    PagedCache cpu() const { return {pool.cpu.view(), table.cpu.view()}; }
+    PagedCache gpu() const { return {pool.gpu.view(), table.gpu.view()}; }
+  };
+  PagedKeys paged_keys(const Tensor& keys) {
+    const int64_t rows = keys.shape()[0], dh = keys.shape()[1], pages = (rows + kKeyPageRows - 1) / kKeyPageRows;
+    const int64_t num_pages = pages + 2;
+    std::vector<int32_t> ids(static_cast<size_t>(num_pages));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng_);
+    ids.resize(static_cast<size_t>(pages));
+    Tensor pool(keys.dtype(), {num_pages, kKeyPageRows, dh});
+    for (int64_t i = 0; i < pool.numel(); ++i) {
+      if (keys.dtype() == DType::kBF16) pool.data<uint16_t>()[i] = 0x7fc0;
+      else pool.data<float>()[i] = std::numeric_limits<float>::quiet_NaN();
+    }
+    const size_t row_bytes = static_cast<size_t>(dh) * dtype_size(keys.dtype());
+    for (int64_t j = 0; j < rows; ++j)
+      std::memcpy(pool.data<std::byte>() + (ids[static_cast<size_t>(j / kKeyPageRows)] * kKeyPageRows + j % kKeyPageRows) * row_bytes,
+                  keys.data<std::byte>() + j * row_bytes, row_bytes);
+    Tensor table(DType::kI32, {pages});
+    std::copy(ids.begin(), ids.end(), table.data<int32_t>());
+    return {both(pool), both(table)};
+  }
+
   void run_case(const IndexerCase& c);
 
   cpu::CpuOps cpu_{0};
@@ -183,12 +215,12 @@ void IndexerCudaTest::run_case(const IndexerCase& c) {
 
   // The op on both backends.
   const Both q = both(q_host), w = both(w_host);
-  std::vector<Both> keys;
-  for (const Tensor& kh : key_hosts) keys.push_back(both(kh));
+  std::vector<PagedKeys> keys;
+  for (const Tensor& kh : key_hosts) keys.push_back(paged_keys(kh));
   std::vector<IndexerSeq> cseqs, gseqs;
   for (size_t s = 0; s < slices.size(); ++s) {
-    cseqs.push_back({slices[s], keys[s].cpu.view()});
-    gseqs.push_back({slices[s], keys[s].gpu.view()});
+    cseqs.push_back({slices[s], keys[s].cpu()});
+    gseqs.push_back({slices[s], keys[s].gpu()});
   }
   const DeviceTensor topk_cpu = cpu_.alloc(DType::kI32, {T, k}), topk_gpu = gpu_->alloc(DType::kI32, {T, k});
   DSV4_CUDA_CHECK(cudaMemsetAsync(topk_gpu.view().bytes(), 0xa5, topk_gpu.view().nbytes(), gpu_->stream()));
@@ -220,7 +252,7 @@ void IndexerCudaTest::run_case(const IndexerCase& c) {
       key_index_of_token[t] = s;
       stride = std::max(stride, visible[t]);
     }
-    descs.push_back({sl.token_begin, {keys[s].gpu.view().bytes(), bf16}});
+    descs.push_back({sl.token_begin, {keys[s].pool.gpu.view().bytes(), bf16}, page_table(keys[s].gpu())});
   }
   DeviceBuffer<kernels::IndexerSeqDesc> d_descs(descs.size());
   DeviceBuffer<int32_t> d_seq_of_token(seq_of_token.size());

@@ -31,6 +31,18 @@ inline DeviceTensor make_ints(Ops& ops, Shape shape, const std::vector<int32_t>&
   return t;
 }
 
+// A [rows, width] tensor as a paged cache of one page with the table [0] (the contiguous
+// layout); the table lives as long as the returned value.
+struct OnePageCache {
+  DeviceTensor table;
+  PagedCache cache;
+};
+inline OnePageCache one_page_cache(Ops& ops, const DeviceTensor& rows) {
+  DeviceTensor table = make_ints(ops, {1}, {0});
+  const PagedCache cache{rows.reshaped({1, rows.dim(0), rows.dim(1)}).view(), table.view()};
+  return {std::move(table), cache};
+}
+
 inline std::vector<float> to_floats(ConstTensorView v) {
   std::vector<float> out(static_cast<size_t>(v.numel()));
   for (size_t i = 0; i < out.size(); ++i)

@@ -21,6 +21,8 @@ using dsv4::testing::make_ints;
 using dsv4::testing::make_tensor;
 using dsv4::testing::make_weight;
 using dsv4::testing::max_rel_error;
+using dsv4::testing::one_page_cache;
+using dsv4::testing::OnePageCache;
 using dsv4::testing::random_floats;
 using dsv4::testing::same_bits;
 using dsv4::testing::to_floats;
@@ -74,7 +76,8 @@ TEST_F(CpuOpsTest, WriteCacheRowsPutsEachRowWhereThePlanSays) {
   const DeviceTensor from = make_tensor(ops, DType::kF32, {5, 4}, src);
   DeviceTensor a = ops.alloc(DType::kF32, {3, 4}), b = ops.alloc(DType::kF32, {6, 4});
   const DeviceTensor rows = make_ints(ops, {5}, {2, -1, 5, 0, -1});
-  const std::vector<CacheRows> seqs = {{0, 2, a.view()}, {2, 3, b.view()}};
+  const OnePageCache pa = one_page_cache(ops, a), pb = one_page_cache(ops, b);
+  const std::vector<CacheRows> seqs = {{0, 2, pa.cache}, {2, 3, pb.cache}};
   ops.write_cache_rows({from.view(), rows.view(), seqs});
   const std::vector<float> got_a = to_floats(a.view()), got_b = to_floats(b.view());
   const auto expect_row = [&](const std::vector<float>& got, int64_t row, int64_t src_row) {
@@ -97,11 +100,12 @@ TEST_F(CpuOpsTest, WriteCacheRowsPutsEachRowWhereThePlanSays) {
     }
   };
   const DeviceTensor past = make_ints(ops, {5}, {3, -1, 0, 0, 0});
-  expect_refused({from.view(), past.view(), seqs}, "goes to row 3 of sequence 0's cache");
+  expect_refused({from.view(), past.view(), seqs}, "goes to entry 3 of sequence 0's cache, which has no row for it");
   DeviceTensor half = ops.alloc(DType::kBF16, {3, 4});
-  const std::vector<CacheRows> wrong_dtype = {{0, 2, half.view()}};
-  expect_refused({from.view(), rows.view(), wrong_dtype}, "write_cache_rows: sequence 0: cache bf16");
-  const std::vector<CacheRows> outside = {{4, 2, a.view()}};
+  const OnePageCache phalf = one_page_cache(ops, half);
+  const std::vector<CacheRows> wrong_dtype = {{0, 2, phalf.cache}};
+  expect_refused({from.view(), rows.view(), wrong_dtype}, "write_cache_rows: sequence 0: cache pool bf16");
+  const std::vector<CacheRows> outside = {{4, 2, pa.cache}};
   expect_refused({from.view(), rows.view(), outside}, "rows [4, 6) are outside the source");
 }
 
@@ -477,7 +481,8 @@ TEST_F(CpuOpsTest, IndexerSeesOnlyCompleteBlocksAndKeepsTheTopScoresAscending) {
   const DeviceTensor q = make_tensor(ops, DType::kF32, {T, 1, dh}, std::vector<float>(T * dh, 1.0f));
   const DeviceTensor w = make_tensor(ops, DType::kF32, {T, 1}, std::vector<float>(T, 1.0f));
   DeviceTensor topk = ops.alloc(DType::kI32, {T, k});
-  const IndexerSeq seq{{0, T, 0}, tk.view()};
+  const OnePageCache keys_cache = one_page_cache(ops, tk);
+  const IndexerSeq seq{{0, T, 0}, keys_cache.cache};
   ops.indexer_topk({q.view(), w.view(), 1.0f, 4, consecutive_positions(ops, 0, T).view(), {&seq, 1}, topk.view()});
   const std::vector<int32_t> got = to_ints(topk.view());
   for (int64_t p = 0; p < T; ++p) {
@@ -498,7 +503,8 @@ TEST_F(CpuOpsTest, IndexerScoreIsTheReluWeightedHeadSum) {
   const DeviceTensor keys = make_tensor(ops, DType::kF32, {2, dh}, {1, 0, 0, 1});
   // Head 0 likes key 0 (+3) and dislikes key 1 (-10); head 1 likes key 1 (+1).
   const DeviceTensor q = make_tensor(ops, DType::kF32, {1, 2, dh}, {3, -10, 0, 1});
-  const IndexerSeq seq{{0, 1, 7}, keys.view()};  // position 7: both entries complete
+  const OnePageCache keys_cache = one_page_cache(ops, keys);
+  const IndexerSeq seq{{0, 1, 7}, keys_cache.cache};  // position 7: both entries complete
   for (const auto& [w0, w1, winner] : std::vector<std::tuple<float, float, int>>{{1, 1, 0}, {1, 4, 1}}) {
     const DeviceTensor w = make_tensor(ops, DType::kF32, {1, 2}, {w0, w1});
     DeviceTensor topk = ops.alloc(DType::kI32, {1, 1});
@@ -518,7 +524,8 @@ TEST_F(CpuOpsTest, SparseAttentionIsASoftmaxWithASinkOverWindowAndEntries) {
   const DeviceTensor tq = make_tensor(ops, DType::kF32, {T, H, d}, q), tkv = make_tensor(ops, DType::kF32, {T, d}, kv);
   const DeviceTensor tring = make_tensor(ops, DType::kF32, {W, d}, ring), tcomp = make_tensor(ops, DType::kF32, {3, d}, comp);
   const DeviceTensor topk = make_ints(ops, {T, 2}, {1, -1, 0, 2});
-  const AttentionSeq seq{{0, T, start}, tring.view(), tcomp.view()};
+  const OnePageCache comp_cache = one_page_cache(ops, tcomp);
+  const AttentionSeq seq{{0, T, start}, tring.view(), comp_cache.cache};
   DeviceTensor out = ops.alloc(DType::kF32, {T, H, d});
   const float scale = 0.3f;
   ops.sparse_attention({tq.view(), tkv.view(), &wsink, topk.view(), consecutive_positions(ops, start, T).view(), {&seq, 1},
@@ -556,7 +563,8 @@ TEST_F(CpuOpsTest, DenseCompressedAttentionUsesEveryCompleteBlock) {
   const Weight wsink = make_weight(ops, {-INFINITY}, {H});
   const DeviceTensor tq = make_tensor(ops, DType::kF32, {1, H, d}, q), tkv = make_tensor(ops, DType::kF32, {1, d}, kv);
   const DeviceTensor tring = make_tensor(ops, DType::kF32, {W, d}, ring), tcomp = make_tensor(ops, DType::kF32, {4, d}, comp);
-  const AttentionSeq seq{{0, 1, 5}, tring.view(), tcomp.view()};
+  const OnePageCache comp_cache = one_page_cache(ops, tcomp);
+  const AttentionSeq seq{{0, 1, 5}, tring.view(), comp_cache.cache};
   DeviceTensor out = ops.alloc(DType::kF32, {1, H, d});
   ops.sparse_attention({tq.view(), tkv.view(), &wsink, {}, consecutive_positions(ops, 5, 1).view(), {&seq, 1}, W, 2, 1.0f,
                         out.view()});
@@ -584,6 +592,192 @@ TEST_F(CpuOpsTest, AttentionRejectsSlicesThatDoNotCoverTheBatchOnce) {
   expect_error({{{0, 2, 0}, ring.view(), {}}, {{1, 2, 0}, ring.view(), {}}}, "token 1 belongs to two sequences");
   expect_error({{{0, 2, 0}, ring.view(), {}}}, "token 2 belongs to no sequence");
   expect_error({{{2, 2, 0}, ring.view(), {}}}, "sequence 0 covers tokens [2, 4) of a batch of 3");
+}
+
+// ---- paged caches ---------------------------------------------------------------------------
+
+// Pool rows [num_pages * page_rows, width] of large random values, so reading a wrong row shows.
+std::vector<float> pool_filler(int64_t num_pages, int64_t page_rows, int64_t width) {
+  return random_floats(static_cast<size_t>(num_pages * page_rows * width), 99, 50.0f);
+}
+
+// Puts the entries `rows` ([entries, width]) into `pool` where `table` says: entry j in row
+// j % page_rows of page table[j / page_rows]; entries of -1 pages are left out.
+void scatter(std::vector<float>& pool, const std::vector<float>& rows, int64_t width, const std::vector<int32_t>& table,
+             int64_t page_rows) {
+  const auto entries = static_cast<int64_t>(rows.size()) / width;
+  for (int64_t j = 0; j < entries; ++j) {
+    const int32_t page = table.at(static_cast<size_t>(j / page_rows));
+    if (page >= 0) std::copy_n(rows.begin() + j * width, width, pool.begin() + (page * page_rows + j % page_rows) * width);
+  }
+}
+
+// A pool of num_pages pages holding `rows` where `table` puts them, filler elsewhere.
+DeviceTensor scattered_pool(Ops& ops, const std::vector<float>& rows, int64_t width, const std::vector<int32_t>& table,
+                            int64_t num_pages, int64_t page_rows) {
+  std::vector<float> pool = pool_filler(num_pages, page_rows, width);
+  scatter(pool, rows, width, table, page_rows);
+  return make_tensor(ops, DType::kF32, {num_pages, page_rows, width}, pool);
+}
+
+// Entry j of each sequence goes to row j % page_rows of page table[j / page_rows] of the shared
+// pool; an entry in a -1 page, past the table or in a page outside the pool is refused.
+TEST_F(CpuOpsTest, WriteCacheRowsAddressesEntriesThroughTheBlockTables) {
+  const int64_t width = 3, page_rows = 2;
+  const std::vector<float> src = random_floats(5 * width, 5);
+  const DeviceTensor from = make_tensor(ops, DType::kF32, {5, width}, src);
+  DeviceTensor pool = ops.alloc(DType::kF32, {4, page_rows, width});
+  const DeviceTensor table_a = make_ints(ops, {2}, {3, 1}), table_b = make_ints(ops, {2}, {0, -1});
+  const PagedCache a{pool.view(), table_a.view()}, b{pool.view(), table_b.view()};
+  const std::vector<CacheRows> seqs = {{0, 3, a}, {3, 2, b}};
+  ops.write_cache_rows({from.view(), make_ints(ops, {5}, {1, 2, -1, 0, 1}).view(), seqs});
+  // a: entry 1 -> page 3 row 1 (pool row 7), entry 2 -> page 1 row 0 (row 2); b: entries 0, 1 ->
+  // page 0 (rows 0, 1).
+  const std::vector<int64_t> source_of_pool_row = {3, 4, 1, -1, -1, -1, -1, 0};
+  const std::vector<float> got = to_floats(pool.view());
+  for (int64_t r = 0; r < 8; ++r)
+    for (int64_t c = 0; c < width; ++c) {
+      const int64_t from_row = source_of_pool_row[static_cast<size_t>(r)];
+      EXPECT_EQ(got[r * width + c], from_row < 0 ? 0.0f : src[from_row * width + c]) << "pool row " << r;
+    }
+
+  const auto expect_refused = [&](std::vector<int32_t> entries, const PagedCache& cache, const std::string& says) {
+    const std::vector<CacheRows> one = {{0, 1, cache}};
+    try {
+      ops.write_cache_rows({from.view(), make_ints(ops, {5}, entries).view(), one});
+      ADD_FAILURE() << "accepted: " << says;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  expect_refused({2, -1, -1, -1, -1}, b, "goes to entry 2 of sequence 0's cache, which has no row for it");
+  expect_refused({4, -1, -1, -1, -1}, a, "goes to entry 4 of sequence 0's cache, which has no row for it");
+  const DeviceTensor outside = make_ints(ops, {2}, {0, 4});
+  expect_refused({3, -1, -1, -1, -1}, {pool.view(), outside.view()}, "a table of 2 pages of 2 rows into a pool of 4");
+}
+
+class PagedAttentionTest : public CpuOpsTest, public ::testing::WithParamInterface<bool> {};
+
+// Two sequences whose compressed entries are scattered over one pool in shuffled, interleaved
+// pages attend exactly as with contiguous caches: the same entries in the same order, the same
+// bits, with and without top-k.
+TEST_P(PagedAttentionTest, ShuffledPagesGiveTheContiguousCachesBits) {
+  const bool with_topk = GetParam();
+  const int64_t H = 2, d = 8, W = 3, ratio = 2, page_rows = 2, T = 5;
+  // Sequence a: tokens 0-2 at positions 9-11 (entries 0-5 visible); b: tokens 3-4 at 4-5 (0-2).
+  const std::vector<float> ea = random_floats(6 * d, 50), eb = random_floats(3 * d, 51);
+  const DeviceTensor ca = make_tensor(ops, DType::kF32, {6, d}, ea), cb = make_tensor(ops, DType::kF32, {3, d}, eb);
+  const std::vector<int32_t> ta = {4, 0, 5}, tb = {2, 1};
+  std::vector<float> pool_values = pool_filler(6, page_rows, d);
+  scatter(pool_values, ea, d, ta, page_rows);
+  scatter(pool_values, eb, d, tb, page_rows);
+  const DeviceTensor pool = make_tensor(ops, DType::kF32, {6, page_rows, d}, pool_values);
+  const DeviceTensor table_a = make_ints(ops, {3}, ta), table_b = make_ints(ops, {2}, tb);
+
+  const std::vector<float> q = random_floats(T * H * d, 52), kv = random_floats(T * d, 53);
+  const DeviceTensor tq = make_tensor(ops, DType::kF32, {T, H, d}, q), tkv = make_tensor(ops, DType::kF32, {T, d}, kv);
+  const DeviceTensor ring_a = make_tensor(ops, DType::kF32, {W, d}, random_floats(W * d, 54));
+  const DeviceTensor ring_b = make_tensor(ops, DType::kF32, {W, d}, random_floats(W * d, 55));
+  const Weight sink = make_weight(ops, {0.25f, -0.5f}, {H});
+  const DeviceTensor positions = make_ints(ops, {T}, {9, 10, 11, 4, 5});
+  const DeviceTensor topk = make_ints(ops, {T, 3}, {0, 3, 4, 2, -1, -1, 1, 3, 5, 1, -1, -1, 0, 1, 2});
+  const auto attend = [&](const PagedCache& a, const PagedCache& b) {
+    const std::vector<AttentionSeq> seqs = {{{0, 3, 9}, ring_a.view(), a}, {{3, 2, 4}, ring_b.view(), b}};
+    DeviceTensor out = ops.alloc(DType::kF32, {T, H, d});
+    ops.sparse_attention({tq.view(), tkv.view(), &sink, with_topk ? ConstTensorView(topk.view()) : ConstTensorView(),
+                          positions.view(), seqs, W, ratio, 0.4f, out.view()});
+    return to_floats(out.view());
+  };
+  const OnePageCache one_a = one_page_cache(ops, ca), one_b = one_page_cache(ops, cb);
+  EXPECT_TRUE(same_bits(attend({pool.view(), table_a.view()}, {pool.view(), table_b.view()}),
+                        attend(one_a.cache, one_b.cache)));
+}
+
+INSTANTIATE_TEST_SUITE_P(TopkOrAll, PagedAttentionTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "topk" : "all"; });
+
+// Entries in a -1 page are absent: attending to all visible entries skips them, which is the
+// top-k list of the present ones.
+TEST_F(CpuOpsTest, SparseAttentionSkipsEntriesOfMissingPages) {
+  const int64_t H = 2, d = 8, W = 2, ratio = 2, page_rows = 2, T = 3;
+  const std::vector<float> entries = random_floats(6 * d, 60);
+  const DeviceTensor contiguous = make_tensor(ops, DType::kF32, {6, d}, entries);
+  const std::vector<int32_t> table = {2, -1, 0};  // entries 2 and 3 absent
+  const DeviceTensor pool = scattered_pool(ops, entries, d, table, 3, page_rows);
+  const DeviceTensor ttable = make_ints(ops, {3}, table);
+  const DeviceTensor tq = make_tensor(ops, DType::kF32, {T, H, d}, random_floats(T * H * d, 61));
+  const DeviceTensor tkv = make_tensor(ops, DType::kF32, {T, d}, random_floats(T * d, 62));
+  const DeviceTensor ring = make_tensor(ops, DType::kF32, {W, d}, random_floats(W * d, 63));
+  const Weight sink = make_weight(ops, {0.0f, 1.0f}, {H});
+  const DeviceTensor positions = consecutive_positions(ops, 9, T);  // entries 0-4, 0-4, 0-5 visible
+  const DeviceTensor present = make_ints(ops, {T, 4}, {0, 1, 4, -1, 0, 1, 4, -1, 0, 1, 4, 5});
+  const auto attend = [&](const PagedCache& cache, ConstTensorView topk) {
+    const std::vector<AttentionSeq> seqs = {{{0, T, 9}, ring.view(), cache}};
+    DeviceTensor out = ops.alloc(DType::kF32, {T, H, d});
+    ops.sparse_attention({tq.view(), tkv.view(), &sink, topk, positions.view(), seqs, W, ratio, 0.4f, out.view()});
+    return to_floats(out.view());
+  };
+  const OnePageCache one = one_page_cache(ops, contiguous);
+  EXPECT_TRUE(same_bits(attend({pool.view(), ttable.view()}, {}), attend(one.cache, present.view())));
+}
+
+// The indexer reads its keys through the block tables: shuffled pages give the contiguous keys'
+// top-k; a key in a -1 page scores -inf and is never chosen over a present one.
+TEST_F(CpuOpsTest, IndexerReadsKeysThroughTheBlockTables) {
+  const int64_t heads = 3, dh = 8, page_rows = 2, k = 3, T = 4;
+  const std::vector<float> keys = random_floats(8 * dh, 70);
+  const DeviceTensor contiguous = make_tensor(ops, DType::kF32, {8, dh}, keys);
+  const std::vector<int32_t> table = {3, 0, 2, 1};
+  const DeviceTensor pool = scattered_pool(ops, keys, dh, table, 4, page_rows);
+  const DeviceTensor ttable = make_ints(ops, {4}, table);
+  const DeviceTensor q = make_tensor(ops, DType::kF32, {T, heads, dh}, random_floats(T * heads * dh, 71));
+  const DeviceTensor w = make_tensor(ops, DType::kF32, {T, heads}, random_floats(T * heads, 72));
+  const DeviceTensor positions = consecutive_positions(ops, 28, T);  // 7, 7, 7, 8 keys visible
+  const auto top = [&](const PagedCache& cache) {
+    const IndexerSeq seq{{0, T, 28}, cache};
+    DeviceTensor topk = ops.alloc(DType::kI32, {T, k});
+    ops.indexer_topk({q.view(), w.view(), 0.5f, 4, positions.view(), {&seq, 1}, topk.view()});
+    return to_ints(topk.view());
+  };
+  const OnePageCache one = one_page_cache(ops, contiguous);
+  EXPECT_EQ(top({pool.view(), ttable.view()}), top(one.cache));
+
+  // One head, unit keys: key j scores its scale; the largest two (entries 2 and 3) are absent.
+  const std::vector<float> scale = {1, 5, 9, 8, 3, 4, 2, 6};
+  std::vector<float> unit(8 * 4, 0.0f);
+  for (int64_t j = 0; j < 8; ++j) unit[j * 4 + j % 4] = scale[j];
+  const std::vector<int32_t> missing = {0, -1, 1, 2};
+  const DeviceTensor unit_pool = scattered_pool(ops, unit, 4, missing, 3, page_rows);
+  const DeviceTensor missing_table = make_ints(ops, {4}, missing);
+  const DeviceTensor q1 = make_tensor(ops, DType::kF32, {1, 1, 4}, {1, 1, 1, 1});
+  const DeviceTensor w1 = make_tensor(ops, DType::kF32, {1, 1}, {1});
+  const IndexerSeq seq{{0, 1, 31}, {unit_pool.view(), missing_table.view()}};
+  DeviceTensor topk = ops.alloc(DType::kI32, {1, k});
+  ops.indexer_topk({q1.view(), w1.view(), 1.0f, 4, consecutive_positions(ops, 31, 1).view(), {&seq, 1}, topk.view()});
+  EXPECT_EQ(to_ints(topk.view()), (std::vector<int32_t>{1, 5, 7}));
+}
+
+// A table too short for the entries a slice's tokens see is refused before anything is read.
+TEST_F(CpuOpsTest, PagedReadersRefuseATableShorterThanTheirEntries) {
+  const int64_t H = 1, d = 4, W = 2;
+  const DeviceTensor pool = ops.alloc(DType::kF32, {2, 2, d});
+  const DeviceTensor table = make_ints(ops, {1}, {0});
+  const DeviceTensor tq = make_tensor(ops, DType::kF32, {1, H, d}, random_floats(H * d, 80));
+  const DeviceTensor tkv = make_tensor(ops, DType::kF32, {1, d}, random_floats(d, 81));
+  const DeviceTensor ring = ops.alloc(DType::kF32, {W, d});
+  const Weight sink = make_weight(ops, {0.0f}, {H});
+  const AttentionSeq seq{{0, 1, 5}, ring.view(), {pool.view(), table.view()}};  // 3 entries at ratio 2
+  DeviceTensor out = ops.alloc(DType::kF32, {1, H, d});
+  try {
+    ops.sparse_attention({tq.view(), tkv.view(), &sink, {}, consecutive_positions(ops, 5, 1).view(), {&seq, 1}, W, 2,
+                          1.0f, out.view()});
+    FAIL() << "a table of 2 entries was read for 3";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("sparse_attention: sequence 0's compressed table of 1 pages of 2 rows cannot "
+                                         "hold the 3 entries its tokens see"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // ---- MoE ------------------------------------------------------------------------------------

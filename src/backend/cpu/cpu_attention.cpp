@@ -1,6 +1,7 @@
 // CpuOps attention family: the compressor's gated pooling with its per-sequence state rings
 // (MODEL.md §4), the lightning indexer's scores and top-k (§5), and sparse attention with the
-// per-head sink over the window and the compressed entries (§3.5-3.6).
+// per-head sink over the window and the compressed entries (§3.5-3.6). Compressed entries and
+// indexer keys are gathered through the sequences' block tables (kv/page_table.h) first.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -44,6 +45,27 @@ std::vector<float> load_cache_rows(const char* op, ConstTensorView cache, int64_
                      std::to_string(rows) + " entries of width " + std::to_string(width));
   std::vector<float> out(static_cast<size_t>(rows * width));
   load_floats(cache, 0, rows * width, out.data());
+  return out;
+}
+
+// Entries [0, entries) of a paged cache (check_params has checked its shape and that its table
+// reaches them) as fp32 rows; absent entries are zero rows with present[j] = 0.
+struct PagedEntries {
+  std::vector<float> rows;    // [entries, width]
+  std::vector<char> present;  // [entries]
+};
+
+PagedEntries load_paged_entries(const PagedCache& cache, int64_t entries) {
+  const int64_t width = cache.pool.dim(2);
+  const PageTable table = page_table(cache);
+  PagedEntries out{std::vector<float>(static_cast<size_t>(entries * width), 0.0f),
+                   std::vector<char>(static_cast<size_t>(entries), 0)};
+  for (int64_t j = 0; j < entries; ++j) {
+    const int64_t row = pool_row(table, j);
+    if (row < 0) continue;
+    load_floats(cache.pool, row * width, width, out.rows.data() + j * width);
+    out.present[static_cast<size_t>(j)] = 1;
+  }
   return out;
 }
 
@@ -130,10 +152,10 @@ void CpuOps::indexer_topk(const IndexerTopkParams& p) {
   const int64_t k = p.topk.dim(1);
   const std::vector<TokenPlace> places = place_tokens(p.seqs, T);
 
-  std::vector<std::vector<float>> keys(p.seqs.size());
+  std::vector<PagedEntries> keys(p.seqs.size());
   for (size_t s = 0; s < p.seqs.size(); ++s) {
     const SeqSlice& sl = p.seqs[s].slice;
-    keys[s] = load_cache_rows("indexer_topk", p.seqs[s].keys, (sl.start_pos + sl.num_tokens) / p.ratio, dh);
+    keys[s] = load_paged_entries(p.seqs[s].keys, (sl.start_pos + sl.num_tokens) / p.ratio);
   }
   const std::vector<float> q = load_all(p.q);
   const std::vector<float> w = load_all(p.weights);
@@ -141,10 +163,12 @@ void CpuOps::indexer_topk(const IndexerTopkParams& p) {
   pool_.parallel_for(T, [&](int64_t t) {
     const TokenPlace tp = places[static_cast<size_t>(t)];
     const int64_t visible = (tp.pos + 1) / p.ratio;
-    const float* key = keys[static_cast<size_t>(tp.seq)].data();
+    const PagedEntries& key = keys[static_cast<size_t>(tp.seq)];
     std::vector<float> score(static_cast<size_t>(visible));
-    indexer_score_row(q.data() + t * heads * dh, w.data() + t * heads, p.weight_scale, key, visible, heads, dh,
-                      score.data());
+    indexer_score_row(q.data() + t * heads * dh, w.data() + t * heads, p.weight_scale, key.rows.data(), visible, heads,
+                      dh, score.data());
+    for (int64_t j = 0; j < visible; ++j)
+      if (!key.present[static_cast<size_t>(j)]) score[j] = -std::numeric_limits<float>::infinity();
     std::vector<int32_t> ids(static_cast<size_t>(visible));
     std::iota(ids.begin(), ids.end(), 0);
     if (visible > k) {
@@ -166,12 +190,12 @@ void CpuOps::sparse_attention(const SparseAttentionParams& p) {
   const bool has_topk = !is_empty(p.topk);
   const std::vector<TokenPlace> places = place_tokens(p.seqs, T);
 
-  std::vector<std::vector<float>> windows(p.seqs.size()), compressed(p.seqs.size());
+  std::vector<std::vector<float>> windows(p.seqs.size());
+  std::vector<PagedEntries> compressed(p.seqs.size());
   for (size_t s = 0; s < p.seqs.size(); ++s) {
     const SeqSlice& sl = p.seqs[s].slice;
     if (sl.start_pos > 0) windows[s] = load_cache_rows("sparse_attention", p.seqs[s].window, W, d);
-    if (p.ratio > 0)
-      compressed[s] = load_cache_rows("sparse_attention", p.seqs[s].compressed, (sl.start_pos + sl.num_tokens) / p.ratio, d);
+    if (p.ratio > 0) compressed[s] = load_paged_entries(p.seqs[s].compressed, (sl.start_pos + sl.num_tokens) / p.ratio);
   }
   const std::vector<float> kv = load_all(p.kv);
   const std::vector<float> q = load_all(p.q);
@@ -187,7 +211,10 @@ void CpuOps::sparse_attention(const SparseAttentionParams& p) {
                                             : windows[static_cast<size_t>(tp.seq)].data() + (pos % W) * d);
     if (p.ratio > 0) {
       const int64_t visible = (tp.pos + 1) / p.ratio;
-      const float* comp = compressed[static_cast<size_t>(tp.seq)].data();
+      const PagedEntries& comp = compressed[static_cast<size_t>(tp.seq)];
+      const auto attend = [&](int64_t j) {
+        if (comp.present[static_cast<size_t>(j)]) entries.push_back(comp.rows.data() + j * d);
+      };
       if (has_topk) {
         for (int64_t i = 0; i < k; ++i) {
           const int32_t j = topk[t * k + i];
@@ -195,10 +222,10 @@ void CpuOps::sparse_attention(const SparseAttentionParams& p) {
           if (j >= visible)
             throw UsageError("sparse_attention: token " + std::to_string(t) + " at position " + std::to_string(tp.pos) +
                              " selects compressed entry " + std::to_string(j) + " of only " + std::to_string(visible));
-          entries.push_back(comp + j * d);
+          attend(j);
         }
       } else {
-        for (int64_t j = 0; j < visible; ++j) entries.push_back(comp + j * d);
+        for (int64_t j = 0; j < visible; ++j) attend(j);
       }
     }
     const size_t S = entries.size();

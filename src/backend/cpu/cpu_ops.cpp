@@ -75,13 +75,17 @@ void CpuOps::write_cache_rows(const WriteCacheRowsParams& p) {
   const std::span<const int32_t> dst = p.dst_rows.span<int32_t>();
   for (size_t s = 0; s < p.seqs.size(); ++s) {
     const CacheRows& c = p.seqs[s];
+    const PageTable table = page_table(c.cache);
     for (int64_t r = c.src_begin; r < c.src_begin + c.rows; ++r) {
-      const int32_t row = dst[static_cast<size_t>(r)];
-      if (row < 0) continue;
-      if (row >= c.cache.dim(0))
-        throw UsageError("write_cache_rows: source row " + std::to_string(r) + " goes to row " + std::to_string(row) +
-                         " of sequence " + std::to_string(s) + "'s cache " + shape_str(c.cache.shape()));
-      std::memcpy(c.cache.bytes() + row * row_bytes, p.src.bytes() + r * row_bytes, row_bytes);
+      const int32_t entry = dst[static_cast<size_t>(r)];
+      if (entry < 0) continue;
+      const int64_t row = pool_row(table, entry);
+      if (row < 0)
+        throw UsageError("write_cache_rows: source row " + std::to_string(r) + " goes to entry " + std::to_string(entry) +
+                         " of sequence " + std::to_string(s) + "'s cache, which has no row for it (a table of " +
+                         std::to_string(table.size) + " pages of " + std::to_string(table.page_rows) +
+                         " rows into a pool of " + std::to_string(table.num_pages) + ")");
+      std::memcpy(c.cache.pool.bytes() + row * row_bytes, p.src.bytes() + r * row_bytes, row_bytes);
     }
   }
 }

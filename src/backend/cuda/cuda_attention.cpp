@@ -3,7 +3,9 @@
 // per-head sink over the window and the compressed entries (§3.5-3.6). Arguments are checked as
 // CpuOps checks them; sparse attention and the indexer run the whole batch in one launch per
 // kernel (on bf16 tensor cores in the default numerics, in the CPU's operation order for f32),
-// the compressor two launches for the batch, on the op's stream.
+// the compressor two launches for the batch, on the op's stream. The compressed entries and
+// indexer keys are read through the sequences' block tables, plan data already in device memory
+// that the kernels read there, so a graph replays with the next step's pages.
 #include <algorithm>
 #include <cstdint>
 #include <span>
@@ -45,13 +47,15 @@ std::vector<int32_t> sequence_of_each_token(std::span<const Seq> seqs, int64_t T
   return out;
 }
 
-// The largest cache capacity (rows) among a batch's sequences: while a graph is captured, the
-// bound of a launch shape that must hold at every later decode step.
+// The most entries a batch's paged caches can address (table pages x page rows): while a graph
+// is captured, the bound of a launch shape that must hold at every later decode step.
 template <typename Seq, typename Cache>
 int64_t max_capacity(std::span<const Seq> seqs, Cache cache_of) {
   int64_t rows = 0;
-  for (const Seq& s : seqs)
-    if (!is_empty(cache_of(s))) rows = std::max(rows, cache_of(s).dim(0));
+  for (const Seq& s : seqs) {
+    const PageTable table = page_table(cache_of(s));
+    rows = std::max(rows, table.size * table.page_rows);
+  }
   return rows;
 }
 
@@ -122,12 +126,10 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
   bool keys_bf16 = true;
   for (const IndexerSeq& s : p.seqs) {
     const SeqSlice& sl = s.slice;
-    const int64_t visible = (sl.start_pos + sl.num_tokens) / p.ratio;
-    check_cache("indexer_topk", s.keys, visible, dh);
     if (sl.num_tokens == 0) continue;
-    score_stride = std::max(score_stride, visible);
-    seqs.push_back({sl.token_begin, float_ptr(s.keys)});
-    keys_bf16 = keys_bf16 && s.keys.dtype() == DType::kBF16;
+    score_stride = std::max(score_stride, (sl.start_pos + sl.num_tokens) / p.ratio);
+    seqs.push_back({sl.token_begin, float_ptr(ConstTensorView(s.keys.pool)), page_table(s.keys)});
+    keys_bf16 = keys_bf16 && s.keys.pool.dtype() == DType::kBF16;
   }
   // The one choice of score kernel: tensor cores for bf16 q and keys (the default numerics, where
   // they equal the CPU's scores: kernels/indexer/indexer_mma_scores.cu), the exact kernel for fp32
@@ -173,10 +175,8 @@ void CudaOps::sparse_attention(const SparseAttentionParams& p) {
   const int64_t T = p.q.dim(0), H = p.q.dim(1), d = p.q.dim(2), W = p.window;
   const kernels::FloatPtr sink = weight_floats("sparse_attention", p.sink, {H});
   const bool has_topk = !is_empty(p.topk);
-  for (const AttentionSeq& s : p.seqs) {
+  for (const AttentionSeq& s : p.seqs)
     if (s.slice.start_pos > 0) check_cache("sparse_attention", s.window, W, d);
-    if (p.ratio > 0) check_cache("sparse_attention", s.compressed, (s.slice.start_pos + s.slice.num_tokens) / p.ratio, d);
-  }
   const int64_t k = has_topk ? p.topk.dim(1) : 0;
   if (T == 0) return;
 
@@ -199,8 +199,9 @@ void CudaOps::sparse_attention(const SparseAttentionParams& p) {
       use_mma = use_mma && mma_ready(s.window);
     }
     if (p.ratio > 0) {
-      desc.compressed = float_ptr(s.compressed);
-      use_mma = use_mma && mma_ready(s.compressed);
+      desc.compressed = float_ptr(ConstTensorView(s.compressed.pool));
+      desc.compressed_pages = page_table(s.compressed);
+      use_mma = use_mma && mma_ready(s.compressed.pool);
     }
     seqs.push_back(desc);
     const int64_t last = sl.start_pos + sl.num_tokens - 1;

@@ -292,7 +292,7 @@ void CudaOps::write_cache_rows(const WriteCacheRowsParams& p) {
   for (const CacheRows& c : p.seqs) {
     if (c.rows == 0) continue;
     std::fill_n(seq_of_row.begin() + c.src_begin, c.rows, static_cast<int32_t>(caches.size()));
-    caches.push_back({c.cache.bytes(), c.cache.dim(0)});
+    caches.push_back({c.cache.pool.bytes(), page_table(c.cache)});
   }
   if (caches.empty()) return;
   TableBytes bytes;

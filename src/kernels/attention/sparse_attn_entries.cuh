@@ -2,7 +2,8 @@
 // kernels behind CudaOps::sparse_attention: its window positions max(0, p-W+1)..p (the older
 // ones in the sequence's window ring, the batch's own in its kv rows), then its compressed
 // entries: none (ratio 0), all visible ones (no top-k), or the listed ids (-1 and ids not yet
-// visible are invalid).
+// visible are invalid), found through the sequence's block table (an entry without a pool row,
+// in a -1 page or past the table, is invalid: nothing outside the table or pool is read).
 #pragma once
 
 #include <cstdint>
@@ -30,10 +31,10 @@ __device__ inline EntrySource entry_source(const SparseAttnRowsParams& p, const 
     return {s.window, q % p.window_size, true};
   }
   const int64_t c = e - nwin;
-  if (p.topk == nullptr) return {s.compressed, c, true};
-  const int32_t j = p.topk[t * p.k + c];
-  const int64_t visible = (pos + 1) / p.ratio;
-  return {s.compressed, j, j >= 0 && j < visible};
+  const int64_t j = p.topk == nullptr ? c : p.topk[t * p.k + c];
+  if (p.topk != nullptr && j >= (pos + 1) / p.ratio) return {s.compressed, 0, false};
+  const int64_t row = pool_row(s.compressed_pages, j);
+  return {s.compressed, row, row >= 0};
 }
 
 // The number of entries (valid or not) of a token at position pos.

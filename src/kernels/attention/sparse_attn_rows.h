@@ -2,7 +2,8 @@
 // sequence of a batch at once: query t at position p attends to the window positions
 // max(0, p-W+1)..p (older ones from the sequence's window ring, the batch's own from its kv
 // rows), then to compressed entries: none (ratio 0), all j < floor((p+1)/ratio) (no topk), or
-// the listed ids (topk; -1 and ids not yet visible are skipped). K = V = the entry row.
+// the listed ids (topk; -1 and ids not yet visible are skipped), each read through its
+// sequence's block table (entries without a pool row are skipped). K = V = the entry row.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,6 +11,7 @@
 #include <cstdint>
 
 #include "kernels/float_ptr.h"
+#include "kv/page_table.h"
 
 namespace dsv4::kernels {
 
@@ -20,7 +22,9 @@ struct SparseAttnSeq {
   int64_t token_begin = 0;        // the batch row of its first token
   FloatPtr window;                // [window_size, d] ring, position p in row p % window_size;
                                   // read only for positions before its first token's
-  FloatPtr compressed;            // [>= visible entries, d] entry j in row j; read if ratio > 0
+  FloatPtr compressed;            // [pool rows, d] the compressed pool; read if ratio > 0
+  PageTable compressed_pages;     // entry j in pool row pool_row(compressed_pages, j) (device
+                                  // table, plan data); entries without a row are absent
 };
 
 // The whole batch in one launch: a CTA per (token, group of heads), each finding its sequence

@@ -153,11 +153,12 @@ __global__ void copy_byte_ranges_kernel(const ByteRange* ranges) {
 __global__ void write_cache_rows_kernel(WriteCacheRowsKernelParams p) {
   pdl_wait();
   const int64_t r = blockIdx.x;
-  const int32_t seq = p.seq_of_row[r], row = p.dst_rows[r];
-  if (seq < 0 || row < 0) return;
+  const int32_t seq = p.seq_of_row[r], entry = p.dst_rows[r];
+  if (seq < 0 || entry < 0) return;
   const CacheRowTarget target = p.caches[seq];
-  if (row >= target.capacity) return;
-  block_copy_bytes(static_cast<unsigned char*>(target.cache) + row * p.row_bytes,
+  const int64_t row = pool_row(target.table, entry);
+  if (row < 0) return;
+  block_copy_bytes(static_cast<unsigned char*>(target.pool) + row * p.row_bytes,
                    static_cast<const unsigned char*>(p.src) + r * p.row_bytes, p.row_bytes);
 }
 

@@ -10,6 +10,7 @@
 
 #include "kernels/fault.h"
 #include "kernels/float_ptr.h"
+#include "kv/page_table.h"
 
 namespace dsv4::kernels {
 
@@ -42,13 +43,15 @@ struct ArgmaxRowsKernelParams {
 };
 void argmax_rows(const ArgmaxRowsKernelParams& p, cudaStream_t stream);
 
-// A sequence's cache for write_cache_rows: [capacity, row_bytes] bytes.
+// A sequence's paged cache for write_cache_rows: entry j is pool row pool_row(table, j) of
+// row_bytes bytes (kv/page_table.h; the table is plan data in device memory).
 struct CacheRowTarget {
-  void* cache = nullptr;
-  int64_t capacity = 0;
+  void* pool = nullptr;   // [num_pages * page_rows, row_bytes]
+  PageTable table;
 };
-// Source row r goes to row dst_rows[r] of caches[seq_of_row[r]]; rows with seq_of_row < 0, a
-// negative destination or one past the capacity are skipped. A block per source row.
+// Source row r goes to entry dst_rows[r] of caches[seq_of_row[r]]; rows with seq_of_row < 0, a
+// negative destination or an entry without a pool row (-1 page, past the table, outside the
+// pool) are skipped. A block per source row.
 struct WriteCacheRowsKernelParams {
   const void* src = nullptr;             // [rows, row_bytes]
   const int32_t* dst_rows = nullptr;     // [rows] device

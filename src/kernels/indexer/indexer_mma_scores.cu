@@ -1,11 +1,11 @@
 // The indexer's scores on tensor cores. A CTA takes one token and a range of its visible keys: the
 // token's heads are the rows of the MMA tile (ceil(heads / 16) warps, 16 rows each, rows past
 // the heads zero), and the keys stream through shared memory in tiles of 64 (cp.async, two
-// stages), each tile read once for all heads. Per tile every warp computes its 16 rows x 64 keys
-// of q.k with mma.sync m16n8k16 (bf16 operands, fp32 accumulation), writes
-// (w[h] * weight_scale) * relu(q.k) to shared memory, and one thread per key then adds the heads
-// in head order, as CpuOps does. Decode spreads a token's keys over many CTAs; prefill gives a
-// CTA all of a token's keys.
+// stages; each key from its pool row through the sequence's block table), each tile read once
+// for all heads. Per tile every warp computes its 16 rows x 64 keys of q.k with mma.sync
+// m16n8k16 (bf16 operands, fp32 accumulation), writes (w[h] * weight_scale) * relu(q.k) to
+// shared memory, and one thread per key then adds the heads in head order, as CpuOps does.
+// Decode spreads a token's keys over many CTAs; prefill gives a CTA all of a token's keys.
 //
 // Why the scores equal CpuOps' bit for bit in the default numerics. q and the keys are FP4-QAT'd
 // in blocks of 32 along dh (model/indexer.cpp, model/compressor.cpp: Hadamard, then
@@ -141,15 +141,16 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkPa
   const auto* q = static_cast<const uint16_t*>(p.q.data) + t * p.heads * kDh;
   const auto* keys = static_cast<const uint16_t*>(seq.keys.data);
 
-  // Keys [tile_begin, tile_begin + kKeyTile) into a stage; rows at or past key_end become zero
-  // (their source address is key_begin's row, which is valid, but nothing is read).
+  // Keys [tile_begin, tile_begin + kKeyTile) into a stage, each from its pool row through the
+  // block table; rows at or past key_end and keys without a pool row become zero (their source
+  // address is the token's queries, which are valid, but nothing is read).
   auto stage_keys = [&](int stage, int64_t tile_begin) {
     uint16_t* dst = key_s + stage * kKeyTile * kPitch;
     for (int i = static_cast<int>(threadIdx.x); i < kKeyTile * kChunksPerRow; i += static_cast<int>(blockDim.x)) {
       const int r = i / kChunksPerRow, piece = i % kChunksPerRow;
       const int64_t j = tile_begin + r;
-      const bool valid = j < key_end;
-      cp_async_16(dst + r * kPitch + piece * 8, keys + (valid ? j : key_begin) * kDh + piece * 8, valid);
+      const int64_t row = j < key_end ? pool_row(seq.key_pages, j) : -1;
+      cp_async_16(dst + r * kPitch + piece * 8, (row >= 0 ? keys + row * kDh : q) + piece * 8, row >= 0);
     }
   };
 
@@ -221,7 +222,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkPa
       if (j >= key_end) break;
       float sum = 0.0f;
       for (int h = 0; h < heads; ++h) sum = __fadd_rn(sum, term_s[h * kTermPitch + n]);
-      score_row[j] = isnan(sum) ? -INFINITY : sum;
+      score_row[j] = isnan(sum) || pool_row(seq.key_pages, j) < 0 ? -INFINITY : sum;
     }
     cp_async_wait_all();  // the next tile's keys, staged by this thread
     __syncthreads();      // ... and by every thread; term_s and this stage are free again

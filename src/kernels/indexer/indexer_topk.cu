@@ -48,10 +48,12 @@ __global__ void exact_score_kernel(IndexerTopkParams p) {
   __syncthreads();
   const int64_t j = blockIdx.y * static_cast<int64_t>(kScoreThreads) + threadIdx.x;
   if (j >= visible) return;
+  const int64_t row = pool_row(seq.key_pages, j);
   float acc = 0.0f;
-  for (int64_t h = 0; h < p.heads; ++h)
-    acc = __fadd_rn(acc, __fmul_rn(w_s[h], fmaxf(dot8(q_s + h * p.dh, seq.keys, j * p.dh, p.dh), 0.0f)));
-  p.scores[i * p.score_stride + j] = isnan(acc) ? -INFINITY : acc;
+  if (row >= 0)
+    for (int64_t h = 0; h < p.heads; ++h)
+      acc = __fadd_rn(acc, __fmul_rn(w_s[h], fmaxf(dot8(q_s + h * p.dh, seq.keys, row * p.dh, p.dh), 0.0f)));
+  p.scores[i * p.score_stride + j] = row < 0 || isnan(acc) ? -INFINITY : acc;
 }
 
 // Unsigned keys in the order of the floats (-0 counted as +0, as the CPU's comparisons do).

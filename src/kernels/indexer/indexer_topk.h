@@ -1,7 +1,8 @@
 // The lightning indexer (MODEL.md §5.2) for a whole batch: scores
 // I[t, j] = sum_h (w[t, h] * weight_scale) * relu(q[t, h] . k[j]) over the entries complete at
 // the token's position, j < floor((p + 1) / ratio), then the top k of each row (ties: lower j
-// first), written as ids ascending then -1. Two score kernels (IndexerScoreKernel), one top-k.
+// first), written as ids ascending then -1. Keys are read through each sequence's block table; an
+// absent key scores -inf. Two score kernels (IndexerScoreKernel), one top-k.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,6 +10,7 @@
 #include <cstdint>
 
 #include "kernels/float_ptr.h"
+#include "kv/page_table.h"
 
 namespace dsv4::kernels {
 
@@ -40,7 +42,9 @@ IndexerScoreKernel indexer_score_kernel_for(bool q_bf16, bool keys_bf16, int64_t
 // CUDA graph can keep it.
 struct IndexerSeqDesc {
   int64_t token_begin = 0;    // the batch row of its first token
-  FloatPtr keys;              // [>= visible entries, dh] its indexer keys, entry j in row j
+  FloatPtr keys;              // [pool rows, dh] the indexer-key pool
+  PageTable key_pages;        // key j in pool row pool_row(key_pages, j) (device table, plan
+                              // data); a key without a row scores -inf
 };
 
 // The whole batch in one launch per kernel; each token finds its sequence through seq_of_token.

@@ -1,0 +1,110 @@
+// CachePool: the per-layer page pools, their geometry per compression ratio and the free lists.
+#include "model/cache_pool.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+#include <string>
+
+#include "core/error.h"
+
+namespace dsv4 {
+
+namespace {
+
+std::set<int64_t> compression_ratios(const ModelConfig& cfg) {
+  std::set<int64_t> ratios;
+  for (int64_t l = 0; l < cfg.num_layers() + cfg.num_mtp_layers(); ++l)
+    if (cfg.compress_ratio(l) > 0) ratios.insert(cfg.compress_ratio(l));
+  return ratios;
+}
+
+}  // namespace
+
+CachePool::CachePool(Ops& ops, const ModelConfig& cfg, DType dtype, const PagesByRatio& pages)
+    : dtype_(dtype), pages_(pages) {
+  if (dtype != DType::kBF16 && dtype != DType::kF32)
+    throw UsageError("cache pools hold bf16 or f32, not " + std::string(dtype_name(dtype)));
+  for (const int64_t m : compression_ratios(cfg))
+    if (!pages_.contains(m)) throw UsageError("the cache pool has no pages for compression ratio " + std::to_string(m));
+  for (const auto& [m, p] : pages_) {
+    const std::string which = "the cache pool's ratio-" + std::to_string(m) + " pages";
+    if (p.page_rows <= 0 || p.num_pages < 0)
+      throw UsageError(which + ": " + std::to_string(p.num_pages) + " pages of " + std::to_string(p.page_rows) +
+                       " rows (need rows > 0, pages >= 0)");
+    if (p.num_pages > std::numeric_limits<int32_t>::max())
+      throw UsageError(which + ": " + std::to_string(p.num_pages) + " pages do not fit i32 page ids");
+    std::vector<int32_t>& free = free_[m];
+    for (int64_t i = p.num_pages - 1; i >= 0; --i) free.push_back(static_cast<int32_t>(i));
+  }
+  const ModelParams& mp = cfg.params();
+  for (int64_t l = 0; l < cfg.num_layers() + cfg.num_mtp_layers(); ++l) {
+    LayerPools pools;
+    const int64_t m = cfg.compress_ratio(l);
+    if (m > 0) {
+      const Pages& p = pages_.at(m);
+      pools.compressed = ops.alloc(dtype, {p.num_pages, p.page_rows, mp.head_dim});
+      if (cfg.layer_kind(l) == LayerKind::kCsa)
+        pools.index_keys = ops.alloc(dtype, {p.num_pages, p.page_rows, mp.index_head_dim});
+    }
+    layers_.push_back(std::move(pools));
+  }
+}
+
+CachePool::PagesByRatio CachePool::pages_for(const ModelConfig& cfg, int64_t sequences, int64_t capacity,
+                                             int64_t page_rows) {
+  if (sequences < 0 || capacity < 0 || page_rows <= 0)
+    throw UsageError("cache pages for " + std::to_string(sequences) + " sequences of " + std::to_string(capacity) +
+                     " tokens in pages of " + std::to_string(page_rows) + " rows: need positive rows");
+  PagesByRatio pages;
+  for (const int64_t m : compression_ratios(cfg))
+    pages[m] = {page_rows, sequences * ((capacity / m + page_rows - 1) / page_rows)};
+  return pages;
+}
+
+CachePool::PagesByRatio CachePool::one_sequence(const ModelConfig& cfg, int64_t capacity) {
+  PagesByRatio pages;
+  for (const int64_t m : compression_ratios(cfg))
+    pages[m] = {std::max<int64_t>(1, capacity / m), capacity / m > 0 ? 1 : 0};
+  return pages;
+}
+
+const CachePool::Pages& CachePool::pages(int64_t ratio) const {
+  const auto it = pages_.find(ratio);
+  if (it == pages_.end())
+    throw UsageError("the cache pool has no pages for compression ratio " + std::to_string(ratio));
+  return it->second;
+}
+
+int64_t CachePool::free_pages(int64_t ratio) const {
+  pages(ratio);
+  const std::lock_guard lock(mutex_);
+  return static_cast<int64_t>(free_.at(ratio).size());
+}
+
+std::vector<int32_t> CachePool::take(int64_t ratio, int64_t n) {
+  const Pages& p = pages(ratio);
+  const std::lock_guard lock(mutex_);
+  std::vector<int32_t>& free = free_.at(ratio);
+  if (n > static_cast<int64_t>(free.size()))
+    throw UsageError("the cache pool is out of ratio-" + std::to_string(ratio) + " pages: " + std::to_string(n) +
+                     " needed, " + std::to_string(free.size()) + " of " + std::to_string(p.num_pages) + " pages of " +
+                     std::to_string(p.page_rows) + " rows free");
+  std::vector<int32_t> taken(free.end() - n, free.end());
+  std::reverse(taken.begin(), taken.end());
+  free.resize(free.size() - static_cast<size_t>(n));
+  return taken;
+}
+
+void CachePool::give_back(int64_t ratio, std::span<const int32_t> pages) {
+  const Pages& p = this->pages(ratio);
+  for (const int32_t page : pages)
+    if (page < 0 || page >= p.num_pages)
+      throw UsageError("page " + std::to_string(page) + " given back to the cache pool's " +
+                       std::to_string(p.num_pages) + " ratio-" + std::to_string(ratio) + " pages");
+  const std::lock_guard lock(mutex_);
+  std::vector<int32_t>& free = free_.at(ratio);
+  free.insert(free.end(), pages.rbegin(), pages.rend());
+}
+
+}  // namespace dsv4

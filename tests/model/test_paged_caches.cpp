@@ -1,0 +1,146 @@
+// Paged caches on the tiny checkpoint: sequences whose compressed entries and indexer keys live in
+// small pages of one shared pool, taken as they grow, interleaved with each other's and reused
+// after another sequence ends, give bit for bit the logits and cache contents of sequences with
+// one page each (the contiguous layout), through chunked prefill, batched prefill and decode.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model_test_util.h"
+
+namespace dsv4::testing {
+namespace {
+
+struct PagedCase {
+  int64_t page_rows;
+  bool exact;
+};
+
+class PagedCaches : public ::testing::TestWithParam<PagedCase> {
+ protected:
+  static void SetUpTestSuite() {
+    ops_ = std::make_unique<cpu::CpuOps>(2);
+    model_ = std::make_unique<Model>(Model::load(*ops_, tiny_model_dir()));
+  }
+  static void TearDownTestSuite() {
+    model_.reset();
+    ops_.reset();
+  }
+  static std::unique_ptr<cpu::CpuOps> ops_;
+  static std::unique_ptr<Model> model_;
+};
+std::unique_ptr<cpu::CpuOps> PagedCaches::ops_;
+std::unique_ptr<Model> PagedCaches::model_;
+
+// One sequence's next tokens in a step.
+struct Chunk {
+  size_t seq;
+  int64_t tokens;
+};
+
+// Sequence s's entries [0, entries) of a paged cache `pool` ([pages, page_rows, width]) in entry
+// order, read through its block table.
+std::vector<float> entries_of(const DeviceTensor& pool, const std::vector<int32_t>& table, int64_t entries) {
+  const std::vector<float> all = to_floats(pool.view());
+  const int64_t page_rows = pool.dim(1), width = pool.dim(2);
+  std::vector<float> out;
+  for (int64_t j = 0; j < entries; ++j) {
+    const int32_t page = table.at(static_cast<size_t>(j / page_rows));
+    EXPECT_GE(page, 0) << "entry " << j << " has no page";
+    if (page < 0) return out;
+    const auto row = all.begin() + (page * page_rows + j % page_rows) * width;
+    out.insert(out.end(), row, row + width);
+  }
+  return out;
+}
+
+TEST_P(PagedCaches, SmallSharedPagesGiveTheContiguousLayoutsBits) {
+  const PagedCase c = GetParam();
+  const Model& model = *model_;
+  Ops& ops = *ops_;
+  const ModelConfig& cfg = model.config();
+  const int64_t V = cfg->vocab_size;
+  // Sequences 0-2 are compared; 3 is a filler that takes pages between theirs and ends after the
+  // second step, so later pages come back from it in another order.
+  const std::vector<int64_t> capacity = {420, 200, 150, 100};
+  std::vector<std::vector<int32_t>> ids;
+  for (size_t s = 0; s < capacity.size(); ++s) ids.push_back(test_ids(capacity[s], V, static_cast<uint32_t>(20 + s)));
+  const std::vector<std::vector<Chunk>> steps = [] {
+    std::vector<std::vector<Chunk>> v = {{{3, 48}, {0, 100}}, {{1, 70}, {0, 60}, {3, 20}}, {{0, 230}, {2, 50}, {1, 30}}};
+    for (int i = 0; i < 30; ++i) v.push_back({{0, 1}, {2, 1}, {1, 1}});  // decode, across C4 and C128 boundaries
+    return v;
+  }();
+  const int64_t filler_ends_after = 2;
+
+  const std::shared_ptr<CachePool> pool =
+      model.new_cache_pool(ops, CachePool::pages_for(cfg, 4, capacity[0], c.page_rows), c.exact);
+  std::vector<std::optional<SequenceCache>> paged, contiguous;
+  for (const int64_t cap : capacity) {
+    paged.emplace_back(model.new_sequence(ops, pool, cap));
+    contiguous.emplace_back(model.new_sequence(ops, cap, c.exact));
+  }
+  std::vector<int64_t> done(capacity.size(), 0);
+  for (size_t step = 0; step < steps.size(); ++step) {
+    if (step == filler_ends_after) {
+      paged[3].reset();
+      contiguous[3].reset();
+    }
+    // Every token's final hidden row and each sequence's last logits.
+    const auto run = [&](std::vector<std::optional<SequenceCache>>& caches) {
+      ForwardBatch batch;
+      batch.options.exact_math = c.exact;
+      batch.options.logits = LogitsFor::kLastTokenOfSequence;
+      for (const Chunk& ch : steps[step])
+        batch.add(*caches[ch.seq], std::span(ids[ch.seq]).subspan(static_cast<size_t>(done[ch.seq]),
+                                                                  static_cast<size_t>(ch.tokens)));
+      const ForwardResult r = model.forward(ops, batch);
+      std::vector<float> out = to_floats(r.final_hidden.view());
+      const std::vector<float> logits = to_floats(r.logits.view());
+      out.insert(out.end(), logits.begin(), logits.end());
+      return out;
+    };
+    const std::vector<float> got = run(paged), want = run(contiguous);
+    ASSERT_TRUE(same_bits(got, want)) << "step " << step;
+    for (const Chunk& ch : steps[step]) done[ch.seq] += ch.tokens;
+  }
+
+  // The pages really are shuffled: sequence 0's ratio-4 pages interleave with sequence 1's and
+  // go back to pages the filler gave back (page 0 was the filler's first).
+  const std::vector<int32_t>& t0 = paged[0]->block_table(4);
+  EXPECT_FALSE(std::is_sorted(t0.begin(), t0.end()));
+  EXPECT_NE(std::find(t0.begin(), t0.end(), 0), t0.end());
+  EXPECT_GT(paged[1]->block_table(4).front(), t0.front());
+
+  // Every entry of every compressed cache and indexer-key cache, and the fixed-size state.
+  for (size_t s = 0; s < 3; ++s) {
+    const SequenceCache &p = *paged[s], &q = *contiguous[s];
+    for (int64_t l = 0; l < cfg.num_layers(); ++l) {
+      const std::string where = "sequence " + std::to_string(s) + " layer " + std::to_string(l);
+      const int64_t m = cfg.compress_ratio(l);
+      EXPECT_TRUE(same_bits(to_floats(p.layer(l).window.view()), to_floats(q.layer(l).window.view()))) << where;
+      if (m == 0) continue;
+      const int64_t entries = p.length() / m;
+      EXPECT_TRUE(same_bits(entries_of(p.pool().compressed(l), p.block_table(m), entries),
+                            entries_of(q.pool().compressed(l), q.block_table(m), entries)))
+          << where << " compressed";
+      EXPECT_TRUE(same_bits(to_floats(p.layer(l).compressor.kv.view()), to_floats(q.layer(l).compressor.kv.view())))
+          << where;
+      if (cfg.layer_kind(l) != LayerKind::kCsa) continue;
+      EXPECT_TRUE(same_bits(entries_of(p.pool().index_keys(l), p.block_table(m), entries),
+                            entries_of(q.pool().index_keys(l), q.block_table(m), entries)))
+          << where << " indexer keys";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(PageRows, PagedCaches, ::testing::Values(PagedCase{2, false}, PagedCase{3, true}),
+                         [](const ::testing::TestParamInfo<PagedCase>& info) {
+                           return "rows" + std::to_string(info.param.page_rows) + (info.param.exact ? "_exact" : "");
+                         });
+
+}  // namespace
+}  // namespace dsv4::testing
