@@ -39,7 +39,7 @@ struct Operands {
   double w_at(int64_t c, int64_t i) const { return bf16_to_float(w[static_cast<size_t>(c * k + i)]); }
   // Rows [row0, row0 + rows) into y (row stride n).
   kernels::Bf16MmaGemmParams params(int64_t row0, int64_t rows, float* y) const {
-    return {dx.get() + row0 * ldx, ldx, dw.get(), {y + row0 * n, false}, n, rows, n, k};
+    return {dx.get() + row0 * ldx, ldx, dw.get(), {y + row0 * n, false}, n, rows, n, k, {}};
   }
 };
 

@@ -86,7 +86,7 @@ void CudaOps::linear(const LinearParams& p) {
   if (!quantise && options_.fp8_gemm != Fp8Gemm::kSimple && w.type == kernels::GemmWeight::kBF16 &&
       p.x.dtype() == DType::kBF16) {
     const kernels::Bf16MmaGemmParams b{p.x.data<uint16_t>(), K, static_cast<const uint16_t*>(w.data), float_ptr(p.y),
-                                       N, M, N, K};
+                                       N, M, N, K, {}};
     if (kernels::bf16_mma_gemm_supports(b)) {
       kernels::bf16_mma_gemm(b, stream_);
       return;
@@ -147,9 +147,10 @@ bool CudaOps::linear_pair(const LinearsParams& p) {
     return true;
   }
   if (wa.type == kernels::GemmWeight::kBF16 && a.act_quant == ActQuant::kNone) {
-    kernels::Bf16MmaGemmParams g{p.x.data<uint16_t>(), K, static_cast<const uint16_t*>(wa.data), float_ptr(a.y),
-                                 a.w->shape[0], M, a.w->shape[0], K};
-    g.second = {static_cast<const uint16_t*>(wb.data), float_ptr(b.y), b.w->shape[0], b.w->shape[0]};
+    const kernels::Bf16MmaGemmParams g{p.x.data<uint16_t>(), K, static_cast<const uint16_t*>(wa.data), float_ptr(a.y),
+                                       a.w->shape[0], M, a.w->shape[0], K,
+                                       {static_cast<const uint16_t*>(wb.data), float_ptr(b.y), b.w->shape[0],
+                                        b.w->shape[0]}};
     if (!kernels::bf16_mma_gemm_supports(g)) return false;
     kernels::bf16_mma_gemm(g, stream_);
     return true;
