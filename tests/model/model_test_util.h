@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -26,6 +27,23 @@ inline const char* tiny_model_dir() {
   const char* moved = std::getenv("DSV4_TINY_MODEL");
   return moved != nullptr ? moved : DSV4_TINY_MODEL_DIR;
 }
+
+// A test suite over one tiny model on a 2-thread CpuOps, loaded once for the suite. Base is
+// ::testing::Test or a ::testing::TestWithParam<...>.
+template <typename Base = ::testing::Test>
+class CpuTinyModelSuite : public Base {
+ protected:
+  static void SetUpTestSuite() {
+    ops_ = std::make_unique<cpu::CpuOps>(2);
+    model_ = std::make_unique<Model>(Model::load(*ops_, tiny_model_dir()));
+  }
+  static void TearDownTestSuite() {
+    model_.reset();
+    ops_.reset();
+  }
+  static inline std::unique_ptr<cpu::CpuOps> ops_;
+  static inline std::unique_ptr<Model> model_;
+};
 
 // Deterministic token ids spread over the vocabulary, with some repeats.
 inline std::vector<int32_t> test_ids(int64_t n, int64_t vocab, uint32_t seed = 1) {

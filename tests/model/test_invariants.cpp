@@ -21,27 +21,14 @@
 namespace dsv4::testing {
 namespace {
 
-class TinyModel : public ::testing::Test {
+class TinyModel : public CpuTinyModelSuite<> {
  protected:
-  static void SetUpTestSuite() {
-    ops_ = std::make_unique<cpu::CpuOps>(2);
-    model_ = std::make_unique<Model>(Model::load(*ops_, tiny_model_dir()));
-  }
-  static void TearDownTestSuite() {
-    model_.reset();
-    ops_.reset();
-  }
   const Model& model() const { return *model_; }
   Ops& ops() const { return *ops_; }
   int64_t D() const { return model().config()->hidden_size; }
   int64_t V() const { return model().config()->vocab_size; }
   SequenceCache fresh(int64_t capacity, bool exact = false) const { return model().new_sequence(ops(), capacity, exact); }
-
-  static std::unique_ptr<cpu::CpuOps> ops_;
-  static std::unique_ptr<Model> model_;
 };
-std::unique_ptr<cpu::CpuOps> TinyModel::ops_;
-std::unique_ptr<Model> TinyModel::model_;
 
 TEST_F(TinyModel, ChunkedPrefillEqualsOneShotPrefill) {
   const std::vector<int32_t> ids = test_ids(300, V());

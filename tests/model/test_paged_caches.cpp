@@ -20,21 +20,7 @@ struct PagedCase {
   bool exact;
 };
 
-class PagedCaches : public ::testing::TestWithParam<PagedCase> {
- protected:
-  static void SetUpTestSuite() {
-    ops_ = std::make_unique<cpu::CpuOps>(2);
-    model_ = std::make_unique<Model>(Model::load(*ops_, tiny_model_dir()));
-  }
-  static void TearDownTestSuite() {
-    model_.reset();
-    ops_.reset();
-  }
-  static std::unique_ptr<cpu::CpuOps> ops_;
-  static std::unique_ptr<Model> model_;
-};
-std::unique_ptr<cpu::CpuOps> PagedCaches::ops_;
-std::unique_ptr<Model> PagedCaches::model_;
+class PagedCaches : public CpuTinyModelSuite<::testing::TestWithParam<PagedCase>> {};
 
 // One sequence's next tokens in a step.
 struct Chunk {
