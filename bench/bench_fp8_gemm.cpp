@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/fp8_gemm.h"
 #include "kernels/gemm/act_quant.h"

@@ -16,7 +16,7 @@
 #include <random>
 #include <vector>
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "backend/cuda/device.h"
 #include "core/numeric.h"
 #include "cuda_timing.h"

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "backend/cuda/device.h"
 #include "cuda_timing.h"
 #include "kernels/gemm/simple_gemm.h"

@@ -8,7 +8,7 @@
 #include <functional>
 #include <vector>
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 
 namespace dsv4::bench {
 

@@ -2,7 +2,7 @@
 // reference, so both round identically.
 #include "kernels/convert.h"
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "core/numeric.h"
 #include "kernels/launch.cuh"
 

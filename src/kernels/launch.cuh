@@ -10,7 +10,7 @@
 
 #include <utility>
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 
 namespace dsv4::kernels {
 

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "backend/cuda/device.h"
 
 namespace dsv4::testing {

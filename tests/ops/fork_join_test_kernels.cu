@@ -1,7 +1,7 @@
 // Kernels of fork_join_test_kernels.h: one thread each.
 #include "fork_join_test_kernels.h"
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 
 namespace dsv4::testing {
 namespace {

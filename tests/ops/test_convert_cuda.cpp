@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "core/numeric.h"
 #include "kernels/convert.h"
 #include "tests/ops/cuda_test_util.h"

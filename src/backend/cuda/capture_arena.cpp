@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <string>
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "core/error.h"
 
 namespace dsv4::cuda {

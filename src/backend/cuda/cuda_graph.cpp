@@ -1,7 +1,7 @@
 // CudaGraph: launching an instantiated graph and releasing it with its tables.
 #include "backend/cuda/cuda_graph.h"
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 
 namespace dsv4::cuda {
 

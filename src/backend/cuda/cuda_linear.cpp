@@ -13,7 +13,7 @@
 // in scratch and use simple_gemm.
 #include <memory>
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/op_checks.h"
 #include "backend/cuda/stream_buffer.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/op_checks.h"
 #include "backend/cuda/stream_buffer.h"

@@ -9,7 +9,7 @@
 #include <limits>
 #include <vector>
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/op_checks.h"
 #include "backend/cuda/stream_buffer.h"

@@ -1,7 +1,7 @@
 // ForkJoin: side streams and events, and the fork/join order of execute_in_parallel.
 #include "backend/cuda/fork_join.h"
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 
 namespace dsv4::cuda {
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "backend/cuda/cublas_check.h"
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "backend/cuda/stream_buffer.h"
 #include "core/error.h"
 #include "core/numeric.h"

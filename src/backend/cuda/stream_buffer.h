@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "backend/cuda/capture_arena.h"
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 
 namespace dsv4::cuda {
 

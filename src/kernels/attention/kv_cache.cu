@@ -2,7 +2,7 @@
 // rope tail. Rounding comes from core/numeric.h, as on the host.
 #include "kernels/attention/kv_cache.h"
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "core/numeric.h"
 #include "kernels/launch.cuh"
 

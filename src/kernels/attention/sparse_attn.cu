@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "core/numeric.h"
 #include "kernels/launch.cuh"
 

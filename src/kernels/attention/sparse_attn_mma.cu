@@ -22,7 +22,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "core/numeric.h"
 #include "kernels/attention/sparse_attn_entries.cuh"
 #include "kernels/launch.cuh"

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "core/error.h"
 #include "kernels/attention/sparse_attn_entries.cuh"
 #include "kernels/launch.cuh"

@@ -4,7 +4,7 @@
 // only expf's last bit can differ from the CPU. A second kernel writes the slices' last ring rows.
 #include "kernels/compressor/compressor_pool.h"
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {

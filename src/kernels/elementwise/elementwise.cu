@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <string>
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "core/error.h"
 #include "kernels/block_reduce.cuh"
 #include "kernels/launch.cuh"

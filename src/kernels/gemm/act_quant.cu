@@ -2,7 +2,7 @@
 // rounding is core/numeric.h's, identical to the CPU reference.
 #include "kernels/gemm/act_quant.h"
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "core/numeric.h"
 #include "kernels/launch.cuh"
 

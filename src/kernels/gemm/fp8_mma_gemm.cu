@@ -22,7 +22,7 @@
 
 #include <string>
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "core/error.h"
 #include "core/numeric.h"
 #include "kernels/gemm/mma_lanes.cuh"

@@ -16,7 +16,7 @@
 
 #include <string>
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "core/error.h"
 #include "kernels/gemm/mma_lanes.cuh"
 #include "kernels/launch.cuh"

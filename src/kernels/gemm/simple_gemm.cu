@@ -14,7 +14,7 @@
 #include <string>
 #include <type_traits>
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "core/error.h"
 #include "kernels/launch.cuh"
 

@@ -55,7 +55,7 @@
 #include <cstdint>
 #include <string>
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "core/error.h"
 #include "kernels/launch.cuh"
 

@@ -11,7 +11,7 @@
 #include <cmath>
 #include <string>
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "core/error.h"
 #include "kernels/indexer/indexer_mma_scores.h"
 #include "kernels/launch.cuh"

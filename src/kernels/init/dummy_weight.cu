@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "core/dummy_random.h"
 #include "kernels/launch.cuh"
 

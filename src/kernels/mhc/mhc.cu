@@ -2,7 +2,7 @@
 // intrinsics keep nvcc from fusing the products and sums the CPU rounds separately.
 #include "kernels/mhc/mhc.h"
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {

@@ -8,7 +8,7 @@
 
 #include <cub/block/block_scan.cuh>
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {

@@ -4,7 +4,7 @@
 // thread divides 64-bit indices.
 #include "kernels/moe/expert_rows.h"
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {

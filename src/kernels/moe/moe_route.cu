@@ -5,7 +5,7 @@
 // expf/log1pf can differ from the CPU's scores.
 #include "kernels/moe/moe_route.h"
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {

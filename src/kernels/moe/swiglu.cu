@@ -2,7 +2,7 @@
 // then the product, then the row weight); only expf's last bit can differ from the CPU.
 #include "kernels/moe/swiglu.h"
 
-#include "backend/cuda/cuda_check.h"
+#include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {

@@ -1,5 +1,6 @@
-// Error checking for CUDA runtime calls: every call goes through DSV4_CUDA_CHECK, which throws
-// a CudaError carrying the expression, file, line and CUDA's error name.
+// Error checking for CUDA runtime calls (kernels and the CUDA backend): every call goes through
+// DSV4_CUDA_CHECK, which throws a CudaError carrying the expression, file, line and CUDA's error
+// name. It lives with the kernels, below the backend, so kernels include no backend header.
 #pragma once
 
 #include <cuda_runtime.h>
