@@ -1,7 +1,7 @@
 # Independent PyTorch reference of the DeepSeek-V4 forward pass (MODEL.md), for one sequence
 # prefilled from position 0: embedding, mHC, attention (SWA / CSA / HCA), MoE, head and MTP.
-"""Plain, readable PyTorch written from /work/shared/spec/MODEL.md and the numerics contract of
-the C++ CPU reference (scripts/reference/README.md lists the choices made where the spec
+"""Plain, readable PyTorch written from the model specification (docs/MODEL.md is the project's
+account of it) and the numerics contract of the C++ CPU reference (scripts/reference/README.md lists the choices made where the spec
 leaves one open).
 
 Every tensor is held as float32. In the default mode, values that the official inference code
