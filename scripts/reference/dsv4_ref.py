@@ -1,8 +1,8 @@
 # Independent PyTorch reference of the DeepSeek-V4 forward pass (MODEL.md), for one sequence
 # prefilled from position 0: embedding, mHC, attention (SWA / CSA / HCA), MoE, head and MTP.
 """Plain, readable PyTorch written from the model specification (docs/MODEL.md is the project's
-account of it) and the numerics contract of the C++ CPU reference (scripts/reference/README.md lists the choices made where the spec
-leaves one open).
+account of it) and the numerics contract of the C++ CPU reference (scripts/reference/README.md
+lists the choices made where the spec leaves one open).
 
 Every tensor is held as float32. In the default mode, values that the official inference code
 stores in bf16 are rounded to bf16 where it rounds them (`Numerics.act`), the inputs of FP8 /
