@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "model/cache_pool.h"
 #include "model/forward_runner.h"
 #include "model/model.h"
 #include "sampling/json_prefix.h"
@@ -122,6 +123,7 @@ class Engine::Impl {
         scheduler_(SchedulerConfig{config_.max_model_len, config_.max_num_seqs, config_.max_num_batched_tokens,
                                    config_.num_cache_blocks, config_.block_size}),
         sampling_pool_(config_.sampling_threads), seeds_(std::random_device{}()) {
+    if (config_.shared_cache_pool) cache_pool_ = model_.new_cache_pool(ops_, pool_pages(), config_.exact_math);
     publish_stats();
   }
 
@@ -180,6 +182,8 @@ class Engine::Impl {
   }
 
   static EngineConfig resolve(EngineConfig c, const Model& model);
+  CachePool::PagesByRatio pool_pages() const;
+  SequenceCache new_sequence(int64_t capacity) const;
   void take_submissions();
   void emit(Request& r, const TokenChoice& choice, EngineClock::time_point now, std::vector<SequenceId>& finished);
   size_t stop_string_holdback(const Request& r) const;
@@ -201,6 +205,7 @@ class Engine::Impl {
   std::vector<int32_t> greedy_ids_;         // the step's argmax per sequence, when made on the backend
   std::optional<JsonTokenMask> json_mask_;  // made when the first JSON request samples
   ThreadPool sampling_pool_;                // the step's draws (EngineConfig::sampling_threads)
+  std::shared_ptr<CachePool> cache_pool_;   // EngineConfig::shared_cache_pool
   EngineStats counters_;  // the totals; copied into stats_ after each step
 
   std::mutex submit_mutex_;  // guards the members below
@@ -224,6 +229,28 @@ EngineConfig Engine::Impl::resolve(EngineConfig c, const Model& model) {
   if (c.sampling_threads == 0)
     c.sampling_threads = static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 16));
   return c;
+}
+
+// Pages per compression ratio m for the shared pool: pages of block_size / m entries (one entry
+// when block_size is not a multiple of m), as many as the blocks' tokens fill. A sequence holding t
+// tokens needs ceil(floor(t / m) / rows) pages, at most the blocks it holds (rows = block_size / m)
+// or t / m of them (rows = 1), so what the block manager admits the pool always has.
+CachePool::PagesByRatio Engine::Impl::pool_pages() const {
+  const ModelConfig& cfg = model_.config();
+  const int64_t tokens = config_.num_cache_blocks * config_.block_size;
+  CachePool::PagesByRatio pages;
+  for (int64_t l = 0; l < cfg.num_layers() + cfg.num_mtp_layers(); ++l) {
+    const int64_t m = cfg.compress_ratio(l);
+    if (m <= 0 || pages.count(m) > 0) continue;
+    const int64_t rows = config_.block_size % m == 0 ? config_.block_size / m : 1;
+    pages[m] = {rows, rows > 1 ? config_.num_cache_blocks : (tokens + m - 1) / m};
+  }
+  return pages;
+}
+
+SequenceCache Engine::Impl::new_sequence(int64_t capacity) const {
+  return cache_pool_ ? model_.new_sequence(ops_, cache_pool_, capacity)
+                     : model_.new_sequence(ops_, capacity, config_.exact_math);
 }
 
 RequestHandle Engine::Impl::submit(GenerateRequest request) {
@@ -303,7 +330,7 @@ bool Engine::Impl::step() {
       try {
         for (const ScheduledChunk& c : plan.chunks) {
           Request& r = requests_.at(c.sequence->id);
-          if (!r.cache) r.cache.emplace(model_.new_sequence(ops_, c.sequence->max_tokens, config_.exact_math));
+          if (!r.cache) r.cache.emplace(new_sequence(c.sequence->max_tokens));
           batch.add(*r.cache, std::span<const int32_t>(c.sequence->tokens)
                                   .subspan(static_cast<size_t>(c.start), static_cast<size_t>(c.num_tokens)));
         }
@@ -498,6 +525,11 @@ void Engine::Impl::publish_stats() {
   s.waiting = scheduler_.num_waiting();
   s.cache_blocks_total = scheduler_.blocks().num_blocks();
   s.cache_blocks_used = s.cache_blocks_total - scheduler_.blocks().num_free();
+  if (cache_pool_)
+    for (const auto& [ratio, pages] : cache_pool_->pages()) {
+      s.cache_pages_total += pages.num_pages;
+      s.cache_pages_free += cache_pool_->free_pages(ratio);
+    }
   std::lock_guard lock(stats_mutex_);
   stats_ = s;
 }

@@ -153,10 +153,16 @@ struct EngineConfig {
   int64_t max_num_seqs = 64;            // sequences in one step
   int64_t max_num_batched_tokens = 2048;  // tokens in one step (decode first, then prefill chunks)
   // Cache accounting in blocks of block_size tokens (src/scheduler/block_manager.h). 0 blocks:
-  // enough for max_num_seqs sequences of max_model_len. Accounting only for now: each sequence's
-  // SequenceCache has a page pool of its own, one page of prompt + max_tokens tokens.
+  // enough for max_num_seqs sequences of max_model_len.
   int64_t block_size = 64;
   int64_t num_cache_blocks = 0;
+  // Where the sequences' compressed entries and indexer keys live (model/cache_pool.h). false: a
+  // pool per sequence, one page of prompt + max_tokens tokens. true: one pool the engine makes at
+  // start with as many tokens as the blocks hold, pages of block_size / m entries for ratio m (one
+  // entry when m > block_size), so a sequence the blocks admit always finds its pages; sequences
+  // take pages as they grow and give them back when they end or are preempted. The same numbers
+  // either way (tested on the CPU); off by default until it has run on the GPU.
+  bool shared_cache_pool = false;
   bool exact_math = false;              // ForwardOptions::exact_math for every step
   // How steps run (CUDA graphs for decode steps, say); must outlive the engine. Null: eagerly.
   ForwardRunner* runner = nullptr;
@@ -171,6 +177,8 @@ struct EngineStats {
   int64_t waiting = 0;              // queued or preempted
   int64_t cache_blocks_total = 0;
   int64_t cache_blocks_used = 0;
+  int64_t cache_pages_total = 0;    // EngineConfig::shared_cache_pool: the pool's pages, all ratios
+  int64_t cache_pages_free = 0;
   uint64_t steps = 0;
   uint64_t prompt_tokens = 0;       // prompts of submitted requests
   uint64_t generation_tokens = 0;   // tokens emitted

@@ -143,19 +143,26 @@ TEST_F(EngineTest, GreedyOutputInABusyBatchEqualsItsOutputAloneBitForBit) {
   const Result ref = alone(r);
   ASSERT_EQ(ref.tokens.size(), 10u);
   EXPECT_EQ(ref.finish, FinishReason::kLength);
-  for (int64_t blocks : {0, 12}) {  // the default pool, then one that forces preemptions
-    EngineConfig c = small_config();
-    c.num_cache_blocks = blocks;
-    auto e = engine(c);
-    uint64_t preemptions = 0;
-    const Result got = in_busy_batch(*e, r, preemptions);
-    EXPECT_EQ(got.tokens, ref.tokens) << blocks << " blocks";
-    EXPECT_TRUE(same_bits(got.logprobs, ref.logprobs)) << blocks << " blocks";
-    if (blocks > 0) {
-      EXPECT_GT(preemptions, 0u) << "the small pool was meant to preempt";
-      EXPECT_GT(got.last.metrics->preemptions, 0) << "the request under test was meant to be recomputed";
+  // The default number of blocks, then one that forces preemptions; each with a cache pool per
+  // sequence (the reference's) and with one pool the sequences share.
+  for (const bool shared : {false, true})
+    for (int64_t blocks : {0, 12}) {
+      const std::string what = std::to_string(blocks) + " blocks, " + (shared ? "shared pool" : "pool per sequence");
+      EngineConfig c = small_config();
+      c.num_cache_blocks = blocks;
+      c.shared_cache_pool = shared;
+      auto e = engine(c);
+      uint64_t preemptions = 0;
+      const Result got = in_busy_batch(*e, r, preemptions);
+      EXPECT_EQ(got.tokens, ref.tokens) << what;
+      EXPECT_TRUE(same_bits(got.logprobs, ref.logprobs)) << what;
+      if (blocks > 0) {
+        EXPECT_GT(preemptions, 0u) << what << ": the small pool was meant to preempt";
+        EXPECT_GT(got.last.metrics->preemptions, 0) << what << ": the request under test was meant to be recomputed";
+      }
+      EXPECT_EQ(e->stats().cache_pages_free, e->stats().cache_pages_total) << what;
+      EXPECT_EQ(e->stats().cache_pages_total > 0, shared) << what;
     }
-  }
 }
 
 // Greedy requests without logprobs or penalties take their argmax from the backend
@@ -225,13 +232,17 @@ TEST_F(EngineTest, ASeededSampledRequestDrawsTheSameTokensAloneAndInABatch) {
 }
 
 TEST_F(EngineTest, CancelledAndDroppedRequestsLeaveNoBlockBehind) {
-  auto e = engine();
-  const int64_t total = e->stats().cache_blocks_total;
+  EngineConfig config = small_config();
+  config.shared_cache_pool = true;  // its pages come back too
+  auto e = engine(config);
+  const int64_t total = e->stats().cache_blocks_total, pages = e->stats().cache_pages_total;
+  ASSERT_GT(pages, 0);
   RequestHandle a = e->submit(request(ids(60, 3), 50));
   RequestHandle b = e->submit(request(ids(20, 4), 50));
   std::optional<RequestHandle> c = e->submit(request(ids(10, 5), 50));
   for (int i = 0; i < 4; ++i) e->step();
   EXPECT_GT(e->stats().cache_blocks_used, 0);
+  EXPECT_LT(e->stats().cache_pages_free, pages);
   a.cancel();
   c.reset();  // a client that went away
   e->step();
@@ -244,6 +255,7 @@ TEST_F(EngineTest, CancelledAndDroppedRequestsLeaveNoBlockBehind) {
   EXPECT_EQ(drain(b).finish, FinishReason::kCancelled);
   EXPECT_EQ(e->stats().cache_blocks_used, 0);
   EXPECT_EQ(e->stats().cache_blocks_total, total);
+  EXPECT_EQ(e->stats().cache_pages_free, pages);
   EXPECT_EQ(e->stats().requests_cancelled, 3u);
   EXPECT_FALSE(e->step());
   EXPECT_THROW(b.next(), UsageError);
