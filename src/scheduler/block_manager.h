@@ -1,11 +1,11 @@
 // Cache accounting in fixed-size blocks of tokens: a pool of block ids with reference counts, and
 // per-sequence block tables. The scheduler admits, grows and preempts sequences by it.
 //
-// Accounting only for now: no cache lives in these blocks yet. Each sequence's SequenceCache
-// (model/cache.h) still has a page pool of its own sized for its whole length; a pool shared by
-// the engine's sequences (model/cache_pool.h) will hand out its pages under these ids. Prefix
-// caching (sharing the blocks of a common prompt prefix by hash) needs those pages and is not
-// here; the reference counts are what it and forked sequences will share blocks by.
+// The blocks bound what the caches may hold: the engine's shared page pool (EngineConfig::
+// shared_cache_pool, model/cache_pool.h) has as many tokens as the blocks, so what this admits
+// always finds its pages, but the pages are taken in the pool's order, not named by these ids.
+// Prefix caching (sharing the blocks of a common prompt prefix by hash) needs them named and is
+// not here; the reference counts are what it and forked sequences will share blocks by.
 #pragma once
 
 #include <cstddef>
