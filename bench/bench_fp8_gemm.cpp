@@ -9,9 +9,9 @@
 #include <cstdlib>
 #include <vector>
 
-#include "kernels/cuda_check.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/fp8_gemm.h"
+#include "kernels/cuda_check.h"
 #include "kernels/gemm/act_quant.h"
 #include "kernels/gemm/fp8_mma_gemm.h"
 #include "cuda_timing.h"

@@ -16,9 +16,9 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cuda_check.h"
 #include "backend/cuda/device.h"
 #include "core/numeric.h"
+#include "kernels/cuda_check.h"
 #include "cuda_timing.h"
 #include "kernels/indexer/indexer_topk.h"
 

@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <vector>
 
-#include "kernels/cuda_check.h"
 #include "backend/cuda/device.h"
+#include "kernels/cuda_check.h"
 #include "cuda_timing.h"
 #include "kernels/gemm/simple_gemm.h"
 

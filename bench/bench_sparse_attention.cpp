@@ -15,9 +15,9 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cuda_check.h"
 #include "backend/cuda/device.h"
 #include "core/numeric.h"
+#include "kernels/cuda_check.h"
 #include "cuda_timing.h"
 #include "kernels/attention/sparse_attn_mma.h"
 #include "kernels/attention/sparse_attn_rows.h"

@@ -2,8 +2,8 @@
 // reference, so both round identically.
 #include "kernels/convert.h"
 
-#include "kernels/cuda_check.h"
 #include "core/numeric.h"
+#include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {

@@ -6,8 +6,8 @@
 
 #include <vector>
 
-#include "kernels/cuda_check.h"
 #include "backend/cuda/device.h"
+#include "kernels/cuda_check.h"
 
 namespace dsv4::testing {
 

@@ -7,9 +7,9 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cuda_check.h"
 #include "core/numeric.h"
 #include "kernels/convert.h"
+#include "kernels/cuda_check.h"
 #include "tests/ops/cuda_test_util.h"
 
 namespace dsv4 {

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <string>
 
-#include "kernels/cuda_check.h"
 #include "core/error.h"
+#include "kernels/cuda_check.h"
 
 namespace dsv4::cuda {
 

@@ -13,10 +13,10 @@
 // in scratch and use simple_gemm.
 #include <memory>
 
-#include "kernels/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/op_checks.h"
 #include "backend/cuda/stream_buffer.h"
+#include "kernels/cuda_check.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/gemm/act_quant.h"
 #include "kernels/gemm/bf16_mma_gemm.h"

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/op_checks.h"
 #include "backend/cuda/stream_buffer.h"
+#include "kernels/cuda_check.h"
 #include "kernels/gemm/act_quant.h"
 #include "kernels/gemm/fp8_mma_gemm.h"
 #include "kernels/moe/expert_plan.h"

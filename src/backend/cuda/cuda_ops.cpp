@@ -9,11 +9,11 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/cuda_check.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/op_checks.h"
 #include "backend/cuda/stream_buffer.h"
 #include "core/dummy_random.h"
+#include "kernels/cuda_check.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/init/dummy_weight.h"
 #include "ops/param_checks.h"

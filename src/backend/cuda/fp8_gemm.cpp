@@ -5,10 +5,10 @@
 #include <string>
 
 #include "backend/cuda/cublas_check.h"
-#include "kernels/cuda_check.h"
 #include "backend/cuda/stream_buffer.h"
 #include "core/error.h"
 #include "core/numeric.h"
+#include "kernels/cuda_check.h"
 
 namespace dsv4::cuda {
 namespace {

@@ -2,8 +2,8 @@
 // rope tail. Rounding comes from core/numeric.h, as on the host.
 #include "kernels/attention/kv_cache.h"
 
-#include "kernels/cuda_check.h"
 #include "core/numeric.h"
+#include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {

@@ -6,8 +6,8 @@
 
 #include <cmath>
 
-#include "kernels/cuda_check.h"
 #include "core/numeric.h"
+#include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {

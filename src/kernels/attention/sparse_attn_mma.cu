@@ -22,9 +22,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cuda_check.h"
 #include "core/numeric.h"
 #include "kernels/attention/sparse_attn_entries.cuh"
+#include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {

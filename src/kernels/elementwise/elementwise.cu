@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <string>
 
-#include "kernels/cuda_check.h"
 #include "core/error.h"
 #include "kernels/block_reduce.cuh"
+#include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {

@@ -2,8 +2,8 @@
 // rounding is core/numeric.h's, identical to the CPU reference.
 #include "kernels/gemm/act_quant.h"
 
-#include "kernels/cuda_check.h"
 #include "core/numeric.h"
+#include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {

@@ -7,9 +7,9 @@
 
 #include <string>
 
-#include "kernels/cuda_check.h"
 #include "core/error.h"
 #include "core/numeric.h"
+#include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {

@@ -22,9 +22,9 @@
 
 #include <string>
 
-#include "kernels/cuda_check.h"
 #include "core/error.h"
 #include "core/numeric.h"
+#include "kernels/cuda_check.h"
 #include "kernels/gemm/mma_lanes.cuh"
 #include "kernels/launch.cuh"
 

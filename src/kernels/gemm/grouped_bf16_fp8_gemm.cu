@@ -16,8 +16,8 @@
 
 #include <string>
 
-#include "kernels/cuda_check.h"
 #include "core/error.h"
+#include "kernels/cuda_check.h"
 #include "kernels/gemm/mma_lanes.cuh"
 #include "kernels/launch.cuh"
 

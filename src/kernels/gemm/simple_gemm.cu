@@ -14,8 +14,8 @@
 #include <string>
 #include <type_traits>
 
-#include "kernels/cuda_check.h"
 #include "core/error.h"
+#include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {

@@ -55,8 +55,8 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/cuda_check.h"
 #include "core/error.h"
+#include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {

@@ -11,8 +11,8 @@
 #include <cmath>
 #include <string>
 
-#include "kernels/cuda_check.h"
 #include "core/error.h"
+#include "kernels/cuda_check.h"
 #include "kernels/indexer/indexer_mma_scores.h"
 #include "kernels/launch.cuh"
 

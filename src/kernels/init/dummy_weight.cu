@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "kernels/cuda_check.h"
 #include "core/dummy_random.h"
+#include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
