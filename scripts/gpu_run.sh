@@ -87,34 +87,28 @@ if [ -x "$t" ] && [ "$sanitize" = 1 ]; then
     [ $rc -eq 0 ] || status=1
   done
 fi
-# generate through CUDA graphs (the default) gives the same greedy ids as with every op launched.
-echo "== generate --cuda-graphs off"
-graph_prompt=$(seq -s, 1000 37 5000)
-"$here/dsv4" generate --model "$model" --prompt-ids "$graph_prompt" -n 140 --ignore-eos --device cuda --json \
-  >"$out/generate_cuda_graphs.json" 2>"$out/generate_cuda_graphs.err" || status=1
-"$here/dsv4" generate --model "$model" --prompt-ids "$graph_prompt" -n 140 --ignore-eos --device cuda --json \
-  --cuda-graphs off >"$out/generate_cuda_eager.json" 2>"$out/generate_cuda_eager.err" || status=1
-if cmp -s "$out/generate_cuda_graphs.json" "$out/generate_cuda_eager.json"; then
-  echo "   same ids with --cuda-graphs off"
-else
-  echo "   --cuda-graphs off gave other ids (or failed): see generate_cuda_{graphs,eager}.json"
-  status=1
-fi
-# generate with the attention chains on side streams gives the same greedy ids as on one stream.
-echo "== generate --multi-stream on"
-ms_prompt=$(seq -s, 1000 37 5000)
-"$here/dsv4" generate --model "$model" --prompt-ids "$ms_prompt" -n 16 --ignore-eos --device cuda --json \
-  >"$out/generate_cuda_one_stream.json" 2>"$out/generate_cuda_one_stream.err" || status=1
-"$here/dsv4" generate --model "$model" --prompt-ids "$ms_prompt" -n 16 --ignore-eos --device cuda --json \
-  --multi-stream on >"$out/generate_cuda_multi_stream.json" 2>"$out/generate_cuda_multi_stream.err" || status=1
-if cmp -s "$out/generate_cuda_one_stream.json" "$out/generate_cuda_multi_stream.json"; then
-  echo "   same ids with --multi-stream on"
-else
-  echo "   --multi-stream on gave other ids (or failed): see generate_cuda_*_stream.json"
-  status=1
-fi
-# generate on the GPU: greedy ids against the CPU's, timings, and memcheck over a short run.
+# generate's greedy ids on the GPU with the flag after the first three arguments against its
+# default (n tokens; outputs in $out/generate_cuda_{base,with}.json): the same ids, or the run fails.
+same_ids_with() {
+  local n=$1 base=$2 with=$3
+  shift 3
+  local run=(generate --model "$model" --prompt-ids "$prompt" -n "$n" --ignore-eos --device cuda --json)
+  echo "== generate $*"
+  "$here/dsv4" "${run[@]}" >"$out/generate_cuda_$base.json" 2>"$out/generate_cuda_$base.err" || status=1
+  "$here/dsv4" "${run[@]}" "$@" >"$out/generate_cuda_$with.json" 2>"$out/generate_cuda_$with.err" || status=1
+  if cmp -s "$out/generate_cuda_$base.json" "$out/generate_cuda_$with.json"; then
+    echo "   same ids with $*"
+  else
+    echo "   $* gave other ids (or failed): see generate_cuda_{$base,$with}.json"
+    status=1
+  fi
+}
 prompt=$(seq -s, 1000 37 5000)
+# Decode steps through CUDA graphs (the default) against every op launched eagerly.
+same_ids_with 140 graphs eager --cuda-graphs off
+# The attention chains on side streams against one stream.
+same_ids_with 16 one_stream multi_stream --multi-stream on
+# generate on the GPU: greedy ids against the CPU's, timings, and memcheck over a short run.
 echo "== generate"
 "$here/dsv4" generate --model "$model" --prompt-ids "$prompt" -n 32 --ignore-eos --device cuda --stats 2>&1 | tee "$out/generate_cuda.txt" || status=1
 "$here/dsv4" generate --model "$model" --prompt-ids "$prompt" -n 32 --ignore-eos --device cpu 2>&1 | tee "$out/generate_cpu.txt" || status=1
