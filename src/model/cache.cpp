@@ -16,8 +16,11 @@ namespace {
 
 std::atomic<uint64_t> next_cache_id{1};
 
+// Overlapping compression (MODEL.md §4.3): CSA's ratio-4 blocks also see the block before.
+int64_t compressor_overlap(int64_t ratio) { return ratio == 4 ? 2 : 1; }
+
 CompressorState make_state(Ops& ops, int64_t ratio, int64_t dc) {
-  const int64_t coff = ratio == 4 ? 2 : 1;
+  const int64_t coff = compressor_overlap(ratio);
   return {ops.alloc(DType::kF32, {coff * ratio, coff * dc}), ops.alloc(DType::kF32, {coff * ratio, coff * dc})};
 }
 
@@ -41,13 +44,14 @@ std::shared_ptr<CachePool> own_pool(Ops& ops, const ModelConfig& cfg, int64_t ca
 
 }  // namespace
 
-BlockTables::BlockTables(std::shared_ptr<CachePool> pool, int64_t capacity) : pool_(std::move(pool)) {
+BlockTables::BlockTables(std::shared_ptr<CachePool> pool, int64_t capacity, PageNaming naming)
+    : pool_(std::move(pool)), naming_(naming) {
   for (const auto& [m, p] : pool_->pages())
     tables_[m].assign(static_cast<size_t>(pages_for_entries(capacity / m, p.page_rows)), -1);
 }
 
 BlockTables::BlockTables(BlockTables&& other) noexcept
-    : pool_(std::move(other.pool_)), tables_(std::move(other.tables_)) {
+    : pool_(std::move(other.pool_)), naming_(other.naming_), tables_(std::move(other.tables_)) {
   other.tables_.clear();
 }
 
@@ -55,6 +59,7 @@ BlockTables& BlockTables::operator=(BlockTables&& other) noexcept {
   if (this != &other) {
     give_back();
     pool_ = std::move(other.pool_);
+    naming_ = other.naming_;
     tables_ = std::move(other.tables_);
     other.tables_.clear();
   }
@@ -64,7 +69,7 @@ BlockTables& BlockTables::operator=(BlockTables&& other) noexcept {
 BlockTables::~BlockTables() { give_back(); }
 
 void BlockTables::give_back() {
-  if (pool_ == nullptr) return;
+  if (pool_ == nullptr || naming_ == PageNaming::kNamedByBlocks) return;
   for (const auto& [m, table] : tables_) {
     std::vector<int32_t> taken;
     std::copy_if(table.begin(), table.end(), std::back_inserter(taken), [](int32_t page) { return page >= 0; });
@@ -81,12 +86,44 @@ void BlockTables::reserve(int64_t tokens) {
                        " pages cannot hold " + std::to_string(tokens) + " tokens");
     const auto first_missing = static_cast<size_t>(std::find(table.begin(), table.end(), -1) - table.begin());
     if (first_missing >= needed) continue;
+    if (naming_ == PageNaming::kNamedByBlocks)
+      throw UsageError(std::to_string(tokens) + " tokens need " + std::to_string(needed) + " ratio-" +
+                       std::to_string(m) + " pages, but page " + std::to_string(first_missing) +
+                       " of the sequence's block table is not named by a cache block yet");
     const std::vector<int32_t> pages = pool_->take(m, static_cast<int64_t>(needed - first_missing));
     std::copy(pages.begin(), pages.end(), table.begin() + static_cast<std::ptrdiff_t>(first_missing));
   }
 }
 
-SequenceCache::SequenceCache(Ops& ops, const ModelConfig& cfg, std::shared_ptr<CachePool> pool, int64_t capacity)
+void BlockTables::name_pages(std::span<const int32_t> blocks, int64_t block_size) {
+  if (naming_ != PageNaming::kNamedByBlocks)
+    throw UsageError("name_pages: this sequence takes its pages from the pool; it was not made to have them named");
+  if (block_size <= 0) throw UsageError("name_pages: block_size = " + std::to_string(block_size) + " must be positive");
+  for (auto& [m, table] : tables_) {
+    const CachePool::Pages& p = pool_->pages(m);
+    // The block holding the last token of page i's entries: page i itself (block_size / m entries
+    // per page), or the block of entry i's last token (one entry per page).
+    int64_t blocks_per_page = 0;
+    if (p.page_rows * m == block_size)
+      blocks_per_page = 1;
+    else if (p.page_rows == 1 && m % block_size == 0)
+      blocks_per_page = m / block_size;
+    else
+      throw UsageError("name_pages: ratio-" + std::to_string(m) + " pages of " + std::to_string(p.page_rows) +
+                       " entries cannot be named by cache blocks of " + std::to_string(block_size) + " tokens");
+    for (size_t i = 0; i < table.size(); ++i) {
+      const auto block = static_cast<size_t>((static_cast<int64_t>(i) + 1) * blocks_per_page - 1);
+      const int32_t page = block < blocks.size() ? blocks[block] : -1;
+      if (page >= p.num_pages)
+        throw UsageError("name_pages: block " + std::to_string(page) + " is beyond the pool's " +
+                         std::to_string(p.num_pages) + " ratio-" + std::to_string(m) + " pages");
+      table[i] = page;
+    }
+  }
+}
+
+SequenceCache::SequenceCache(Ops& ops, const ModelConfig& cfg, std::shared_ptr<CachePool> pool, int64_t capacity,
+                             PageNaming naming)
     : capacity_(checked_capacity(cfg, capacity)), id_(next_cache_id++) {
   if (pool == nullptr) throw UsageError("a sequence needs a cache pool");
   if (pool->num_layers() != cfg.num_layers() + cfg.num_mtp_layers())
@@ -103,10 +140,35 @@ SequenceCache::SequenceCache(Ops& ops, const ModelConfig& cfg, std::shared_ptr<C
     if (cfg.layer_kind(l) == LayerKind::kCsa) c.index_compressor = make_state(ops, m, dh);
     layers_.push_back(std::move(c));
   }
-  blocks_ = BlockTables(std::move(pool), capacity);
+  blocks_ = BlockTables(std::move(pool), capacity, naming);
 }
 
 SequenceCache::SequenceCache(Ops& ops, const ModelConfig& cfg, int64_t capacity, DType dtype)
     : SequenceCache(ops, cfg, own_pool(ops, cfg, capacity, dtype), capacity) {}
+
+void SequenceCache::resume_on_prefix(int64_t resume, int64_t reused) {
+  const std::string what = "resume at " + std::to_string(resume) + " on a prefix of " + std::to_string(reused) + " tokens";
+  if (length_ != 0 || mtp_length_ != 0) throw UsageError(what + ": the cache already holds tokens");
+  if (blocks_.naming() != PageNaming::kNamedByBlocks)
+    throw UsageError(what + ": the cache's pages are not named by cache blocks, so it shares none");
+  if (resume < 0 || resume > reused || reused > capacity_)
+    throw UsageError(what + ": need 0 <= resume <= prefix <= capacity (" + std::to_string(capacity_) + ")");
+  for (const auto& [m, pages] : pool().pages())
+    if (reused % m != 0)
+      throw UsageError(what + ": the prefix must be a multiple of the compression ratio " + std::to_string(m));
+  length_ = resume;
+  reused_ = reused;
+}
+
+int64_t prefix_recompute_tokens(const ModelConfig& cfg) {
+  const int64_t reach = cfg.params().sliding_window - 1;  // the window rows before a position
+  int64_t tokens = 0;
+  for (int64_t l = 0; l < cfg.num_layers(); ++l) {
+    const int64_t m = cfg.compress_ratio(l);
+    const int64_t compressor_rows = m > 0 ? compressor_overlap(m) * m : 0;  // the state rings' rows
+    tokens = std::max(tokens, l * reach + std::max(reach, compressor_rows));
+  }
+  return tokens;
+}
 
 }  // namespace dsv4

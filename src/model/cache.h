@@ -7,11 +7,18 @@
 // a ratio-m cache in row j % page_rows of page table[j / page_rows], state rings by position).
 // A sequence made without a pool gets one of its own with one page per ratio, the contiguous
 // layout; the forward's numbers do not depend on the pages (tests/model/test_paged_caches).
+//
+// Pages of a shared pool are found one of two ways: taken from the pool's free lists as the
+// sequence grows (PageNaming::kTakenFromPool), or named by the owner of the pool from its cache
+// blocks (kNamedByBlocks: the engine's block manager, so sequences can share the pages of a common
+// prompt prefix; name_pages). A sequence can then resume on a prefix whose entries are in pages it
+// shares (resume_on_prefix): prefix caching.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "config/model_config.h"
@@ -33,13 +40,18 @@ struct LayerCache {
   CompressorState index_compressor;    // CSA layers
 };
 
-// A sequence's pages of a pool, one block table per compression ratio, given back to the pool
-// when the tables go (a move hands them over).
+enum class PageNaming {
+  kTakenFromPool,  // reserve() takes free pages; they go back to the pool with the tables
+  kNamedByBlocks,  // name_pages() sets them from cache blocks; nothing is taken or given back
+};
+
+// A sequence's pages of a pool, one block table per compression ratio; pages taken from the pool
+// go back to it when the tables go (a move hands them over).
 class BlockTables {
  public:
   BlockTables() = default;
   // Tables of ceil((capacity / m) / page_rows) entries per ratio m of the pool, all -1.
-  BlockTables(std::shared_ptr<CachePool> pool, int64_t capacity);
+  BlockTables(std::shared_ptr<CachePool> pool, int64_t capacity, PageNaming naming);
   BlockTables(const BlockTables&) = delete;
   BlockTables& operator=(const BlockTables&) = delete;
   BlockTables(BlockTables&& other) noexcept;
@@ -48,21 +60,29 @@ class BlockTables {
 
   CachePool& pool() const { return *pool_; }
   const std::vector<int32_t>& table(int64_t ratio) const { return tables_.at(ratio); }
-  // Takes pages until the entries of the first `tokens` tokens have rows.
+  PageNaming naming() const { return naming_; }
+  // kTakenFromPool: takes pages until the entries of the first `tokens` tokens have rows.
+  // kNamedByBlocks: checks that they have (UsageError naming the first page missing).
   void reserve(int64_t tokens);
+  // kNamedByBlocks: the pages of a sequence whose token i lies in cache block blocks[i / block_size]
+  // (see SequenceCache::name_pages).
+  void name_pages(std::span<const int32_t> blocks, int64_t block_size);
 
  private:
   void give_back();
 
   std::shared_ptr<CachePool> pool_;
+  PageNaming naming_ = PageNaming::kTakenFromPool;
   std::map<int64_t, std::vector<int32_t>> tables_;  // per ratio; -1: not taken yet
 };
 
 class SequenceCache {
  public:
-  // Room for `capacity` tokens; the growing caches take pages of `pool` (which other sequences
-  // may share) as the forwards reach them (reserve), and give them back when the cache goes.
-  SequenceCache(Ops& ops, const ModelConfig& cfg, std::shared_ptr<CachePool> pool, int64_t capacity);
+  // Room for `capacity` tokens; the growing caches live in pages of `pool` (which other sequences
+  // may share), taken as the forwards reach them (reserve) and given back when the cache goes, or
+  // named by the pool's owner (name_pages).
+  SequenceCache(Ops& ops, const ModelConfig& cfg, std::shared_ptr<CachePool> pool, int64_t capacity,
+                PageNaming naming = PageNaming::kTakenFromPool);
   // The same with a pool of its own in `dtype` (kBF16, or kF32 for exact-math forwards): one
   // page per ratio holding its whole capacity, the contiguous layout.
   SequenceCache(Ops& ops, const ModelConfig& cfg, int64_t capacity, DType dtype);
@@ -91,8 +111,28 @@ class SequenceCache {
   CachePool& pool() const { return blocks_.pool(); }
   const std::vector<int32_t>& block_table(int64_t ratio) const { return blocks_.table(ratio); }
   // Takes pages so that the entries of the first `tokens` (<= capacity) tokens have rows;
-  // UsageError naming the counts when the pool has too few free (StepPlan calls it).
+  // UsageError naming the counts when the pool has too few free (StepPlan calls it). With named
+  // pages, checks that they are named.
   void reserve(int64_t tokens) { blocks_.reserve(tokens); }
+
+  // PageNaming::kNamedByBlocks: token i's entries live in the pages of cache block
+  // blocks[i / block_size]. For ratio m the pool's pages must be blocks of block_size / m entries
+  // (m divides block_size: page b holds the entries of block b's tokens) or of one entry (block_size
+  // divides m: entry j is in the page of the block holding its last token, (j + 1) m - 1). Blocks
+  // past the list leave their pages unnamed. Call it whenever the blocks grow, before the forward.
+  void name_pages(std::span<const int32_t> blocks, int64_t block_size) { blocks_.name_pages(blocks, block_size); }
+
+  // Prefix caching: makes this fresh cache (length 0, named pages) continue a prefix of `reused`
+  // tokens whose compressed entries and indexer keys already fill its pages (another sequence
+  // wrote them into blocks this one shares). Its length becomes `resume` (<= reused); the forwards
+  // from there rebuild the window rings and compressor states, which are the sequence's own, and
+  // leave the reused entries as they are (StepPlan writes no entry of the first `reused` tokens).
+  // With reused - resume >= prefix_recompute_tokens(cfg) the states after `reused` tokens, and so
+  // every later number, are those of a sequence that ran the whole prefix (MODEL.md §8.6).
+  // `reused` must be a multiple of every compression ratio; UsageError otherwise.
+  void resume_on_prefix(int64_t resume, int64_t reused);
+  // The prefix this cache resumed on (0: none).
+  int64_t reused_tokens() const { return reused_; }
 
   // Called by the model once a forward has written the caches for n more tokens (a recorded
   // forward that was never run takes them back with a negative n).
@@ -104,8 +144,16 @@ class SequenceCache {
   uint64_t id_;
   int64_t length_ = 0;
   int64_t mtp_length_ = 0;
+  int64_t reused_ = 0;
   std::vector<LayerCache> layers_;
   BlockTables blocks_;
 };
+
+// The tokens a sequence resuming on a reused prefix must recompute before its end so that its
+// window rings and compressor states come out as the whole prefix leaves them, bit for bit (the
+// receptive field of the window attention: MODEL.md §8.6). Layer l's kv at position p depends on
+// the positions down to p - l (W - 1); after the prefix each main layer needs its last W - 1
+// window rows and its compressors' last coff * m rows.
+int64_t prefix_recompute_tokens(const ModelConfig& cfg);
 
 }  // namespace dsv4

@@ -41,8 +41,9 @@ SequenceCache Model::new_sequence(Ops& ops, int64_t capacity, bool exact_math) c
   return SequenceCache(ops, cfg_, capacity, exact_math ? DType::kF32 : DType::kBF16);
 }
 
-SequenceCache Model::new_sequence(Ops& ops, std::shared_ptr<CachePool> pool, int64_t capacity) const {
-  return SequenceCache(ops, cfg_, std::move(pool), capacity);
+SequenceCache Model::new_sequence(Ops& ops, std::shared_ptr<CachePool> pool, int64_t capacity,
+                                  PageNaming naming) const {
+  return SequenceCache(ops, cfg_, std::move(pool), capacity, naming);
 }
 
 std::shared_ptr<CachePool> Model::new_cache_pool(Ops& ops, const CachePool::PagesByRatio& pages, bool exact_math) const {

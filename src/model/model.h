@@ -43,8 +43,10 @@ class Model {
   // Empty caches for a sequence of up to `capacity` tokens, in the dtype a forward with
   // `exact_math` needs, its compressed entries and indexer keys in a pool of its own (one page).
   SequenceCache new_sequence(Ops& ops, int64_t capacity, bool exact_math) const;
-  // The same with those caches in pages of `pool`, shared with other sequences (new_cache_pool).
-  SequenceCache new_sequence(Ops& ops, std::shared_ptr<CachePool> pool, int64_t capacity) const;
+  // The same with those caches in pages of `pool`, shared with other sequences (new_cache_pool),
+  // taken from it or named by its owner (model/cache.h).
+  SequenceCache new_sequence(Ops& ops, std::shared_ptr<CachePool> pool, int64_t capacity,
+                             PageNaming naming = PageNaming::kTakenFromPool) const;
   // A page pool for sequences of this model (CachePool::pages_for sizes one).
   std::shared_ptr<CachePool> new_cache_pool(Ops& ops, const CachePool::PagesByRatio& pages, bool exact_math) const;
 

@@ -78,11 +78,14 @@ StepPlan::StepPlan(const ModelConfig& cfg, const ForwardBatch& batch, bool mtp) 
     if (cfg.compress_ratio(l) > 0) ratios.insert(cfg.compress_ratio(l));
   for (const int64_t m : ratios) {
     std::vector<int32_t> rows, positions;
-    for (const SeqSlice& sl : slices_) {
+    for (size_t s = 0; s < slices_.size(); ++s) {
+      const SeqSlice& sl = slices_[s];
       const int64_t first = sl.start_pos / m, end = sl.start_pos + sl.num_tokens;
+      // A resumed sequence's entries of the reused prefix are another sequence's: not rewritten.
+      const int64_t reused = mtp ? 0 : batch.sequences[s].cache->reused_tokens() / m;
       for (int64_t i = 0; i < compressor_block_rows(sl.num_tokens, m); ++i) {
         const int64_t j = first + i;
-        const bool complete = (j + 1) * m <= end;
+        const bool complete = (j + 1) * m <= end && j >= reused;
         rows.push_back(complete ? static_cast<int32_t>(j) : -1);
         positions.push_back(complete ? static_cast<int32_t>(j * m) : 0);
       }

@@ -41,7 +41,8 @@ class StepPlan {
   // For a compression ratio m of the model, one value per compressor block row (each sequence's
   // compressor_block_rows(n, m) rows, sequence by sequence, the layout CompressorPoolParams::out
   // has): the entry's index in the sequence's compressed cache, or -1 for a block the batch does
-  // not complete; and the entry's position (its block's first, 0 for -1 rows) for its RoPE.
+  // not complete or one of the prefix the sequence resumed on (reused_tokens, not rewritten); and
+  // the entry's position (its block's first, 0 for -1 rows) for its RoPE.
   Field entry_rows(int64_t ratio) const { return entry_rows_.at(ratio); }
   Field entry_positions(int64_t ratio) const { return entry_positions_.at(ratio); }
   // Sequence s's block table for compression ratio m (SequenceCache::block_table: a fixed size

@@ -2,6 +2,7 @@
 // small pages of one shared pool, taken as they grow, interleaved with each other's and reused
 // after another sequence ends, give bit for bit the logits and cache contents of sequences with
 // one page each (the contiguous layout), through chunked prefill, batched prefill and decode.
+// Pages named by cache blocks let a sequence resume on another's prefix (prefix caching).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "model_test_util.h"
 
 namespace dsv4::testing {
@@ -127,6 +129,112 @@ INSTANTIATE_TEST_SUITE_P(PageRows, PagedCaches, ::testing::Values(PagedCase{2, f
                          [](const ::testing::TestParamInfo<PagedCase>& info) {
                            return "rows" + std::to_string(info.param.page_rows) + (info.param.exact ? "_exact" : "");
                          });
+
+// Prefix caching at the model's level: a sequence B whose pages for the first P tokens are those
+// sequence A filled, resumed at P - prefix_recompute_tokens, gives A's logits and states bit for
+// bit from P on, and leaves A's entries as they were. One token less of recomputation changes the
+// numbers, so the bound is the least that works (the rings start from zeros, not from A's rows).
+class ResumedPrefix : public CpuTinyModelSuite<::testing::TestWithParam<bool>> {};
+
+TEST_P(ResumedPrefix, GivesTheWholePrefixsBitsAndTheBoundIsTight) {
+  const bool exact = GetParam();
+  const Model& model = *model_;
+  Ops& ops = *ops_;
+  const ModelConfig& cfg = model.config();
+  const int64_t block = 64, prefix = 640, total = prefix + 1, decode = 3;  // logits from position P on
+  const int64_t recompute = prefix_recompute_tokens(cfg);
+  ASSERT_EQ(recompute, 3 * 127 + 127);  // tiny: 4 layers, W = 128; the last is CSA (8 state rows)
+  const std::vector<int32_t> ids = test_ids(total + decode, cfg->vocab_size, 7);
+
+  CachePool::PagesByRatio pages;
+  for (const int64_t m : {4, 128}) pages[m] = {std::max<int64_t>(1, block / m), 40};
+  const std::shared_ptr<CachePool> pool = model.new_cache_pool(ops, pages, exact);
+  std::vector<int32_t> blocks_a, blocks_b;
+  for (int32_t b = 0; b < 12; ++b) blocks_a.push_back(b);
+  for (int32_t b = 0; b < 12; ++b) blocks_b.push_back(b < prefix / block ? b : 20 + b);
+
+  // The logits of the chunk's last token, then of `decode` single tokens.
+  const auto run = [&](SequenceCache& cache, int64_t from) {
+    std::vector<float> out;
+    const auto step = [&](int64_t begin, int64_t end) {
+      ForwardBatch batch;
+      batch.options.exact_math = exact;
+      batch.options.logits = LogitsFor::kLastTokenOfSequence;
+      batch.add(cache, std::span(ids).subspan(static_cast<size_t>(begin), static_cast<size_t>(end - begin)));
+      const std::vector<float> logits = to_floats(model.forward(ops, batch).logits.view());
+      out.insert(out.end(), logits.begin(), logits.end());
+    };
+    step(from, total);
+    for (int64_t i = 0; i < decode; ++i) step(total + i, total + i + 1);
+    return out;
+  };
+  const auto prefix_entries = [&](const SequenceCache& c) {
+    std::vector<float> all;
+    for (int64_t l = 0; l < cfg.num_layers(); ++l)
+      if (const int64_t m = cfg.compress_ratio(l); m > 0) {
+        const std::vector<float> e = entries_of(c.pool().compressed(l), c.block_table(m), prefix / m);
+        all.insert(all.end(), e.begin(), e.end());
+      }
+    return all;
+  };
+
+  SequenceCache a = model.new_sequence(ops, pool, total + decode, PageNaming::kNamedByBlocks);
+  a.name_pages(blocks_a, block);
+  const std::vector<float> want = run(a, 0);
+  const std::vector<float> entries_before = prefix_entries(a);
+
+  const auto resumed = [&](int64_t recomputed) {
+    SequenceCache b = model.new_sequence(ops, pool, total + decode, PageNaming::kNamedByBlocks);
+    b.name_pages(blocks_b, block);
+    b.resume_on_prefix(prefix - recomputed, prefix);
+    std::vector<float> got = run(b, prefix - recomputed);
+    for (int64_t l = 0; l < cfg.num_layers(); ++l) {
+      if (!same_bits(to_floats(b.layer(l).window.view()), to_floats(a.layer(l).window.view()))) got.clear();
+      if (cfg.compress_ratio(l) > 0 &&
+          !same_bits(to_floats(b.layer(l).compressor.kv.view()), to_floats(a.layer(l).compressor.kv.view())))
+        got.clear();
+    }
+    return got;
+  };
+  EXPECT_TRUE(same_bits(resumed(recompute), want)) << "resumed with " << recompute << " tokens recomputed";
+  EXPECT_TRUE(same_bits(prefix_entries(a), entries_before)) << "the shared prefix's entries were rewritten";
+  EXPECT_FALSE(same_bits(resumed(recompute - 1), want)) << "one token less of recomputation";
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ResumedPrefix, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "exact" : "default"; });
+
+class NamedPages : public CpuTinyModelSuite<::testing::Test> {};
+
+TEST_F(NamedPages, MisuseIsANamedUsageError) {
+  const Model& model = *model_;
+  Ops& ops = *ops_;
+  CachePool::PagesByRatio pages;
+  for (const int64_t m : {4, 128}) pages[m] = {std::max<int64_t>(1, 64 / m), 8};
+  const std::shared_ptr<CachePool> pool = model.new_cache_pool(ops, pages, false);
+  const auto refuses = [](const auto& call, const std::string& words) {
+    try {
+      call();
+      ADD_FAILURE() << "no error; expected one saying \"" << words << "\"";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  SequenceCache own = model.new_sequence(ops, 300, false);
+  refuses([&] { own.resume_on_prefix(0, 128); }, "not named by cache blocks");
+  refuses([&] { own.name_pages(std::vector<int32_t>{0}, 64); }, "takes its pages from the pool");
+
+  SequenceCache named = model.new_sequence(ops, pool, 300, PageNaming::kNamedByBlocks);
+  refuses([&] { named.name_pages(std::vector<int32_t>{0}, 48); }, "cannot be named by cache blocks of 48 tokens");
+  refuses([&] { named.name_pages(std::vector<int32_t>{0, 9}, 64); }, "block 9 is beyond the pool's 8");
+  refuses([&] { named.resume_on_prefix(0, 64); }, "multiple of the compression ratio 128");
+  refuses([&] { named.resume_on_prefix(200, 128); }, "need 0 <= resume <= prefix");
+  named.name_pages(std::vector<int32_t>{3}, 64);  // 64 tokens' pages; 68 tokens make a 17th ratio-4 entry
+  ForwardBatch batch;
+  const std::vector<int32_t> ids = test_ids(68, model.config()->vocab_size);
+  batch.add(named, ids);
+  refuses([&] { model.forward(ops, batch); }, "is not named by a cache block yet");
+}
 
 }  // namespace
 }  // namespace dsv4::testing
