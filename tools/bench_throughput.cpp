@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -31,11 +32,13 @@ struct ThroughputOptions {
   int threads = 0;
   int64_t num_prompts = 32;
   int64_t input_len = 128;
+  int64_t prefix_len = 0;
   int64_t output_len = 32;
   double range_ratio = 0.0;
   uint64_t seed = 0;
   EngineConfig engine;
   float temperature = 0.0f;
+  std::optional<bool> prefix_caching;
   bool json = false;
 };
 
@@ -51,24 +54,30 @@ void run_bench_throughput(const ThroughputOptions& o) {
   const std::unique_ptr<ForwardRunner> runner = make_forward_runner(*ops, o.gpu);
   EngineConfig config = o.engine;
   config.runner = runner.get();
+  config.enable_prefix_caching = prefix_caching_enabled(o.prefix_caching, o.device);
   Engine engine(model, *ops, config);
   const EngineConfig& c = engine.config();
   std::fprintf(stderr,
-               "bench throughput: %lld prompts, input %lld, output %lld tokens (range ratio %.2f); max_num_seqs %lld, "
-               "max_num_batched_tokens %lld, max_model_len %lld, %lld cache blocks of %lld tokens\n",
-               static_cast<long long>(o.num_prompts), static_cast<long long>(o.input_len),
-               static_cast<long long>(o.output_len), o.range_ratio, static_cast<long long>(c.max_num_seqs),
-               static_cast<long long>(c.max_num_batched_tokens), static_cast<long long>(c.max_model_len),
-               static_cast<long long>(c.num_cache_blocks), static_cast<long long>(c.block_size));
+               "bench throughput: %lld prompts, input %lld (%lld of them a shared prefix), output %lld tokens "
+               "(range ratio %.2f); max_num_seqs %lld, max_num_batched_tokens %lld, max_model_len %lld, %lld cache "
+               "blocks of %lld tokens, prefix caching %s\n",
+               static_cast<long long>(o.num_prompts), static_cast<long long>(o.prefix_len + o.input_len),
+               static_cast<long long>(o.prefix_len), static_cast<long long>(o.output_len), o.range_ratio,
+               static_cast<long long>(c.max_num_seqs), static_cast<long long>(c.max_num_batched_tokens),
+               static_cast<long long>(c.max_model_len), static_cast<long long>(c.num_cache_blocks),
+               static_cast<long long>(c.block_size), c.enable_prefix_caching ? "on" : "off");
 
   std::mt19937_64 rng(o.seed);
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(model.config()->vocab_size - 1));
+  std::vector<int32_t> prefix(static_cast<size_t>(o.prefix_len));
+  for (int32_t& id : prefix) id = token(rng);
   std::vector<GenerateRequest> requests;
   int64_t input_tokens = 0;
   for (int64_t i = 0; i < o.num_prompts; ++i) {
     GenerateRequest r;
-    r.prompt.resize(static_cast<size_t>(random_length(rng, o.input_len, o.range_ratio)));
-    for (int32_t& id : r.prompt) id = token(rng);
+    r.prompt = prefix;
+    r.prompt.resize(prefix.size() + static_cast<size_t>(random_length(rng, o.input_len, o.range_ratio)));
+    for (size_t k = prefix.size(); k < r.prompt.size(); ++k) r.prompt[k] = token(rng);
     r.stop.max_tokens = random_length(rng, o.output_len, o.range_ratio);
     r.stop.ignore_eos = true;
     r.sampling.temperature = o.temperature;
@@ -125,6 +134,8 @@ void run_bench_throughput(const ThroughputOptions& o) {
                            {"e2el_ms", summary(s_e2e)},
                            {"steps", stats.steps},
                            {"preemptions", stats.preemptions},
+                           {"prefix_cache_queries", stats.prefix_cache_queries},
+                           {"prefix_cache_hits", stats.prefix_cache_hits},
                            {"peak_cache_usage", peak_cache_usage}};
     std::printf("%s\n", j.dump().c_str());
     return;
@@ -139,6 +150,10 @@ void run_bench_throughput(const ThroughputOptions& o) {
   print_result_row("Total Token throughput (tok/s):", static_cast<double>(input_tokens + output_tokens) / duration);
   print_result_count("Engine steps:", static_cast<long long>(stats.steps));
   print_result_count("Preemptions:", static_cast<long long>(stats.preemptions));
+  print_result_row("Prefix cache hit rate (%):",
+                   stats.prefix_cache_queries > 0 ? 100.0 * static_cast<double>(stats.prefix_cache_hits) /
+                                                        static_cast<double>(stats.prefix_cache_queries)
+                                                  : 0.0);
   print_result_row("Peak cache usage (%):", 100 * peak_cache_usage);
   print_latency_section("Time to First Token", "TTFT", s_ttft);
   print_latency_section("Time per Output Token (excl. 1st token)", "TPOT", s_tpot);
@@ -161,6 +176,10 @@ void add_bench_throughput_command(CLI::App& bench) {
   cmd->add_option("--threads", opts->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--num-prompts", opts->num_prompts, "Requests")->check(CLI::PositiveNumber)->default_str("32");
   cmd->add_option("--input-len", opts->input_len, "Prompt tokens (random ids)")->check(CLI::PositiveNumber)->default_str("128");
+  cmd->add_option("--prefix-len", opts->prefix_len,
+                  "Random tokens every prompt starts with, before its --input-len own (vLLM's --random-prefix-len)")
+      ->check(CLI::NonNegativeNumber)
+      ->default_str("0");
   cmd->add_option("--output-len", opts->output_len, "Tokens to generate per request (end-of-sequence ignored)")
       ->check(CLI::PositiveNumber)
       ->default_str("32");
@@ -189,6 +208,7 @@ void add_bench_throughput_command(CLI::App& bench) {
                   "Cache blocks (0: max-num-seqs sequences of max-model-len); fewer makes the scheduler preempt")
       ->check(CLI::NonNegativeNumber)
       ->default_str("0");
+  add_prefix_caching_option(cmd, opts->prefix_caching);
   cmd->add_flag("--exact-math", opts->engine.exact_math, "No FP8/FP4 activation quantisation or QAT rounding");
   cmd->add_flag("--json", opts->json, "Print the results as one JSON object instead of the table");
   cmd->callback([opts] { run_bench_throughput(*opts); });

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "core/error.h"
 #include "runtime/engine.h"
@@ -30,6 +31,7 @@ struct ServeOptions {
   EngineConfig engine;
   double gpu_memory_utilization = 0.9;
   std::string kv_cache_dtype = "auto";
+  std::optional<bool> prefix_caching;
   int64_t max_waiting_requests = 256;
   double drain_seconds = 30;
 };
@@ -59,16 +61,18 @@ void run_serve(ServeOptions o) {
   const std::unique_ptr<ForwardRunner> runner = make_forward_runner(*ops, o.gpu);
   EngineConfig config = o.engine;
   config.runner = runner.get();
+  config.enable_prefix_caching = prefix_caching_enabled(o.prefix_caching, o.device);
   Engine engine(model, *ops, config, tokenizer);
   std::fprintf(stderr,
                "serve: ready: max_model_len %lld, max_num_seqs %lld, max_num_batched_tokens %lld, "
-               "%lld cache blocks of %lld tokens (--gpu-memory-utilization %.2f is not used yet: the "
-               "cache is sized from max_num_seqs x max_model_len)\n",
+               "%lld cache blocks of %lld tokens, prefix caching %s (--gpu-memory-utilization %.2f is not used "
+               "yet: the cache is sized from max_num_seqs x max_model_len)\n",
                static_cast<long long>(engine.config().max_model_len),
                static_cast<long long>(engine.config().max_num_seqs),
                static_cast<long long>(engine.config().max_num_batched_tokens),
                static_cast<long long>(engine.config().num_cache_blocks),
-               static_cast<long long>(engine.config().block_size), o.gpu_memory_utilization);
+               static_cast<long long>(engine.config().block_size),
+               engine.config().enable_prefix_caching ? "on" : "off", o.gpu_memory_utilization);
   engine.start();
   const std::unique_ptr<server::ServingEngine> serving = server::serve_engine(engine);
   http.set_engine(*serving);
@@ -114,6 +118,7 @@ void add_serve_command(CLI::App& app) {
                   "Accepted for vLLM compatibility; the cache is sized from --max-num-seqs x --max-model-len")
       ->check(CLI::Range(0.0, 1.0))
       ->default_str("0.9");
+  add_prefix_caching_option(cmd, o->prefix_caching);
   cmd->add_option("--kv-cache-dtype", o->kv_cache_dtype, "KV-cache dtype; only auto (the model's own layout)")
       ->check(CLI::IsMember({"auto"}))
       ->default_str("auto");

@@ -8,6 +8,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <numeric>
 #include <random>
 #include <span>
 #include <string>
@@ -120,8 +121,7 @@ class Engine::Impl {
  public:
   Impl(const Model& model, Ops& ops, EngineConfig config, std::shared_ptr<const Tokenizer> tokenizer)
       : model_(model), ops_(ops), config_(resolve(config, model)), tokenizer_(std::move(tokenizer)),
-        scheduler_(SchedulerConfig{config_.max_model_len, config_.max_num_seqs, config_.max_num_batched_tokens,
-                                   config_.num_cache_blocks, config_.block_size}),
+        scheduler_(scheduler_config(config_, model)),
         sampling_pool_(config_.sampling_threads), seeds_(std::random_device{}()) {
     if (config_.shared_cache_pool) cache_pool_ = model_.new_cache_pool(ops_, pool_pages(), config_.exact_math);
     publish_stats();
@@ -182,6 +182,7 @@ class Engine::Impl {
   }
 
   static EngineConfig resolve(EngineConfig c, const Model& model);
+  static SchedulerConfig scheduler_config(const EngineConfig& c, const Model& model);
   CachePool::PagesByRatio pool_pages() const;
   SequenceCache new_sequence(int64_t capacity) const;
   void take_submissions();
@@ -228,28 +229,44 @@ EngineConfig Engine::Impl::resolve(EngineConfig c, const Model& model) {
     throw UsageError("engine: sampling_threads = " + std::to_string(c.sampling_threads) + " must not be negative");
   if (c.sampling_threads == 0)
     c.sampling_threads = static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 16));
+  if (c.enable_prefix_caching) c.shared_cache_pool = true;
   return c;
 }
 
-// Pages per compression ratio m for the shared pool: pages of block_size / m entries (one entry
-// when block_size is not a multiple of m), as many as the blocks' tokens fill. A sequence holding t
-// tokens needs ceil(floor(t / m) / rows) pages, at most the blocks it holds (rows = block_size / m)
-// or t / m of them (rows = 1), so what the block manager admits the pool always has.
+SchedulerConfig Engine::Impl::scheduler_config(const EngineConfig& c, const Model& model) {
+  SchedulerConfig s{c.max_model_len, c.max_num_seqs, c.max_num_batched_tokens, c.num_cache_blocks, c.block_size};
+  if (c.enable_prefix_caching) {
+    const ModelConfig& cfg = model.config();
+    s.prefix_caching = true;
+    s.prefix_alignment = c.block_size;  // a multiple of every ratio too, so no entry is split
+    for (int64_t l = 0; l < cfg.num_layers(); ++l)
+      if (const int64_t m = cfg.compress_ratio(l); m > 0) s.prefix_alignment = std::lcm(s.prefix_alignment, m);
+    s.prefix_recompute_tokens = prefix_recompute_tokens(cfg);
+  }
+  return s;
+}
+
+// The shared pool's pages per compression ratio m: one per cache block (SequenceCache::name_pages),
+// of block_size / m entries, or of one when block_size divides m (half or more of those pages stay
+// unused then, a small loss for the rarest entries).
 CachePool::PagesByRatio Engine::Impl::pool_pages() const {
   const ModelConfig& cfg = model_.config();
-  const int64_t tokens = config_.num_cache_blocks * config_.block_size;
+  const int64_t bs = config_.block_size;
   CachePool::PagesByRatio pages;
   for (int64_t l = 0; l < cfg.num_layers() + cfg.num_mtp_layers(); ++l) {
     const int64_t m = cfg.compress_ratio(l);
     if (m <= 0 || pages.count(m) > 0) continue;
-    const int64_t rows = config_.block_size % m == 0 ? config_.block_size / m : 1;
-    pages[m] = {rows, rows > 1 ? config_.num_cache_blocks : (tokens + m - 1) / m};
+    if (bs % m != 0 && m % bs != 0)
+      throw UsageError("engine: a shared cache pool needs block_size (" + std::to_string(bs) +
+                       ") to divide or be a multiple of every compression ratio, and " + std::to_string(m) +
+                       " is neither");
+    pages[m] = {std::max<int64_t>(1, bs / m), config_.num_cache_blocks};
   }
   return pages;
 }
 
 SequenceCache Engine::Impl::new_sequence(int64_t capacity) const {
-  return cache_pool_ ? model_.new_sequence(ops_, cache_pool_, capacity)
+  return cache_pool_ ? model_.new_sequence(ops_, cache_pool_, capacity, PageNaming::kNamedByBlocks)
                      : model_.new_sequence(ops_, capacity, config_.exact_math);
 }
 
@@ -330,7 +347,11 @@ bool Engine::Impl::step() {
       try {
         for (const ScheduledChunk& c : plan.chunks) {
           Request& r = requests_.at(c.sequence->id);
-          if (!r.cache) r.cache.emplace(new_sequence(c.sequence->max_tokens));
+          if (!r.cache) {
+            r.cache.emplace(new_sequence(c.sequence->max_tokens));
+            if (c.start > 0) r.cache->resume_on_prefix(c.start, c.sequence->reused_tokens);
+          }
+          if (cache_pool_) r.cache->name_pages(c.sequence->blocks.blocks, config_.block_size);
           batch.add(*r.cache, std::span<const int32_t>(c.sequence->tokens)
                                   .subspan(static_cast<size_t>(c.start), static_cast<size_t>(c.num_tokens)));
         }
@@ -398,6 +419,8 @@ bool Engine::Impl::step() {
     }
     ++counters_.steps;
     counters_.preemptions = scheduler_.num_preemptions();
+    counters_.prefix_cache_queries = scheduler_.prefix_queried_tokens();
+    counters_.prefix_cache_hits = scheduler_.prefix_hit_tokens();
   }
   publish_stats();
   std::lock_guard lock(submit_mutex_);
@@ -503,6 +526,7 @@ void Engine::Impl::end_early(Request& r, FinishReason reason, const std::string&
 void Engine::Impl::finalize(Request& r, OutputChunk& last) {
   r.metrics.finished = last.time;
   r.metrics.preemptions = r.sequence->num_preemptions;
+  r.metrics.cached_tokens = r.sequence->num_cached_tokens;
   if (r.metrics.completion_tokens == 0) r.metrics.first_token = last.time;
   last.metrics = r.metrics;
   ++counters_.requests_finished;
@@ -525,11 +549,7 @@ void Engine::Impl::publish_stats() {
   s.waiting = scheduler_.num_waiting();
   s.cache_blocks_total = scheduler_.blocks().num_blocks();
   s.cache_blocks_used = s.cache_blocks_total - scheduler_.blocks().num_free();
-  if (cache_pool_)
-    for (const auto& [ratio, pages] : cache_pool_->pages()) {
-      s.cache_pages_total += pages.num_pages;
-      s.cache_pages_free += cache_pool_->free_pages(ratio);
-    }
+  s.cache_blocks_cached = scheduler_.blocks().num_cached();
   std::lock_guard lock(stats_mutex_);
   stats_ = s;
 }

@@ -99,6 +99,7 @@ struct RequestMetrics {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t preemptions = 0;
+  int64_t cached_tokens = 0;  // prompt tokens not computed thanks to a cached prefix (last admission)
   double time_to_first_token_s() const;
   // Mean time per output token after the first; 0 with fewer than two tokens.
   double time_per_output_token_s() const;
@@ -158,11 +159,18 @@ struct EngineConfig {
   int64_t num_cache_blocks = 0;
   // Where the sequences' compressed entries and indexer keys live (model/cache_pool.h). false: a
   // pool per sequence, one page of prompt + max_tokens tokens. true: one pool the engine makes at
-  // start with as many tokens as the blocks hold, pages of block_size / m entries for ratio m (one
-  // entry when m > block_size), so a sequence the blocks admit always finds its pages; sequences
-  // take pages as they grow and give them back when they end or are preempted. The same numbers
-  // either way (tested on the CPU); off by default until it has run on the GPU.
+  // start whose pages are the cache blocks: for ratio m, block b's page holds the block_size / m
+  // entries of its tokens (one entry, of the block holding its last token, when block_size divides
+  // m; one of the two must divide the other). The same numbers either way (tested on the CPU); off
+  // by default until it has run on the GPU.
   bool shared_cache_pool = false;
+  // Prefix caching (implies shared_cache_pool): a request whose tokens begin with blocks another
+  // request computed shares their entries and computes only the rest, after recomputing the last
+  // prefix_recompute_tokens(model) tokens of the shared part to rebuild its own window and
+  // compressor states (model/cache.h resume_on_prefix), so its tokens are those it gets without the
+  // cache, bit for bit on the CPU. Hits are multiples of block_size and of every compression ratio
+  // and longer than that recomputation (a V4-Flash hit saves compute from about 5.6k shared tokens).
+  bool enable_prefix_caching = false;
   bool exact_math = false;              // ForwardOptions::exact_math for every step
   // How steps run (CUDA graphs for decode steps, say); must outlive the engine. Null: eagerly.
   ForwardRunner* runner = nullptr;
@@ -177,13 +185,14 @@ struct EngineStats {
   int64_t waiting = 0;              // queued or preempted
   int64_t cache_blocks_total = 0;
   int64_t cache_blocks_used = 0;
-  int64_t cache_pages_total = 0;    // EngineConfig::shared_cache_pool: the pool's pages, all ratios
-  int64_t cache_pages_free = 0;
+  int64_t cache_blocks_cached = 0;  // prefix caching: blocks findable by their tokens, held or free
   uint64_t steps = 0;
   uint64_t prompt_tokens = 0;       // prompts of submitted requests
   uint64_t generation_tokens = 0;   // tokens emitted
   uint64_t computed_tokens = 0;     // tokens through the forward, recomputation included
   uint64_t preemptions = 0;
+  uint64_t prefix_cache_queries = 0;  // tokens of admitted requests, looked up in the prefix cache
+  uint64_t prefix_cache_hits = 0;     // of them, tokens not computed
   uint64_t requests_finished = 0;   // any finish reason
   uint64_t requests_cancelled = 0;
   uint64_t requests_failed = 0;     // kError

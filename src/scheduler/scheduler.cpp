@@ -22,7 +22,7 @@ int64_t SchedulerStep::num_tokens() const {
 }
 
 Scheduler::Scheduler(SchedulerConfig config)
-    : config_(config), blocks_(config.num_blocks, config.block_size) {
+    : config_(config), blocks_(config.num_blocks, config.block_size, config.prefix_caching) {
   auto require = [](bool ok, const std::string& what) {
     if (!ok) throw UsageError("scheduler: " + what);
   };
@@ -32,6 +32,13 @@ Scheduler::Scheduler(SchedulerConfig config)
           "max_num_batched_tokens = " + std::to_string(config.max_num_batched_tokens) +
               " must be at least max_num_seqs = " + std::to_string(config.max_num_seqs) +
               " (every running sequence decodes a token per step)");
+  if (config.prefix_caching) {
+    require(config.prefix_alignment > 0 && config.prefix_alignment % config.block_size == 0,
+            "prefix_alignment = " + std::to_string(config.prefix_alignment) +
+                " must be a positive multiple of block_size = " + std::to_string(config.block_size));
+    require(config.prefix_recompute_tokens >= 0,
+            "prefix_recompute_tokens = " + std::to_string(config.prefix_recompute_tokens) + " must not be negative");
+  }
 }
 
 void Scheduler::check_request(int64_t prompt_tokens, int64_t max_new_tokens) const {
@@ -105,16 +112,38 @@ void Scheduler::schedule_running(SchedulerStep& step, int64_t& budget, bool deco
   }
 }
 
+std::vector<BlockId> Scheduler::reusable_prefix(const Sequence& s, int64_t& resume) const {
+  resume = 0;
+  if (!config_.prefix_caching) return {};
+  const int64_t bs = config_.block_size;
+  std::vector<BlockId> prefix = blocks_.cached_prefix(s.tokens, (s.num_tokens() - 1) / bs);
+  const int64_t reused = static_cast<int64_t>(prefix.size()) * bs / config_.prefix_alignment * config_.prefix_alignment;
+  if (reused - config_.prefix_recompute_tokens <= 0) return {};
+  resume = reused - config_.prefix_recompute_tokens;
+  prefix.resize(static_cast<size_t>(reused / bs));
+  return prefix;
+}
+
 void Scheduler::admit_waiting(SchedulerStep& step, int64_t& budget) {
   while (budget > 0 && num_running() < config_.max_num_seqs && !waiting_.empty()) {
     Sequence& s = *waiting_.front();
-    const int64_t n = std::min(s.num_uncomputed(), budget);
-    if (!blocks_.can_grow(s.blocks, n)) return;
+    int64_t resume = 0;
+    const std::vector<BlockId> prefix = reusable_prefix(s, resume);
+    const int64_t n = std::min(s.num_tokens() - resume, budget);
+    if (!blocks_.can_take(prefix, resume + n)) return;
     waiting_.pop_front();
-    blocks_.grow(s.blocks, n);
+    blocks_.take_prefix(s.blocks, prefix);
+    blocks_.grow(s.blocks, resume + n);
+    s.num_computed = resume;
+    s.reused_tokens = static_cast<int64_t>(prefix.size()) * config_.block_size;
+    s.num_cached_tokens = resume;
+    if (config_.prefix_caching) {
+      prefix_queried_tokens_ += static_cast<uint64_t>(s.num_tokens());
+      prefix_hit_tokens_ += static_cast<uint64_t>(resume);
+    }
     s.status = SequenceStatus::kRunning;
     insert_running(&s);
-    step.chunks.push_back({&s, 0, n});
+    step.chunks.push_back({&s, resume, n});
     budget -= n;
   }
 }
@@ -128,6 +157,7 @@ void Scheduler::preempt(Sequence& s, SchedulerStep& step, int64_t& budget) {
   }
   blocks_.release(s.blocks);
   s.num_computed = 0;
+  s.reused_tokens = 0;
   s.status = SequenceStatus::kWaiting;
   ++s.num_preemptions;
   ++num_preemptions_;
@@ -137,7 +167,11 @@ void Scheduler::preempt(Sequence& s, SchedulerStep& step, int64_t& budget) {
 }
 
 void Scheduler::complete(const SchedulerStep& step) {
-  for (const ScheduledChunk& c : step.chunks) c.sequence->num_computed += c.num_tokens;
+  for (const ScheduledChunk& c : step.chunks) {
+    Sequence& s = *c.sequence;
+    s.num_computed += c.num_tokens;
+    blocks_.cache_full_blocks(s.blocks, s.tokens, s.num_computed);
+  }
 }
 
 void Scheduler::append_token(Sequence& s, int32_t id) {

@@ -12,6 +12,13 @@
 // its tokens (prompt and generated so far) on readmission. A sequence with nothing newer to
 // preempt preempts itself. So the oldest sequence always progresses, and every sequence finishes.
 // No admission happens in a step that preempted.
+//
+// Prefix caching (SchedulerConfig::prefix_caching): on admission a sequence looks up the cached
+// blocks that begin its tokens (BlockManager::cached_prefix), keeps the longest run that ends on a
+// multiple of prefix_alignment tokens and leaves at least one token to compute, and resumes
+// prefix_recompute_tokens before its end: those tokens go through the model again to rebuild the
+// sequence's own window and compressor states, the ones before are skipped. A hit shorter than
+// that is not taken. After each step the sequences' newly full blocks are registered.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +38,9 @@ struct SchedulerConfig {
   int64_t max_num_batched_tokens = 0;  // tokens in one step; >= max_num_seqs
   int64_t num_blocks = 0;
   int64_t block_size = 0;
+  bool prefix_caching = false;
+  int64_t prefix_alignment = 0;         // a reused prefix is a multiple of it (and of block_size)
+  int64_t prefix_recompute_tokens = 0;  // recomputed before a reused prefix's end
 };
 
 struct ScheduledChunk {
@@ -72,12 +82,18 @@ class Scheduler {
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
   uint64_t num_preemptions() const { return num_preemptions_; }
+  // Prefix caching: tokens of the sequences admitted so far (readmissions included), and how many
+  // of them were not computed thanks to a cached prefix (vLLM's prefix_cache_queries / _hits).
+  uint64_t prefix_queried_tokens() const { return prefix_queried_tokens_; }
+  uint64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
   const BlockManager& blocks() const { return blocks_; }
   const SchedulerConfig& config() const { return config_; }
 
  private:
   void schedule_running(SchedulerStep& step, int64_t& budget, bool decoding);
   void admit_waiting(SchedulerStep& step, int64_t& budget);
+  // The cached blocks sequence `s` resumes on, and where it resumes (0 and none: no usable hit).
+  std::vector<BlockId> reusable_prefix(const Sequence& s, int64_t& resume) const;
   void preempt(Sequence& sequence, SchedulerStep& step, int64_t& budget);
   void insert_running(Sequence* sequence);
   void insert_waiting(Sequence* sequence);
@@ -89,6 +105,8 @@ class Scheduler {
   std::vector<Sequence*> running_;  // by id (arrival order)
   std::deque<Sequence*> waiting_;   // by id
   uint64_t num_preemptions_ = 0;
+  uint64_t prefix_queried_tokens_ = 0;
+  uint64_t prefix_hit_tokens_ = 0;
 };
 
 }  // namespace dsv4

@@ -23,6 +23,11 @@ struct Sequence {
   int64_t max_tokens = 0;       // prompt + the most new tokens it may generate
   int64_t num_computed = 0;     // leading tokens whose cache entries exist
   BlockTable blocks;            // covers num_computed tokens
+  // Prefix caching: the leading tokens whose compressed entries it shares from cached blocks
+  // (0: none), and the tokens it did not compute on admission (it resumed at num_cached_tokens <=
+  // reused_tokens, recomputing the rest of the prefix's window; SequenceCache::resume_on_prefix).
+  int64_t reused_tokens = 0;
+  int64_t num_cached_tokens = 0;
   SequenceStatus status = SequenceStatus::kWaiting;
   int64_t num_preemptions = 0;
 

@@ -219,6 +219,11 @@ class OpenAiServer::Impl {
     int64_t completion_tokens = 0;
   };
 
+  // The request's usage once `last` (the chunk with the finish reason) has come.
+  static Usage usage_of(const Running& running, const OutputChunk& last) {
+    return {running.prompt_tokens, running.completion_tokens, last.metrics ? last.metrics->cached_tokens : 0};
+  }
+
   using Route = void (Impl::*)(const httplib::Request&, httplib::Response&);
 
   void route_post(const char* path, Route route) {
@@ -387,7 +392,7 @@ class OpenAiServer::Impl {
                                      request.generation.logprobs
                                          ? std::optional(chat_logprobs_json(logprobs))
                                          : std::nullopt,
-                                     {running.prompt_tokens, running.completion_tokens}));
+                                     usage_of(running, chunk)));
       return;
     }
   }
@@ -441,7 +446,7 @@ class OpenAiServer::Impl {
     }
     if (options.include_usage) {
       events += sse_event(
-          usage_chunk_json(header, object, {running.prompt_tokens, running.completion_tokens}));
+          usage_chunk_json(header, object, usage_of(running, last)));
     }
     events += kSseDone;
     return events;
@@ -523,7 +528,7 @@ class OpenAiServer::Impl {
                                 request.generation.logprobs
                                     ? std::optional(completion_logprobs_json(logprobs, 0))
                                     : std::nullopt,
-                                {running.prompt_tokens, running.completion_tokens}));
+                                usage_of(running, chunk)));
       return;
     }
   }

@@ -100,6 +100,12 @@ std::string ServerMetrics::render(const EngineStats& stats) const {
   sample(out, "dsv4:kv_cache_usage_perc", labels_, stats.cache_usage());
   header(out, "dsv4:num_preemptions_total", "counter", "Preemptions of running requests.");
   sample(out, "dsv4:num_preemptions_total", labels_, static_cast<double>(stats.preemptions));
+  header(out, "dsv4:prefix_cache_queries_total", "counter",
+         "Tokens of admitted requests looked up in the prefix cache.");
+  sample(out, "dsv4:prefix_cache_queries_total", labels_, static_cast<double>(stats.prefix_cache_queries));
+  header(out, "dsv4:prefix_cache_hits_total", "counter",
+         "Tokens of admitted requests not computed thanks to the prefix cache.");
+  sample(out, "dsv4:prefix_cache_hits_total", labels_, static_cast<double>(stats.prefix_cache_hits));
   header(out, "dsv4:prompt_tokens_total", "counter", "Prompt tokens of submitted requests.");
   sample(out, "dsv4:prompt_tokens_total", labels_, static_cast<double>(stats.prompt_tokens));
   header(out, "dsv4:generation_tokens_total", "counter", "Generated tokens.");

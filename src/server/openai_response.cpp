@@ -50,7 +50,8 @@ std::string random_id(std::string_view prefix) {
 ordered_json usage_json(const Usage& usage) {
   return {{"prompt_tokens", usage.prompt_tokens},
           {"completion_tokens", usage.completion_tokens},
-          {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+          {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
 }
 
 ordered_json chat_logprobs_json(std::span<const TokenLogprobInfo> tokens) {

@@ -30,6 +30,7 @@ std::string random_id(std::string_view prefix);
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache (prompt_tokens_details)
 };
 nlohmann::ordered_json usage_json(const Usage& usage);
 

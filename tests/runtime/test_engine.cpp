@@ -1,5 +1,6 @@
 // The engine on the tiny checkpoint and the CPU reference: a request's output in a busy batch
-// (chunked prefill, preemptions) equals its output alone bit for bit, greedy and seeded; cancel
+// (chunked prefill, preemptions) equals its output alone bit for bit, greedy and seeded, and a
+// prefix-cache hit gives a miss's output bit for bit; cancel
 // and preemption give every cache block back; a long prompt among a stream of short ones
 // finishes; too-long requests are refused; stop ids, stop strings and max_tokens end streams;
 // JSON object requests write one JSON object (or a prefix of one), sampled or greedy; the engine
@@ -144,13 +145,16 @@ TEST_F(EngineTest, GreedyOutputInABusyBatchEqualsItsOutputAloneBitForBit) {
   ASSERT_EQ(ref.tokens.size(), 10u);
   EXPECT_EQ(ref.finish, FinishReason::kLength);
   // The default number of blocks, then one that forces preemptions; each with a cache pool per
-  // sequence (the reference's) and with one pool the sequences share.
-  for (const bool shared : {false, true})
+  // sequence (the reference's), with one pool the sequences share, and with prefix caching over it
+  // (a preempted request finds its own blocks when it comes back).
+  for (const int pool : {0, 1, 2})
     for (int64_t blocks : {0, 12}) {
-      const std::string what = std::to_string(blocks) + " blocks, " + (shared ? "shared pool" : "pool per sequence");
+      const std::string what = std::to_string(blocks) + " blocks, " +
+                               (pool == 0 ? "pool per sequence" : pool == 1 ? "shared pool" : "prefix caching");
       EngineConfig c = small_config();
       c.num_cache_blocks = blocks;
-      c.shared_cache_pool = shared;
+      c.shared_cache_pool = pool == 1;
+      c.enable_prefix_caching = pool == 2;
       auto e = engine(c);
       uint64_t preemptions = 0;
       const Result got = in_busy_batch(*e, r, preemptions);
@@ -160,9 +164,62 @@ TEST_F(EngineTest, GreedyOutputInABusyBatchEqualsItsOutputAloneBitForBit) {
         EXPECT_GT(preemptions, 0u) << what << ": the small pool was meant to preempt";
         EXPECT_GT(got.last.metrics->preemptions, 0) << what << ": the request under test was meant to be recomputed";
       }
-      EXPECT_EQ(e->stats().cache_pages_free, e->stats().cache_pages_total) << what;
-      EXPECT_EQ(e->stats().cache_pages_total > 0, shared) << what;
+      EXPECT_EQ(e->stats().cache_blocks_cached > 0, pool == 2) << what;
     }
+}
+
+// Prefix caching on the tiny model (4 layers, W = 128: 508 tokens recomputed, hits in multiples of
+// 128): requests that share a long prefix with an earlier one, finished or still running, give
+// the tokens and logprobs they give without the cache, bit for bit, while computing less. The
+// second case is the cross-request window bug of ROCm/ATOM #1417: a request that reuses another's
+// entries must not read that request's window ring, nor an empty one.
+TEST_F(EngineTest, PrefixCacheHitsGiveTheTokensOfAMissBitForBit) {
+  EngineConfig c = small_config();
+  c.max_model_len = 1024;
+  c.max_num_batched_tokens = 256;
+  c.block_size = 64;
+  const std::vector<int32_t> first = ids(700, 21);
+  std::vector<int32_t> extended(first.begin(), first.begin() + 680);
+  for (int32_t id : ids(30, 22)) extended.push_back(id);
+  const GenerateRequest a = request(first, 4), b = request(extended, 5);
+
+  auto plain = engine(c);
+  RequestHandle a_miss = plain->submit(a), b_miss = plain->submit(b);
+  run_until_idle(*plain);
+  const Result want_a = drain(a_miss), want_b = drain(b_miss);
+  EXPECT_EQ(plain->stats().prefix_cache_hits, 0u);
+  EXPECT_EQ(plain->stats().cache_blocks_cached, 0);
+
+  c.enable_prefix_caching = true;
+  auto cached = engine(c);
+  // b after a has finished: a's first 640 tokens (10 blocks) are cached; b resumes at 640 - 508.
+  RequestHandle a_first = cached->submit(a);
+  run_until_idle(*cached);
+  const uint64_t computed_a = cached->stats().computed_tokens;
+  RequestHandle b_hit = cached->submit(b);
+  run_until_idle(*cached);
+  const Result got_a = drain(a_first), got_b = drain(b_hit);
+  EXPECT_EQ(got_a.tokens, want_a.tokens);
+  EXPECT_EQ(got_b.tokens, want_b.tokens);
+  EXPECT_TRUE(same_bits(got_b.logprobs, want_b.logprobs));
+  EXPECT_EQ(got_b.last.metrics->cached_tokens, 132);
+  EXPECT_EQ(cached->stats().prefix_cache_hits, 132u);
+  EXPECT_EQ(cached->stats().computed_tokens - computed_a, 710u - 132u + 4u);
+
+  // a again while a copy of it is still prefilling: the copy's blocks are shared while it runs.
+  RequestHandle running = cached->submit(a);
+  cached->step();
+  cached->step();  // 512 of its 700 tokens computed: blocks 0-7 are registered
+  RequestHandle again = cached->submit(a);
+  run_until_idle(*cached);
+  const Result got_running = drain(running), got_again = drain(again);
+  EXPECT_EQ(got_again.tokens, want_a.tokens);
+  EXPECT_TRUE(same_bits(got_again.logprobs, want_a.logprobs));
+  EXPECT_TRUE(same_bits(got_running.logprobs, want_a.logprobs));
+  EXPECT_GT(got_running.last.metrics->cached_tokens, 0);  // it found the first a's blocks
+  EXPECT_GT(got_again.last.metrics->cached_tokens, 0);
+  EXPECT_EQ(cached->stats().cache_blocks_used, 0);
+  EXPECT_GT(cached->stats().cache_blocks_cached, 0);
 }
 
 // Greedy requests without logprobs or penalties take their argmax from the backend
@@ -233,16 +290,14 @@ TEST_F(EngineTest, ASeededSampledRequestDrawsTheSameTokensAloneAndInABatch) {
 
 TEST_F(EngineTest, CancelledAndDroppedRequestsLeaveNoBlockBehind) {
   EngineConfig config = small_config();
-  config.shared_cache_pool = true;  // its pages come back too
+  config.enable_prefix_caching = true;  // cached blocks come back too (still findable)
   auto e = engine(config);
-  const int64_t total = e->stats().cache_blocks_total, pages = e->stats().cache_pages_total;
-  ASSERT_GT(pages, 0);
+  const int64_t total = e->stats().cache_blocks_total;
   RequestHandle a = e->submit(request(ids(60, 3), 50));
   RequestHandle b = e->submit(request(ids(20, 4), 50));
   std::optional<RequestHandle> c = e->submit(request(ids(10, 5), 50));
   for (int i = 0; i < 4; ++i) e->step();
   EXPECT_GT(e->stats().cache_blocks_used, 0);
-  EXPECT_LT(e->stats().cache_pages_free, pages);
   a.cancel();
   c.reset();  // a client that went away
   e->step();
@@ -255,7 +310,7 @@ TEST_F(EngineTest, CancelledAndDroppedRequestsLeaveNoBlockBehind) {
   EXPECT_EQ(drain(b).finish, FinishReason::kCancelled);
   EXPECT_EQ(e->stats().cache_blocks_used, 0);
   EXPECT_EQ(e->stats().cache_blocks_total, total);
-  EXPECT_EQ(e->stats().cache_pages_free, pages);
+  EXPECT_GT(e->stats().cache_blocks_cached, 0);
   EXPECT_EQ(e->stats().requests_cancelled, 3u);
   EXPECT_FALSE(e->step());
   EXPECT_THROW(b.next(), UsageError);

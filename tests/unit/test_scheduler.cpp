@@ -1,7 +1,7 @@
 // The block manager and the scheduler on their own (no model): block accounting, decode first,
 // chunked prefill under the budget, max_num_seqs, refusal of too-long requests, preemption of the
 // newest by recompute, and a simulated serving run in which every sequence finishes and every
-// block comes back.
+// block comes back; prefix caching's hash index, eviction order and admissions that resume.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -161,6 +161,151 @@ TEST(Scheduler, ALongPromptAndAStreamOfShortOnesAllFinishAndFreeEveryBlock) {
   for (SequenceId id : ids) EXPECT_EQ(s.find(id), nullptr) << "sequence " << id;
   EXPECT_EQ(s.blocks().num_free(), 20);
   EXPECT_GT(s.num_preemptions(), 0u) << "the run was meant to exercise preemption";
+}
+
+// Tokens 0, 1, 2, ... from `first`.
+std::vector<int32_t> counting(int64_t n, int32_t first = 0) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = first + static_cast<int32_t>(i);
+  return v;
+}
+
+TEST(BlockManagerPrefixCache, FindsRegisteredFullBlocksByTheirWholePrefix) {
+  BlockManager m(10, 4, true);
+  const std::vector<int32_t> a = counting(14);
+  BlockTable ta;
+  m.grow(ta, 14);
+  m.cache_full_blocks(ta, a, 9);  // blocks 0 and 1 are full and computed
+  EXPECT_EQ(ta.num_hashed, 2);
+  EXPECT_EQ(m.num_cached(), 2);
+  EXPECT_EQ(m.cached_prefix(a, 10), std::vector<BlockId>(ta.blocks.begin(), ta.blocks.begin() + 2));
+  EXPECT_EQ(m.cached_prefix(a, 1).size(), 1u);
+  m.cache_full_blocks(ta, a, 14);  // block 2; block 3 holds 2 tokens: not full
+  EXPECT_EQ(m.cached_prefix(a, 10).size(), 3u);
+
+  // The same second block after another first block is not a hit; a changed token ends the run.
+  std::vector<int32_t> b = a;
+  b[0] = 99;
+  EXPECT_TRUE(m.cached_prefix(b, 10).empty());
+  b = a;
+  b[5] = 99;
+  EXPECT_EQ(m.cached_prefix(b, 10).size(), 1u);
+
+  // A second sequence computing the same tokens keeps its own blocks out of the index.
+  BlockTable tb;
+  m.grow(tb, 8);
+  m.cache_full_blocks(tb, a, 8);
+  EXPECT_EQ(m.num_cached(), 3);
+  EXPECT_EQ(tb.num_hashed, 2);
+
+  // Without prefix caching nothing is found.
+  BlockManager off(10, 4);
+  BlockTable t;
+  off.grow(t, 8);
+  off.cache_full_blocks(t, a, 8);
+  EXPECT_TRUE(off.cached_prefix(a, 10).empty());
+  EXPECT_EQ(off.num_cached(), 0);
+}
+
+TEST(BlockManagerPrefixCache, SharedBlocksAreCountedAndFreeCachedOnesEvictedLast) {
+  BlockManager m(6, 4, true);
+  const std::vector<int32_t> a = counting(12);
+  BlockTable ta;
+  m.grow(ta, 12);
+  m.cache_full_blocks(ta, a, 12);
+  const std::vector<BlockId> blocks = ta.blocks;
+  m.release(ta);
+  EXPECT_EQ(m.num_free(), 6);
+  EXPECT_EQ(m.num_cached(), 3);  // free, but still found
+
+  // Taking the cached prefix revives its blocks: they leave the free list.
+  const std::vector<BlockId> prefix = m.cached_prefix(a, 2);
+  ASSERT_EQ(prefix, std::vector<BlockId>(blocks.begin(), blocks.begin() + 2));
+  EXPECT_TRUE(m.can_take(prefix, 24));    // 2 shared + 4 fresh of the 6
+  EXPECT_FALSE(m.can_take(prefix, 28));   // 2 shared + 5 fresh
+  BlockTable tb;
+  m.take_prefix(tb, prefix);
+  EXPECT_EQ(m.num_free(), 4);
+  EXPECT_EQ(m.ref_count(blocks[0]), 1);
+  EXPECT_THROW(m.take_prefix(tb, prefix), UsageError);  // not empty
+
+  // Growing takes the three never-cached blocks first, then evicts the free cached block 2.
+  m.grow(tb, 20);
+  EXPECT_EQ(m.num_cached(), 3);
+  m.grow(tb, 24);
+  EXPECT_EQ(m.num_cached(), 2);
+  EXPECT_EQ(m.cached_prefix(a, 10).size(), 2u);
+  m.release(tb);
+  EXPECT_EQ(m.num_free(), 6);
+}
+
+TEST(BlockManagerPrefixCache, ASequencesLaterBlocksAreEvictedBeforeItsEarlierOnes) {
+  BlockManager m(4, 4, true);
+  const std::vector<int32_t> a = counting(16);
+  BlockTable ta;
+  m.grow(ta, 16);
+  m.cache_full_blocks(ta, a, 16);
+  m.release(ta);
+  BlockTable t;
+  m.grow(t, 4);  // one block evicted: the last of a's
+  EXPECT_EQ(m.cached_prefix(a, 10).size(), 3u);
+  m.grow(t, 8);
+  EXPECT_EQ(m.cached_prefix(a, 10).size(), 2u);
+}
+
+SchedulerConfig caching(int64_t blocks, int64_t recompute) {
+  SchedulerConfig c = config(64, blocks, 4, 8);
+  c.prefix_caching = true;
+  c.prefix_alignment = 8;
+  c.prefix_recompute_tokens = recompute;
+  return c;
+}
+
+TEST(Scheduler, AdmitsAPrefixHitAtItsResumePointAndCountsIt) {
+  Scheduler s(caching(40, 5));
+  Sequence& a = s.add(counting(30), 2);
+  run(s, s.schedule());  // 30 tokens computed: blocks 0-6 full (28 tokens)
+  s.finish(a.id);
+  EXPECT_EQ(s.blocks().num_cached(), 7);
+
+  // b shares 27 tokens; 6 blocks match (24 tokens), aligned to 8: 24 reused, resume at 24 - 5.
+  std::vector<int32_t> tokens = counting(27);
+  tokens.push_back(500);
+  Sequence& b = s.add(tokens, 2);
+  const SchedulerStep step = s.schedule();
+  ASSERT_EQ(step.chunks.size(), 1u);
+  EXPECT_EQ(step.chunks[0].start, 19);
+  EXPECT_EQ(step.chunks[0].num_tokens, 28 - 19);
+  EXPECT_EQ(b.reused_tokens, 24);
+  EXPECT_EQ(b.num_cached_tokens, 19);
+  EXPECT_EQ(s.prefix_queried_tokens(), 30u + 28u);
+  EXPECT_EQ(s.prefix_hit_tokens(), 19u);
+  run(s, step);
+  s.finish(b.id);
+  EXPECT_EQ(s.blocks().num_free(), 40);
+
+  // A hit no longer than the recomputation is not taken; nor is a whole prompt (a token must run).
+  Scheduler t(caching(40, 16));
+  run(t, t.schedule());  // nothing to do
+  Sequence& c = t.add(counting(16), 1);
+  run(t, t.schedule());
+  t.finish(c.id);
+  Sequence& d = t.add(counting(17), 1);
+  EXPECT_EQ(t.schedule().chunks.at(0).start, 0);
+  EXPECT_EQ(d.reused_tokens, 0);
+  Scheduler u(caching(40, 0));
+  Sequence& e = u.add(counting(16), 1);
+  run(u, u.schedule());
+  u.finish(e.id);
+  Sequence& f = u.add(counting(16), 1);
+  EXPECT_EQ(u.schedule().chunks.at(0).start, 8);  // 16 tokens: 3 blocks may match, aligned to 8
+  EXPECT_EQ(f.reused_tokens, 8);
+}
+
+TEST(Scheduler, PrefixCachingRefusesAnAlignmentThatIsNotAMultipleOfTheBlockSize) {
+  SchedulerConfig c = caching(40, 0);
+  c.prefix_alignment = 6;
+  EXPECT_THROW(Scheduler{c}, UsageError);
 }
 
 }  // namespace
