@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Prefix caching end to end on the CPU: `bench throughput` with a shared prompt prefix counts the
+# hits it should (the tiny model recomputes 508 tokens before a hit's end, so a 640-token prefix
+# saves 132 tokens of each request after the first), none with --no-enable-prefix-caching, and a
+# block size that does not fit the compression ratios is refused with the numbers.
+set -euo pipefail
+dsv4=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+run() {
+  "$dsv4" bench throughput --model tiny --load-format dummy --num-prompts 3 --prefix-len 640 --input-len 16 \
+    --output-len 2 --max-num-seqs 1 --max-model-len 1024 --threads 2 --json "$@" >"$work/r.json" 2>"$work/err.txt" ||
+    fail "bench throughput $*: $(cat "$work/err.txt")"
+  python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print(r["completed"], r["prefix_cache_queries"], r["prefix_cache_hits"])' "$work/r.json"
+}
+[ "$(run)" = "3 1968 264" ] || fail "with prefix caching (the CPU default): $(run)"
+[ "$(run --no-enable-prefix-caching)" = "3 0 0" ] || fail "without: $(run --no-enable-prefix-caching)"
+if "$dsv4" bench throughput --model tiny --load-format dummy --num-prompts 1 --block-size 48 --threads 2 2>"$work/err.txt"; then
+  fail "block size 48 accepted with compression ratio 128"
+fi
+grep -q "block_size (48) to divide or be a multiple of every compression ratio, and 128 is neither" "$work/err.txt" ||
+  fail "error message: $(cat "$work/err.txt")"
+echo "ok"
