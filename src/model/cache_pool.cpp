@@ -5,6 +5,7 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 
@@ -42,6 +43,7 @@ CachePool::CachePool(Ops& ops, const ModelConfig& cfg, DType dtype, const PagesB
     LayerPools pools;
     const int64_t m = cfg.compress_ratio(l);
     if (m > 0) {
+      pools.ratio = m;
       const Pages& p = pages_.at(m);
       pools.compressed = ops.alloc(dtype, {p.num_pages, p.page_rows, mp.head_dim});
       if (cfg.layer_kind(l) == LayerKind::kCsa)
@@ -105,6 +107,35 @@ void CachePool::give_back(int64_t ratio, std::span<const int32_t> pages) {
   const std::lock_guard lock(mutex_);
   std::vector<int32_t>& free = free_.at(ratio);
   free.insert(free.end(), pages.rbegin(), pages.rend());
+}
+
+void CachePool::poison(Ops& ops, int64_t ratio, std::span<const int32_t> pages) const {
+  const Pages& p = this->pages(ratio);
+  for (const LayerPools& layer : layers_)
+    for (const DeviceTensor* pool : {&layer.compressed, &layer.index_keys}) {
+      if (layer.ratio != ratio || pool->empty()) continue;
+      const int64_t page_elems = p.page_rows * pool->dim(2);
+      // One page of NaN in the pool's dtype (a quiet NaN's bits: bf16 0x7FC0, f32 0x7FC00000).
+      std::vector<uint16_t> nan16;
+      std::vector<uint32_t> nan32;
+      std::byte* bytes = nullptr;
+      if (dtype_ == DType::kBF16) {
+        nan16.assign(static_cast<size_t>(page_elems), 0x7FC0);
+        bytes = reinterpret_cast<std::byte*>(nan16.data());
+      } else {
+        nan32.assign(static_cast<size_t>(page_elems), 0x7FC00000u);
+        bytes = reinterpret_cast<std::byte*>(nan32.data());
+      }
+      const DeviceTensor nan = ops.alloc(dtype_, {1, page_elems});
+      ops.upload(ConstTensorView(bytes, dtype_, {1, page_elems}), nan.view());
+      const TensorView rows = pool->reshaped({p.num_pages, page_elems}).view();
+      for (const int32_t page : pages) {
+        if (page < 0 || page >= p.num_pages)
+          throw UsageError("page " + std::to_string(page) + " to poison in the cache pool's " +
+                           std::to_string(p.num_pages) + " ratio-" + std::to_string(ratio) + " pages");
+        ops.copy({nan.view(), slice_rows(rows, page, page + 1)});
+      }
+    }
 }
 
 }  // namespace dsv4

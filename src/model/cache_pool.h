@@ -61,8 +61,13 @@ class CachePool {
   // Returns pages taken from `ratio`; they are taken again last-in first-out.
   void give_back(int64_t ratio, std::span<const int32_t> pages);
 
+  // Fills the ratio-`ratio` pages `pages` of every layer's pools with NaN (a KV canary: a forward
+  // that reads a row of a page before writing it, a previous owner's row, shows NaN in its output).
+  void poison(Ops& ops, int64_t ratio, std::span<const int32_t> pages) const;
+
  private:
   struct LayerPools {
+    int64_t ratio = 0;  // the layer's compression ratio (0: no pools)
     DeviceTensor compressed;
     DeviceTensor index_keys;
   };

@@ -334,6 +334,8 @@ bool Engine::Impl::step() {
   if (scheduler_.has_work()) {
     const SchedulerStep plan = scheduler_.schedule();
     for (SequenceId id : plan.preempted) requests_.at(id).cache.reset();
+    if (config_.kv_canary && cache_pool_ && !plan.new_blocks.empty())
+      for (const auto& [ratio, pages] : cache_pool_->pages()) cache_pool_->poison(ops_, ratio, plan.new_blocks);
     if (!plan.chunks.empty()) {
       const int64_t V = model_.config()->vocab_size, n = static_cast<int64_t>(plan.chunks.size());
       ForwardBatch batch;

@@ -171,6 +171,14 @@ struct EngineConfig {
   // cache, bit for bit on the CPU. Hits are multiples of block_size and of every compression ratio
   // and longer than that recomputation (a V4-Flash hit saves compute from about 5.6k shared tokens).
   bool enable_prefix_caching = false;
+  // With the shared pool: every block's pages are filled with NaN as the block is handed out, so a
+  // forward reading a row before writing it (a previous owner's) shows NaN in its output. Costs a
+  // copy per page and layer; on by default in debug builds.
+#ifdef NDEBUG
+  bool kv_canary = false;
+#else
+  bool kv_canary = true;
+#endif
   bool exact_math = false;              // ForwardOptions::exact_math for every step
   // How steps run (CUDA graphs for decode steps, say); must outlive the engine. Null: eagerly.
   ForwardRunner* runner = nullptr;

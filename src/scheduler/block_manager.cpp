@@ -58,7 +58,14 @@ void BlockManager::grow(BlockTable& table, int64_t tokens) {
     if (block.cached) evict(block);
     block.refs = 1;
     table.blocks.push_back(b);
+    handed_out_.push_back(b);
   }
+}
+
+std::vector<BlockId> BlockManager::take_handed_out() {
+  std::vector<BlockId> out;
+  out.swap(handed_out_);
+  return out;
 }
 
 BlockTable BlockManager::share(const BlockTable& table) {

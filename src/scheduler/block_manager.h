@@ -74,6 +74,8 @@ class BlockManager {
   void cache_full_blocks(BlockTable& table, std::span<const int32_t> tokens, int64_t computed);
 
   int32_t ref_count(BlockId block) const { return blocks_.at(static_cast<size_t>(block)).refs; }
+  // The blocks grow() handed out since the last call, in order (what a KV canary poisons).
+  std::vector<BlockId> take_handed_out();
 
  private:
   struct Block {
@@ -95,6 +97,7 @@ class BlockManager {
   std::vector<Block> blocks_;
   std::list<BlockId> free_;  // handed out from the front
   std::unordered_map<uint64_t, BlockId> cached_;
+  std::vector<BlockId> handed_out_;
 };
 
 }  // namespace dsv4

@@ -75,6 +75,7 @@ SchedulerStep Scheduler::schedule() {
   schedule_running(step, budget, true);
   schedule_running(step, budget, false);
   if (step.preempted.empty()) admit_waiting(step, budget);
+  step.new_blocks = blocks_.take_handed_out();
   return step;
 }
 

@@ -54,6 +54,7 @@ struct ScheduledChunk {
 struct SchedulerStep {
   std::vector<ScheduledChunk> chunks;   // in batch order
   std::vector<SequenceId> preempted;    // their caches are to be dropped
+  std::vector<BlockId> new_blocks;      // handed out to the chunks' sequences this step
   int64_t num_tokens() const;
 };
 

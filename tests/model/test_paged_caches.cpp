@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
@@ -205,6 +206,35 @@ INSTANTIATE_TEST_SUITE_P(Modes, ResumedPrefix, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "exact" : "default"; });
 
 class NamedPages : public CpuTinyModelSuite<::testing::Test> {};
+
+// The KV canary (CachePool::poison): poisoned pages nobody reads change nothing; poisoning a page
+// a sequence has written makes its next logits NaN, so a read of a poisoned row cannot go unseen.
+TEST_F(NamedPages, PoisonedPagesShowWhenRead) {
+  const Model& model = *model_;
+  Ops& ops = *ops_;
+  CachePool::PagesByRatio pages;
+  for (const int64_t m : {4, 128}) pages[m] = {std::max<int64_t>(1, 64 / m), 8};
+  const std::vector<int32_t> ids = test_ids(140, model.config()->vocab_size, 3);
+  const auto logits_after_poison = [&](const std::vector<int32_t>& poisoned) {
+    const std::shared_ptr<CachePool> pool = model.new_cache_pool(ops, pages, false);
+    SequenceCache cache = model.new_sequence(ops, pool, 200, PageNaming::kNamedByBlocks);
+    cache.name_pages(std::vector<int32_t>{2, 3, 4}, 64);
+    for (const auto& [m, p] : pages) pool->poison(ops, m, std::vector<int32_t>{0, 5, 7});
+    ForwardBatch prefill;
+    prefill.add(cache, std::span(ids).first(139));
+    model.forward(ops, prefill);
+    for (const auto& [m, p] : pages) pool->poison(ops, m, poisoned);
+    ForwardBatch step;
+    step.options.logits = LogitsFor::kLastTokenOfSequence;
+    step.add(cache, std::span(ids).subspan(139, 1));
+    return to_floats(model.forward(ops, step).logits.view());
+  };
+  const std::vector<float> clean = logits_after_poison({});
+  EXPECT_TRUE(std::all_of(clean.begin(), clean.end(), [](float x) { return std::isfinite(x); }));
+  EXPECT_TRUE(same_bits(logits_after_poison({1, 6}), clean));
+  const std::vector<float> read = logits_after_poison({2});
+  EXPECT_TRUE(std::any_of(read.begin(), read.end(), [](float x) { return std::isnan(x); }));
+}
 
 TEST_F(NamedPages, MisuseIsANamedUsageError) {
   const Model& model = *model_;

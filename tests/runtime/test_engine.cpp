@@ -155,6 +155,7 @@ TEST_F(EngineTest, GreedyOutputInABusyBatchEqualsItsOutputAloneBitForBit) {
       c.num_cache_blocks = blocks;
       c.shared_cache_pool = pool == 1;
       c.enable_prefix_caching = pool == 2;
+      c.kv_canary = true;  // blocks come poisoned: an unwritten row read would show
       auto e = engine(c);
       uint64_t preemptions = 0;
       const Result got = in_busy_batch(*e, r, preemptions);
@@ -191,6 +192,7 @@ TEST_F(EngineTest, PrefixCacheHitsGiveTheTokensOfAMissBitForBit) {
   EXPECT_EQ(plain->stats().cache_blocks_cached, 0);
 
   c.enable_prefix_caching = true;
+  c.kv_canary = true;
   auto cached = engine(c);
   // b after a has finished: a's first 640 tokens (10 blocks) are cached; b resumes at 640 - 508.
   RequestHandle a_first = cached->submit(a);

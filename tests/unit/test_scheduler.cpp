@@ -44,12 +44,15 @@ TEST(BlockManager, GrowsReleasesAndCountsReferences) {
   EXPECT_EQ(m.num_free(), 7);
   m.grow(a, 12);  // still 3 blocks
   EXPECT_EQ(m.num_free(), 7);
+  const std::vector<BlockId> handed = a.blocks;
   BlockTable b = m.share(a);
   EXPECT_EQ(m.ref_count(a.blocks[0]), 2);
   m.release(a);
   EXPECT_EQ(m.num_free(), 7);  // b still holds them
   m.release(b);
   EXPECT_EQ(m.num_free(), 10);
+  EXPECT_EQ(m.take_handed_out(), handed);  // what grow gave, once
+  EXPECT_TRUE(m.take_handed_out().empty());
   BlockTable big;
   EXPECT_FALSE(m.can_grow(big, 41));
   EXPECT_THROW(m.grow(big, 41), UsageError);
