@@ -22,17 +22,6 @@ void add_device_option(CLI::App* cmd, Device& device) {
       ->default_str("cpu");
 }
 
-void add_prefix_caching_option(CLI::App* cmd, std::optional<bool>& enable) {
-  cmd->add_flag_function(
-      "--enable-prefix-caching,!--no-enable-prefix-caching", [&enable](int64_t count) { enable = count > 0; },
-      "Share the cache entries of a common prompt prefix between requests (default: on with --device cpu, "
-      "off with cuda until the shared page pool has run on the GPU); a hit gives the tokens of a miss");
-}
-
-bool prefix_caching_enabled(const std::optional<bool>& enable, Device device) {
-  return enable.value_or(device == Device::kCpu);
-}
-
 std::string_view fp8_gemm_choice_name(Fp8GemmChoice choice) {
   switch (choice) {
     case Fp8GemmChoice::kMma: return "mma";

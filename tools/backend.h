@@ -19,12 +19,6 @@ enum class Device { kCpu, kCuda };
 // Adds `--device cpu|cuda` (default cpu) to `cmd`.
 void add_device_option(CLI::App* cmd, Device& device);
 
-// Adds `--enable-prefix-caching` / `--no-enable-prefix-caching` (vLLM's flags) to `cmd`; unset,
-// prefix_caching_enabled gives the default: on with --device cpu, where a hit is tested to give a
-// miss's tokens bit for bit, off with cuda until the engine's shared page pool has run on the GPU.
-void add_prefix_caching_option(CLI::App* cmd, std::optional<bool>& enable);
-bool prefix_caching_enabled(const std::optional<bool>& enable, Device device);
-
 // How the CUDA backend computes the default numerics' FP8 linears (cuda::Fp8Gemm, named here so
 // that builds without CUDA parse the same options).
 enum class Fp8GemmChoice { kMma, kCublasLt, kSimple };

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
-#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "runtime/engine.h"
 #include "tools/backend.h"
 #include "tools/commands.h"
+#include "tools/engine_options.h"
 #include "tools/model_source.h"
 #include "tools/serving_report.h"
 
@@ -38,7 +38,7 @@ struct ThroughputOptions {
   uint64_t seed = 0;
   EngineConfig engine;
   float temperature = 0.0f;
-  std::optional<bool> prefix_caching;
+  CacheOptions cache;
   bool json = false;
 };
 
@@ -54,18 +54,17 @@ void run_bench_throughput(const ThroughputOptions& o) {
   const std::unique_ptr<ForwardRunner> runner = make_forward_runner(*ops, o.gpu);
   EngineConfig config = o.engine;
   config.runner = runner.get();
-  config.enable_prefix_caching = prefix_caching_enabled(o.prefix_caching, o.device);
+  apply_cache_options(o.cache, o.device, config);
   Engine engine(model, *ops, config);
   const EngineConfig& c = engine.config();
   std::fprintf(stderr,
                "bench throughput: %lld prompts, input %lld (%lld of them a shared prefix), output %lld tokens "
-               "(range ratio %.2f); max_num_seqs %lld, max_num_batched_tokens %lld, max_model_len %lld, %lld cache "
-               "blocks of %lld tokens, prefix caching %s\n",
+               "(range ratio %.2f); max_num_seqs %lld, max_num_batched_tokens %lld, max_model_len %lld\n",
                static_cast<long long>(o.num_prompts), static_cast<long long>(o.prefix_len + o.input_len),
                static_cast<long long>(o.prefix_len), static_cast<long long>(o.output_len), o.range_ratio,
                static_cast<long long>(c.max_num_seqs), static_cast<long long>(c.max_num_batched_tokens),
-               static_cast<long long>(c.max_model_len), static_cast<long long>(c.num_cache_blocks),
-               static_cast<long long>(c.block_size), c.enable_prefix_caching ? "on" : "off");
+               static_cast<long long>(c.max_model_len));
+  print_cache_report("bench throughput", engine);
 
   std::mt19937_64 rng(o.seed);
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(model.config()->vocab_size - 1));
@@ -208,7 +207,7 @@ void add_bench_throughput_command(CLI::App& bench) {
                   "Cache blocks (0: max-num-seqs sequences of max-model-len); fewer makes the scheduler preempt")
       ->check(CLI::NonNegativeNumber)
       ->default_str("0");
-  add_prefix_caching_option(cmd, opts->prefix_caching);
+  add_cache_options(cmd, opts->cache);
   cmd->add_flag("--exact-math", opts->engine.exact_math, "No FP8/FP4 activation quantisation or QAT rounding");
   cmd->add_flag("--json", opts->json, "Print the results as one JSON object instead of the table");
   cmd->callback([opts] { run_bench_throughput(*opts); });

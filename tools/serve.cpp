@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
-#include <optional>
 
 #include "core/error.h"
 #include "runtime/engine.h"
@@ -16,6 +15,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tools/backend.h"
 #include "tools/commands.h"
+#include "tools/engine_options.h"
 #include "tools/model_source.h"
 
 namespace dsv4::tools {
@@ -31,7 +31,7 @@ struct ServeOptions {
   EngineConfig engine;
   double gpu_memory_utilization = 0.9;
   std::string kv_cache_dtype = "auto";
-  std::optional<bool> prefix_caching;
+  CacheOptions cache;
   int64_t max_waiting_requests = 256;
   double drain_seconds = 30;
 };
@@ -61,18 +61,16 @@ void run_serve(ServeOptions o) {
   const std::unique_ptr<ForwardRunner> runner = make_forward_runner(*ops, o.gpu);
   EngineConfig config = o.engine;
   config.runner = runner.get();
-  config.enable_prefix_caching = prefix_caching_enabled(o.prefix_caching, o.device);
+  apply_cache_options(o.cache, o.device, config);
   Engine engine(model, *ops, config, tokenizer);
+  print_cache_report("serve", engine);
   std::fprintf(stderr,
-               "serve: ready: max_model_len %lld, max_num_seqs %lld, max_num_batched_tokens %lld, "
-               "%lld cache blocks of %lld tokens, prefix caching %s (--gpu-memory-utilization %.2f is not used "
-               "yet: the cache is sized from max_num_seqs x max_model_len)\n",
+               "serve: ready: max_model_len %lld, max_num_seqs %lld, max_num_batched_tokens %lld "
+               "(--gpu-memory-utilization %.2f is not used yet: --kv-cache-memory-bytes sizes the cache, or "
+               "max_num_seqs x max_model_len)\n",
                static_cast<long long>(engine.config().max_model_len),
                static_cast<long long>(engine.config().max_num_seqs),
-               static_cast<long long>(engine.config().max_num_batched_tokens),
-               static_cast<long long>(engine.config().num_cache_blocks),
-               static_cast<long long>(engine.config().block_size),
-               engine.config().enable_prefix_caching ? "on" : "off", o.gpu_memory_utilization);
+               static_cast<long long>(engine.config().max_num_batched_tokens), o.gpu_memory_utilization);
   engine.start();
   const std::unique_ptr<server::ServingEngine> serving = server::serve_engine(engine);
   http.set_engine(*serving);
@@ -115,10 +113,11 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->default_str("2048");
   cmd->add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
-                  "Accepted for vLLM compatibility; the cache is sized from --max-num-seqs x --max-model-len")
+                  "Accepted for vLLM compatibility, not used yet: --kv-cache-memory-bytes sizes the cache, or "
+                  "--max-num-seqs x --max-model-len")
       ->check(CLI::Range(0.0, 1.0))
       ->default_str("0.9");
-  add_prefix_caching_option(cmd, o->prefix_caching);
+  add_cache_options(cmd, o->cache);
   cmd->add_option("--kv-cache-dtype", o->kv_cache_dtype, "KV-cache dtype; only auto (the model's own layout)")
       ->check(CLI::IsMember({"auto"}))
       ->default_str("auto");

@@ -146,6 +146,22 @@ SequenceCache::SequenceCache(Ops& ops, const ModelConfig& cfg, std::shared_ptr<C
 SequenceCache::SequenceCache(Ops& ops, const ModelConfig& cfg, int64_t capacity, DType dtype)
     : SequenceCache(ops, cfg, own_pool(ops, cfg, capacity, dtype), capacity) {}
 
+int64_t SequenceCache::fixed_bytes(const ModelConfig& cfg, DType dtype) {
+  const ModelParams& p = cfg.params();
+  int64_t bytes = 0;
+  for (int64_t l = 0; l < cfg.num_layers() + cfg.num_mtp_layers(); ++l) {
+    bytes += p.sliding_window * p.head_dim * static_cast<int64_t>(dtype_size(dtype));
+    const int64_t m = cfg.compress_ratio(l);
+    const auto state_bytes = [m](int64_t dc) {  // kv and score rings, f32 (make_state)
+      const int64_t coff = compressor_overlap(m);
+      return 2 * coff * m * coff * dc * static_cast<int64_t>(sizeof(float));
+    };
+    if (m > 0) bytes += state_bytes(p.head_dim);
+    if (cfg.layer_kind(l) == LayerKind::kCsa) bytes += state_bytes(p.index_head_dim);
+  }
+  return bytes;
+}
+
 void SequenceCache::resume_on_prefix(int64_t resume, int64_t reused) {
   const std::string what = "resume at " + std::to_string(resume) + " on a prefix of " + std::to_string(reused) + " tokens";
   if (length_ != 0 || mtp_length_ != 0) throw UsageError(what + ": the cache already holds tokens");

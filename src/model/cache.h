@@ -92,6 +92,10 @@ class SequenceCache {
   SequenceCache(SequenceCache&&) = default;
   SequenceCache& operator=(SequenceCache&&) = default;
 
+  // The bytes of a sequence's own fixed-size state (window rings and compressor states, every
+  // layer) with caches in `dtype`; its pages are counted by the pool.
+  static int64_t fixed_bytes(const ModelConfig& cfg, DType dtype);
+
   int64_t capacity() const { return capacity_; }
   // Unique among the caches this process made (moves keep it): what a recorded forward
   // (CudaGraphForward) keys on, since the buffers its kernels write are this cache's.

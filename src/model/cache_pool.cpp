@@ -64,6 +64,31 @@ CachePool::PagesByRatio CachePool::pages_for(const ModelConfig& cfg, int64_t seq
   return pages;
 }
 
+CachePool::PagesByRatio CachePool::per_block(const ModelConfig& cfg, int64_t num_blocks, int64_t block_size) {
+  PagesByRatio pages;
+  for (const int64_t m : compression_ratios(cfg)) {
+    if (block_size % m != 0 && m % block_size != 0)
+      throw UsageError("pages named by cache blocks need block_size (" + std::to_string(block_size) +
+                       ") to divide or be a multiple of every compression ratio, and " + std::to_string(m) +
+                       " is neither");
+    pages[m] = {std::max<int64_t>(1, block_size / m), num_blocks};
+  }
+  return pages;
+}
+
+int64_t CachePool::block_bytes(const ModelConfig& cfg, DType dtype, int64_t block_size) {
+  const PagesByRatio pages = per_block(cfg, 1, block_size);
+  const ModelParams& p = cfg.params();
+  int64_t bytes = 0;
+  for (int64_t l = 0; l < cfg.num_layers() + cfg.num_mtp_layers(); ++l) {
+    const int64_t m = cfg.compress_ratio(l);
+    if (m <= 0) continue;
+    const int64_t width = p.head_dim + (cfg.layer_kind(l) == LayerKind::kCsa ? p.index_head_dim : 0);
+    bytes += pages.at(m).page_rows * width * static_cast<int64_t>(dtype_size(dtype));
+  }
+  return bytes;
+}
+
 CachePool::PagesByRatio CachePool::one_sequence(const ModelConfig& cfg, int64_t capacity) {
   PagesByRatio pages;
   for (const int64_t m : compression_ratios(cfg))

@@ -39,6 +39,12 @@ class CachePool {
 
   // Enough pages of `page_rows` entries for `sequences` sequences of up to `capacity` tokens each.
   static PagesByRatio pages_for(const ModelConfig& cfg, int64_t sequences, int64_t capacity, int64_t page_rows);
+  // The engine's layout (pages named by cache blocks): per ratio m, one page per block of
+  // max(1, block_size / m) entries.
+  static PagesByRatio per_block(const ModelConfig& cfg, int64_t num_blocks, int64_t block_size);
+  // The bytes of one block's pages in that layout, every layer's pools (compressed entries and
+  // indexer keys) in `dtype`.
+  static int64_t block_bytes(const ModelConfig& cfg, DType dtype, int64_t block_size);
   // One page per ratio holding all of one sequence's capacity / m entries: the contiguous layout
   // (page_rows at least 1, and no page when the capacity completes no entry).
   static PagesByRatio one_sequence(const ModelConfig& cfg, int64_t capacity);

@@ -145,6 +145,10 @@ class Engine::Impl {
   void stop();
   bool step();
   const EngineConfig& config() const { return config_; }
+  int64_t cache_bytes() const {
+    return config_.num_cache_blocks * CachePool::block_bytes(model_.config(), cache_dtype(config_), config_.block_size) +
+           config_.max_num_seqs * SequenceCache::fixed_bytes(model_.config(), cache_dtype(config_));
+  }
   EngineStats stats() const {
     std::lock_guard lock(stats_mutex_);
     return stats_;
@@ -182,6 +186,8 @@ class Engine::Impl {
   }
 
   static EngineConfig resolve(EngineConfig c, const Model& model);
+  static DType cache_dtype(const EngineConfig& c) { return c.exact_math ? DType::kF32 : DType::kBF16; }
+
   static SchedulerConfig scheduler_config(const EngineConfig& c, const Model& model);
   CachePool::PagesByRatio pool_pages() const;
   SequenceCache new_sequence(int64_t capacity) const;
@@ -224,7 +230,24 @@ class Engine::Impl {
 EngineConfig Engine::Impl::resolve(EngineConfig c, const Model& model) {
   if (c.max_model_len == 0) c.max_model_len = model.config()->max_position_embeddings;
   if (c.block_size <= 0) throw UsageError("engine: block_size = " + std::to_string(c.block_size) + " must be positive");
-  if (c.num_cache_blocks == 0) c.num_cache_blocks = c.max_num_seqs * ((c.max_model_len + c.block_size - 1) / c.block_size);
+  if (c.cache_memory_bytes < 0)
+    throw UsageError("engine: cache_memory_bytes = " + std::to_string(c.cache_memory_bytes) + " must not be negative");
+  const int64_t blocks_per_sequence = (c.max_model_len + c.block_size - 1) / c.block_size;
+  if (c.num_cache_blocks == 0 && c.cache_memory_bytes > 0) {
+    const DType dtype = cache_dtype(c);
+    const int64_t fixed = c.max_num_seqs * SequenceCache::fixed_bytes(model.config(), dtype);
+    const int64_t per_block = CachePool::block_bytes(model.config(), dtype, c.block_size);
+    c.num_cache_blocks = per_block > 0 ? std::max<int64_t>(0, c.cache_memory_bytes - fixed) / per_block
+                                       : c.max_num_seqs * blocks_per_sequence;
+    if (c.num_cache_blocks < blocks_per_sequence)
+      throw UsageError("engine: " + std::to_string(c.cache_memory_bytes) + " bytes of cache hold " +
+                       std::to_string(c.num_cache_blocks) + " blocks of " + std::to_string(c.block_size) +
+                       " tokens after the fixed state of " + std::to_string(c.max_num_seqs) + " sequences (" +
+                       std::to_string(fixed) + " bytes), fewer than one sequence of max_model_len = " +
+                       std::to_string(c.max_model_len) + " needs (" + std::to_string(blocks_per_sequence) +
+                       " blocks of " + std::to_string(per_block) + " bytes)");
+  }
+  if (c.num_cache_blocks == 0) c.num_cache_blocks = c.max_num_seqs * blocks_per_sequence;
   if (c.sampling_threads < 0)
     throw UsageError("engine: sampling_threads = " + std::to_string(c.sampling_threads) + " must not be negative");
   if (c.sampling_threads == 0)
@@ -246,23 +269,9 @@ SchedulerConfig Engine::Impl::scheduler_config(const EngineConfig& c, const Mode
   return s;
 }
 
-// The shared pool's pages per compression ratio m: one per cache block (SequenceCache::name_pages),
-// of block_size / m entries, or of one when block_size divides m (half or more of those pages stay
-// unused then, a small loss for the rarest entries).
+// The shared pool: one page per cache block and ratio (SequenceCache::name_pages).
 CachePool::PagesByRatio Engine::Impl::pool_pages() const {
-  const ModelConfig& cfg = model_.config();
-  const int64_t bs = config_.block_size;
-  CachePool::PagesByRatio pages;
-  for (int64_t l = 0; l < cfg.num_layers() + cfg.num_mtp_layers(); ++l) {
-    const int64_t m = cfg.compress_ratio(l);
-    if (m <= 0 || pages.count(m) > 0) continue;
-    if (bs % m != 0 && m % bs != 0)
-      throw UsageError("engine: a shared cache pool needs block_size (" + std::to_string(bs) +
-                       ") to divide or be a multiple of every compression ratio, and " + std::to_string(m) +
-                       " is neither");
-    pages[m] = {std::max<int64_t>(1, bs / m), config_.num_cache_blocks};
-  }
-  return pages;
+  return CachePool::per_block(model_.config(), config_.num_cache_blocks, config_.block_size);
 }
 
 SequenceCache Engine::Impl::new_sequence(int64_t capacity) const {
@@ -592,6 +601,7 @@ void Engine::start() { impl_->start(); }
 void Engine::stop() { impl_->stop(); }
 bool Engine::step() { return impl_->step(); }
 const EngineConfig& Engine::config() const { return impl_->config(); }
+int64_t Engine::cache_bytes() const { return impl_->cache_bytes(); }
 EngineStats Engine::stats() const { return impl_->stats(); }
 
 }  // namespace dsv4

@@ -153,10 +153,15 @@ struct EngineConfig {
   int64_t max_model_len = 0;            // prompt + output tokens; 0: the model's max_position_embeddings
   int64_t max_num_seqs = 64;            // sequences in one step
   int64_t max_num_batched_tokens = 2048;  // tokens in one step (decode first, then prefill chunks)
-  // Cache accounting in blocks of block_size tokens (src/scheduler/block_manager.h). 0 blocks:
-  // enough for max_num_seqs sequences of max_model_len.
+  // Cache accounting in blocks of block_size tokens (src/scheduler/block_manager.h). 0 blocks: as
+  // many as cache_memory_bytes holds, or without it enough for max_num_seqs sequences of
+  // max_model_len.
   int64_t block_size = 64;
   int64_t num_cache_blocks = 0;
+  // The memory the caches may take (vLLM's --kv-cache-memory-bytes): max_num_seqs sequences'
+  // fixed-size state (SequenceCache::fixed_bytes), the rest in blocks (CachePool::block_bytes).
+  // UsageError when that holds less than one sequence of max_model_len. 0: not used.
+  int64_t cache_memory_bytes = 0;
   // Where the sequences' compressed entries and indexer keys live (model/cache_pool.h). false: a
   // pool per sequence, one page of prompt + max_tokens tokens. true: one pool the engine makes at
   // start whose pages are the cache blocks: for ratio m, block b's page holds the block_size / m
@@ -240,6 +245,9 @@ class Engine {
 
   // The config with every default resolved (max_model_len, num_cache_blocks).
   const EngineConfig& config() const;
+  // What the caches take at most: the blocks' pages and max_num_seqs sequences' fixed-size state,
+  // in the dtype of the engine's forwards (bf16; f32 with exact_math).
+  int64_t cache_bytes() const;
   EngineStats stats() const;
 
  private:

@@ -2,7 +2,8 @@
 # Prefix caching end to end on the CPU: `bench throughput` with a shared prompt prefix counts the
 # hits it should (the tiny model recomputes 508 tokens before a hit's end, so a 640-token prefix
 # saves 132 tokens of each request after the first), none with --no-enable-prefix-caching, and a
-# block size that does not fit the compression ratios is refused with the numbers.
+# block size that does not fit the compression ratios is refused with the numbers; the cache is
+# sized from --kv-cache-memory-bytes.
 set -euo pipefail
 dsv4=$1
 work=$(mktemp -d)
@@ -17,6 +18,12 @@ run() {
 }
 [ "$(run)" = "3 1968 264" ] || fail "with prefix caching (the CPU default): $(run)"
 [ "$(run --no-enable-prefix-caching)" = "3 0 0" ] || fail "without: $(run --no-enable-prefix-caching)"
+# --kv-cache-memory-bytes sizes the blocks (1 sequence's 1,343,488 bytes of fixed state, the rest in
+# blocks of 41,984 bytes) and the start-up line says what fits.
+"$dsv4" bench throughput --model tiny --load-format dummy --num-prompts 1 --input-len 8 --output-len 2 --max-num-seqs 1 \
+  --kv-cache-memory-bytes 100000000 --threads 2 >/dev/null 2>"$work/err.txt" || fail "sized run: $(cat "$work/err.txt")"
+grep -q "cache: 2349 blocks of 64 tokens (95.3 MiB): 150336 tokens, 36.70 sequences of max_model_len 4096 at once" \
+  "$work/err.txt" || fail "start-up line: $(cat "$work/err.txt")"
 if "$dsv4" bench throughput --model tiny --load-format dummy --num-prompts 1 --block-size 48 --threads 2 2>"$work/err.txt"; then
   fail "block size 48 accepted with compression ratio 128"
 fi

@@ -23,6 +23,8 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
+#include "model/cache.h"
+#include "model/cache_pool.h"
 #include "model/forward_runner.h"
 #include "model/model.h"
 #include "runtime/engine.h"
@@ -333,6 +335,31 @@ TEST_F(EngineTest, ALongPromptAmongAStreamOfShortOnesFinishes) {
   EXPECT_EQ(drain(long_request).finish, FinishReason::kLength);
   for (RequestHandle& h : short_requests) EXPECT_EQ(drain(h).tokens.size(), 2u);
   EXPECT_EQ(e->stats().cache_blocks_used, 0);
+}
+
+// cache_memory_bytes sizes the blocks: what is left after max_num_seqs sequences' fixed state, in
+// whole blocks; too little for one sequence of max_model_len is refused with the numbers.
+TEST_F(EngineTest, CacheMemoryBytesSizeTheBlocks) {
+  const ModelConfig& cfg = model_->config();
+  EngineConfig c = small_config();  // 8 sequences, max_model_len 512 = 32 blocks of 16
+  const int64_t fixed = SequenceCache::fixed_bytes(cfg, DType::kBF16);
+  const int64_t block = CachePool::block_bytes(cfg, DType::kBF16, 16);
+  ASSERT_GT(fixed, 0);
+  ASSERT_GT(block, 0);
+  c.cache_memory_bytes = 8 * fixed + 40 * block + block - 1;
+  auto e = engine(c);
+  EXPECT_EQ(e->config().num_cache_blocks, 40);
+  EXPECT_EQ(e->cache_bytes(), 8 * fixed + 40 * block);
+  EXPECT_LE(e->cache_bytes(), c.cache_memory_bytes);
+  c.cache_memory_bytes = 8 * fixed + 31 * block;
+  try {
+    engine(c);
+    FAIL() << "31 blocks accepted for a max_model_len of 32 blocks";
+  } catch (const UsageError& err) {
+    EXPECT_NE(std::string(err.what()).find("31 blocks of 16 tokens"), std::string::npos) << err.what();
+    EXPECT_NE(std::string(err.what()).find("fewer than one sequence of max_model_len = 512"), std::string::npos)
+        << err.what();
+  }
 }
 
 TEST_F(EngineTest, TooLongRequestsAreRefusedWithTheLimits) {
