@@ -173,6 +173,17 @@ std::vector<int32_t> counting(int64_t n, int32_t first = 0) {
   return v;
 }
 
+// A sequence that computed `tokens` and ended: its full blocks registered, then released. Returns
+// the blocks it had.
+std::vector<BlockId> finished_sequence(BlockManager& m, const std::vector<int32_t>& tokens) {
+  BlockTable t;
+  m.grow(t, static_cast<int64_t>(tokens.size()));
+  m.cache_full_blocks(t, tokens, static_cast<int64_t>(tokens.size()));
+  const std::vector<BlockId> blocks = t.blocks;
+  m.release(t);
+  return blocks;
+}
+
 TEST(BlockManagerPrefixCache, FindsRegisteredFullBlocksByTheirWholePrefix) {
   BlockManager m(10, 4, true);
   const std::vector<int32_t> a = counting(14);
@@ -213,11 +224,7 @@ TEST(BlockManagerPrefixCache, FindsRegisteredFullBlocksByTheirWholePrefix) {
 TEST(BlockManagerPrefixCache, SharedBlocksAreCountedAndFreeCachedOnesEvictedLast) {
   BlockManager m(6, 4, true);
   const std::vector<int32_t> a = counting(12);
-  BlockTable ta;
-  m.grow(ta, 12);
-  m.cache_full_blocks(ta, a, 12);
-  const std::vector<BlockId> blocks = ta.blocks;
-  m.release(ta);
+  const std::vector<BlockId> blocks = finished_sequence(m, a);
   EXPECT_EQ(m.num_free(), 6);
   EXPECT_EQ(m.num_cached(), 3);  // free, but still found
 
@@ -245,10 +252,7 @@ TEST(BlockManagerPrefixCache, SharedBlocksAreCountedAndFreeCachedOnesEvictedLast
 TEST(BlockManagerPrefixCache, ASequencesLaterBlocksAreEvictedBeforeItsEarlierOnes) {
   BlockManager m(4, 4, true);
   const std::vector<int32_t> a = counting(16);
-  BlockTable ta;
-  m.grow(ta, 16);
-  m.cache_full_blocks(ta, a, 16);
-  m.release(ta);
+  finished_sequence(m, a);
   BlockTable t;
   m.grow(t, 4);  // one block evicted: the last of a's
   EXPECT_EQ(m.cached_prefix(a, 10).size(), 3u);
