@@ -147,27 +147,21 @@ TEST_P(CudaGraphs, RandomSequenceSetsKeepTheEagerBits) {
   EXPECT_EQ(graphs.stats().eager, 0);
 }
 
-// Every token and logprob of a stream of requests, served by an engine running its steps through
-// `runner`.
-std::vector<std::vector<GeneratedToken>> serve_requests(const Model& model, Ops& ops, ForwardRunner& runner) {
-  EngineConfig config;
-  config.max_num_seqs = 4;
-  config.max_num_batched_tokens = 48;
-  config.max_model_len = 256;
+// Every token and logprob of the requests, served by an engine with `config` running its steps
+// through `runner`; each wave is submitted once the one before has finished. `prefix_hits` gets
+// the engine's count of tokens not computed thanks to its prefix cache.
+std::vector<std::vector<GeneratedToken>> serve(const Model& model, Ops& ops, ForwardRunner& runner, EngineConfig config,
+                                               const std::vector<std::vector<GenerateRequest>>& waves,
+                                               uint64_t* prefix_hits = nullptr) {
   config.runner = &runner;
   Engine engine(model, ops, config);
   std::vector<RequestHandle> handles;
-  for (uint32_t i = 0; i < 9; ++i) {
-    GenerateRequest r;
-    r.prompt = test_ids(3 + 17 * i, model.config()->vocab_size, 90 + i);
-    r.stop.max_tokens = 12 + 5 * i;
-    r.stop.ignore_eos = true;
-    r.sampling.temperature = 0.0f;  // greedy: the engine seeds sampled requests at random
-    r.sampling.logprobs = true;
-    handles.push_back(engine.submit(std::move(r)));
+  for (const std::vector<GenerateRequest>& wave : waves) {
+    for (const GenerateRequest& r : wave) handles.push_back(engine.submit(r));
+    while (engine.step()) {
+    }
   }
-  while (engine.step()) {
-  }
+  if (prefix_hits != nullptr) *prefix_hits = engine.stats().prefix_cache_hits;
   std::vector<std::vector<GeneratedToken>> out;
   for (RequestHandle& h : handles) {
     out.emplace_back();
@@ -180,11 +174,31 @@ std::vector<std::vector<GeneratedToken>> serve_requests(const Model& model, Ops&
   return out;
 }
 
-TEST_P(CudaGraphs, EngineServesTheEagerTokens) {
-  EagerForward eager;
-  cuda::CudaGraphForward graphs(*ops_);
-  const std::vector<std::vector<GeneratedToken>> want = serve_requests(*model_, *ops_, eager);
-  const std::vector<std::vector<GeneratedToken>> got = serve_requests(*model_, *ops_, graphs);
+// A greedy request with logprobs (the engine seeds sampled requests at random).
+GenerateRequest greedy_request(std::vector<int32_t> prompt, int64_t max_tokens) {
+  GenerateRequest r;
+  r.prompt = std::move(prompt);
+  r.stop.max_tokens = max_tokens;
+  r.stop.ignore_eos = true;
+  r.sampling.temperature = 0.0f;
+  r.sampling.logprobs = true;
+  return r;
+}
+
+// A stream of nine requests of different lengths, four at a time, prefills chunked.
+std::vector<std::vector<GeneratedToken>> serve_requests(const Model& model, Ops& ops, ForwardRunner& runner) {
+  EngineConfig config;
+  config.max_num_seqs = 4;
+  config.max_num_batched_tokens = 48;
+  config.max_model_len = 256;
+  std::vector<GenerateRequest> requests;
+  for (uint32_t i = 0; i < 9; ++i)
+    requests.push_back(greedy_request(test_ids(3 + 17 * i, model.config()->vocab_size, 90 + i), 12 + 5 * i));
+  return serve(model, ops, runner, config, {requests});
+}
+
+void expect_same_tokens(const std::vector<std::vector<GeneratedToken>>& got,
+                        const std::vector<std::vector<GeneratedToken>>& want) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t r = 0; r < want.size(); ++r) {
     ASSERT_EQ(got[r].size(), want[r].size()) << "request " << r;
@@ -194,11 +208,50 @@ TEST_P(CudaGraphs, EngineServesTheEagerTokens) {
           << "request " << r << " token " << i << ": logprob " << got[r][i].logprob << " vs " << want[r][i].logprob;
     }
   }
+}
+
+TEST_P(CudaGraphs, EngineServesTheEagerTokens) {
+  EagerForward eager;
+  cuda::CudaGraphForward graphs(*ops_);
+  const std::vector<std::vector<GeneratedToken>> want = serve_requests(*model_, *ops_, eager);
+  const std::vector<std::vector<GeneratedToken>> got = serve_requests(*model_, *ops_, graphs);
+  expect_same_tokens(got, want);
   // Some steps were pure decode and went through graphs (the rest mixed in prefill chunks).
   EXPECT_GT(graphs.stats().replays, 0);
   std::printf("[measured] engine through graphs: %lld captures, %lld replays, %lld eager steps\n",
               static_cast<long long>(graphs.stats().captures), static_cast<long long>(graphs.stats().replays),
               static_cast<long long>(graphs.stats().eager));
+}
+
+// The engine's shared page pool (pages named by cache blocks), prefix caching and the KV canary,
+// through graphs, against the default engine (a pool per sequence) eagerly: the same tokens and
+// logprobs, prefix-cache hits included (requests sharing 700 tokens with an earlier one resume on
+// its blocks, recomputing 508; docs/MODEL.md §8.6).
+TEST_P(CudaGraphs, EngineWithPrefixCachingServesTheEagerTokens) {
+  EagerForward eager;
+  cuda::CudaGraphForward graphs(*ops_);
+  EngineConfig plain;
+  plain.max_num_seqs = 4;
+  plain.max_num_batched_tokens = 256;
+  plain.max_model_len = 1024;
+  plain.block_size = 64;
+  EngineConfig cached = plain;
+  cached.enable_prefix_caching = true;
+  cached.kv_canary = true;
+  const int64_t V = model_->config()->vocab_size;
+  const std::vector<int32_t> shared = test_ids(700, V, 7);
+  std::vector<std::vector<GenerateRequest>> waves = {{greedy_request(shared, 6)}, {}};
+  for (uint32_t i = 0; i < 3; ++i) {
+    std::vector<int32_t> prompt = shared;
+    for (int32_t id : test_ids(5 + 9 * i, V, 70 + i)) prompt.push_back(id);
+    waves[1].push_back(greedy_request(prompt, 8 + 3 * i));
+  }
+  uint64_t hits = 0;
+  const std::vector<std::vector<GeneratedToken>> want = serve(*model_, *ops_, eager, plain, waves);
+  const std::vector<std::vector<GeneratedToken>> got = serve(*model_, *ops_, graphs, cached, waves, &hits);
+  expect_same_tokens(got, want);
+  EXPECT_EQ(hits, 3u * (640 - 508));
+  EXPECT_GT(graphs.stats().replays, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(MultiStream, CudaGraphs, ::testing::Values(MultiStreamMode::kOff, MultiStreamMode::kOn),
