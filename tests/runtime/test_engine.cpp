@@ -323,7 +323,7 @@ TEST_F(EngineTest, CancelledAndDroppedRequestsLeaveNoBlockBehind) {
 TEST_F(EngineTest, ALongPromptAmongAStreamOfShortOnesFinishes) {
   EngineConfig c = small_config();
   c.max_num_batched_tokens = 16;
-  c.num_cache_blocks = 24;
+  c.num_cache_blocks = 20;
   auto e = engine(c);
   RequestHandle long_request = e->submit(request(ids(300, 6), 3));
   std::vector<RequestHandle> short_requests;
@@ -335,6 +335,56 @@ TEST_F(EngineTest, ALongPromptAmongAStreamOfShortOnesFinishes) {
   EXPECT_EQ(drain(long_request).finish, FinishReason::kLength);
   for (RequestHandle& h : short_requests) EXPECT_EQ(drain(h).tokens.size(), 2u);
   EXPECT_EQ(e->stats().cache_blocks_used, 0);
+}
+
+// Prefix caching under churn: requests on two long shared prefixes and short unrelated ones,
+// submitted between steps, two cancelled midway, in a cache too small for them all (preemptions,
+// evictions of free cached blocks, readmissions that hit their own blocks), with the KV canary on.
+// Every request that finishes gives its solo tokens and logprobs bit for bit, hits happen, and
+// every block comes back.
+TEST_F(EngineTest, PrefixCachingUnderChurnKeepsEveryRequestsSoloBits) {
+  EngineConfig c = small_config();
+  c.max_model_len = 1024;
+  c.max_num_seqs = 4;
+  c.max_num_batched_tokens = 200;
+  c.block_size = 64;
+  c.num_cache_blocks = 20;
+  const std::vector<int32_t> first = ids(660, 31), second = ids(700, 32);
+  std::vector<GenerateRequest> requests;
+  for (uint32_t i = 0; i < 9; ++i) {
+    std::vector<int32_t> prompt = i % 3 == 2 ? std::vector<int32_t>{} : (i % 3 == 0 ? first : second);
+    for (int32_t id : ids(3 + 11 * i, 40 + i)) prompt.push_back(id);
+    requests.push_back(request(prompt, 3 + i % 4));
+  }
+  const std::vector<size_t> cancelled = {4, 7};
+  const EngineConfig plain = c;
+
+  c.enable_prefix_caching = true;
+  c.kv_canary = true;
+  auto e = engine(c);
+  std::vector<RequestHandle> handles;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    handles.push_back(e->submit(requests[i]));
+    e->step();
+    if (std::find(cancelled.begin(), cancelled.end(), i) != cancelled.end()) handles[i].cancel();  // mid-prefill
+  }
+  run_until_idle(*e);
+  EXPECT_GT(e->stats().prefix_cache_hits, 0u);
+  EXPECT_GT(e->stats().preemptions, 0u) << "the small cache was meant to preempt";
+  EXPECT_EQ(e->stats().cache_blocks_used, 0);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Result got = drain(handles[i]);
+    if (std::find(cancelled.begin(), cancelled.end(), i) != cancelled.end()) {
+      EXPECT_EQ(got.finish, FinishReason::kCancelled) << "request " << i;
+      continue;
+    }
+    auto solo = engine(plain);
+    RequestHandle h = solo->submit(requests[i]);
+    run_until_idle(*solo);
+    const Result want = drain(h);
+    EXPECT_EQ(got.tokens, want.tokens) << "request " << i;
+    EXPECT_TRUE(same_bits(got.logprobs, want.logprobs)) << "request " << i;
+  }
 }
 
 // cache_memory_bytes sizes the blocks: what is left after max_num_seqs sequences' fixed state, in
