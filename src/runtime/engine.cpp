@@ -182,7 +182,7 @@ class Engine::Impl {
   static bool plain_greedy(const Request& r) {
     const SamplingParams& s = r.sampling;
     return s.temperature == 0.0f && !s.logprobs && s.presence_penalty == 0.0f && s.frequency_penalty == 0.0f &&
-           s.repetition_penalty == 1.0f && !r.json;
+           s.repetition_penalty == 1.0f && s.logit_bias.empty() && !r.json;
   }
 
   static EngineConfig resolve(EngineConfig c, const Model& model);
@@ -286,6 +286,10 @@ RequestHandle Engine::Impl::submit(GenerateRequest request) {
     for (int32_t id : ids)
       if (id < 0 || id >= vocab)
         throw UsageError("token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(vocab));
+  for (const auto& [id, bias] : request.sampling.logit_bias)
+    if (id < 0 || id >= vocab)
+      throw UsageError("logit_bias: token id " + std::to_string(id) + " is outside the vocabulary of " +
+                       std::to_string(vocab));
   request.sampling.validate();
   if (!request.stop.stop_strings.empty() && !tokenizer_)
     throw UsageError("stop strings need the engine's tokenizer, and this engine has none");

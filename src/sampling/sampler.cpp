@@ -106,6 +106,12 @@ TokenChoice sample_token(std::span<const float> logits, const SamplingParams& pa
   check_ids(history.prompt, logits.size());
   check_ids(history.output, logits.size());
   std::vector<float> x(logits.begin(), logits.end());
+  for (const auto& [id, bias] : params.logit_bias) {
+    if (id < 0 || static_cast<size_t>(id) >= x.size())
+      throw UsageError("sample_token: logit_bias names token " + std::to_string(id) + " of " +
+                       std::to_string(x.size()));
+    x[static_cast<size_t>(id)] += bias;
+  }
   apply_penalties(x, params, history);
   apply_allowed(x, allowed);
 

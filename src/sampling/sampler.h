@@ -28,7 +28,7 @@ struct TokenHistory {
 };
 
 // The next token from `logits` ([V] of the model, untouched). Order of the processing, as in
-// vLLM: repetition penalty (prompt and output tokens), presence and frequency penalties (output
+// vLLM: logit_bias, repetition penalty (prompt and output tokens), presence and frequency penalties (output
 // tokens), then greedy argmax (temperature 0) or: divide by temperature, min-p, top-k, top-p,
 // and one uniform draw from counter_bits(seed, output.size()) over the kept tokens in a fixed
 // order (ids ascending; probability descending, ties by id, when top-p needs the sort). Ties of
@@ -37,8 +37,8 @@ struct TokenHistory {
 // `allowed` (a constraint such as json_token_mask.h's): empty, every token may be drawn; else one
 // entry per logit, and only tokens whose entry is non-zero are: the others get no probability
 // after the penalties, so temperature, min-p, top-k and top-p act on the allowed tokens alone.
-// The logprobs stay those of the raw logits. Throws UsageError for empty logits, a history id
-// outside them, or an `allowed` of another size or that allows no token.
+// The logprobs stay those of the raw logits. Throws UsageError for empty logits, a history or
+// logit_bias id outside them, or an `allowed` of another size or that allows no token.
 TokenChoice sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
                          const TokenHistory& history, std::span<const uint8_t> allowed = {});
 

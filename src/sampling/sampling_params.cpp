@@ -26,6 +26,10 @@ void SamplingParams::validate() const {
           "in [-2, 2]");
   require(std::isfinite(repetition_penalty) && repetition_penalty > 0.0f, "repetition_penalty", repetition_penalty,
           "> 0");
+  for (const auto& [id, bias] : logit_bias) {
+    require(id >= 0, "logit_bias token id", id, "a token id (>= 0)");
+    require(bias >= -100.0f && bias <= 100.0f, "logit_bias value", bias, "in [-100, 100]");
+  }
   require(top_logprobs >= 0 && top_logprobs <= 20, "top_logprobs", top_logprobs, "in [0, 20]");
   require(logprobs || top_logprobs == 0, "top_logprobs", top_logprobs, "0 unless logprobs is requested");
 }

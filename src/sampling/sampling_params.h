@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
+#include <vector>
 
 namespace dsv4 {
 
@@ -25,6 +27,10 @@ struct SamplingParams {
   // The CTRL/Hugging Face penalty over prompt and generated tokens: positive logits divided by
   // it, negative ones multiplied. > 0; 1 is off.
   float repetition_penalty = 1.0f;
+  // OpenAI's logit_bias: (token id, bias in [-100, 100]) added to that token's logit before the
+  // penalties; -100 in effect bans a token, 100 all but forces it. The ids are checked against
+  // the vocabulary by the engine.
+  std::vector<std::pair<int32_t, float>> logit_bias;
   // Return the sampled token's logprob, and the `top_logprobs` most likely tokens with theirs.
   // Logprobs are those of the model's raw distribution (log_softmax of the logits, before
   // penalties, temperature and filters), as vLLM returns by default.

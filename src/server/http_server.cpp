@@ -303,6 +303,7 @@ class OpenAiServer::Impl {
     s.presence_penalty = o.presence_penalty;
     s.frequency_penalty = o.frequency_penalty;
     s.repetition_penalty = o.repetition_penalty;
+    s.logit_bias = o.logit_bias;
     s.logprobs = o.logprobs;
     s.top_logprobs = o.top_logprobs;
     request.stop.max_tokens = o.max_tokens;

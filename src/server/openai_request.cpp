@@ -1,6 +1,7 @@
 // Parsing and checking of the OpenAI request bodies; see openai_request.h.
 #include "server/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -204,6 +205,38 @@ std::vector<std::string> stop_strings(const Fields& fields) {
   return strings;
 }
 
+// OpenAI's logit_bias: an object from token ids (as strings, JSON keys) to biases in [-100, 100].
+std::vector<std::pair<int32_t, float>> logit_bias(const Fields& fields) {
+  std::vector<std::pair<int32_t, float>> biases;
+  const ordered_json* map = fields.find("logit_bias");
+  if (!map) return biases;
+  if (!map->is_object()) fields.type_error("logit_bias", "an object of token ids to numbers", *map);
+  for (const auto& [key, value] : map->items()) {
+    const std::string at = "logit_bias." + key;
+    const bool digits = !key.empty() && key.size() <= 10 &&
+                        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const int64_t id = digits ? std::stoll(key) : -1;
+    if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
+      throw invalid_request("Invalid key in 'logit_bias': \"" + key + "\" is not a token id.", "logit_bias",
+                            "invalid_value");
+    }
+    if (!value.is_number()) {
+      throw invalid_request("Invalid type for '" + at + "': expected a number, but got " + article_type(value) +
+                                " instead.",
+                            at, "invalid_type");
+    }
+    const double bias = value.get<double>();
+    if (!(bias >= -100 && bias <= 100)) {
+      throw invalid_request("Invalid value for '" + at + "': " + Fields::format_number(bias) +
+                                " is outside [-100, 100].",
+                            at, "invalid_value");
+    }
+    biases.emplace_back(static_cast<int32_t>(id), static_cast<float>(bias));
+  }
+  std::sort(biases.begin(), biases.end());
+  return biases;
+}
+
 // The fields both endpoints share (logprobs differ and are read by each endpoint).
 GenerationOptions generation_options(const Fields& fields) {
   GenerationOptions o;
@@ -217,6 +250,7 @@ GenerationOptions generation_options(const Fields& fields) {
   o.frequency_penalty = fields.number("frequency_penalty", -2, 2).value_or(o.frequency_penalty);
   o.repetition_penalty =
       fields.number("repetition_penalty", 0, 2, /*low_open=*/true).value_or(o.repetition_penalty);
+  o.logit_bias = logit_bias(fields);
   o.stop = stop_strings(fields);
   if (const ordered_json* ids = fields.find("stop_token_ids")) {
     if (!ids->is_array()) fields.type_error("stop_token_ids", "an array of token ids", *ids);

@@ -37,6 +37,7 @@ struct GenerationOptions {
   float presence_penalty = 0.0f;      // [-2, 2]
   float frequency_penalty = 0.0f;     // [-2, 2]
   float repetition_penalty = 1.0f;    // (0, 2]
+  std::vector<std::pair<int32_t, float>> logit_bias;  // token id -> [-100, 100], ids ascending
   std::vector<std::string> stop;      // non-empty strings, at most kMaxStopStrings
   std::vector<int32_t> stop_token_ids;  // vLLM's extension
   bool ignore_eos = false;              // vLLM's extension

@@ -1,5 +1,5 @@
 """`dsv4 serve` driven by the official openai client: completions and chat, streamed and not,
-usage, logprobs, stop strings, seeded sampling, response_format's JSON constraint, and the
+usage, logprobs, stop strings, logit_bias, seeded sampling, response_format's JSON constraint, and the
 bad-input answers (401, 404, 400) with the server still serving afterwards.
 Usage: openai_client_e2e.py BASE_URL API_KEY MODEL_NAME."""
 import json
@@ -53,6 +53,20 @@ if stop is not None:
     s = client.completions.create(model=model, prompt=prompt, max_tokens=16, temperature=0, stop=[stop])
     check(s.choices[0].text == long[:long.index(stop)], f"stop {stop!r}: {s.choices[0].text!r} vs {long!r}")
     check(s.choices[0].finish_reason == "stop", f"stop finish_reason {s.choices[0].finish_reason}")
+
+# logit_bias: +100 on one token makes every greedy token that one; the usage's cached_tokens is there.
+def post(path, body):
+    return json.load(urllib.request.urlopen(urllib.request.Request(
+        base_url + path, data=json.dumps(body).encode(),
+        headers={"Authorization": "Bearer " + api_key, "Content-Type": "application/json"})))
+
+
+token = post("/tokenize", {"model": model, "prompt": " fox"})["tokens"][-1]
+piece = post("/detokenize", {"model": model, "tokens": [token]})["prompt"]
+biased = client.completions.create(model=model, prompt=prompt, max_tokens=3, temperature=0,
+                                   logit_bias={str(token): 100})
+check(biased.choices[0].text == piece * 3, f"logit_bias {token} ({piece!r}): {biased.choices[0].text!r}")
+check(biased.usage.prompt_tokens_details.cached_tokens == 0, f"cached_tokens {biased.usage}")
 
 # Seeded sampling repeats itself.
 a = client.completions.create(model=model, prompt=prompt, max_tokens=6, temperature=0.9, top_p=0.9, seed=7)

@@ -56,6 +56,7 @@ TEST(OpenAiRequest, FullChatRequestParses) {
     "max_tokens": 10, "max_completion_tokens": 20, "temperature": 0.5, "top_p": 0.9, "top_k": 40,
     "min_p": 0.05, "seed": -1, "presence_penalty": 0.5, "frequency_penalty": -0.5,
     "repetition_penalty": 1.1, "stop": ["END", "STOP"], "logprobs": true, "top_logprobs": 3,
+    "logit_bias": {"50256": -100, "7": 2.5},
     "n": 1, "chat_template_kwargs": {"thinking": true}, "user": "ignored", "unknown": [1]})");
   EXPECT_EQ(r.model, "dsv4");
   ASSERT_EQ(r.messages.size(), 4u);
@@ -80,6 +81,7 @@ TEST(OpenAiRequest, FullChatRequestParses) {
   EXPECT_FLOAT_EQ(g.frequency_penalty, -0.5f);
   EXPECT_FLOAT_EQ(g.repetition_penalty, 1.1f);
   EXPECT_EQ(g.stop, (std::vector<std::string>{"END", "STOP"}));
+  EXPECT_EQ(g.logit_bias, (std::vector<std::pair<int32_t, float>>{{7, 2.5f}, {50256, -100.0f}}));
   EXPECT_TRUE(g.logprobs);
   EXPECT_EQ(g.top_logprobs, 3);
 }
@@ -142,6 +144,11 @@ TEST(OpenAiRequest, EachBadChatFieldIsNamed) {
   expect_chat_refused(with_user(R"("stop": ["a", 5])"), "stop[1]");
   expect_chat_refused(with_user(R"("stop": [""])"), "stop");
   expect_chat_refused(with_user(R"("stop_token_ids": [-1])"), "stop_token_ids[0]");
+  expect_chat_refused(with_user(R"("logit_bias": [1])"), "logit_bias");
+  expect_chat_refused(with_user(R"("logit_bias": {"x1": 1})"), "logit_bias");
+  expect_chat_refused(with_user(R"("logit_bias": {"-1": 1})"), "logit_bias");
+  expect_chat_refused(with_user(R"("logit_bias": {"3": 101})"), "logit_bias.3");
+  expect_chat_refused(with_user(R"("logit_bias": {"3": "up"})"), "logit_bias.3");
   expect_chat_refused(with_user(R"("stream": "yes")"), "stream");
   expect_chat_refused(with_user(R"("stream_options": {"include_usage": true})"), "stream_options");
   expect_chat_refused(with_user(R"("stream": true, "stream_options": {"include_usage": 1})"),

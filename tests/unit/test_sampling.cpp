@@ -106,6 +106,29 @@ TEST(Sampling, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
   EXPECT_EQ(sample_token(std::vector<float>{2.0f, 1.9f}, p, 0, {{}, {}}).id, 0);          // no history
 }
 
+TEST(Sampling, LogitBiasIsAddedBeforeEverythingButTheLogprobs) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.logprobs = true;
+  const std::vector<float> x = {1.0f, 0.5f, 0.0f};
+  p.logit_bias = {{0, -0.6f}};  // 0.4 < 0.5
+  const TokenChoice biased = sample_token(x, p, 0, {});
+  EXPECT_EQ(biased.id, 1);
+  p.logit_bias.clear();
+  const TokenChoice plain = sample_token(x, p, 0, {});
+  EXPECT_EQ(plain.id, 0);
+  const double z = std::exp(1.0) + std::exp(0.5) + std::exp(0.0);
+  EXPECT_FLOAT_EQ(biased.logprob, static_cast<float>(0.5 - std::log(z))) << "the raw distribution's, unbiased";
+  // A bias of 100 makes the least likely token the draw at any temperature; -100 bans one.
+  p.temperature = 1.0f;
+  p.logit_bias = {{2, 100.0f}};
+  for (uint64_t seed = 0; seed < 20; ++seed) EXPECT_EQ(sample_token(x, p, seed, {}).id, 2);
+  p.logit_bias = {{0, -100.0f}, {1, -100.0f}};
+  for (uint64_t seed = 0; seed < 20; ++seed) EXPECT_EQ(sample_token(x, p, seed, {}).id, 2);
+  p.logit_bias = {{3, 1.0f}};
+  EXPECT_THROW(sample_token(x, p, 0, {}), UsageError);  // beyond the logits
+}
+
 TEST(Sampling, PresenceAndFrequencyPenaltiesCountGeneratedTokensOnly) {
   SamplingParams p;
   p.temperature = 0.0f;
@@ -210,6 +233,8 @@ TEST(Sampling, ParamsOutOfRangeAreRefusedByName) {
   refused([](SamplingParams& p) { p.presence_penalty = 3; }, "presence_penalty");
   refused([](SamplingParams& p) { p.repetition_penalty = 0; }, "repetition_penalty");
   refused([](SamplingParams& p) { p.top_logprobs = 3; }, "top_logprobs");  // without logprobs
+  refused([](SamplingParams& p) { p.logit_bias = {{1, 101.0f}}; }, "logit_bias value");
+  refused([](SamplingParams& p) { p.logit_bias = {{-1, 1.0f}}; }, "logit_bias token id");
   SamplingParams ok;
   EXPECT_NO_THROW(ok.validate());
   EXPECT_THROW(sample_token(std::vector<float>{1.0f}, ok, 0, {std::vector<int32_t>{5}, {}}), UsageError);
