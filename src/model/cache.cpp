@@ -134,6 +134,7 @@ SequenceCache::SequenceCache(Ops& ops, const ModelConfig& cfg, std::shared_ptr<C
   const int64_t d = p.head_dim, dh = p.index_head_dim;
   for (int64_t l = 0; l < cfg.num_layers() + cfg.num_mtp_layers(); ++l) {
     LayerCache c;
+    c.ratio = cfg.compress_ratio(l);
     c.window = ops.alloc(dtype, {p.sliding_window, d});
     const int64_t m = cfg.compress_ratio(l);
     if (m > 0) c.compressor = make_state(ops, m, d);
@@ -141,6 +142,7 @@ SequenceCache::SequenceCache(Ops& ops, const ModelConfig& cfg, std::shared_ptr<C
     layers_.push_back(std::move(c));
   }
   blocks_ = BlockTables(std::move(pool), capacity, naming);
+  main_layers_ = cfg.num_layers();
 }
 
 SequenceCache::SequenceCache(Ops& ops, const ModelConfig& cfg, int64_t capacity, DType dtype)
@@ -174,6 +176,55 @@ void SequenceCache::resume_on_prefix(int64_t resume, int64_t reused) {
       throw UsageError(what + ": the prefix must be a multiple of the compression ratio " + std::to_string(m));
   length_ = resume;
   reused_ = reused;
+}
+
+int64_t StateSnapshot::bytes() const {
+  int64_t total = 0;
+  for (const DeviceTensor& t : tensors) total += t.numel() * static_cast<int64_t>(dtype_size(t.dtype()));
+  return total;
+}
+
+// The state a snapshot holds, in its order: per main layer the window, then for ratio-4 layers
+// the compressor's kv and score, then the index compressor's (CSA layers).
+std::vector<const DeviceTensor*> SequenceCache::snapshot_state() const {
+  std::vector<const DeviceTensor*> state;
+  for (int64_t l = 0; l < main_layers_; ++l) {
+    const LayerCache& layer = this->layer(l);
+    state.push_back(&layer.window);
+    if (layer.ratio != 4) continue;
+    for (const CompressorState* s : {&layer.compressor, &layer.index_compressor}) {
+      state.push_back(&s->kv);
+      state.push_back(&s->score);
+    }
+  }
+  return state;
+}
+
+StateSnapshot SequenceCache::snapshot(Ops& ops) const {
+  for (const auto& [m, pages] : pool().pages())
+    if (length_ % m != 0)
+      throw UsageError("a state snapshot at " + std::to_string(length_) +
+                       " tokens: not a multiple of the compression ratio " + std::to_string(m));
+  StateSnapshot s;
+  s.position = length_;
+  for (const DeviceTensor* t : snapshot_state()) {
+    DeviceTensor copy = ops.alloc_output(t->dtype(), t->shape());
+    ops.copy({t->view(), copy.view()});
+    s.tensors.push_back(std::move(copy));
+  }
+  return s;
+}
+
+void SequenceCache::resume_on_snapshot(Ops& ops, const StateSnapshot& s) {
+  const std::vector<const DeviceTensor*> state = snapshot_state();
+  if (state.size() != s.tensors.size())
+    throw UsageError("a state snapshot of " + std::to_string(s.tensors.size()) + " tensors for a cache of " +
+                     std::to_string(state.size()));
+  for (size_t i = 0; i < state.size(); ++i)
+    if (state[i]->shape() != s.tensors[i].shape() || state[i]->dtype() != s.tensors[i].dtype())
+      throw UsageError("a state snapshot's tensor " + std::to_string(i) + " does not match the cache's");
+  resume_on_prefix(s.position, s.position);
+  for (size_t i = 0; i < state.size(); ++i) ops.copy({s.tensors[i].view(), state[i]->view()});
 }
 
 int64_t prefix_recompute_tokens(const ModelConfig& cfg) {

@@ -35,6 +35,7 @@ struct CompressorState {
 };
 
 struct LayerCache {
+  int64_t ratio = 0;                   // the layer's compression ratio
   DeviceTensor window;                 // [W, d] kv rows after QAT, position p in row p % W
   CompressorState compressor;          // ratio > 0
   CompressorState index_compressor;    // CSA layers
@@ -74,6 +75,18 @@ class BlockTables {
   std::shared_ptr<CachePool> pool_;
   PageNaming naming_ = PageNaming::kTakenFromPool;
   std::map<int64_t, std::vector<int32_t>> tables_;  // per ratio; -1: not taken yet
+};
+
+// A copy of a sequence's own state at a position that is a multiple of every compression ratio:
+// each main layer's window ring and, for ratio-4 (CSA) layers, the compressors' state rings, all
+// that the forwards after that position read besides the shared entries (an HCA compressor's state
+// holds only the block in progress, which is empty there). Taken after a forward that ended at that
+// position (SequenceCache::snapshot), it lets another sequence with the same tokens resume there
+// without recomputing anything (SequenceCache::resume_on_snapshot).
+struct StateSnapshot {
+  int64_t position = 0;
+  std::vector<DeviceTensor> tensors;  // in SequenceCache::snapshot's order
+  int64_t bytes() const;
 };
 
 class SequenceCache {
@@ -138,17 +151,28 @@ class SequenceCache {
   // The prefix this cache resumed on (0: none).
   int64_t reused_tokens() const { return reused_; }
 
+  // A copy of the state at length() (see StateSnapshot), which must be a multiple of every
+  // compression ratio (UsageError otherwise).
+  StateSnapshot snapshot(Ops& ops) const;
+  // Prefix caching without recomputation: resume_on_prefix(s.position, s.position), then the
+  // snapshot's state copied in. `s` must come from a sequence of this model whose first
+  // s.position tokens are this one's, with its entries in this cache's pages.
+  void resume_on_snapshot(Ops& ops, const StateSnapshot& s);
+
   // Called by the model once a forward has written the caches for n more tokens (a recorded
   // forward that was never run takes them back with a negative n).
   void advance(int64_t n) { length_ += n; }
   void advance_mtp(int64_t n) { mtp_length_ += n; }
 
  private:
+  std::vector<const DeviceTensor*> snapshot_state() const;
+
   int64_t capacity_;
   uint64_t id_;
   int64_t length_ = 0;
   int64_t mtp_length_ = 0;
   int64_t reused_ = 0;
+  int64_t main_layers_ = 0;
   std::vector<LayerCache> layers_;
   BlockTables blocks_;
 };

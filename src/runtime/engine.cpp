@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <list>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -191,6 +192,7 @@ class Engine::Impl {
   static SchedulerConfig scheduler_config(const EngineConfig& c, const Model& model);
   CachePool::PagesByRatio pool_pages() const;
   SequenceCache new_sequence(int64_t capacity) const;
+  void take_snapshots(const SchedulerStep& plan);
   void take_submissions();
   void emit(Request& r, const TokenChoice& choice, EngineClock::time_point now, std::vector<SequenceId>& finished);
   size_t stop_string_holdback(const Request& r) const;
@@ -213,6 +215,10 @@ class Engine::Impl {
   std::optional<JsonTokenMask> json_mask_;  // made when the first JSON request samples
   ThreadPool sampling_pool_;                // the step's draws (EngineConfig::sampling_threads)
   std::shared_ptr<CachePool> cache_pool_;   // EngineConfig::shared_cache_pool
+  // Prefix caching's state snapshots by the chain hash of the blocks before them, most recently
+  // used first.
+  std::list<std::pair<uint64_t, StateSnapshot>> snapshots_;
+  std::unordered_map<uint64_t, std::list<std::pair<uint64_t, StateSnapshot>>::iterator> snapshot_index_;
   EngineStats counters_;  // the totals; copied into stats_ after each step
 
   std::mutex submit_mutex_;  // guards the members below
@@ -253,6 +259,9 @@ EngineConfig Engine::Impl::resolve(EngineConfig c, const Model& model) {
   if (c.sampling_threads == 0)
     c.sampling_threads = static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 16));
   if (c.enable_prefix_caching) c.shared_cache_pool = true;
+  if (c.max_prefix_snapshots < 0)
+    throw UsageError("engine: max_prefix_snapshots = " + std::to_string(c.max_prefix_snapshots) + " must not be negative");
+  if (c.max_prefix_snapshots == 0) c.max_prefix_snapshots = 2 * c.max_num_seqs;
   return c;
 }
 
@@ -277,6 +286,28 @@ CachePool::PagesByRatio Engine::Impl::pool_pages() const {
 SequenceCache Engine::Impl::new_sequence(int64_t capacity) const {
   return cache_pool_ ? model_.new_sequence(ops_, cache_pool_, capacity, PageNaming::kNamedByBlocks)
                      : model_.new_sequence(ops_, capacity, config_.exact_math);
+}
+
+// After a step: the sequences that reached their snapshot point leave a copy of their state there
+// (unless one with the same tokens is kept already); the least recently used beyond the limit go.
+void Engine::Impl::take_snapshots(const SchedulerStep& plan) {
+  for (const ScheduledChunk& c : plan.chunks) {
+    const Sequence& s = *c.sequence;
+    if (s.snapshot_at == 0 || s.num_computed != s.snapshot_at) continue;
+    if (s.blocks.num_hashed * config_.block_size != s.snapshot_at)
+      throw Error("engine: a sequence at its snapshot point " + std::to_string(s.snapshot_at) + " has " +
+                  std::to_string(s.blocks.num_hashed) + " hashed blocks");
+    const uint64_t key = s.blocks.last_hash;
+    if (snapshot_index_.contains(key)) continue;
+    snapshots_.emplace_front(key, requests_.at(s.id).cache->snapshot(ops_));
+    snapshot_index_[key] = snapshots_.begin();
+    scheduler_.add_snapshot(key);
+    while (static_cast<int64_t>(snapshots_.size()) > config_.max_prefix_snapshots) {
+      scheduler_.drop_snapshot(snapshots_.back().first);
+      snapshot_index_.erase(snapshots_.back().first);
+      snapshots_.pop_back();
+    }
+  }
 }
 
 RequestHandle Engine::Impl::submit(GenerateRequest request) {
@@ -364,7 +395,13 @@ bool Engine::Impl::step() {
           Request& r = requests_.at(c.sequence->id);
           if (!r.cache) {
             r.cache.emplace(new_sequence(c.sequence->max_tokens));
-            if (c.start > 0) r.cache->resume_on_prefix(c.start, c.sequence->reused_tokens);
+            if (c.sequence->resume_snapshot) {
+              const auto it = snapshot_index_.at(*c.sequence->resume_snapshot);
+              snapshots_.splice(snapshots_.begin(), snapshots_, it);
+              r.cache->resume_on_snapshot(ops_, it->second);
+            } else if (c.start > 0) {
+              r.cache->resume_on_prefix(c.start, c.sequence->reused_tokens);
+            }
           }
           if (cache_pool_) r.cache->name_pages(c.sequence->blocks.blocks, config_.block_size);
           batch.add(*r.cache, std::span<const int32_t>(c.sequence->tokens)
@@ -390,6 +427,7 @@ bool Engine::Impl::step() {
         return !requests_.empty();
       }
       scheduler_.complete(plan);
+      take_snapshots(plan);
       counters_.computed_tokens += static_cast<uint64_t>(batch.num_tokens());
       const EngineClock::time_point now = EngineClock::now();
       // The step's draws: first what each needs (a JSON request's mask is made here, in order),
@@ -565,6 +603,8 @@ void Engine::Impl::publish_stats() {
   s.cache_blocks_total = scheduler_.blocks().num_blocks();
   s.cache_blocks_used = s.cache_blocks_total - scheduler_.blocks().num_free();
   s.cache_blocks_cached = scheduler_.blocks().num_cached();
+  s.prefix_snapshots = static_cast<int64_t>(snapshots_.size());
+  for (const auto& [key, snapshot] : snapshots_) s.prefix_snapshot_bytes += snapshot.bytes();
   std::lock_guard lock(stats_mutex_);
   stats_ = s;
 }

@@ -175,7 +175,13 @@ struct EngineConfig {
   // compressor states (model/cache.h resume_on_prefix), so its tokens are those it gets without the
   // cache, bit for bit on the CPU. Hits are multiples of block_size and of every compression ratio
   // and longer than that recomputation (a V4-Flash hit saves compute from about 5.6k shared tokens).
+  // Each prefill also stops once at the last such multiple before its prompt's end and the engine
+  // keeps a copy of the sequence's window and compressor state there (model/cache.h
+  // StateSnapshot: 5.6 MB for V4-Flash), so a later request sharing that much (the next turn of a
+  // chat, a long system prompt) resumes there recomputing nothing.
   bool enable_prefix_caching = false;
+  // The state snapshots kept, least recently used dropped first. 0: 2 * max_num_seqs.
+  int64_t max_prefix_snapshots = 0;
   // With the shared pool: every block's pages are filled with NaN as the block is handed out, so a
   // forward reading a row before writing it (a previous owner's) shows NaN in its output. Costs a
   // copy per page and layer; on by default in debug builds.
@@ -199,6 +205,8 @@ struct EngineStats {
   int64_t cache_blocks_total = 0;
   int64_t cache_blocks_used = 0;
   int64_t cache_blocks_cached = 0;  // prefix caching: blocks findable by their tokens, held or free
+  int64_t prefix_snapshots = 0;     // state snapshots kept
+  int64_t prefix_snapshot_bytes = 0;
   uint64_t steps = 0;
   uint64_t prompt_tokens = 0;       // prompts of submitted requests
   uint64_t generation_tokens = 0;   // tokens emitted

@@ -74,6 +74,8 @@ class BlockManager {
   void cache_full_blocks(BlockTable& table, std::span<const int32_t> tokens, int64_t computed);
 
   int32_t ref_count(BlockId block) const { return blocks_.at(static_cast<size_t>(block)).refs; }
+  // A cached block's chain hash (the hash of its tokens and all before them).
+  uint64_t chain_hash_of(BlockId block) const { return blocks_.at(static_cast<size_t>(block)).hash; }
   // The blocks grow() handed out since the last call, in order (what a KV canary poisons).
   std::vector<BlockId> take_handed_out();
 

@@ -95,7 +95,7 @@ void Scheduler::schedule_running(SchedulerStep& step, int64_t& budget, bool deco
     Sequence& s = **it;
     first = false;
     after = s.id;
-    const int64_t n = std::min(s.num_uncomputed(), budget);
+    const int64_t n = chunk_size(s, s.num_computed, std::min(s.num_uncomputed(), budget));
     bool preempted_self = false;
     while (!blocks_.can_grow(s.blocks, s.num_computed + n)) {
       Sequence* newest = running_.back();
@@ -113,24 +113,43 @@ void Scheduler::schedule_running(SchedulerStep& step, int64_t& budget, bool deco
   }
 }
 
-std::vector<BlockId> Scheduler::reusable_prefix(const Sequence& s, int64_t& resume) const {
+std::vector<BlockId> Scheduler::reusable_prefix(const Sequence& s, int64_t& resume,
+                                                std::optional<uint64_t>& snapshot) const {
   resume = 0;
+  snapshot.reset();
   if (!config_.prefix_caching) return {};
-  const int64_t bs = config_.block_size;
+  const int64_t bs = config_.block_size, align = config_.prefix_alignment;
   std::vector<BlockId> prefix = blocks_.cached_prefix(s.tokens, (s.num_tokens() - 1) / bs);
-  const int64_t reused = static_cast<int64_t>(prefix.size()) * bs / config_.prefix_alignment * config_.prefix_alignment;
-  if (reused - config_.prefix_recompute_tokens <= 0) return {};
-  resume = reused - config_.prefix_recompute_tokens;
+  int64_t reused = static_cast<int64_t>(prefix.size()) * bs / align * align;
+  // The furthest aligned point with a snapshot, if that skips more than recomputing.
+  for (int64_t at = reused; at > std::max<int64_t>(0, reused - config_.prefix_recompute_tokens); at -= align) {
+    const uint64_t key = blocks_.chain_hash_of(prefix[static_cast<size_t>(at / bs - 1)]);
+    if (snapshots_.contains(key)) {
+      snapshot = key;
+      reused = at;
+      break;
+    }
+  }
+  if (!snapshot && reused - config_.prefix_recompute_tokens <= 0) return {};
+  resume = snapshot ? reused : reused - config_.prefix_recompute_tokens;
   prefix.resize(static_cast<size_t>(reused / bs));
   return prefix;
+}
+
+int64_t Scheduler::chunk_size(const Sequence& s, int64_t start, int64_t n) {
+  return start < s.snapshot_at && start + n > s.snapshot_at ? s.snapshot_at - start : n;
 }
 
 void Scheduler::admit_waiting(SchedulerStep& step, int64_t& budget) {
   while (budget > 0 && num_running() < config_.max_num_seqs && !waiting_.empty()) {
     Sequence& s = *waiting_.front();
     int64_t resume = 0;
-    const std::vector<BlockId> prefix = reusable_prefix(s, resume);
-    const int64_t n = std::min(s.num_tokens() - resume, budget);
+    std::optional<uint64_t> snapshot;
+    const std::vector<BlockId> prefix = reusable_prefix(s, resume, snapshot);
+    const int64_t align = config_.prefix_alignment;
+    const int64_t snapshot_at = config_.prefix_caching ? (s.num_prompt_tokens - 1) / align * align : 0;
+    s.snapshot_at = snapshot_at > resume ? snapshot_at : 0;
+    const int64_t n = chunk_size(s, resume, std::min(s.num_tokens() - resume, budget));
     if (!blocks_.can_take(prefix, resume + n)) return;
     waiting_.pop_front();
     blocks_.take_prefix(s.blocks, prefix);
@@ -138,6 +157,7 @@ void Scheduler::admit_waiting(SchedulerStep& step, int64_t& budget) {
     s.num_computed = resume;
     s.reused_tokens = static_cast<int64_t>(prefix.size()) * config_.block_size;
     s.num_cached_tokens = resume;
+    s.resume_snapshot = snapshot;
     if (config_.prefix_caching) {
       prefix_queried_tokens_ += static_cast<uint64_t>(s.num_tokens());
       prefix_hit_tokens_ += static_cast<uint64_t>(resume);
@@ -159,6 +179,7 @@ void Scheduler::preempt(Sequence& s, SchedulerStep& step, int64_t& budget) {
   blocks_.release(s.blocks);
   s.num_computed = 0;
   s.reused_tokens = 0;
+  s.resume_snapshot.reset();
   s.status = SequenceStatus::kWaiting;
   ++s.num_preemptions;
   ++num_preemptions_;

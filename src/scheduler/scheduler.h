@@ -18,13 +18,19 @@
 // multiple of prefix_alignment tokens and leaves at least one token to compute, and resumes
 // prefix_recompute_tokens before its end: those tokens go through the model again to rebuild the
 // sequence's own window and compressor states, the ones before are skipped. A hit shorter than
-// that is not taken. After each step the sequences' newly full blocks are registered.
+// that is not taken. Where the engine holds a state snapshot at an aligned point of the run
+// (add_snapshot, keyed by the chain hash of the blocks up to it), the sequence resumes there
+// instead, recomputing nothing, if that skips more. Each prefill stops once at the last aligned
+// point before its prompt's end (Sequence::snapshot_at), for the engine to take such a snapshot.
+// After each step the sequences' newly full blocks are registered.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
+#include <unordered_set>
 #include <vector>
 
 #include "scheduler/block_manager.h"
@@ -87,14 +93,20 @@ class Scheduler {
   // of them were not computed thanks to a cached prefix (vLLM's prefix_cache_queries / _hits).
   uint64_t prefix_queried_tokens() const { return prefix_queried_tokens_; }
   uint64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
+  // The engine holds (or has dropped) a state snapshot after the blocks whose chain hash is `key`.
+  void add_snapshot(uint64_t key) { snapshots_.insert(key); }
+  void drop_snapshot(uint64_t key) { snapshots_.erase(key); }
   const BlockManager& blocks() const { return blocks_; }
   const SchedulerConfig& config() const { return config_; }
 
  private:
   void schedule_running(SchedulerStep& step, int64_t& budget, bool decoding);
   void admit_waiting(SchedulerStep& step, int64_t& budget);
-  // The cached blocks sequence `s` resumes on, and where it resumes (0 and none: no usable hit).
-  std::vector<BlockId> reusable_prefix(const Sequence& s, int64_t& resume) const;
+  // The cached blocks sequence `s` resumes on, and where it resumes (0 and none: no usable hit);
+  // `snapshot` gets the state snapshot's key when it resumes on one.
+  std::vector<BlockId> reusable_prefix(const Sequence& s, int64_t& resume, std::optional<uint64_t>& snapshot) const;
+  // The most of `n` tokens from `start` that `s` may run in one chunk (it stops at snapshot_at).
+  static int64_t chunk_size(const Sequence& s, int64_t start, int64_t n);
   void preempt(Sequence& sequence, SchedulerStep& step, int64_t& budget);
   void insert_running(Sequence* sequence);
   void insert_waiting(Sequence* sequence);
@@ -108,6 +120,7 @@ class Scheduler {
   uint64_t num_preemptions_ = 0;
   uint64_t prefix_queried_tokens_ = 0;
   uint64_t prefix_hit_tokens_ = 0;
+  std::unordered_set<uint64_t> snapshots_;
 };
 
 }  // namespace dsv4

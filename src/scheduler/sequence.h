@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "scheduler/block_manager.h"
@@ -28,6 +29,12 @@ struct Sequence {
   // reused_tokens, recomputing the rest of the prefix's window; SequenceCache::resume_on_prefix).
   int64_t reused_tokens = 0;
   int64_t num_cached_tokens = 0;
+  // It resumed on the engine's state snapshot of that chain hash (prefix caching without
+  // recomputation), rather than recomputing the end of the reused prefix.
+  std::optional<uint64_t> resume_snapshot;
+  // Prefix caching: its prefill stops at this position (0: none), the last multiple of the
+  // alignment before the prompt's end, for the engine to take a state snapshot there.
+  int64_t snapshot_at = 0;
   SequenceStatus status = SequenceStatus::kWaiting;
   int64_t num_preemptions = 0;
 

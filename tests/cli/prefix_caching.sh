@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prefix caching end to end on the CPU: `bench throughput` with a shared prompt prefix counts the
-# hits it should (the tiny model recomputes 508 tokens before a hit's end, so a 640-token prefix
-# saves 132 tokens of each request after the first), none with --no-enable-prefix-caching, and a
+# hits it should (the first request leaves a state snapshot at 640 tokens, the last multiple of 128
+# before its prompt's end, so the two after it skip all 640 shared tokens), none with
+# --no-enable-prefix-caching, and a
 # block size that does not fit the compression ratios is refused with the numbers; the cache is
 # sized from --kv-cache-memory-bytes.
 set -euo pipefail
@@ -16,7 +17,7 @@ run() {
     fail "bench throughput $*: $(cat "$work/err.txt")"
   python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print(r["completed"], r["prefix_cache_queries"], r["prefix_cache_hits"])' "$work/r.json"
 }
-[ "$(run)" = "3 1968 264" ] || fail "with prefix caching (the CPU default): $(run)"
+[ "$(run)" = "3 1968 1280" ] || fail "with prefix caching (the CPU default): $(run)"
 [ "$(run --no-enable-prefix-caching)" = "3 0 0" ] || fail "without: $(run --no-enable-prefix-caching)"
 # --kv-cache-memory-bytes sizes the blocks (1 sequence's 1,343,488 bytes of fixed state, the rest in
 # blocks of 41,984 bytes) and the start-up line says what fits.

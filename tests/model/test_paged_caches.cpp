@@ -200,6 +200,24 @@ TEST_P(ResumedPrefix, GivesTheWholePrefixsBitsAndTheBoundIsTight) {
   EXPECT_TRUE(same_bits(resumed(recompute), want)) << "resumed with " << recompute << " tokens recomputed";
   EXPECT_TRUE(same_bits(prefix_entries(a), entries_before)) << "the shared prefix's entries were rewritten";
   EXPECT_FALSE(same_bits(resumed(recompute - 1), want)) << "one token less of recomputation";
+
+  // A state snapshot at the prefix's end (another sequence's, stopped there) lets B resume at P
+  // itself, recomputing nothing.
+  const std::shared_ptr<CachePool> other_pool = model.new_cache_pool(ops, pages, exact);
+  SequenceCache c = model.new_sequence(ops, other_pool, total + decode, PageNaming::kNamedByBlocks);
+  c.name_pages(blocks_a, block);
+  ForwardBatch to_prefix;
+  to_prefix.options.exact_math = exact;
+  to_prefix.add(c, std::span(ids).first(static_cast<size_t>(prefix)));
+  model.forward(ops, to_prefix);
+  const StateSnapshot snap = c.snapshot(ops);
+  EXPECT_EQ(snap.position, prefix);
+  EXPECT_GT(snap.bytes(), 0);
+  SequenceCache d = model.new_sequence(ops, pool, total + decode, PageNaming::kNamedByBlocks);
+  d.name_pages(blocks_b, block);
+  d.resume_on_snapshot(ops, snap);
+  EXPECT_TRUE(same_bits(run(d, prefix), want)) << "resumed on a snapshot";
+  EXPECT_THROW(d.snapshot(ops), UsageError);  // length 644: not a multiple of 128
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ResumedPrefix, ::testing::Bool(),

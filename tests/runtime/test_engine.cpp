@@ -171,34 +171,40 @@ TEST_F(EngineTest, GreedyOutputInABusyBatchEqualsItsOutputAloneBitForBit) {
     }
 }
 
-// Prefix caching on the tiny model (4 layers, W = 128: 508 tokens recomputed, hits in multiples of
-// 128): requests that share a long prefix with an earlier one, finished or still running, give
-// the tokens and logprobs they give without the cache, bit for bit, while computing less. The
-// second case is the cross-request window bug of ROCm/ATOM #1417: a request that reuses another's
-// entries must not read that request's window ring, nor an empty one.
+// Prefix caching on the tiny model (4 layers, W = 128: hits in multiples of 128): requests that
+// share a prefix with an earlier one give the tokens and logprobs they give without the cache, bit
+// for bit, while computing less: b shares 680 tokens of a's 900, so it finds 640 of them cached and
+// resumes 508 tokens before that (recomputing its window and compressor state); c shares all 900,
+// so it resumes at 896 on the state snapshot a left there; a copy of a among another copy still
+// running shares their blocks. These are the cases of the cross-request window bug of ROCm/ATOM
+// #1417: a request reusing another's entries must not read that request's window ring, nor an
+// empty one.
 TEST_F(EngineTest, PrefixCacheHitsGiveTheTokensOfAMissBitForBit) {
   EngineConfig c = small_config();
   c.max_model_len = 1024;
   c.max_num_batched_tokens = 256;
   c.block_size = 64;
-  const std::vector<int32_t> first = ids(700, 21);
-  std::vector<int32_t> extended(first.begin(), first.begin() + 680);
-  for (int32_t id : ids(30, 22)) extended.push_back(id);
-  const GenerateRequest a = request(first, 4), b = request(extended, 5);
+  const std::vector<int32_t> first = ids(900, 21);
+  const auto sharing = [&first](size_t shared, int64_t own, uint32_t seed) {
+    std::vector<int32_t> prompt(first.begin(), first.begin() + static_cast<std::ptrdiff_t>(shared));
+    for (int32_t id : ids(own, seed)) prompt.push_back(id);
+    return prompt;
+  };
+  const GenerateRequest a = request(first, 4), b = request(sharing(680, 30, 22), 5), d = request(sharing(900, 20, 23), 5);
 
   auto plain = engine(c);
-  RequestHandle a_miss = plain->submit(a), b_miss = plain->submit(b);
+  RequestHandle a_miss = plain->submit(a), b_miss = plain->submit(b), d_miss = plain->submit(d);
   run_until_idle(*plain);
-  const Result want_a = drain(a_miss), want_b = drain(b_miss);
+  const Result want_a = drain(a_miss), want_b = drain(b_miss), want_d = drain(d_miss);
   EXPECT_EQ(plain->stats().prefix_cache_hits, 0u);
   EXPECT_EQ(plain->stats().cache_blocks_cached, 0);
 
   c.enable_prefix_caching = true;
   c.kv_canary = true;
   auto cached = engine(c);
-  // b after a has finished: a's first 640 tokens (10 blocks) are cached; b resumes at 640 - 508.
   RequestHandle a_first = cached->submit(a);
   run_until_idle(*cached);
+  EXPECT_EQ(cached->stats().prefix_snapshots, 1);  // at 896
   const uint64_t computed_a = cached->stats().computed_tokens;
   RequestHandle b_hit = cached->submit(b);
   run_until_idle(*cached);
@@ -206,22 +212,29 @@ TEST_F(EngineTest, PrefixCacheHitsGiveTheTokensOfAMissBitForBit) {
   EXPECT_EQ(got_a.tokens, want_a.tokens);
   EXPECT_EQ(got_b.tokens, want_b.tokens);
   EXPECT_TRUE(same_bits(got_b.logprobs, want_b.logprobs));
-  EXPECT_EQ(got_b.last.metrics->cached_tokens, 132);
-  EXPECT_EQ(cached->stats().prefix_cache_hits, 132u);
+  EXPECT_EQ(got_b.last.metrics->cached_tokens, 640 - 508);
   EXPECT_EQ(cached->stats().computed_tokens - computed_a, 710u - 132u + 4u);
 
-  // a again while a copy of it is still prefilling: the copy's blocks are shared while it runs.
+  RequestHandle d_hit = cached->submit(d);
+  run_until_idle(*cached);
+  const Result got_d = drain(d_hit);
+  EXPECT_EQ(got_d.tokens, want_d.tokens);
+  EXPECT_TRUE(same_bits(got_d.logprobs, want_d.logprobs));
+  EXPECT_EQ(got_d.last.metrics->cached_tokens, 896);
+  EXPECT_EQ(cached->stats().prefix_cache_hits, 132u + 896u);
+
+  // a again, twice: the second while the first is still running; both resume on the snapshot and
+  // share the first a's blocks.
   RequestHandle running = cached->submit(a);
   cached->step();
-  cached->step();  // 512 of its 700 tokens computed: blocks 0-7 are registered
   RequestHandle again = cached->submit(a);
   run_until_idle(*cached);
   const Result got_running = drain(running), got_again = drain(again);
   EXPECT_EQ(got_again.tokens, want_a.tokens);
   EXPECT_TRUE(same_bits(got_again.logprobs, want_a.logprobs));
   EXPECT_TRUE(same_bits(got_running.logprobs, want_a.logprobs));
-  EXPECT_GT(got_running.last.metrics->cached_tokens, 0);  // it found the first a's blocks
-  EXPECT_GT(got_again.last.metrics->cached_tokens, 0);
+  EXPECT_EQ(got_running.last.metrics->cached_tokens, 896);
+  EXPECT_EQ(got_again.last.metrics->cached_tokens, 896);
   EXPECT_EQ(cached->stats().cache_blocks_used, 0);
   EXPECT_GT(cached->stats().cache_blocks_cached, 0);
 }

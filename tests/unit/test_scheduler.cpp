@@ -271,7 +271,12 @@ SchedulerConfig caching(int64_t blocks, int64_t recompute) {
 TEST(Scheduler, AdmitsAPrefixHitAtItsResumePointAndCountsIt) {
   Scheduler s(caching(40, 5));
   Sequence& a = s.add(counting(30), 2);
+  const SchedulerStep first = s.schedule();
+  EXPECT_EQ(first.chunks.at(0).num_tokens, 24);  // the prefill stops at the last aligned point (snapshot_at)
+  EXPECT_EQ(a.snapshot_at, 24);
+  run(s, first);
   run(s, s.schedule());  // 30 tokens computed: blocks 0-6 full (28 tokens)
+  const uint64_t at_24 = s.blocks().chain_hash_of(a.blocks.blocks.at(5));
   s.finish(a.id);
   EXPECT_EQ(s.blocks().num_cached(), 7);
 
@@ -282,14 +287,29 @@ TEST(Scheduler, AdmitsAPrefixHitAtItsResumePointAndCountsIt) {
   const SchedulerStep step = s.schedule();
   ASSERT_EQ(step.chunks.size(), 1u);
   EXPECT_EQ(step.chunks[0].start, 19);
-  EXPECT_EQ(step.chunks[0].num_tokens, 28 - 19);
+  EXPECT_EQ(step.chunks[0].num_tokens, 24 - 19);  // to its own snapshot point, 24
   EXPECT_EQ(b.reused_tokens, 24);
   EXPECT_EQ(b.num_cached_tokens, 19);
+  EXPECT_FALSE(b.resume_snapshot.has_value());
   EXPECT_EQ(s.prefix_queried_tokens(), 30u + 28u);
   EXPECT_EQ(s.prefix_hit_tokens(), 19u);
   run(s, step);
   s.finish(b.id);
   EXPECT_EQ(s.blocks().num_free(), 40);
+
+  // With the engine's state snapshot after 24 tokens, the same request resumes at 24 itself.
+  s.add_snapshot(at_24);
+  Sequence& again = s.add(tokens, 2);
+  const SchedulerStep resumed = s.schedule();
+  EXPECT_EQ(resumed.chunks.at(0).start, 24);
+  EXPECT_EQ(again.resume_snapshot, at_24);
+  EXPECT_EQ(again.snapshot_at, 0);  // nothing new to snapshot before its prompt's end
+  run(s, resumed);
+  s.finish(again.id);
+  s.drop_snapshot(at_24);
+  Sequence& dropped = s.add(tokens, 2);
+  EXPECT_EQ(s.schedule().chunks.at(0).start, 19);
+  s.finish(dropped.id);
 
   // A hit no longer than the recomputation is not taken; nor is a whole prompt (a token must run).
   Scheduler t(caching(40, 16));
