@@ -1,7 +1,9 @@
 """A soak of `dsv4 serve`: 500 streamed requests from 32 clients at once, every tenth client
-hanging up after its first chunk. Afterwards no request is left running or waiting, the cache
-blocks are all free again, the server answers, and every request that ran to its end gave the
-greedy text the same prompt gives alone. Usage: soak_e2e.py BASE_URL API_KEY MODEL_NAME."""
+hanging up after its first chunk; half the prompts begin with the same long preamble, so the
+prefix cache (on by default with --device cpu) serves them from shared blocks. Afterwards no
+request is left running or waiting, the cache blocks are all free again, the prefix cache has hit,
+the server answers, and every request that ran to its end gave the greedy text the same prompt
+gives alone. Usage: soak_e2e.py BASE_URL API_KEY MODEL_NAME."""
 import concurrent.futures
 import http.client
 import json
@@ -23,8 +25,12 @@ def check(cond, what):
         raise SystemExit("FAIL: " + what)
 
 
+# Over 128 tokens: a request on it resumes on the state another left after its first 128.
+PREAMBLE = "You are a careful assistant who answers in one short sentence. " * 14
+
+
 def prompt(i):
-    return f"Soak prompt number {i % PROMPTS}:"
+    return (PREAMBLE if i % 2 == 0 else "") + f"Soak prompt number {i % PROMPTS}:"
 
 
 def streamed(i):
@@ -58,7 +64,7 @@ def metrics():
     with urllib.request.urlopen(request, timeout=30) as r:
         text = r.read().decode()
     values = {}
-    for name in ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc"):
+    for name in ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "prefix_cache_hits_total"):
         m = re.search(r"^dsv4:" + name + r"(?:\{[^}]*\})? ([0-9.eE+-]+)$", text, re.M)
         check(m is not None, f"/metrics has no dsv4:{name}")
         values[name] = float(m.group(1))
@@ -88,6 +94,7 @@ while True:
         break
     check(time.time() < deadline, f"requests or cache blocks left behind: {m}")
     time.sleep(0.2)
+check(m["prefix_cache_hits_total"] > 0, f"the shared preamble never hit the prefix cache: {m}")
 with urllib.request.urlopen(base_url + "/health", timeout=30) as r:
     check(r.status == 200, "health after the soak")
 print(f"ok: {REQUESTS} requests from {CLIENTS} clients ({REQUESTS // 10} hung up) in {seconds:.1f} s")
