@@ -24,6 +24,8 @@ namespace {
 using nlohmann::ordered_json;
 
 constexpr auto kChunkWait = std::chrono::milliseconds(100);
+// A streamed request of several choices waits this long on one before it polls the others again.
+constexpr auto kChoiceWait = std::chrono::milliseconds(5);
 
 int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
@@ -219,9 +221,20 @@ class OpenAiServer::Impl {
     int64_t completion_tokens = 0;
   };
 
-  // The request's usage once `last` (the chunk with the finish reason) has come.
-  static Usage usage_of(const Running& running, const OutputChunk& last) {
-    return {running.prompt_tokens, running.completion_tokens, last.metrics ? last.metrics->cached_tokens : 0};
+  // One of a request's n choices: its engine stream and what it has produced.
+  struct Choice {
+    Running running;
+    std::optional<OutputChunk> last;  // the chunk with the finish reason, once it has come
+  };
+
+  // The request's usage once every choice has finished: the prompt once, every choice's tokens,
+  // the cached tokens of the first.
+  static Usage usage_of(std::span<const Choice> choices) {
+    Usage usage{choices.front().running.prompt_tokens, 0, 0};
+    for (const Choice& c : choices) usage.completion_tokens += c.running.completion_tokens;
+    const OutputChunk& first = *choices.front().last;
+    if (first.metrics) usage.cached_tokens = first.metrics->cached_tokens;
+    return usage;
   }
 
   using Route = void (Impl::*)(const httplib::Request&, httplib::Response&);
@@ -281,9 +294,23 @@ class OpenAiServer::Impl {
     }
   }
 
-  Running submit(std::vector<int32_t> prompt, const GenerationOptions& o, OutputFormat format,
-                 std::string_view id_prefix) {
+  // The request's o.n choices, each an engine request of its own (an open request each). A seeded
+  // request's choice i draws with seed + i, so the choices differ and each is reproducible.
+  std::vector<Choice> submit(const std::vector<int32_t>& prompt, const GenerationOptions& o, OutputFormat format,
+                             std::string_view id_prefix) {
     if (draining_) throw not_ready("The server is shutting down.");
+    const ResponseHeader header{random_id(id_prefix), unix_seconds(), options_.served_model_name};
+    std::vector<Choice> choices;
+    for (int32_t i = 0; i < o.n; ++i) {
+      GenerationOptions choice = o;
+      if (o.seed) choice.seed = *o.seed + static_cast<uint64_t>(i);
+      choices.push_back({submit_one(prompt, choice, format, header), std::nullopt});
+    }
+    return choices;
+  }
+
+  Running submit_one(const std::vector<int32_t>& prompt, const GenerationOptions& o, OutputFormat format,
+                     const ResponseHeader& header) {
     ServingEngine& engine = ready();
     if (open_.fetch_add(1) >= options_.max_open_requests) {
       --open_;
@@ -293,7 +320,7 @@ class OpenAiServer::Impl {
     }
     OpenSlot slot(open_);
     GenerateRequest request;
-    request.prompt = std::move(prompt);
+    request.prompt = prompt;
     SamplingParams& s = request.sampling;
     s.temperature = o.temperature;
     s.top_p = o.top_p;
@@ -313,9 +340,7 @@ class OpenAiServer::Impl {
     request.format = format;
     const int64_t prompt_tokens = static_cast<int64_t>(request.prompt.size());
     std::unique_ptr<GenerationStream> stream = engine.submit(std::move(request));
-    return Running{std::move(stream), std::move(slot),
-                   ResponseHeader{random_id(id_prefix), unix_seconds(), options_.served_model_name},
-                   prompt_tokens, 0};
+    return Running{std::move(stream), std::move(slot), header, prompt_tokens, 0};
   }
 
   std::vector<TokenLogprobInfo> logprobs_of(const OutputChunk& chunk) const {
@@ -348,214 +373,234 @@ class OpenAiServer::Impl {
 
   // ---- /v1/chat/completions ------------------------------------------------------------------
 
-  // The state of a streamed chat answer, shared by httplib's content provider calls.
-  struct ChatStream {
-    Running running;
-    ChatAnswer answer;
+  // A streamed answer's state, shared by httplib's content provider calls: the choices and, per
+  // choice, what the route's events need (a chat answer's parser, a text's offset).
+  template <typename PerChoice>
+  struct StreamState {
+    std::vector<Choice> choices;
+    std::vector<PerChoice> parts;
     GenerationOptions options;
     bool started = false;
+    size_t next = 0;  // the choice polled first (round robin over the open ones)
+  };
+  struct TextPart {
+    size_t text_offset = 0;
   };
 
   void chat_completions(const httplib::Request& req, httplib::Response& res) {
     const ChatCompletionRequest request = parse_chat_completion_request(parse_request_body(req.body));
     check_model(request.model);
     const ChatPrompt prompt = render_chat_prompt(request);
-    std::vector<int32_t> ids = tokenizer_->encode(prompt.text);
+    const std::vector<int32_t> ids = tokenizer_->encode(prompt.text);
     check_length(static_cast<int64_t>(ids.size()), request.generation, "messages",
                  ready().max_model_len());
     const OutputFormat format = request.response_format ? OutputFormat::kJsonObject : OutputFormat::kText;
-    Running running = submit(std::move(ids), request.generation, format, "chatcmpl-");
-    ChatAnswer answer(prompt);
-    answer.feed(prompt.tool_call_prefill);
+    std::vector<Choice> choices = submit(ids, request.generation, format, "chatcmpl-");
+    std::vector<ChatAnswer> answers;
+    for (size_t i = 0; i < choices.size(); ++i) {
+      answers.emplace_back(prompt);
+      answers.back().feed(prompt.tool_call_prefill);
+    }
     if (request.generation.stream) {
-      auto state = std::make_shared<ChatStream>(
-          ChatStream{std::move(running), std::move(answer), request.generation, false});
-      stream_events(res, state, [this](ChatStream& s, const OutputChunk* chunk) {
-        return chat_events(s, chunk);
-      });
+      auto state = std::make_shared<StreamState<ChatAnswer>>(
+          StreamState<ChatAnswer>{std::move(choices), std::move(answers), request.generation});
+      stream_events(res, state, "chat.completion.chunk",
+                    [this](StreamState<ChatAnswer>& s, size_t i, const OutputChunk* chunk) {
+                      return chat_events(s, i, chunk);
+                    });
       return;
     }
-    std::vector<TokenLogprobInfo> logprobs;
-    while (true) {
-      const OutputChunk chunk = next_chunk(*running.stream);
-      running.completion_tokens += static_cast<int64_t>(chunk.tokens.size());
-      if (request.generation.logprobs) {
-        for (TokenLogprobInfo& info : logprobs_of(chunk)) logprobs.push_back(std::move(info));
+    ordered_json json_choices = ordered_json::array();
+    for (size_t i = 0; i < choices.size(); ++i) {
+      Choice& choice = choices[i];
+      ChatAnswer& answer = answers[i];
+      std::vector<TokenLogprobInfo> logprobs;
+      while (!choice.last) {
+        OutputChunk chunk = next_chunk(*choice.running.stream);
+        choice.running.completion_tokens += static_cast<int64_t>(chunk.tokens.size());
+        if (request.generation.logprobs) {
+          for (TokenLogprobInfo& info : logprobs_of(chunk)) logprobs.push_back(std::move(info));
+        }
+        answer.feed(chunk.text);
+        if (chunk.finish) choice.last = std::move(chunk);
       }
-      answer.feed(chunk.text);
-      if (!chunk.finish) continue;
       answer.finish();
-      const std::string_view word = finish_word(*chunk.finish, !answer.whole().tool_calls.empty());
-      finished(chunk, word);
-      if (*chunk.finish == FinishReason::kError) throw internal_error(chunk.error);
-      send_json(res, 200,
-                chat_completion_json(running.header, answer.whole(), answer.tool_call_ids(), word,
-                                     request.generation.logprobs
-                                         ? std::optional(chat_logprobs_json(logprobs))
-                                         : std::nullopt,
-                                     usage_of(running, chunk)));
-      return;
+      const std::string_view word = finish_word(*choice.last->finish, !answer.whole().tool_calls.empty());
+      finished(*choice.last, word);
+      if (*choice.last->finish == FinishReason::kError) throw internal_error(choice.last->error);
+      json_choices.push_back(chat_choice_json(
+          static_cast<int64_t>(i), answer.whole(), answer.tool_call_ids(), word,
+          request.generation.logprobs ? std::optional(chat_logprobs_json(logprobs)) : std::nullopt));
     }
+    send_json(res, 200, chat_completion_json(choices.front().running.header, std::move(json_choices), usage_of(choices)));
   }
 
-  // The events for one engine chunk (or, with none, the opening role chunk).
-  std::string chat_events(ChatStream& s, const OutputChunk* chunk) {
-    const ResponseHeader& header = s.running.header;
+  // Choice i's events for one engine chunk (or, with none, its opening role chunk); its last
+  // chunk's events end with the finish_reason chunk (or an error event).
+  std::string chat_events(StreamState<ChatAnswer>& s, size_t i, const OutputChunk* chunk) {
+    const ResponseHeader& header = s.choices[i].running.header;
     const bool usage = s.options.include_usage;
+    const auto index = static_cast<int64_t>(i);
+    ChatAnswer& answer = s.parts[i];
     std::string events;
     if (!chunk) {
-      events += sse_event(chat_chunk_json(header, chat_delta_json({}, true, {}), std::nullopt,
+      events += sse_event(chat_chunk_json(header, index, chat_delta_json({}, true, {}), std::nullopt,
                                           std::nullopt, usage));
       return events;
     }
-    s.running.completion_tokens += static_cast<int64_t>(chunk->tokens.size());
-    CompletionDelta delta = s.answer.feed(chunk->text);
-    if (chunk->finish) append_delta(delta, s.answer.finish());
+    s.choices[i].running.completion_tokens += static_cast<int64_t>(chunk->tokens.size());
+    CompletionDelta delta = answer.feed(chunk->text);
+    if (chunk->finish) append_delta(delta, answer.finish());
     std::optional<ordered_json> logprobs;
     if (s.options.logprobs && !chunk->tokens.empty()) {
       logprobs = chat_logprobs_json(logprobs_of(*chunk));
     }
     if (!delta.empty() || logprobs) {
       events += sse_event(chat_chunk_json(
-          header, chat_delta_json(delta, false, s.answer.tool_call_ids()), std::nullopt,
+          header, index, chat_delta_json(delta, false, answer.tool_call_ids()), std::nullopt,
           logprobs, usage));
     }
     if (chunk->finish) {
-      const std::string_view word =
-          finish_word(*chunk->finish, !s.answer.whole().tool_calls.empty());
+      const std::string_view word = finish_word(*chunk->finish, !answer.whole().tool_calls.empty());
       finished(*chunk, word);
-      events += closing_events(header, "chat.completion.chunk", *chunk, word, s.options,
-                               s.running, [&](std::string_view finish_word) {
-                                 return chat_chunk_json(header, ordered_json::object(),
-                                                        finish_word, std::nullopt, usage);
-                               });
+      events += *chunk->finish == FinishReason::kError
+                    ? sse_event(internal_error(chunk->error).to_json())
+                    : sse_event(chat_chunk_json(header, index, ordered_json::object(), word, std::nullopt, usage));
     }
     return events;
   }
 
-  // The stream's end: the finish_reason chunk (or an error event), usage, [DONE].
-  template <typename FinishChunk>
-  static std::string closing_events(const ResponseHeader& header, std::string_view object,
-                                    const OutputChunk& last, std::string_view word,
-                                    const GenerationOptions& options, const Running& running,
-                                    FinishChunk&& finish_chunk) {
-    std::string events;
-    if (*last.finish == FinishReason::kError) {
-      events += sse_event(internal_error(last.error).to_json());
-    } else {
-      events += sse_event(finish_chunk(word));
-    }
-    if (options.include_usage) {
-      events += sse_event(
-          usage_chunk_json(header, object, usage_of(running, last)));
-    }
-    events += kSseDone;
-    return events;
-  }
-
-  // Streams `state` as server-sent events: `events(state, nullptr)` first, then
-  // `events(state, &chunk)` per engine chunk until the last. A client that goes away cancels
-  // the request.
-  template <typename State, typename Events>
-  void stream_events(httplib::Response& res, std::shared_ptr<State> state, Events events) {
+  // Streams `state` as server-sent events: `events(state, i, nullptr)` for every choice first,
+  // then `events(state, i, &chunk)` per engine chunk of choice i, then (with include_usage) the
+  // usage chunk and [DONE] once every choice has finished. A choice that fails ends the stream
+  // and cancels the others; a client that goes away cancels them all.
+  template <typename PerChoice, typename Events>
+  void stream_events(httplib::Response& res, std::shared_ptr<StreamState<PerChoice>> state, std::string_view object,
+                     Events events) {
     res.set_header("Cache-Control", "no-cache");
+    const auto cancel_all = [](StreamState<PerChoice>& s) {
+      for (Choice& c : s.choices) c.running.stream->cancel();
+    };
     res.set_chunked_content_provider(
         "text/event-stream",
-        [state, events](size_t, httplib::DataSink& sink) {
-          GenerationStream& stream = *state->running.stream;
+        [state, events, object = std::string(object), cancel_all](size_t, httplib::DataSink& sink) {
+          StreamState<PerChoice>& s = *state;
           const auto write = [&](const std::string& text) {
             if (text.empty() || sink.write(text.data(), text.size())) return true;
-            stream.cancel();
+            cancel_all(s);
             return false;
           };
-          if (!state->started) {
-            state->started = true;
-            return write(events(*state, nullptr));
+          if (!s.started) {
+            s.started = true;
+            std::string opening;
+            for (size_t i = 0; i < s.choices.size(); ++i) opening += events(s, i, nullptr);
+            return write(opening);
           }
           if (!sink.is_writable()) {
-            stream.cancel();
+            cancel_all(s);
             return false;
           }
-          const std::optional<OutputChunk> chunk = stream.next_for(kChunkWait);
+          // The next open choice with a chunk ready; with none, wait on one for a while.
+          const size_t n = s.choices.size();
+          std::optional<OutputChunk> chunk;
+          size_t at = 0;
+          for (size_t k = 0; k < n && !chunk; ++k) {
+            at = (s.next + k) % n;
+            if (!s.choices[at].last) chunk = s.choices[at].running.stream->next_for(std::chrono::milliseconds(0));
+          }
+          if (!chunk) {
+            for (size_t k = 0; k < n; ++k) {
+              at = (s.next + k) % n;
+              if (!s.choices[at].last) break;
+            }
+            chunk = s.choices[at].running.stream->next_for(n == 1 ? kChunkWait : kChoiceWait);
+          }
           if (!chunk) return true;
-          if (!write(events(*state, &*chunk))) return false;
-          if (chunk->finish) sink.done();
+          s.next = (at + 1) % n;
+          std::string text = events(s, at, &*chunk);
+          const bool failed = chunk->finish && *chunk->finish == FinishReason::kError;
+          if (chunk->finish) s.choices[at].last = std::move(*chunk);
+          const bool all_done = std::all_of(s.choices.begin(), s.choices.end(), [](const Choice& c) { return c.last.has_value(); });
+          if (failed) cancel_all(s);
+          if (failed || all_done) {
+            if (s.options.include_usage && all_done)
+              text += sse_event(usage_chunk_json(s.choices.front().running.header, object, usage_of(s.choices)));
+            text += kSseDone;
+          }
+          if (!write(text)) return false;
+          if (failed || all_done) sink.done();
           return true;
         },
-        [state](bool success) {
-          if (!success) state->running.stream->cancel();
+        [state, cancel_all](bool success) {
+          if (!success) cancel_all(*state);
         });
   }
 
   // ---- /v1/completions -----------------------------------------------------------------------
 
-  struct TextStream {
-    Running running;
-    GenerationOptions options;
-    size_t text_offset = 0;
-    bool started = false;
-  };
-
   void completions(const httplib::Request& req, httplib::Response& res) {
     const CompletionRequest request = parse_completion_request(parse_request_body(req.body));
     check_model(request.model);
-    std::vector<int32_t> ids =
+    const std::vector<int32_t> ids =
         request.prompt_text ? tokenizer_->encode(*request.prompt_text) : request.prompt_ids;
     check_length(static_cast<int64_t>(ids.size()), request.generation, "prompt",
                  ready().max_model_len());
-    Running running = submit(std::move(ids), request.generation, OutputFormat::kText, "cmpl-");
+    std::vector<Choice> choices = submit(ids, request.generation, OutputFormat::kText, "cmpl-");
     if (request.generation.stream) {
-      auto state = std::make_shared<TextStream>(TextStream{std::move(running), request.generation});
-      stream_events(res, state, [this](TextStream& s, const OutputChunk* chunk) {
-        return text_events(s, chunk);
-      });
+      const size_t n = choices.size();
+      auto state = std::make_shared<StreamState<TextPart>>(
+          StreamState<TextPart>{std::move(choices), std::vector<TextPart>(n), request.generation});
+      stream_events(res, state, "text_completion",
+                    [this](StreamState<TextPart>& s, size_t i, const OutputChunk* chunk) {
+                      return text_events(s, i, chunk);
+                    });
       return;
     }
-    std::string text;
-    std::vector<TokenLogprobInfo> logprobs;
-    while (true) {
-      const OutputChunk chunk = next_chunk(*running.stream);
-      running.completion_tokens += static_cast<int64_t>(chunk.tokens.size());
-      text += chunk.text;
-      if (request.generation.logprobs) {
-        for (TokenLogprobInfo& info : logprobs_of(chunk)) logprobs.push_back(std::move(info));
+    ordered_json json_choices = ordered_json::array();
+    for (size_t i = 0; i < choices.size(); ++i) {
+      Choice& choice = choices[i];
+      std::string text;
+      std::vector<TokenLogprobInfo> logprobs;
+      while (!choice.last) {
+        OutputChunk chunk = next_chunk(*choice.running.stream);
+        choice.running.completion_tokens += static_cast<int64_t>(chunk.tokens.size());
+        text += chunk.text;
+        if (request.generation.logprobs) {
+          for (TokenLogprobInfo& info : logprobs_of(chunk)) logprobs.push_back(std::move(info));
+        }
+        if (chunk.finish) choice.last = std::move(chunk);
       }
-      if (!chunk.finish) continue;
-      const std::string_view word = finish_word(*chunk.finish, false);
-      finished(chunk, word);
-      if (*chunk.finish == FinishReason::kError) throw internal_error(chunk.error);
-      send_json(res, 200,
-                completion_json(running.header, text, word,
-                                request.generation.logprobs
-                                    ? std::optional(completion_logprobs_json(logprobs, 0))
-                                    : std::nullopt,
-                                usage_of(running, chunk)));
-      return;
+      const std::string_view word = finish_word(*choice.last->finish, false);
+      finished(*choice.last, word);
+      if (*choice.last->finish == FinishReason::kError) throw internal_error(choice.last->error);
+      json_choices.push_back(completion_choice_json(
+          static_cast<int64_t>(i), text, word,
+          request.generation.logprobs ? std::optional(completion_logprobs_json(logprobs, 0)) : std::nullopt));
     }
+    send_json(res, 200, completion_json(choices.front().running.header, std::move(json_choices), usage_of(choices)));
   }
 
-  std::string text_events(TextStream& s, const OutputChunk* chunk) {
+  std::string text_events(StreamState<TextPart>& s, size_t i, const OutputChunk* chunk) {
     if (!chunk) return "";
-    const ResponseHeader& header = s.running.header;
+    const ResponseHeader& header = s.choices[i].running.header;
     const bool usage = s.options.include_usage;
-    s.running.completion_tokens += static_cast<int64_t>(chunk->tokens.size());
+    const auto index = static_cast<int64_t>(i);
+    s.choices[i].running.completion_tokens += static_cast<int64_t>(chunk->tokens.size());
     std::string events;
     std::optional<ordered_json> logprobs;
     if (s.options.logprobs && !chunk->tokens.empty()) {
-      logprobs = completion_logprobs_json(logprobs_of(*chunk), s.text_offset);
+      logprobs = completion_logprobs_json(logprobs_of(*chunk), s.parts[i].text_offset);
     }
-    s.text_offset += chunk->text.size();
+    s.parts[i].text_offset += chunk->text.size();
     if (!chunk->text.empty() || logprobs) {
-      events += sse_event(completion_chunk_json(header, chunk->text, std::nullopt, logprobs, usage));
+      events += sse_event(completion_chunk_json(header, index, chunk->text, std::nullopt, logprobs, usage));
     }
     if (chunk->finish) {
       const std::string_view word = finish_word(*chunk->finish, false);
       finished(*chunk, word);
-      events += closing_events(header, "text_completion", *chunk, word, s.options, s.running,
-                               [&](std::string_view finish_word) {
-                                 return completion_chunk_json(header, "", finish_word,
-                                                              std::nullopt, usage);
-                               });
+      events += *chunk->finish == FinishReason::kError
+                    ? sse_event(internal_error(chunk->error).to_json())
+                    : sse_event(completion_chunk_json(header, index, "", word, std::nullopt, usage));
     }
     return events;
   }

@@ -167,13 +167,6 @@ std::vector<int32_t> token_id_list(const ordered_json& list, const std::string& 
 
 std::optional<std::string> model_field(const Fields& fields) { return fields.string("model"); }
 
-void reject_n_above_one(const Fields& fields) {
-  const std::optional<int64_t> n = fields.integer("n", 1, std::numeric_limits<int32_t>::max());
-  if (n && *n > 1) {
-    throw invalid_request("n > 1 is not supported: this server returns one choice per request.",
-                          "n", "unsupported_value");
-  }
-}
 
 std::vector<std::string> stop_strings(const Fields& fields) {
   const ordered_json* stop = fields.find("stop");
@@ -267,7 +260,7 @@ GenerationOptions generation_options(const Fields& fields) {
     o.include_usage =
         Fields(*options, "stream_options.").boolean("include_usage").value_or(false);
   }
-  reject_n_above_one(fields);
+  o.n = static_cast<int32_t>(fields.integer("n", 1, kMaxChoices).value_or(1));
   return o;
 }
 

@@ -45,9 +45,11 @@ struct GenerationOptions {
   int32_t top_logprobs = 0;  // [0, 20]; needs logprobs
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage; needs stream
+  int32_t n = 1;               // choices, [1, kMaxChoices]
 };
 
 inline constexpr size_t kMaxStopStrings = 16;
+inline constexpr int32_t kMaxChoices = 64;
 inline constexpr int32_t kMaxTopLogprobs = 20;
 
 // tool_choice: none (tools are not offered), auto (the model may call one), required (it must

@@ -111,27 +111,30 @@ ordered_json chat_message_json(const ParsedCompletion& completion,
   return message;
 }
 
-ordered_json chat_completion_json(const ResponseHeader& header, const ParsedCompletion& completion,
-                                  std::span<const std::string> tool_call_ids,
-                                  std::string_view finish_reason,
-                                  const std::optional<ordered_json>& logprobs, const Usage& usage) {
+ordered_json chat_choice_json(int64_t index, const ParsedCompletion& completion,
+                              std::span<const std::string> tool_call_ids, std::string_view finish_reason,
+                              const std::optional<ordered_json>& logprobs) {
+  return {{"index", index},
+          {"message", chat_message_json(completion, tool_call_ids)},
+          {"logprobs", null_or(logprobs)},
+          {"finish_reason", finish_reason}};
+}
+
+ordered_json chat_completion_json(const ResponseHeader& header, ordered_json choices, const Usage& usage) {
   ordered_json response = header_json(header, "chat.completion");
-  response["choices"] = ordered_json::array({{{"index", 0},
-                                              {"message", chat_message_json(completion, tool_call_ids)},
-                                              {"logprobs", null_or(logprobs)},
-                                              {"finish_reason", finish_reason}}});
+  response["choices"] = std::move(choices);
   response["usage"] = usage_json(usage);
   return response;
 }
 
-ordered_json completion_json(const ResponseHeader& header, std::string_view text,
-                             std::string_view finish_reason,
-                             const std::optional<ordered_json>& logprobs, const Usage& usage) {
+ordered_json completion_choice_json(int64_t index, std::string_view text, std::string_view finish_reason,
+                                    const std::optional<ordered_json>& logprobs) {
+  return {{"index", index}, {"text", text}, {"logprobs", null_or(logprobs)}, {"finish_reason", finish_reason}};
+}
+
+ordered_json completion_json(const ResponseHeader& header, ordered_json choices, const Usage& usage) {
   ordered_json response = header_json(header, "text_completion");
-  response["choices"] = ordered_json::array({{{"index", 0},
-                                              {"text", text},
-                                              {"logprobs", null_or(logprobs)},
-                                              {"finish_reason", finish_reason}}});
+  response["choices"] = std::move(choices);
   response["usage"] = usage_json(usage);
   return response;
 }
@@ -164,12 +167,12 @@ ordered_json chat_delta_json(const CompletionDelta& delta, bool with_role,
   return json;
 }
 
-ordered_json chat_chunk_json(const ResponseHeader& header, ordered_json delta,
+ordered_json chat_chunk_json(const ResponseHeader& header, int64_t index, ordered_json delta,
                              std::optional<std::string_view> finish_reason,
                              const std::optional<ordered_json>& logprobs, bool include_usage) {
   ordered_json chunk = header_json(header, "chat.completion.chunk");
   chunk["choices"] = ordered_json::array(
-      {{{"index", 0},
+      {{{"index", index},
         {"delta", std::move(delta)},
         {"logprobs", null_or(logprobs)},
         {"finish_reason", finish_reason ? ordered_json(*finish_reason) : ordered_json(nullptr)}}});
@@ -177,13 +180,13 @@ ordered_json chat_chunk_json(const ResponseHeader& header, ordered_json delta,
   return chunk;
 }
 
-ordered_json completion_chunk_json(const ResponseHeader& header, std::string_view text,
+ordered_json completion_chunk_json(const ResponseHeader& header, int64_t index, std::string_view text,
                                    std::optional<std::string_view> finish_reason,
                                    const std::optional<ordered_json>& logprobs,
                                    bool include_usage) {
   ordered_json chunk = header_json(header, "text_completion");
   chunk["choices"] = ordered_json::array(
-      {{{"index", 0},
+      {{{"index", index},
         {"text", text},
         {"logprobs", null_or(logprobs)},
         {"finish_reason", finish_reason ? ordered_json(*finish_reason) : ordered_json(nullptr)}}});

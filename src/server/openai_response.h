@@ -55,18 +55,19 @@ nlohmann::ordered_json completion_logprobs_json(std::span<const TokenLogprobInfo
 nlohmann::ordered_json chat_message_json(const ParsedCompletion& completion,
                                          std::span<const std::string> tool_call_ids);
 
-// A whole chat.completion object.
-nlohmann::ordered_json chat_completion_json(const ResponseHeader& header,
-                                            const ParsedCompletion& completion,
-                                            std::span<const std::string> tool_call_ids,
-                                            std::string_view finish_reason,
-                                            const std::optional<nlohmann::ordered_json>& logprobs,
+// Choice `index` of a chat.completion: its message, logprobs and finish reason.
+nlohmann::ordered_json chat_choice_json(int64_t index, const ParsedCompletion& completion,
+                                        std::span<const std::string> tool_call_ids,
+                                        std::string_view finish_reason,
+                                        const std::optional<nlohmann::ordered_json>& logprobs);
+// A whole chat.completion object of `choices` (chat_choice_json's).
+nlohmann::ordered_json chat_completion_json(const ResponseHeader& header, nlohmann::ordered_json choices,
                                             const Usage& usage);
 
-// A whole text_completion object.
-nlohmann::ordered_json completion_json(const ResponseHeader& header, std::string_view text,
-                                       std::string_view finish_reason,
-                                       const std::optional<nlohmann::ordered_json>& logprobs,
+// Choice `index` of a text_completion, and a whole text_completion object.
+nlohmann::ordered_json completion_choice_json(int64_t index, std::string_view text, std::string_view finish_reason,
+                                              const std::optional<nlohmann::ordered_json>& logprobs);
+nlohmann::ordered_json completion_json(const ResponseHeader& header, nlohmann::ordered_json choices,
                                        const Usage& usage);
 
 // The "delta" of a chat.completion.chunk: role (the first chunk only), reasoning under both
@@ -74,14 +75,15 @@ nlohmann::ordered_json completion_json(const ResponseHeader& header, std::string
 nlohmann::ordered_json chat_delta_json(const CompletionDelta& delta, bool with_role,
                                        std::span<const std::string> tool_call_ids);
 
-// One chat.completion.chunk with one choice. With include_usage every chunk has "usage": null,
-// as OpenAI's stream does; the last chunk (usage_chunk) has the numbers and no choices.
-nlohmann::ordered_json chat_chunk_json(const ResponseHeader& header,
+// One chat.completion.chunk with one choice, number `index`. With include_usage every chunk has
+// "usage": null, as OpenAI's stream does; the last chunk (usage_chunk) has the numbers and no
+// choices.
+nlohmann::ordered_json chat_chunk_json(const ResponseHeader& header, int64_t index,
                                        nlohmann::ordered_json delta,
                                        std::optional<std::string_view> finish_reason,
                                        const std::optional<nlohmann::ordered_json>& logprobs,
                                        bool include_usage);
-nlohmann::ordered_json completion_chunk_json(const ResponseHeader& header, std::string_view text,
+nlohmann::ordered_json completion_chunk_json(const ResponseHeader& header, int64_t index, std::string_view text,
                                              std::optional<std::string_view> finish_reason,
                                              const std::optional<nlohmann::ordered_json>& logprobs,
                                              bool include_usage);

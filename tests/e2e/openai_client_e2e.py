@@ -1,5 +1,5 @@
 """`dsv4 serve` driven by the official openai client: completions and chat, streamed and not,
-usage, logprobs, stop strings, logit_bias, seeded sampling, response_format's JSON constraint, and the
+usage, logprobs, stop strings, logit_bias, n choices, seeded sampling, response_format's JSON constraint, and the
 bad-input answers (401, 404, 400) with the server still serving afterwards.
 Usage: openai_client_e2e.py BASE_URL API_KEY MODEL_NAME."""
 import json
@@ -67,6 +67,23 @@ biased = client.completions.create(model=model, prompt=prompt, max_tokens=3, tem
                                    logit_bias={str(token): 100})
 check(biased.choices[0].text == piece * 3, f"logit_bias {token} ({piece!r}): {biased.choices[0].text!r}")
 check(biased.usage.prompt_tokens_details.cached_tokens == 0, f"cached_tokens {biased.usage}")
+
+# n choices: greedy ones agree; seeded sampled ones are reproducible one by one (choice i draws
+# with seed + i, so choice 1 of seed 7 is choice 0 of seed 8).
+g = client.completions.create(model=model, prompt=prompt, max_tokens=4, temperature=0, n=2)
+check([ch.index for ch in g.choices] == [0, 1] and g.choices[0].text == g.choices[1].text, f"greedy n=2: {g}")
+single = client.completions.create(model=model, prompt=prompt, max_tokens=4, temperature=0)
+check(g.usage.completion_tokens == 2 * single.usage.completion_tokens and g.usage.prompt_tokens == single.usage.prompt_tokens,
+      f"n=2 usage {g.usage} vs {single.usage}")
+two = client.completions.create(model=model, prompt=prompt, max_tokens=6, temperature=0.9, seed=7, n=2)
+one = client.completions.create(model=model, prompt=prompt, max_tokens=6, temperature=0.9, seed=8)
+check(two.choices[1].text == one.choices[0].text, f"n=2 choice 1 {two.choices[1].text!r} vs seed 8 {one.choices[0].text!r}")
+stream_choices = {}
+for ch in client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=4,
+                                         temperature=0, n=2, stream=True):
+    for c in ch.choices:
+        stream_choices[c.index] = stream_choices.get(c.index, "") + (c.delta.content or "")
+check(sorted(stream_choices) == [0, 1] and stream_choices[0] == stream_choices[1], f"streamed n=2: {stream_choices}")
 
 # Seeded sampling repeats itself.
 a = client.completions.create(model=model, prompt=prompt, max_tokens=6, temperature=0.9, top_p=0.9, seed=7)
@@ -162,7 +179,7 @@ except openai.AuthenticationError:
     pass
 for kwargs, error, what in [
     ({"model": "nonesuch"}, openai.NotFoundError, "unknown model"),
-    ({"model": model, "n": 2}, openai.BadRequestError, "n > 1"),
+    ({"model": model, "n": 65}, openai.BadRequestError, "n = 65 (most 64)"),
     ({"model": model, "prompt": "word " * 400}, openai.BadRequestError, "prompt over max-model-len"),
     ({"model": model, "temperature": -1}, openai.BadRequestError, "negative temperature"),
 ]:

@@ -10,6 +10,7 @@
 #include <deque>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -315,6 +316,53 @@ TEST_F(HttpServerTest, CompletionsStreamedAndNot) {
   EXPECT_EQ(events.back(), "[DONE]");
 }
 
+// n > 1: one engine request per choice (a seeded one draws with seed + i), the choices' index in
+// every object, usage summing their tokens, one usage chunk and one [DONE] after all of them;
+// more choices than open requests allowed get 429 and cancel the ones submitted.
+TEST_F(HttpServerTest, SeveralChoicesStreamedAndNot) {
+  server_->set_engine(engine_);
+  engine_.finish = FinishReason::kLength;
+  const json whole = json::parse(post("/v1/completions", R"({"prompt": [1, 2, 3], "n": 2, "seed": 5})")->body);
+  ASSERT_EQ(whole["choices"].size(), 2u) << whole.dump();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(whole["choices"][i]["index"], i);
+    EXPECT_EQ(whole["choices"][i]["text"], "Hello there.");
+  }
+  EXPECT_EQ(whole["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(whole["usage"]["completion_tokens"], 8);
+  EXPECT_EQ(engine_.last_request.sampling.seed, 6u);
+
+  const auto streamed = post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "n": 2,
+      "stream": true, "stream_options": {"include_usage": true}})");
+  const auto events = sse_data(streamed->body);
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  const json usage = json::parse(events[events.size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 8);
+  std::map<int, std::string> content;
+  std::map<int, int> roles, finishes;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    const json chunk = json::parse(events[i]);
+    ASSERT_EQ(chunk["choices"].size(), 1u) << events[i];
+    const json& choice = chunk["choices"][0];
+    const int index = choice["index"];
+    if (choice["delta"].contains("role")) ++roles[index];
+    if (choice["delta"].contains("content")) content[index] += choice["delta"]["content"].get<std::string>();
+    if (!choice["finish_reason"].is_null()) ++finishes[index];
+  }
+  EXPECT_EQ(roles, (std::map<int, int>{{0, 1}, {1, 1}}));
+  EXPECT_EQ(finishes, (std::map<int, int>{{0, 1}, {1, 1}}));
+  EXPECT_EQ(content[0], "Hello there.");
+  EXPECT_EQ(content[1], "Hello there.");
+
+  const int cancels = engine_.cancels;
+  expect_error(post("/v1/completions", R"({"prompt": "a", "n": 3})"), 429);
+  EXPECT_EQ(engine_.cancels, cancels + 2);
+  EXPECT_EQ(engine_.open, 0);
+  EXPECT_EQ(post("/v1/completions", R"({"prompt": "a"})")->status, 200);
+}
+
 TEST_F(HttpServerTest, ModelsTokenizeDetokenizeMetrics) {
   server_->set_engine(engine_);
   const json models = json::parse(client_->Get("/v1/models")->body);
@@ -357,7 +405,7 @@ TEST_F(HttpServerTest, BadInputGetsOpenAiErrorsAndTheServerStaysUp) {
   EXPECT_EQ(expect_error(post("/v1/chat/completions", R"({"messages": "hi"})"), 400), "messages");
   EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": "a", "max_tokens": "5"})"), 400),
             "max_tokens");
-  EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": "a", "n": 2})"), 400), "n");
+  EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": "a", "n": 65})"), 400), "n");
   EXPECT_EQ(expect_error(post("/v1/completions", json{{"prompt", std::vector<int>(512, 1)}}.dump()), 400),
             "prompt");
   EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": [1, 2], "max_tokens": 511})"), 400),
