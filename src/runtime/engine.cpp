@@ -174,6 +174,9 @@ class Engine::Impl {
     std::optional<StreamDecoder> decoder;  // with a tokenizer
     std::optional<JsonObjectPrefix> json;  // OutputFormat::kJsonObject: the output so far
     std::string text;                      // decoded so far (stop string cut)
+    // Prefix caching: the state at the last aligned point its decode passed, kept with the others
+    // when it finishes (a next chat turn that repeats its answer resumes there).
+    std::optional<std::pair<uint64_t, StateSnapshot>> decode_snapshot;
     size_t text_sent = 0;
     RequestMetrics metrics;
   };
@@ -193,6 +196,7 @@ class Engine::Impl {
   CachePool::PagesByRatio pool_pages() const;
   SequenceCache new_sequence(int64_t capacity) const;
   void take_snapshots(const SchedulerStep& plan);
+  void keep_snapshot(uint64_t key, StateSnapshot snapshot);
   void take_submissions();
   void emit(Request& r, const TokenChoice& choice, EngineClock::time_point now, std::vector<SequenceId>& finished);
   size_t stop_string_holdback(const Request& r) const;
@@ -288,25 +292,40 @@ SequenceCache Engine::Impl::new_sequence(int64_t capacity) const {
                      : model_.new_sequence(ops_, capacity, config_.exact_math);
 }
 
-// After a step: the sequences that reached their snapshot point leave a copy of their state there
-// (unless one with the same tokens is kept already); the least recently used beyond the limit go.
+// After a step: a sequence that reached its prefill's snapshot point leaves a copy of its state
+// there; one whose decode reached an aligned point keeps a copy for when it finishes.
 void Engine::Impl::take_snapshots(const SchedulerStep& plan) {
+  if (!config_.enable_prefix_caching) return;
+  const int64_t align = scheduler_.config().prefix_alignment;
   for (const ScheduledChunk& c : plan.chunks) {
     const Sequence& s = *c.sequence;
-    if (s.snapshot_at == 0 || s.num_computed != s.snapshot_at) continue;
-    if (s.blocks.num_hashed * config_.block_size != s.snapshot_at)
-      throw Error("engine: a sequence at its snapshot point " + std::to_string(s.snapshot_at) + " has " +
+    const bool prefill_point = s.snapshot_at > 0 && s.num_computed == s.snapshot_at;
+    const bool decode_point = c.samples() && s.num_computed > s.num_prompt_tokens && s.num_computed % align == 0;
+    if (!prefill_point && !decode_point) continue;
+    if (s.blocks.num_hashed * config_.block_size != s.num_computed)
+      throw Error("engine: a sequence at the snapshot point " + std::to_string(s.num_computed) + " has " +
                   std::to_string(s.blocks.num_hashed) + " hashed blocks");
     const uint64_t key = s.blocks.last_hash;
     if (snapshot_index_.contains(key)) continue;
-    snapshots_.emplace_front(key, requests_.at(s.id).cache->snapshot(ops_));
-    snapshot_index_[key] = snapshots_.begin();
-    scheduler_.add_snapshot(key);
-    while (static_cast<int64_t>(snapshots_.size()) > config_.max_prefix_snapshots) {
-      scheduler_.drop_snapshot(snapshots_.back().first);
-      snapshot_index_.erase(snapshots_.back().first);
-      snapshots_.pop_back();
-    }
+    Request& r = requests_.at(s.id);
+    if (prefill_point)
+      keep_snapshot(key, r.cache->snapshot(ops_));
+    else
+      r.decode_snapshot.emplace(key, r.cache->snapshot(ops_));
+  }
+}
+
+// Keeps a state snapshot (unless one with the same tokens is kept already); the least recently
+// used beyond the limit go.
+void Engine::Impl::keep_snapshot(uint64_t key, StateSnapshot snapshot) {
+  if (snapshot_index_.contains(key)) return;
+  snapshots_.emplace_front(key, std::move(snapshot));
+  snapshot_index_[key] = snapshots_.begin();
+  scheduler_.add_snapshot(key);
+  while (static_cast<int64_t>(snapshots_.size()) > config_.max_prefix_snapshots) {
+    scheduler_.drop_snapshot(snapshots_.back().first);
+    snapshot_index_.erase(snapshots_.back().first);
+    snapshots_.pop_back();
   }
 }
 
@@ -526,6 +545,7 @@ void Engine::Impl::emit(Request& r, const TokenChoice& choice, EngineClock::time
     r.text_sent = end;
   }
   if (chunk.finish) {
+    if (r.decode_snapshot) keep_snapshot(r.decode_snapshot->first, std::move(r.decode_snapshot->second));
     finalize(r, chunk);
     const SequenceId id = seq.id;
     scheduler_.finish(id);  // destroys seq

@@ -178,7 +178,9 @@ struct EngineConfig {
   // Each prefill also stops once at the last such multiple before its prompt's end and the engine
   // keeps a copy of the sequence's window and compressor state there (model/cache.h
   // StateSnapshot: 5.6 MB for V4-Flash), so a later request sharing that much (the next turn of a
-  // chat, a long system prompt) resumes there recomputing nothing.
+  // chat, a long system prompt) resumes there recomputing nothing. Likewise a sequence whose decode
+  // passes such a multiple keeps a copy of the last (one per running sequence), which joins the
+  // others when it finishes, for a next turn that repeats its answer.
   bool enable_prefix_caching = false;
   // The state snapshots kept, least recently used dropped first. 0: 2 * max_num_seqs.
   int64_t max_prefix_snapshots = 0;

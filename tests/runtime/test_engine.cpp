@@ -350,6 +350,41 @@ TEST_F(EngineTest, ALongPromptAmongAStreamOfShortOnesFinishes) {
   EXPECT_EQ(e->stats().cache_blocks_used, 0);
 }
 
+// A next chat turn repeats the previous answer after its prompt: the answer's decode passed 384
+// (a multiple of 128), so the engine kept its state there, and the next request resumes at 384
+// rather than at the prompt's snapshot (256), with the tokens of a miss.
+TEST_F(EngineTest, ANextTurnResumesOnTheStateItsAnswerLeft) {
+  EngineConfig c = small_config();
+  c.max_model_len = 1024;
+  c.max_num_batched_tokens = 256;
+  c.block_size = 64;
+  const GenerateRequest first = request(ids(370, 51), 20);
+  c.enable_prefix_caching = true;
+  auto cached = engine(c);
+  RequestHandle a = cached->submit(first);
+  run_until_idle(*cached);
+  const Result answer = drain(a);
+  ASSERT_EQ(answer.tokens.size(), 20u);
+  EXPECT_EQ(cached->stats().prefix_snapshots, 2);  // the prompt's at 256, the answer's at 384
+
+  std::vector<int32_t> next = first.prompt;
+  next.insert(next.end(), answer.tokens.begin(), answer.tokens.end());
+  for (int32_t id : ids(10, 52)) next.push_back(id);
+  const GenerateRequest turn = request(next, 5);
+  RequestHandle b = cached->submit(turn);
+  run_until_idle(*cached);
+  const Result got = drain(b);
+  EXPECT_EQ(got.last.metrics->cached_tokens, 384);
+
+  c.enable_prefix_caching = false;
+  auto plain = engine(c);
+  RequestHandle b_miss = plain->submit(turn);
+  run_until_idle(*plain);
+  const Result want = drain(b_miss);
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_TRUE(same_bits(got.logprobs, want.logprobs));
+}
+
 // Prefix caching under churn: requests on two long shared prefixes and short unrelated ones,
 // submitted between steps, two cancelled midway, in a cache too small for them all (preemptions,
 // evictions of free cached blocks, readmissions that hit their own blocks), with the KV canary on.
