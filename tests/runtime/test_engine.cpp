@@ -101,6 +101,14 @@ class EngineTest : public ::testing::Test {
     c.block_size = 16;
     return c;
   }
+  // Room for prompts long enough to hit the prefix cache (multiples of 128 on the tiny model).
+  static EngineConfig long_prompt_config() {
+    EngineConfig c = small_config();
+    c.max_model_len = 1024;
+    c.max_num_batched_tokens = 256;
+    c.block_size = 64;
+    return c;
+  }
   std::unique_ptr<Engine> engine(EngineConfig c = small_config(), std::shared_ptr<const Tokenizer> tok = nullptr) {
     return std::make_unique<Engine>(*model_, *ops_, c, std::move(tok));
   }
@@ -180,10 +188,7 @@ TEST_F(EngineTest, GreedyOutputInABusyBatchEqualsItsOutputAloneBitForBit) {
 // #1417: a request reusing another's entries must not read that request's window ring, nor an
 // empty one.
 TEST_F(EngineTest, PrefixCacheHitsGiveTheTokensOfAMissBitForBit) {
-  EngineConfig c = small_config();
-  c.max_model_len = 1024;
-  c.max_num_batched_tokens = 256;
-  c.block_size = 64;
+  EngineConfig c = long_prompt_config();
   const std::vector<int32_t> first = ids(900, 21);
   const auto sharing = [&first](size_t shared, int64_t own, uint32_t seed) {
     std::vector<int32_t> prompt(first.begin(), first.begin() + static_cast<std::ptrdiff_t>(shared));
@@ -354,10 +359,7 @@ TEST_F(EngineTest, ALongPromptAmongAStreamOfShortOnesFinishes) {
 // (a multiple of 128), so the engine kept its state there, and the next request resumes at 384
 // rather than at the prompt's snapshot (256), with the tokens of a miss.
 TEST_F(EngineTest, ANextTurnResumesOnTheStateItsAnswerLeft) {
-  EngineConfig c = small_config();
-  c.max_model_len = 1024;
-  c.max_num_batched_tokens = 256;
-  c.block_size = 64;
+  EngineConfig c = long_prompt_config();
   const GenerateRequest first = request(ids(370, 51), 20);
   c.enable_prefix_caching = true;
   auto cached = engine(c);
@@ -391,11 +393,9 @@ TEST_F(EngineTest, ANextTurnResumesOnTheStateItsAnswerLeft) {
 // Every request that finishes gives its solo tokens and logprobs bit for bit, hits happen, and
 // every block comes back.
 TEST_F(EngineTest, PrefixCachingUnderChurnKeepsEveryRequestsSoloBits) {
-  EngineConfig c = small_config();
-  c.max_model_len = 1024;
+  EngineConfig c = long_prompt_config();
   c.max_num_seqs = 4;
   c.max_num_batched_tokens = 200;
-  c.block_size = 64;
   c.num_cache_blocks = 20;
   const std::vector<int32_t> first = ids(660, 31), second = ids(700, 32);
   std::vector<GenerateRequest> requests;
