@@ -3,7 +3,8 @@
 # `dsv4 serve` at V4-Flash geometry (dummy weights, layers of one kind sharing them, so the whole
 # model fits one H200) and `dsv4 bench serve` against it at each concurrency, vLLM's JSON of each
 # run into $OUT. The serving benchmark of the server issue: concurrency 1, 16 and 64, 8k in / 1k out.
-# Environment: CONCURRENCY (default "1 16 64"), INPUT_LEN (8192), OUTPUT_LEN (1024), PROMPTS_PER
+# Environment: CONCURRENCY (default "1 16 64"), INPUT_LEN (8192), OUTPUT_LEN (1024), PREFIX_LEN (0:
+# tokens of INPUT_LEN every prompt shares, for prefix caching), PROMPTS_PER
 # (prompts per unit of concurrency, default 2; at least 2 prompts), SERVE_FLAGS (extra serve flags,
 # e.g. --no-enable-prefix-caching or --enable-prefix-caching), MODEL (default flash), DEVICE (cuda),
 # DSV4 and TOKENIZER (the binary and tokenizer.json, default: beside this script).
@@ -36,7 +37,8 @@ for c in $concurrency; do
   prompts=$((c * per < 2 ? 2 : c * per))
   echo "== bench serve: concurrency $c, $prompts prompts, $input in / $output out"
   "$dsv4" bench serve --base-url "http://127.0.0.1:$port" --model flash --tokenizer "$tokenizer" \
-    --dataset-name random --random-input-len "$input" --random-output-len "$output" --num-prompts "$prompts" \
+    --dataset-name random --random-prefix-len "${PREFIX_LEN:-0}" --random-input-len "$((input - ${PREFIX_LEN:-0}))" \
+    --random-output-len "$output" --num-prompts "$prompts" \
     --max-concurrency "$c" --ignore-eos --save-result --result-dir "$out" 2>&1 | tee "$out/bench_serve_c$c.txt" || status=1
 done
 curl -s "http://127.0.0.1:$port/metrics" >"$out/metrics.txt" || true

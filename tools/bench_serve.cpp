@@ -46,6 +46,7 @@ struct ServeBenchOptions {
   std::string tokenizer_file = DSV4_TOKENIZER_DIR "/tokenizer.json";
   int64_t num_prompts = 1000;
   int64_t input_len = 1024;
+  int64_t prefix_len = 0;
   int64_t output_len = 128;
   double range_ratio = 0.0;
   std::vector<int64_t> max_concurrency;  // empty: no limit; several: one run each
@@ -166,16 +167,13 @@ std::vector<int32_t> ordinary_token_ids(const Tokenizer& tokenizer) {
 
 // vLLM's random dataset: random ids decoded to text; since decoding and encoding again merges or
 // splits tokens, the ids are cut or topped up until the text encodes to the wanted length (or
-// close to it after a few rounds).
+// close to it after a few rounds). With --random-prefix-len every prompt starts with the same
+// random text of that many tokens (vLLM's shared prefix, what prefix caching serves).
 std::vector<Prompt> random_prompts(const Tokenizer& tokenizer, const ServeBenchOptions& o) {
   const std::vector<int32_t> vocabulary = ordinary_token_ids(tokenizer);
   std::mt19937_64 rng(o.seed);
   std::uniform_int_distribution<size_t> pick(0, vocabulary.size() - 1);
-  std::vector<Prompt> prompts;
-  for (int64_t i = 0; i < o.num_prompts; ++i) {
-    const auto target = static_cast<size_t>(random_length(rng, o.input_len, o.range_ratio));
-    Prompt p;
-    p.max_tokens = random_length(rng, o.output_len, o.range_ratio);
+  const auto random_text = [&](size_t target) {
     std::vector<int32_t> ids;
     for (int round = 0; round < 8; ++round) {
       while (ids.size() < target) ids.push_back(vocabulary[pick(rng)]);
@@ -184,7 +182,15 @@ std::vector<Prompt> random_prompts(const Tokenizer& tokenizer, const ServeBenchO
       if (encoded.size() > target) encoded.resize(target);
       ids = std::move(encoded);
     }
-    p.text = tokenizer.decode(ids);
+    return tokenizer.decode(ids);
+  };
+  const std::string prefix = o.prefix_len > 0 ? random_text(static_cast<size_t>(o.prefix_len)) : "";
+  std::vector<Prompt> prompts;
+  for (int64_t i = 0; i < o.num_prompts; ++i) {
+    const auto target = static_cast<size_t>(random_length(rng, o.input_len, o.range_ratio));
+    Prompt p;
+    p.max_tokens = random_length(rng, o.output_len, o.range_ratio);
+    p.text = prefix + random_text(target);
     p.tokens = static_cast<int64_t>(tokenizer.encode(p.text).size());
     prompts.push_back(std::move(p));
   }
@@ -548,9 +554,10 @@ void run_bench_serve(const ServeBenchOptions& o) {
   const Tokenizer tokenizer = Tokenizer::load(o.tokenizer_file);
   const std::string model = o.model.empty() ? first_served_model(target) : o.model;
   const std::vector<Prompt> prompts = random_prompts(tokenizer, o);
-  std::printf("bench serve: %lld random prompts of about %lld tokens (range ratio %.2f), up to %lld output tokens, to "
-              "%s%s, model %s\n",
-              static_cast<long long>(o.num_prompts), static_cast<long long>(o.input_len), o.range_ratio,
+  std::printf("bench serve: %lld random prompts of about %lld tokens (%lld of them shared, range ratio %.2f), up to "
+              "%lld output tokens, to %s%s, model %s\n",
+              static_cast<long long>(o.num_prompts), static_cast<long long>(o.prefix_len + o.input_len),
+              static_cast<long long>(o.prefix_len), o.range_ratio,
               static_cast<long long>(o.output_len), target.scheme_host_port.c_str(), target.path.c_str(), model.c_str());
   const std::vector<int64_t> concurrencies = o.max_concurrency.empty() ? std::vector<int64_t>{0} : o.max_concurrency;
   int64_t failed = 0, sent = 0;
@@ -602,6 +609,9 @@ void add_bench_serve_command(CLI::App& bench) {
       ->default_str(o->tokenizer_file);
   cmd->add_option("--num-prompts", o->num_prompts, "Requests per run")->check(CLI::PositiveNumber)->default_str("1000");
   cmd->add_option("--random-input-len", o->input_len, "Prompt tokens")->check(CLI::PositiveNumber)->default_str("1024");
+  cmd->add_option("--random-prefix-len", o->prefix_len, "Tokens of one random text every prompt starts with, before its own")
+      ->check(CLI::NonNegativeNumber)
+      ->default_str("0");
   cmd->add_option("--random-output-len", o->output_len, "Output tokens asked for (max_tokens)")
       ->check(CLI::PositiveNumber)
       ->default_str("128");

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `dsv4 bench serve` against `dsv4 serve` (the tiny model on the CPU) on 127.0.0.1: a run at
-# concurrency 4 whose saved JSON and printed block must add up, a Poisson-rate chat run, and a
+# concurrency 4 whose saved JSON and printed block must add up, a Poisson-rate chat run, a run on a
+# shared prompt prefix that the server's prefix cache serves, and a
 # wrong key and a wrong URL, which must be counted as failures and fail the command with a clear
 # message; a concurrency sweep plotted by scripts/plot_bench_serve.py (matplotlib in the .venv
 # scripts/setup.sh makes). Usage: bench_serve.sh DSV4 PYTHON
@@ -73,6 +74,20 @@ grep -q "^Maximum request concurrency: *2" "$work/sweep.txt" || fail "sweep: no 
 "$python" "$here/../../scripts/plot_bench_serve.py" "$work/sweep.png" "$work/sweep/sweep-concurrency1.json" \
   "$work/sweep/sweep-concurrency2.json" || fail "the plot"
 [ "$(head -c 8 "$work/sweep.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || fail "sweep.png is not a PNG"
+
+# A shared random prefix (--random-prefix-len): one at a time, the second and third requests resume
+# on the first one's state at 128 tokens, which the server's prefix-cache counter shows.
+timeout 60 "$dsv4" bench serve --base-url "$url" --api-key sekrit --model tiny --num-prompts 3 --random-prefix-len 150 \
+  --random-input-len 8 --random-output-len 2 --max-concurrency 1 --ignore-eos >"$work/prefix.txt" \
+  || fail "prefix run: $(cat "$work/prefix.txt")"
+grep -q "of about 158 tokens (150 of them shared" "$work/prefix.txt" || fail "prefix run: $(head -n 1 "$work/prefix.txt")"
+python3 - "$url" <<'PY' || fail "prefix cache hits after the shared-prefix run"
+import re, sys, urllib.request
+request = urllib.request.Request(sys.argv[1] + "/metrics", headers={"Authorization": "Bearer sekrit"})
+text = urllib.request.urlopen(request, timeout=30).read().decode()
+hits = float(re.search(r"^dsv4:prefix_cache_hits_total\{[^}]*\} (\S+)$", text, re.M).group(1))
+assert hits >= 256, hits
+PY
 
 # A wrong key: every request is a counted 401 and the command fails, saying so.
 if timeout 60 "$dsv4" bench serve --base-url "$url" --api-key wrong --model tiny --num-prompts 3 --random-input-len 8 \
