@@ -260,6 +260,80 @@ TEST(BlockManagerPrefixCache, ASequencesLaterBlocksAreEvictedBeforeItsEarlierOne
   EXPECT_EQ(m.cached_prefix(a, 10).size(), 2u);
 }
 
+// Random operations on a prefix-caching block manager, against a model of what it must hold:
+// reference counts equal the tables holding a block, the free count is the blocks no table holds,
+// and a lookup never hands one stream's blocks to another past the tokens they share.
+TEST(BlockManagerPrefixCache, RandomOperationsKeepTheInvariants) {
+  constexpr int64_t kBlocks = 24, kSize = 4;
+  BlockManager m(kBlocks, kSize, true);
+  std::mt19937 rng(11);
+  // Three token streams sharing beginnings, so lookups hit and miss.
+  std::vector<std::vector<int32_t>> streams(3, counting(40));
+  for (size_t k = 1; k < streams.size(); ++k)
+    for (size_t i = 12 * k; i < streams[k].size(); ++i) streams[k][i] = 1000 * static_cast<int32_t>(k) + static_cast<int32_t>(i);
+  struct Live {
+    BlockTable table;
+    size_t stream = 0;
+    int64_t tokens = 0;
+  };
+  std::vector<Live> live;
+  for (int op = 0; op < 4000; ++op) {
+    const int kind = static_cast<int>(rng() % 4);
+    if (kind == 0 && live.size() < 6) {  // a new sequence, starting on what the cache has
+      Live l;
+      l.stream = rng() % streams.size();
+      const std::vector<int32_t>& tokens = streams[l.stream];
+      const std::vector<BlockId> prefix = m.cached_prefix(tokens, 9);
+      // Streams 1 and 2 part from stream 0 (and each other) after 12 and 24 tokens: a run found
+      // for one never takes blocks another computed past that point.
+      const auto parting = [](size_t a, size_t b) { return a == 0 || b == 0 ? 12 * std::max(a, b) : size_t{12}; };
+      for (size_t i = 0; i < prefix.size(); ++i) {
+        for (const Live& other : live) {
+          if (other.stream == l.stream || i * kSize < parting(other.stream, l.stream)) continue;
+          if (i < other.table.blocks.size()) {
+            EXPECT_NE(prefix[i], other.table.blocks[i]) << "block " << i;
+          }
+        }
+      }
+      const int64_t start = static_cast<int64_t>(prefix.size()) * kSize;
+      if (!m.can_take(prefix, start + 1)) continue;
+      m.take_prefix(l.table, prefix);
+      m.grow(l.table, start + 1);
+      l.tokens = start + 1;
+      live.push_back(std::move(l));
+    } else if (kind == 1 && !live.empty()) {  // a sequence grows and registers its full blocks
+      Live& l = live[rng() % live.size()];
+      const int64_t more = std::min<int64_t>(1 + static_cast<int64_t>(rng() % 6), 40 - l.tokens);
+      if (more <= 0 || !m.can_grow(l.table, l.tokens + more)) continue;
+      m.grow(l.table, l.tokens + more);
+      l.tokens += more;
+      m.cache_full_blocks(l.table, streams[l.stream], l.tokens);
+    } else if (kind == 2 && !live.empty()) {  // a sequence ends
+      const size_t i = rng() % live.size();
+      m.release(live[i].table);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+    } else if (kind == 3 && !live.empty()) {  // a fork shares a table
+      if (live.size() >= 6) continue;
+      Live copy = live[rng() % live.size()];
+      copy.table = m.share(copy.table);
+      live.push_back(std::move(copy));
+    }
+    std::map<BlockId, int32_t> holders;
+    for (const Live& l : live) {
+      EXPECT_EQ(static_cast<int64_t>(l.table.blocks.size()), m.blocks_for(l.tokens));
+      for (BlockId b : l.table.blocks) ++holders[b];
+    }
+    for (BlockId b = 0; b < kBlocks; ++b) {
+      const auto it = holders.find(b);
+      ASSERT_EQ(m.ref_count(b), it == holders.end() ? 0 : it->second) << "block " << b << " at op " << op;
+    }
+    ASSERT_EQ(m.num_free(), kBlocks - static_cast<int64_t>(holders.size())) << "op " << op;
+  }
+  for (Live& l : live) m.release(l.table);
+  EXPECT_EQ(m.num_free(), kBlocks);
+  EXPECT_GT(m.num_cached(), 0);
+}
+
 SchedulerConfig caching(int64_t blocks, int64_t recompute) {
   SchedulerConfig c = config(64, blocks, 4, 8);
   c.prefix_caching = true;
