@@ -182,7 +182,8 @@ struct EngineConfig {
   // passes such a multiple keeps a copy of the last (one per running sequence), which joins the
   // others when it finishes, for a next turn that repeats its answer.
   bool enable_prefix_caching = false;
-  // The state snapshots kept, least recently used dropped first. 0: 2 * max_num_seqs.
+  // The state snapshots kept, least recently used dropped first. 0: 2 * max_num_seqs. They come on
+  // top of cache_memory_bytes: at most (max_prefix_snapshots + max_num_seqs) of them at once.
   int64_t max_prefix_snapshots = 0;
   // With the shared pool: every block's pages are filled with NaN as the block is handed out, so a
   // forward reading a row before writing it (a previous owner's) shows NaN in its output. Costs a
