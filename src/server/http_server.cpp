@@ -221,19 +221,23 @@ class OpenAiServer::Impl {
     int64_t completion_tokens = 0;
   };
 
-  // One of a request's n choices: its engine stream and what it has produced.
+  // One of a request's choices (n per prompt): its engine stream and what it has produced.
   struct Choice {
     Running running;
     std::optional<OutputChunk> last;  // the chunk with the finish reason, once it has come
+    bool first_of_prompt = true;      // the prompt's tokens count once, with its first choice
   };
 
-  // The request's usage once every choice has finished: the prompt once, every choice's tokens,
-  // the cached tokens of the first.
+  // The request's usage once every choice has finished: each prompt once, every choice's tokens,
+  // the cached tokens of each prompt's first choice.
   static Usage usage_of(std::span<const Choice> choices) {
-    Usage usage{choices.front().running.prompt_tokens, 0, 0};
-    for (const Choice& c : choices) usage.completion_tokens += c.running.completion_tokens;
-    const OutputChunk& first = *choices.front().last;
-    if (first.metrics) usage.cached_tokens = first.metrics->cached_tokens;
+    Usage usage;
+    for (const Choice& c : choices) {
+      usage.completion_tokens += c.running.completion_tokens;
+      if (!c.first_of_prompt) continue;
+      usage.prompt_tokens += c.running.prompt_tokens;
+      if (c.last->metrics) usage.cached_tokens += c.last->metrics->cached_tokens;
+    }
     return usage;
   }
 
@@ -294,17 +298,20 @@ class OpenAiServer::Impl {
     }
   }
 
-  // The request's o.n choices, each an engine request of its own (an open request each). A seeded
-  // request's choice i draws with seed + i, so the choices differ and each is reproducible.
-  std::vector<Choice> submit(const std::vector<int32_t>& prompt, const GenerationOptions& o, OutputFormat format,
-                             std::string_view id_prefix) {
+  // The o.n choices of each prompt, each an engine request of its own (an open request each),
+  // prompt by prompt. A seeded request's choice i (counted over all prompts) draws with seed + i, so
+  // the choices differ and each is reproducible.
+  std::vector<Choice> submit(std::span<const std::vector<int32_t>> prompts, const GenerationOptions& o,
+                             OutputFormat format, std::string_view id_prefix) {
     if (draining_) throw not_ready("The server is shutting down.");
     const ResponseHeader header{random_id(id_prefix), unix_seconds(), options_.served_model_name};
     std::vector<Choice> choices;
-    for (int32_t i = 0; i < o.n; ++i) {
-      GenerationOptions choice = o;
-      if (o.seed) choice.seed = *o.seed + static_cast<uint64_t>(i);
-      choices.push_back({submit_one(prompt, choice, format, header), std::nullopt});
+    for (const std::vector<int32_t>& prompt : prompts) {
+      for (int32_t j = 0; j < o.n; ++j) {
+        GenerationOptions choice = o;
+        if (o.seed) choice.seed = *o.seed + static_cast<uint64_t>(choices.size());
+        choices.push_back({submit_one(prompt, choice, format, header), std::nullopt, j == 0});
+      }
     }
     return choices;
   }
@@ -395,7 +402,7 @@ class OpenAiServer::Impl {
     check_length(static_cast<int64_t>(ids.size()), request.generation, "messages",
                  ready().max_model_len());
     const OutputFormat format = request.response_format ? OutputFormat::kJsonObject : OutputFormat::kText;
-    std::vector<Choice> choices = submit(ids, request.generation, format, "chatcmpl-");
+    std::vector<Choice> choices = submit(std::span(&ids, 1), request.generation, format, "chatcmpl-");
     std::vector<ChatAnswer> answers;
     for (size_t i = 0; i < choices.size(); ++i) {
       answers.emplace_back(prompt);
@@ -541,11 +548,13 @@ class OpenAiServer::Impl {
   void completions(const httplib::Request& req, httplib::Response& res) {
     const CompletionRequest request = parse_completion_request(parse_request_body(req.body));
     check_model(request.model);
-    const std::vector<int32_t> ids =
-        request.prompt_text ? tokenizer_->encode(*request.prompt_text) : request.prompt_ids;
-    check_length(static_cast<int64_t>(ids.size()), request.generation, "prompt",
-                 ready().max_model_len());
-    std::vector<Choice> choices = submit(ids, request.generation, OutputFormat::kText, "cmpl-");
+    std::vector<std::vector<int32_t>> prompts;
+    for (const CompletionPrompt& p : request.prompts) {
+      prompts.push_back(p.text ? tokenizer_->encode(*p.text) : p.ids);
+      check_length(static_cast<int64_t>(prompts.back().size()), request.generation, "prompt",
+                   ready().max_model_len());
+    }
+    std::vector<Choice> choices = submit(prompts, request.generation, OutputFormat::kText, "cmpl-");
     if (request.generation.stream) {
       const size_t n = choices.size();
       auto state = std::make_shared<StreamState<TextPart>>(

@@ -489,24 +489,29 @@ CompletionRequest parse_completion_request(const ordered_json& body) {
   request.model = model_field(fields);
   const ordered_json* prompt = fields.find("prompt");
   if (!prompt) fields.missing("prompt");
-  // A string, ids, or a list of one of either.
-  const ordered_json* single = prompt;
+  // A string, ids, or a list of either.
+  std::vector<const ordered_json*> singles = {prompt};
   if (prompt->is_array() && !prompt->empty() && !(*prompt)[0].is_number()) {
-    if (prompt->size() > 1) {
-      fields.value_error("prompt", "several prompts in one request are not supported; send "
-                                   "one request per prompt.");
+    singles.clear();
+    for (const ordered_json& p : *prompt) singles.push_back(&p);
+  }
+  for (size_t i = 0; i < singles.size(); ++i) {
+    const ordered_json& single = *singles[i];
+    const std::string at = singles.size() > 1 || single != *prompt ? "prompt[" + std::to_string(i) + "]" : "prompt";
+    CompletionPrompt p;
+    if (single.is_string()) {
+      p.text = single.get<std::string>();
+    } else if (single.is_array()) {
+      p.ids = token_id_list(single, at);
+    } else {
+      throw invalid_request("Invalid type for '" + at + "': expected a string or an array of token ids, but got " +
+                                article_type(single) + " instead.",
+                            at, "invalid_type");
     }
-    single = &(*prompt)[0];
-  }
-  if (single->is_string()) {
-    request.prompt_text = single->get<std::string>();
-  } else if (single->is_array()) {
-    request.prompt_ids = token_id_list(*single, "prompt");
-  } else {
-    fields.type_error("prompt", "a string or an array of token ids", *single);
-  }
-  if (request.prompt_text ? request.prompt_text->empty() : request.prompt_ids.empty()) {
-    fields.value_error("prompt", "the prompt is empty.");
+    if (p.text ? p.text->empty() : p.ids.empty()) {
+      throw invalid_request("Invalid value for '" + at + "': the prompt is empty.", at, "invalid_value");
+    }
+    request.prompts.push_back(std::move(p));
   }
   if (fields.boolean("echo").value_or(false)) {
     fields.value_error("echo", "echo is not supported.");
@@ -517,6 +522,11 @@ CompletionRequest parse_completion_request(const ordered_json& body) {
   }
   GenerationOptions& o = request.generation;
   o = generation_options(fields);
+  if (static_cast<int64_t>(request.prompts.size()) * o.n > kMaxChoices) {
+    fields.value_error("prompt", std::to_string(request.prompts.size()) + " prompts of " + std::to_string(o.n) +
+                                     " choices each are more than the " + std::to_string(kMaxChoices) +
+                                     " choices a request may have.");
+  }
   o.max_tokens = fields.integer("max_tokens", 1, std::numeric_limits<int64_t>::max())
                      .value_or(kDefaultCompletionMaxTokens);
   // Completions give logprobs as a count of alternatives: 0 means the sampled token's only.

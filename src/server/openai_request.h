@@ -75,19 +75,25 @@ struct ChatCompletionRequest {
 // Throws ApiError 400 naming the first bad field.
 ChatCompletionRequest parse_chat_completion_request(const nlohmann::ordered_json& body);
 
+// One prompt of a completion request: exactly one of the two, a text or token ids.
+struct CompletionPrompt {
+  std::optional<std::string> text;
+  std::vector<int32_t> ids;
+};
+
 struct CompletionRequest {
   std::optional<std::string> model;
-  // Exactly one of the two: a text prompt, or token ids.
-  std::optional<std::string> prompt_text;
-  std::vector<int32_t> prompt_ids;
+  // One or more (a list of strings or of id lists); each gets n choices, prompt i's choice j
+  // having index i * n + j, as OpenAI's and vLLM's do.
+  std::vector<CompletionPrompt> prompts;
   GenerationOptions generation;  // max_tokens defaults to 16, as OpenAI's and vLLM's do
 };
 
 inline constexpr int64_t kDefaultCompletionMaxTokens = 16;
 inline constexpr int32_t kMaxCompletionLogprobs = 5;
 
-// Throws ApiError 400 naming the first bad field; several prompts in one request (a list of
-// strings or of id lists) are refused, as are echo, suffix and best_of > 1.
+// Throws ApiError 400 naming the first bad field; more than kMaxChoices choices in all (prompts
+// times n), echo, suffix and best_of > 1 are refused.
 CompletionRequest parse_completion_request(const nlohmann::ordered_json& body);
 
 // POST /tokenize: {"prompt": "..."} or {"messages": [...]} (+ add_special_tokens, tools,

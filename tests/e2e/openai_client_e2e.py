@@ -78,6 +78,9 @@ check(g.usage.completion_tokens == 2 * single.usage.completion_tokens and g.usag
 two = client.completions.create(model=model, prompt=prompt, max_tokens=6, temperature=0.9, seed=7, n=2)
 one = client.completions.create(model=model, prompt=prompt, max_tokens=6, temperature=0.9, seed=8)
 check(two.choices[1].text == one.choices[0].text, f"n=2 choice 1 {two.choices[1].text!r} vs seed 8 {one.choices[0].text!r}")
+batch = client.completions.create(model=model, prompt=[prompt, "Another prompt"], max_tokens=4, temperature=0)
+check([ch.index for ch in batch.choices] == [0, 1] and batch.choices[0].text == single.choices[0].text,
+      f"two prompts: {batch}")
 stream_choices = {}
 for ch in client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=4,
                                          temperature=0, n=2, stream=True):

@@ -316,7 +316,7 @@ TEST_F(HttpServerTest, CompletionsStreamedAndNot) {
   EXPECT_EQ(events.back(), "[DONE]");
 }
 
-// n > 1: one engine request per choice (a seeded one draws with seed + i), the choices' index in
+// n > 1 and several prompts: one engine request per choice (a seeded one draws with seed + i), the choices' index in
 // every object, usage summing their tokens, one usage chunk and one [DONE] after all of them;
 // more choices than open requests allowed get 429 and cancel the ones submitted.
 TEST_F(HttpServerTest, SeveralChoicesStreamedAndNot) {
@@ -355,6 +355,13 @@ TEST_F(HttpServerTest, SeveralChoicesStreamedAndNot) {
   EXPECT_EQ(finishes, (std::map<int, int>{{0, 1}, {1, 1}}));
   EXPECT_EQ(content[0], "Hello there.");
   EXPECT_EQ(content[1], "Hello there.");
+
+  // Several prompts: n choices each, in prompt order; every prompt's tokens count once.
+  const json batch = json::parse(post("/v1/completions", R"({"prompt": [[1, 2, 3], [4, 5]]})")->body);
+  ASSERT_EQ(batch["choices"].size(), 2u) << batch.dump();
+  EXPECT_EQ(batch["choices"][1]["index"], 1);
+  EXPECT_EQ(batch["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(engine_.last_request.prompt, (std::vector<int32_t>{4, 5}));
 
   const int cancels = engine_.cancels;
   expect_error(post("/v1/completions", R"({"prompt": "a", "n": 3})"), 429);

@@ -191,10 +191,14 @@ TEST(OpenAiRequest, CompletionPromptForms) {
   const auto completion = [](std::string_view body) {
     return parse_completion_request(parse_request_body(body));
   };
-  EXPECT_EQ(completion(R"({"prompt": "hi"})").prompt_text, "hi");
-  EXPECT_EQ(completion(R"({"prompt": ["hi"]})").prompt_text, "hi");
-  EXPECT_EQ(completion(R"({"prompt": [1, 2, 3]})").prompt_ids, (std::vector<int32_t>{1, 2, 3}));
-  EXPECT_EQ(completion(R"({"prompt": [[4, 5]]})").prompt_ids, (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(completion(R"({"prompt": "hi"})").prompts.at(0).text, "hi");
+  EXPECT_EQ(completion(R"({"prompt": ["hi"]})").prompts.at(0).text, "hi");
+  EXPECT_EQ(completion(R"({"prompt": [1, 2, 3]})").prompts.at(0).ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(completion(R"({"prompt": [[4, 5]]})").prompts.at(0).ids, (std::vector<int32_t>{4, 5}));
+  const CompletionRequest several = completion(R"({"prompt": ["a", [7, 8], "b"], "n": 2})");
+  ASSERT_EQ(several.prompts.size(), 3u);
+  EXPECT_EQ(several.prompts[1].ids, (std::vector<int32_t>{7, 8}));
+  EXPECT_EQ(several.prompts[2].text, "b");
   const CompletionRequest r = completion(R"({"prompt": "x", "logprobs": 2})");
   EXPECT_EQ(r.generation.max_tokens, kDefaultCompletionMaxTokens);
   EXPECT_TRUE(r.generation.logprobs);
@@ -208,7 +212,10 @@ TEST(OpenAiRequest, CompletionPromptForms) {
   refused("{}", "prompt");
   refused(R"({"prompt": ""})", "prompt");
   refused(R"({"prompt": []})", "prompt");
-  refused(R"({"prompt": ["a", "b"]})", "prompt");
+  refused(R"({"prompt": ["a", ""]})", "prompt[1]");
+  refused(R"({"prompt": ["a", 5]})", "prompt[1]");
+  refused(R"({"prompt": [[1], [2, "x"]]})", "prompt[1][1]");
+  refused(R"({"prompt": ["a", "b", "c"], "n": 22})", "prompt");  // 66 choices
   refused(R"({"prompt": [1, "a"]})", "prompt[1]");
   refused(R"({"prompt": [1, 4294967296]})", "prompt[1]");
   refused(R"({"prompt": 5})", "prompt");
