@@ -177,7 +177,7 @@ struct EngineConfig {
   // and longer than that recomputation (a V4-Flash hit saves compute from about 5.6k shared tokens).
   // Each prefill also stops once at the last such multiple before its prompt's end and the engine
   // keeps a copy of the sequence's window and compressor state there (model/cache.h
-  // StateSnapshot: 5.6 MB for V4-Flash), so a later request sharing that much (the next turn of a
+  // StateSnapshot: 7.4 MB for V4-Flash), so a later request sharing that much (the next turn of a
   // chat, a long system prompt) resumes there recomputing nothing. Likewise a sequence whose decode
   // passes such a multiple keeps a copy of the last (one per running sequence), which joins the
   // others when it finishes, for a next turn that repeats its answer.
