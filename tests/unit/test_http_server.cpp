@@ -356,6 +356,11 @@ TEST_F(HttpServerTest, SeveralChoicesStreamedAndNot) {
   EXPECT_EQ(content[0], "Hello there.");
   EXPECT_EQ(content[1], "Hello there.");
 
+  // The streamed answer's choices are let go once the server has finished the response, which
+  // may be just after the client has it.
+  for (int i = 0; i < 200 && engine_.open > 0; ++i) std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(engine_.open, 0);
+
   // Several prompts: n choices each, in prompt order; every prompt's tokens count once.
   const json batch = json::parse(post("/v1/completions", R"({"prompt": [[1, 2, 3], [4, 5]]})")->body);
   ASSERT_EQ(batch["choices"].size(), 2u) << batch.dump();
