@@ -174,6 +174,9 @@ class Engine::Impl {
     std::optional<StreamDecoder> decoder;  // with a tokenizer
     std::optional<JsonObjectPrefix> json;  // OutputFormat::kJsonObject: the output so far
     std::string text;                      // decoded so far (stop string cut)
+    std::optional<int32_t> prompt_logprobs;  // GenerateRequest::prompt_logprobs
+    std::vector<GeneratedToken> prompt_token_logprobs;  // prompt tokens 1.., sent with the first chunk
+    bool prompt_logprobs_sent = false;
     // Prefix caching: the state at the last aligned point its decode passed, kept with the others
     // when it finishes (a next chat turn that repeats its answer resumes there).
     std::optional<std::pair<uint64_t, StateSnapshot>> decode_snapshot;
@@ -196,6 +199,7 @@ class Engine::Impl {
   CachePool::PagesByRatio pool_pages() const;
   SequenceCache new_sequence(int64_t capacity) const;
   void take_snapshots(const SchedulerStep& plan);
+  void take_prompt_logprobs(const SchedulerStep& plan);
   void keep_snapshot(uint64_t key, StateSnapshot snapshot);
   void take_submissions();
   void emit(Request& r, const TokenChoice& choice, EngineClock::time_point now, std::vector<SequenceId>& finished);
@@ -214,7 +218,8 @@ class Engine::Impl {
   // Engine thread only.
   Scheduler scheduler_;
   std::unordered_map<SequenceId, Request> requests_;
-  std::vector<float> logits_;
+  std::vector<float> logits_;               // the step's sampling rows, [chunks, V]
+  std::vector<float> all_logits_;           // every token's, [T, V], in steps that need them
   std::vector<int32_t> greedy_ids_;         // the step's argmax per sequence, when made on the backend
   std::optional<JsonTokenMask> json_mask_;  // made when the first JSON request samples
   ThreadPool sampling_pool_;                // the step's draws (EngineConfig::sampling_threads)
@@ -292,6 +297,37 @@ SequenceCache Engine::Impl::new_sequence(int64_t capacity) const {
                      : model_.new_sequence(ops_, capacity, config_.exact_math);
 }
 
+// After a step that took every token's logits: the sampling row of each chunk (its last token's)
+// into logits_, and the logprobs of the prompt tokens the chunks' logits predict.
+void Engine::Impl::take_prompt_logprobs(const SchedulerStep& plan) {
+  const int64_t V = model_.config()->vocab_size;
+  logits_.resize(plan.chunks.size() * static_cast<size_t>(V));
+  int64_t begin = 0;
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    const ScheduledChunk& c = plan.chunks[i];
+    const auto row = [&](int64_t token) {
+      return std::span<const float>(all_logits_).subspan(static_cast<size_t>((begin + token) * V), static_cast<size_t>(V));
+    };
+    const std::span<const float> last = row(c.num_tokens - 1);
+    std::copy(last.begin(), last.end(), logits_.begin() + static_cast<std::ptrdiff_t>(i) * V);
+    Request& r = requests_.at(c.sequence->id);
+    if (r.prompt_logprobs && !r.prompt_logprobs_sent) {
+      const Sequence& s = *c.sequence;
+      r.prompt_token_logprobs.resize(static_cast<size_t>(s.num_prompt_tokens - 1));
+      for (int64_t k = 0; k < c.num_tokens && c.start + k + 1 < s.num_prompt_tokens; ++k) {
+        const int64_t next = c.start + k + 1;  // the prompt token this row predicts
+        const TokenChoice choice = token_logprobs(row(k), s.tokens[static_cast<size_t>(next)], *r.prompt_logprobs);
+        GeneratedToken& t = r.prompt_token_logprobs[static_cast<size_t>(next - 1)];
+        t.id = choice.id;
+        t.logprob = choice.logprob;
+        t.top.clear();
+        for (const auto& [id, logprob] : choice.top) t.top.push_back({id, logprob});
+      }
+    }
+    begin += c.num_tokens;
+  }
+}
+
 // After a step: a sequence that reached its prefill's snapshot point leaves a copy of its state
 // there; one whose decode reached an aligned point keeps a copy for when it finishes.
 void Engine::Impl::take_snapshots(const SchedulerStep& plan) {
@@ -341,6 +377,8 @@ RequestHandle Engine::Impl::submit(GenerateRequest request) {
       throw UsageError("logit_bias: token id " + std::to_string(id) + " is outside the vocabulary of " +
                        std::to_string(vocab));
   request.sampling.validate();
+  if (request.prompt_logprobs && (*request.prompt_logprobs < 0 || *request.prompt_logprobs > 20))
+    throw UsageError("prompt_logprobs = " + std::to_string(*request.prompt_logprobs) + ": must be in [0, 20]");
   if (!request.stop.stop_strings.empty() && !tokenizer_)
     throw UsageError("stop strings need the engine's tokenizer, and this engine has none");
   if (request.format == OutputFormat::kJsonObject && !tokenizer_)
@@ -380,6 +418,8 @@ void Engine::Impl::take_submissions() {
     r.sequence = &seq;
     if (tokenizer_) r.decoder.emplace(*tokenizer_);
     if (s.request.format == OutputFormat::kJsonObject) r.json.emplace();
+    r.prompt_logprobs = s.request.prompt_logprobs;
+    seq.no_prefix_hit = r.prompt_logprobs.has_value();  // its whole prompt must run for them
     r.metrics.arrival = s.arrival;
     r.metrics.prompt_tokens = seq.num_prompt_tokens;
     counters_.prompt_tokens += static_cast<uint64_t>(seq.num_prompt_tokens);
@@ -403,10 +443,16 @@ bool Engine::Impl::step() {
       const int64_t V = model_.config()->vocab_size, n = static_cast<int64_t>(plan.chunks.size());
       ForwardBatch batch;
       batch.options.exact_math = config_.exact_math;
-      batch.options.logits = LogitsFor::kLastTokenOfSequence;
+      // A chunk of a prompt whose logprobs were asked for needs every token's logits: then the
+      // step takes them all and picks the sampling rows on the host.
+      const bool all_logits = std::any_of(plan.chunks.begin(), plan.chunks.end(), [&](const ScheduledChunk& c) {
+        const Request& r = requests_.at(c.sequence->id);
+        return r.prompt_logprobs && !r.prompt_logprobs_sent && c.start + 1 < c.sequence->num_prompt_tokens;
+      });
+      batch.options.logits = all_logits ? LogitsFor::kAllTokens : LogitsFor::kLastTokenOfSequence;
       // When every token this step samples is a plain greedy choice, the argmax runs on the
       // backend and only the ids come back (sample_token's argmax, the same ids).
-      const bool greedy_on_backend = std::all_of(plan.chunks.begin(), plan.chunks.end(), [&](const ScheduledChunk& c) {
+      const bool greedy_on_backend = !all_logits && std::all_of(plan.chunks.begin(), plan.chunks.end(), [&](const ScheduledChunk& c) {
         return !c.samples() || plain_greedy(requests_.at(c.sequence->id));
       });
       try {
@@ -433,6 +479,11 @@ bool Engine::Impl::step() {
           ops_.argmax_rows({result.logits.view(), ids.view()});
           greedy_ids_.resize(static_cast<size_t>(n));
           ops_.download(ids.view(), TensorView(reinterpret_cast<std::byte*>(greedy_ids_.data()), DType::kI32, {n}));
+        } else if (all_logits) {
+          const int64_t T = batch.num_tokens();
+          all_logits_.resize(static_cast<size_t>(T * V));
+          ops_.download(result.logits.view(), TensorView(reinterpret_cast<std::byte*>(all_logits_.data()), DType::kF32, {T, V}));
+          take_prompt_logprobs(plan);
         } else {
           logits_.resize(static_cast<size_t>(n * V));
           ops_.download(result.logits.view(), TensorView(reinterpret_cast<std::byte*>(logits_.data()), DType::kF32, {n, V}));
@@ -509,6 +560,10 @@ void Engine::Impl::emit(Request& r, const TokenChoice& choice, EngineClock::time
   token.logprob = choice.logprob;
   for (const auto& [id, logprob] : choice.top) token.top.push_back({id, logprob});
   chunk.tokens.push_back(std::move(token));
+  if (r.prompt_logprobs && !r.prompt_logprobs_sent) {
+    chunk.prompt_logprobs = std::move(r.prompt_token_logprobs);
+    r.prompt_logprobs_sent = true;
+  }
   if (r.metrics.completion_tokens == 0) r.metrics.first_token = now;
   ++r.metrics.completion_tokens;
   ++counters_.generation_tokens;

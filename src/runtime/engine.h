@@ -78,6 +78,11 @@ struct GenerateRequest {
   SamplingParams sampling;
   StopConditions stop;
   OutputFormat format = OutputFormat::kText;
+  // [0, 20]: the logprob of every prompt token after the first under the model (the raw
+  // distribution, as sampling.logprobs), with that many alternatives, in the first chunk
+  // (OpenAI's echo with logprobs, vLLM's prompt_logprobs). Such a request takes no prefix-cache hit,
+  // since its whole prompt must run; its prefill steps take every token's logits.
+  std::optional<int32_t> prompt_logprobs;
 };
 
 struct TokenLogprob {
@@ -108,6 +113,9 @@ struct RequestMetrics {
 
 struct OutputChunk {
   std::vector<GeneratedToken> tokens;  // the new tokens, in order
+  // GenerateRequest::prompt_logprobs, on the first chunk: prompt tokens 1.. in order (the first
+  // prompt token has none).
+  std::vector<GeneratedToken> prompt_logprobs;
   std::string text;                    // their text when the engine has a tokenizer (see above)
   EngineClock::time_point time;        // when the engine emitted the chunk
   std::optional<FinishReason> finish;  // set on the last chunk only

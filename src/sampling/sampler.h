@@ -42,4 +42,9 @@ struct TokenHistory {
 TokenChoice sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
                          const TokenHistory& history, std::span<const uint8_t> allowed = {});
 
+// Token `id`'s logprob under `logits` (log_softmax, in double) and the `top_logprobs` most likely
+// tokens with theirs (ties by id): what sample_token returns with logprobs, for a given token (a
+// prompt's, for prompt logprobs). Throws UsageError for an id outside the logits.
+TokenChoice token_logprobs(std::span<const float> logits, int32_t id, int32_t top_logprobs);
+
 }  // namespace dsv4

@@ -117,7 +117,7 @@ std::vector<BlockId> Scheduler::reusable_prefix(const Sequence& s, int64_t& resu
                                                 std::optional<uint64_t>& snapshot) const {
   resume = 0;
   snapshot.reset();
-  if (!config_.prefix_caching) return {};
+  if (!config_.prefix_caching || s.no_prefix_hit) return {};
   const int64_t bs = config_.block_size, align = config_.prefix_alignment;
   std::vector<BlockId> prefix = blocks_.cached_prefix(s.tokens, (s.num_tokens() - 1) / bs);
   int64_t reused = static_cast<int64_t>(prefix.size()) * bs / align * align;

@@ -35,6 +35,7 @@ struct Sequence {
   // Prefix caching: its prefill stops at this position (0: none), the last multiple of the
   // alignment before the prompt's end, for the engine to take a state snapshot there.
   int64_t snapshot_at = 0;
+  bool no_prefix_hit = false;  // it must compute its whole prompt (prompt logprobs)
   SequenceStatus status = SequenceStatus::kWaiting;
   int64_t num_preemptions = 0;
 

@@ -345,25 +345,35 @@ class OpenAiServer::Impl {
     request.stop.stop_strings = o.stop;
     request.stop.ignore_eos = o.ignore_eos;
     request.format = format;
+    request.prompt_logprobs = o.prompt_logprobs;
     const int64_t prompt_tokens = static_cast<int64_t>(request.prompt.size());
     std::unique_ptr<GenerationStream> stream = engine.submit(std::move(request));
     return Running{std::move(stream), std::move(slot), header, prompt_tokens, 0};
   }
 
-  std::vector<TokenLogprobInfo> logprobs_of(const OutputChunk& chunk) const {
+  std::string token_text(int32_t id) const {
+    try {
+      return std::string(tokenizer_->token_bytes(id));
+    } catch (const UsageError&) {
+      return std::string();
+    }
+  }
+
+  std::vector<TokenLogprobInfo> logprobs_of(std::span<const GeneratedToken> tokens) const {
     std::vector<TokenLogprobInfo> infos;
-    const auto text_of = [this](int32_t id) {
-      try {
-        return std::string(tokenizer_->token_bytes(id));
-      } catch (const UsageError&) {
-        return std::string();
-      }
-    };
-    for (const GeneratedToken& token : chunk.tokens) {
-      TokenLogprobInfo info{text_of(token.id), token.logprob, {}};
-      for (const TokenLogprob& top : token.top) info.top.emplace_back(text_of(top.id), top.logprob);
+    for (const GeneratedToken& token : tokens) {
+      TokenLogprobInfo info{token_text(token.id), token.logprob, {}};
+      for (const TokenLogprob& top : token.top) info.top.emplace_back(token_text(top.id), top.logprob);
       infos.push_back(std::move(info));
     }
+    return infos;
+  }
+  std::vector<TokenLogprobInfo> logprobs_of(const OutputChunk& chunk) const { return logprobs_of(chunk.tokens); }
+
+  // An echoed prompt's logprobs: its first token with none, then those of the first chunk.
+  std::vector<TokenLogprobInfo> prompt_logprobs_of(const std::vector<int32_t>& prompt, const OutputChunk& first) const {
+    std::vector<TokenLogprobInfo> infos = {{token_text(prompt.front()), 0.0f, {}, true}};
+    for (TokenLogprobInfo& info : logprobs_of(first.prompt_logprobs)) infos.push_back(std::move(info));
     return infos;
   }
 
@@ -392,6 +402,10 @@ class OpenAiServer::Impl {
   };
   struct TextPart {
     size_t text_offset = 0;
+    // echo: the prompt's text and ids, sent before the choice's first tokens.
+    std::string echo;
+    const std::vector<int32_t>* prompt = nullptr;
+    bool echoed = false;
   };
 
   void chat_completions(const httplib::Request& req, httplib::Response& res) {
@@ -554,11 +568,20 @@ class OpenAiServer::Impl {
       check_length(static_cast<int64_t>(prompts.back().size()), request.generation, "prompt",
                    ready().max_model_len());
     }
-    std::vector<Choice> choices = submit(prompts, request.generation, OutputFormat::kText, "cmpl-");
+    GenerationOptions options = request.generation;
+    if (request.echo && options.logprobs) options.prompt_logprobs = options.top_logprobs;
+    std::vector<Choice> choices = submit(prompts, options, OutputFormat::kText, "cmpl-");
+    // Choice i is of prompt i / n; with echo its text starts with that prompt's.
+    std::vector<TextPart> parts(choices.size());
+    for (size_t i = 0; i < choices.size(); ++i) {
+      const size_t p = i / static_cast<size_t>(options.n);
+      if (!request.echo) continue;
+      parts[i].prompt = &prompts[p];
+      parts[i].echo = request.prompts[p].text ? *request.prompts[p].text : tokenizer_->decode(prompts[p]);
+    }
     if (request.generation.stream) {
-      const size_t n = choices.size();
       auto state = std::make_shared<StreamState<TextPart>>(
-          StreamState<TextPart>{std::move(choices), std::vector<TextPart>(n), request.generation});
+          StreamState<TextPart>{std::move(choices), std::move(parts), request.generation});
       stream_events(res, state, "text_completion",
                     [this](StreamState<TextPart>& s, size_t i, const OutputChunk* chunk) {
                       return text_events(s, i, chunk);
@@ -568,13 +591,17 @@ class OpenAiServer::Impl {
     ordered_json json_choices = ordered_json::array();
     for (size_t i = 0; i < choices.size(); ++i) {
       Choice& choice = choices[i];
-      std::string text;
+      std::string text = parts[i].echo;
       std::vector<TokenLogprobInfo> logprobs;
       while (!choice.last) {
         OutputChunk chunk = next_chunk(*choice.running.stream);
         choice.running.completion_tokens += static_cast<int64_t>(chunk.tokens.size());
         text += chunk.text;
         if (request.generation.logprobs) {
+          if (parts[i].prompt && !parts[i].echoed && !chunk.tokens.empty()) {
+            logprobs = prompt_logprobs_of(*parts[i].prompt, chunk);
+            parts[i].echoed = true;
+          }
           for (TokenLogprobInfo& info : logprobs_of(chunk)) logprobs.push_back(std::move(info));
         }
         if (chunk.finish) choice.last = std::move(chunk);
@@ -596,11 +623,19 @@ class OpenAiServer::Impl {
     const auto index = static_cast<int64_t>(i);
     s.choices[i].running.completion_tokens += static_cast<int64_t>(chunk->tokens.size());
     std::string events;
+    TextPart& part = s.parts[i];
+    if (part.prompt && !part.echoed && !chunk->tokens.empty()) {  // the echoed prompt first
+      part.echoed = true;
+      std::optional<ordered_json> prompt_logprobs;
+      if (s.options.logprobs) prompt_logprobs = completion_logprobs_json(prompt_logprobs_of(*part.prompt, *chunk), 0);
+      events += sse_event(completion_chunk_json(header, index, part.echo, std::nullopt, prompt_logprobs, usage));
+      part.text_offset = part.echo.size();
+    }
     std::optional<ordered_json> logprobs;
     if (s.options.logprobs && !chunk->tokens.empty()) {
-      logprobs = completion_logprobs_json(logprobs_of(*chunk), s.parts[i].text_offset);
+      logprobs = completion_logprobs_json(logprobs_of(*chunk), part.text_offset);
     }
-    s.parts[i].text_offset += chunk->text.size();
+    part.text_offset += chunk->text.size();
     if (!chunk->text.empty() || logprobs) {
       events += sse_event(completion_chunk_json(header, index, chunk->text, std::nullopt, logprobs, usage));
     }

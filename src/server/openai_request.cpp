@@ -513,9 +513,7 @@ CompletionRequest parse_completion_request(const ordered_json& body) {
     }
     request.prompts.push_back(std::move(p));
   }
-  if (fields.boolean("echo").value_or(false)) {
-    fields.value_error("echo", "echo is not supported.");
-  }
+  request.echo = fields.boolean("echo").value_or(false);
   if (fields.find("suffix")) fields.value_error("suffix", "suffix is not supported.");
   if (fields.integer("best_of", 1, std::numeric_limits<int32_t>::max()).value_or(1) > 1) {
     fields.value_error("best_of", "best_of > 1 is not supported.");

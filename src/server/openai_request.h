@@ -46,6 +46,8 @@ struct GenerationOptions {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage; needs stream
   int32_t n = 1;               // choices, [1, kMaxChoices]
+  // Set by the completions route for echo with logprobs: GenerateRequest::prompt_logprobs.
+  std::optional<int32_t> prompt_logprobs;
 };
 
 inline constexpr size_t kMaxStopStrings = 16;
@@ -86,6 +88,9 @@ struct CompletionRequest {
   // One or more (a list of strings or of id lists); each gets n choices, prompt i's choice j
   // having index i * n + j, as OpenAI's and vLLM's do.
   std::vector<CompletionPrompt> prompts;
+  // Each choice's text (and logprobs) start with its prompt's, the first prompt token's logprob
+  // null.
+  bool echo = false;
   GenerationOptions generation;  // max_tokens defaults to 16, as OpenAI's and vLLM's do
 };
 
@@ -93,7 +98,7 @@ inline constexpr int64_t kDefaultCompletionMaxTokens = 16;
 inline constexpr int32_t kMaxCompletionLogprobs = 5;
 
 // Throws ApiError 400 naming the first bad field; more than kMaxChoices choices in all (prompts
-// times n), echo, suffix and best_of > 1 are refused.
+// times n), suffix and best_of > 1 are refused.
 CompletionRequest parse_completion_request(const nlohmann::ordered_json& body);
 
 // POST /tokenize: {"prompt": "..."} or {"messages": [...]} (+ add_special_tokens, tools,

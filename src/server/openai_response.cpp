@@ -77,10 +77,10 @@ ordered_json completion_logprobs_json(std::span<const TokenLogprobInfo> tokens,
   ordered_json offsets = ordered_json::array();
   for (const TokenLogprobInfo& token : tokens) {
     texts.push_back(repaired(token.token));
-    logprobs.push_back(token.logprob);
+    logprobs.push_back(token.none ? ordered_json(nullptr) : ordered_json(token.logprob));
     ordered_json top = ordered_json::object();
     for (const auto& [text, logprob] : token.top) top[repaired(text)] = logprob;
-    tops.push_back(std::move(top));
+    tops.push_back(token.none ? ordered_json(nullptr) : std::move(top));
     offsets.push_back(text_offset);
     text_offset += token.token.size();
   }

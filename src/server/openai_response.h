@@ -40,6 +40,7 @@ struct TokenLogprobInfo {
   std::string token;
   float logprob = 0.0f;
   std::vector<std::pair<std::string, float>> top;  // most likely first
+  bool none = false;  // a token with no logprob (an echoed prompt's first): null in the JSON
 };
 
 // Chat's {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.

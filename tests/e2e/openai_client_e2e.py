@@ -88,6 +88,14 @@ for ch in client.chat.completions.create(model=model, messages=[{"role": "user",
         stream_choices[c.index] = stream_choices.get(c.index, "") + (c.delta.content or "")
 check(sorted(stream_choices) == [0, 1] and stream_choices[0] == stream_choices[1], f"streamed n=2: {stream_choices}")
 
+# echo with logprobs scores the prompt (lm-eval's loglikelihood requests): the prompt's tokens come
+# first, the first with no logprob, each the model's; the text starts with the prompt.
+scored = client.completions.create(model=model, prompt=prompt, max_tokens=1, temperature=0, echo=True, logprobs=1)
+lp = scored.choices[0].logprobs
+check(scored.choices[0].text.startswith(prompt), f"echo text {scored.choices[0].text!r}")
+check(len(lp.token_logprobs) == scored.usage.prompt_tokens + 1 and lp.token_logprobs[0] is None
+      and all(v <= 0 for v in lp.token_logprobs[1:]), f"echo logprobs {lp}")
+
 # Seeded sampling repeats itself.
 a = client.completions.create(model=model, prompt=prompt, max_tokens=6, temperature=0.9, top_p=0.9, seed=7)
 b = client.completions.create(model=model, prompt=prompt, max_tokens=6, temperature=0.9, top_p=0.9, seed=7)

@@ -28,6 +28,7 @@
 #include "model/forward_runner.h"
 #include "model/model.h"
 #include "runtime/engine.h"
+#include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsv4 {
@@ -433,6 +434,60 @@ TEST_F(EngineTest, PrefixCachingUnderChurnKeepsEveryRequestsSoloBits) {
     EXPECT_EQ(got.tokens, want.tokens) << "request " << i;
     EXPECT_TRUE(same_bits(got.logprobs, want.logprobs)) << "request " << i;
   }
+}
+
+// Prompt logprobs (echo): every prompt token after the first gets its logprob under the model and
+// its alternatives in the first chunk, the same bits a one-shot forward over the prompt gives,
+// whatever the chunking, and the request's own tokens are those it gets without them. With prefix
+// caching on and its prompt cached, it still computes the whole prompt.
+TEST_F(EngineTest, PromptLogprobsAreTheOneShotForwardsAndChangeNoToken) {
+  const std::vector<int32_t> prompt = ids(150, 61);
+  GenerateRequest with = request(prompt, 3);
+  with.prompt_logprobs = 2;
+  const Result plain = alone(request(prompt, 3));
+
+  const ModelConfig& cfg = model_->config();
+  SequenceCache cache = model_->new_sequence(*ops_, 200, false);
+  ForwardBatch batch;
+  batch.options.logits = LogitsFor::kAllTokens;
+  batch.add(cache, prompt);
+  const ForwardResult whole = model_->forward(*ops_, batch);  // CPU: the logits are host memory
+  const float* all = whole.logits.view().data<float>();
+  const std::vector<float> logits(all, all + whole.logits.numel());
+  const auto V = static_cast<size_t>(cfg->vocab_size);
+
+  for (const bool caching : {false, true}) {
+    EngineConfig c = long_prompt_config();
+    c.max_num_batched_tokens = 48;  // chunks of 48
+    c.enable_prefix_caching = caching;
+    auto e = engine(c);
+    if (caching) {  // the same prompt computed and cached first
+      RequestHandle first = e->submit(request(prompt, 1));
+      run_until_idle(*e);
+      drain(first);
+    }
+    RequestHandle h = e->submit(with);
+    run_until_idle(*e);
+    const OutputChunk first = h.next();
+    Result rest = drain(h);
+    ASSERT_EQ(first.prompt_logprobs.size(), prompt.size() - 1) << "caching " << caching;
+    for (size_t k = 0; k + 1 < prompt.size(); ++k) {
+      const TokenChoice want = token_logprobs(std::span<const float>(logits).subspan(k * V, V), prompt[k + 1], 2);
+      const GeneratedToken& got = first.prompt_logprobs[k];
+      ASSERT_EQ(got.id, prompt[k + 1]);
+      ASSERT_TRUE(same_bits({got.logprob}, {want.logprob})) << "prompt token " << k + 1;
+      ASSERT_EQ(got.top.size(), 2u);
+      EXPECT_EQ(got.top[0].id, want.top[0].first);
+    }
+    std::vector<int32_t> tokens;
+    for (const GeneratedToken& t : first.tokens) tokens.push_back(t.id);
+    tokens.insert(tokens.end(), rest.tokens.begin(), rest.tokens.end());
+    EXPECT_EQ(tokens, plain.tokens);
+    EXPECT_EQ(rest.last.metrics->cached_tokens, 0);
+  }
+  GenerateRequest bad = request(prompt, 3);
+  bad.prompt_logprobs = 21;
+  EXPECT_THROW(engine()->submit(bad), UsageError);
 }
 
 // cache_memory_bytes sizes the blocks: what is left after max_num_seqs sequences' fixed state, in

@@ -90,6 +90,9 @@ class ScriptedEngine final : public ServingEngine {
       chunks.push_back(std::move(chunk));
     }
     if (chunks.empty()) chunks.emplace_back();
+    if (request.prompt_logprobs)  // every prompt token after the first at -1, one alternative
+      for (size_t i = 1; i < request.prompt.size(); ++i)
+        chunks.front().prompt_logprobs.push_back({request.prompt[i], -1.0f, {{9, -0.5f}}});
     chunks.back().finish = finish;
     const auto now = EngineClock::now();
     chunks.back().metrics = RequestMetrics{now - 2s, now - 1s, now,
@@ -373,6 +376,33 @@ TEST_F(HttpServerTest, SeveralChoicesStreamedAndNot) {
   EXPECT_EQ(engine_.cancels, cancels + 2);
   EXPECT_EQ(engine_.open, 0);
   EXPECT_EQ(post("/v1/completions", R"({"prompt": "a"})")->status, 200);
+}
+
+// echo: the prompt's text first, with logprobs the prompt tokens' first (the first one's null,
+// asked of the engine as prompt logprobs), streamed as the first event.
+TEST_F(HttpServerTest, CompletionsEchoThePrompt) {
+  server_->set_engine(engine_);
+  const json plain = json::parse(post("/v1/completions", R"({"prompt": "hi", "echo": true})")->body);
+  EXPECT_EQ(plain["choices"][0]["text"], "hiHello there.");
+  EXPECT_FALSE(engine_.last_request.prompt_logprobs.has_value());
+
+  const json scored = json::parse(post("/v1/completions", R"({"prompt": [1, 2, 3], "echo": true, "logprobs": 1})")->body);
+  EXPECT_EQ(engine_.last_request.prompt_logprobs, 1);
+  const json& logprobs = scored["choices"][0]["logprobs"];
+  ASSERT_EQ(logprobs["tokens"].size(), 3u + 4u) << scored.dump();
+  EXPECT_TRUE(logprobs["token_logprobs"][0].is_null());
+  EXPECT_TRUE(logprobs["top_logprobs"][0].is_null());
+  EXPECT_EQ(logprobs["token_logprobs"][1], -1.0);
+  EXPECT_EQ(logprobs["token_logprobs"][3], -0.25);  // the first generated token
+  EXPECT_EQ(logprobs["text_offset"][3], scored["choices"][0]["text"].get<std::string>().find("Hel"));
+
+  const auto streamed = post("/v1/completions", R"({"prompt": "hi", "echo": true, "stream": true})");
+  const auto events = sse_data(streamed->body);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(json::parse(events[0])["choices"][0]["text"], "hi");
+  std::string text;
+  for (size_t i = 0; i + 1 < events.size(); ++i) text += json::parse(events[i])["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(text, "hiHello there.");
 }
 
 TEST_F(HttpServerTest, ModelsTokenizeDetokenizeMetrics) {

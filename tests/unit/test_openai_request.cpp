@@ -220,7 +220,8 @@ TEST(OpenAiRequest, CompletionPromptForms) {
   refused(R"({"prompt": [1, 4294967296]})", "prompt[1]");
   refused(R"({"prompt": 5})", "prompt");
   refused(R"({"prompt": "x", "logprobs": 6})", "logprobs");
-  refused(R"({"prompt": "x", "echo": true})", "echo");
+  EXPECT_TRUE(completion(R"({"prompt": "x", "echo": true})").echo);
+  refused(R"({"prompt": "x", "echo": 1})", "echo");
   refused(R"({"prompt": "x", "suffix": "y"})", "suffix");
   refused(R"({"prompt": "x", "best_of": 2})", "best_of");
   refused(R"({"prompt": "x", "n": 100})", "n");
