@@ -385,7 +385,14 @@ RequestHandle Engine::Impl::submit(GenerateRequest request) {
     throw UsageError("a JSON object output (response_format) needs the engine's tokenizer, and this engine has none");
   for (const std::string& s : request.stop.stop_strings)
     if (s.empty()) throw UsageError("a stop string is empty");
+  if (request.stop.min_tokens < 0)
+    throw UsageError("min_tokens = " + std::to_string(request.stop.min_tokens) + " must not be negative");
+  if (request.stop.min_tokens > 0 && request.format == OutputFormat::kJsonObject)
+    throw UsageError("min_tokens cannot be combined with a JSON object output (response_format)");
   const int64_t max_new = request.stop.max_tokens.value_or(std::max<int64_t>(1, config_.max_model_len - prompt));
+  if (request.stop.min_tokens > max_new)
+    throw UsageError("min_tokens = " + std::to_string(request.stop.min_tokens) + " is more than max_tokens = " +
+                     std::to_string(max_new));
   scheduler_.check_request(prompt, max_new);  // reads only the immutable config
 
   Submission s;
@@ -453,7 +460,8 @@ bool Engine::Impl::step() {
       // When every token this step samples is a plain greedy choice, the argmax runs on the
       // backend and only the ids come back (sample_token's argmax, the same ids).
       const bool greedy_on_backend = !all_logits && std::all_of(plan.chunks.begin(), plan.chunks.end(), [&](const ScheduledChunk& c) {
-        return !c.samples() || plain_greedy(requests_.at(c.sequence->id));
+        const Request& r = requests_.at(c.sequence->id);
+        return !c.samples() || (plain_greedy(r) && c.sequence->num_output() >= r.stop.min_tokens);
       });
       try {
         for (const ScheduledChunk& c : plan.chunks) {
@@ -520,6 +528,11 @@ bool Engine::Impl::step() {
         } else if (r.json && json_mask().allowed_tokens(*r.json, d.allowed) == 0) {
           end_early(r, FinishReason::kError, "no token of the vocabulary can continue the JSON object");
           continue;
+        } else if (c.sequence->num_output() < r.stop.min_tokens) {
+          // min_tokens: the tokens that would end the request may not be drawn yet.
+          d.allowed.assign(static_cast<size_t>(model_.config()->vocab_size), 1);
+          if (!r.stop.ignore_eos) d.allowed.at(static_cast<size_t>(model_.config()->eos_token_id)) = 0;
+          for (const int32_t id : r.stop.stop_token_ids) d.allowed.at(static_cast<size_t>(id)) = 0;
         }
         draws.push_back(std::move(d));
       }
@@ -577,7 +590,9 @@ void Engine::Impl::emit(Request& r, const TokenChoice& choice, EngineClock::time
     const size_t before = r.text.size();
     r.text += r.decoder->next(choice.id);
     size_t first = std::string::npos;
+    const bool may_stop = seq.num_output() >= r.stop.min_tokens;  // min_tokens
     for (const std::string& s : r.stop.stop_strings) {
+      if (!may_stop) break;
       const size_t from = before >= s.size() ? before - s.size() + 1 : 0;
       const size_t at = r.text.find(s, from);
       if (at < first) {

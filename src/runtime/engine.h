@@ -65,6 +65,10 @@ struct StopConditions {
   std::vector<int32_t> stop_token_ids;    // besides the model's eos; the token is part of the output
   std::vector<std::string> stop_strings;  // cut from the text (needs the engine's tokenizer)
   bool ignore_eos = false;                // keep going after the model's eos token
+  // vLLM's min_tokens: before this many new tokens neither the eos token (unless ignored) nor a
+  // stop token id is drawn and no stop string ends the request. At most max_tokens; not with a
+  // JSON output format (the object could close before).
+  int64_t min_tokens = 0;
 };
 
 // What the output must be (see above).

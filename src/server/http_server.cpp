@@ -344,6 +344,7 @@ class OpenAiServer::Impl {
     request.stop.stop_token_ids = o.stop_token_ids;
     request.stop.stop_strings = o.stop;
     request.stop.ignore_eos = o.ignore_eos;
+    request.stop.min_tokens = o.min_tokens;
     request.format = format;
     request.prompt_logprobs = o.prompt_logprobs;
     const int64_t prompt_tokens = static_cast<int64_t>(request.prompt.size());

@@ -250,6 +250,7 @@ GenerationOptions generation_options(const Fields& fields) {
     o.stop_token_ids = token_id_list(*ids, "stop_token_ids");
   }
   o.ignore_eos = fields.boolean("ignore_eos").value_or(false);
+  o.min_tokens = fields.integer("min_tokens", 0, std::numeric_limits<int64_t>::max()).value_or(0);
   o.stream = fields.boolean("stream").value_or(false);
   if (const ordered_json* options = fields.find("stream_options")) {
     if (!options->is_object()) fields.type_error("stream_options", "an object", *options);

@@ -96,6 +96,10 @@ check(scored.choices[0].text.startswith(prompt), f"echo text {scored.choices[0].
 check(len(lp.token_logprobs) == scored.usage.prompt_tokens + 1 and lp.token_logprobs[0] is None
       and all(v <= 0 for v in lp.token_logprobs[1:]), f"echo logprobs {lp}")
 
+# min_tokens (vLLM's, what genai-perf sends with max_tokens to fix the output length).
+fixed = client.completions.create(model=model, prompt=prompt, max_tokens=6, temperature=0, extra_body={"min_tokens": 6})
+check(fixed.usage.completion_tokens == 6, f"min_tokens = max_tokens = 6: {fixed.usage}")
+
 # Seeded sampling repeats itself.
 a = client.completions.create(model=model, prompt=prompt, max_tokens=6, temperature=0.9, top_p=0.9, seed=7)
 b = client.completions.create(model=model, prompt=prompt, max_tokens=6, temperature=0.9, top_p=0.9, seed=7)

@@ -490,6 +490,28 @@ TEST_F(EngineTest, PromptLogprobsAreTheOneShotForwardsAndChangeNoToken) {
   EXPECT_THROW(engine()->submit(bad), UsageError);
 }
 
+// min_tokens: a stop token id that greedy decoding picks first is not drawn before min_tokens
+// tokens (the greedy choice among the rest), and a stop string does not end the request before.
+TEST_F(EngineTest, MinTokensHoldsBackEveryStop) {
+  GenerateRequest r = request(ids(20, 71), 6);
+  r.sampling.logprobs = false;
+  const Result free = alone(r);
+  ASSERT_EQ(free.tokens.size(), 6u);
+  r.stop.stop_token_ids = {free.tokens[0]};
+  const Result stopped = alone(r);
+  EXPECT_EQ(stopped.tokens, std::vector<int32_t>{free.tokens[0]});
+  EXPECT_EQ(stopped.finish, FinishReason::kStop);
+  r.stop.min_tokens = 3;
+  const Result held = alone(r);
+  ASSERT_GE(held.tokens.size(), 3u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_NE(held.tokens[i], free.tokens[0]) << "token " << i;
+  EXPECT_TRUE(held.finish == FinishReason::kLength || held.tokens.back() == free.tokens[0]);
+  r.stop.min_tokens = 7;  // more than max_tokens
+  EXPECT_THROW(engine()->submit(r), UsageError);
+  r.stop.min_tokens = -1;
+  EXPECT_THROW(engine()->submit(r), UsageError);
+}
+
 // cache_memory_bytes sizes the blocks: what is left after max_num_seqs sequences' fixed state, in
 // whole blocks; too little for one sequence of max_model_len is refused with the numbers.
 TEST_F(EngineTest, CacheMemoryBytesSizeTheBlocks) {
