@@ -601,7 +601,7 @@ void Engine::Impl::emit(Request& r, const TokenChoice& choice, EngineClock::time
       }
     }
     if (first != std::string::npos) {
-      r.text.resize(first);
+      r.text.resize(first + (r.stop.include_stop_string ? chunk.stop_string.size() : 0));
       chunk.finish = FinishReason::kStop;
     }
   }

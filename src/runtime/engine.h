@@ -69,6 +69,9 @@ struct StopConditions {
   // stop token id is drawn and no stop string ends the request. At most max_tokens; not with a
   // JSON output format (the object could close before).
   int64_t min_tokens = 0;
+  // vLLM's include_stop_str_in_output: a matched stop string stays in the text (what follows it
+  // is still cut).
+  bool include_stop_string = false;
 };
 
 // What the output must be (see above).

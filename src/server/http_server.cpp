@@ -345,6 +345,7 @@ class OpenAiServer::Impl {
     request.stop.stop_strings = o.stop;
     request.stop.ignore_eos = o.ignore_eos;
     request.stop.min_tokens = o.min_tokens;
+    request.stop.include_stop_string = o.include_stop_str_in_output;
     request.format = format;
     request.prompt_logprobs = o.prompt_logprobs;
     const int64_t prompt_tokens = static_cast<int64_t>(request.prompt.size());

@@ -251,6 +251,7 @@ GenerationOptions generation_options(const Fields& fields) {
   }
   o.ignore_eos = fields.boolean("ignore_eos").value_or(false);
   o.min_tokens = fields.integer("min_tokens", 0, std::numeric_limits<int64_t>::max()).value_or(0);
+  o.include_stop_str_in_output = fields.boolean("include_stop_str_in_output").value_or(false);
   o.stream = fields.boolean("stream").value_or(false);
   if (const ordered_json* options = fields.find("stream_options")) {
     if (!options->is_object()) fields.type_error("stream_options", "an object", *options);

@@ -42,6 +42,7 @@ struct GenerationOptions {
   std::vector<int32_t> stop_token_ids;  // vLLM's extension
   bool ignore_eos = false;              // vLLM's extension
   int64_t min_tokens = 0;               // vLLM's extension: no stop before this many tokens
+  bool include_stop_str_in_output = false;  // vLLM's extension: a matched stop string stays
   bool logprobs = false;
   int32_t top_logprobs = 0;  // [0, 20]; needs logprobs
   bool stream = false;

@@ -601,6 +601,12 @@ TEST_F(EngineTest, StopStringsCutTheTextAndTheStreamedTextIsTheDecodedText) {
   EXPECT_EQ(got.last.stop_string, stop);
   EXPECT_EQ(got.text, ref.text.substr(0, ref.text.find(stop)));
   EXPECT_LE(got.tokens.size(), ref.tokens.size());
+  // include_stop_str_in_output: the stop string stays, what follows it goes.
+  r.stop.include_stop_string = true;
+  auto e3 = engine(small_config(), tokenizer);
+  RequestHandle h3 = e3->submit(r);
+  run_until_idle(*e3);
+  EXPECT_EQ(drain(h3).text, ref.text.substr(0, ref.text.find(stop) + stop.size()));
 }
 
 // The model's forward, then `bias` added to the logits of the `favoured` tokens: the random model

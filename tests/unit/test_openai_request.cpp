@@ -145,6 +145,7 @@ TEST(OpenAiRequest, EachBadChatFieldIsNamed) {
   expect_chat_refused(with_user(R"("stop": [""])"), "stop");
   expect_chat_refused(with_user(R"("stop_token_ids": [-1])"), "stop_token_ids[0]");
   expect_chat_refused(with_user(R"("min_tokens": -1)"), "min_tokens");
+  expect_chat_refused(with_user(R"("include_stop_str_in_output": "yes")"), "include_stop_str_in_output");
   expect_chat_refused(with_user(R"("logit_bias": [1])"), "logit_bias");
   expect_chat_refused(with_user(R"("logit_bias": {"x1": 1})"), "logit_bias");
   expect_chat_refused(with_user(R"("logit_bias": {"-1": 1})"), "logit_bias");
