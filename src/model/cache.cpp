@@ -19,9 +19,14 @@ std::atomic<uint64_t> next_cache_id{1};
 // Overlapping compression (MODEL.md §4.3): CSA's ratio-4 blocks also see the block before.
 int64_t compressor_overlap(int64_t ratio) { return ratio == 4 ? 2 : 1; }
 
-CompressorState make_state(Ops& ops, int64_t ratio, int64_t dc) {
+// Each of a compressor's two f32 rings (kv, score + ape): coff * m rows of coff * dc.
+Shape compressor_ring_shape(int64_t ratio, int64_t dc) {
   const int64_t coff = compressor_overlap(ratio);
-  return {ops.alloc(DType::kF32, {coff * ratio, coff * dc}), ops.alloc(DType::kF32, {coff * ratio, coff * dc})};
+  return {coff * ratio, coff * dc};
+}
+
+CompressorState make_state(Ops& ops, int64_t ratio, int64_t dc) {
+  return {ops.alloc(DType::kF32, compressor_ring_shape(ratio, dc)), ops.alloc(DType::kF32, compressor_ring_shape(ratio, dc))};
 }
 
 int64_t pages_for_entries(int64_t entries, int64_t page_rows) { return (entries + page_rows - 1) / page_rows; }
@@ -154,9 +159,8 @@ int64_t SequenceCache::fixed_bytes(const ModelConfig& cfg, DType dtype) {
   for (int64_t l = 0; l < cfg.num_layers() + cfg.num_mtp_layers(); ++l) {
     bytes += p.sliding_window * p.head_dim * static_cast<int64_t>(dtype_size(dtype));
     const int64_t m = cfg.compress_ratio(l);
-    const auto state_bytes = [m](int64_t dc) {  // kv and score rings, f32 (make_state)
-      const int64_t coff = compressor_overlap(m);
-      return 2 * coff * m * coff * dc * static_cast<int64_t>(sizeof(float));
+    const auto state_bytes = [m](int64_t dc) {  // make_state's two rings
+      return 2 * shape_numel(compressor_ring_shape(m, dc)) * static_cast<int64_t>(sizeof(float));
     };
     if (m > 0) bytes += state_bytes(p.head_dim);
     if (cfg.layer_kind(l) == LayerKind::kCsa) bytes += state_bytes(p.index_head_dim);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -136,30 +137,37 @@ void CachePool::give_back(int64_t ratio, std::span<const int32_t> pages) {
 
 void CachePool::poison(Ops& ops, int64_t ratio, std::span<const int32_t> pages) const {
   const Pages& p = this->pages(ratio);
+  for (const int32_t page : pages)
+    if (page < 0 || page >= p.num_pages)
+      throw UsageError("page " + std::to_string(page) + " to poison in the cache pool's " +
+                       std::to_string(p.num_pages) + " ratio-" + std::to_string(ratio) + " pages");
+  // One page of NaN in the pool's dtype per page size (entries and keys differ in width), made
+  // once for all the layers (a quiet NaN's bits: bf16 0x7FC0, f32 0x7FC00000).
+  std::map<int64_t, DeviceTensor> nan_pages;
+  const auto nan_page = [&](int64_t elems) -> const DeviceTensor& {
+    DeviceTensor& nan = nan_pages[elems];
+    if (!nan.empty()) return nan;
+    std::vector<uint16_t> nan16;
+    std::vector<uint32_t> nan32;
+    std::byte* bytes = nullptr;
+    if (dtype_ == DType::kBF16) {
+      nan16.assign(static_cast<size_t>(elems), 0x7FC0);
+      bytes = reinterpret_cast<std::byte*>(nan16.data());
+    } else {
+      nan32.assign(static_cast<size_t>(elems), 0x7FC00000u);
+      bytes = reinterpret_cast<std::byte*>(nan32.data());
+    }
+    nan = ops.alloc(dtype_, {1, elems});
+    ops.upload(ConstTensorView(bytes, dtype_, {1, elems}), nan.view());
+    return nan;
+  };
   for (const LayerPools& layer : layers_)
     for (const DeviceTensor* pool : {&layer.compressed, &layer.index_keys}) {
       if (layer.ratio != ratio || pool->empty()) continue;
       const int64_t page_elems = p.page_rows * pool->dim(2);
-      // One page of NaN in the pool's dtype (a quiet NaN's bits: bf16 0x7FC0, f32 0x7FC00000).
-      std::vector<uint16_t> nan16;
-      std::vector<uint32_t> nan32;
-      std::byte* bytes = nullptr;
-      if (dtype_ == DType::kBF16) {
-        nan16.assign(static_cast<size_t>(page_elems), 0x7FC0);
-        bytes = reinterpret_cast<std::byte*>(nan16.data());
-      } else {
-        nan32.assign(static_cast<size_t>(page_elems), 0x7FC00000u);
-        bytes = reinterpret_cast<std::byte*>(nan32.data());
-      }
-      const DeviceTensor nan = ops.alloc(dtype_, {1, page_elems});
-      ops.upload(ConstTensorView(bytes, dtype_, {1, page_elems}), nan.view());
+      const DeviceTensor& nan = nan_page(page_elems);
       const TensorView rows = pool->reshaped({p.num_pages, page_elems}).view();
-      for (const int32_t page : pages) {
-        if (page < 0 || page >= p.num_pages)
-          throw UsageError("page " + std::to_string(page) + " to poison in the cache pool's " +
-                           std::to_string(p.num_pages) + " ratio-" + std::to_string(ratio) + " pages");
-        ops.copy({nan.view(), slice_rows(rows, page, page + 1)});
-      }
+      for (const int32_t page : pages) ops.copy({nan.view(), slice_rows(rows, page, page + 1)});
     }
 }
 
