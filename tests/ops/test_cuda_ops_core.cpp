@@ -798,40 +798,49 @@ TEST_F(CudaOpsMhc, HcPreMatchesInBothModes) {
   }
 }
 
-// hc_pre's mix partials are split over blocks by the token count (2, 8 or all 24 mixes a block);
-// a token's results are the same bits in a batch of each size.
-TEST_F(CudaOpsMhc, HcPreRowsAreTheSameBitsInAnyBatch) {
-  const int64_t n = 4, D = 512, mix = (2 + n) * n;
-  const HcWeightsBoth w = hc_weights(mix, n * D, 3);
-  const Tensor x = random_tensor(DType::kBF16, {300, n, D});
-  const Both xs = upload_both(x);
-  struct Run {
-    Both y, post, comb;
-  };
-  auto run = [&](int64_t begin, int64_t end) {
-    const int64_t T = end - begin;
-    Run r{outputs(DType::kBF16, {T, D}), outputs(DType::kF32, {T, n}), outputs(DType::kF32, {T, n, n})};
-    gpu_->hc_pre({slice_rows(ConstTensorView(xs.gpu.view()), begin, end), &w.fn.gpu, &w.scale.gpu, &w.base.gpu, 20,
-                  1e-6f, 1e-6f, r.y.gpu.view(), r.post.gpu.view(), r.comb.gpu.view()});
-    return r;
-  };
-  const Run all = run(0, 300), some = run(0, 40), one = run(7, 8);
-  for (const auto& [what, got, begin] : {std::tuple{"40 tokens", &some, int64_t{0}}, std::tuple{"one token", &one, int64_t{7}}}) {
-    const int64_t T = got->post.gpu.view().dim(0);
-    for (const auto& [name, a, b] : {std::tuple{"y", &all.y, &got->y}, std::tuple{"post", &all.post, &got->post},
-                                     std::tuple{"comb", &all.comb, &got->comb}}) {
-      const Tensor whole = from_gpu(a->gpu);
-      const Tensor part = from_gpu(b->gpu);
-      const size_t row = whole.nbytes() / 300;
-      ASSERT_EQ(std::memcmp(whole.data<std::byte>() + begin * row, part.data<std::byte>(), static_cast<size_t>(T) * row), 0)
-          << "hc_pre " << name << " of " << what << " differs from the 300-token batch";
+// hc_pre's and hc_head's mix partials take a kernel by the token count (2 or 8 mixes a block, or
+// the prefill scan with one thread per sum); a token's results are the same bits in a batch of
+// each size. D = 1270 gives chunks of 318 elements (two per position, a short last chunk).
+TEST_F(CudaOpsMhc, HcPreAndHeadRowsAreTheSameBitsInAnyBatch) {
+  for (const int64_t D : {int64_t{512}, int64_t{1270}}) {
+    const int64_t n = 4, mix = (2 + n) * n;
+    const HcWeightsBoth w = hc_weights(mix, n * D, 3), head = hc_weights(n, n * D, 1);
+    const Tensor x = random_tensor(DType::kBF16, {300, n, D});
+    const Both xs = upload_both(x);
+    struct Run {
+      Both y, post, comb, head_y;
+    };
+    auto run = [&](int64_t begin, int64_t end) {
+      const int64_t T = end - begin;
+      Run r{outputs(DType::kBF16, {T, D}), outputs(DType::kF32, {T, n}), outputs(DType::kF32, {T, n, n}),
+            outputs(DType::kBF16, {T, D})};
+      const ConstTensorView rows = slice_rows(ConstTensorView(xs.gpu.view()), begin, end);
+      gpu_->hc_pre({rows, &w.fn.gpu, &w.scale.gpu, &w.base.gpu, 20, 1e-6f, 1e-6f, r.y.gpu.view(), r.post.gpu.view(),
+                    r.comb.gpu.view()});
+      gpu_->hc_head({rows, &head.fn.gpu, &head.scale.gpu, &head.base.gpu, 1e-6f, 1e-6f, r.head_y.gpu.view()});
+      return r;
+    };
+    const Run all = run(0, 300), some = run(0, 40), one = run(7, 8), last = run(299, 300);
+    for (const auto& [what, got, begin] : {std::tuple{"40 tokens", &some, int64_t{0}}, std::tuple{"token 7", &one, int64_t{7}},
+                                           std::tuple{"token 299", &last, int64_t{299}}}) {
+      const int64_t T = got->post.gpu.view().dim(0);
+      for (const auto& [name, a, b] : {std::tuple{"y", &all.y, &got->y}, std::tuple{"post", &all.post, &got->post},
+                                       std::tuple{"comb", &all.comb, &got->comb},
+                                       std::tuple{"hc_head y", &all.head_y, &got->head_y}}) {
+        const Tensor whole = from_gpu(a->gpu);
+        const Tensor part = from_gpu(b->gpu);
+        const size_t row = whole.nbytes() / 300;
+        ASSERT_EQ(std::memcmp(whole.data<std::byte>() + begin * row, part.data<std::byte>(), static_cast<size_t>(T) * row), 0)
+            << "D " << D << ": " << name << " of " << what << " differs from the 300-token batch";
+      }
     }
   }
 }
 
 TEST_F(CudaOpsMhc, HcPostIsBitExact) {
-  const int64_t T = 5, n = 4, D = 700;
-  for (DType dt : {DType::kF32, DType::kBF16}) {
+  for (const auto& [T, dt] : {std::pair{int64_t{5}, DType::kF32}, std::pair{int64_t{5}, DType::kBF16},
+                              std::pair{int64_t{300}, DType::kBF16}}) {
+    const int64_t n = 4, D = 700;
     const Both a = upload_both(random_tensor(dt, {T, D}));
     const Both x = upload_both(random_tensor(dt, {T, n, D}));
     const Both post = upload_both(random_tensor(DType::kF32, {T, n}));

@@ -19,8 +19,8 @@ constexpr int kTokensPerBlock = 4;
 // in mix group 0 the sum of squares too. Each dot is accumulated by the same threads in the same
 // order whatever the grouping (thread-strided FMAs, a warp's xor reduction, warps added in
 // order), so the grouping is a launch choice that never changes a bit: small batches split the
-// mixes over more blocks (decode: 16 chunks alone would leave most SMs idle), large ones keep
-// them together so x is read once.
+// mixes over more blocks (decode: 16 chunks alone would leave most SMs idle); prefill batches take
+// hc_mix_scan_kernel (below), which gives the same bits.
 template <int kGroup>
 __global__ void __launch_bounds__(kThreads) hc_mix_partials_kernel(HcMixPartialsParams p) {
   pdl_wait();
@@ -68,6 +68,154 @@ __global__ void __launch_bounds__(kThreads) hc_mix_partials_kernel(HcMixPartials
     float total = 0.0f;
     for (int w = 0; w < kWarps; ++w) total += warp_sums[w][tt][g];
     p.partials[((t0 + tt) * kHcChunks + blockIdx.y) * (p.mix + 1) + (is_squares ? p.mix : k0 + g)] = total;
+  }
+}
+
+// The prefill form of hc_mix_partials_kernel: the same sums, each in the same order, computed
+// so that no value crosses threads (the butterfly reductions above cost as much as the products
+// once every thread holds 4 x 25 sums). There, position p = 32 w + l of a chunk (the elements
+// begin + p + 256 j, j ascending) is one thread's serial FMA chain; lane 0 of warp w ends its
+// butterfly with a fixed binary tree of the 32 positions (l and l + 16 paired first, then those
+// sums 8 apart, then 4, 2, 1); the 8 warps' sums are added in order. Here a thread owns whole
+// outputs: it takes warp group w's positions in bit-reversed order of l, so pushing each
+// position's chain onto a stack of pending sums (a binary counter: position k of the walk merges
+// once per trailing one bit of k) adds exactly the butterfly's pairs, then adds the groups in
+// order. Addition commutes, so the bits are the grouped kernels'. A block takes kScanTokens
+// tokens (two per lane) and one chunk; warp g owns sums [5g, 5g + 5) (sum `mix` is the squares),
+// and the chunk comes through shared memory one warp group's 32 x J elements at a time.
+constexpr int kScanTokens = 64;
+constexpr int kScanTokensPerLane = kScanTokens / 32;
+constexpr int kScanSumsPerWarp = 5;
+constexpr int kScanLevels = 5;  // log2 of the 32 positions of a warp group
+
+// Loads `rows` rows of a warp group's tile, a row per warp at a time: lane l of row r reads
+// src[row_start(r) + 32 w + l + 256 j] for j < kDeep (0 past the chunk's length or where row_start
+// is -1; the kDeep loads in flight together) and store(r, q, value) puts it at tile index
+// q = 32 j + l.
+template <int kDeep, typename RowStart, typename Store>
+__device__ __forceinline__ void scan_load_rows(FloatPtr src, int rows, int w, int64_t length, RowStart row_start,
+                                               Store store) {
+  const int warps = static_cast<int>(blockDim.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  for (int r = static_cast<int>(threadIdx.x / 32); r < rows; r += warps) {
+    const int64_t start = row_start(r);
+    float v[kDeep];
+#pragma unroll
+    for (int j = 0; j < kDeep; ++j) {
+      const int64_t offset = 32 * w + lane + 256 * j;
+      v[j] = start >= 0 && offset < length ? load_float(src, start + offset) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kDeep; ++j) store(r, 32 * j + lane, v[j]);
+  }
+}
+
+__device__ __forceinline__ int bit_reversed_lane(int k) { return static_cast<int>(__brev(static_cast<unsigned>(k)) >> 27); }
+
+// Which sums a warp of hc_mix_scan_kernel owns, so that the common cases carry no per-sum tests:
+// five mixes, four mixes and the squares (V4's last warp, and hc_head's one), or anything else.
+enum class ScanRole { kFiveMixes, kFourMixesAndSquares, kAnySums };
+
+// One warp group's part of a warp's sums (sums sum0.., fn's rows at fw): see hc_mix_scan_kernel.
+template <int kDeep, ScanRole kRole>
+__device__ __forceinline__ void scan_warp_group(const float* xs, const float* fw, int sum0, int64_t mix, int w,
+                                                int64_t length, int lane,
+                                                float (&total)[kScanTokensPerLane][kScanSumsPerWarp]) {
+  constexpr int tile = 32 * kDeep;
+  float pending[kScanLevels][kScanTokensPerLane][kScanSumsPerWarp];
+#pragma unroll
+  for (int k = 0; k < 32; ++k) {
+    const int l = bit_reversed_lane(k);
+    float chain[kScanTokensPerLane][kScanSumsPerWarp];
+#pragma unroll
+    for (auto& row : chain)
+#pragma unroll
+      for (float& v : row) v = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kDeep; ++j) {
+      if (32 * w + l + 256 * j >= length) break;
+      const int q = 32 * j + l;
+      float x[kScanTokensPerLane];
+#pragma unroll
+      for (int tt = 0; tt < kScanTokensPerLane; ++tt) x[tt] = xs[q * (kScanTokens + 1) + lane + 32 * tt];
+#pragma unroll
+      for (int s = 0; s < kScanSumsPerWarp; ++s) {
+        // The squares: the last sum of kFourMixesAndSquares, sum `mix` of kAnySums.
+        const bool squares = kRole == ScanRole::kFourMixesAndSquares ? s == kScanSumsPerWarp - 1
+                                                                      : kRole == ScanRole::kAnySums && sum0 + s == mix;
+        if (kRole == ScanRole::kAnySums && sum0 + s > mix) break;
+        const float f = squares ? 0.0f : fw[s * tile + q];
+#pragma unroll
+        for (int tt = 0; tt < kScanTokensPerLane; ++tt) chain[tt][s] = fmaf(x[tt], squares ? x[tt] : f, chain[tt][s]);
+      }
+    }
+    // Carry the chain up the binary counter: level d holds the pending sum of 2^d positions.
+#pragma unroll
+    for (int d = 0; d <= kScanLevels; ++d) {
+      if (d == kScanLevels) {
+#pragma unroll
+        for (int tt = 0; tt < kScanTokensPerLane; ++tt)
+#pragma unroll
+          for (int s = 0; s < kScanSumsPerWarp; ++s) total[tt][s] += chain[tt][s];
+        break;
+      }
+      if (((k >> d) & 1) == 0) {
+#pragma unroll
+        for (int tt = 0; tt < kScanTokensPerLane; ++tt)
+#pragma unroll
+          for (int s = 0; s < kScanSumsPerWarp; ++s) pending[d][tt][s] = chain[tt][s];
+        break;
+      }
+#pragma unroll
+      for (int tt = 0; tt < kScanTokensPerLane; ++tt)
+#pragma unroll
+        for (int s = 0; s < kScanSumsPerWarp; ++s) chain[tt][s] = pending[d][tt][s] + chain[tt][s];
+    }
+  }
+}
+
+template <int kDeep>  // elements per position: ceil(chunk / 256)
+__global__ void __launch_bounds__(kThreads) hc_mix_scan_kernel(HcMixPartialsParams p) {
+  pdl_wait();
+  extern __shared__ float scan_smem[];
+  constexpr int tile = 32 * kDeep;  // elements of one warp group: q = 32 j + l
+  float* xs = scan_smem;                 // [tile][kScanTokens + 1]: x of the block's tokens
+  float* fs = scan_smem + tile * (kScanTokens + 1);  // [mix][tile]
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kScanTokens;
+  const int64_t chunk = (p.width + kHcChunks - 1) / kHcChunks;
+  const int64_t begin = blockIdx.y * chunk, end = begin + chunk < p.width ? begin + chunk : p.width;
+  const int64_t length = end - begin;
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  const int sum0 = warp * kScanSumsPerWarp;
+  float total[kScanTokensPerLane][kScanSumsPerWarp];
+#pragma unroll
+  for (auto& row : total)
+#pragma unroll
+    for (float& v : row) v = 0.0f;
+  for (int w = 0; w < kThreads / 32; ++w) {
+    __syncthreads();  // the previous group's tiles are read
+    // Row r = (token, j) of x's tile and (sum, j) of fn's: lane l loads element 32 w + l + 256 j.
+    scan_load_rows<kDeep>(
+        p.x, kScanTokens, w, length, [&](int r) { return t0 + r < p.tokens ? (t0 + r) * p.width + begin : int64_t{-1}; },
+        [&](int r, int q, float v) { xs[q * (kScanTokens + 1) + r] = v; });
+    scan_load_rows<kDeep>(
+        p.fn, static_cast<int>(p.mix), w, length, [&](int r) { return r * p.width + begin; },
+        [&](int r, int q, float v) { fs[r * tile + q] = v; });
+    __syncthreads();
+    const float* fw = fs + sum0 * tile;
+    if (sum0 + kScanSumsPerWarp <= p.mix)
+      scan_warp_group<kDeep, ScanRole::kFiveMixes>(xs, fw, sum0, p.mix, w, length, lane, total);
+    else if (sum0 + kScanSumsPerWarp - 1 == p.mix)
+      scan_warp_group<kDeep, ScanRole::kFourMixesAndSquares>(xs, fw, sum0, p.mix, w, length, lane, total);
+    else
+      scan_warp_group<kDeep, ScanRole::kAnySums>(xs, fw, sum0, p.mix, w, length, lane, total);
+  }
+#pragma unroll
+  for (int tt = 0; tt < kScanTokensPerLane; ++tt) {
+    const int64_t t = t0 + lane + 32 * tt;
+    if (t >= p.tokens) continue;
+#pragma unroll
+    for (int s = 0; s < kScanSumsPerWarp; ++s)
+      if (sum0 + s <= p.mix) p.partials[(t * kHcChunks + blockIdx.y) * (p.mix + 1) + sum0 + s] = total[tt][s];
   }
 }
 
@@ -177,19 +325,29 @@ __global__ void hc_head_finish_kernel(HcHeadFinishParams p) {
   weighted_stream_sum(g, p.x, p.y, t, p.n, p.dim, begin, begin + kStreamSumSlice < p.dim ? begin + kStreamSumSlice : p.dim);
 }
 
-// Grid (column blocks, rows): row (t, j) = t * n + j of out, looped past the grid's rows, so that no
-// thread divides 64-bit indices.
-__global__ void hc_post_mix_kernel(HcPostMixParams p) {
+// Grid (column blocks, tokens): thread d of token t reads x[t, :, d] once and writes out[t, j, d]
+// for every j, looping past the grid's tokens.
+constexpr int kPostMixThreads = 128;
+
+__global__ void __launch_bounds__(kPostMixThreads) hc_post_mix_kernel(HcPostMixParams p) {
   pdl_wait();
   const int64_t d = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (d >= p.dim) return;
-  for (int64_t row = blockIdx.y; row < p.tokens * p.n; row += gridDim.y) {
-    const int64_t t = row / p.n, j = row % p.n;
+  for (int64_t t = blockIdx.y; t < p.tokens; t += gridDim.y) {
+    float x[kHcMaxStreams];
+#pragma unroll
+    for (int i = 0; i < kHcMaxStreams; ++i) x[i] = i < p.n ? load_float(p.x, (t * p.n + i) * p.dim + d) : 0.0f;
+    const float a = load_float(p.a, t * p.dim + d);
     const float* c = p.comb + t * p.n * p.n;
-    const int64_t xt = t * p.n * p.dim + d;
-    float o = __fmul_rn(c[j], load_float(p.x, xt));
-    for (int64_t i = 1; i < p.n; ++i) o = __fadd_rn(o, __fmul_rn(c[i * p.n + j], load_float(p.x, xt + i * p.dim)));
-    store_float(p.out, row * p.dim + d, __fadd_rn(__fmul_rn(p.post[t * p.n + j], load_float(p.a, t * p.dim + d)), o));
+#pragma unroll
+    for (int j = 0; j < kHcMaxStreams; ++j) {
+      if (j >= p.n) break;
+      float o = __fmul_rn(c[j], x[0]);
+#pragma unroll
+      for (int i = 1; i < kHcMaxStreams; ++i)
+        if (i < p.n) o = __fadd_rn(o, __fmul_rn(c[i * p.n + j], x[i]));
+      store_float(p.out, (t * p.n + j) * p.dim + d, __fadd_rn(__fmul_rn(p.post[t * p.n + j], a), o));
+    }
   }
 }
 
@@ -200,6 +358,34 @@ void launch_grouped(const HcMixPartialsParams& p, unsigned token_blocks, cudaStr
   launch_pdl(hc_mix_partials_kernel<kGroup>, dim3(token_blocks, kHcChunks, groups), kThreads, 0, stream, p);
 }
 
+// hc_mix_scan_kernel<kDeep> over blocks of kScanTokens tokens and one chunk, a warp per 5 sums.
+template <int kDeep>
+void launch_scan(const HcMixPartialsParams& p, cudaStream_t stream) {
+  const size_t smem = static_cast<size_t>(32 * kDeep) * (kScanTokens + 1 + p.mix) * sizeof(float);
+  if (smem > 48 * 1024)
+    DSV4_CUDA_CHECK(
+        cudaFuncSetAttribute(hc_mix_scan_kernel<kDeep>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const auto warps = static_cast<unsigned>((p.mix + 1 + kScanSumsPerWarp - 1) / kScanSumsPerWarp);
+  const auto blocks = static_cast<unsigned>((p.tokens + kScanTokens - 1) / kScanTokens);
+  launch_pdl(hc_mix_scan_kernel<kDeep>, dim3(blocks, kHcChunks), 32 * warps, smem, stream, p);
+}
+
+// The scan's chunks take up to kScanMaxDeep elements per position: streams up to 32768 wide
+// (V4-Pro's 4 x 7168 needs 7).
+constexpr int kScanMaxDeep = 8;
+
+template <int kDeep = 1>
+void hc_mix_scan(const HcMixPartialsParams& p, int64_t deep, cudaStream_t stream) {
+  if constexpr (kDeep > kScanMaxDeep) {
+    throw UsageError("hc_mix_partials: streams " + std::to_string(p.width) + " wide; the prefill kernel takes at most " +
+                     std::to_string(kHcChunks * kThreads * kScanMaxDeep));
+  } else if (deep == kDeep) {
+    launch_scan<kDeep>(p, stream);
+  } else {
+    hc_mix_scan<kDeep + 1>(p, deep, stream);
+  }
+}
+
 }  // namespace
 
 void hc_mix_partials(const HcMixPartialsParams& p, cudaStream_t stream) {
@@ -207,13 +393,13 @@ void hc_mix_partials(const HcMixPartialsParams& p, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((p.tokens + kTokensPerBlock - 1) / kTokensPerBlock);
   // Up to 16 tokens (decode): two mixes per block; up to 256 (large decode batches): eight, x read
   // three times from L2 (all 24 per block hold 184 registers a thread, one block per SM: 69 us
-  // a call at 64 tokens on the H200); more (prefill): all of them, x read once.
+  // a call at 64 tokens on the H200); more (prefill): hc_mix_scan_kernel, x read once.
   if (p.tokens <= 16) {
     launch_grouped<2>(p, blocks, stream);
   } else if (p.tokens <= 256) {
     launch_grouped<8>(p, blocks, stream);
   } else {
-    launch_pdl(hc_mix_partials_kernel<static_cast<int>(kHcMaxMix)>, dim3(blocks, kHcChunks, 1), kThreads, 0, stream, p);
+    hc_mix_scan(p, ((p.width + kHcChunks - 1) / kHcChunks + kThreads - 1) / kThreads, stream);
   }
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
@@ -235,10 +421,11 @@ void hc_head_finish(const HcHeadFinishParams& p, cudaStream_t stream) {
 }
 
 void hc_post_mix(const HcPostMixParams& p, cudaStream_t stream) {
-  const int64_t rows = p.tokens * p.n;
-  if (rows == 0 || p.dim == 0) return;
-  const dim3 grid(static_cast<unsigned>((p.dim + kThreads - 1) / kThreads), static_cast<unsigned>(rows < 65535 ? rows : 65535));
-  launch_pdl(hc_post_mix_kernel, grid, kThreads, 0, stream, p);
+  if (p.tokens == 0 || p.n == 0 || p.dim == 0) return;
+  if (p.n > kHcMaxStreams) throw UsageError("hc_post_mix: " + std::to_string(p.n) + " streams, at most 4");
+  const dim3 grid(static_cast<unsigned>((p.dim + kPostMixThreads - 1) / kPostMixThreads),
+                  static_cast<unsigned>(p.tokens < 65535 ? p.tokens : 65535));
+  launch_pdl(hc_post_mix_kernel, grid, kPostMixThreads, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
