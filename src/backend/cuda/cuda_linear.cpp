@@ -33,6 +33,25 @@ constexpr int64_t kActQuantBlock = 128;
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// kernels::fp8_mma_gemm of x's e4m3 codes xq and block scales xs (act_quant_fp8's, rows padded to
+// x_scale_ld) against the FP8 weight w [n, k], into y [m, n].
+kernels::Fp8MmaGemmParams fp8_mma_params(const StreamBuffer& xq, const StreamBuffer& xs, int64_t x_scale_ld,
+                                         const GemmWeightView& w, TensorView y, int64_t m, int64_t n, int64_t k) {
+  kernels::Fp8MmaGemmParams g;
+  g.x = xq.get<uint8_t>();
+  g.x_scale = xs.get<float>();
+  g.x_scale_ld = x_scale_ld;
+  g.w = static_cast<const uint8_t*>(w.data);
+  g.w_scale = w.scale;
+  g.w_scale_ld = w.scale_ld;
+  g.y = float_ptr(y);
+  g.ldy = n;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  return g;
+}
+
 }  // namespace
 
 void CudaOps::linear(const LinearParams& p) {
@@ -56,19 +75,7 @@ void CudaOps::linear(const LinearParams& p) {
     StreamBuffer xs(static_cast<size_t>(K / kActQuantBlock * mp) * sizeof(float), stream_, arena());
     kernels::act_quant_fp8({p.x.data<uint16_t>(), xq.get<uint8_t>(), xs.get<float>(), M, mp, K}, stream_);
     if (on_mma) {
-      kernels::Fp8MmaGemmParams g;
-      g.x = xq.get<uint8_t>();
-      g.x_scale = xs.get<float>();
-      g.x_scale_ld = mp;
-      g.w = static_cast<const uint8_t*>(w.data);
-      g.w_scale = w.scale;
-      g.w_scale_ld = w.scale_ld;
-      g.y = float_ptr(p.y);
-      g.ldy = N;
-      g.m = M;
-      g.n = N;
-      g.k = K;
-      kernels::fp8_mma_gemm(g, stream_);
+      kernels::fp8_mma_gemm(fp8_mma_params(xq, xs, mp, w, p.y, M, N, K), stream_);
       return;
     }
     const bool direct = mp == M && aligned16(p.y.bytes());
@@ -129,20 +136,9 @@ bool CudaOps::linear_pair(const LinearsParams& p) {
     StreamBuffer xq(static_cast<size_t>(M * K), stream_, arena());
     StreamBuffer xs(static_cast<size_t>(K / kActQuantBlock * M) * sizeof(float), stream_, arena());
     kernels::act_quant_fp8({p.x.data<uint16_t>(), xq.get<uint8_t>(), xs.get<float>(), M, M, K}, stream_);
-    kernels::Fp8MmaGemmParams g;
-    g.x = xq.get<uint8_t>();
-    g.x_scale = xs.get<float>();
-    g.x_scale_ld = M;
-    g.w = static_cast<const uint8_t*>(wa.data);
-    g.w_scale = wa.scale;
-    g.w_scale_ld = wa.scale_ld;
-    g.y = float_ptr(a.y);
-    g.ldy = a.w->shape[0];
-    g.n = a.w->shape[0];
+    kernels::Fp8MmaGemmParams g = fp8_mma_params(xq, xs, M, wa, a.y, M, a.w->shape[0], K);
     g.second = {static_cast<const uint8_t*>(wb.data), wb.scale, wb.scale_ld, float_ptr(b.y), b.w->shape[0],
                 b.w->shape[0]};
-    g.m = M;
-    g.k = K;
     kernels::fp8_mma_gemm(g, stream_);
     return true;
   }
