@@ -54,7 +54,7 @@ void run_bench_throughput(const ThroughputOptions& o) {
   const std::unique_ptr<ForwardRunner> runner = make_forward_runner(*ops, o.gpu);
   EngineConfig config = o.engine;
   config.runner = runner.get();
-  apply_cache_options(o.cache, o.device, config);
+  apply_cache_options(o.cache, config);
   Engine engine(model, *ops, config);
   const EngineConfig& c = engine.config();
   std::fprintf(stderr,

@@ -9,8 +9,8 @@ void add_cache_options(CLI::App* cmd, CacheOptions& options) {
   cmd->add_flag_function(
       "--enable-prefix-caching,!--no-enable-prefix-caching",
       [&options](int64_t count) { options.prefix_caching = count > 0; },
-      "Share the cache entries of a common prompt prefix between requests (default: on with --device cpu, "
-      "off with cuda until the shared page pool has run on the GPU); a hit gives the tokens of a miss");
+      "Share the cache entries of a common prompt prefix between requests (default: on); a hit gives the tokens "
+      "of a miss");
   cmd->add_option("--kv-cache-memory-bytes", options.memory_bytes,
                   "Bytes the caches may take; the blocks are sized from it (0: room for --max-num-seqs requests "
                   "of --max-model-len)")
@@ -23,8 +23,8 @@ void add_cache_options(CLI::App* cmd, CacheOptions& options) {
       ->default_str("0");
 }
 
-void apply_cache_options(const CacheOptions& options, Device device, EngineConfig& config) {
-  config.enable_prefix_caching = options.prefix_caching.value_or(device == Device::kCpu);
+void apply_cache_options(const CacheOptions& options, EngineConfig& config) {
+  config.enable_prefix_caching = options.prefix_caching;
   config.cache_memory_bytes = options.memory_bytes;
   config.max_prefix_snapshots = options.max_snapshots;
 }

@@ -61,7 +61,7 @@ void run_serve(ServeOptions o) {
   const std::unique_ptr<ForwardRunner> runner = make_forward_runner(*ops, o.gpu);
   EngineConfig config = o.engine;
   config.runner = runner.get();
-  apply_cache_options(o.cache, o.device, config);
+  apply_cache_options(o.cache, config);
   Engine engine(model, *ops, config, tokenizer);
   print_cache_report("serve", engine);
   std::fprintf(stderr,
