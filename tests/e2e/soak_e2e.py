@@ -1,6 +1,6 @@
 """A soak of `dsv4 serve`: 500 streamed requests from 32 clients at once, every tenth client
 hanging up after its first chunk; half the prompts begin with the same long preamble, so the
-prefix cache (on by default with --device cpu) serves them from shared blocks. Afterwards no
+prefix cache (on by default) serves them from shared blocks. Afterwards no
 request is left running or waiting, the cache blocks are all free again, the prefix cache has hit,
 the server answers, and every request that ran to its end gave the greedy text the same prompt
 gives alone. Usage: soak_e2e.py BASE_URL API_KEY MODEL_NAME."""
