@@ -320,6 +320,7 @@ void Engine::Impl::take_prompt_logprobs(const SchedulerStep& plan) {
         GeneratedToken& t = r.prompt_token_logprobs[static_cast<size_t>(next - 1)];
         t.id = choice.id;
         t.logprob = choice.logprob;
+        t.rank = choice.rank;
         t.top.clear();
         for (const auto& [id, logprob] : choice.top) t.top.push_back({id, logprob});
       }
@@ -571,6 +572,7 @@ void Engine::Impl::emit(Request& r, const TokenChoice& choice, EngineClock::time
   GeneratedToken token;
   token.id = choice.id;
   token.logprob = choice.logprob;
+  token.rank = choice.rank;
   for (const auto& [id, logprob] : choice.top) token.top.push_back({id, logprob});
   chunk.tokens.push_back(std::move(token));
   if (r.prompt_logprobs && !r.prompt_logprobs_sent) {

@@ -101,6 +101,7 @@ struct GeneratedToken {
   int32_t id = 0;
   float logprob = 0.0f;            // when sampling.logprobs
   std::vector<TokenLogprob> top;   // sampling.top_logprobs entries, most likely first
+  int32_t rank = 0;                // when sampling.logprobs: 1 + the tokens more likely
 };
 
 // Times and counts of one request, complete on its last chunk.

@@ -133,6 +133,8 @@ TokenChoice token_logprobs(std::span<const float> logits, int32_t id, int32_t to
   TokenChoice choice;
   choice.id = id;
   choice.logprob = logprob(id);
+  choice.rank = 1 + static_cast<int32_t>(std::count_if(logits.begin(), logits.end(),
+                                                        [&](float v) { return v > logits[static_cast<size_t>(id)]; }));
   std::vector<int32_t> ids(logits.size());
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
   const size_t n = std::min(ids.size(), static_cast<size_t>(std::max(0, top_logprobs)));

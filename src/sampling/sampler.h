@@ -20,6 +20,7 @@ struct TokenChoice {
   int32_t id = 0;
   float logprob = 0.0f;                          // params.logprobs: log_softmax(logits)[id]
   std::vector<std::pair<int32_t, float>> top;    // params.top_logprobs (id, logprob), best first
+  int32_t rank = 0;                              // params.logprobs: 1 + the tokens of larger logit (vLLM's)
 };
 
 struct TokenHistory {
@@ -42,8 +43,8 @@ struct TokenHistory {
 TokenChoice sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
                          const TokenHistory& history, std::span<const uint8_t> allowed = {});
 
-// Token `id`'s logprob under `logits` (log_softmax, in double) and the `top_logprobs` most likely
-// tokens with theirs (ties by id): what sample_token returns with logprobs, for a given token (a
+// Token `id`'s logprob under `logits` (log_softmax, in double), its rank and the `top_logprobs`
+// most likely tokens with theirs (ties by id): what sample_token returns with logprobs, for a given token (a
 // prompt's, for prompt logprobs). Throws UsageError for an id outside the logits.
 TokenChoice token_logprobs(std::span<const float> logits, int32_t id, int32_t top_logprobs);
 

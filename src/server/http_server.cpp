@@ -372,11 +372,31 @@ class OpenAiServer::Impl {
   }
   std::vector<TokenLogprobInfo> logprobs_of(const OutputChunk& chunk) const { return logprobs_of(chunk.tokens); }
 
-  // An echoed prompt's logprobs: its first token with none, then those of the first chunk.
-  std::vector<TokenLogprobInfo> prompt_logprobs_of(const std::vector<int32_t>& prompt, const OutputChunk& first) const {
+  // An echoed prompt's logprobs: its first token with none, then those of the first chunk, with
+  // `top` alternatives each (the engine may have computed more for prompt_logprobs).
+  std::vector<TokenLogprobInfo> prompt_logprobs_of(const std::vector<int32_t>& prompt, const OutputChunk& first,
+                                                   int32_t top) const {
     std::vector<TokenLogprobInfo> infos = {{token_text(prompt.front()), 0.0f, {}, true}};
-    for (TokenLogprobInfo& info : logprobs_of(first.prompt_logprobs)) infos.push_back(std::move(info));
+    for (TokenLogprobInfo& info : logprobs_of(first.prompt_logprobs)) {
+      if (info.top.size() > static_cast<size_t>(top)) info.top.resize(static_cast<size_t>(top));
+      infos.push_back(std::move(info));
+    }
     return infos;
+  }
+
+  // vLLM's prompt_logprobs of a request's first chunk, `count` alternatives per prompt token.
+  ordered_json vllm_prompt_logprobs(const OutputChunk& first, int32_t count) const {
+    std::vector<std::vector<PromptTokenLogprob>> positions;
+    for (const GeneratedToken& token : first.prompt_logprobs) {
+      std::vector<PromptTokenLogprob>& entries = positions.emplace_back();
+      entries.push_back({token.id, token_text(token.id), token.logprob, token.rank});
+      for (size_t i = 0; i < token.top.size() && i < static_cast<size_t>(count); ++i) {
+        const TokenLogprob& top = token.top[i];
+        if (top.id != token.id)
+          entries.push_back({top.id, token_text(top.id), top.logprob, static_cast<int32_t>(i + 1)});
+      }
+    }
+    return prompt_logprobs_json(positions);
   }
 
   // The next chunk; waits as long as it takes (the non-streamed routes).
@@ -434,6 +454,7 @@ class OpenAiServer::Impl {
       return;
     }
     ordered_json json_choices = ordered_json::array();
+    std::optional<ordered_json> prompt_logprobs;  // vLLM's, of the prompt all choices share
     for (size_t i = 0; i < choices.size(); ++i) {
       Choice& choice = choices[i];
       ChatAnswer& answer = answers[i];
@@ -441,6 +462,8 @@ class OpenAiServer::Impl {
       while (!choice.last) {
         OutputChunk chunk = next_chunk(*choice.running.stream);
         choice.running.completion_tokens += static_cast<int64_t>(chunk.tokens.size());
+        if (request.generation.prompt_logprobs && !prompt_logprobs && !chunk.tokens.empty())
+          prompt_logprobs = vllm_prompt_logprobs(chunk, *request.generation.prompt_logprobs);
         if (request.generation.logprobs) {
           for (TokenLogprobInfo& info : logprobs_of(chunk)) logprobs.push_back(std::move(info));
         }
@@ -455,7 +478,9 @@ class OpenAiServer::Impl {
           static_cast<int64_t>(i), answer.whole(), answer.tool_call_ids(), word,
           request.generation.logprobs ? std::optional(chat_logprobs_json(logprobs)) : std::nullopt));
     }
-    send_json(res, 200, chat_completion_json(choices.front().running.header, std::move(json_choices), usage_of(choices)));
+    ordered_json body = chat_completion_json(choices.front().running.header, std::move(json_choices), usage_of(choices));
+    if (prompt_logprobs) body["prompt_logprobs"] = std::move(*prompt_logprobs);
+    send_json(res, 200, body);
   }
 
   // Choice i's events for one engine chunk (or, with none, its opening role chunk); its last
@@ -571,7 +596,8 @@ class OpenAiServer::Impl {
                    ready().max_model_len());
     }
     GenerationOptions options = request.generation;
-    if (request.echo && options.logprobs) options.prompt_logprobs = options.top_logprobs;
+    if (request.echo && options.logprobs)
+      options.prompt_logprobs = std::max(options.prompt_logprobs.value_or(0), options.top_logprobs);
     std::vector<Choice> choices = submit(prompts, options, OutputFormat::kText, "cmpl-");
     // Choice i is of prompt i / n; with echo its text starts with that prompt's.
     std::vector<TextPart> parts(choices.size());
@@ -595,13 +621,16 @@ class OpenAiServer::Impl {
       Choice& choice = choices[i];
       std::string text = parts[i].echo;
       std::vector<TokenLogprobInfo> logprobs;
+      std::optional<ordered_json> prompt_logprobs;  // vLLM's
       while (!choice.last) {
         OutputChunk chunk = next_chunk(*choice.running.stream);
         choice.running.completion_tokens += static_cast<int64_t>(chunk.tokens.size());
         text += chunk.text;
+        if (request.generation.prompt_logprobs && !prompt_logprobs && !chunk.tokens.empty())
+          prompt_logprobs = vllm_prompt_logprobs(chunk, *request.generation.prompt_logprobs);
         if (request.generation.logprobs) {
           if (parts[i].prompt && !parts[i].echoed && !chunk.tokens.empty()) {
-            logprobs = prompt_logprobs_of(*parts[i].prompt, chunk);
+            logprobs = prompt_logprobs_of(*parts[i].prompt, chunk, request.generation.top_logprobs);
             parts[i].echoed = true;
           }
           for (TokenLogprobInfo& info : logprobs_of(chunk)) logprobs.push_back(std::move(info));
@@ -614,6 +643,7 @@ class OpenAiServer::Impl {
       json_choices.push_back(completion_choice_json(
           static_cast<int64_t>(i), text, word,
           request.generation.logprobs ? std::optional(completion_logprobs_json(logprobs, 0)) : std::nullopt));
+      if (prompt_logprobs) json_choices.back()["prompt_logprobs"] = std::move(*prompt_logprobs);
     }
     send_json(res, 200, completion_json(choices.front().running.header, std::move(json_choices), usage_of(choices)));
   }
@@ -629,7 +659,8 @@ class OpenAiServer::Impl {
     if (part.prompt && !part.echoed && !chunk->tokens.empty()) {  // the echoed prompt first
       part.echoed = true;
       std::optional<ordered_json> prompt_logprobs;
-      if (s.options.logprobs) prompt_logprobs = completion_logprobs_json(prompt_logprobs_of(*part.prompt, *chunk), 0);
+      if (s.options.logprobs)
+        prompt_logprobs = completion_logprobs_json(prompt_logprobs_of(*part.prompt, *chunk, s.options.top_logprobs), 0);
       events += sse_event(completion_chunk_json(header, index, part.echo, std::nullopt, prompt_logprobs, usage));
       part.text_offset = part.echo.size();
     }

@@ -263,6 +263,10 @@ GenerationOptions generation_options(const Fields& fields) {
         Fields(*options, "stream_options.").boolean("include_usage").value_or(false);
   }
   o.n = static_cast<int32_t>(fields.integer("n", 1, kMaxChoices).value_or(1));
+  if (const auto count = fields.integer("prompt_logprobs", 0, kMaxTopLogprobs)) {
+    if (o.stream) fields.value_error("prompt_logprobs", "prompt_logprobs are not available when stream is true.");
+    o.prompt_logprobs = static_cast<int32_t>(*count);
+  }
   return o;
 }
 

@@ -48,7 +48,8 @@ struct GenerationOptions {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage; needs stream
   int32_t n = 1;               // choices, [1, kMaxChoices]
-  // Set by the completions route for echo with logprobs: GenerateRequest::prompt_logprobs.
+  // vLLM's extension: every prompt token's logprob (the first's none) with this many of the most
+  // likely tokens ([0, kMaxTopLogprobs]); not with stream, as vLLM refuses it there too.
   std::optional<int32_t> prompt_logprobs;
 };
 

@@ -90,6 +90,18 @@ ordered_json completion_logprobs_json(std::span<const TokenLogprobInfo> tokens,
           {"text_offset", std::move(offsets)}};
 }
 
+ordered_json prompt_logprobs_json(std::span<const std::vector<PromptTokenLogprob>> positions) {
+  ordered_json list = ordered_json::array({nullptr});
+  for (const std::vector<PromptTokenLogprob>& position : positions) {
+    ordered_json entries = ordered_json::object();
+    for (const PromptTokenLogprob& e : position) {
+      entries[std::to_string(e.id)] = {{"logprob", e.logprob}, {"rank", e.rank}, {"decoded_token", repaired(e.token)}};
+    }
+    list.push_back(std::move(entries));
+  }
+  return list;
+}
+
 ordered_json chat_message_json(const ParsedCompletion& completion,
                                std::span<const std::string> tool_call_ids) {
   ordered_json message = {{"role", "assistant"}};

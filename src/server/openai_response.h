@@ -43,6 +43,18 @@ struct TokenLogprobInfo {
   bool none = false;  // a token with no logprob (an echoed prompt's first): null in the JSON
 };
 
+// One position of vLLM's prompt_logprobs: the prompt token, then the most likely tokens other
+// than it, each with its logprob and rank (1 + the tokens more likely).
+struct PromptTokenLogprob {
+  int32_t id = 0;
+  std::string token;  // raw bytes, as TokenLogprobInfo's
+  float logprob = 0.0f;
+  int32_t rank = 0;
+};
+// vLLM's "prompt_logprobs": null for the first prompt token, then per token
+// {"<id>": {"logprob", "rank", "decoded_token"}, ...}, the prompt token first.
+nlohmann::ordered_json prompt_logprobs_json(std::span<const std::vector<PromptTokenLogprob>> positions);
+
 // Chat's {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
 nlohmann::ordered_json chat_logprobs_json(std::span<const TokenLogprobInfo> tokens);
 // Completions' {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"};

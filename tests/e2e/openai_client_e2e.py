@@ -96,6 +96,17 @@ check(scored.choices[0].text.startswith(prompt), f"echo text {scored.choices[0].
 check(len(lp.token_logprobs) == scored.usage.prompt_tokens + 1 and lp.token_logprobs[0] is None
       and all(v <= 0 for v in lp.token_logprobs[1:]), f"echo logprobs {lp}")
 
+# vLLM's prompt_logprobs (an extra field, read from the choice's extras): null for the first prompt
+# token, then {id: {logprob, rank, decoded_token}} with the prompt token first, agreeing with echo's.
+ranked = client.completions.create(model=model, prompt=prompt, max_tokens=1, temperature=0,
+                                   extra_body={"prompt_logprobs": 2})
+plp = ranked.choices[0].model_extra["prompt_logprobs"]
+check(len(plp) == ranked.usage.prompt_tokens and plp[0] is None, f"prompt_logprobs {plp}")
+for k, entry in enumerate(plp[1:], start=1):
+    first = next(iter(entry.values()))
+    check(2 <= len(entry) <= 3 and first["rank"] >= 1 and abs(first["logprob"] - lp.token_logprobs[k]) < 1e-6
+          and all(isinstance(e["decoded_token"], str) for e in entry.values()), f"prompt_logprobs[{k}] {entry}")
+
 # min_tokens (vLLM's, what genai-perf sends with max_tokens to fix the output length).
 fixed = client.completions.create(model=model, prompt=prompt, max_tokens=6, temperature=0, extra_body={"min_tokens": 6})
 check(fixed.usage.completion_tokens == 6, f"min_tokens = max_tokens = 6: {fixed.usage}")

@@ -476,6 +476,7 @@ TEST_F(EngineTest, PromptLogprobsAreTheOneShotForwardsAndChangeNoToken) {
       const GeneratedToken& got = first.prompt_logprobs[k];
       ASSERT_EQ(got.id, prompt[k + 1]);
       ASSERT_TRUE(same_bits({got.logprob}, {want.logprob})) << "prompt token " << k + 1;
+      ASSERT_EQ(got.rank, want.rank) << "prompt token " << k + 1;
       ASSERT_EQ(got.top.size(), 2u);
       EXPECT_EQ(got.top[0].id, want.top[0].first);
     }

@@ -92,7 +92,7 @@ class ScriptedEngine final : public ServingEngine {
     if (chunks.empty()) chunks.emplace_back();
     if (request.prompt_logprobs)  // every prompt token after the first at -1, one alternative
       for (size_t i = 1; i < request.prompt.size(); ++i)
-        chunks.front().prompt_logprobs.push_back({request.prompt[i], -1.0f, {{9, -0.5f}}});
+        chunks.front().prompt_logprobs.push_back({request.prompt[i], -1.0f, {{9, -0.5f}}, 2});
     chunks.back().finish = finish;
     const auto now = EngineClock::now();
     chunks.back().metrics = RequestMetrics{now - 2s, now - 1s, now,
@@ -403,6 +403,43 @@ TEST_F(HttpServerTest, CompletionsEchoThePrompt) {
   std::string text;
   for (size_t i = 0; i + 1 < events.size(); ++i) text += json::parse(events[i])["choices"][0]["text"].get<std::string>();
   EXPECT_EQ(text, "hiHello there.");
+}
+
+// vLLM's prompt_logprobs: per choice in completions, at the top of a chat completion; null for the
+// first prompt token, then the prompt token (its rank) and the alternatives (rank by place).
+TEST_F(HttpServerTest, PromptLogprobsAsVllmGivesThem) {
+  server_->set_engine(engine_);
+  const json scored = json::parse(post("/v1/completions", R"({"prompt": [1, 2, 3], "prompt_logprobs": 1})")->body);
+  EXPECT_EQ(engine_.last_request.prompt_logprobs, 1);
+  const json& list = scored["choices"][0]["prompt_logprobs"];
+  ASSERT_EQ(list.size(), 3u) << scored.dump();
+  EXPECT_TRUE(list[0].is_null());
+  EXPECT_EQ(list[1]["2"]["logprob"], -1.0);
+  EXPECT_EQ(list[1]["2"]["rank"], 2);
+  EXPECT_TRUE(list[1]["2"]["decoded_token"].is_string());
+  EXPECT_EQ(list[2]["9"]["logprob"], -0.5);
+  EXPECT_EQ(list[2]["9"]["rank"], 1);
+  EXPECT_EQ(list[2].begin().key(), "3");  // the prompt token first
+  EXPECT_FALSE(scored["choices"][0].contains("logprobs") && !scored["choices"][0]["logprobs"].is_null());
+
+  const json alone = json::parse(post("/v1/completions", R"({"prompt": [1, 2], "prompt_logprobs": 0})")->body);
+  EXPECT_EQ(alone["choices"][0]["prompt_logprobs"][1].size(), 1u) << alone.dump();
+
+  // With echo and logprobs too, the engine computes the larger count; each output keeps its own.
+  const json both = json::parse(
+      post("/v1/completions", R"({"prompt": [1, 2], "echo": true, "logprobs": 0, "prompt_logprobs": 1})")->body);
+  EXPECT_EQ(engine_.last_request.prompt_logprobs, 1);
+  EXPECT_EQ(both["choices"][0]["prompt_logprobs"][1].size(), 2u);
+  EXPECT_TRUE(both["choices"][0]["logprobs"]["top_logprobs"][1].empty()) << both.dump();
+
+  const json chat = json::parse(
+      post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "prompt_logprobs": 0})")->body);
+  ASSERT_TRUE(chat["prompt_logprobs"].is_array()) << chat.dump();
+  EXPECT_EQ(chat["prompt_logprobs"].size(), engine_.last_request.prompt.size());
+  EXPECT_TRUE(chat["prompt_logprobs"][0].is_null());
+  expect_error(post("/v1/chat/completions",
+                    R"({"messages": [{"role": "user", "content": "hi"}], "prompt_logprobs": 0, "stream": true})"),
+               400);
 }
 
 TEST_F(HttpServerTest, ModelsTokenizeDetokenizeMetrics) {

@@ -158,6 +158,12 @@ TEST(OpenAiRequest, EachBadChatFieldIsNamed) {
   expect_chat_refused(with_user(R"("logprobs": 1)"), "logprobs");
   expect_chat_refused(with_user(R"("logprobs": true, "top_logprobs": 21)"), "top_logprobs");
   expect_chat_refused(with_user(R"("top_logprobs": 2)"), "top_logprobs");
+  expect_chat_refused(with_user(R"("prompt_logprobs": 21)"), "prompt_logprobs");
+  expect_chat_refused(with_user(R"("prompt_logprobs": -1)"), "prompt_logprobs");
+  expect_chat_refused(with_user(R"("prompt_logprobs": true)"), "prompt_logprobs");
+  EXPECT_NE(expect_chat_refused(with_user(R"("prompt_logprobs": 1, "stream": true)"), "prompt_logprobs")
+                .find("not available when stream is true"),
+            std::string::npos);
   EXPECT_NE(expect_chat_refused(with_user(R"("n": 65)"), "n").find("outside [1, 64]"), std::string::npos);
   expect_chat_refused(with_user(R"("n": 0)"), "n");
   expect_chat_refused(with_user(R"("tools": {"type": "function"})"), "tools");
@@ -222,6 +228,9 @@ TEST(OpenAiRequest, CompletionPromptForms) {
   refused(R"({"prompt": [1, 4294967296]})", "prompt[1]");
   refused(R"({"prompt": 5})", "prompt");
   refused(R"({"prompt": "x", "logprobs": 6})", "logprobs");
+  EXPECT_EQ(completion(R"({"prompt": "x", "prompt_logprobs": 3})").generation.prompt_logprobs, 3);
+  EXPECT_FALSE(completion(R"({"prompt": "x", "prompt_logprobs": null})").generation.prompt_logprobs.has_value());
+  refused(R"({"prompt": "x", "prompt_logprobs": 2, "stream": true})", "prompt_logprobs");
   EXPECT_TRUE(completion(R"({"prompt": "x", "echo": true})").echo);
   refused(R"({"prompt": "x", "echo": 1})", "echo");
   refused(R"({"prompt": "x", "suffix": "y"})", "suffix");

@@ -170,6 +170,15 @@ TEST(Sampling, LogprobsAreTheRawDistributionsAndSumToOne) {
   EXPECT_EQ(sample_token(x, p, 3, {}).top.size(), 2u);
 }
 
+// A token's rank is 1 + the tokens of a larger logit (vLLM's): tied tokens share one.
+TEST(Sampling, TokenLogprobsRankCountsTheMoreLikelyTokens) {
+  const std::vector<float> x = {1.0f, 3.0f, -0.5f, 2.0f, 3.0f};
+  EXPECT_EQ(token_logprobs(x, 1, 0).rank, 1);
+  EXPECT_EQ(token_logprobs(x, 4, 0).rank, 1);
+  EXPECT_EQ(token_logprobs(x, 3, 0).rank, 3);
+  EXPECT_EQ(token_logprobs(x, 2, 0).rank, 5);
+}
+
 TEST(Sampling, MaskedTokensAreNeverDrawnAndTheRestKeepTheirShares) {
   const std::vector<float> x = logits_of(kProbs);
   const std::vector<uint8_t> allowed = {0, 1, 0, 1};  // 0.3 and 0.05: 6/7 and 1/7 of the mass
