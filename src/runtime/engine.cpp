@@ -172,7 +172,8 @@ class Engine::Impl {
     Sequence* sequence = nullptr;
     std::optional<SequenceCache> cache;   // while running
     std::optional<StreamDecoder> decoder;  // with a tokenizer
-    std::optional<JsonObjectPrefix> json;  // OutputFormat::kJsonObject: the output so far
+    std::optional<JsonSchemaPrefix> json;  // OutputFormat::kJsonObject: the output so far
+    std::shared_ptr<const JsonSchema> json_schema;  // what `json` checks against (none: any object)
     std::string text;                      // decoded so far (stop string cut)
     std::optional<int32_t> prompt_logprobs;  // GenerateRequest::prompt_logprobs
     std::vector<GeneratedToken> prompt_token_logprobs;  // prompt tokens 1.., sent with the first chunk
@@ -384,6 +385,8 @@ RequestHandle Engine::Impl::submit(GenerateRequest request) {
     throw UsageError("stop strings need the engine's tokenizer, and this engine has none");
   if (request.format == OutputFormat::kJsonObject && !tokenizer_)
     throw UsageError("a JSON object output (response_format) needs the engine's tokenizer, and this engine has none");
+  if (request.json_schema && request.format != OutputFormat::kJsonObject)
+    throw UsageError("a JSON schema needs the JSON object output format");
   for (const std::string& s : request.stop.stop_strings)
     if (s.empty()) throw UsageError("a stop string is empty");
   if (request.stop.min_tokens < 0)
@@ -425,7 +428,10 @@ void Engine::Impl::take_submissions() {
     r.seed = s.seed;
     r.sequence = &seq;
     if (tokenizer_) r.decoder.emplace(*tokenizer_);
-    if (s.request.format == OutputFormat::kJsonObject) r.json.emplace();
+    if (s.request.format == OutputFormat::kJsonObject) {
+      r.json_schema = s.request.json_schema;
+      r.json.emplace(r.json_schema.get());
+    }
     r.prompt_logprobs = s.request.prompt_logprobs;
     seq.no_prefix_hit = r.prompt_logprobs.has_value();  // its whole prompt must run for them
     r.metrics.arrival = s.arrival;

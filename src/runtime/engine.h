@@ -18,8 +18,10 @@
 // that might still be the start of a stop string held back until it cannot be. A request with
 // stop strings is refused when the engine was made without a tokenizer.
 //
-// OutputFormat::kJsonObject (response_format json_object) constrains decoding: at each step only
-// tokens whose bytes keep the output a prefix of one JSON object may be drawn
+// OutputFormat::kJsonObject (response_format json_object, and json_schema with
+// GenerateRequest::json_schema) constrains decoding: at each step only tokens whose bytes keep the
+// output a prefix of one JSON object (one the schema accepts, as far as sampling/json_schema.h
+// enforces schemas) may be drawn
 // (sampling/json_token_mask.h, among the tokenizer's vocabulary tokens: no added or special token,
 // end of sequence included), and the request ends with kStop as soon as the object closes, so its
 // text is one JSON object, or a prefix of one when max_tokens, a stop token or a stop string ends
@@ -39,6 +41,7 @@
 #include <string_view>
 #include <vector>
 
+#include "sampling/json_schema.h"
 #include "sampling/sampling_params.h"
 
 namespace dsv4 {
@@ -85,6 +88,8 @@ struct GenerateRequest {
   SamplingParams sampling;
   StopConditions stop;
   OutputFormat format = OutputFormat::kText;
+  // With kJsonObject: the schema the object must meet (none: any object).
+  std::shared_ptr<const JsonSchema> json_schema;
   // [0, 20]: the logprob of every prompt token after the first under the model (the raw
   // distribution, as sampling.logprobs), with that many alternatives, in the first chunk
   // (OpenAI's echo with logprobs, vLLM's prompt_logprobs). Such a request takes no prefix-cache hit,

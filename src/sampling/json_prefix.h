@@ -45,6 +45,8 @@ class JsonObjectPrefix {
   bool operator==(const JsonObjectPrefix&) const = default;
 
  private:
+  friend class JsonSchemaPrefix;  // reads the modes to follow values, keys and containers
+
   // What the \uXXXX escape being read may still be.
   enum class Escape : uint8_t {
     kAny,        // a character outside the surrogates

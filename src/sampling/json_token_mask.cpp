@@ -43,17 +43,26 @@ std::string_view JsonTokenMask::bytes(int32_t id) const {
 }
 
 size_t JsonTokenMask::allowed_tokens(const JsonObjectPrefix& prefix, std::vector<uint8_t>& allowed) const {
+  return this->allowed(prefix, allowed);
+}
+
+size_t JsonTokenMask::allowed_tokens(const JsonSchemaPrefix& prefix, std::vector<uint8_t>& allowed) const {
+  return this->allowed(prefix, allowed);
+}
+
+template <typename Prefix>
+size_t JsonTokenMask::allowed(const Prefix& prefix, std::vector<uint8_t>& allowed) const {
   allowed.assign(static_cast<size_t>(vocab_size()), 0);
   size_t count = 0;
   const bool plain_stays = prefix.in_plain_string();
   for (size_t b = 0; b < 256; ++b) {
-    JsonObjectPrefix after_first = prefix;
+    Prefix after_first = prefix;
     if (!after_first.advance(static_cast<char>(b))) continue;
     for (uint32_t i = group_begin_[b]; i < group_begin_[b + 1]; ++i) {
       const int32_t id = by_first_byte_[i];
       bool fits = plain_stays && plain_[static_cast<size_t>(id)] != 0;
       if (!fits) {
-        JsonObjectPrefix next = after_first;
+        Prefix next = after_first;
         fits = next.advance(bytes(id).substr(1));
       }
       if (fits) {

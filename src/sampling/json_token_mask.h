@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "sampling/json_prefix.h"
+#include "sampling/json_schema.h"
 
 namespace dsv4 {
 
@@ -30,12 +31,17 @@ class JsonTokenMask {
   // Sets allowed (resized to the vocabulary) to 1 for each token that can follow `prefix` and 0
   // for the others; returns how many are allowed (0 once the object is complete).
   size_t allowed_tokens(const JsonObjectPrefix& prefix, std::vector<uint8_t>& allowed) const;
+  // The same under a schema (json_schema.h).
+  size_t allowed_tokens(const JsonSchemaPrefix& prefix, std::vector<uint8_t>& allowed) const;
 
   // The bytes of token `id` (empty for a token never allowed). `id` must be < vocab_size().
   std::string_view bytes(int32_t id) const;
   int32_t vocab_size() const { return static_cast<int32_t>(offsets_.size()) - 1; }
 
  private:
+  template <typename Prefix>
+  size_t allowed(const Prefix& prefix, std::vector<uint8_t>& allowed) const;
+
   std::string bytes_;              // every token's bytes, in id order
   std::vector<uint32_t> offsets_;  // token id's bytes are [offsets_[id], offsets_[id + 1])
   std::vector<int32_t> by_first_byte_;         // the non-empty tokens' ids, by first byte

@@ -302,7 +302,8 @@ class OpenAiServer::Impl {
   // prompt by prompt. A seeded request's choice i (counted over all prompts) draws with seed + i, so
   // the choices differ and each is reproducible.
   std::vector<Choice> submit(std::span<const std::vector<int32_t>> prompts, const GenerationOptions& o,
-                             OutputFormat format, std::string_view id_prefix) {
+                             OutputFormat format, std::string_view id_prefix,
+                             const std::shared_ptr<const JsonSchema>& json_schema = nullptr) {
     if (draining_) throw not_ready("The server is shutting down.");
     const ResponseHeader header{random_id(id_prefix), unix_seconds(), options_.served_model_name};
     std::vector<Choice> choices;
@@ -310,14 +311,14 @@ class OpenAiServer::Impl {
       for (int32_t j = 0; j < o.n; ++j) {
         GenerationOptions choice = o;
         if (o.seed) choice.seed = *o.seed + static_cast<uint64_t>(choices.size());
-        choices.push_back({submit_one(prompt, choice, format, header), std::nullopt, j == 0});
+        choices.push_back({submit_one(prompt, choice, format, json_schema, header), std::nullopt, j == 0});
       }
     }
     return choices;
   }
 
   Running submit_one(const std::vector<int32_t>& prompt, const GenerationOptions& o, OutputFormat format,
-                     const ResponseHeader& header) {
+                     const std::shared_ptr<const JsonSchema>& json_schema, const ResponseHeader& header) {
     ServingEngine& engine = ready();
     if (open_.fetch_add(1) >= options_.max_open_requests) {
       --open_;
@@ -347,6 +348,7 @@ class OpenAiServer::Impl {
     request.stop.min_tokens = o.min_tokens;
     request.stop.include_stop_string = o.include_stop_str_in_output;
     request.format = format;
+    request.json_schema = json_schema;
     request.prompt_logprobs = o.prompt_logprobs;
     const int64_t prompt_tokens = static_cast<int64_t>(request.prompt.size());
     std::unique_ptr<GenerationStream> stream = engine.submit(std::move(request));
@@ -438,7 +440,7 @@ class OpenAiServer::Impl {
     check_length(static_cast<int64_t>(ids.size()), request.generation, "messages",
                  ready().max_model_len());
     const OutputFormat format = request.response_format ? OutputFormat::kJsonObject : OutputFormat::kText;
-    std::vector<Choice> choices = submit(std::span(&ids, 1), request.generation, format, "chatcmpl-");
+    std::vector<Choice> choices = submit(std::span(&ids, 1), request.generation, format, "chatcmpl-", request.json_schema);
     std::vector<ChatAnswer> answers;
     for (size_t i = 0; i < choices.size(); ++i) {
       answers.emplace_back(prompt);

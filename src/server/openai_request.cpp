@@ -469,9 +469,25 @@ ordered_json parse_request_body(std::string_view body) {
   return parsed;
 }
 
+// response_format json_schema's schema, compiled; a schema the compiler refuses is a 400 naming
+// the part at fault.
+std::shared_ptr<const JsonSchema> compile_response_schema(const ordered_json& format) {
+  const auto spec = format.find("json_schema");
+  if (spec == format.end() || !spec->is_object()) return nullptr;
+  const auto schema = spec->find("schema");
+  if (schema == spec->end() || schema->is_null()) return nullptr;
+  try {
+    return JsonSchema::compile(*schema);
+  } catch (const JsonSchemaError& e) {
+    throw invalid_request(std::string("Invalid value for 'response_format.json_schema.schema': ") + e.what(),
+                          "response_format.json_schema.schema", "invalid_value");
+  }
+}
+
 ChatCompletionRequest parse_chat_completion_request(const ordered_json& body) {
   const Fields fields(body, "");
   ChatCompletionRequest request = chat_conversation(fields);
+  if (request.response_format) request.json_schema = compile_response_schema(*request.response_format);
   GenerationOptions& o = request.generation;
   o = generation_options(fields);
   // max_completion_tokens is OpenAI's newer name; it wins when both are given.

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -13,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sampling/json_schema.h"
 #include "tokenizer/chat_encoding.h"
 
 namespace dsv4::server {
@@ -69,9 +71,12 @@ struct ChatCompletionRequest {
   std::string tool_choice_name;                // kNamed: the function
   // {"type": "json_object"} or {"type": "json_schema", ...}; none for "text" or absent. Either
   // constrains the answer to one JSON object (OutputFormat::kJsonObject); a json_schema's schema
-  // is shown to the model in the prompt, not enforced. Refused with a required or named
-  // tool_choice.
+  // is shown to the model in the prompt and enforced as far as json_schema below says. Refused
+  // with a required or named tool_choice.
   std::optional<nlohmann::ordered_json> response_format;
+  // response_format json_schema's "schema", compiled (sampling/json_schema.h says what it
+  // enforces); none for json_object or a json_schema without one.
+  std::shared_ptr<const JsonSchema> json_schema;
   ThinkingMode thinking = ThinkingMode::kChat;  // chat_template_kwargs.thinking
   ReasoningEffort reasoning_effort = ReasoningEffort::kHigh;  // chat_template_kwargs / top level
   GenerationOptions generation;

@@ -166,9 +166,9 @@ def starts_json_object(text):
 check(starts_json_object('{"a": [1, {"b\\u00') and starts_json_object('{"a": "[\\"') and not starts_json_object('{"a": }'),
       "starts_json_object")
 
-# response_format json_object (and json_schema, whose schema is only shown to the model): the
-# answer is one JSON object, finish_reason "stop" when it closes, or the start of one when
-# max_tokens cuts it; the random tiny model writes nothing like it unconstrained.
+# response_format json_object and json_schema: the answer is one JSON object, finish_reason "stop"
+# when it closes, or the start of one when max_tokens cuts it; the random tiny model writes nothing
+# like it unconstrained.
 json_messages = [{"role": "user", "content": "Reply with a JSON object."}]
 schema = {"type": "json_schema", "json_schema": {"name": "reply", "schema": {"type": "object"}}}
 answers = []
@@ -183,6 +183,26 @@ for response_format in ({"type": "json_object"}, schema):
         else:
             check(finish == "length" and starts_json_object(content), f"JSON answer {finish} {content!r}")
 check(any(a.strip() for a in answers), f"JSON answers all blank: {answers}")
+# A json_schema is enforced: an object that closes has the one required key with an enum value.
+enum_schema = {"type": "json_schema", "json_schema": {"name": "pick", "schema": {
+    "type": "object", "properties": {"k": {"enum": ["v", "w"]}}, "required": ["k"], "additionalProperties": False}}}
+closed = 0
+for seed in range(6):
+    r = client.chat.completions.create(model=model, messages=json_messages, max_tokens=24, temperature=1.0,
+                                       seed=seed, response_format=enum_schema)
+    content, finish = r.choices[0].message.content or "", r.choices[0].finish_reason
+    if finish == "stop":
+        closed += 1
+        check(json.loads(content) in ({"k": "v"}, {"k": "w"}), f"schema answer {content!r}")
+    else:
+        check(finish == "length" and starts_json_object(content), f"schema answer {finish} {content!r}")
+check(closed > 0, "no schema answer closed in 24 tokens")
+try:
+    client.chat.completions.create(model=model, messages=json_messages, max_tokens=4, response_format={
+        "type": "json_schema", "json_schema": {"name": "bad", "schema": {"type": "object", "properties": {"a": {"type": "int"}}}}})
+    check(False, "a schema with an unknown type was accepted")
+except openai.BadRequestError as e:
+    check("/properties/a/type" in str(e), f"schema error {e}")
 free = client.chat.completions.create(model=model, messages=json_messages, max_tokens=24, temperature=0)
 check(not (free.choices[0].message.content or "").lstrip().startswith("{"), "the unconstrained answer starts an object")
 greedy = dict(model=model, messages=json_messages, max_tokens=16, temperature=0, response_format={"type": "json_object"})

@@ -690,6 +690,53 @@ TEST_F(EngineTest, JsonObjectRequestsWriteOneObjectWhenTheModelFavoursPunctuatio
   EXPECT_GE(closed, 4);
 }
 
+// With a JSON schema (GenerateRequest::json_schema) the objects that close are ones the schema
+// accepts: the named keys only, the required one present, an integer and an enum string.
+TEST_F(EngineTest, JsonSchemaRequestsWriteObjectsTheSchemaAccepts) {
+  auto tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(DSV4_TOKENIZER_JSON));
+  std::vector<int32_t> favoured;
+  for (const char* piece : {"{", "}", "\"", ":", ",", " ", "0", "1", "7", "-", ".", "a", "b", "x", "y", "z", "true",
+                            "null", "\":", "\",", "{\"", "\"}"}) {
+    const std::vector<int32_t> one = tokenizer->encode(piece);
+    ASSERT_EQ(one.size(), 1u) << piece;
+    favoured.push_back(one[0]);
+  }
+  BiasedForward biased(favoured, 30.0f);
+  EngineConfig config = small_config();
+  config.runner = &biased;
+  auto e = engine(config, tokenizer);
+  const auto schema = JsonSchema::compile(nlohmann::ordered_json::parse(
+      R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"enum": ["x", "y"]}},
+          "required": ["a"], "additionalProperties": false})"));
+  std::vector<RequestHandle> handles;
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    GenerateRequest r = request(tokenizer->encode("Reply with a JSON object."), 64, 1.0f);
+    r.sampling.seed = seed;
+    r.format = OutputFormat::kJsonObject;
+    r.json_schema = schema;
+    handles.push_back(e->submit(r));
+  }
+  run_until_idle(*e);
+  int closed = 0;
+  for (RequestHandle& h : handles) {
+    const Result r = drain(h);
+    if (!expect_json_object_or_prefix(r, *tokenizer)) continue;
+    ++closed;
+    const nlohmann::json object = nlohmann::json::parse(r.text);
+    ASSERT_TRUE(object.contains("a") && object["a"].is_number_integer()) << r.text;
+    for (const auto& [key, value] : object.items()) {
+      EXPECT_TRUE(key == "a" || key == "b") << r.text;
+      if (key == "b") {
+        EXPECT_TRUE(value == "x" || value == "y") << r.text;
+      }
+    }
+  }
+  EXPECT_GE(closed, 4);
+  GenerateRequest text = request(ids(4, 7), 4);
+  text.json_schema = schema;
+  EXPECT_THROW(e->submit(text), UsageError);  // a schema needs the JSON output format
+}
+
 TEST_F(EngineTest, JsonObjectRequestsOfTheRandomModelArePrefixesGreedyAndSampled) {
   auto tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(DSV4_TOKENIZER_JSON));
   auto e = engine(small_config(), tokenizer);

@@ -86,6 +86,17 @@ TEST(OpenAiRequest, FullChatRequestParses) {
   EXPECT_EQ(g.top_logprobs, 3);
 }
 
+TEST(OpenAiRequest, JsonSchemaIsCompiledForTheConstraint) {
+  const ChatCompletionRequest r = parse_chat_completion_request(parse_request_body(with_user(
+      R"("response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": {"type": "object",
+         "properties": {"k": {"enum": ["v"]}}, "required": ["k"], "additionalProperties": false}}})")));
+  ASSERT_NE(r.json_schema, nullptr);
+  EXPECT_EQ(r.json_schema->node(r.json_schema->root()).names, std::vector<std::string>{"k"});
+  EXPECT_EQ(parse_chat_completion_request(parse_request_body(with_user(R"("response_format": {"type": "json_object"})")))
+                .json_schema,
+            nullptr);
+}
+
 TEST(OpenAiRequest, DefaultsFollowOpenAi) {
   const ChatCompletionRequest r = chat(with_user(""));
   EXPECT_FALSE(r.model.has_value());
@@ -183,6 +194,12 @@ TEST(OpenAiRequest, EachBadChatFieldIsNamed) {
   expect_chat_refused(with_user(R"("response_format": {"type": "json_schema"})"),
                       "response_format.json_schema");
   expect_chat_refused(with_user(R"("response_format": "json")"), "response_format");
+  // A json_schema's schema is compiled: what it cannot enforce is a 400 naming the part.
+  EXPECT_NE(expect_chat_refused(with_user(R"("response_format": {"type": "json_schema", "json_schema": {"name": "r",
+                                             "schema": {"type": "object", "properties": {"n": {"type": "int"}}}}})"),
+                                "response_format.json_schema.schema")
+                .find("/properties/n/type"),
+            std::string::npos);
   // A JSON answer and a forced tool call exclude each other.
   expect_chat_refused(with_user(R"("response_format": {"type": "json_object"}, "tool_choice": "required",
                                    "tools": [{"function": {"name": "f"}}])"),

@@ -1,0 +1,396 @@
+// JSON Schema: the compiler from nlohmann JSON to nodes, and JsonSchemaPrefix, which watches
+// JsonObjectPrefix's modes change byte by byte to see values, keys and containers begin and end.
+#include "sampling/json_schema.h"
+
+#include <algorithm>
+#include <map>
+
+namespace dsv4 {
+
+using nlohmann::ordered_json;
+
+namespace {
+
+bool needs_escape(std::string_view s) {
+  return std::any_of(s.begin(), s.end(), [](char c) { return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20; });
+}
+
+uint8_t type_of_value(const ordered_json& v) {
+  if (v.is_object()) return JsonSchema::kObject;
+  if (v.is_array()) return JsonSchema::kArray;
+  if (v.is_string()) return JsonSchema::kString;
+  if (v.is_number()) return JsonSchema::kNumber;
+  if (v.is_boolean()) return JsonSchema::kBoolean;
+  return JsonSchema::kNull;
+}
+
+// A JSON pointer's token: '~' and '/' escaped.
+std::string pointer_token(std::string_view name) {
+  std::string out;
+  for (char c : name) {
+    if (c == '~') out += "~0";
+    else if (c == '/') out += "~1";
+    else out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+class JsonSchemaCompiler {
+ public:
+  JsonSchemaCompiler(const ordered_json& document, JsonSchema& schema) : document_(document), schema_(schema) {}
+
+  uint16_t compile(const ordered_json& s, const std::string& path) {
+    // References chain without the document nesting: bound the recursion all the same.
+    if (depth_ == kMaxDepth) throw JsonSchemaError(path, "the schema nests deeper than " + std::to_string(kMaxDepth) + " levels");
+    ++depth_;
+    const uint16_t id = compile_at_depth(s, path);
+    --depth_;
+    return id;
+  }
+
+ private:
+  static constexpr int kMaxDepth = 256;
+
+  uint16_t compile_at_depth(const ordered_json& s, const std::string& path) {
+    if (s.is_boolean()) {
+      if (!s.get<bool>()) throw JsonSchemaError(path, "false allows no value");
+      return JsonSchema::kAny;
+    }
+    if (!s.is_object()) throw JsonSchemaError(path, "a schema must be an object or a boolean");
+    if (const auto ref = s.find("$ref"); ref != s.end()) return resolve(*ref, path + "/$ref");
+    const uint16_t id = reserve(path);
+    JsonSchema::Node n;
+    if (const auto type = s.find("type"); type != s.end()) restrict_types(n, *type, path + "/type");
+    for (const char* key : {"anyOf", "oneOf"})
+      if (const auto alternatives = s.find(key); alternatives != s.end()) join(n, *alternatives, path + "/" + key);
+    for (const char* key : {"enum", "const"})
+      if (const auto values = s.find(key); values != s.end())
+        restrict_values(n, std::string(key) == "const" ? ordered_json::array({*values}) : *values, path + "/" + key);
+    if (const auto properties = s.find("properties"); properties != s.end()) {
+      if (!properties->is_object()) throw JsonSchemaError(path + "/properties", "must be an object");
+      std::vector<std::pair<std::string, uint16_t>> named;
+      for (const auto& [name, sub] : properties->items()) {
+        const std::string at = path + "/properties/" + pointer_token(name);
+        if (needs_escape(name)) throw JsonSchemaError(at, "property names that need escaping are not supported");
+        named.emplace_back(name, compile(sub, at));
+      }
+      set_names(n, std::move(named), path + "/properties");
+    }
+    if (const auto extra = s.find("additionalProperties"); extra != s.end()) {
+      if (extra->is_boolean() && !extra->get<bool>()) n.closed = true;
+      else n.additional = compile(*extra, path + "/additionalProperties");
+    }
+    if (const auto required = s.find("required"); required != s.end()) add_required(n, *required, path + "/required");
+    if (const auto items = s.find("items"); items != s.end() && !items->is_array()) n.items = compile(*items, path + "/items");
+    if (n.types == 0) throw JsonSchemaError(path, "the schema allows no value");
+    schema_.nodes_[id] = std::move(n);
+    return id;
+  }
+
+  uint16_t reserve(const std::string& path) {
+    if (schema_.nodes_.size() > 65535) throw JsonSchemaError(path, "the schema has more than 65535 parts");
+    schema_.nodes_.emplace_back();
+    return static_cast<uint16_t>(schema_.nodes_.size() - 1);
+  }
+
+  // "#/$defs/Name" or "#/definitions/Name", compiled once (a recursive schema refers to a node
+  // that is still being compiled).
+  uint16_t resolve(const ordered_json& ref, const std::string& path) {
+    if (!ref.is_string()) throw JsonSchemaError(path, "must be a string");
+    const std::string target = ref.get<std::string>();
+    if (const auto done = refs_.find(target); done != refs_.end()) return done->second;
+    for (const std::string section : {"$defs", "definitions"}) {
+      const std::string prefix = "#/" + section + "/";
+      if (target.rfind(prefix, 0) != 0) continue;
+      const std::string name = target.substr(prefix.size());
+      const auto defs = document_.find(section);
+      if (defs == document_.end() || !defs->is_object() || !defs->contains(name))
+        throw JsonSchemaError(path, "\"" + target + "\" is not in the schema");
+      const ordered_json& def = (*defs)[name];
+      // Reserve the node first, so that a reference to it from inside resolves to it.
+      const uint16_t id = reserve(path);
+      refs_[target] = id;
+      const uint16_t compiled = compile(def, "/" + section + "/" + pointer_token(name));
+      schema_.nodes_[id] = schema_.nodes_[compiled];
+      return id;
+    }
+    throw JsonSchemaError(path, "only references into \"#/$defs/\" or \"#/definitions/\" are supported, not \"" + target + "\"");
+  }
+
+  static void restrict_types(JsonSchema::Node& n, const ordered_json& type, const std::string& path) {
+    const ordered_json names = type.is_array() ? type : ordered_json::array({type});
+    uint8_t types = 0;
+    bool integer = false, number = false;
+    for (const ordered_json& t : names) {
+      if (!t.is_string()) throw JsonSchemaError(path, "a type must be a string");
+      const std::string name = t.get<std::string>();
+      if (name == "object") types |= JsonSchema::kObject;
+      else if (name == "array") types |= JsonSchema::kArray;
+      else if (name == "string") types |= JsonSchema::kString;
+      else if (name == "number") types |= JsonSchema::kNumber, number = true;
+      else if (name == "integer") types |= JsonSchema::kNumber, integer = true;
+      else if (name == "boolean") types |= JsonSchema::kBoolean;
+      else if (name == "null") types |= JsonSchema::kNull;
+      else throw JsonSchemaError(path, "unknown type \"" + name + "\"");
+    }
+    n.types &= types;
+    n.integer_only = n.integer_only || (integer && !number);
+  }
+
+  // anyOf / oneOf: the alternatives' types; what an alternative says of a type is kept where it
+  // is the only one allowing that type.
+  void join(JsonSchema::Node& n, const ordered_json& alternatives, const std::string& path) {
+    if (!alternatives.is_array() || alternatives.empty()) throw JsonSchemaError(path, "must be a non-empty array");
+    uint8_t types = 0;
+    std::array<int, 6> allowing{};
+    std::array<uint16_t, 6> sole{};
+    for (size_t i = 0; i < alternatives.size(); ++i) {
+      const uint16_t id = compile(alternatives[i], path + "/" + std::to_string(i));
+      const uint8_t t = schema_.nodes_[id].types;
+      types |= t;
+      for (int bit = 0; bit < 6; ++bit)
+        if ((t >> bit) & 1) ++allowing[bit], sole[bit] = id;
+    }
+    n.types &= types;
+    const auto only = [&](JsonSchema::Type type) -> const JsonSchema::Node* {
+      const int bit = __builtin_ctz(type);
+      return allowing[bit] == 1 ? &schema_.nodes_[sole[bit]] : nullptr;
+    };
+    if (const JsonSchema::Node* o = only(JsonSchema::kObject)) {
+      n.names = o->names, n.property = o->property, n.required = o->required;
+      n.closed = o->closed, n.additional = o->additional;
+    }
+    if (const JsonSchema::Node* a = only(JsonSchema::kArray)) n.items = a->items;
+    if (const JsonSchema::Node* s = only(JsonSchema::kString)) n.strings = s->strings;
+    if (const JsonSchema::Node* num = only(JsonSchema::kNumber)) n.integer_only = n.integer_only || num->integer_only;
+  }
+
+  static void restrict_values(JsonSchema::Node& n, const ordered_json& values, const std::string& path) {
+    if (!values.is_array()) throw JsonSchemaError(path, "must be an array");
+    uint8_t types = 0;
+    std::vector<std::string> strings;
+    for (const ordered_json& v : values) {
+      types |= type_of_value(v);
+      if (!v.is_string()) continue;
+      const std::string s = v.get<std::string>();
+      if (needs_escape(s)) throw JsonSchemaError(path, "strings that need escaping are not supported");
+      strings.push_back(s);
+    }
+    n.types &= types;
+    std::sort(strings.begin(), strings.end());
+    strings.erase(std::unique(strings.begin(), strings.end()), strings.end());
+    if (!strings.empty()) n.strings = std::move(strings);
+  }
+
+  static void set_names(JsonSchema::Node& n, std::vector<std::pair<std::string, uint16_t>> named, const std::string& path) {
+    if (named.size() > JsonSchema::kMaxProperties)
+      throw JsonSchemaError(path, std::to_string(named.size()) + " properties, more than the " +
+                                      std::to_string(JsonSchema::kMaxProperties) + " supported");
+    std::sort(named.begin(), named.end());
+    n.names.clear();
+    n.property.clear();
+    for (auto& [name, id] : named) n.names.push_back(std::move(name)), n.property.push_back(id);
+  }
+
+  // required: names of `properties` get their bit; others (where additionalProperties allows
+  // them) join the names with the additional properties' node, so that their presence is tracked.
+  static void add_required(JsonSchema::Node& n, const ordered_json& required, const std::string& path) {
+    if (!required.is_array()) throw JsonSchemaError(path, "must be an array of names");
+    std::vector<std::string> wanted;
+    std::vector<std::pair<std::string, uint16_t>> named;
+    for (size_t i = 0; i < n.names.size(); ++i) named.emplace_back(n.names[i], n.property[i]);
+    for (const ordered_json& r : required) {
+      if (!r.is_string()) throw JsonSchemaError(path, "must be an array of names");
+      const std::string name = r.get<std::string>();
+      wanted.push_back(name);
+      if (std::binary_search(n.names.begin(), n.names.end(), name)) continue;
+      if (n.closed)
+        throw JsonSchemaError(path, "\"" + name + "\" is required, but additionalProperties is false and properties lack it");
+      if (needs_escape(name)) throw JsonSchemaError(path, "property names that need escaping are not supported");
+      if (std::none_of(named.begin(), named.end(), [&](const auto& p) { return p.first == name; }))
+        named.emplace_back(name, n.additional);
+    }
+    set_names(n, std::move(named), path);
+    for (const std::string& name : wanted)
+      n.required |= uint64_t{1} << (std::lower_bound(n.names.begin(), n.names.end(), name) - n.names.begin());
+  }
+
+  const ordered_json& document_;
+  JsonSchema& schema_;
+  std::map<std::string, uint16_t> refs_;
+  int depth_ = 0;
+};
+
+std::shared_ptr<const JsonSchema> JsonSchema::compile(const ordered_json& schema) {
+  auto compiled = std::make_shared<JsonSchema>();
+  compiled->nodes_.emplace_back();  // kAny
+  JsonSchemaCompiler compiler(schema, *compiled);
+  compiled->root_ = compiler.compile(schema, "");
+  if (!(compiled->nodes_[compiled->root_].types & kObject))
+    throw JsonSchemaError("", "the root must allow an object (the answer is one JSON object)");
+  return compiled;
+}
+
+bool JsonSchemaPrefix::advance(char byte) {
+  JsonSchemaPrefix next = *this;
+  if (!next.step(byte)) return false;
+  *this = next;
+  return true;
+}
+
+bool JsonSchemaPrefix::advance(std::string_view bytes) {
+  for (char byte : bytes)
+    if (!step(byte)) return false;
+  return true;
+}
+
+bool JsonSchemaPrefix::step(char byte) {
+  using Mode = JsonObjectPrefix::Mode;
+  const Mode before = syntax_.mode_;
+  const int depth_before = syntax_.depth_;
+  const bool key_before = syntax_.key_;
+  if (!syntax_.step(byte)) return false;
+  return schema_ == nullptr || check(byte, before, depth_before, key_before);
+}
+
+// The schema's view of a byte the syntax took.
+bool JsonSchemaPrefix::check(char byte, JsonObjectPrefix::Mode before, int depth_before, bool key_before) {
+  using Mode = JsonObjectPrefix::Mode;
+  const Mode after = syntax_.mode_;
+  const int depth_after = syntax_.depth_;
+  if (before == Mode::kString) {
+    if (byte == '"') {
+      const bool enum_ok = match_ != Match::kEnum || match_list()[match_lo_].size() == match_len_;
+      if (key_before) return close_key(depth_before);
+      match_ = Match::kNone;
+      return enum_ok;
+    }
+    if (after == Mode::kEscape) return match_ == Match::kNone || match_ == Match::kUnknownKey;
+    return narrow(byte, depth_before);
+  }
+  const bool whitespace = byte == ' ' || byte == '\t' || byte == '\n' || byte == '\r';
+  if (whitespace) return true;
+  if ((before == Mode::kStart || before == Mode::kValue || before == Mode::kValueOrArrayEnd) &&
+      !(before == Mode::kValueOrArrayEnd && byte == ']'))
+    return begin_value(byte, depth_before);
+  if ((before == Mode::kKeyOrObjectEnd || before == Mode::kKey) && byte == '"') {
+    const Level* l = level(depth_before);
+    if (!l) return true;
+    const JsonSchema::Node& node = schema_->node(l->node);
+    match_node_ = l->node;
+    match_lo_ = 0;
+    match_hi_ = static_cast<uint16_t>(node.names.size());
+    match_len_ = 0;
+    match_ = node.names.empty() ? Match::kUnknownKey : Match::kKey;
+    return !node.closed || unseen_name_in(node, l->seen, 0, node.names.size());
+  }
+  if ((after == Mode::kDot || after == Mode::kExponent) && integer_only_) return false;
+  if (depth_after < depth_before && byte == '}') {
+    const Level* l = level(depth_before);
+    return !l || (l->seen & schema_->node(l->node).required) == schema_->node(l->node).required;
+  }
+  if (byte == ',' && after == Mode::kKey) {
+    const Level* l = level(depth_after);
+    if (!l) return true;
+    const JsonSchema::Node& node = schema_->node(l->node);
+    return !node.closed || unseen_name_in(node, l->seen, 0, node.names.size());
+  }
+  return true;
+}
+
+// The first byte of a value: its type must be one the node allows.
+bool JsonSchemaPrefix::begin_value(char byte, int depth_before) {
+  uint16_t id = schema_->root();
+  if (depth_before > 0) {
+    const Level* l = level(depth_before);
+    id = l ? l->value : JsonSchema::kAny;
+  }
+  const JsonSchema::Node& node = schema_->node(id);
+  uint8_t type = JsonSchema::kNumber;
+  switch (byte) {
+    case '{': type = JsonSchema::kObject; break;
+    case '[': type = JsonSchema::kArray; break;
+    case '"': type = JsonSchema::kString; break;
+    case 't': case 'f': type = JsonSchema::kBoolean; break;
+    case 'n': type = JsonSchema::kNull; break;
+    default: break;
+  }
+  if (!(node.types & type)) return false;
+  integer_only_ = type == JsonSchema::kNumber && node.integer_only;
+  if (type == JsonSchema::kObject || type == JsonSchema::kArray) {
+    if (Level* l = level(depth_before + 1)) *l = {0, id, type == JsonSchema::kArray ? node.items : JsonSchema::kAny};
+  } else if (type == JsonSchema::kString && !node.strings.empty()) {
+    match_node_ = id;
+    match_lo_ = 0;
+    match_hi_ = static_cast<uint16_t>(node.strings.size());
+    match_len_ = 0;
+    match_ = Match::kEnum;
+  }
+  return true;
+}
+
+// A key's closing quote: a named property not seen before takes its node, any other name (where
+// the object is not closed) the additional properties' node.
+bool JsonSchemaPrefix::close_key(int depth) {
+  const Match match = match_;
+  match_ = Match::kNone;
+  Level* l = level(depth);
+  if (!l) return true;
+  const JsonSchema::Node& node = schema_->node(l->node);
+  if (match == Match::kKey && node.names[match_lo_].size() == match_len_) {
+    const uint64_t bit = uint64_t{1} << match_lo_;
+    if (l->seen & bit) return false;
+    l->seen |= bit;
+    l->value = node.property[match_lo_];
+    return true;
+  }
+  if (node.closed) return false;
+  l->value = node.additional;
+  return true;
+}
+
+// A plain byte of a key or an enum string: the names that go on with it.
+bool JsonSchemaPrefix::narrow(char byte, int depth) {
+  if (match_ != Match::kKey && match_ != Match::kEnum) return true;
+  const std::vector<std::string>& list = match_list();
+  const size_t len = match_len_;
+  const auto key = [len](const std::string& s) { return s.size() > len ? static_cast<int>(static_cast<unsigned char>(s[len])) : -1; };
+  const int want = static_cast<unsigned char>(byte);
+  const auto begin = list.begin() + match_lo_, end = list.begin() + match_hi_;
+  const auto lo = std::partition_point(begin, end, [&](const std::string& s) { return key(s) < want; });
+  const auto hi = std::partition_point(lo, end, [&](const std::string& s) { return key(s) == want; });
+  if (lo != hi && match_ == Match::kKey) {
+    const Level* l = level(depth);
+    if (l && !unseen_name_in(schema_->node(match_node_), l->seen, static_cast<size_t>(lo - list.begin()),
+                             static_cast<size_t>(hi - list.begin()))) {
+      // Every name that goes on with this byte is present already: only a new name may follow.
+      if (schema_->node(match_node_).closed) return false;
+      match_ = Match::kUnknownKey;
+      return true;
+    }
+  }
+  if (lo == hi) {
+    if (match_ == Match::kEnum || schema_->node(match_node_).closed) return false;
+    match_ = Match::kUnknownKey;
+    return true;
+  }
+  match_lo_ = static_cast<uint16_t>(lo - list.begin());
+  match_hi_ = static_cast<uint16_t>(hi - list.begin());
+  ++match_len_;
+  return true;
+}
+
+bool JsonSchemaPrefix::unseen_name_in(const JsonSchema::Node& node, uint64_t seen, size_t lo, size_t hi) const {
+  for (size_t i = lo; i < hi && i < node.names.size(); ++i)
+    if (!((seen >> i) & 1)) return true;
+  return false;
+}
+
+const std::vector<std::string>& JsonSchemaPrefix::match_list() const {
+  const JsonSchema::Node& node = schema_->node(match_node_);
+  return match_ == Match::kEnum ? node.strings : node.names;
+}
+
+}  // namespace dsv4

@@ -1,0 +1,127 @@
+// JSON Schema as the sampler enforces it (response_format json_schema): a schema compiled into
+// nodes, and JsonSchemaPrefix, a byte-level checker that is JsonObjectPrefix's syntax plus the
+// schema's constraints, so that the output stays a prefix of one object the schema accepts.
+//
+// Enforced: `type` (a name or a list; "integer" refuses fractions and exponents), `properties`,
+// `required`, `additionalProperties` (false, true or a schema), `items`, `enum` and `const` (the
+// value types; strings exactly), `$ref` into "#/$defs/..." or "#/definitions/...", and `anyOf` /
+// `oneOf` (the alternatives' types joined; a JSON type that several alternatives allow is checked
+// as that type only). Not checked, so an output may break them: pattern, format, lengths,
+// minimum / maximum, minItems / maxItems, uniqueItems, allOf, not, if/then/else, prefixItems. An
+// enum's numbers, booleans and nulls are checked by type only. Property names and enum strings are
+// matched as written: the model cannot spell them with escapes, and a schema whose names need one
+// (a quote, a backslash, a control character) is refused. Objects take at most 64 named
+// properties; containers below the 16th level of nesting take any value.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "sampling/json_prefix.h"
+
+namespace dsv4 {
+
+// A schema the compiler cannot take: `path` is the JSON pointer of the part at fault within the
+// schema ("" for the root, "/properties/name/type", ...).
+class JsonSchemaError : public UsageError {
+ public:
+  JsonSchemaError(std::string path, const std::string& what)
+      : UsageError("JSON schema" + (path.empty() ? std::string() : " at " + path) + ": " + what),
+        path_(std::move(path)) {}
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+class JsonSchema {
+ public:
+  // A value's JSON types, one bit each.
+  enum Type : uint8_t { kObject = 1, kArray = 2, kString = 4, kNumber = 8, kBoolean = 16, kNull = 32, kAnyType = 63 };
+  static constexpr uint16_t kAny = 0;  // the node that takes any value
+  static constexpr size_t kMaxProperties = 64;
+
+  struct Node {
+    uint8_t types = kAnyType;
+    bool integer_only = false;          // a number must be an integer (no fraction, no exponent)
+    std::vector<std::string> names;     // an object's named properties, sorted
+    std::vector<uint16_t> property;     // per name: the node of its value
+    uint64_t required = 0;              // bit i: names[i] must be present
+    bool closed = false;                // additionalProperties false: only `names`
+    uint16_t additional = kAny;         // the node of other properties' values
+    uint16_t items = kAny;              // an array's elements
+    std::vector<std::string> strings;   // non-empty: a string must be one of these (sorted)
+  };
+
+  // Throws JsonSchemaError naming the part at fault: a schema that is not an object or a boolean,
+  // an unknown type name, a $ref outside the document's $defs / definitions, one that allows no
+  // value, a required name that additionalProperties false forbids, more than kMaxProperties
+  // names, a name or enum string that needs an escape, or a root that cannot be an object.
+  static std::shared_ptr<const JsonSchema> compile(const nlohmann::ordered_json& schema);
+
+  const Node& node(uint16_t id) const { return nodes_[id]; }
+  uint16_t root() const { return root_; }
+
+ private:
+  friend class JsonSchemaCompiler;
+  std::vector<Node> nodes_;  // nodes_[kAny] takes anything
+  uint16_t root_ = kAny;
+};
+
+// The state of generated text against a schema (or, without one, JsonObjectPrefix's syntax
+// alone), advanced one byte at a time; copied per candidate token, like JsonObjectPrefix. The
+// schema must outlive it.
+class JsonSchemaPrefix {
+ public:
+  static constexpr int kMaxSchemaDepth = 16;
+
+  explicit JsonSchemaPrefix(const JsonSchema* schema = nullptr) : schema_(schema) {}
+
+  // As JsonObjectPrefix's: whether `byte` can follow (the state moves past it if so), and whether
+  // all of `bytes` can (the state is left partway when not).
+  bool advance(char byte);
+  bool advance(std::string_view bytes);
+  bool complete() const { return syntax_.complete(); }
+  // Inside a string whose bytes nothing checks but its syntax: every byte >= 0x20 but '"' and
+  // '\' can follow and changes nothing the schema looks at.
+  bool in_plain_string() const {
+    return syntax_.in_plain_string() && (match_ == Match::kNone || match_ == Match::kUnknownKey);
+  }
+
+ private:
+  // An open container the schema constrains: its node, the named properties seen (objects) and
+  // the node of the value being read (an object's last key's, an array's items).
+  struct Level {
+    uint64_t seen = 0;
+    uint16_t node = JsonSchema::kAny;
+    uint16_t value = JsonSchema::kAny;
+  };
+  // The string being read, against a sorted list: an object's names or a string enum.
+  enum class Match : uint8_t { kNone, kKey, kEnum, kUnknownKey };
+
+  bool step(char byte);
+  bool check(char byte, JsonObjectPrefix::Mode before, int depth_before, bool key_before);
+  bool begin_value(char byte, int depth_before);
+  bool close_key(int depth);
+  bool narrow(char byte, int depth);
+  bool unseen_name_in(const JsonSchema::Node& node, uint64_t seen, size_t lo, size_t hi) const;
+  const std::vector<std::string>& match_list() const;
+  Level* level(int depth) { return depth >= 1 && depth <= kMaxSchemaDepth ? &levels_[depth - 1] : nullptr; }
+
+  JsonObjectPrefix syntax_;
+  const JsonSchema* schema_ = nullptr;
+  std::array<Level, kMaxSchemaDepth> levels_{};
+  uint16_t match_node_ = JsonSchema::kAny;
+  uint16_t match_lo_ = 0, match_hi_ = 0, match_len_ = 0;
+  Match match_ = Match::kNone;
+  bool integer_only_ = false;  // the number being read must stay an integer
+};
+
+}  // namespace dsv4
