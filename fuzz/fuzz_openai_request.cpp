@@ -17,7 +17,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const nlohmann::ordered_json json = parse_request_body(body);
     // The first byte picks the route, so one corpus covers all of them.
     switch (size % 4) {
-      case 0: render_chat_prompt(parse_chat_completion_request(json)); break;
+      case 0: {
+        const ChatCompletionRequest request = parse_chat_completion_request(json);
+        render_chat_prompt(request);
+        // A compiled response_format schema checks the body's own bytes as if generated.
+        if (request.json_schema) {
+          dsv4::JsonSchemaPrefix prefix(request.json_schema.get());
+          for (char byte : body) prefix.advance(byte);
+        }
+        break;
+      }
       case 1: parse_completion_request(json); break;
       case 2: parse_tokenize_request(json); break;
       default: parse_detokenize_request(json); break;
