@@ -662,31 +662,49 @@ bool expect_json_object_or_prefix(const Result& r, const Tokenizer& tokenizer) {
   return false;
 }
 
+// Eight sampled JSON object requests (seeds 0..7, with `schema` if any) on `e`, run to the end.
+std::vector<Result> favoured_json_requests(Engine& e, const Tokenizer& tokenizer,
+                                           const std::shared_ptr<const JsonSchema>& schema) {
+  std::vector<RequestHandle> handles;
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    GenerateRequest r = request(tokenizer.encode("Reply with a JSON object."), 64, 1.0f);
+    r.sampling.seed = seed;
+    r.format = OutputFormat::kJsonObject;
+    r.json_schema = schema;
+    handles.push_back(e.submit(r));
+  }
+  for (int i = 0; i < 10000 && e.step(); ++i) {
+  }
+  std::vector<Result> results;
+  for (RequestHandle& h : handles) results.push_back(drain(h));
+  return results;
+}
+
+// The token of each piece, each one token of the vocabulary.
+std::vector<int32_t> single_tokens(const Tokenizer& tokenizer, std::initializer_list<const char*> pieces) {
+  std::vector<int32_t> ids;
+  for (const char* piece : pieces) {
+    const std::vector<int32_t> one = tokenizer.encode(piece);
+    EXPECT_EQ(one.size(), 1u) << piece;
+    ids.push_back(one.at(0));
+  }
+  return ids;
+}
+
 TEST_F(EngineTest, JsonObjectRequestsWriteOneObjectWhenTheModelFavoursPunctuation) {
   auto tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(DSV4_TOKENIZER_JSON));
-  std::vector<int32_t> favoured = {static_cast<int32_t>(model_->config()->eos_token_id),
-                                   *tokenizer->token_id("<think>")};
   // No "e": a long exponent overflows a double, which JSON allows and nlohmann does not.
-  for (const char* piece : {"{", "}", "[", "]", "\"", ":", ",", " ", "\n", "0", "1", "-", ".", "true", "null",
-                            "\\", "u", "\":", "\",", "},", "],", "{\"", "\"}", "abc"}) {
-    const std::vector<int32_t> one = tokenizer->encode(piece);
-    ASSERT_EQ(one.size(), 1u) << piece;
-    favoured.push_back(one[0]);
-  }
+  std::vector<int32_t> favoured = single_tokens(*tokenizer, {"{", "}", "[", "]", "\"", ":", ",", " ", "\n", "0", "1", "-",
+                                                             ".", "true", "null", "\\", "u", "\":", "\",", "},", "],",
+                                                             "{\"", "\"}", "abc"});
+  favoured.push_back(static_cast<int32_t>(model_->config()->eos_token_id));
+  favoured.push_back(*tokenizer->token_id("<think>"));
   BiasedForward biased(favoured, 30.0f);
   EngineConfig config = small_config();
   config.runner = &biased;
   auto e = engine(config, tokenizer);
-  std::vector<RequestHandle> handles;
-  for (uint64_t seed = 0; seed < 8; ++seed) {
-    GenerateRequest r = request(tokenizer->encode("Reply with a JSON object."), 64, 1.0f);
-    r.sampling.seed = seed;
-    r.format = OutputFormat::kJsonObject;
-    handles.push_back(e->submit(r));
-  }
-  run_until_idle(*e);
   int closed = 0;
-  for (RequestHandle& h : handles) closed += expect_json_object_or_prefix(drain(h), *tokenizer);
+  for (const Result& r : favoured_json_requests(*e, *tokenizer, nullptr)) closed += expect_json_object_or_prefix(r, *tokenizer);
   EXPECT_GE(closed, 4);
 }
 
@@ -694,32 +712,17 @@ TEST_F(EngineTest, JsonObjectRequestsWriteOneObjectWhenTheModelFavoursPunctuatio
 // accepts: the named keys only, the required one present, an integer and an enum string.
 TEST_F(EngineTest, JsonSchemaRequestsWriteObjectsTheSchemaAccepts) {
   auto tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(DSV4_TOKENIZER_JSON));
-  std::vector<int32_t> favoured;
-  for (const char* piece : {"{", "}", "\"", ":", ",", " ", "0", "1", "7", "-", ".", "a", "b", "x", "y", "z", "true",
-                            "null", "\":", "\",", "{\"", "\"}"}) {
-    const std::vector<int32_t> one = tokenizer->encode(piece);
-    ASSERT_EQ(one.size(), 1u) << piece;
-    favoured.push_back(one[0]);
-  }
-  BiasedForward biased(favoured, 30.0f);
+  BiasedForward biased(single_tokens(*tokenizer, {"{", "}", "\"", ":", ",", " ", "0", "1", "7", "-", ".", "a", "b", "x",
+                                                  "y", "z", "true", "null", "\":", "\",", "{\"", "\"}"}),
+                       30.0f);
   EngineConfig config = small_config();
   config.runner = &biased;
   auto e = engine(config, tokenizer);
   const auto schema = JsonSchema::compile(nlohmann::ordered_json::parse(
       R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"enum": ["x", "y"]}},
           "required": ["a"], "additionalProperties": false})"));
-  std::vector<RequestHandle> handles;
-  for (uint64_t seed = 0; seed < 8; ++seed) {
-    GenerateRequest r = request(tokenizer->encode("Reply with a JSON object."), 64, 1.0f);
-    r.sampling.seed = seed;
-    r.format = OutputFormat::kJsonObject;
-    r.json_schema = schema;
-    handles.push_back(e->submit(r));
-  }
-  run_until_idle(*e);
   int closed = 0;
-  for (RequestHandle& h : handles) {
-    const Result r = drain(h);
+  for (const Result& r : favoured_json_requests(*e, *tokenizer, schema)) {
     if (!expect_json_object_or_prefix(r, *tokenizer)) continue;
     ++closed;
     const nlohmann::json object = nlohmann::json::parse(r.text);
