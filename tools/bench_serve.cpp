@@ -51,7 +51,14 @@ struct ServeBenchOptions {
   double range_ratio = 0.0;
   std::vector<int64_t> max_concurrency;  // empty: no limit; several: one run each
   double request_rate = std::numeric_limits<double>::infinity();
+  double burstiness = 1.0;  // gamma arrivals' shape: 1 Poisson, < 1 burstier, > 1 steadier
   uint64_t seed = 0;
+  std::string served_model_name;  // the name in the requests, if not --model's
+  std::string backend = "vllm";
+  std::string label;                                          // empty: the endpoint type
+  std::vector<std::string> percentile_metrics = {"ttft", "tpot", "itl", "e2el"};
+  std::vector<double> metric_percentiles = {99};
+  std::vector<std::pair<std::string, double>> goodput;        // metric -> SLO in ms
   bool ignore_eos = false;
   bool save_result = false;
   std::string result_dir;
@@ -364,12 +371,14 @@ RequestOutcome send_request(httplib::Client& client, const Target& t, const std:
   return out;
 }
 
-// Arrival offsets in seconds: all at 0 for an infinite rate, else a Poisson process.
-std::vector<double> arrival_times(int64_t n, double rate, uint64_t seed) {
+// Arrival offsets in seconds: all at 0 for an infinite rate, else gaps drawn from a gamma
+// distribution of shape `burstiness` and mean 1 / rate, as vLLM draws them (shape 1: a Poisson
+// process).
+std::vector<double> arrival_times(int64_t n, double rate, double burstiness, uint64_t seed) {
   std::vector<double> at(static_cast<size_t>(n), 0.0);
   if (std::isinf(rate)) return at;
   std::mt19937_64 rng(seed);
-  std::exponential_distribution<double> gap(rate);
+  std::gamma_distribution<double> gap(burstiness, 1.0 / (rate * burstiness));
   double t = 0;
   for (double& a : at) {
     a = t;
@@ -388,7 +397,7 @@ struct RunResult {
 RunResult run_requests(const Target& t, const std::string& model, const std::vector<Prompt>& prompts,
                        const ServeBenchOptions& o, int64_t concurrency, const Tokenizer& tokenizer) {
   const int64_t n = static_cast<int64_t>(prompts.size());
-  const std::vector<double> arrivals = arrival_times(n, o.request_rate, o.seed);
+  const std::vector<double> arrivals = arrival_times(n, o.request_rate, o.burstiness, o.seed);
   std::vector<std::string> bodies;
   for (const Prompt& p : prompts) bodies.push_back(request_body(t, model, p, o.ignore_eos));
   RunResult run;
@@ -475,8 +484,32 @@ nlohmann::json report(const RunResult& run, const ServeBenchOptions& o, const Ta
       if (!r.success && shown < 10) std::printf("Error %lld: %s\n", static_cast<long long>(shown++), r.error.c_str());
   }
   const double duration = run.duration;
-  const LatencySummary ttft = summarise_ms(ttfts), tpot = summarise_ms(tpots), itl = summarise_ms(itls),
-                       e2el = summarise_ms(e2els);
+  struct Metric {
+    const char* key;
+    const char* header;
+    const char* name;
+    LatencySummary summary;
+  };
+  const std::vector<Metric> metrics = {
+      {"ttft", "Time to First Token", "TTFT", summarise_ms(ttfts, o.metric_percentiles)},
+      {"tpot", "Time per Output Token (excl. 1st token)", "TPOT", summarise_ms(tpots, o.metric_percentiles)},
+      {"itl", "Inter-token Latency", "ITL", summarise_ms(itls, o.metric_percentiles)},
+      {"e2el", "End-to-end Latency", "E2EL", summarise_ms(e2els, o.metric_percentiles)}};
+  const auto selected = [&o](const char* key) {
+    return std::find(o.percentile_metrics.begin(), o.percentile_metrics.end(), key) != o.percentile_metrics.end();
+  };
+  // Goodput: the completed requests that meet every service-level objective asked for.
+  int64_t good = 0;
+  for (const RequestOutcome& r : run.outcomes) {
+    if (!r.success || o.goodput.empty()) continue;
+    const double tpot_s = r.output_tokens > 1 ? (r.latency - r.ttft) / static_cast<double>(r.output_tokens - 1) : 0.0;
+    bool meets = true;
+    for (const auto& [metric, slo_ms] : o.goodput) {
+      const double seconds = metric == "ttft" ? r.ttft : metric == "tpot" ? tpot_s : r.latency;
+      meets = meets && seconds * 1e3 <= slo_ms;
+    }
+    good += meets;
+  }
   std::printf("%s\n", centred_title(" Serving Benchmark Result ", '=').c_str());
   print_result_count("Successful requests:", completed);
   print_result_count("Failed requests:", failed);
@@ -486,23 +519,22 @@ nlohmann::json report(const RunResult& run, const ServeBenchOptions& o, const Ta
   print_result_count("Total input tokens:", total_input);
   print_result_count("Total generated tokens:", total_output);
   print_result_row("Request throughput (req/s):", static_cast<double>(completed) / duration);
+  if (!o.goodput.empty()) print_result_row("Request goodput (req/s):", static_cast<double>(good) / duration);
   print_result_row("Output token throughput (tok/s):", static_cast<double>(total_output) / duration);
   print_result_row("Total Token throughput (tok/s):", static_cast<double>(total_input + total_output) / duration);
-  print_latency_section("Time to First Token", "TTFT", ttft);
-  print_latency_section("Time per Output Token (excl. 1st token)", "TPOT", tpot);
-  print_latency_section("Inter-token Latency", "ITL", itl);
-  print_latency_section("End-to-end Latency", "E2EL", e2el);
+  for (const Metric& m : metrics)
+    if (selected(m.key)) print_latency_section(m.header, m.name, m.summary);
   std::printf("%s\n", std::string(50, '=').c_str());
   std::fflush(stdout);
 
   nlohmann::json j{{"date", now_stamp("%Y%m%d-%H%M%S")},
                    {"endpoint_type", t.chat ? "openai-chat" : "openai"},
-                   {"label", nullptr},
+                   {"label", o.label.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.label)},
                    {"model_id", model},
                    {"tokenizer_id", o.tokenizer_file},
                    {"num_prompts", o.num_prompts},
                    {"request_rate", std::isinf(o.request_rate) ? nlohmann::json("inf") : nlohmann::json(o.request_rate)},
-                   {"burstiness", 1.0},
+                   {"burstiness", o.burstiness},
                    {"max_concurrency", concurrency > 0 ? nlohmann::json(concurrency) : nlohmann::json(nullptr)},
                    {"duration", duration},
                    {"completed", completed},
@@ -510,7 +542,8 @@ nlohmann::json report(const RunResult& run, const ServeBenchOptions& o, const Ta
                    {"total_input_tokens", total_input},
                    {"total_output_tokens", total_output},
                    {"request_throughput", static_cast<double>(completed) / duration},
-                   {"request_goodput", nullptr},
+                   {"request_goodput", o.goodput.empty() ? nlohmann::json(nullptr)
+                                                         : nlohmann::json(static_cast<double>(good) / duration)},
                    {"output_throughput", static_cast<double>(total_output) / duration},
                    {"total_token_throughput", static_cast<double>(total_input + total_output) / duration},
                    {"input_lens", input_lens},
@@ -521,11 +554,13 @@ nlohmann::json report(const RunResult& run, const ServeBenchOptions& o, const Ta
                    {"start_times", start_times},
                    {"generated_texts", texts},
                    {"errors", errors}};
-  for (const auto& [name, s] : {std::pair{"ttft", ttft}, {"tpot", tpot}, {"itl", itl}, {"e2el", e2el}}) {
-    j[std::string("mean_") + name + "_ms"] = s.mean_ms;
-    j[std::string("median_") + name + "_ms"] = s.median_ms;
-    j[std::string("std_") + name + "_ms"] = s.std_ms;
-    j[std::string("p99_") + name + "_ms"] = s.p99_ms;
+  for (const Metric& m : metrics) {
+    if (!selected(m.key)) continue;
+    const std::string key = m.key;
+    j["mean_" + key + "_ms"] = m.summary.mean_ms;
+    j["median_" + key + "_ms"] = m.summary.median_ms;
+    j["std_" + key + "_ms"] = m.summary.std_ms;
+    for (const auto& [p, value] : m.summary.percentiles_ms) j["p" + percentile_word(p) + "_" + key + "_ms"] = value;
   }
   return j;
 }
@@ -537,7 +572,8 @@ std::filesystem::path result_path(const ServeBenchOptions& o, const nlohmann::js
   std::string name;
   if (o.result_filename.empty()) {
     const std::string model = result["model_id"].get<std::string>();
-    name = result["endpoint_type"].get<std::string>() + "-" + rate_word(o.request_rate) + "qps" + concurrency_part + "-" +
+    name = (o.label.empty() ? result["endpoint_type"].get<std::string>() : o.label) + "-" + rate_word(o.request_rate) +
+           "qps" + concurrency_part + "-" +
            model.substr(model.rfind('/') + 1) + "-" + result["date"].get<std::string>() + ".json";
   } else if (o.max_concurrency.size() > 1) {
     const std::filesystem::path given(o.result_filename);
@@ -552,7 +588,9 @@ void run_bench_serve(const ServeBenchOptions& o) {
   if (o.dataset_name != "random") throw UsageError("--dataset-name " + o.dataset_name + ": only random is supported");
   const Target target = target_of(o);
   const Tokenizer tokenizer = Tokenizer::load(o.tokenizer_file);
-  const std::string model = o.model.empty() ? first_served_model(target) : o.model;
+  const std::string model = !o.served_model_name.empty() ? o.served_model_name
+                            : o.model.empty()                ? first_served_model(target)
+                                                             : o.model;
   const std::vector<Prompt> prompts = random_prompts(tokenizer, o);
   std::printf("bench serve: %lld random prompts of about %lld tokens (%lld of them shared, range ratio %.2f), up to "
               "%lld output tokens, to %s%s, model %s\n",
@@ -564,11 +602,13 @@ void run_bench_serve(const ServeBenchOptions& o) {
   std::string first_error;
   for (int64_t concurrency : concurrencies) {
     std::printf("Traffic request rate: %s\n", rate_word(o.request_rate).c_str());
-    std::printf("Burstiness factor: 1.0 (Poisson process)\n");
+    std::printf("Burstiness factor: %s (%s)\n", nlohmann::json(o.burstiness).dump().c_str(),
+                o.burstiness == 1.0 ? "Poisson process" : "Gamma distribution");
     std::printf("Maximum request concurrency: %s\n", concurrency > 0 ? std::to_string(concurrency).c_str() : "None");
     std::fflush(stdout);
     const RunResult run = run_requests(target, model, prompts, o, concurrency, tokenizer);
-    const nlohmann::json result = report(run, o, target, model, concurrency);
+    // The result's model_id: --model, also when --served-model-name names the requests' model.
+    const nlohmann::json result = report(run, o, target, o.model.empty() ? model : o.model, concurrency);
     for (const RequestOutcome& r : run.outcomes) {
       ++sent;
       if (r.success) continue;
@@ -600,9 +640,16 @@ void add_bench_serve_command(CLI::App& bench) {
   cmd->add_option("--base-url", o->base_url, "Server URL, e.g. http://127.0.0.1:8000 (default: http://HOST:PORT)");
   cmd->add_option("--host", o->host, "Server host when no --base-url")->default_str("127.0.0.1");
   cmd->add_option("--port", o->port, "Server port when no --base-url")->check(CLI::Range(1, 65535))->default_str("8000");
-  cmd->add_option("--endpoint", o->endpoint, "Path to POST to: /v1/completions or /v1/chat/completions")
-      ->default_str("/v1/completions");
+  CLI::Option* endpoint =
+      cmd->add_option("--endpoint", o->endpoint, "Path to POST to: /v1/completions or /v1/chat/completions")
+          ->default_str("/v1/completions (/v1/chat/completions with --backend openai-chat)");
+  cmd->add_option("--backend", o->backend,
+                  "vLLM's request formats: openai-chat posts chat completions; vllm and openai follow --endpoint")
+      ->check(CLI::IsMember({"vllm", "openai", "openai-chat"}))
+      ->default_str("vllm");
   cmd->add_option("--model", o->model, "Model name in the requests (default: the first one /v1/models lists)");
+  cmd->add_option("--served-model-name", o->served_model_name,
+                  "Model name in the requests when it differs from --model (vLLM's: --model is then the result's model_id)");
   cmd->add_option("--api-key", o->api_key, "Sent as \"Authorization: Bearer KEY\"")->envname("OPENAI_API_KEY");
   cmd->add_option("--dataset-name", o->dataset_name, "Prompt source; only random")->default_str("random");
   cmd->add_option("--tokenizer", o->tokenizer_file, "tokenizer.json the random prompts are made with")
@@ -625,6 +672,44 @@ void add_bench_serve_command(CLI::App& bench) {
   cmd->add_option("--request-rate", o->request_rate, "Requests per second, Poisson arrivals (inf: all at once)")
       ->check(CLI::PositiveNumber)
       ->default_str("inf");
+  cmd->add_option("--burstiness", o->burstiness,
+                  "With --request-rate: the gaps' gamma shape (1: Poisson; below 1 burstier, above steadier), as vLLM's")
+      ->check(CLI::PositiveNumber)
+      ->default_str("1");
+  cmd->add_option("--percentile-metrics", o->percentile_metrics,
+                  "Metrics whose summaries are printed and saved, comma-separated: ttft, tpot, itl, e2el")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"ttft", "tpot", "itl", "e2el"}))
+      ->default_str("ttft,tpot,itl,e2el");
+  cmd->add_option("--metric-percentiles", o->metric_percentiles,
+                  "Percentiles of those metrics, comma-separated (e.g. 50,90,99): rows P50 TTFT (ms) and keys p50_ttft_ms")
+      ->delimiter(',')
+      ->check(CLI::Range(0.0, 100.0))
+      ->default_str("99");
+  cmd->add_option_function<std::vector<std::string>>(
+         "--goodput",
+         [o](const std::vector<std::string>& slos) {
+           for (const std::string& slo : slos) {
+             const size_t colon = slo.find(':');
+             const std::string metric = slo.substr(0, colon);
+             if (colon == std::string::npos || (metric != "ttft" && metric != "tpot" && metric != "e2el"))
+               throw CLI::ValidationError("--goodput", slo + ": expected ttft:MS, tpot:MS or e2el:MS");
+             double ms = 0;
+             try {
+               size_t used = 0;
+               ms = std::stod(slo.substr(colon + 1), &used);
+               if (used != slo.size() - colon - 1) throw std::invalid_argument("trailing");
+             } catch (const std::exception&) {
+               throw CLI::ValidationError("--goodput", slo + ": the objective must be a number of milliseconds");
+             }
+             if (!(ms > 0)) throw CLI::ValidationError("--goodput", slo + ": the objective must be positive");
+             o->goodput.emplace_back(metric, ms);
+           }
+         },
+         "Service-level objectives in ms (e.g. ttft:500 tpot:50): requests meeting all of them give the goodput")
+      ->expected(1, -1);
+  cmd->add_option("--label", o->label, "The result's label, and its file name's start instead of the endpoint type");
+  cmd->add_flag("--disable-tqdm")->description("Accepted for vLLM's command lines; this benchmark draws no progress bar");
   cmd->add_option("--seed", o->seed, "Seed of the prompts and the arrivals")->default_str("0");
   cmd->add_flag("--ignore-eos", o->ignore_eos,
                 "Ask the server to ignore end-of-sequence (ignore_eos), so outputs are full length");
@@ -632,7 +717,13 @@ void add_bench_serve_command(CLI::App& bench) {
   cmd->add_option("--result-dir", o->result_dir, "Folder of the JSON (default: the current one)");
   cmd->add_option("--result-filename", o->result_filename,
                   "JSON file name (default: ENDPOINT_TYPE-RATEqps[-concurrencyN]-MODEL-DATE.json)");
-  cmd->callback([o] { run_bench_serve(*o); });
+  cmd->callback([o, endpoint] {
+    const bool chat_backend = o->backend == "openai-chat";
+    if (chat_backend && endpoint->count() == 0) o->endpoint = "/v1/chat/completions";
+    if (chat_backend && !o->endpoint.ends_with("/chat/completions"))
+      throw UsageError("--backend openai-chat posts chat completions, but --endpoint is " + o->endpoint);
+    run_bench_serve(*o);
+  });
 }
 
 }  // namespace dsv4::tools

@@ -7,8 +7,9 @@
 
 namespace dsv4::tools {
 
-LatencySummary summarise_ms(std::vector<double> seconds) {
+LatencySummary summarise_ms(std::vector<double> seconds, const std::vector<double>& percentiles) {
   LatencySummary s;
+  for (double p : percentiles) s.percentiles_ms.emplace_back(p, 0.0);
   if (seconds.empty()) return s;
   std::sort(seconds.begin(), seconds.end());
   const auto percentile = [&seconds](double q) {
@@ -26,8 +27,21 @@ LatencySummary summarise_ms(std::vector<double> seconds) {
   s.mean_ms = 1e3 * mean;
   s.median_ms = 1e3 * percentile(0.5);
   s.std_ms = 1e3 * std::sqrt(squares / n);
-  s.p99_ms = 1e3 * percentile(0.99);
+  for (auto& [p, value] : s.percentiles_ms) value = 1e3 * percentile(p / 100.0);
   return s;
+}
+
+double LatencySummary::percentile_ms(double p) const {
+  for (const auto& [q, value] : percentiles_ms)
+    if (q == p) return value;
+  return 0.0;
+}
+
+std::string percentile_word(double p) {
+  if (p == std::floor(p)) return std::to_string(static_cast<long long>(p));
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", p);
+  return text;
 }
 
 std::string centred_title(const std::string& title, char fill) {
@@ -45,7 +59,7 @@ void print_latency_section(const std::string& header, const std::string& name, c
   std::printf("%s\n", centred_title(header, '-').c_str());
   print_result_row("Mean " + name + " (ms):", s.mean_ms);
   print_result_row("Median " + name + " (ms):", s.median_ms);
-  print_result_row("P99 " + name + " (ms):", s.p99_ms);
+  for (const auto& [p, value] : s.percentiles_ms) print_result_row("P" + percentile_word(p) + " " + name + " (ms):", value);
 }
 
 }  // namespace dsv4::tools

@@ -65,6 +65,36 @@ assert starts == sorted(starts) and starts[0] < 0.05 and starts[-1] > starts[0],
 assert "Request rate configured (RPS):           20.00" in open(sys.argv[2]).read()
 PY
 
+# vLLM's other flags: the chat backend, the served name apart from --model, gamma arrivals, chosen
+# metrics and percentiles, goodput under objectives and a label.
+timeout 60 "$dsv4" bench serve --base-url "$url" --api-key sekrit --backend openai-chat --model org/the-model \
+  --served-model-name tiny --num-prompts 4 --random-input-len 8 --random-output-len 3 --request-rate 50 --burstiness 0.5 \
+  --percentile-metrics ttft,e2el --metric-percentiles 50,90 --goodput ttft:600000 e2el:600000 --label lab --disable-tqdm \
+  --ignore-eos --save-result --result-dir "$work/vllm" >"$work/vllm.txt" || fail "vLLM flags: $(cat "$work/vllm.txt")"
+python3 - "$work/vllm" "$work/vllm.txt" <<'PY'
+import glob, json, os, sys
+files = glob.glob(os.path.join(sys.argv[1], "*.json"))
+assert len(files) == 1 and os.path.basename(files[0]).startswith("lab-50.0qps-the-model-"), files
+r = json.load(open(files[0]))
+out = open(sys.argv[2]).read()
+assert r["label"] == "lab" and r["model_id"] == "org/the-model" and r["endpoint_type"] == "openai-chat", r
+assert r["completed"] == 4 and r["burstiness"] == 0.5, r
+assert r["median_ttft_ms"] > 0 and r["p50_ttft_ms"] == r["median_ttft_ms"] and r["p90_e2el_ms"] >= r["p50_e2el_ms"], r
+assert not any(k.startswith(("mean_tpot", "mean_itl", "p99_")) for k in r), sorted(r)
+assert abs(r["request_goodput"] - r["request_throughput"]) < 1e-9, r  # every request meets 600 s
+assert "Burstiness factor: 0.5 (Gamma distribution)" in out and "P90 E2EL (ms):" in out, out
+assert "Request goodput (req/s):" in out and "TPOT" not in out, out
+PY
+if "$dsv4" bench serve --base-url "$url" --backend openai-chat --endpoint /v1/completions --num-prompts 1 \
+  >"$work/backend.txt" 2>&1; then fail "openai-chat with a completions endpoint passed"; fi
+grep -q "openai-chat posts chat completions, but --endpoint is /v1/completions" "$work/backend.txt" \
+  || fail "backend mismatch: $(cat "$work/backend.txt")"
+if "$dsv4" bench serve --base-url "$url" --goodput ttft:fast --num-prompts 1 >"$work/goodput.txt" 2>&1; then
+  fail "--goodput ttft:fast passed"
+fi
+grep -q "ttft:fast: the objective must be a number of milliseconds" "$work/goodput.txt" \
+  || fail "goodput message: $(cat "$work/goodput.txt")"
+
 # A sweep over concurrency 1 and 2: one block and one JSON each, plotted as a PNG.
 timeout 60 "$dsv4" bench serve --base-url "$url" --api-key sekrit --model tiny --num-prompts 2 --random-input-len 8 \
   --random-output-len 3 --max-concurrency 1,2 --ignore-eos --save-result --result-dir "$work/sweep" \
