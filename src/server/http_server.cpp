@@ -600,7 +600,8 @@ class OpenAiServer::Impl {
     GenerationOptions options = request.generation;
     if (request.echo && options.logprobs)
       options.prompt_logprobs = std::max(options.prompt_logprobs.value_or(0), options.top_logprobs);
-    std::vector<Choice> choices = submit(prompts, options, OutputFormat::kText, "cmpl-");
+    std::vector<Choice> choices = submit(prompts, options, request.json_schema ? OutputFormat::kJsonObject : OutputFormat::kText,
+                                         "cmpl-", request.json_schema);
     // Choice i is of prompt i / n; with echo its text starts with that prompt's.
     std::vector<TextPart> parts(choices.size());
     for (size_t i = 0; i < choices.size(); ++i) {

@@ -375,6 +375,42 @@ std::optional<ordered_json> parse_response_format(const Fields& fields) {
                                         "\".");
 }
 
+// vLLM's structured-output extras: "guided_json" (older) or "structured_outputs": {"json": ...}
+// (newer), a schema as an object or as a string of JSON.
+std::optional<ordered_json> guided_json_schema(const Fields& fields) {
+  const auto schema_at = [](const Fields& f, const char* key) -> std::optional<ordered_json> {
+    const ordered_json* value = f.find(key);
+    if (!value) return std::nullopt;
+    if (value->is_object()) return *value;
+    if (!value->is_string()) f.type_error(key, "a JSON schema (an object or a string of JSON)", *value);
+    try {
+      ordered_json parsed = ordered_json::parse(value->get<std::string>());
+      if (parsed.is_object()) return parsed;
+    } catch (const ordered_json::parse_error&) {
+    }
+    f.value_error(key, "the string is not a JSON object.");
+  };
+  std::optional<ordered_json> guided = schema_at(fields, "guided_json");
+  if (const ordered_json* outputs = fields.find("structured_outputs")) {
+    if (!outputs->is_object()) fields.type_error("structured_outputs", "an object", *outputs);
+    const Fields output_fields(*outputs, "structured_outputs.");
+    if (std::optional<ordered_json> json = schema_at(output_fields, "json")) {
+      if (guided) fields.value_error("structured_outputs", "give guided_json or structured_outputs.json, not both.");
+      guided = std::move(json);
+    }
+  }
+  return guided;
+}
+
+// A schema compiled for the constraint; one the compiler refuses is a 400 on `param`.
+std::shared_ptr<const JsonSchema> compile_schema(const ordered_json& schema, const std::string& param) {
+  try {
+    return JsonSchema::compile(schema);
+  } catch (const JsonSchemaError& e) {
+    throw invalid_request("Invalid value for '" + param + "': " + e.what(), param, "invalid_value");
+  }
+}
+
 ReasoningEffort parse_reasoning_effort(const Fields& fields, const char* key) {
   const std::optional<std::string> effort = fields.string(key);
   if (!effort || *effort == "high" || *effort == "medium" || *effort == "low") {
@@ -403,6 +439,13 @@ ChatCompletionRequest chat_conversation(const Fields& fields) {
   }
   request.tool_choice = parse_tool_choice(fields, request.tools, request.tool_choice_name);
   request.response_format = parse_response_format(fields);
+  if (std::optional<ordered_json> guided = guided_json_schema(fields)) {
+    if (request.response_format)
+      fields.value_error("guided_json", "give response_format or guided_json / structured_outputs.json, not both.");
+    // Taken as a json_schema response_format: constrained, and shown to the model the same way.
+    request.response_format =
+        ordered_json{{"type", "json_schema"}, {"json_schema", {{"name", "guided_json"}, {"schema", std::move(*guided)}}}};
+  }
   if (request.response_format &&
       (request.tool_choice == ToolChoice::kRequired || request.tool_choice == ToolChoice::kNamed)) {
     fields.value_error("response_format", "a JSON response_format cannot be combined with a "
@@ -469,19 +512,14 @@ ordered_json parse_request_body(std::string_view body) {
   return parsed;
 }
 
-// response_format json_schema's schema, compiled; a schema the compiler refuses is a 400 naming
-// the part at fault.
+// response_format json_schema's schema, compiled (none for json_object or a json_schema without
+// one).
 std::shared_ptr<const JsonSchema> compile_response_schema(const ordered_json& format) {
   const auto spec = format.find("json_schema");
   if (spec == format.end() || !spec->is_object()) return nullptr;
   const auto schema = spec->find("schema");
   if (schema == spec->end() || schema->is_null()) return nullptr;
-  try {
-    return JsonSchema::compile(*schema);
-  } catch (const JsonSchemaError& e) {
-    throw invalid_request(std::string("Invalid value for 'response_format.json_schema.schema': ") + e.what(),
-                          "response_format.json_schema.schema", "invalid_value");
-  }
+  return compile_schema(*schema, "response_format.json_schema.schema");
 }
 
 ChatCompletionRequest parse_chat_completion_request(const ordered_json& body) {
@@ -554,6 +592,8 @@ CompletionRequest parse_completion_request(const ordered_json& body) {
     o.logprobs = true;
     o.top_logprobs = static_cast<int32_t>(*count);
   }
+  if (const std::optional<ordered_json> guided = guided_json_schema(fields))
+    request.json_schema = compile_schema(*guided, fields.find("guided_json") ? "guided_json" : "structured_outputs.json");
   return request;
 }
 

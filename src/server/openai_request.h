@@ -69,7 +69,8 @@ struct ChatCompletionRequest {
   std::vector<nlohmann::ordered_json> tools;  // the "function" objects
   ToolChoice tool_choice = ToolChoice::kNone;  // default: auto with tools, none without
   std::string tool_choice_name;                // kNamed: the function
-  // {"type": "json_object"} or {"type": "json_schema", ...}; none for "text" or absent. Either
+  // {"type": "json_object"} or {"type": "json_schema", ...} (vLLM's guided_json or
+  // structured_outputs.json come as the latter); none for "text" or absent. Either
   // constrains the answer to one JSON object (OutputFormat::kJsonObject); a json_schema's schema
   // is shown to the model in the prompt and enforced as far as json_schema below says. Refused
   // with a required or named tool_choice.
@@ -99,6 +100,9 @@ struct CompletionRequest {
   // Each choice's text (and logprobs) start with its prompt's, the first prompt token's logprob
   // null.
   bool echo = false;
+  // vLLM's guided_json or structured_outputs.json, compiled: the text is one JSON object it
+  // accepts (sampling/json_schema.h), the request ending when the object closes.
+  std::shared_ptr<const JsonSchema> json_schema;
   GenerationOptions generation;  // max_tokens defaults to 16, as OpenAI's and vLLM's do
 };
 

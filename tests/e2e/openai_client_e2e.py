@@ -197,6 +197,17 @@ for seed in range(6):
     else:
         check(finish == "length" and starts_json_object(content), f"schema answer {finish} {content!r}")
 check(closed > 0, "no schema answer closed in 24 tokens")
+# vLLM's guided_json on completions: the text is one object the schema accepts (or the start of one).
+guided_closed = 0
+for seed in range(6):
+    r = client.completions.create(model=model, prompt="Answer in JSON:", max_tokens=24, temperature=1.0, seed=seed,
+                                  extra_body={"guided_json": enum_schema["json_schema"]["schema"]})
+    if r.choices[0].finish_reason == "stop":
+        guided_closed += 1
+        check(json.loads(r.choices[0].text) in ({"k": "v"}, {"k": "w"}), f"guided_json text {r.choices[0].text!r}")
+    else:
+        check(starts_json_object(r.choices[0].text), f"guided_json text {r.choices[0].text!r}")
+check(guided_closed > 0, "no guided_json completion closed in 24 tokens")
 try:
     client.chat.completions.create(model=model, messages=json_messages, max_tokens=4, response_format={
         "type": "json_schema", "json_schema": {"name": "bad", "schema": {"type": "object", "properties": {"a": {"type": "int"}}}}})

@@ -97,6 +97,28 @@ TEST(OpenAiRequest, JsonSchemaIsCompiledForTheConstraint) {
             nullptr);
 }
 
+// vLLM's structured-output extras: guided_json (an object or a string of JSON) and
+// structured_outputs.json, on chat as a json_schema response_format, on completions compiled.
+TEST(OpenAiRequest, GuidedJsonAndStructuredOutputsAreSchemas) {
+  const ChatCompletionRequest chat = parse_chat_completion_request(
+      parse_request_body(with_user(R"("guided_json": {"type": "object", "required": ["a"]})")));
+  ASSERT_TRUE(chat.response_format.has_value());
+  EXPECT_EQ((*chat.response_format)["type"], "json_schema");
+  ASSERT_NE(chat.json_schema, nullptr);
+  EXPECT_EQ(chat.json_schema->node(chat.json_schema->root()).names, std::vector<std::string>{"a"});
+  const CompletionRequest completion = parse_completion_request(
+      parse_request_body(R"({"prompt": "x", "structured_outputs": {"json": "{\"type\": \"object\"}"}})"));
+  EXPECT_NE(completion.json_schema, nullptr);
+  EXPECT_EQ(parse_completion_request(parse_request_body(R"({"prompt": "x"})")).json_schema, nullptr);
+  expect_chat_refused(with_user(R"("guided_json": 5)"), "guided_json");
+  expect_chat_refused(with_user(R"("guided_json": "{not json")"), "guided_json");
+  expect_chat_refused(with_user(R"("guided_json": {}, "response_format": {"type": "json_object"})"), "guided_json");
+  expect_chat_refused(with_user(R"("structured_outputs": {"json": []})"), "structured_outputs.json");
+  expect_chat_refused(with_user(R"("guided_json": {"type": "object"}, "structured_outputs": {"json": {}})"),
+                      "structured_outputs");
+  expect_refused(parse_completion_request, R"({"prompt": "x", "guided_json": {"type": "nothing"}})", "guided_json");
+}
+
 TEST(OpenAiRequest, DefaultsFollowOpenAi) {
   const ChatCompletionRequest r = chat(with_user(""));
   EXPECT_FALSE(r.model.has_value());
