@@ -16,6 +16,7 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -43,6 +44,8 @@ struct ServeBenchOptions {
   std::string model;  // empty: the first model the server lists
   std::string api_key;
   std::string dataset_name = "random";
+  std::string dataset_path;                  // sharegpt: the conversations' JSON file
+  std::optional<int64_t> sharegpt_output_len;  // sharegpt: every output this long (else the answer's)
   std::string tokenizer_file = DSV4_TOKENIZER_DIR "/tokenizer.json";
   int64_t num_prompts = 1000;
   int64_t input_len = 1024;
@@ -201,6 +204,51 @@ std::vector<Prompt> random_prompts(const Tokenizer& tokenizer, const ServeBenchO
     p.tokens = static_cast<int64_t>(tokenizer.encode(p.text).size());
     prompts.push_back(std::move(p));
   }
+  return prompts;
+}
+
+// vLLM's ShareGPT dataset: conversations [{"conversations": [{"from", "value"}, ...]}, ...] in a
+// shuffled order (the seed's; not Python's order), each one's first turn the prompt and its second
+// turn's token count the output length (or --sharegpt-output-len), keeping those vLLM keeps:
+// prompt and output of at least 4 tokens, and without a fixed output length a prompt of at most
+// 1,024 and both of at most 2,048. Fewer such conversations than prompts are cycled through.
+std::vector<Prompt> sharegpt_prompts(const Tokenizer& tokenizer, const ServeBenchOptions& o) {
+  std::ifstream in(o.dataset_path);
+  if (!in) throw IoError(o.dataset_path + ": cannot open the dataset");
+  nlohmann::json data;
+  try {
+    data = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw FormatError(o.dataset_path + ": not JSON (" + e.what() + ")");
+  }
+  if (!data.is_array()) throw FormatError(o.dataset_path + ": expected a list of conversations");
+  std::vector<std::pair<std::string, std::string>> turns;
+  for (const nlohmann::json& entry : data) {
+    if (!entry.is_object() || !entry.contains("conversations") || !entry["conversations"].is_array()) continue;
+    const nlohmann::json& conversation = entry["conversations"];
+    if (conversation.size() < 2 || !conversation[0].contains("value") || !conversation[1].contains("value") ||
+        !conversation[0]["value"].is_string() || !conversation[1]["value"].is_string())
+      continue;
+    turns.emplace_back(conversation[0]["value"].get<std::string>(), conversation[1]["value"].get<std::string>());
+  }
+  std::mt19937_64 rng(o.seed);
+  std::shuffle(turns.begin(), turns.end(), rng);
+  std::vector<Prompt> kept;
+  for (const auto& [prompt, answer] : turns) {
+    if (static_cast<int64_t>(kept.size()) == o.num_prompts) break;
+    Prompt p;
+    p.text = prompt;
+    p.tokens = static_cast<int64_t>(tokenizer.encode(prompt).size());
+    p.max_tokens = o.sharegpt_output_len.value_or(static_cast<int64_t>(tokenizer.encode(answer).size()));
+    if (p.tokens < 4 || p.max_tokens < 4) continue;
+    if (!o.sharegpt_output_len && (p.tokens > 1024 || p.tokens + p.max_tokens > 2048)) continue;
+    kept.push_back(std::move(p));
+  }
+  if (kept.empty())
+    throw UsageError(o.dataset_path + ": no conversation has a prompt and an answer of 4 tokens or more (within 1,024 / "
+                     "2,048 tokens)");
+  std::vector<Prompt> prompts;
+  for (int64_t i = 0; i < o.num_prompts; ++i) prompts.push_back(kept[static_cast<size_t>(i) % kept.size()]);
   return prompts;
 }
 
@@ -585,18 +633,30 @@ std::filesystem::path result_path(const ServeBenchOptions& o, const nlohmann::js
 }
 
 void run_bench_serve(const ServeBenchOptions& o) {
-  if (o.dataset_name != "random") throw UsageError("--dataset-name " + o.dataset_name + ": only random is supported");
+  if (o.dataset_name == "sharegpt" && o.dataset_path.empty())
+    throw UsageError("--dataset-name sharegpt needs --dataset-path (ShareGPT's JSON file)");
+
   const Target target = target_of(o);
   const Tokenizer tokenizer = Tokenizer::load(o.tokenizer_file);
   const std::string model = !o.served_model_name.empty() ? o.served_model_name
                             : o.model.empty()                ? first_served_model(target)
                                                              : o.model;
-  const std::vector<Prompt> prompts = random_prompts(tokenizer, o);
-  std::printf("bench serve: %lld random prompts of about %lld tokens (%lld of them shared, range ratio %.2f), up to "
-              "%lld output tokens, to %s%s, model %s\n",
-              static_cast<long long>(o.num_prompts), static_cast<long long>(o.prefix_len + o.input_len),
-              static_cast<long long>(o.prefix_len), o.range_ratio,
-              static_cast<long long>(o.output_len), target.scheme_host_port.c_str(), target.path.c_str(), model.c_str());
+  const bool sharegpt = o.dataset_name == "sharegpt";
+  const std::vector<Prompt> prompts = sharegpt ? sharegpt_prompts(tokenizer, o) : random_prompts(tokenizer, o);
+  if (sharegpt) {
+    int64_t in = 0, out = 0;
+    for (const Prompt& p : prompts) in += p.tokens, out += p.max_tokens;
+    std::printf("bench serve: %lld ShareGPT prompts from %s (%lld prompt tokens, %lld output tokens asked in all), to "
+                "%s%s, model %s\n",
+                static_cast<long long>(o.num_prompts), o.dataset_path.c_str(), static_cast<long long>(in),
+                static_cast<long long>(out), target.scheme_host_port.c_str(), target.path.c_str(), model.c_str());
+  } else {
+    std::printf("bench serve: %lld random prompts of about %lld tokens (%lld of them shared, range ratio %.2f), up to "
+                "%lld output tokens, to %s%s, model %s\n",
+                static_cast<long long>(o.num_prompts), static_cast<long long>(o.prefix_len + o.input_len),
+                static_cast<long long>(o.prefix_len), o.range_ratio, static_cast<long long>(o.output_len),
+                target.scheme_host_port.c_str(), target.path.c_str(), model.c_str());
+  }
   const std::vector<int64_t> concurrencies = o.max_concurrency.empty() ? std::vector<int64_t>{0} : o.max_concurrency;
   int64_t failed = 0, sent = 0;
   std::string first_error;
@@ -651,7 +711,15 @@ void add_bench_serve_command(CLI::App& bench) {
   cmd->add_option("--served-model-name", o->served_model_name,
                   "Model name in the requests when it differs from --model (vLLM's: --model is then the result's model_id)");
   cmd->add_option("--api-key", o->api_key, "Sent as \"Authorization: Bearer KEY\"")->envname("OPENAI_API_KEY");
-  cmd->add_option("--dataset-name", o->dataset_name, "Prompt source; only random")->default_str("random");
+  cmd->add_option("--dataset-name", o->dataset_name,
+                  "Prompt source: random (random tokens, the --random-* flags) or sharegpt (--dataset-path)")
+      ->check(CLI::IsMember({"random", "sharegpt"}))
+      ->default_str("random");
+  cmd->add_option("--dataset-path", o->dataset_path, "sharegpt: the conversations' JSON (e.g. ShareGPT_V3_unfiltered_cleaned_split.json)");
+  cmd->add_option_function<int64_t>(
+         "--sharegpt-output-len", [o](int64_t n) { o->sharegpt_output_len = n; },
+         "sharegpt: ask every request for this many tokens (default: as many as the conversation's answer has)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--tokenizer", o->tokenizer_file, "tokenizer.json the random prompts are made with")
       ->default_str(o->tokenizer_file);
   cmd->add_option("--num-prompts", o->num_prompts, "Requests per run")->check(CLI::PositiveNumber)->default_str("1000");

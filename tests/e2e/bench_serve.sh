@@ -95,6 +95,32 @@ fi
 grep -q "ttft:fast: the objective must be a number of milliseconds" "$work/goodput.txt" \
   || fail "goodput message: $(cat "$work/goodput.txt")"
 
+# vLLM's ShareGPT dataset: first turns as prompts, second turns' lengths as outputs; conversations
+# with an answer under 4 tokens and entries of another shape are left out; fewer than asked cycle.
+cat >"$work/sharegpt.json" <<'JSON'
+[{"id": "a", "conversations": [{"from": "human", "value": "Tell me a short story about a brave little robot."},
+                               {"from": "gpt", "value": "Once upon a time there was a tiny robot named Bolt."}]},
+ {"id": "b", "conversations": [{"from": "human", "value": "Say yes or no, please, nothing more."}, {"from": "gpt", "value": "Yes"}]},
+ {"id": "c"},
+ {"id": "d", "conversations": [{"from": "human", "value": "What is the capital of France, and why?"},
+                               {"from": "gpt", "value": "Paris is the capital of France."}]}]
+JSON
+timeout 60 "$dsv4" bench serve --base-url "$url" --api-key sekrit --model tiny --dataset-name sharegpt \
+  --dataset-path "$work/sharegpt.json" --num-prompts 3 --ignore-eos --save-result --result-dir "$work/sharegpt" \
+  --result-filename sg.json >"$work/sharegpt.txt" || fail "sharegpt run: $(cat "$work/sharegpt.txt")"
+python3 - "$work/sharegpt/sg.json" "$work/sharegpt.txt" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["completed"] == 3 and r["failed"] == 0, r
+lens = r["output_lens"]
+assert len(set(lens)) == 2 and all(l >= 4 for l in lens) and lens[2] == lens[0], lens  # a, d, then a again
+assert "ShareGPT prompts from" in open(sys.argv[2]).read()
+PY
+if "$dsv4" bench serve --base-url "$url" --dataset-name sharegpt --num-prompts 1 >"$work/nopath.txt" 2>&1; then
+  fail "sharegpt without --dataset-path passed"
+fi
+grep -q "needs --dataset-path" "$work/nopath.txt" || fail "sharegpt without a path: $(cat "$work/nopath.txt")"
+
 # A sweep over concurrency 1 and 2: one block and one JSON each, plotted as a PNG.
 timeout 60 "$dsv4" bench serve --base-url "$url" --api-key sekrit --model tiny --num-prompts 2 --random-input-len 8 \
   --random-output-len 3 --max-concurrency 1,2 --ignore-eos --save-result --result-dir "$work/sweep" \
