@@ -84,6 +84,9 @@ class JsonSchemaCompiler {
     }
     if (const auto required = s.find("required"); required != s.end()) add_required(n, *required, path + "/required");
     if (const auto items = s.find("items"); items != s.end() && !items->is_array()) n.items = compile(*items, path + "/items");
+    n.min_items = count_bound(s, "minItems", path, 0);
+    n.max_items = count_bound(s, "maxItems", path, UINT32_MAX);
+    if (n.min_items > n.max_items) throw JsonSchemaError(path + "/minItems", "is more than maxItems");
     if (n.types == 0) throw JsonSchemaError(path, "the schema allows no value");
     schema_.nodes_[id] = std::move(n);
     return id;
@@ -117,6 +120,15 @@ class JsonSchemaCompiler {
       return id;
     }
     throw JsonSchemaError(path, "only references into \"#/$defs/\" or \"#/definitions/\" are supported, not \"" + target + "\"");
+  }
+
+  // minItems / maxItems: a non-negative integer (at most 2^32 - 1).
+  static uint32_t count_bound(const ordered_json& s, const char* key, const std::string& path, uint32_t absent) {
+    const auto it = s.find(key);
+    if (it == s.end()) return absent;
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > int64_t{UINT32_MAX})
+      throw JsonSchemaError(path + "/" + key, "must be a non-negative integer");
+    return static_cast<uint32_t>(it->get<int64_t>());
   }
 
   static void restrict_types(JsonSchema::Node& n, const ordered_json& type, const std::string& path) {
@@ -162,7 +174,11 @@ class JsonSchemaCompiler {
       n.names = o->names, n.property = o->property, n.required = o->required;
       n.closed = o->closed, n.additional = o->additional;
     }
-    if (const JsonSchema::Node* a = only(JsonSchema::kArray)) n.items = a->items;
+    if (const JsonSchema::Node* a = only(JsonSchema::kArray)) {
+      n.items = a->items;
+      n.min_items = std::max(n.min_items, a->min_items);
+      n.max_items = std::min(n.max_items, a->max_items);
+    }
     if (const JsonSchema::Node* s = only(JsonSchema::kString)) n.strings = s->strings;
     if (const JsonSchema::Node* num = only(JsonSchema::kNumber)) n.integer_only = n.integer_only || num->integer_only;
   }
@@ -291,6 +307,14 @@ bool JsonSchemaPrefix::check(char byte, JsonObjectPrefix::Mode before, int depth
     const Level* l = level(depth_before);
     return !l || (l->seen & schema_->node(l->node).required) == schema_->node(l->node).required;
   }
+  if (depth_after < depth_before && byte == ']') {
+    const Level* l = level(depth_before);
+    return !l || l->elements >= schema_->node(l->node).min_items;
+  }
+  if (byte == ',' && after == Mode::kValue) {  // another element must fit
+    const Level* l = level(depth_after);
+    return !l || l->elements < schema_->node(l->node).max_items;
+  }
   if (byte == ',' && after == Mode::kKey) {
     const Level* l = level(depth_after);
     if (!l) return true;
@@ -304,8 +328,9 @@ bool JsonSchemaPrefix::check(char byte, JsonObjectPrefix::Mode before, int depth
 bool JsonSchemaPrefix::begin_value(char byte, int depth_before) {
   uint16_t id = schema_->root();
   if (depth_before > 0) {
-    const Level* l = level(depth_before);
+    Level* l = level(depth_before);
     id = l ? l->value : JsonSchema::kAny;
+    if (l && syntax_in_array(depth_before) && ++l->elements > schema_->node(l->node).max_items) return false;
   }
   const JsonSchema::Node& node = schema_->node(id);
   uint8_t type = JsonSchema::kNumber;
@@ -320,7 +345,7 @@ bool JsonSchemaPrefix::begin_value(char byte, int depth_before) {
   if (!(node.types & type)) return false;
   integer_only_ = type == JsonSchema::kNumber && node.integer_only;
   if (type == JsonSchema::kObject || type == JsonSchema::kArray) {
-    if (Level* l = level(depth_before + 1)) *l = {0, id, type == JsonSchema::kArray ? node.items : JsonSchema::kAny};
+    if (Level* l = level(depth_before + 1)) *l = {0, 0, id, type == JsonSchema::kArray ? node.items : JsonSchema::kAny};
   } else if (type == JsonSchema::kString && !node.strings.empty()) {
     match_node_ = id;
     match_lo_ = 0;

@@ -3,11 +3,12 @@
 // schema's constraints, so that the output stays a prefix of one object the schema accepts.
 //
 // Enforced: `type` (a name or a list; "integer" refuses fractions and exponents), `properties`,
-// `required`, `additionalProperties` (false, true or a schema), `items`, `enum` and `const` (the
+// `required`, `additionalProperties` (false, true or a schema), `items`, `minItems` / `maxItems`,
+// `enum` and `const` (the
 // value types; strings exactly), `$ref` into "#/$defs/..." or "#/definitions/...", and `anyOf` /
 // `oneOf` (the alternatives' types joined; a JSON type that several alternatives allow is checked
 // as that type only). Not checked, so an output may break them: pattern, format, lengths,
-// minimum / maximum, minItems / maxItems, uniqueItems, allOf, not, if/then/else, prefixItems. An
+// minimum / maximum, uniqueItems, allOf, not, if/then/else, prefixItems. An
 // enum's numbers, booleans and nulls are checked by type only. Property names and enum strings are
 // matched as written: the model cannot spell them with escapes, and a schema whose names need one
 // (a quote, a backslash, a control character) is refused. Objects take at most 64 named
@@ -57,6 +58,8 @@ class JsonSchema {
     bool closed = false;                // additionalProperties false: only `names`
     uint16_t additional = kAny;         // the node of other properties' values
     uint16_t items = kAny;              // an array's elements
+    uint32_t min_items = 0;             // an array's length bounds
+    uint32_t max_items = UINT32_MAX;
     std::vector<std::string> strings;   // non-empty: a string must be one of these (sorted)
   };
 
@@ -99,7 +102,8 @@ class JsonSchemaPrefix {
   // An open container the schema constrains: its node, the named properties seen (objects) and
   // the node of the value being read (an object's last key's, an array's items).
   struct Level {
-    uint64_t seen = 0;
+    uint64_t seen = 0;      // objects: the named properties present
+    uint32_t elements = 0;  // arrays: the elements begun
     uint16_t node = JsonSchema::kAny;
     uint16_t value = JsonSchema::kAny;
   };
@@ -114,6 +118,8 @@ class JsonSchemaPrefix {
   bool unseen_name_in(const JsonSchema::Node& node, uint64_t seen, size_t lo, size_t hi) const;
   const std::vector<std::string>& match_list() const;
   Level* level(int depth) { return depth >= 1 && depth <= kMaxSchemaDepth ? &levels_[depth - 1] : nullptr; }
+  // The open container at `depth` (1: the outermost) is an array.
+  bool syntax_in_array(int depth) const { return (syntax_.arrays_ >> (depth - 1)) & 1u; }
 
   JsonObjectPrefix syntax_;
   const JsonSchema* schema_ = nullptr;

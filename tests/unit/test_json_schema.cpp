@@ -41,7 +41,7 @@ constexpr std::string_view kPerson = R"({
   "properties": {
     "name": {"type": "string"},
     "age": {"type": "integer"},
-    "tags": {"type": "array", "items": {"enum": ["a", "bb", "bc"]}},
+    "tags": {"type": "array", "items": {"enum": ["a", "bb", "bc"]}, "maxItems": 3},
     "kind": {"anyOf": [{"$ref": "#/$defs/Kind"}, {"type": "null"}]},
     "score": {"type": ["number", "null"]}
   },
@@ -131,6 +131,25 @@ TEST(JsonSchema, OpenObjectsTakeOtherNamesWithTheAdditionalSchema) {
   EXPECT_EQ(refused_at(*schema, R"({"id": "1")"), 7);
 }
 
+TEST(JsonSchema, ArraysKeepTheirLengthBounds) {
+  const auto schema = compiled(R"({"type": "object", "properties": {"l": {"type": "array", "items": {"type": "integer"},
+                                   "minItems": 2, "maxItems": 3}, "none": {"type": "array", "maxItems": 0}}})");
+  EXPECT_TRUE(accepted(*schema, R"({"l": [1, 2]})"));
+  EXPECT_TRUE(accepted(*schema, R"({"l": [1, 2, 3], "none": []})"));
+  EXPECT_EQ(refused_at(*schema, R"({"l": [1]})"), 8);           // one element: below minItems
+  EXPECT_EQ(refused_at(*schema, R"({"l": []})"), 7);
+  EXPECT_EQ(refused_at(*schema, R"({"l": [1, 2, 3, 4]})"), 14);  // the comma a fourth would need
+  EXPECT_EQ(refused_at(*schema, R"({"none": [1])"), 10);
+  EXPECT_EQ([] {
+    try {
+      compiled(R"({"type": "object", "properties": {"l": {"minItems": 3, "maxItems": 2}}})");
+    } catch (const JsonSchemaError& e) {
+      return e.path();
+    }
+    return std::string();
+  }(), "/properties/l/minItems");
+}
+
 TEST(JsonSchema, RecursiveReferencesNestAsDeepAsTheTextGoes) {
   const auto schema = compiled(R"({"$ref": "#/definitions/Tree", "definitions": {"Tree": {"type": "object",
       "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/definitions/Tree"}}},
@@ -155,7 +174,7 @@ bool person_valid(const json& d) {
     if (key == "name" && !v.is_string()) return false;
     if (key == "age" && !v.is_number_integer()) return false;
     if (key == "tags") {
-      if (!v.is_array()) return false;
+      if (!v.is_array() || v.size() > 3) return false;
       for (const json& t : v)
         if (!(t == "a" || t == "bb" || t == "bc")) return false;
     }
