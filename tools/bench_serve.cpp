@@ -495,6 +495,12 @@ std::string now_stamp(const char* format) {
   return buf;
 }
 
+// A request's time per output token after the first, in seconds (none for fewer than two tokens).
+std::optional<double> tpot_seconds(const RequestOutcome& r) {
+  if (r.output_tokens <= 1) return std::nullopt;
+  return (r.latency - r.ttft) / static_cast<double>(r.output_tokens - 1);
+}
+
 // Prints vLLM's result block for one run and returns its JSON (vLLM's keys).
 nlohmann::json report(const RunResult& run, const ServeBenchOptions& o, const Target& t, const std::string& model,
                       int64_t concurrency) {
@@ -521,7 +527,7 @@ nlohmann::json report(const RunResult& run, const ServeBenchOptions& o, const Ta
     total_input += r.prompt_tokens;
     total_output += r.output_tokens;
     ttfts.push_back(r.ttft);
-    if (r.output_tokens > 1) tpots.push_back((r.latency - r.ttft) / static_cast<double>(r.output_tokens - 1));
+    if (const std::optional<double> tpot = tpot_seconds(r)) tpots.push_back(*tpot);
     itls.insert(itls.end(), r.itl.begin(), r.itl.end());
     e2els.push_back(r.latency);
   }
@@ -550,10 +556,9 @@ nlohmann::json report(const RunResult& run, const ServeBenchOptions& o, const Ta
   int64_t good = 0;
   for (const RequestOutcome& r : run.outcomes) {
     if (!r.success || o.goodput.empty()) continue;
-    const double tpot_s = r.output_tokens > 1 ? (r.latency - r.ttft) / static_cast<double>(r.output_tokens - 1) : 0.0;
     bool meets = true;
     for (const auto& [metric, slo_ms] : o.goodput) {
-      const double seconds = metric == "ttft" ? r.ttft : metric == "tpot" ? tpot_s : r.latency;
+      const double seconds = metric == "ttft" ? r.ttft : metric == "tpot" ? tpot_seconds(r).value_or(0.0) : r.latency;
       meets = meets && seconds * 1e3 <= slo_ms;
     }
     good += meets;

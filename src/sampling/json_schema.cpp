@@ -295,12 +295,8 @@ bool JsonSchemaPrefix::check(char byte, JsonObjectPrefix::Mode before, int depth
     const Level* l = level(depth_before);
     if (!l) return true;
     const JsonSchema::Node& node = schema_->node(l->node);
-    match_node_ = l->node;
-    match_lo_ = 0;
-    match_hi_ = static_cast<uint16_t>(node.names.size());
-    match_len_ = 0;
-    match_ = node.names.empty() ? Match::kUnknownKey : Match::kKey;
-    return !node.closed || unseen_name_in(node, l->seen, 0, node.names.size());
+    start_match(l->node, node.names.size(), node.names.empty() ? Match::kUnknownKey : Match::kKey);
+    return room_for_a_key(*l);
   }
   if ((after == Mode::kDot || after == Mode::kExponent) && integer_only_) return false;
   if (depth_after < depth_before && byte == '}') {
@@ -317,11 +313,26 @@ bool JsonSchemaPrefix::check(char byte, JsonObjectPrefix::Mode before, int depth
   }
   if (byte == ',' && after == Mode::kKey) {
     const Level* l = level(depth_after);
-    if (!l) return true;
-    const JsonSchema::Node& node = schema_->node(l->node);
-    return !node.closed || unseen_name_in(node, l->seen, 0, node.names.size());
+    return !l || room_for_a_key(*l);
   }
   return true;
+}
+
+// Whether the object at `l` can take another key: it is open to other names, or a named one is
+// still missing.
+bool JsonSchemaPrefix::room_for_a_key(const Level& l) const {
+  const JsonSchema::Node& node = schema_->node(l.node);
+  return !node.closed || unseen_name_in(l.seen, 0, node.names.size());
+}
+
+// Begins matching the string being read against the first `count` names of `node`'s list (its
+// property names for kKey, its enum strings for kEnum).
+void JsonSchemaPrefix::start_match(uint16_t node, size_t count, Match kind) {
+  match_node_ = node;
+  match_lo_ = 0;
+  match_hi_ = static_cast<uint16_t>(count);
+  match_len_ = 0;
+  match_ = kind;
 }
 
 // The first byte of a value: its type must be one the node allows.
@@ -347,11 +358,7 @@ bool JsonSchemaPrefix::begin_value(char byte, int depth_before) {
   if (type == JsonSchema::kObject || type == JsonSchema::kArray) {
     if (Level* l = level(depth_before + 1)) *l = {0, 0, id, type == JsonSchema::kArray ? node.items : JsonSchema::kAny};
   } else if (type == JsonSchema::kString && !node.strings.empty()) {
-    match_node_ = id;
-    match_lo_ = 0;
-    match_hi_ = static_cast<uint16_t>(node.strings.size());
-    match_len_ = 0;
-    match_ = Match::kEnum;
+    start_match(id, node.strings.size(), Match::kEnum);
   }
   return true;
 }
@@ -388,8 +395,7 @@ bool JsonSchemaPrefix::narrow(char byte, int depth) {
   const auto hi = std::partition_point(lo, end, [&](const std::string& s) { return key(s) == want; });
   if (lo != hi && match_ == Match::kKey) {
     const Level* l = level(depth);
-    if (l && !unseen_name_in(schema_->node(match_node_), l->seen, static_cast<size_t>(lo - list.begin()),
-                             static_cast<size_t>(hi - list.begin()))) {
+    if (l && !unseen_name_in(l->seen, static_cast<size_t>(lo - list.begin()), static_cast<size_t>(hi - list.begin()))) {
       // Every name that goes on with this byte is present already: only a new name may follow.
       if (schema_->node(match_node_).closed) return false;
       match_ = Match::kUnknownKey;
@@ -407,8 +413,8 @@ bool JsonSchemaPrefix::narrow(char byte, int depth) {
   return true;
 }
 
-bool JsonSchemaPrefix::unseen_name_in(const JsonSchema::Node& node, uint64_t seen, size_t lo, size_t hi) const {
-  for (size_t i = lo; i < hi && i < node.names.size(); ++i)
+bool JsonSchemaPrefix::unseen_name_in(uint64_t seen, size_t lo, size_t hi) {
+  for (size_t i = lo; i < hi; ++i)
     if (!((seen >> i) & 1)) return true;
   return false;
 }

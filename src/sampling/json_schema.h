@@ -4,12 +4,11 @@
 //
 // Enforced: `type` (a name or a list; "integer" refuses fractions and exponents), `properties`,
 // `required`, `additionalProperties` (false, true or a schema), `items`, `minItems` / `maxItems`,
-// `enum` and `const` (the
-// value types; strings exactly), `$ref` into "#/$defs/..." or "#/definitions/...", and `anyOf` /
-// `oneOf` (the alternatives' types joined; a JSON type that several alternatives allow is checked
-// as that type only). Not checked, so an output may break them: pattern, format, lengths,
-// minimum / maximum, uniqueItems, allOf, not, if/then/else, prefixItems. An
-// enum's numbers, booleans and nulls are checked by type only. Property names and enum strings are
+// `enum` and `const` (the value types; strings exactly), `$ref` into "#/$defs/..." or
+// "#/definitions/...", and `anyOf` / `oneOf` (the alternatives' types joined; a JSON type that
+// several alternatives allow is checked as that type only). Not checked, so an output may break
+// them: pattern, format, string lengths, minimum / maximum, uniqueItems, allOf, not,
+// if/then/else, prefixItems. An enum's numbers, booleans and nulls are checked by type only. Property names and enum strings are
 // matched as written: the model cannot spell them with escapes, and a schema whose names need one
 // (a quote, a backslash, a control character) is refused. Objects take at most 64 named
 // properties; containers below the 16th level of nesting take any value.
@@ -115,7 +114,10 @@ class JsonSchemaPrefix {
   bool begin_value(char byte, int depth_before);
   bool close_key(int depth);
   bool narrow(char byte, int depth);
-  bool unseen_name_in(const JsonSchema::Node& node, uint64_t seen, size_t lo, size_t hi) const;
+  bool room_for_a_key(const Level& l) const;
+  void start_match(uint16_t node, size_t count, Match kind);
+  // Whether some name i in [lo, hi) is not in `seen`.
+  static bool unseen_name_in(uint64_t seen, size_t lo, size_t hi);
   const std::vector<std::string>& match_list() const;
   Level* level(int depth) { return depth >= 1 && depth <= kMaxSchemaDepth ? &levels_[depth - 1] : nullptr; }
   // The open container at `depth` (1: the outermost) is an array.

@@ -376,8 +376,12 @@ std::optional<ordered_json> parse_response_format(const Fields& fields) {
 }
 
 // vLLM's structured-output extras: "guided_json" (older) or "structured_outputs": {"json": ...}
-// (newer), a schema as an object or as a string of JSON.
-std::optional<ordered_json> guided_json_schema(const Fields& fields) {
+// (newer), a schema as an object or as a string of JSON, with the parameter it came in.
+struct GuidedSchema {
+  ordered_json schema;
+  std::string param;
+};
+std::optional<GuidedSchema> guided_json_schema(const Fields& fields) {
   const auto schema_at = [](const Fields& f, const char* key) -> std::optional<ordered_json> {
     const ordered_json* value = f.find(key);
     if (!value) return std::nullopt;
@@ -390,13 +394,14 @@ std::optional<ordered_json> guided_json_schema(const Fields& fields) {
     }
     f.value_error(key, "the string is not a JSON object.");
   };
-  std::optional<ordered_json> guided = schema_at(fields, "guided_json");
+  std::optional<GuidedSchema> guided;
+  if (std::optional<ordered_json> json = schema_at(fields, "guided_json")) guided = {std::move(*json), "guided_json"};
   if (const ordered_json* outputs = fields.find("structured_outputs")) {
     if (!outputs->is_object()) fields.type_error("structured_outputs", "an object", *outputs);
     const Fields output_fields(*outputs, "structured_outputs.");
     if (std::optional<ordered_json> json = schema_at(output_fields, "json")) {
       if (guided) fields.value_error("structured_outputs", "give guided_json or structured_outputs.json, not both.");
-      guided = std::move(json);
+      guided = {std::move(*json), "structured_outputs.json"};
     }
   }
   return guided;
@@ -409,6 +414,16 @@ std::shared_ptr<const JsonSchema> compile_schema(const ordered_json& schema, con
   } catch (const JsonSchemaError& e) {
     throw invalid_request("Invalid value for '" + param + "': " + e.what(), param, "invalid_value");
   }
+}
+
+// response_format json_schema's schema, compiled (none for json_object or a json_schema without
+// one).
+std::shared_ptr<const JsonSchema> compile_response_schema(const ordered_json& format) {
+  const auto spec = format.find("json_schema");
+  if (spec == format.end() || !spec->is_object()) return nullptr;
+  const auto schema = spec->find("schema");
+  if (schema == spec->end() || schema->is_null()) return nullptr;
+  return compile_schema(*schema, "response_format.json_schema.schema");
 }
 
 ReasoningEffort parse_reasoning_effort(const Fields& fields, const char* key) {
@@ -439,12 +454,15 @@ ChatCompletionRequest chat_conversation(const Fields& fields) {
   }
   request.tool_choice = parse_tool_choice(fields, request.tools, request.tool_choice_name);
   request.response_format = parse_response_format(fields);
-  if (std::optional<ordered_json> guided = guided_json_schema(fields)) {
+  if (std::optional<GuidedSchema> guided = guided_json_schema(fields)) {
     if (request.response_format)
       fields.value_error("guided_json", "give response_format or guided_json / structured_outputs.json, not both.");
+    request.json_schema = compile_schema(guided->schema, guided->param);
     // Taken as a json_schema response_format: constrained, and shown to the model the same way.
-    request.response_format =
-        ordered_json{{"type", "json_schema"}, {"json_schema", {{"name", "guided_json"}, {"schema", std::move(*guided)}}}};
+    request.response_format = ordered_json{
+        {"type", "json_schema"}, {"json_schema", {{"name", "guided_json"}, {"schema", std::move(guided->schema)}}}};
+  } else if (request.response_format) {
+    request.json_schema = compile_response_schema(*request.response_format);
   }
   if (request.response_format &&
       (request.tool_choice == ToolChoice::kRequired || request.tool_choice == ToolChoice::kNamed)) {
@@ -512,20 +530,9 @@ ordered_json parse_request_body(std::string_view body) {
   return parsed;
 }
 
-// response_format json_schema's schema, compiled (none for json_object or a json_schema without
-// one).
-std::shared_ptr<const JsonSchema> compile_response_schema(const ordered_json& format) {
-  const auto spec = format.find("json_schema");
-  if (spec == format.end() || !spec->is_object()) return nullptr;
-  const auto schema = spec->find("schema");
-  if (schema == spec->end() || schema->is_null()) return nullptr;
-  return compile_schema(*schema, "response_format.json_schema.schema");
-}
-
 ChatCompletionRequest parse_chat_completion_request(const ordered_json& body) {
   const Fields fields(body, "");
   ChatCompletionRequest request = chat_conversation(fields);
-  if (request.response_format) request.json_schema = compile_response_schema(*request.response_format);
   GenerationOptions& o = request.generation;
   o = generation_options(fields);
   // max_completion_tokens is OpenAI's newer name; it wins when both are given.
@@ -592,8 +599,8 @@ CompletionRequest parse_completion_request(const ordered_json& body) {
     o.logprobs = true;
     o.top_logprobs = static_cast<int32_t>(*count);
   }
-  if (const std::optional<ordered_json> guided = guided_json_schema(fields))
-    request.json_schema = compile_schema(*guided, fields.find("guided_json") ? "guided_json" : "structured_outputs.json");
+  if (const std::optional<GuidedSchema> guided = guided_json_schema(fields))
+    request.json_schema = compile_schema(guided->schema, guided->param);
   return request;
 }
 

@@ -75,8 +75,8 @@ struct ChatCompletionRequest {
   // is shown to the model in the prompt and enforced as far as json_schema below says. Refused
   // with a required or named tool_choice.
   std::optional<nlohmann::ordered_json> response_format;
-  // response_format json_schema's "schema", compiled (sampling/json_schema.h says what it
-  // enforces); none for json_object or a json_schema without one.
+  // response_format json_schema's "schema" (or guided_json's), compiled (sampling/json_schema.h
+  // says what it enforces); none for json_object or a json_schema without one.
   std::shared_ptr<const JsonSchema> json_schema;
   ThinkingMode thinking = ThinkingMode::kChat;  // chat_template_kwargs.thinking
   ReasoningEffort reasoning_effort = ReasoningEffort::kHigh;  // chat_template_kwargs / top level

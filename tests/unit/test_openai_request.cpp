@@ -117,6 +117,9 @@ TEST(OpenAiRequest, GuidedJsonAndStructuredOutputsAreSchemas) {
   expect_chat_refused(with_user(R"("guided_json": {"type": "object"}, "structured_outputs": {"json": {}})"),
                       "structured_outputs");
   expect_refused(parse_completion_request, R"({"prompt": "x", "guided_json": {"type": "nothing"}})", "guided_json");
+  expect_chat_refused(with_user(R"("guided_json": {"type": "nothing"})"), "guided_json");
+  expect_chat_refused(with_user(R"("structured_outputs": {"json": {"type": "object", "required": 1}})"),
+                      "structured_outputs.json");
 }
 
 TEST(OpenAiRequest, DefaultsFollowOpenAi) {
