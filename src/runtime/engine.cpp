@@ -34,6 +34,13 @@ namespace {
 
 double seconds(EngineClock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// A token as the engine reports it: the sampler's choice with its logprob, rank and alternatives.
+GeneratedToken generated_token(const TokenChoice& choice) {
+  GeneratedToken token{choice.id, choice.logprob, {}, choice.rank};
+  for (const auto& [id, logprob] : choice.top) token.top.push_back({id, logprob});
+  return token;
+}
+
 }  // namespace
 
 std::string_view finish_reason_name(FinishReason reason) {
@@ -317,13 +324,8 @@ void Engine::Impl::take_prompt_logprobs(const SchedulerStep& plan) {
       r.prompt_token_logprobs.resize(static_cast<size_t>(s.num_prompt_tokens - 1));
       for (int64_t k = 0; k < c.num_tokens && c.start + k + 1 < s.num_prompt_tokens; ++k) {
         const int64_t next = c.start + k + 1;  // the prompt token this row predicts
-        const TokenChoice choice = token_logprobs(row(k), s.tokens[static_cast<size_t>(next)], *r.prompt_logprobs);
-        GeneratedToken& t = r.prompt_token_logprobs[static_cast<size_t>(next - 1)];
-        t.id = choice.id;
-        t.logprob = choice.logprob;
-        t.rank = choice.rank;
-        t.top.clear();
-        for (const auto& [id, logprob] : choice.top) t.top.push_back({id, logprob});
+        r.prompt_token_logprobs[static_cast<size_t>(next - 1)] =
+            generated_token(token_logprobs(row(k), s.tokens[static_cast<size_t>(next)], *r.prompt_logprobs));
       }
     }
     begin += c.num_tokens;
@@ -575,12 +577,7 @@ void Engine::Impl::emit(Request& r, const TokenChoice& choice, EngineClock::time
   Sequence& seq = *r.sequence;
   OutputChunk chunk;
   chunk.time = now;
-  GeneratedToken token;
-  token.id = choice.id;
-  token.logprob = choice.logprob;
-  token.rank = choice.rank;
-  for (const auto& [id, logprob] : choice.top) token.top.push_back({id, logprob});
-  chunk.tokens.push_back(std::move(token));
+  chunk.tokens.push_back(generated_token(choice));
   if (r.prompt_logprobs && !r.prompt_logprobs_sent) {
     chunk.prompt_logprobs = std::move(r.prompt_token_logprobs);
     r.prompt_logprobs_sent = true;
