@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <cstdio>
@@ -183,6 +184,10 @@ class CudaOpsCore : public ::testing::Test {
   }
 
   // An FP8 weight as the checkpoint stores it: e4m3 codes and e8m0 128x128 block scales.
+  // grouped_linear of bf16 and f32 x [T, G, K] by a random FP8 wo_a-like weight [G * R, K] on the
+  // GPU, within a bound of the CPU's result.
+  void expect_grouped_linear_near_cpu(int64_t T, int64_t G, int64_t R, int64_t K);
+
   std::pair<Tensor, Tensor> random_fp8(int64_t n, int64_t k) {
     Tensor w(DType::kF8E4M3, {n, k}), s(DType::kF8E8M0, {(n + 127) / 128, (k + 127) / 128});
     std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -699,8 +704,13 @@ TEST_F(CudaOpsCore, LinearRejectsAWeightOfAnotherShape) {
   EXPECT_THROW(gpu_->linear({x.gpu.view(), &w.gpu, ActQuant::kNone, y.gpu.view()}), UsageError);
 }
 
+// Small shapes: the streamed kernel (6 tokens) and the staged one (70 tokens, two tiles).
 TEST_F(CudaOpsCore, GroupedLinearWithFp8Weights) {
-  const int64_t T = 6, G = 4, R = 64, K = 256;
+  for (const auto [T, G, R, K] : {std::array<int64_t, 4>{6, 4, 64, 256}, std::array<int64_t, 4>{70, 2, 128, 512}})
+    expect_grouped_linear_near_cpu(T, G, R, K);
+}
+
+void CudaOpsCore::expect_grouped_linear_near_cpu(int64_t T, int64_t G, int64_t R, int64_t K) {
   const auto [codes, scales] = random_fp8(G * R, K);
   const BothWeights w = load_both("wo_a", WeightFormat::kFp8, codes, &scales);
   const float* wv = w.cpu.data.view().data<float>();
@@ -721,9 +731,10 @@ TEST_F(CudaOpsCore, GroupedLinearWithFp8Weights) {
 }
 
 // wo_a's geometry (8 groups of 1024 x 4096 FP8) on the bf16 tensor cores: near the CPU, and a
-// token's bits do not depend on how many tokens share the call (chunked prefill == one-shot).
+// token's bits do not depend on how many tokens share the call (chunked prefill == one-shot),
+// whichever kernel runs it (streamed under 64 tokens, staged from 64 on, with a partial last tile).
 TEST_F(CudaOpsCore, GroupedLinearOnTensorCoresAgreesAndGivesTheSameBitsForFewAndManyRows) {
-  const int64_t T = 40, G = 8, R = 1024, K = 4096;
+  const int64_t T = 300, G = 8, R = 1024, K = 4096;
   const auto [codes, scales] = random_fp8(G * R, K);
   const BothWeights w = load_both("wo_a", WeightFormat::kFp8, codes, &scales);
   const Tensor x = random_tensor(DType::kBF16, {T, G, K});
@@ -736,7 +747,8 @@ TEST_F(CudaOpsCore, GroupedLinearOnTensorCoresAgreesAndGivesTheSameBitsForFewAnd
   std::printf("[measure] grouped_linear wo_a geometry, tensor cores: rel_fro %.3g, max|d| %.3g\n", c.rel_fro, c.max_abs);
   EXPECT_LT(c.rel_fro, 1e-6);
   const Tensor many = from_gpu(y.gpu);
-  for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{9}, int64_t{17}}) {
+  for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{9}, int64_t{17}, int64_t{63}, int64_t{64}, int64_t{130},
+                             int64_t{280}}) {
     const Both few = outputs(DType::kF32, {rows, G, R});
     gpu_->grouped_linear({slice_rows(ConstTensorView(xs.gpu.view()), 20, 20 + rows), &w.gpu, few.gpu.view()});
     Tensor part(DType::kF32, {rows, G, R});

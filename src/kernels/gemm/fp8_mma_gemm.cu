@@ -26,6 +26,7 @@
 #include "core/numeric.h"
 #include "kernels/cuda_check.h"
 #include "kernels/gemm/mma_lanes.cuh"
+#include "kernels/gemm/staged_tiles.cuh"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
@@ -101,33 +102,6 @@ __device__ __forceinline__ bool block_rows(const Fp8MmaGemmParams& p, int64_t ti
   out.w = o.w;
   out.w_scale = o.w_scale;
   return true;
-}
-
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, or 16 zeros when !valid (src is then not read).
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
-
-// 4 bytes global -> shared, or a zero when !valid.
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0)
-               : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-template <int Pending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
-}
-
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
 template <int NT>  // 8-row x tiles per block
@@ -374,15 +348,6 @@ constexpr int kStagedSharedBytes = kStages * kStageBytes + kSumBytes;  // 198656
 static_assert(kStagedSharedBytes <= 227 * 1024, "the staged kernel's shared memory exceeds Hopper's 227 KiB");
 static_assert(kStageBytes % 128 == 0, "stages keep 128-byte alignment");
 
-
-// The K block the CTA handles at step `step` of its walk 0, 4, 8, ..; 1, 5, ..; 2, ..; 3, ..
-__device__ __forceinline__ int staged_block_at(int step, int kblocks) {
-  for (int residue = 0;; ++residue) {
-    const int count = (kblocks - residue + 3) / 4;  // blocks b < kblocks with b % 4 == residue
-    if (step < count) return residue + 4 * step;
-    step -= count;
-  }
-}
 
 // IntegerX: the x fragments' conversions on the integer units (e4m3x2_to_f16x2_on_alu), the
 // weight's on the conversion unit, so that the two pipes share the work; the same bits.

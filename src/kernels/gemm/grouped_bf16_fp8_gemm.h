@@ -11,7 +11,9 @@
 // 16-deep MMAs in a fixed order; the four lanes q_j (j = b mod 4) each accumulate
 // q_j = fmaf(blk_b, sw[row / 128, b], q_j) over their blocks ascending; y = ((q_0 + q_1) + q_2) +
 // q_3, rounded to y's type. (kernels/gemm/fp8_mma_gemm's order, with bf16 x in place of scaled
-// FP8 codes.)
+// FP8 codes.) Two kernels compute it, as in fp8_mma_gemm: one streams the weight into registers
+// (decode), one stages 128 x 128 tiles of both operands in shared memory (64 tokens or more, r a
+// multiple of 128), with the same bits.
 #pragma once
 
 #include <cuda_runtime.h>
