@@ -22,6 +22,7 @@
 #include "model/cache_pool.h"
 #include "model/forward_runner.h"
 #include "model/model.h"
+#include "sampling/choice_prefix.h"
 #include "sampling/json_prefix.h"
 #include "sampling/json_token_mask.h"
 #include "sampling/sampler.h"
@@ -181,6 +182,7 @@ class Engine::Impl {
     std::optional<StreamDecoder> decoder;  // with a tokenizer
     std::optional<JsonSchemaPrefix> json;  // OutputFormat::kJsonObject: the output so far
     std::shared_ptr<const JsonSchema> json_schema;  // what `json` checks against (none: any object)
+    std::optional<ChoicePrefix> choice;    // OutputFormat::kChoice: the output so far
     std::string text;                      // decoded so far (stop string cut)
     std::optional<int32_t> prompt_logprobs;  // GenerateRequest::prompt_logprobs
     std::vector<GeneratedToken> prompt_token_logprobs;  // prompt tokens 1.., sent with the first chunk
@@ -197,7 +199,7 @@ class Engine::Impl {
   static bool plain_greedy(const Request& r) {
     const SamplingParams& s = r.sampling;
     return s.temperature == 0.0f && !s.logprobs && s.presence_penalty == 0.0f && s.frequency_penalty == 0.0f &&
-           s.repetition_penalty == 1.0f && s.logit_bias.empty() && !r.json;
+           s.repetition_penalty == 1.0f && s.logit_bias.empty() && !r.json && !r.choice;
   }
 
   static EngineConfig resolve(EngineConfig c, const Model& model);
@@ -229,7 +231,7 @@ class Engine::Impl {
   std::vector<float> logits_;               // the step's sampling rows, [chunks, V]
   std::vector<float> all_logits_;           // every token's, [T, V], in steps that need them
   std::vector<int32_t> greedy_ids_;         // the step's argmax per sequence, when made on the backend
-  std::optional<JsonTokenMask> json_mask_;  // made when the first JSON request samples
+  std::optional<JsonTokenMask> json_mask_;  // made when the first constrained request samples
   ThreadPool sampling_pool_;                // the step's draws (EngineConfig::sampling_threads)
   std::shared_ptr<CachePool> cache_pool_;   // EngineConfig::shared_cache_pool
   // Prefix caching's state snapshots by the chain hash of the blocks before them, most recently
@@ -387,14 +389,22 @@ RequestHandle Engine::Impl::submit(GenerateRequest request) {
     throw UsageError("stop strings need the engine's tokenizer, and this engine has none");
   if (request.format == OutputFormat::kJsonObject && !tokenizer_)
     throw UsageError("a JSON object output (response_format) needs the engine's tokenizer, and this engine has none");
+  if (request.format == OutputFormat::kChoice && !tokenizer_)
+    throw UsageError("a choice output (guided_choice) needs the engine's tokenizer, and this engine has none");
+  if (request.choices && request.format != OutputFormat::kChoice)
+    throw UsageError("a list of choices needs the choice output format");
+  if (request.format == OutputFormat::kChoice) {
+    if (!request.choices) throw UsageError("the choice output format needs a list of choices");
+    ChoicePrefix::validate(*request.choices);
+  }
   if (request.json_schema && request.format != OutputFormat::kJsonObject)
     throw UsageError("a JSON schema needs the JSON object output format");
   for (const std::string& s : request.stop.stop_strings)
     if (s.empty()) throw UsageError("a stop string is empty");
   if (request.stop.min_tokens < 0)
     throw UsageError("min_tokens = " + std::to_string(request.stop.min_tokens) + " must not be negative");
-  if (request.stop.min_tokens > 0 && request.format == OutputFormat::kJsonObject)
-    throw UsageError("min_tokens cannot be combined with a JSON object output (response_format)");
+  if (request.stop.min_tokens > 0 && request.format != OutputFormat::kText)
+    throw UsageError("min_tokens cannot be combined with a constrained output (response_format, guided_choice)");
   const int64_t max_new = request.stop.max_tokens.value_or(std::max<int64_t>(1, config_.max_model_len - prompt));
   if (request.stop.min_tokens > max_new)
     throw UsageError("min_tokens = " + std::to_string(request.stop.min_tokens) + " is more than max_tokens = " +
@@ -434,6 +444,7 @@ void Engine::Impl::take_submissions() {
       r.json_schema = s.request.json_schema;
       r.json.emplace(r.json_schema.get());
     }
+    if (s.request.format == OutputFormat::kChoice) r.choice.emplace(s.request.choices);
     r.prompt_logprobs = s.request.prompt_logprobs;
     seq.no_prefix_hit = r.prompt_logprobs.has_value();  // its whole prompt must run for them
     r.metrics.arrival = s.arrival;
@@ -517,13 +528,13 @@ bool Engine::Impl::step() {
       take_snapshots(plan);
       counters_.computed_tokens += static_cast<uint64_t>(batch.num_tokens());
       const EngineClock::time_point now = EngineClock::now();
-      // The step's draws: first what each needs (a JSON request's mask is made here, in order),
+      // The step's draws: first what each needs (a constrained request's mask is made here, in order),
       // then the draws themselves on the sampling pool (sample_token is stateless: the same
       // tokens whatever the thread count), then the tokens appended and emitted in order.
       struct Draw {
         size_t chunk = 0;
         Request* request = nullptr;
-        std::vector<uint8_t> allowed;  // a JSON request's mask; empty: every token
+        std::vector<uint8_t> allowed;  // a constrained request's mask; empty: every token
         TokenChoice choice;
       };
       std::vector<Draw> draws;
@@ -536,6 +547,10 @@ bool Engine::Impl::step() {
           d.choice.id = greedy_ids_[i];
         } else if (r.json && json_mask().allowed_tokens(*r.json, d.allowed) == 0) {
           end_early(r, FinishReason::kError, "no token of the vocabulary can continue the JSON object");
+          continue;
+        } else if (r.choice && r.choice->allowed_tokens(json_mask(), static_cast<int32_t>(model_.config()->eos_token_id),
+                                                        !r.stop.ignore_eos, d.allowed) == 0) {
+          end_early(r, FinishReason::kError, "no token of the vocabulary can continue any of the choices");
           continue;
         } else if (c.sequence->num_output() < r.stop.min_tokens) {
           // min_tokens: the tokens that would end the request may not be drawn yet.
@@ -587,6 +602,7 @@ void Engine::Impl::emit(Request& r, const TokenChoice& choice, EngineClock::time
   ++counters_.generation_tokens;
 
   if (r.json) r.json->advance(json_mask().bytes(choice.id));  // the mask let only such tokens through
+  if (r.choice) r.choice->advance(json_mask().bytes(choice.id));
   const bool eos = !r.stop.ignore_eos && choice.id == model_.config()->eos_token_id;
   if (eos || std::find(r.stop.stop_token_ids.begin(), r.stop.stop_token_ids.end(), choice.id) != r.stop.stop_token_ids.end()) {
     chunk.finish = FinishReason::kStop;  // the stopping token adds no text
@@ -611,6 +627,7 @@ void Engine::Impl::emit(Request& r, const TokenChoice& choice, EngineClock::time
     }
   }
   if (!chunk.finish && r.json && r.json->complete()) chunk.finish = FinishReason::kStop;
+  if (!chunk.finish && r.choice && r.choice->is_choice() && !r.choice->can_continue()) chunk.finish = FinishReason::kStop;
   if (!chunk.finish && seq.num_output() >= seq.max_tokens - seq.num_prompt_tokens) chunk.finish = FinishReason::kLength;
 
   if (r.decoder && chunk.finish && chunk.stop_string.empty()) r.text += r.decoder->flush();
@@ -642,8 +659,9 @@ size_t Engine::Impl::stop_string_holdback(const Request& r) const {
   return hold;
 }
 
-// The vocabulary as the JSON constraint sees it: the bytes of the tokenizer's vocabulary tokens;
-// added and special tokens, and ids the tokenizer lacks, are never allowed.
+// The vocabulary as the JSON and choice constraints see it: the bytes of the tokenizer's vocabulary
+// tokens; added and special tokens, and ids the tokenizer lacks, are never allowed (end of sequence
+// is added by the choice constraint when the text is a choice).
 const JsonTokenMask& Engine::Impl::json_mask() {
   if (!json_mask_) {
     const int32_t vocab = static_cast<int32_t>(model_.config()->vocab_size);

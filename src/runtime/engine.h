@@ -26,11 +26,15 @@
 // end of sequence included), and the request ends with kStop as soon as the object closes, so its
 // text is one JSON object, or a prefix of one when max_tokens, a stop token or a stop string ends
 // it first. The mask costs a pass over the vocabulary on the host per step of each such request.
-// Needs the engine's tokenizer, like stop strings.
+// Needs the engine's tokenizer, like stop strings. OutputFormat::kChoice (vLLM's guided_choice)
+// constrains decoding the same way to the start of one of GenerateRequest::choices
+// (sampling/choice_prefix.h), the end of sequence allowed once the text is a choice; it ends
+// with kStop when the text is a choice no other one continues.
 //
 // Refused at submit (UsageError, message for the client): an empty prompt, an id outside the
 // vocabulary, prompt + max_tokens longer than max_model_len, sampling values out of range, stop
-// strings or a JSON output format without a tokenizer.
+// strings or a constrained output format without a tokenizer, choices without kChoice or kChoice
+// without valid choices.
 #pragma once
 
 #include <chrono>
@@ -81,6 +85,7 @@ struct StopConditions {
 enum class OutputFormat {
   kText,        // anything the model writes
   kJsonObject,  // one JSON object, the request ending when it closes
+  kChoice,      // one of GenerateRequest::choices
 };
 
 struct GenerateRequest {
@@ -90,6 +95,8 @@ struct GenerateRequest {
   OutputFormat format = OutputFormat::kText;
   // With kJsonObject: the schema the object must meet (none: any object).
   std::shared_ptr<const JsonSchema> json_schema;
+  // With kChoice: the strings the text must be one of (not empty, none empty).
+  std::shared_ptr<const std::vector<std::string>> choices;
   // [0, 20]: the logprob of every prompt token after the first under the model (the raw
   // distribution, as sampling.logprobs), with that many alternatives, in the first chunk
   // (OpenAI's echo with logprobs, vLLM's prompt_logprobs). Such a request takes no prefix-cache hit,

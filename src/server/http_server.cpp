@@ -349,6 +349,7 @@ class OpenAiServer::Impl {
     request.stop.include_stop_string = o.include_stop_str_in_output;
     request.format = format;
     request.json_schema = json_schema;
+    if (format == OutputFormat::kChoice) request.choices = o.choices;
     request.prompt_logprobs = o.prompt_logprobs;
     const int64_t prompt_tokens = static_cast<int64_t>(request.prompt.size());
     std::unique_ptr<GenerationStream> stream = engine.submit(std::move(request));
@@ -439,7 +440,9 @@ class OpenAiServer::Impl {
     const std::vector<int32_t> ids = tokenizer_->encode(prompt.text);
     check_length(static_cast<int64_t>(ids.size()), request.generation, "messages",
                  ready().max_model_len());
-    const OutputFormat format = request.response_format ? OutputFormat::kJsonObject : OutputFormat::kText;
+    const OutputFormat format = request.response_format ? OutputFormat::kJsonObject
+                                : request.generation.choices ? OutputFormat::kChoice
+                                                             : OutputFormat::kText;
     std::vector<Choice> choices = submit(std::span(&ids, 1), request.generation, format, "chatcmpl-", request.json_schema);
     std::vector<ChatAnswer> answers;
     for (size_t i = 0; i < choices.size(); ++i) {
@@ -600,8 +603,10 @@ class OpenAiServer::Impl {
     GenerationOptions options = request.generation;
     if (request.echo && options.logprobs)
       options.prompt_logprobs = std::max(options.prompt_logprobs.value_or(0), options.top_logprobs);
-    std::vector<Choice> choices = submit(prompts, options, request.json_schema ? OutputFormat::kJsonObject : OutputFormat::kText,
-                                         "cmpl-", request.json_schema);
+    const OutputFormat format = request.json_schema ? OutputFormat::kJsonObject
+                                : options.choices   ? OutputFormat::kChoice
+                                                    : OutputFormat::kText;
+    std::vector<Choice> choices = submit(prompts, options, format, "cmpl-", request.json_schema);
     // Choice i is of prompt i / n; with echo its text starts with that prompt's.
     std::vector<TextPart> parts(choices.size());
     for (size_t i = 0; i < choices.size(); ++i) {

@@ -231,8 +231,37 @@ std::vector<std::pair<int32_t, float>> logit_bias(const Fields& fields) {
 }
 
 // The fields both endpoints share (logprobs differ and are read by each endpoint).
+// vLLM's guided_choice or structured_outputs.choice: a non-empty array of non-empty strings.
+std::shared_ptr<const std::vector<std::string>> guided_choices(const Fields& fields) {
+  const auto list_at = [](const Fields& f, const char* key) -> std::shared_ptr<const std::vector<std::string>> {
+    const ordered_json* value = f.find(key);
+    if (!value) return nullptr;
+    if (!value->is_array()) f.type_error(key, "an array of strings", *value);
+    if (value->empty()) f.value_error(key, "at least one choice is needed.");
+    if (value->size() > kMaxGuidedChoices)
+      f.value_error(key, "at most " + std::to_string(kMaxGuidedChoices) + " choices, got " +
+                             std::to_string(value->size()) + ".");
+    auto choices = std::make_shared<std::vector<std::string>>();
+    for (const ordered_json& choice : *value) {
+      if (!choice.is_string()) f.type_error(key, "an array of strings", *value);
+      if (choice.get_ref<const std::string&>().empty()) f.value_error(key, "a choice is an empty string.");
+      choices->push_back(choice.get<std::string>());
+    }
+    return choices;
+  };
+  std::shared_ptr<const std::vector<std::string>> choices = list_at(fields, "guided_choice");
+  if (const ordered_json* outputs = fields.find("structured_outputs"); outputs && outputs->is_object()) {
+    if (auto listed = list_at(Fields(*outputs, "structured_outputs."), "choice")) {
+      if (choices) fields.value_error("structured_outputs", "give guided_choice or structured_outputs.choice, not both.");
+      choices = std::move(listed);
+    }
+  }
+  return choices;
+}
+
 GenerationOptions generation_options(const Fields& fields) {
   GenerationOptions o;
+  o.choices = guided_choices(fields);
   o.temperature = fields.number("temperature", 0, 2).value_or(o.temperature);
   o.top_p = fields.number("top_p", 0, 1, /*low_open=*/true).value_or(o.top_p);
   const int64_t top_k = fields.integer("top_k", -1, std::numeric_limits<int32_t>::max()).value_or(0);
@@ -535,6 +564,11 @@ ChatCompletionRequest parse_chat_completion_request(const ordered_json& body) {
   ChatCompletionRequest request = chat_conversation(fields);
   GenerationOptions& o = request.generation;
   o = generation_options(fields);
+  if (o.choices && request.response_format)
+    fields.value_error("guided_choice", "give response_format (or guided_json) or guided_choice, not both.");
+  if (o.choices && (request.tool_choice == ToolChoice::kRequired || request.tool_choice == ToolChoice::kNamed))
+    fields.value_error("guided_choice", "a guided_choice cannot be combined with a required or named tool_choice "
+                                        "(that answer is a tool call).");
   // max_completion_tokens is OpenAI's newer name; it wins when both are given.
   o.max_tokens = fields.integer("max_tokens", 1, std::numeric_limits<int64_t>::max());
   if (const auto newer =
@@ -601,6 +635,8 @@ CompletionRequest parse_completion_request(const ordered_json& body) {
   }
   if (const std::optional<GuidedSchema> guided = guided_json_schema(fields))
     request.json_schema = compile_schema(guided->schema, guided->param);
+  if (o.choices && request.json_schema)
+    fields.value_error("guided_choice", "give guided_json or guided_choice, not both.");
   return request;
 }
 
@@ -636,7 +672,8 @@ DetokenizeRequest parse_detokenize_request(const ordered_json& body) {
 ChatPrompt render_chat_prompt(const ChatCompletionRequest& request) {
   std::vector<ChatMessage> messages = request.messages;
   ChatPrompt prompt;
-  prompt.mode = request.response_format ? ThinkingMode::kChat : request.thinking;
+  // A constrained answer (JSON, a choice) starts at once: no thinking before it.
+  prompt.mode = request.response_format || request.generation.choices ? ThinkingMode::kChat : request.thinking;
   try {
     if (request.tool_choice != ToolChoice::kNone) {
       attach_tools(messages, request.tools);

@@ -53,9 +53,13 @@ struct GenerationOptions {
   // vLLM's extension: every prompt token's logprob (the first's none) with this many of the most
   // likely tokens ([0, kMaxTopLogprobs]); not with stream, as vLLM refuses it there too.
   std::optional<int32_t> prompt_logprobs;
+  // vLLM's guided_choice (or structured_outputs.choice): the answer is one of these non-empty
+  // strings (at most kMaxGuidedChoices; OutputFormat::kChoice). Not with a JSON output format.
+  std::shared_ptr<const std::vector<std::string>> choices;
 };
 
 inline constexpr size_t kMaxStopStrings = 16;
+inline constexpr size_t kMaxGuidedChoices = 1024;
 inline constexpr int32_t kMaxChoices = 64;
 inline constexpr int32_t kMaxTopLogprobs = 20;
 

@@ -208,6 +208,20 @@ for seed in range(6):
     else:
         check(starts_json_object(r.choices[0].text), f"guided_json text {r.choices[0].text!r}")
 check(guided_closed > 0, "no guided_json completion closed in 24 tokens")
+# vLLM's guided_choice: chat and completions answer with one of the choices, streamed too.
+labels = ["positive", "negative", "neutral"]
+for seed in range(3):
+    r = client.chat.completions.create(model=model, messages=json_messages, max_tokens=16, temperature=1.0, seed=seed,
+                                       extra_body={"guided_choice": labels})
+    check(r.choices[0].message.content in labels and r.choices[0].finish_reason == "stop",
+          f"guided_choice answer {r.choices[0].message.content!r} ({r.choices[0].finish_reason})")
+    r = client.completions.create(model=model, prompt="Sentiment:", max_tokens=16, temperature=1.0, seed=seed,
+                                  extra_body={"structured_outputs": {"choice": labels}})
+    check(r.choices[0].text in labels and r.choices[0].finish_reason == "stop",
+          f"structured_outputs.choice text {r.choices[0].text!r} ({r.choices[0].finish_reason})")
+streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+    model=model, messages=json_messages, max_tokens=16, stream=True, extra_body={"guided_choice": labels}) if c.choices)
+check(streamed in labels, f"streamed guided_choice answer {streamed!r}")
 try:
     client.chat.completions.create(model=model, messages=json_messages, max_tokens=4, response_format={
         "type": "json_schema", "json_schema": {"name": "bad", "schema": {"type": "object", "properties": {"a": {"type": "int"}}}}})

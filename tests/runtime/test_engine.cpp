@@ -760,6 +760,62 @@ TEST_F(EngineTest, JsonObjectRequestsOfTheRandomModelArePrefixesGreedyAndSampled
   EXPECT_NE(text[start], '{') << text;
 }
 
+// guided_choice: greedy and sampled requests of the random model write one of the choices and end
+// with kStop, by the end of sequence where a choice begins a longer one ("yes" / "yes, certainly")
+// or at once when none does.
+TEST_F(EngineTest, ChoiceRequestsWriteOneOfTheChoices) {
+  auto tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(DSV4_TOKENIZER_JSON));
+  auto e = engine(small_config(), tokenizer);
+  const auto choices = std::make_shared<const std::vector<std::string>>(
+      std::vector<std::string>{"positive", "negative", "neutral", "yes", "yes, certainly", "\u00e9t\u00e9 \u2014 ok"});
+  std::vector<RequestHandle> handles;
+  for (float temperature : {0.0f, 0.7f, 1.5f})
+    for (uint64_t seed = 0; seed < 4; ++seed) {
+      GenerateRequest r = request(ids(9, 3 + static_cast<int>(seed)), 32, temperature);
+      r.sampling.seed = seed;
+      r.format = OutputFormat::kChoice;
+      r.choices = choices;
+      handles.push_back(e->submit(r));
+    }
+  run_until_idle(*e);
+  for (RequestHandle& h : handles) {
+    const Result got = drain(h);
+    EXPECT_EQ(got.finish, FinishReason::kStop) << got.last.error;
+    EXPECT_NE(std::find(choices->begin(), choices->end(), got.text), choices->end()) << got.text;
+    if (got.last.stop_token_id) EXPECT_EQ(got.text, "yes");  // only there may the end of sequence come
+  }
+  EXPECT_EQ(e->stats().cache_blocks_used, 0);
+}
+
+TEST_F(EngineTest, ChoiceRequestsAreRefusedWithoutValidChoices) {
+  auto tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(DSV4_TOKENIZER_JSON));
+  auto e = engine(small_config(), tokenizer);
+  const auto expect_refused = [&](GenerateRequest r, const std::string& words) {
+    try {
+      e->submit(r);
+      ADD_FAILURE() << "accepted; expected a refusal naming " << words;
+    } catch (const UsageError& error) {
+      EXPECT_NE(std::string(error.what()).find(words), std::string::npos) << error.what();
+    }
+  };
+  GenerateRequest r = request(ids(4, 7), 4);
+  r.choices = std::make_shared<const std::vector<std::string>>(std::vector<std::string>{"a"});
+  expect_refused(r, "choice output format");  // choices without kChoice
+  r.format = OutputFormat::kChoice;
+  r.choices = nullptr;
+  expect_refused(r, "list of choices");
+  r.choices = std::make_shared<const std::vector<std::string>>();
+  expect_refused(r, "empty");
+  r.choices = std::make_shared<const std::vector<std::string>>(std::vector<std::string>{"a", ""});
+  expect_refused(r, "choice 1");
+  r.choices = std::make_shared<const std::vector<std::string>>(std::vector<std::string>{"a"});
+  r.stop.min_tokens = 1;
+  expect_refused(r, "min_tokens");
+  auto untokenized = engine(small_config());
+  r.stop.min_tokens = 0;
+  EXPECT_THROW(untokenized->submit(r), UsageError);  // the constraint needs the tokenizer
+}
+
 // A tokenizer whose every token lies beyond the model's vocabulary: no token can start the object.
 TEST_F(EngineTest, AJsonObjectRequestNoTokenCanContinueFails) {
   using nlohmann::json;

@@ -122,6 +122,37 @@ TEST(OpenAiRequest, GuidedJsonAndStructuredOutputsAreSchemas) {
                       "structured_outputs.json");
 }
 
+// vLLM's guided_choice and structured_outputs.choice: the list on both endpoints, refused when it
+// is not a non-empty array of non-empty strings or comes with a JSON constraint or a forced tool call.
+TEST(OpenAiRequest, GuidedChoiceIsAListOfStrings) {
+  const ChatCompletionRequest chat = parse_chat_completion_request(
+      parse_request_body(with_user(R"("guided_choice": ["yes", "no"])")));
+  ASSERT_NE(chat.generation.choices, nullptr);
+  EXPECT_EQ(*chat.generation.choices, (std::vector<std::string>{"yes", "no"}));
+  EXPECT_EQ(render_chat_prompt(chat).mode, ThinkingMode::kChat);
+  const CompletionRequest completion = parse_completion_request(
+      parse_request_body(R"({"prompt": "x", "structured_outputs": {"choice": ["a", "b c"]}})"));
+  ASSERT_NE(completion.generation.choices, nullptr);
+  EXPECT_EQ(*completion.generation.choices, (std::vector<std::string>{"a", "b c"}));
+  EXPECT_EQ(parse_completion_request(parse_request_body(R"({"prompt": "x"})")).generation.choices, nullptr);
+  expect_chat_refused(with_user(R"("guided_choice": "yes")"), "guided_choice");
+  expect_chat_refused(with_user(R"("guided_choice": [])"), "guided_choice");
+  expect_chat_refused(with_user(R"("guided_choice": ["a", 1])"), "guided_choice");
+  expect_chat_refused(with_user(R"("guided_choice": ["a", ""])"), "guided_choice");
+  expect_chat_refused(with_user(R"("guided_choice": ["a"], "structured_outputs": {"choice": ["b"]})"),
+                      "structured_outputs");
+  expect_chat_refused(with_user(R"("guided_choice": ["a"], "response_format": {"type": "json_object"})"),
+                      "guided_choice");
+  expect_chat_refused(with_user(R"("guided_choice": ["a"], "tools": [{"type": "function", "function": {"name": "f"}}],
+                                   "tool_choice": "required")"),
+                      "guided_choice");
+  expect_refused(parse_completion_request, R"({"prompt": "x", "guided_choice": ["a"], "guided_json": {}})",
+                 "guided_choice");
+  std::string many = R"({"prompt": "x", "guided_choice": [)";
+  for (size_t i = 0; i <= kMaxGuidedChoices; ++i) many += (i ? ",\"" : "\"") + std::to_string(i) + "\"";
+  expect_refused(parse_completion_request, many + "]}", "guided_choice");
+}
+
 TEST(OpenAiRequest, DefaultsFollowOpenAi) {
   const ChatCompletionRequest r = chat(with_user(""));
   EXPECT_FALSE(r.model.has_value());

@@ -1,0 +1,73 @@
+// The guided_choice constraint (sampling/choice_prefix.h) on a small made-up vocabulary: which
+// tokens may follow, when the end of sequence may, and which lists of choices are refused.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "sampling/choice_prefix.h"
+
+namespace dsv4 {
+namespace {
+
+using Ids = std::vector<int32_t>;
+
+// Id 0 is the end of sequence (no bytes, as the engine gives special tokens).
+const std::vector<std::string> kVocabulary = {"", "y", "ye", "yes", "s", " ", " sir", "n", "no", "o", "x", "yes sir!"};
+constexpr int32_t kEos = 0;
+
+Ids allowed_ids(const ChoicePrefix& prefix, const JsonTokenMask& mask, bool eos_allowed = true) {
+  std::vector<uint8_t> allowed;
+  const size_t count = prefix.allowed_tokens(mask, kEos, eos_allowed, allowed);
+  Ids ids;
+  for (size_t id = 0; id < allowed.size(); ++id)
+    if (allowed[id]) ids.push_back(static_cast<int32_t>(id));
+  EXPECT_EQ(count, ids.size());
+  return ids;
+}
+
+ChoicePrefix after(const std::vector<std::string>& choices, const std::string& text) {
+  ChoicePrefix prefix(std::make_shared<const std::vector<std::string>>(choices));
+  prefix.advance(text);
+  return prefix;
+}
+
+TEST(ChoicePrefix, AllowsTheTokensThatKeepTheTextTheStartOfAChoice) {
+  const JsonTokenMask mask(kVocabulary);
+  const std::vector<std::string> choices = {"yes", "yes sir", "no"};
+  EXPECT_EQ(allowed_ids(after(choices, ""), mask), (Ids{1, 2, 3, 7, 8}));
+  EXPECT_EQ(allowed_ids(after(choices, "ye"), mask), (Ids{4}));
+  // "yes" is a choice and begins "yes sir": it may end (end of sequence) or go on.
+  const ChoicePrefix yes = after(choices, "yes");
+  EXPECT_TRUE(yes.is_choice());
+  EXPECT_TRUE(yes.can_continue());
+  EXPECT_EQ(allowed_ids(yes, mask), (Ids{kEos, 5, 6}));
+  EXPECT_EQ(allowed_ids(yes, mask, /*eos_allowed=*/false), (Ids{5, 6}));
+  // "no" ends the request: nothing continues it, only the end of sequence is allowed.
+  const ChoicePrefix no = after(choices, "no");
+  EXPECT_TRUE(no.is_choice());
+  EXPECT_FALSE(no.can_continue());
+  EXPECT_EQ(allowed_ids(no, mask), (Ids{kEos}));
+  // A token longer than every choice it begins ("yes sir!") is never allowed.
+  EXPECT_EQ(allowed_ids(after(choices, "yes sir"), mask), (Ids{kEos}));
+  const ChoicePrefix partial = after(choices, "y");
+  EXPECT_FALSE(partial.is_choice());
+  EXPECT_TRUE(partial.can_continue());
+}
+
+TEST(ChoicePrefix, RefusesAnEmptyListOrAnEmptyChoice) {
+  EXPECT_THROW(ChoicePrefix::validate({}), UsageError);
+  try {
+    ChoicePrefix::validate({"a", ""});
+    FAIL() << "an empty choice was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("choice 1"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ChoicePrefix(nullptr), UsageError);
+  EXPECT_NO_THROW(ChoicePrefix::validate({"a", "ab"}));
+}
+
+}  // namespace
+}  // namespace dsv4
