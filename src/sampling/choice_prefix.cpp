@@ -2,6 +2,7 @@
 #include "sampling/choice_prefix.h"
 
 #include <algorithm>
+#include <array>
 
 #include "core/error.h"
 
@@ -29,17 +30,22 @@ bool ChoicePrefix::can_continue() const {
 
 size_t ChoicePrefix::allowed_tokens(const JsonTokenMask& vocab, int32_t eos_id, bool eos_allowed,
                                     std::vector<uint8_t>& allowed) const {
-  // What each choice the text begins still needs.
+  // What each choice the text begins still needs, sorted: the rests a token's bytes begin are
+  // then a run that starts at the first rest not below those bytes, so one binary search per token.
   std::vector<std::string_view> rests;
   for (const std::string& c : *choices_)
     if (c.size() > text_.size() && c.starts_with(text_)) rests.push_back(std::string_view(c).substr(text_.size()));
+  std::sort(rests.begin(), rests.end());
+  std::array<bool, 256> first_byte{};  // a token whose first byte begins no rest is out at once
+  for (const std::string_view rest : rests) first_byte[static_cast<uint8_t>(rest[0])] = true;
   allowed.assign(static_cast<size_t>(vocab.vocab_size()), 0);
   size_t count = 0;
   if (!rests.empty())
     for (int32_t id = 0; id < vocab.vocab_size(); ++id) {
       const std::string_view bytes = vocab.bytes(id);
-      if (bytes.empty()) continue;
-      const bool fits = std::any_of(rests.begin(), rests.end(), [&](std::string_view rest) { return rest.starts_with(bytes); });
+      if (bytes.empty() || !first_byte[static_cast<uint8_t>(bytes[0])]) continue;
+      const auto first = std::lower_bound(rests.begin(), rests.end(), bytes);
+      const bool fits = first != rests.end() && first->starts_with(bytes);
       allowed[static_cast<size_t>(id)] = fits;
       count += fits;
     }

@@ -2,8 +2,8 @@
 // one of a list of strings. A token may come next when the text so far plus its bytes begins some
 // choice, and the end of sequence when the text is a choice (so a choice that begins a longer one
 // may end there or go on); the request ends once the text is a choice no other one continues.
-// allowed_tokens() compares every vocabulary token with the choices the text still begins, on the
-// host, once per constrained sequence and step.
+// allowed_tokens() looks every vocabulary token up among the sorted rests of the choices the text
+// still begins (a binary search each), on the host, once per constrained sequence and step.
 #pragma once
 
 #include <cstdint>

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,43 @@ TEST(ChoicePrefix, AllowsTheTokensThatKeepTheTextTheStartOfAChoice) {
   const ChoicePrefix partial = after(choices, "y");
   EXPECT_FALSE(partial.is_choice());
   EXPECT_TRUE(partial.can_continue());
+}
+
+// The sorted-rest lookup against trying every token against every choice, on random vocabularies
+// and choices over a small alphabet (so choices share prefixes and tokens overlap them).
+TEST(ChoicePrefix, EqualsTryingEveryTokenAgainstEveryChoice) {
+  std::mt19937 rng(7);
+  const std::string alphabet = "ab c\xC3\xA9";
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<std::string> vocabulary(400);
+    for (size_t id = 1; id < vocabulary.size(); ++id)  // id 0 stays empty: the end of sequence
+      for (size_t n = 1 + rng() % 3; n > 0; --n) vocabulary[id] += alphabet[rng() % alphabet.size()];
+    auto choices = std::make_shared<std::vector<std::string>>();
+    for (size_t n = 1 + rng() % 12; n > 0; --n) {
+      std::string c;
+      for (size_t k = 1 + rng() % 6; k > 0; --k) c += alphabet[rng() % alphabet.size()];
+      choices->push_back(c);
+    }
+    const JsonTokenMask mask(vocabulary);
+    const std::string& target = (*choices)[rng() % choices->size()];
+    for (size_t len = 0; len <= target.size(); ++len) {
+      ChoicePrefix prefix(choices);
+      prefix.advance(target.substr(0, len));
+      std::vector<uint8_t> allowed;
+      const size_t count = prefix.allowed_tokens(mask, kEos, true, allowed);
+      size_t want_count = 0;
+      for (size_t id = 0; id < vocabulary.size(); ++id) {
+        const std::string next = target.substr(0, len) + vocabulary[id];
+        bool want = false;
+        for (const std::string& c : *choices) want = want || (!vocabulary[id].empty() && c.starts_with(next));
+        if (id == static_cast<size_t>(kEos)) want = prefix.is_choice();
+        ASSERT_EQ(allowed[id] != 0, want) << "trial " << trial << ", text \"" << target.substr(0, len) << "\", token "
+                                          << id << " \"" << vocabulary[id] << "\"";
+        want_count += want;
+      }
+      EXPECT_EQ(count, want_count);
+    }
+  }
 }
 
 TEST(ChoicePrefix, RefusesAnEmptyListOrAnEmptyChoice) {
