@@ -84,9 +84,13 @@ class JsonSchemaCompiler {
     }
     if (const auto required = s.find("required"); required != s.end()) add_required(n, *required, path + "/required");
     if (const auto items = s.find("items"); items != s.end() && !items->is_array()) n.items = compile(*items, path + "/items");
-    n.min_items = count_bound(s, "minItems", path, 0);
-    n.max_items = count_bound(s, "maxItems", path, UINT32_MAX);
+    // Bounds narrow what anyOf / oneOf gave.
+    n.min_items = std::max(n.min_items, count_bound(s, "minItems", path, 0));
+    n.max_items = std::min(n.max_items, count_bound(s, "maxItems", path, UINT32_MAX));
     if (n.min_items > n.max_items) throw JsonSchemaError(path + "/minItems", "is more than maxItems");
+    n.min_length = std::max(n.min_length, count_bound(s, "minLength", path, 0));
+    n.max_length = std::min(n.max_length, count_bound(s, "maxLength", path, UINT32_MAX));
+    if (n.min_length > n.max_length) throw JsonSchemaError(path + "/minLength", "is more than maxLength");
     if (n.types == 0) throw JsonSchemaError(path, "the schema allows no value");
     schema_.nodes_[id] = std::move(n);
     return id;
@@ -179,7 +183,11 @@ class JsonSchemaCompiler {
       n.min_items = std::max(n.min_items, a->min_items);
       n.max_items = std::min(n.max_items, a->max_items);
     }
-    if (const JsonSchema::Node* s = only(JsonSchema::kString)) n.strings = s->strings;
+    if (const JsonSchema::Node* s = only(JsonSchema::kString)) {
+      n.strings = s->strings;
+      n.min_length = std::max(n.min_length, s->min_length);
+      n.max_length = std::min(n.max_length, s->max_length);
+    }
     if (const JsonSchema::Node* num = only(JsonSchema::kNumber)) n.integer_only = n.integer_only || num->integer_only;
   }
 
@@ -281,8 +289,14 @@ bool JsonSchemaPrefix::check(char byte, JsonObjectPrefix::Mode before, int depth
       const bool enum_ok = match_ != Match::kEnum || match_list()[match_lo_].size() == match_len_;
       if (key_before) return close_key(depth_before);
       match_ = Match::kNone;
-      return enum_ok;
+      const bool long_enough = !bounded_string_ || chars_ >= min_chars_;
+      bounded_string_ = false;
+      return enum_ok && long_enough;
     }
+    // A character starts at any byte but a UTF-8 continuation; an escape's '\' starts one (a
+    // surrogate pair's second escape is read in other modes and adds none).
+    if (bounded_string_ && !key_before && (static_cast<uint8_t>(byte) & 0xC0) != 0x80 && ++chars_ > max_chars_)
+      return false;
     if (after == Mode::kEscape) return match_ == Match::kNone || match_ == Match::kUnknownKey;
     return narrow(byte, depth_before);
   }
@@ -357,8 +371,12 @@ bool JsonSchemaPrefix::begin_value(char byte, int depth_before) {
   integer_only_ = type == JsonSchema::kNumber && node.integer_only;
   if (type == JsonSchema::kObject || type == JsonSchema::kArray) {
     if (Level* l = level(depth_before + 1)) *l = {0, 0, id, type == JsonSchema::kArray ? node.items : JsonSchema::kAny};
-  } else if (type == JsonSchema::kString && !node.strings.empty()) {
-    start_match(id, node.strings.size(), Match::kEnum);
+  } else if (type == JsonSchema::kString) {
+    if (!node.strings.empty()) start_match(id, node.strings.size(), Match::kEnum);
+    bounded_string_ = node.min_length > 0 || node.max_length != UINT32_MAX;
+    chars_ = 0;
+    min_chars_ = node.min_length;
+    max_chars_ = node.max_length;
   }
   return true;
 }

@@ -4,10 +4,11 @@
 //
 // Enforced: `type` (a name or a list; "integer" refuses fractions and exponents), `properties`,
 // `required`, `additionalProperties` (false, true or a schema), `items`, `minItems` / `maxItems`,
-// `enum` and `const` (the value types; strings exactly), `$ref` into "#/$defs/..." or
-// "#/definitions/...", and `anyOf` / `oneOf` (the alternatives' types joined; a JSON type that
-// several alternatives allow is checked as that type only). Not checked, so an output may break
-// them: pattern, format, string lengths, minimum / maximum, uniqueItems, allOf, not,
+// `minLength` / `maxLength` (of string values, in characters: code points, an escape one, a
+// surrogate pair one), `enum` and `const` (the value types; strings exactly), `$ref` into
+// "#/$defs/..." or "#/definitions/...", and `anyOf` / `oneOf` (the alternatives' types joined; a
+// JSON type that several alternatives allow is checked as that type only). Not checked, so an
+// output may break them: pattern, format, minimum / maximum, uniqueItems, allOf, not,
 // if/then/else, prefixItems. An enum's numbers, booleans and nulls are checked by type only. Property names and enum strings are
 // matched as written: the model cannot spell them with escapes, and a schema whose names need one
 // (a quote, a backslash, a control character) is refused. Objects take at most 64 named
@@ -59,6 +60,8 @@ class JsonSchema {
     uint16_t items = kAny;              // an array's elements
     uint32_t min_items = 0;             // an array's length bounds
     uint32_t max_items = UINT32_MAX;
+    uint32_t min_length = 0;            // a string's length bounds, in characters
+    uint32_t max_length = UINT32_MAX;
     std::vector<std::string> strings;   // non-empty: a string must be one of these (sorted)
   };
 
@@ -94,7 +97,7 @@ class JsonSchemaPrefix {
   // Inside a string whose bytes nothing checks but its syntax: every byte >= 0x20 but '"' and
   // '\' can follow and changes nothing the schema looks at.
   bool in_plain_string() const {
-    return syntax_.in_plain_string() && (match_ == Match::kNone || match_ == Match::kUnknownKey);
+    return syntax_.in_plain_string() && (match_ == Match::kNone || match_ == Match::kUnknownKey) && !bounded_string_;
   }
 
  private:
@@ -130,6 +133,9 @@ class JsonSchemaPrefix {
   uint16_t match_lo_ = 0, match_hi_ = 0, match_len_ = 0;
   Match match_ = Match::kNone;
   bool integer_only_ = false;  // the number being read must stay an integer
+  // The string value being read has length bounds: its characters so far and the bounds.
+  bool bounded_string_ = false;
+  uint32_t chars_ = 0, min_chars_ = 0, max_chars_ = UINT32_MAX;
 };
 
 }  // namespace dsv4

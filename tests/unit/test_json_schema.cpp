@@ -4,6 +4,7 @@
 // accepts (checked here independently of the checker), never in a dead end.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -39,7 +40,7 @@ bool accepted(const JsonSchema& schema, std::string_view text) {
 constexpr std::string_view kPerson = R"({
   "type": "object",
   "properties": {
-    "name": {"type": "string"},
+    "name": {"type": "string", "minLength": 1, "maxLength": 6},
     "age": {"type": "integer"},
     "tags": {"type": "array", "items": {"enum": ["a", "bb", "bc"]}, "maxItems": 3},
     "kind": {"anyOf": [{"$ref": "#/$defs/Kind"}, {"type": "null"}]},
@@ -91,7 +92,7 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceNamingThePart) {
 
 TEST(JsonSchema, TakesTheDocumentsTheSchemaAcceptsWhole) {
   const auto schema = compiled(kPerson);
-  for (std::string_view doc : {R"({"name": "a", "age": 3})", R"({"age": -1, "name": "", "tags": ["a", "bc"], "kind": null})",
+  for (std::string_view doc : {R"({"name": "a", "age": 3})", R"({"age": -1, "name": "z", "tags": ["a", "bc"], "kind": null})",
                                R"({"name": "n", "age": 0, "kind": {"x": true}, "score": 1.5e3})",
                                R"( { "tags" : [ ] , "age" : 12 , "name" : "\u00e9" , "score" : null })",
                                R"({"name": "a", "age": 3, "kind": {}})"}) {
@@ -140,6 +141,11 @@ TEST(JsonSchema, ArraysKeepTheirLengthBounds) {
   EXPECT_EQ(refused_at(*schema, R"({"l": []})"), 7);
   EXPECT_EQ(refused_at(*schema, R"({"l": [1, 2, 3, 4]})"), 14);  // the comma a fourth would need
   EXPECT_EQ(refused_at(*schema, R"({"none": [1])"), 10);
+  // anyOf's array alternative keeps its bounds (the node's own absent ones do not reset them).
+  const auto joined = compiled(R"({"type": "object", "properties": {"l": {"anyOf": [{"type": "array", "minItems": 2},
+                                   {"type": "null"}]}}})");
+  EXPECT_EQ(refused_at(*joined, R"({"l": [1]})"), 8);
+  EXPECT_TRUE(accepted(*joined, R"({"l": null})"));
   EXPECT_EQ([] {
     try {
       compiled(R"({"type": "object", "properties": {"l": {"minItems": 3, "maxItems": 2}}})");
@@ -148,6 +154,36 @@ TEST(JsonSchema, ArraysKeepTheirLengthBounds) {
     }
     return std::string();
   }(), "/properties/l/minItems");
+}
+
+// minLength / maxLength count characters: a UTF-8 sequence, an escape, a surrogate pair's two
+// escapes are one each; keys and strings without bounds are not counted.
+TEST(JsonSchema, StringsKeepTheirLengthBounds) {
+  const auto schema = compiled(R"({"type": "object", "properties": {"s": {"type": "string", "minLength": 2,
+      "maxLength": 3}, "e": {"type": "string", "maxLength": 0}, "u": {"anyOf": [{"type": "string", "minLength": 2},
+      {"type": "integer"}]}, "free": {"type": "string"}}})");
+  EXPECT_TRUE(accepted(*schema, R"({"s": "ab"})"));
+  EXPECT_TRUE(accepted(*schema, R"({"s": "abc", "e": ""})"));
+  EXPECT_EQ(refused_at(*schema, R"({"s": "a"})"), 8);       // the closing quote: one character
+  EXPECT_EQ(refused_at(*schema, R"({"s": "abcd"})"), 10);   // the fourth character
+  EXPECT_EQ(refused_at(*schema, R"({"e": "x"})"), 7);
+  EXPECT_TRUE(accepted(*schema, "{\"s\": \"\xC3\xA9\xC3\xA9\xC3\xA9\"}"));     // three two-byte characters
+  EXPECT_EQ(refused_at(*schema, "{\"s\": \"\xC3\xA9\xC3\xA9\xC3\xA9\xC3\xA9\"}"), 13);
+  EXPECT_TRUE(accepted(*schema, R"({"s": "\n\t\""})"));                     // three escapes
+  EXPECT_TRUE(accepted(*schema, R"({"s": "\uD83D\uDE00\u00e9x"})"));         // a pair, \u00e9, x
+  EXPECT_EQ(refused_at(*schema, R"({"s": "\uD83D\uDE00\u00e9xy"})"), 26);
+  EXPECT_EQ(refused_at(*schema, R"({"u": "a"})"), 8);       // anyOf's string alternative's bound
+  EXPECT_TRUE(accepted(*schema, R"({"u": 12, "free": "a long string with no bound at all"})"));
+  for (const char* bad : {R"({"type": "string", "minLength": -1})", R"({"type": "string", "maxLength": 1.5})",
+                          R"({"type": "string", "minLength": 4, "maxLength": 3})"}) {
+    const std::string schema_text = std::string(R"({"type": "object", "properties": {"s": )") + bad + "}}";
+    try {
+      compiled(schema_text);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const JsonSchemaError& e) {
+      EXPECT_EQ(e.path().rfind("/properties/s/", 0), 0u) << e.path();
+    }
+  }
 }
 
 TEST(JsonSchema, RecursiveReferencesNestAsDeepAsTheTextGoes) {
@@ -171,8 +207,16 @@ TEST(JsonSchema, WithoutASchemaItIsTheObjectSyntaxAlone) {
 bool person_valid(const json& d) {
   if (!d.is_object() || !d.contains("name") || !d.contains("age")) return false;
   for (const auto& [key, v] : d.items()) {
-    if (key == "name" && !v.is_string()) return false;
-    if (key == "age" && !v.is_number_integer()) return false;
+    if (key == "name") {
+      if (!v.is_string()) return false;
+      size_t chars = 0;  // code points: every byte but UTF-8 continuations
+      for (const char c : v.get<std::string>()) chars += (static_cast<uint8_t>(c) & 0xC0) != 0x80;
+      if (chars < 1 || chars > 6) return false;
+    }
+    // An integer past 64 bits parses as a double (an integral one).
+    const bool big_integer = v.is_number_float() && std::fabs(v.get<double>()) >= 0x1p63 &&
+                             std::floor(v.get<double>()) == v.get<double>();
+    if (key == "age" && !v.is_number_integer() && !big_integer) return false;
     if (key == "tags") {
       if (!v.is_array() || v.size() > 3) return false;
       for (const json& t : v)
