@@ -40,6 +40,9 @@ class JsonObjectPrefix {
   // Inside a string, not in an escape: every byte >= 0x20 but '"' and '\' can follow and leaves
   // the state as it is.
   bool in_plain_string() const { return mode_ == Mode::kString; }
+  // How many characters of such bytes may still follow here (JsonSchemaPrefix's form; no bound
+  // without a schema), or -1 outside a plain string.
+  int64_t plain_string_room() const { return in_plain_string() ? INT64_MAX : -1; }
 
   // The same state, field for field (tests check that a refused byte leaves it unchanged).
   bool operator==(const JsonObjectPrefix&) const = default;

@@ -94,10 +94,12 @@ class JsonSchemaPrefix {
   bool advance(char byte);
   bool advance(std::string_view bytes);
   bool complete() const { return syntax_.complete(); }
-  // Inside a string whose bytes nothing checks but its syntax: every byte >= 0x20 but '"' and
-  // '\' can follow and changes nothing the schema looks at.
-  bool in_plain_string() const {
-    return syntax_.in_plain_string() && (match_ == Match::kNone || match_ == Match::kUnknownKey) && !bounded_string_;
+  // Inside a string whose bytes nothing checks but its syntax and its length bounds: how many
+  // more characters of bytes >= 0x20 but '"' and '\' may follow (INT64_MAX with no maxLength),
+  // or -1 elsewhere (outside strings, in escapes, in keys and enum strings, which are matched).
+  int64_t plain_string_room() const {
+    if (!syntax_.in_plain_string() || !(match_ == Match::kNone || match_ == Match::kUnknownKey)) return -1;
+    return bounded_string_ ? static_cast<int64_t>(max_chars_) - chars_ : INT64_MAX;
   }
 
  private:

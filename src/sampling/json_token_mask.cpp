@@ -18,7 +18,7 @@ bool plain_string_byte(char c) { return static_cast<unsigned char>(c) >= 0x20 &&
 JsonTokenMask::JsonTokenMask(std::span<const std::string> token_bytes) {
   offsets_.reserve(token_bytes.size() + 1);
   offsets_.push_back(0);
-  plain_.resize(token_bytes.size());
+  plain_chars_.resize(token_bytes.size());
   std::array<uint32_t, 256> group_size{};
   for (size_t id = 0; id < token_bytes.size(); ++id) {
     const std::string& bytes = token_bytes[id];
@@ -26,7 +26,9 @@ JsonTokenMask::JsonTokenMask(std::span<const std::string> token_bytes) {
       throw UsageError("JsonTokenMask: the vocabulary's bytes pass 4 GiB");
     bytes_ += bytes;
     offsets_.push_back(static_cast<uint32_t>(bytes_.size()));
-    plain_[id] = std::all_of(bytes.begin(), bytes.end(), plain_string_byte);
+    const bool plain = std::all_of(bytes.begin(), bytes.end(), plain_string_byte);
+    const auto chars = std::count_if(bytes.begin(), bytes.end(), [](char c) { return (static_cast<uint8_t>(c) & 0xC0) != 0x80; });
+    plain_chars_[id] = plain && chars < kNotPlain ? static_cast<uint16_t>(chars) : kNotPlain;
     if (!bytes.empty()) ++group_size[static_cast<unsigned char>(bytes[0])];
   }
   for (size_t b = 0; b < 256; ++b) group_begin_[b + 1] = group_begin_[b] + group_size[b];
@@ -54,14 +56,16 @@ template <typename Prefix>
 size_t JsonTokenMask::allowed(const Prefix& prefix, std::vector<uint8_t>& allowed) const {
   allowed.assign(static_cast<size_t>(vocab_size()), 0);
   size_t count = 0;
-  const bool plain_stays = prefix.in_plain_string();
+  const int64_t room = prefix.plain_string_room();  // -1: not in a plain string
   for (size_t b = 0; b < 256; ++b) {
     Prefix after_first = prefix;
     if (!after_first.advance(static_cast<char>(b))) continue;
     for (uint32_t i = group_begin_[b]; i < group_begin_[b + 1]; ++i) {
       const int32_t id = by_first_byte_[i];
-      bool fits = plain_stays && plain_[static_cast<size_t>(id)] != 0;
-      if (!fits) {
+      const uint16_t chars = plain_chars_[static_cast<size_t>(id)];
+      const bool plain = room >= 0 && chars != kNotPlain;  // decided by its characters alone
+      bool fits = plain && chars <= room;
+      if (!plain) {
         Prefix next = after_first;
         fits = next.advance(bytes(id).substr(1));
       }

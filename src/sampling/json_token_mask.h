@@ -5,8 +5,9 @@
 //
 // Made once per vocabulary, with the tokens grouped by their first byte. allowed_tokens() runs on
 // the host once per constrained sequence and step: a group whose first byte cannot follow is out
-// at once; inside a string, tokens of plain string bytes only are in at once; every other token is
-// tried byte by byte from a copy of the state, stopping at the first byte that cannot follow.
+// at once; inside a string, tokens of plain string bytes only are in at once (if their characters
+// fit a maxLength); every other token is tried byte by byte from a copy of the state, stopping at
+// the first byte that cannot follow.
 #pragma once
 
 #include <array>
@@ -46,7 +47,10 @@ class JsonTokenMask {
   std::vector<uint32_t> offsets_;  // token id's bytes are [offsets_[id], offsets_[id + 1])
   std::vector<int32_t> by_first_byte_;         // the non-empty tokens' ids, by first byte
   std::array<uint32_t, 257> group_begin_{};    // first byte b's ids: [group_begin_[b], group_begin_[b + 1])
-  std::vector<uint8_t> plain_;                 // per id: every byte >= 0x20 and neither '"' nor '\'
+  // Per id: its characters (bytes but UTF-8 continuations) when every byte is >= 0x20 and neither
+  // '"' nor '\', else kNotPlain.
+  static constexpr uint16_t kNotPlain = UINT16_MAX;
+  std::vector<uint16_t> plain_chars_;
 };
 
 }  // namespace dsv4

@@ -251,6 +251,13 @@ TEST(JsonSchema, RandomWalksAlongTheMaskEndInDocumentsTheSchemaAccepts) {
     std::string text;
     for (int step = 0; step < 200 && !prefix.complete(); ++step) {
       ASSERT_GT(mask.allowed_tokens(prefix, allowed), 0u) << "dead end after " << text;
+      // The mask's shortcuts (first-byte groups, plain string tokens within maxLength) equal
+      // trying every token.
+      for (size_t id = 0; id < vocab.size(); ++id) {
+        JsonSchemaPrefix next = prefix;
+        const bool fits = !vocab[id].empty() && next.advance(vocab[id]);
+        ASSERT_EQ(allowed[id] != 0, fits) << text << " + \"" << vocab[id] << "\"";
+      }
       // Prefer closing tokens as the walk gets long, so that most walks finish.
       std::vector<int32_t> ids;
       for (size_t id = 0; id < allowed.size(); ++id)
