@@ -22,6 +22,10 @@
 
 namespace dsv4 {
 
+// Whether a byte of a string begins a character (a code point): any byte but a UTF-8
+// continuation. JSON Schema's string lengths count these (an escape's backslash begins one).
+inline bool begins_character(char byte) { return (static_cast<uint8_t>(byte) & 0xC0) != 0x80; }
+
 class JsonObjectPrefix {
  public:
   static constexpr int kMaxDepth = 64;

@@ -295,7 +295,7 @@ bool JsonSchemaPrefix::check(char byte, JsonObjectPrefix::Mode before, int depth
     }
     // A character starts at any byte but a UTF-8 continuation; an escape's '\' starts one (a
     // surrogate pair's second escape is read in other modes and adds none).
-    if (bounded_string_ && !key_before && (static_cast<uint8_t>(byte) & 0xC0) != 0x80 && ++chars_ > max_chars_)
+    if (bounded_string_ && !key_before && begins_character(byte) && ++chars_ > max_chars_)
       return false;
     if (after == Mode::kEscape) return match_ == Match::kNone || match_ == Match::kUnknownKey;
     return narrow(byte, depth_before);

@@ -27,7 +27,7 @@ JsonTokenMask::JsonTokenMask(std::span<const std::string> token_bytes) {
     bytes_ += bytes;
     offsets_.push_back(static_cast<uint32_t>(bytes_.size()));
     const bool plain = std::all_of(bytes.begin(), bytes.end(), plain_string_byte);
-    const auto chars = std::count_if(bytes.begin(), bytes.end(), [](char c) { return (static_cast<uint8_t>(c) & 0xC0) != 0x80; });
+    const auto chars = std::count_if(bytes.begin(), bytes.end(), begins_character);
     plain_chars_[id] = plain && chars < kNotPlain ? static_cast<uint16_t>(chars) : kNotPlain;
     if (!bytes.empty()) ++group_size[static_cast<unsigned char>(bytes[0])];
   }

@@ -266,11 +266,14 @@ void grouped_bf16_fp8_gemm(const GroupedBf16Fp8GemmParams& p, cudaStream_t strea
     throw UsageError("grouped_bf16_fp8_gemm: r=" + std::to_string(p.r) + ", k=" + std::to_string(p.k) +
                      ": r must be a multiple of 16 and k of 128");
   if (p.tokens == 0 || p.groups == 0) return;
-  if (p.tokens >= kStagedMinTokens && p.r % kStagedRows == 0) {
-    const int64_t tiles = (p.tokens + kStagedTokens - 1) / kStagedTokens;
-    if (tiles > 65535 || p.groups > 65535)
-      throw UsageError("grouped_bf16_fp8_gemm: " + std::to_string(p.tokens) + " tokens in " + std::to_string(p.groups) +
-                       " groups exceed one launch (split the call)");
+  const bool staged = p.tokens >= kStagedMinTokens && p.r % kStagedRows == 0;
+  const int nt = p.tokens <= 8 ? 1 : p.tokens <= 16 ? 2 : 4;  // the streamed kernel's 8-token tiles
+  const int64_t tile_tokens = staged ? kStagedTokens : 8 * nt;
+  const int64_t tiles = (p.tokens + tile_tokens - 1) / tile_tokens;
+  if (tiles > 65535 || p.groups > 65535)
+    throw UsageError("grouped_bf16_fp8_gemm: " + std::to_string(p.tokens) + " tokens in " + std::to_string(p.groups) +
+                     " groups exceed one launch (split the call)");
+  if (staged) {
     DSV4_CUDA_CHECK(cudaFuncSetAttribute(grouped_bf16_fp8_gemm_staged_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          kStagedSharedBytes));
     const dim3 grid(static_cast<unsigned>(p.r / kStagedRows), static_cast<unsigned>(tiles), static_cast<unsigned>(p.groups));
@@ -278,11 +281,6 @@ void grouped_bf16_fp8_gemm(const GroupedBf16Fp8GemmParams& p, cudaStream_t strea
     DSV4_CUDA_CHECK(cudaGetLastError());
     return;
   }
-  const int nt = p.tokens <= 8 ? 1 : p.tokens <= 16 ? 2 : 4;
-  const int64_t tiles = (p.tokens + 8 * nt - 1) / (8 * nt);
-  if (tiles > 65535 || p.groups > 65535)
-    throw UsageError("grouped_bf16_fp8_gemm: " + std::to_string(p.tokens) + " tokens in " + std::to_string(p.groups) +
-                     " groups exceed one launch (split the call)");
   const dim3 grid(static_cast<unsigned>(p.r / kRowsPerBlock), static_cast<unsigned>(tiles),
                   static_cast<unsigned>(p.groups));
   switch (nt) {
