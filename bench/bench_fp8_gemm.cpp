@@ -38,8 +38,9 @@ int main(int argc, char** argv) {
                         {"shared/expert w1", 2048, 4096}, {"shared/expert w2", 4096, 2048},
                         {"N=4096 K=7168", 4096, 7168}};
   const int64_t ms[] = {1, 16, 64, 512, 2048, 4096, 8192};
-  std::printf("%-18s %6s %12s %8s %12s %8s %10s %8s %12s %8s %8s %9s %10s\n", "gemm", "M", "cuBLASLt us",
-              "TFLOP/s", "streamed us", "TFLOP/s", "staged us", "TFLOP/s", "staged-ix us", "TFLOP/s", "default",
+  std::printf("%-18s %6s %12s %8s %12s %8s %10s %8s %12s %8s %10s %8s %8s %9s %10s\n", "gemm", "M", "cuBLASLt us",
+              "TFLOP/s", "streamed us", "TFLOP/s", "staged us", "TFLOP/s", "staged-ix us", "TFLOP/s", "wgmma us",
+              "TFLOP/s", "default",
               "GB/s", "floor us");
   cuda::Fp8BlockGemm gemm;
   for (const Case& c : cases) {
@@ -84,14 +85,15 @@ int main(int argc, char** argv) {
       const double streamed_us = bench::time_us([&] { mma_step(kernels::Fp8MmaKernel::kStreamed); }, iters);
       const double staged_us = bench::time_us([&] { mma_step(kernels::Fp8MmaKernel::kStaged); }, iters);
       const double staged_ix_us = bench::time_us([&] { mma_step(kernels::Fp8MmaKernel::kStagedIntegerX); }, iters);
+      const double wgmma_us = bench::time_us([&] { mma_step(kernels::Fp8MmaKernel::kWgmmaFp8); }, iters);
       p.kernel = kernels::Fp8MmaKernel::kAuto;
       const kernels::Fp8MmaKernel chosen = kernels::fp8_mma_gemm_choice(p);
       const double mma_us = chosen == kernels::Fp8MmaKernel::kStaged ? staged_us : streamed_us;
       const double flops = 2.0 * m * c.n * c.k;
       const double weight_bytes = static_cast<double>(c.n) * c.k;
-      std::printf("%-18s %6ld %12.2f %8.1f %12.2f %8.1f %10.2f %8.1f %12.2f %8.1f %8s %9.0f %10.2f\n", c.name,
+      std::printf("%-18s %6ld %12.2f %8.1f %12.2f %8.1f %10.2f %8.1f %12.2f %8.1f %10.2f %8.1f %8s %9.0f %10.2f\n", c.name,
                   static_cast<long>(m), us, flops / us * 1e-6, streamed_us, flops / streamed_us * 1e-6, staged_us,
-                  flops / staged_us * 1e-6, staged_ix_us, flops / staged_ix_us * 1e-6,
+                  flops / staged_us * 1e-6, staged_ix_us, flops / staged_ix_us * 1e-6, wgmma_us, flops / wgmma_us * 1e-6,
                   kernels::fp8_mma_kernel_name(chosen), weight_bytes / mma_us * 1e-3,
                   weight_bytes / kMemoryBandwidth * 1e6);
       std::fflush(stdout);

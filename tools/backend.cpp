@@ -25,6 +25,7 @@ void add_device_option(CLI::App* cmd, Device& device) {
 std::string_view fp8_gemm_choice_name(Fp8GemmChoice choice) {
   switch (choice) {
     case Fp8GemmChoice::kMma: return "mma";
+    case Fp8GemmChoice::kWgmma: return "wgmma";
     case Fp8GemmChoice::kCublasLt: return "cublaslt";
     case Fp8GemmChoice::kSimple: return "simple";
   }
@@ -57,14 +58,16 @@ void add_gpu_options(CLI::App* cmd, GpuOptions& gpu) {
   cmd->add_option_function<std::string>(
          "--fp8-gemm",
          [&gpu](const std::string& name) {
-           for (const Fp8GemmChoice c : {Fp8GemmChoice::kMma, Fp8GemmChoice::kCublasLt, Fp8GemmChoice::kSimple})
+           for (const Fp8GemmChoice c :
+                {Fp8GemmChoice::kMma, Fp8GemmChoice::kWgmma, Fp8GemmChoice::kCublasLt, Fp8GemmChoice::kSimple})
              if (fp8_gemm_choice_name(c) == name) gpu.fp8_gemm = c;
          },
          "--device cuda: the GEMM of the FP8 linears: mma (fp16 tensor cores with fp32 sums, the same "
-         "bits for any batch, the closest to the CPU reference), cublaslt (cuBLASLt's FP8 tensor cores: "
+         "bits for any batch, the closest to the CPU reference), wgmma (as mma, with the prefill-sized GEMMs "
+         "on FP8 tensor cores: faster, less precise sums inside each 128-wide block), cublaslt (cuBLASLt's FP8 tensor cores: "
          "up to 8x faster at prefill sizes, less precise sums) or simple (CUDA cores, slow; the bf16 "
          "linears then leave their tensor cores too: every linear in the CPU's arithmetic)")
-      ->check(CLI::IsMember({"mma", "cublaslt", "simple"}))
+      ->check(CLI::IsMember({"mma", "wgmma", "cublaslt", "simple"}))
       ->default_str(std::string(fp8_gemm_choice_name(GpuOptions{}.fp8_gemm)));
   cmd->add_option_function<std::string>(
          "--attention",
@@ -115,6 +118,7 @@ std::unique_ptr<Ops> make_backend(Device device, int threads, const GpuOptions& 
   cuda::CudaOptions options;
   options.multi_stream = gpu.multi_stream;
   options.fp8_gemm = gpu.fp8_gemm == Fp8GemmChoice::kCublasLt ? cuda::Fp8Gemm::kCublasLt
+                     : gpu.fp8_gemm == Fp8GemmChoice::kWgmma  ? cuda::Fp8Gemm::kWgmma
                      : gpu.fp8_gemm == Fp8GemmChoice::kSimple ? cuda::Fp8Gemm::kSimple
                                                               : cuda::Fp8Gemm::kFp16Mma;
   options.sparse_attention = gpu.attention == AttentionChoice::kCpuOrder ? cuda::SparseAttention::kCpuOrder

@@ -21,7 +21,7 @@ void add_device_option(CLI::App* cmd, Device& device);
 
 // How the CUDA backend computes the default numerics' FP8 linears (cuda::Fp8Gemm, named here so
 // that builds without CUDA parse the same options).
-enum class Fp8GemmChoice { kMma, kCublasLt, kSimple };
+enum class Fp8GemmChoice { kMma, kWgmma, kCublasLt, kSimple };
 std::string_view fp8_gemm_choice_name(Fp8GemmChoice choice);
 // Likewise for the default numerics' sparse attention (cuda::SparseAttention).
 enum class AttentionChoice { kTensorCores, kCpuOrder };
@@ -37,7 +37,7 @@ struct GpuOptions {
 };
 
 // Adds `--multi-stream off|on|auto` (default auto: whether the CUDA backend overlaps the attention
-// layer's independent input chains on side streams), `--fp8-gemm mma|cublaslt|simple` (default
+// layer's independent input chains on side streams), `--fp8-gemm mma|wgmma|cublaslt|simple` (default
 // mma), `--attention tensor-cores|cpu-order` (default tensor-cores) and `--cuda-graphs on|off`
 // (default on) to `cmd`.
 void add_gpu_options(CLI::App* cmd, GpuOptions& gpu);

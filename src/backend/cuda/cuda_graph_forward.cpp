@@ -16,7 +16,7 @@ bool CudaGraphForward::graphable(const Model& model, Ops& ops, const ForwardBatc
   if (batch.options.exact_math || batch.observer != nullptr || !batch.planned.empty()) return false;
   if (batch.options.logits == LogitsFor::kNone) return false;
   // The MoE experts group their rows on the host (a wait) unless the FP8 GEMM is the MMA kernel.
-  if (ops_.options().fp8_gemm != Fp8Gemm::kFp16Mma) return false;
+  if (!uses_fp8_mma(ops_.options().fp8_gemm)) return false;
   return !batch.sequences.empty() &&
          std::all_of(batch.sequences.begin(), batch.sequences.end(), [](const SequenceChunk& c) { return c.num_tokens == 1; });
 }

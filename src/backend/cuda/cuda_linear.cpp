@@ -1,6 +1,7 @@
 // CudaOps linears. FP8 weights with FP8 activation quantisation (the default mode's FP8/FP4
 // linears) take kernels::act_quant_fp8 and then the GEMM CudaOptions::fp8_gemm names: by default
-// kernels::fp8_mma_gemm (fp16 tensor cores, fp32 sums), or cuBLASLt's block-scaled FP8 GEMM.
+// kernels::fp8_mma_gemm (fp16 tensor cores, fp32 sums; with kWgmma its FP8 tensor-core kernel at
+// prefill sizes), or cuBLASLt's block-scaled FP8 GEMM.
 // bf16 weights with bf16 activations (the compressors, the indexer's weights_proj, the MoE gate,
 // the head) take kernels::bf16_mma_gemm (bf16 tensor cores, fp32 sums) unless fp8_gemm is kSimple,
 // which keeps every linear in the CPU's arithmetic. Everything else takes kernels::simple_gemm,
@@ -66,7 +67,7 @@ void CudaOps::linear(const LinearParams& p) {
   const bool quantise = p.act_quant == ActQuant::kFp8Block128;
   const bool fp8_codes = quantise && w.type == kernels::GemmWeight::kE4M3 && p.x.dtype() == DType::kBF16 &&
                          K > 0 && K % kActQuantBlock == 0 && aligned16(p.x.bytes());
-  const bool on_mma = fp8_codes && options_.fp8_gemm == Fp8Gemm::kFp16Mma;
+  const bool on_mma = fp8_codes && uses_fp8_mma(options_.fp8_gemm);
   const bool on_cublaslt = fp8_codes && options_.fp8_gemm == Fp8Gemm::kCublasLt && p.y.dtype() == DType::kBF16 &&
                            N % 8 == 0;
   if (on_mma || on_cublaslt) {
@@ -75,7 +76,7 @@ void CudaOps::linear(const LinearParams& p) {
     StreamBuffer xs(static_cast<size_t>(K / kActQuantBlock * mp) * sizeof(float), stream_, arena());
     kernels::act_quant_fp8({p.x.data<uint16_t>(), xq.get<uint8_t>(), xs.get<float>(), M, mp, K}, stream_);
     if (on_mma) {
-      kernels::fp8_mma_gemm(fp8_mma_params(xq, xs, mp, w, p.y, M, N, K), stream_);
+      run_fp8_mma(fp8_mma_params(xq, xs, mp, w, p.y, M, N, K));
       return;
     }
     const bool direct = mp == M && aligned16(p.y.bytes());
@@ -112,6 +113,13 @@ void CudaOps::linear(const LinearParams& p) {
   kernels::simple_gemm({x, K, w.data, w.type, w.scale, w.scale_ld, float_ptr(p.y), N, M, N, K}, stream_);
 }
 
+void CudaOps::run_fp8_mma(kernels::Fp8MmaGemmParams g) {
+  const bool prefill_sized = g.tiles != nullptr ? g.tile_rows > 32 : g.m >= kernels::kFp8MmaStagedMinRows;
+  if (options_.fp8_gemm == Fp8Gemm::kWgmma && g.second.n == 0 && prefill_sized)
+    g.kernel = kernels::Fp8MmaKernel::kWgmmaFp8;
+  kernels::fp8_mma_gemm(g, stream_);
+}
+
 void CudaOps::linears(const LinearsParams& p) {
   if (p.outs.size() == 2 && linear_pair(p)) return;
   Ops::linears(p);
@@ -132,14 +140,14 @@ bool CudaOps::linear_pair(const LinearsParams& p) {
   if (wa.type != wb.type) return false;
 
   if (wa.type == kernels::GemmWeight::kE4M3 && a.act_quant == ActQuant::kFp8Block128 &&
-      options_.fp8_gemm == Fp8Gemm::kFp16Mma && K % kActQuantBlock == 0 && aligned16(p.x.bytes())) {
+      uses_fp8_mma(options_.fp8_gemm) && K % kActQuantBlock == 0 && aligned16(p.x.bytes())) {
     StreamBuffer xq(static_cast<size_t>(M * K), stream_, arena());
     StreamBuffer xs(static_cast<size_t>(K / kActQuantBlock * M) * sizeof(float), stream_, arena());
     kernels::act_quant_fp8({p.x.data<uint16_t>(), xq.get<uint8_t>(), xs.get<float>(), M, M, K}, stream_);
     kernels::Fp8MmaGemmParams g = fp8_mma_params(xq, xs, M, wa, a.y, M, a.w->shape[0], K);
     g.second = {static_cast<const uint8_t*>(wb.data), wb.scale, wb.scale_ld, float_ptr(b.y), b.w->shape[0],
                 b.w->shape[0]};
-    kernels::fp8_mma_gemm(g, stream_);
+    run_fp8_mma(g);
     return true;
   }
   if (wa.type == kernels::GemmWeight::kBF16 && a.act_quant == ActQuant::kNone) {

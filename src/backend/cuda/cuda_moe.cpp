@@ -185,7 +185,7 @@ void CudaOps::moe_experts(const MoeExpertsParams& p) {
 bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
   const int64_t T = p.x.dim(0), D = p.x.dim(1), k = p.experts.dim(1), N = T * k;
   const auto E = static_cast<int32_t>(p.routed.size());
-  if (options_.fp8_gemm != Fp8Gemm::kFp16Mma || p.act_quant != ActQuant::kFp8Block128 ||
+  if (!uses_fp8_mma(options_.fp8_gemm) || p.act_quant != ActQuant::kFp8Block128 ||
       p.x.dtype() != DType::kBF16 || D % 128 != 0 || E == 0 || p.routed[0].w1 == nullptr ||
       p.routed[0].w1->shape.size() != 2)
     return false;
@@ -270,16 +270,16 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
   kernels::Fp8MmaGemmParams gate_up = grouped(xq.get<uint8_t>(), x_scale.get<float>(), D, I, 0, ld_in, gate.get<void>());
   if (tile_rows <= 32) {  // streamed tiles: up in the same launch (w3 of expert e is table entry E + e)
     gate_up.second = {nullptr, nullptr, ld_in, {up.get<void>(), true}, I, I, E};
-    kernels::fp8_mma_gemm(gate_up, stream_);
+    run_fp8_mma(gate_up);
   } else {
-    kernels::fp8_mma_gemm(gate_up, stream_);
-    kernels::fp8_mma_gemm(grouped(xq.get<uint8_t>(), x_scale.get<float>(), D, I, 1, ld_in, up.get<void>()), stream_);
+    run_fp8_mma(gate_up);
+    run_fp8_mma(grouped(xq.get<uint8_t>(), x_scale.get<float>(), D, I, 1, ld_in, up.get<void>()));
   }
   kernels::swiglu({{gate.get<void>(), true}, {up.get<void>(), true}, plan.row_weight, {h.get<void>(), true},
                    p.swiglu_limit, N, I},
                   stream_);
   kernels::act_quant_fp8({h.get<uint16_t>(), hq.get<uint8_t>(), h_scale.get<float>(), N, N, I}, stream_);
-  kernels::fp8_mma_gemm(grouped(hq.get<uint8_t>(), h_scale.get<float>(), I, D, 2, ld_out, ys.get<void>()), stream_);
+  run_fp8_mma(grouped(hq.get<uint8_t>(), h_scale.get<float>(), I, D, 2, ld_out, ys.get<void>()));
   kernels::combine_experts({{ys.get<void>(), true}, plan.row_of, float_ptr(p.shared), float_ptr(p.out), T, k, D},
                            stream_);
   return true;

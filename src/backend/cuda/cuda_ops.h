@@ -14,6 +14,7 @@
 #include "backend/cuda/fork_join.h"
 #include "backend/cuda/fp8_gemm.h"
 #include "backend/cuda/op_tables.h"
+#include "kernels/gemm/fp8_mma_gemm.h"
 #include "ops/ops.h"
 
 namespace dsv4::cuda {
@@ -23,6 +24,12 @@ enum class Fp8Gemm {
   // kernels::fp8_mma_gemm: the codes on fp16 tensor cores, exact products, fp32 sums per 128-wide
   // K block, one summation order for every batch size (the default).
   kFp16Mma,
+  // As kFp16Mma, except that the prefill-sized GEMMs (dense with at least
+  // kernels::kFp8MmaStagedMinRows rows, grouped tiles of more than 32 rows) take Hopper's FP8
+  // tensor cores (kernels::Fp8MmaKernel::kWgmmaFp8, fp32 sums promoted every 128-wide K block):
+  // faster, but the FP8 MMA keeps fewer bits inside a block, so not kFp16Mma's numbers
+  // (docs/PERF.md has the measurements).
+  kWgmma,
   // cuBLASLt's block-scaled FP8 GEMM. Hopper's FP8 MMA accumulates inside each K block with less
   // than fp32 precision, and the FP8 activation quantisation downstream turns those last-bit
   // differences into visible ones (MODEL.md §15; docs/PERF.md has the measurements).
@@ -32,6 +39,9 @@ enum class Fp8Gemm {
   // kernels::bf16_mma_gemm: every linear in the CPU's arithmetic.
   kSimple,
 };
+
+// Whether `g` computes the FP8 linears with kernels::fp8_mma_gemm (kFp16Mma and kWgmma).
+constexpr bool uses_fp8_mma(Fp8Gemm g) { return g == Fp8Gemm::kFp16Mma || g == Fp8Gemm::kWgmma; }
 
 // How the default numerics' sparse attention (bf16 rows) is computed; exact math (f32) always takes
 // the CPU's operation order.
@@ -145,6 +155,8 @@ class CudaOps final : public Ops {
   bool moe_experts_on_device(const MoeExpertsParams& p);
   // linears() of two outputs as one launch; false (nothing run) where the pair does not qualify.
   bool linear_pair(const LinearsParams& p);
+  // kernels::fp8_mma_gemm of `g` on the current stream, with the kernel options_.fp8_gemm picks.
+  void run_fp8_mma(kernels::Fp8MmaGemmParams g);
 
   // Shared with the deleters of alloc's storage, so tensors that outlive this object still find
   // out how to free their memory.

@@ -349,6 +349,42 @@ static_assert(kStagedSharedBytes <= 227 * 1024, "the staged kernel's shared memo
 static_assert(kStageBytes % 128 == 0, "stages keep 128-byte alignment");
 
 
+// One thread's share (of kStagedThreads) of bringing K block b's weight and x tiles into a stage
+// laid out as [w tile][x tile][the x rows' 128 scales]: 16-byte chunk tid % 8 of tile rows
+// tid / 8 + 32 i (i = 0..3) of both tiles, and (threads 0..127) the scale of x row tid. Rows past
+// the weight's or the tile's end are zero-filled. The rows share row % 8, so their swizzled chunk
+// offsets differ by 32 rows exactly.
+struct StagedTileCopy {
+  __device__ StagedTileCopy(const Fp8MmaGemmParams& params, const BlockRows& block, int thread)
+      : p(params), rows(block), tid(thread) {
+    const int row = tid / 8, chunk = tid % 8;
+    dst = static_cast<uint32_t>(row * 128 + ((chunk ^ (row % 8)) << 4));
+    w_src = rows.w + (rows.n0 + row) * p.k + chunk * 16;
+    x_src = p.x + (rows.x_row0 + row) * p.k + chunk * 16;
+  }
+  __device__ void operator()(uint32_t stage, int64_t b) const {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = tid / 8 + 32 * i;
+      const bool w_valid = rows.n0 + row < rows.n, x_valid = row < rows.x_rows;
+      const uint32_t at = stage + dst + static_cast<uint32_t>(i * 32 * 128);
+      cp_async16(at, w_valid ? w_src + (32 * i) * p.k + b * 128 : rows.w, w_valid);
+      cp_async16(at + kTileBytes, x_valid ? x_src + (32 * i) * p.k + b * 128 : p.x, x_valid);
+    }
+    if (tid < kStagedXRows) {
+      const bool valid = tid < rows.x_rows;
+      cp_async4(stage + 2 * kTileBytes + 4 * tid, valid ? p.x_scale + b * p.x_scale_ld + rows.x_row0 + tid : p.x_scale,
+                valid);
+    }
+  }
+  const Fp8MmaGemmParams& p;
+  const BlockRows& rows;
+  int tid;
+  uint32_t dst = 0;
+  const uint8_t* w_src = nullptr;
+  const uint8_t* x_src = nullptr;
+};
+
 // IntegerX: the x fragments' conversions on the integer units (e4m3x2_to_f16x2_on_alu), the
 // weight's on the conversion unit, so that the two pipes share the work; the same bits.
 template <bool IntegerX>
@@ -363,36 +399,15 @@ __global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(
   if (!block_rows(p, kStagedXRows, kStagedWRows, rows)) return;
   const int64_t x_row0 = rows.x_row0;
   const int x_rows = rows.x_rows;
-  const uint8_t* w = rows.w;
   const float* w_scale = rows.w_scale;
   const int64_t n0 = rows.n0;
   const int kblocks = static_cast<int>(p.k / 128);
   const float* sw_row = w_scale + (n0 / 128) * rows.w_scale_ld;
 
-  // This thread's copies per stage: 16-byte chunk c = tid % 8 of tile rows tid / 8 + 32 i
-  // (i = 0..3) of both tiles, and (threads 0..127) the scale of x row tid. The rows share
-  // row % 8, so their swizzled chunk offsets differ by 32 rows exactly.
-  const int copy_row = tid / 8, copy_chunk = tid % 8;
-  const uint32_t copy_dst = static_cast<uint32_t>(copy_row * 128 + ((copy_chunk ^ (copy_row % 8)) << 4));
-  const uint8_t* w_src = w + (n0 + copy_row) * p.k + copy_chunk * 16;
-  const uint8_t* x_src = p.x + (x_row0 + copy_row) * p.k + copy_chunk * 16;
+  const StagedTileCopy copy(p, rows, tid);
   const uint32_t smem0 = shared_address(smem);
   auto load_stage = [&](int step) {
-    const int64_t b = staged_block_at(step, kblocks);
-    const uint32_t stage = smem0 + static_cast<uint32_t>((step % kStages) * kStageBytes);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int row = copy_row + 32 * i;
-      const bool w_valid = n0 + row < rows.n, x_valid = row < x_rows;
-      const uint32_t dst = stage + copy_dst + static_cast<uint32_t>(i * 32 * 128);
-      cp_async16(dst, w_valid ? w_src + (32 * i) * p.k + b * 128 : w, w_valid);
-      cp_async16(dst + kTileBytes, x_valid ? x_src + (32 * i) * p.k + b * 128 : p.x, x_valid);
-    }
-    if (tid < kStagedXRows) {
-      const bool valid = tid < x_rows;
-      cp_async4(stage + 2 * kTileBytes + 4 * tid, valid ? p.x_scale + b * p.x_scale_ld + x_row0 + tid : p.x_scale,
-                valid);
-    }
+    copy(smem0 + static_cast<uint32_t>((step % kStages) * kStageBytes), staged_block_at(step, kblocks));
   };
 
   // Byte offsets (within a tile) of this lane's chunks 2t + half of its first A row and B row;
@@ -502,6 +517,147 @@ __global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(
       }
 }
 
+// ---- The WGMMA kernel (FP8 tensor cores; kWgmmaFp8) ----
+//
+// The staged kernel's CTA shape and shared-memory tiles (128 weight rows x 128 x rows, 128-byte
+// rows with chunk c of row r at chunk c ^ (r % 8), which is the 128-byte swizzle WGMMA reads when
+// a tile starts on a 1024-byte boundary), but the MMAs are warpgroup-wide and take the e4m3 codes
+// as they are: warpgroup wg (of 2) computes weight rows 64 wg .. 64 wg + 63 against all 128 x
+// rows with four wgmma.m64n128k32 per K block into a fresh accumulator, then adds it, times the
+// block's scales, to the running fp32 sums. Every thread also issues the tiles' cp.async copies,
+// kWgmmaStages blocks ahead. Not the default numerics: Hopper's FP8 MMA keeps fewer bits while it
+// sums a block's products (against fp64, a relative error of 1.4e-4 on random GEMMs; on the tiny
+// model cuBLASLt's agreement with the CPU), which is why it is Fp8Gemm::kWgmma's, an option.
+//
+// Accumulator layout (PTX ISA, wgmma D for m64nN): warp w of the warpgroup holds rows 16 w ..
+// 16 w + 15; lane (g, t) holds, for each n8 slice j, d[4j] = (row g, column 8j + 2t), d[4j + 1] =
+// (g, 8j + 2t + 1), d[4j + 2] = (g + 8, 8j + 2t), d[4j + 3] = (g + 8, 8j + 2t + 1). Rows are weight
+// rows, columns x rows.
+constexpr int kWgmmaThreads = 256;
+constexpr int kWgmmaStages = 4;
+constexpr int kWgmmaStageBytes = 2 * kTileBytes + 1024;  // w, x, x scales (512 B, padded to 1 KiB)
+constexpr int kWgmmaSharedBytes = kWgmmaStages * kWgmmaStageBytes + 1024;  // + room to align to 1 KiB
+constexpr int kWgmmaAccumulators = 64;  // 128 columns / 8 x 4
+
+// A shared-memory matrix descriptor of a K-major operand in 128-byte-swizzled rows: the start
+// address, no leading-dimension offset (one swizzle atom spans the instruction's K), 1024 bytes
+// between groups of 8 rows, layout "128B swizzle".
+__device__ __forceinline__ uint64_t wgmma_descriptor(uint32_t smem_address) {
+  uint64_t desc = 0;
+  desc |= static_cast<uint64_t>((smem_address & 0x3FFFF) >> 4);
+  desc |= static_cast<uint64_t>(1) << 16;
+  desc |= static_cast<uint64_t>(1024 >> 4) << 32;
+  desc |= static_cast<uint64_t>(1) << 62;
+  return desc;
+}
+
+// Pins the accumulator registers at this point of the program: the compiler may not move their
+// reads or writes across it (WGMMA writes them asynchronously, outside what it can see).
+__device__ __forceinline__ void fence_accumulators(float (&d)[kWgmmaAccumulators]) {
+#pragma unroll
+  for (float& r : d) asm volatile("" : "+f"(r)::"memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+// d (+)= A (64 x 32 e4m3, desc_a) x B (128 x 32 e4m3, desc_b)^T; accumulate = false overwrites d.
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[kWgmmaAccumulators], uint64_t desc_a, uint64_t desc_b,
+                                                      bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0));
+}
+
+__global__ void __launch_bounds__(kWgmmaThreads, 1) fp8_wgmma_gemm_kernel(Fp8MmaGemmParams p) {
+  pdl_wait();
+  extern __shared__ uint8_t wgmma_smem_raw[];
+  // The tiles must start on 1024-byte boundaries for the swizzle WGMMA applies to match ours.
+  uint8_t* const smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(wgmma_smem_raw) + 1023) & ~uintptr_t{1023});
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int wg = warp / 4, warp_in_group = warp % 4;
+  const int g = lane / 4, t = lane % 4;
+
+  BlockRows rows;
+  if (!block_rows(p, kStagedXRows, kStagedWRows, rows)) return;
+  const int kblocks = static_cast<int>(p.k / 128);
+  const float* sw_row = rows.w_scale + (rows.n0 / 128) * rows.w_scale_ld;
+
+  const StagedTileCopy copy(p, rows, tid);
+  const uint32_t smem0 = shared_address(smem);
+  auto load_stage = [&](int b) { copy(smem0 + static_cast<uint32_t>((b % kWgmmaStages) * kWgmmaStageBytes), b); };
+
+  float q[kWgmmaAccumulators];
+#pragma unroll
+  for (float& v : q) v = 0.0f;
+  float blk[kWgmmaAccumulators];
+#pragma unroll
+  for (float& v : blk) v = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < kWgmmaStages - 1; ++s) {
+    if (s < kblocks) load_stage(s);
+    cp_async_commit();
+  }
+  for (int b = 0; b < kblocks; ++b) {
+    cp_async_wait<kWgmmaStages - 2>();
+    // The copies were generic-proxy writes; WGMMA reads through the async proxy.
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();  // block b's stage is in; every warp is done with b - 1's, which the next load takes
+    if (b + kWgmmaStages - 1 < kblocks) load_stage(b + kWgmmaStages - 1);
+    cp_async_commit();
+
+    const uint32_t stage = smem0 + static_cast<uint32_t>((b % kWgmmaStages) * kWgmmaStageBytes);
+    const uint64_t desc_a = wgmma_descriptor(stage + static_cast<uint32_t>(wg * 64 * 128));
+    const uint64_t desc_b = wgmma_descriptor(stage + kTileBytes);
+    fence_accumulators(blk);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)  // 32 bytes of K each: the start address moves 2 x 16 bytes
+      wgmma_m64n128k32_e4m3(blk, desc_a + 2 * kk, desc_b + 2 * kk, kk > 0);
+    wgmma_commit();
+    wgmma_wait_all();
+    fence_accumulators(blk);
+
+    const float sw = __ldg(sw_row + b);
+    const auto* sx = reinterpret_cast<const float*>(smem + (b % kWgmmaStages) * kWgmmaStageBytes + 2 * kTileBytes);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const float2 sx01 = *reinterpret_cast<const float2*>(sx + 8 * j + 2 * t);
+      const float s0 = sw * sx01.x, s1 = sw * sx01.y;
+      q[4 * j + 0] = fmaf(blk[4 * j + 0], s0, q[4 * j + 0]);
+      q[4 * j + 1] = fmaf(blk[4 * j + 1], s1, q[4 * j + 1]);
+      q[4 * j + 2] = fmaf(blk[4 * j + 2], s0, q[4 * j + 2]);
+      q[4 * j + 3] = fmaf(blk[4 * j + 3], s1, q[4 * j + 3]);
+    }
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int r = 8 * j + 2 * t + (c & 1);  // x row of the tile
+      const int64_t n = rows.n0 + 64 * wg + 16 * warp_in_group + g + (c >= 2 ? 8 : 0);
+      if (r < rows.x_rows && n < rows.n) store_float(rows.y, (rows.x_row0 + r) * rows.ldy + n, q[4 * j + c]);
+    }
+}
+
 // x rows per block of the streamed kernel.
 int32_t streamed_tile_rows(int64_t m) { return m <= 8 ? 8 : m <= 16 ? 16 : 32; }
 
@@ -538,7 +694,7 @@ Fp8MmaKernel fp8_mma_gemm_choice(const Fp8MmaGemmParams& p) {
   const bool streamable = !grouped || p.tile_rows == 8 || p.tile_rows == 16 || p.tile_rows == 32;
   const bool paired = p.second.n > 0;
   if (paired && ((grouped ? !streamable : p.m >= kFp8MmaStagedMinRows) || p.kernel == Fp8MmaKernel::kStaged ||
-                 p.kernel == Fp8MmaKernel::kStagedIntegerX))
+                 p.kernel == Fp8MmaKernel::kStagedIntegerX || p.kernel == Fp8MmaKernel::kWgmmaFp8))
     throw UsageError("fp8_mma_gemm: a second output takes the streamed kernel: dense under " +
                      std::to_string(kFp8MmaStagedMinRows) + " rows (m=" + std::to_string(p.m) +
                      ") or grouped tiles of 8, 16 or 32 rows (tile_rows=" + std::to_string(p.tile_rows) + ")");
@@ -557,7 +713,8 @@ Fp8MmaKernel fp8_mma_gemm_choice(const Fp8MmaGemmParams& p) {
                          std::to_string(p.tile_rows));
       return Fp8MmaKernel::kStreamed;
     case Fp8MmaKernel::kStaged:
-    case Fp8MmaKernel::kStagedIntegerX: return p.kernel;
+    case Fp8MmaKernel::kStagedIntegerX:
+    case Fp8MmaKernel::kWgmmaFp8: return p.kernel;
   }
   throw UsageError("fp8_mma_gemm: unknown kernel " + std::to_string(static_cast<int>(p.kernel)));
 }
@@ -568,6 +725,7 @@ const char* fp8_mma_kernel_name(Fp8MmaKernel kernel) {
     case Fp8MmaKernel::kStreamed: return "streamed";
     case Fp8MmaKernel::kStaged: return "staged";
     case Fp8MmaKernel::kStagedIntegerX: return "staged-integer-x";
+    case Fp8MmaKernel::kWgmmaFp8: return "wgmma-fp8";
   }
   return "unknown";
 }
@@ -576,15 +734,19 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   if (p.k % 128 != 0) throw UsageError("fp8_mma_gemm: k=" + std::to_string(p.k) + " is not a multiple of 128");
   const bool grouped = p.tiles != nullptr;
   const Fp8MmaKernel kernel = fp8_mma_gemm_choice(p);
-  if (kernel == Fp8MmaKernel::kStaged || kernel == Fp8MmaKernel::kStagedIntegerX) {
+  if (kernel != Fp8MmaKernel::kStreamed) {  // a CTA per 128 x 128 outputs
     const int64_t tiles = grouped ? p.max_tiles : (p.m + kStagedXRows - 1) / kStagedXRows;
     if (p.n == 0 || tiles == 0 || p.k == 0) return;
     check_grid_rows(tiles);
-    auto* const staged = kernel == Fp8MmaKernel::kStaged ? fp8_mma_gemm_staged_kernel<false>
-                                                         : fp8_mma_gemm_staged_kernel<true>;
-    DSV4_CUDA_CHECK(cudaFuncSetAttribute(staged, cudaFuncAttributeMaxDynamicSharedMemorySize, kStagedSharedBytes));
+    const bool wgmma = kernel == Fp8MmaKernel::kWgmmaFp8;
+    auto* const cta_kernel = wgmma                                    ? fp8_wgmma_gemm_kernel
+                             : kernel == Fp8MmaKernel::kStagedIntegerX ? fp8_mma_gemm_staged_kernel<true>
+                                                                       : fp8_mma_gemm_staged_kernel<false>;
+    const int threads = wgmma ? kWgmmaThreads : kStagedThreads;
+    const int shared_bytes = wgmma ? kWgmmaSharedBytes : kStagedSharedBytes;
+    DSV4_CUDA_CHECK(cudaFuncSetAttribute(cta_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes));
     const dim3 grid(static_cast<unsigned>((p.n + kStagedWRows - 1) / kStagedWRows), static_cast<unsigned>(tiles));
-    launch_pdl(staged, grid, kStagedThreads, kStagedSharedBytes, stream, p);
+    launch_pdl(cta_kernel, grid, threads, shared_bytes, stream, p);
     DSV4_CUDA_CHECK(cudaGetLastError());
     return;
   }

@@ -59,6 +59,13 @@ enum class Fp8MmaKernel : uint8_t {
   // multiply instead of the conversion unit, which may bound kStaged; the same bits. Only when
   // asked for, until bench_fp8_gemm shows which of the two is faster on the H200.
   kStagedIntegerX,
+  // Hopper's FP8 tensor cores through WGMMA (m64n128k32 e4m3, operands from the staged kernel's
+  // shared-memory tiles): each 128-wide K block's four MMAs sum into a fresh fp32 accumulator,
+  // which is then scaled and added in fp32 in ascending block order (one lane, not four). The FP8
+  // MMA keeps fewer bits inside a block than the fp16 one, so these are not the other kernels'
+  // bits; dense or grouped with tiles of up to 128 rows, no second output. Only when asked for
+  // (the CUDA backend's Fp8Gemm::kWgmma, `--fp8-gemm wgmma`).
+  kWgmmaFp8,
 };
 
 // The x rows of one staged CTA (the most a grouped tile for it may hold), and the smallest batch
