@@ -8,7 +8,10 @@ starts while the kernel before it on its stream still runs and waits for it, so 
 counted from that kernel's end. At each instant the time is split evenly among the kernels running
 (side streams overlap), so the shares add up to the replay's span.
 
-Usage: trace_summary.py TRACE.csv[.gz] [--replays N] [--by-grid] [--eager] [--top N]
+--gaps N lists the N longest idle gaps of the summarised kernels (no kernel running), each with
+the kernels that end before it and start after it, to tell host waits from launch overhead.
+
+Usage: trace_summary.py TRACE.csv[.gz] [--replays N] [--by-grid] [--eager] [--top N] [--gaps N]
 """
 import argparse
 import collections
@@ -57,6 +60,18 @@ def shares(intervals, key):
     return share, events[-1][0] - events[0][0]
 
 
+def gaps(intervals):
+    """(length ns, kernel before, kernel after) of each stretch in which no kernel runs."""
+    out = []
+    busy_until, last = None, None
+    for start, end, r in sorted(intervals, key=lambda i: i[0]):
+        if busy_until is not None and start > busy_until:
+            out.append((start - busy_until, last["name"], r["name"]))
+        if busy_until is None or end >= busy_until:
+            busy_until, last = end, r
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("trace")
@@ -64,6 +79,7 @@ def main():
     ap.add_argument("--by-grid", action="store_true", help="one row per kernel and grid size")
     ap.add_argument("--eager", action="store_true", help="the kernels outside graphs (e.g. a prefill)")
     ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--gaps", type=int, default=0, help="list the N longest idle gaps")
     args = ap.parse_args()
     rows = read(args.trace)
     key = (lambda r: f"{r['name']} ({r['gx']},{r['gy']},{r['gz']})") if args.by_grid else (lambda r: r["name"])
@@ -81,8 +97,10 @@ def main():
     total = collections.defaultdict(float)
     calls = collections.Counter()
     span = 0
+    idle = []
     for g in groups:
         intervals = effective(g)
+        idle += gaps(intervals)
         s, sp = shares(intervals, key)
         span += sp
         for k, v in s.items():
@@ -95,6 +113,11 @@ def main():
     print(f"{'kernel':64s} {'calls':>6s} {'ms':>8s} {'share':>6s}")
     for k, v in sorted(total.items(), key=lambda kv: -kv[1])[: args.top]:
         print(f"{k[:64]:64s} {calls[k] / n:6.0f} {v / n / 1e6:8.3f} {v / span * 100:5.1f}%")
+    if args.gaps:
+        print(f"\n{len(idle) / n:.0f} idle gaps, {sum(g[0] for g in idle) / n / 1e6:.3f} ms in all; the longest:")
+        print(f"{'gap us':>9s}  {'kernel before':40s}  kernel after")
+        for length, before, after in sorted(idle, key=lambda g: -g[0])[: args.gaps]:
+            print(f"{length / 1e3:9.1f}  {before[:40]:40s}  {after[:40]}")
 
 
 if __name__ == "__main__":
