@@ -50,7 +50,10 @@ struct Smem {
   uint16_t p_lo[kHeads * kPRow];
   float max_part[2][kHeads];  // per half: the tile's row maxima
   float sum_part[2][kHeads];  // per half: the final row sums
-  uint8_t valid[2][kTile];    // per buffer: which entries of the tile exist
+  // Where each entry of the CTA's split reads its 512-d row (nullptr: the entry does not exist),
+  // found once per CTA: finding it takes dependent global loads (the top-k id, the block table),
+  // which the tile copies would otherwise wait for entry by entry.
+  const uint16_t* row_of[kTilesPerSplit * kTile];
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -137,17 +140,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (head0 + h < p.heads) cp_async16(dst, q + (i * p.heads + head0 + h) * kD + col);
     else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
   }
+  for (int e = tid; e < kTilesPerSplit * kTile; e += kThreads) {
+    const int64_t entry = tile_begin * kTile + e;
+    const EntrySource src = entry < entries ? entry_source(p, seq, i, pos, entry) : EntrySource{};
+    sm.row_of[e] = src.valid ? static_cast<const uint16_t*>(src.rows.data) + src.row * kD : nullptr;
+  }
+  __syncthreads();
   // Thread tid copies chunk tid%64 of entries tid/64, tid/64 + 4, ...; missing entries are zeros
   // (their probabilities are 0, and 0 * 0 keeps the output finite).
   auto load_tile = [&](int64_t tile, int buf) {
     const int col = (tid % kChunksPerRow) * 8;
     for (int e = tid / kChunksPerRow; e < kTile; e += kThreads / kChunksPerRow) {
-      const int64_t entry = tile * kTile + e;
-      const EntrySource src = entry < entries ? entry_source(p, seq, i, pos, entry) : EntrySource{};
+      const uint16_t* row = sm.row_of[(tile - tile_begin) * kTile + e];
       uint16_t* dst = sm.kv[buf] + e * kRow + col;
-      if (src.valid) cp_async16(dst, static_cast<const uint16_t*>(src.rows.data) + src.row * kD + col);
+      if (row != nullptr) cp_async16(dst, row + col);
       else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
-      if (col == 0) sm.valid[buf][e] = src.valid;
     }
   };
 
@@ -197,7 +204,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int entry = half * 32 + j * 8 + 2 * t + (c & 1);
-        s[j][c] = sm.valid[buf][entry] ? s[j][c] * p.softmax_scale : -INFINITY;
+        s[j][c] = sm.row_of[(tile - tile_begin) * kTile + entry] != nullptr ? s[j][c] * p.softmax_scale : -INFINITY;
         tile_max[c / 2] = fmaxf(tile_max[c / 2], s[j][c]);
       }
     #pragma unroll
