@@ -1,6 +1,7 @@
 // The routed experts' row plan (see expert_plan.h): one warp per expert counts its pairs, one
 // small block turns the counts into offsets and tiles, and one warp per expert writes its rows in
 // pair order (a ballot per 32 pairs gives each match its rank), so the plan is deterministic.
+// Each warp reads every pair's id, kChunksAhead chunks of 32 at a time.
 // Small batches (decode) make the same plan in one block instead: a kernel's latency, not three.
 #include "kernels/moe/expert_plan.h"
 
@@ -18,18 +19,37 @@ constexpr int kWarpsPerBlock = 8;
 
 __device__ __forceinline__ bool valid_expert(int32_t e, int32_t num_experts) { return e >= 0 && e < num_experts; }
 
+// A warp walks the pairs in steps of kChunksAhead chunks of 32, loading a step's ids before it
+// uses any of them, so that it waits for one load's latency per step rather than per chunk.
+constexpr int kChunksAhead = 8;
+
+// The ids of pairs base + 32 c + lane (0 past the end; callers test r < pairs).
+__device__ __forceinline__ void load_ids(const ExpertPlanParams& p, int64_t base, int lane, int32_t (&ids)[kChunksAhead]) {
+#pragma unroll
+  for (int c = 0; c < kChunksAhead; ++c) {
+    const int64_t r = base + 32 * c + lane;
+    ids[c] = r < p.pairs ? p.experts[r] : 0;
+  }
+}
+
 __global__ void count_pairs_kernel(ExpertPlanParams p) {
   pdl_wait();
   const int32_t e = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (e >= p.num_experts) return;
   int32_t n = 0;
-  for (int64_t base = 0; base < p.pairs; base += 32) {
-    const int64_t r = base + lane;
-    const int32_t id = r < p.pairs ? p.experts[r] : 0;
-    n += __popc(__ballot_sync(0xffffffffu, r < p.pairs && id == e));
-    // Expert 0's warp also looks for ids no expert owns.
-    if (e == 0 && r < p.pairs && !valid_expert(id, p.num_experts) && atomicCAS(p.fault, 0, kFaultExpertId) == 0) p.fault[1] = id;
+  for (int64_t base = 0; base < p.pairs; base += 32 * kChunksAhead) {
+    int32_t ids[kChunksAhead];
+    load_ids(p, base, lane, ids);
+#pragma unroll
+    for (int c = 0; c < kChunksAhead; ++c) {
+      const int64_t r = base + 32 * c + lane;
+      const int32_t id = ids[c];
+      n += __popc(__ballot_sync(0xffffffffu, r < p.pairs && id == e));
+      // Expert 0's warp also looks for ids no expert owns.
+      if (e == 0 && r < p.pairs && !valid_expert(id, p.num_experts) && atomicCAS(p.fault, 0, kFaultExpertId) == 0)
+        p.fault[1] = id;
+    }
   }
   if (lane == 0) p.count[e] = n;
 }
@@ -63,19 +83,24 @@ __global__ void place_pairs_kernel(ExpertPlanParams p) {
   const int lane = threadIdx.x % 32;
   if (e >= p.num_experts) return;
   int32_t next = p.offset[e];
-  for (int64_t base = 0; base < p.pairs; base += 32) {
-    const int64_t r = base + lane;
-    const int32_t id = r < p.pairs ? p.experts[r] : 0;
-    const bool mine = r < p.pairs && id == e;
-    const uint32_t ballot = __ballot_sync(0xffffffffu, mine);
-    if (mine) {
-      const int32_t i = next + __popc(ballot & ((1u << lane) - 1));
-      p.src_token[i] = static_cast<int32_t>(r / p.k);
-      p.row_weight[i] = p.weights[r];
-      p.row_of[r] = i;
+  for (int64_t base = 0; base < p.pairs; base += 32 * kChunksAhead) {
+    int32_t ids[kChunksAhead];
+    load_ids(p, base, lane, ids);
+#pragma unroll
+    for (int c = 0; c < kChunksAhead; ++c) {
+      const int64_t r = base + 32 * c + lane;
+      const int32_t id = ids[c];
+      const bool mine = r < p.pairs && id == e;
+      const uint32_t ballot = __ballot_sync(0xffffffffu, mine);
+      if (mine) {
+        const int32_t i = next + __popc(ballot & ((1u << lane) - 1));
+        p.src_token[i] = static_cast<int32_t>(r / p.k);
+        p.row_weight[i] = p.weights[r];
+        p.row_of[r] = i;
+      }
+      if (e == 0 && r < p.pairs && !valid_expert(id, p.num_experts)) p.row_of[r] = -1;
+      next += __popc(ballot);
     }
-    if (e == 0 && r < p.pairs && !valid_expert(id, p.num_experts)) p.row_of[r] = -1;
-    next += __popc(ballot);
   }
 }
 
