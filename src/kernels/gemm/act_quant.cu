@@ -1,5 +1,8 @@
-// One warp per (row, 128-wide K block): amax by shuffle, pow2 scale, e4m3 codes. The scalar
-// rounding is core/numeric.h's, identical to the CPU reference.
+// Half a warp per (row, 128-wide K block), eight elements a thread: amax by shuffle, pow2 scale,
+// e4m3 codes. Each half-warp takes kTasksPerHalfWarp blocks and loads them all before it uses any,
+// so more bytes are in flight (the block's max is exact in any order, so the codes are the same
+// however the block is split). The scalar rounding is core/numeric.h's, identical to the CPU
+// reference.
 #include "kernels/gemm/act_quant.h"
 
 #include "core/numeric.h"
@@ -9,40 +12,62 @@
 namespace dsv4::kernels {
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
+constexpr int kThreadsPerBlock = 256;
+constexpr int kTasksPerHalfWarp = 2;
+constexpr int kHalfWarpsPerBlock = kThreadsPerBlock / 16;
 
-__global__ void act_quant_fp8_kernel(ActQuantParams p) {
+__global__ void __launch_bounds__(kThreadsPerBlock) act_quant_fp8_kernel(ActQuantParams p) {
   pdl_wait();
-  const int lane = threadIdx.x % 32;
-  const int64_t kblocks = p.k / 128;
-  const int64_t task = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
-  if (task >= p.m_padded * kblocks) return;
-  const int64_t row = task / kblocks, kb = task % kblocks;
-  uint8_t* q = p.q + row * p.k + kb * 128 + lane * 4;
-  if (row >= p.m) {  // padding rows: zeros with a unit scale
-    *reinterpret_cast<uint32_t*>(q) = 0;
-    if (lane == 0) p.scale[kb * p.m_padded + row] = 1.0f;
-    return;
+  const int sub = threadIdx.x % 16;  // elements 8 sub .. 8 sub + 7 of a block
+  const int64_t kblocks = p.k / 128, tasks = p.m_padded * kblocks;
+  const int64_t half_warp = blockIdx.x * static_cast<int64_t>(kHalfWarpsPerBlock) + threadIdx.x / 16;
+  const int64_t half_warps = static_cast<int64_t>(gridDim.x) * kHalfWarpsPerBlock;
+  // Task j of this half-warp: block (row, kb) = half_warp + j * half_warps in row-major order.
+  uint4 raw[kTasksPerHalfWarp];
+#pragma unroll
+  for (int j = 0; j < kTasksPerHalfWarp; ++j) {
+    const int64_t task = half_warp + j * half_warps, row = task / kblocks;
+    raw[j] = task < tasks && row < p.m
+                 ? *reinterpret_cast<const uint4*>(p.x + row * p.k + (task % kblocks) * 128 + sub * 8)
+                 : make_uint4(0, 0, 0, 0);
   }
-  const uint2 raw = *reinterpret_cast<const uint2*>(p.x + row * p.k + kb * 128 + lane * 4);
-  float v[4] = {bf16_to_float(raw.x & 0xffff), bf16_to_float(raw.x >> 16), bf16_to_float(raw.y & 0xffff),
-                bf16_to_float(raw.y >> 16)};
-  float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-  for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  const int e = pow2_scale_exponent(amax, kFp8AmaxFloor, kE4M3Max);
-  uint32_t packed = 0;
-  for (int i = 0; i < 4; ++i) packed |= static_cast<uint32_t>(float_to_e4m3(ldexpf(v[i], -e))) << (8 * i);
-  *reinterpret_cast<uint32_t*>(q) = packed;
-  if (lane == 0) p.scale[kb * p.m_padded + row] = ldexpf(1.0f, e);
+#pragma unroll
+  for (int j = 0; j < kTasksPerHalfWarp; ++j) {
+    const int64_t task = half_warp + j * half_warps, row = task / kblocks, kb = task % kblocks;
+    const uint32_t words[4] = {raw[j].x, raw[j].y, raw[j].z, raw[j].w};
+    float v[8];
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = bf16_to_float(words[i] & 0xffff);
+      v[2 * i + 1] = bf16_to_float(words[i] >> 16);
+      amax = fmaxf(amax, fmaxf(fabsf(v[2 * i]), fabsf(v[2 * i + 1])));
+    }
+    for (int off = 8; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    if (task >= tasks) continue;
+    uint8_t* q = p.q + row * p.k + kb * 128 + sub * 8;
+    if (row >= p.m) {  // padding rows: zeros with a unit scale
+      *reinterpret_cast<uint2*>(q) = make_uint2(0, 0);
+      if (sub == 0) p.scale[kb * p.m_padded + row] = 1.0f;
+      continue;
+    }
+    const int e = pow2_scale_exponent(amax, kFp8AmaxFloor, kE4M3Max);
+    uint32_t packed[2] = {0, 0};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) packed[i / 4] |= static_cast<uint32_t>(float_to_e4m3(ldexpf(v[i], -e))) << (8 * (i % 4));
+    *reinterpret_cast<uint2*>(q) = make_uint2(packed[0], packed[1]);
+    if (sub == 0) p.scale[kb * p.m_padded + row] = ldexpf(1.0f, e);
+  }
 }
 
 }  // namespace
 
 void act_quant_fp8(const ActQuantParams& p, cudaStream_t stream) {
   const int64_t tasks = p.m_padded * (p.k / 128);
-  const auto blocks = static_cast<unsigned>((tasks + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  constexpr int64_t kTasksPerBlock = int64_t{kHalfWarpsPerBlock} * kTasksPerHalfWarp;
+  const auto blocks = static_cast<unsigned>((tasks + kTasksPerBlock - 1) / kTasksPerBlock);
   if (blocks == 0) return;
-  launch_pdl(act_quant_fp8_kernel, blocks, kWarpsPerBlock * 32, 0, stream, p);
+  launch_pdl(act_quant_fp8_kernel, blocks, kThreadsPerBlock, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
