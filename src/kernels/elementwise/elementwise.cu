@@ -128,6 +128,44 @@ __global__ void hadamard_kernel(HadamardRowsParams p) {
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) store_float(p.x, base + i, __fmul_rn(row[i], p.scale));
 }
 
+// The same transform with a warp per row of E * 32 elements, lane l holding elements E l ..
+// E l + E - 1 in registers: pairs closer than E meet inside a lane, farther ones across lanes
+// (the lower element's lane adds, the upper's subtracts), the same two operations on the same
+// values as hadamard_kernel, without its block-wide barriers per stage.
+template <int E>
+__global__ void hadamard_warp_kernel(HadamardRowsParams p) {
+  pdl_wait();
+  constexpr int kWidth = E * 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t row = blockIdx.x * static_cast<int64_t>(kThreads / 32) + threadIdx.x / 32;
+  if (row >= p.rows) return;  // the whole warp
+  const int64_t base = row * kWidth + lane * E;
+  float v[E];
+#pragma unroll
+  for (int l = 0; l < E; ++l) v[l] = load_float(p.x, base + l);
+#pragma unroll
+  for (int h = 1; h < E; h *= 2)
+#pragma unroll
+    for (int l = 0; l < E; ++l)
+      if (l % (2 * h) < h) {
+        const float a = v[l], b = v[l + h];
+        v[l] = __fadd_rn(a, b);
+        v[l + h] = __fsub_rn(a, b);
+      }
+#pragma unroll
+  for (int h = E; h < kWidth; h *= 2) {
+    const int lanes_apart = h / E;
+    const bool upper = (lane & lanes_apart) != 0;
+#pragma unroll
+    for (int l = 0; l < E; ++l) {
+      const float other = __shfl_xor_sync(0xffffffffu, v[l], lanes_apart);
+      v[l] = upper ? __fsub_rn(other, v[l]) : __fadd_rn(v[l], other);
+    }
+  }
+#pragma unroll
+  for (int l = 0; l < E; ++l) store_float(p.x, base + l, __fmul_rn(v[l], p.scale));
+}
+
 }  // namespace
 
 // The block copies `bytes` bytes, in 16-byte words where both ends and the length allow.
@@ -272,6 +310,12 @@ void quant_sim_rows(const QuantSimRowsParams& p, cudaStream_t stream) {
 
 void hadamard_rows(const HadamardRowsParams& p, cudaStream_t stream) {
   if (p.rows == 0) return;
+  if (p.width == 128) {  // the indexer's rows: a warp each
+    const auto blocks = static_cast<unsigned>((p.rows + kThreads / 32 - 1) / (kThreads / 32));
+    launch_pdl(hadamard_warp_kernel<4>, blocks, kThreads, 0, stream, p);
+    DSV4_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   const size_t smem = static_cast<size_t>(p.width) * sizeof(float);
   launch_pdl(hadamard_kernel, static_cast<unsigned>(p.rows), kThreads, smem, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
