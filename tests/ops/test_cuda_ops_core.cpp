@@ -91,6 +91,13 @@ void expect_within(const std::string& what, const std::vector<float>& want, cons
                                 << want[c.worst] << ", tolerance " << tol(c.worst);
 }
 
+// The last row of a 2-D tensor, as a tensor of one row.
+Tensor last_row(const Tensor& t) {
+  Tensor row(t.dtype(), {1, t.shape()[1]});
+  std::memcpy(row.data<std::byte>(), t.data<std::byte>() + t.nbytes() - row.nbytes(), row.nbytes());
+  return row;
+}
+
 void expect_same_bits(const std::string& what, const Tensor& want, const Tensor& got) {
   ASSERT_EQ(want.dtype(), got.dtype()) << what;
   ASSERT_EQ(want.shape(), got.shape()) << what;
@@ -465,29 +472,38 @@ TEST_F(CudaOpsCore, WriteCacheRowsSkipsEntriesWithoutAPoolRow) {
   EXPECT_THROW(cpu_.write_cache_rows({src.cpu.view(), dst_rows.cpu.view(), cpu_seqs}), UsageError);
 }
 
+// Shapes: rows of 1000, of 512 (the indexer's and kv norms') and of 9000 (over a block's 1024
+// threads, so more than four values a thread); the last row alone gets the bits it gets in the batch.
 TEST_F(CudaOpsCore, RmsNormMatchesWithinTheLastBit) {
-  const int64_t rows = 7, dim = 1000;
-  const BothWeights w = load_both("norm", WeightFormat::kPlain, random_tensor(DType::kBF16, {dim}, 0.5f));
-  for (DType dt : {DType::kF32, DType::kBF16})
-    for (bool weighted : {true, false}) {
-      const std::string what = "rms_norm " + dtype_tag(dt) + (weighted ? " weighted" : " weight-free");
-      const Tensor x = random_tensor(dt, {rows, dim}, 3.0f);
-      const Both xs = upload_both(x);
-      const Both y = outputs(dt, {rows, dim});
-      const Weight* wc = weighted ? &w.cpu : nullptr;
-      const Weight* wg = weighted ? &w.gpu : nullptr;
-      cpu_.rms_norm({xs.cpu.view(), wc, 1e-6f, y.cpu.view()});
-      gpu_->rms_norm({xs.gpu.view(), wg, 1e-6f, y.gpu.view()});
-      const std::vector<float> want = floats_of(from_cpu(y.cpu));
-      // The sum of squares is reduced in another order: the scale may differ in its last bits
-      // (a few fp32 ulps; one bf16 ulp where that flips a rounding).
-      const double rel = dt == DType::kBF16 ? kBf16Ulp : 2e-6;
-      expect_within(what, want, floats_of(from_gpu(y.gpu)),
-                    [&](int64_t i) { return rel * std::fabs(want[i]) + 1e-30; });
-      // In place (y aliasing x), as the model may call it.
-      gpu_->rms_norm({xs.gpu.view(), wg, 1e-6f, xs.gpu.view()});
-      expect_same_bits(what + " in place", from_gpu(y.gpu), from_gpu(xs.gpu));
-    }
+  for (const auto& [rows, dim] : {std::pair<int64_t, int64_t>{7, 1000}, {19, 512}, {3, 9000}}) {
+    const BothWeights w = load_both("norm", WeightFormat::kPlain, random_tensor(DType::kBF16, {dim}, 0.5f));
+    for (DType dt : {DType::kF32, DType::kBF16})
+      for (bool weighted : {true, false}) {
+        const std::string what = "rms_norm " + std::to_string(rows) + " x " + std::to_string(dim) + " " +
+                                 dtype_tag(dt) + (weighted ? " weighted" : " weight-free");
+        const Tensor x = random_tensor(dt, {rows, dim}, 3.0f);
+        const Both xs = upload_both(x);
+        const Both y = outputs(dt, {rows, dim});
+        const Weight* wc = weighted ? &w.cpu : nullptr;
+        const Weight* wg = weighted ? &w.gpu : nullptr;
+        cpu_.rms_norm({xs.cpu.view(), wc, 1e-6f, y.cpu.view()});
+        gpu_->rms_norm({xs.gpu.view(), wg, 1e-6f, y.gpu.view()});
+        const std::vector<float> want = floats_of(from_cpu(y.cpu));
+        // The sum of squares is reduced in another order: the scale may differ in its last bits
+        // (a few fp32 ulps; one bf16 ulp where that flips a rounding).
+        const double rel = dt == DType::kBF16 ? kBf16Ulp : 2e-6;
+        expect_within(what, want, floats_of(from_gpu(y.gpu)),
+                      [&](int64_t i) { return rel * std::fabs(want[i]) + 1e-30; });
+        // The last row alone: the same bits as in the batch.
+        const Both last = upload_both(last_row(x));
+        const Both y_last = outputs(dt, {1, dim});
+        gpu_->rms_norm({last.gpu.view(), wg, 1e-6f, y_last.gpu.view()});
+        expect_same_bits(what + ", last row alone", last_row(from_gpu(y.gpu)), from_gpu(y_last.gpu));
+        // In place (y aliasing x), as the model may call it.
+        gpu_->rms_norm({xs.gpu.view(), wg, 1e-6f, xs.gpu.view()});
+        expect_same_bits(what + " in place", from_gpu(y.gpu), from_gpu(xs.gpu));
+      }
+  }
 }
 
 TEST_F(CudaOpsCore, RopeIsBitExact) {
@@ -538,7 +554,7 @@ TEST_F(CudaOpsCore, QuantSimIsBitExact) {
 TEST_F(CudaOpsCore, HadamardIsBitExact) {
   for (int64_t width : {128, 512, 4096})
     for (DType dt : {DType::kF32, DType::kBF16}) {
-      const Both x = upload_both(random_tensor(dt, {5, width}));
+      const Both x = upload_both(random_tensor(dt, {21, width}));  // 128 wide: rows in 3 blocks, a warp each
       cpu_.hadamard({x.cpu.view()});
       gpu_->hadamard({x.gpu.view()});
       expect_same_bits("hadamard " + std::to_string(width) + " " + dtype_tag(dt), from_cpu(x.cpu), from_gpu(x.gpu));
