@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <functional>
 #include <memory>
 #include <span>
@@ -51,6 +52,7 @@ struct BenchOptions {
   int threads = 0;
   bool profile = false;
   int64_t prefill_chunk = 8192;  // bench step: tokens per forward of the prefill
+  std::vector<int64_t> prefill_lengths;  // bench step: more prefills, each of a new sequence
   GpuOptions gpu;
 };
 
@@ -392,12 +394,9 @@ void run_bench_step(const BenchOptions& o) {
     std::fflush(stdout);
   };
 
-  // Prefill: one sequence of `context` tokens in chunks of --prefill-chunk, timed once (it fills
-  // the caches the decode steps start from), beside the FLOPs of its linears and attention.
-  const int64_t fill = o.context;
-  const int64_t steps = o.iters * o.repeats + 1;  // each decode step advances the sequences
-  SequenceCache base = model.new_sequence(*ops, fill + steps, false);
-  {
+  // Prefill: `seq` filled with `fill` tokens in chunks of --prefill-chunk, timed once, beside the
+  // FLOPs of its linears and attention (and the rate they ran at).
+  const auto prefill = [&](SequenceCache& seq, int64_t fill) {
     std::fprintf(stderr, "bench: prefill of %lld tokens...\n", static_cast<long long>(fill));
     std::vector<int32_t> ids(static_cast<size_t>(fill));
     for (int64_t i = 0; i < fill; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 13) % cfg->vocab_size);
@@ -408,7 +407,7 @@ void run_bench_step(const BenchOptions& o) {
       ForwardBatch batch;
       batch.options.logits = LogitsFor::kNone;
       const int64_t n = std::min(o.prefill_chunk, fill - begin);
-      batch.add(base, std::span<const int32_t>(ids).subspan(static_cast<size_t>(begin), static_cast<size_t>(n)));
+      batch.add(seq, std::span<const int32_t>(ids).subspan(static_cast<size_t>(begin), static_cast<size_t>(n)));
       last = model.forward(*ops, batch).final_hidden;
     }
     wait_for(*ops, last);
@@ -418,9 +417,23 @@ void run_bench_step(const BenchOptions& o) {
       linear += costs[static_cast<size_t>(l)].linear_flops_per_token * static_cast<double>(fill);
       for (int64_t p = 0; p < fill; ++p) attn += attention_flops(cfg, visible_at(cfg, cfg.compress_ratio(l), p));
     }
+    const double tflop_per_s = (linear + attn) / seconds / 1e12;
     row("prefill " + std::to_string(fill), {seconds, seconds, seconds}, static_cast<double>(fill),
         linear / kFp8GemmFlops + attn / kBf16GemmFlops,
-        {{"tokens", fill}, {"chunk", o.prefill_chunk}, {"linear_tflop", linear / 1e12}, {"attention_tflop", attn / 1e12}}, 1.0);
+        {{"tokens", fill}, {"chunk", o.prefill_chunk}, {"linear_tflop", linear / 1e12}, {"attention_tflop", attn / 1e12},
+         {"tflop_per_s", tflop_per_s}},
+        1.0);
+    std::printf("%-16s %12.2f TFLOP/s (linears and attention)\n", "", tflop_per_s);
+  };
+  // The context's prefill fills the caches the decode steps start from; --prefill-lengths add
+  // prefills of new sequences, dropped after their row.
+  const int64_t fill = o.context;
+  const int64_t steps = o.iters * o.repeats + 1;  // each decode step advances the sequences
+  SequenceCache base = model.new_sequence(*ops, fill + steps, false);
+  prefill(base, fill);
+  for (const int64_t length : o.prefill_lengths) {
+    SequenceCache seq = model.new_sequence(*ops, length, false);
+    prefill(seq, length);
   }
 
   // Decode: `batch` copies of the prefilled sequence, one token each per step, logits of every
@@ -528,9 +541,15 @@ void add_bench_command(CLI::App& app) {
   step_cmd->add_option("--repeats", step->repeats, "Timings per decode row (the table shows their median and range)")
       ->check(CLI::PositiveNumber)
       ->default_str("3");
+  const CLI::Range at_least_one_token(int64_t{1}, std::numeric_limits<int64_t>::max());
   step_cmd->add_option("--prefill-chunk", step->prefill_chunk, "Tokens per forward of the prefill")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least_one_token)
       ->default_str("8192");
+  step_cmd->add_option("--prefill-lengths", step->prefill_lengths,
+                       "More prefill rows after the context's, each of a new sequence of that many tokens "
+                       "(comma-separated, e.g. 2048,32768)")
+      ->delimiter(',')
+      ->check(at_least_one_token);
   step_cmd->add_flag("--profile", step->profile,
                      "Under each row, the time of each op (ops waited for one by one, so the rows' times grow)");
   step_cmd->callback([step] { run_bench_step(*step); });
