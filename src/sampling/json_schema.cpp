@@ -3,7 +3,9 @@
 #include "sampling/json_schema.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
+#include <optional>
 
 namespace dsv4 {
 
@@ -91,6 +93,7 @@ class JsonSchemaCompiler {
     n.min_length = std::max(n.min_length, count_bound(s, "minLength", path, 0));
     n.max_length = std::min(n.max_length, count_bound(s, "maxLength", path, UINT32_MAX));
     if (n.min_length > n.max_length) throw JsonSchemaError(path + "/minLength", "is more than maxLength");
+    number_bounds(n, s, path);
     if (n.types == 0) throw JsonSchemaError(path, "the schema allows no value");
     schema_.nodes_[id] = std::move(n);
     return id;
@@ -133,6 +136,28 @@ class JsonSchemaCompiler {
     if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > int64_t{UINT32_MAX})
       throw JsonSchemaError(path + "/" + key, "must be a non-negative integer");
     return static_cast<uint32_t>(it->get<int64_t>());
+  }
+
+  // minimum / maximum / exclusiveMinimum / exclusiveMaximum: numbers (exclusive* also draft 4's
+  // booleans, which make minimum / maximum exclusive). Bounds narrow what anyOf / oneOf gave; where
+  // no number meets them, the node allows no number.
+  static void number_bounds(JsonSchema::Node& n, const ordered_json& s, const std::string& path) {
+    const auto number_at = [&](const char* key) -> std::optional<double> {
+      const auto it = s.find(key);
+      if (it == s.end() || it->is_boolean()) return std::nullopt;
+      if (!it->is_number() || !std::isfinite(it->get<double>()))
+        throw JsonSchemaError(path + "/" + key, "must be a number");
+      return it->get<double>();
+    };
+    const auto flag = [&](const char* key) {
+      const auto it = s.find(key);
+      return it != s.end() && it->is_boolean() && it->get<bool>();
+    };
+    if (const auto v = number_at("minimum")) n.range.restrict_below(*v, flag("exclusiveMinimum"));
+    if (const auto v = number_at("maximum")) n.range.restrict_above(*v, flag("exclusiveMaximum"));
+    if (const auto v = number_at("exclusiveMinimum")) n.range.restrict_below(*v, true);
+    if (const auto v = number_at("exclusiveMaximum")) n.range.restrict_above(*v, true);
+    if (n.range.bounded() && !n.range.allows_some(n.integer_only)) n.types &= static_cast<uint8_t>(~JsonSchema::kNumber);
   }
 
   static void restrict_types(JsonSchema::Node& n, const ordered_json& type, const std::string& path) {
@@ -188,7 +213,10 @@ class JsonSchemaCompiler {
       n.min_length = std::max(n.min_length, s->min_length);
       n.max_length = std::min(n.max_length, s->max_length);
     }
-    if (const JsonSchema::Node* num = only(JsonSchema::kNumber)) n.integer_only = n.integer_only || num->integer_only;
+    if (const JsonSchema::Node* num = only(JsonSchema::kNumber)) {
+      n.integer_only = n.integer_only || num->integer_only;
+      n.range.restrict_to(num->range);
+    }
   }
 
   static void restrict_values(JsonSchema::Node& n, const ordered_json& values, const std::string& path) {
@@ -259,7 +287,7 @@ std::shared_ptr<const JsonSchema> JsonSchema::compile(const ordered_json& schema
 
 bool JsonSchemaPrefix::advance(char byte) {
   JsonSchemaPrefix next = *this;
-  if (!next.step(byte)) return false;
+  if (!next.step(byte) || (next.number_unchecked_ && !next.number_reachable())) return false;
   *this = next;
   return true;
 }
@@ -267,7 +295,25 @@ bool JsonSchemaPrefix::advance(char byte) {
 bool JsonSchemaPrefix::advance(std::string_view bytes) {
   for (char byte : bytes)
     if (!step(byte)) return false;
+  return !number_unchecked_ || number_reachable();
+}
+
+bool JsonSchemaPrefix::is_number_mode(JsonObjectPrefix::Mode m) {
+  using Mode = JsonObjectPrefix::Mode;
+  return m == Mode::kMinus || m == Mode::kZero || m == Mode::kInteger || m == Mode::kDot || m == Mode::kFraction ||
+         m == Mode::kExponent || m == Mode::kExponentSign || m == Mode::kExponentDigits;
+}
+
+bool JsonSchemaPrefix::add_number_byte(char byte) {
+  if (byte == 'e' || byte == 'E' || (byte == '.' && integer_only_) || number_len_ == number_.size()) return false;
+  number_[number_len_++] = byte;
+  number_unchecked_ = true;
   return true;
+}
+
+bool JsonSchemaPrefix::number_reachable() {
+  number_unchecked_ = false;
+  return schema_->node(number_node_).range.reachable(std::string_view(number_.data(), number_len_), integer_only_);
 }
 
 bool JsonSchemaPrefix::step(char byte) {
@@ -299,6 +345,12 @@ bool JsonSchemaPrefix::check(char byte, JsonObjectPrefix::Mode before, int depth
       return false;
     if (after == Mode::kEscape) return match_ == Match::kNone || match_ == Match::kUnknownKey;
     return narrow(byte, depth_before);
+  }
+  if (bounded_number_) {  // the previous byte was part of a bounded number
+    if (is_number_mode(after)) return add_number_byte(byte);
+    // This byte ends it: the whole number must lie in the range.
+    bounded_number_ = number_unchecked_ = false;
+    if (!schema_->node(number_node_).range.contains(std::string_view(number_.data(), number_len_))) return false;
   }
   const bool whitespace = byte == ' ' || byte == '\t' || byte == '\n' || byte == '\r';
   if (whitespace) return true;
@@ -369,6 +421,12 @@ bool JsonSchemaPrefix::begin_value(char byte, int depth_before) {
   }
   if (!(node.types & type)) return false;
   integer_only_ = type == JsonSchema::kNumber && node.integer_only;
+  if (type == JsonSchema::kNumber && node.range.bounded()) {
+    bounded_number_ = true;
+    number_node_ = id;
+    number_len_ = 0;
+    return add_number_byte(byte);
+  }
   if (type == JsonSchema::kObject || type == JsonSchema::kArray) {
     if (Level* l = level(depth_before + 1)) *l = {0, 0, id, type == JsonSchema::kArray ? node.items : JsonSchema::kAny};
   } else if (type == JsonSchema::kString) {

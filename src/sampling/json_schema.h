@@ -5,11 +5,13 @@
 // Enforced: `type` (a name or a list; "integer" refuses fractions and exponents), `properties`,
 // `required`, `additionalProperties` (false, true or a schema), `items`, `minItems` / `maxItems`,
 // `minLength` / `maxLength` (of string values, in characters: code points, an escape one, a
-// surrogate pair one), `enum` and `const` (the value types; strings exactly), `$ref` into
-// "#/$defs/..." or "#/definitions/...", and `anyOf` / `oneOf` (the alternatives' types joined; a
-// JSON type that several alternatives allow is checked as that type only). Not checked, so an
-// output may break them: pattern, format, minimum / maximum, uniqueItems, allOf, not,
-// if/then/else, prefixItems. An enum's numbers, booleans and nulls are checked by type only. Property names and enum strings are
+// surrogate pair one), `minimum` / `maximum` / `exclusiveMinimum` / `exclusiveMaximum` (the
+// numbers' and the draft-4 booleans' forms; exact, json_number_range.h: a bounded number is
+// written without an exponent, in at most 32 characters), `enum` and `const` (the value types;
+// strings exactly), `$ref` into "#/$defs/..." or "#/definitions/...", and `anyOf` / `oneOf` (the
+// alternatives' types joined; a JSON type that several alternatives allow is checked as that type
+// only). Not checked, so an output may break them: pattern, format, multipleOf, uniqueItems,
+// allOf, not, if/then/else, prefixItems. An enum's numbers, booleans and nulls are checked by type only. Property names and enum strings are
 // matched as written: the model cannot spell them with escapes, and a schema whose names need one
 // (a quote, a backslash, a control character) is refused. Objects take at most 64 named
 // properties; containers below the 16th level of nesting take any value.
@@ -25,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "sampling/json_number_range.h"
 #include "sampling/json_prefix.h"
 
 namespace dsv4 {
@@ -52,6 +55,7 @@ class JsonSchema {
   struct Node {
     uint8_t types = kAnyType;
     bool integer_only = false;          // a number must be an integer (no fraction, no exponent)
+    JsonNumberRange range;              // minimum / maximum / exclusive*: a number's bounds
     std::vector<std::string> names;     // an object's named properties, sorted
     std::vector<uint16_t> property;     // per name: the node of its value
     uint64_t required = 0;              // bit i: names[i] must be present
@@ -66,8 +70,8 @@ class JsonSchema {
   };
 
   // Throws JsonSchemaError naming the part at fault: a schema that is not an object or a boolean,
-  // an unknown type name, a $ref outside the document's $defs / definitions, one that allows no
-  // value, a required name that additionalProperties false forbids, more than kMaxProperties
+  // an unknown type name, a $ref outside the document's $defs / definitions, a bound that is not a
+  // number, one that allows no value (bounds no number meets count as allowing no number), a required name that additionalProperties false forbids, more than kMaxProperties
   // names, a name or enum string that needs an escape, or a root that cannot be an object.
   static std::shared_ptr<const JsonSchema> compile(const nlohmann::ordered_json& schema);
 
@@ -116,6 +120,13 @@ class JsonSchemaPrefix {
 
   bool step(char byte);
   bool check(char byte, JsonObjectPrefix::Mode before, int depth_before, bool key_before);
+  // The syntax is inside a number.
+  static bool is_number_mode(JsonObjectPrefix::Mode m);
+  // A byte of a bounded number: kept (at most kMaxChars); reachability is checked by advance.
+  bool add_number_byte(char byte);
+  // The bounded number so far can still end in its range (checked once per advance: a prefix of
+  // a reachable text is reachable).
+  bool number_reachable();
   bool begin_value(char byte, int depth_before);
   bool close_key(int depth);
   bool narrow(char byte, int depth);
@@ -135,6 +146,12 @@ class JsonSchemaPrefix {
   uint16_t match_lo_ = 0, match_hi_ = 0, match_len_ = 0;
   Match match_ = Match::kNone;
   bool integer_only_ = false;  // the number being read must stay an integer
+  // The number being read has bounds (number_node_'s range): its characters so far, checked
+  // against them at the end of each advance and in full when the number ends.
+  bool bounded_number_ = false, number_unchecked_ = false;
+  uint8_t number_len_ = 0;
+  uint16_t number_node_ = JsonSchema::kAny;
+  std::array<char, JsonNumberRange::kMaxChars> number_{};
   // The string value being read has length bounds: its characters so far and the bounds.
   bool bounded_string_ = false;
   uint32_t chars_ = 0, min_chars_ = 0, max_chars_ = UINT32_MAX;

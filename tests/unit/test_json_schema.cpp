@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -233,30 +234,34 @@ bool person_valid(const json& d) {
   return true;
 }
 
-TEST(JsonSchema, RandomWalksAlongTheMaskEndInDocumentsTheSchemaAccepts) {
-  const auto schema = compiled(kPerson);
-  std::vector<std::string> vocab = {"{", "}", "[", "]", ",", ":", " ", "\"", "\"name\"", "\"age\"", "\"tags\"",
-                                    "\"kind\"", "\"score\"", "na", "me", "ag", "e\"", "1", "2.5", "-", "0", "e3",
-                                    "true", "null", "false", "\"a\"", "\"b", "b\"", "c\"", "x", "\":", "\"x\": ",
-                                    "{\"", "[\"", "\"}", ", \"", "hello", "\\n", "\\u00e9", ""};
-  // Every printable byte as a token of its own, as byte-level vocabularies have: a walk can only
-  // get stuck if the checker leads it where nothing may follow.
+// Random walks along the mask over `vocab` (plus every printable byte as a token of its own, as
+// byte-level vocabularies have: a walk can only get stuck if the checker leads it where nothing
+// may follow). At every step the mask must equal trying every token; each finished walk must be a
+// document `valid` takes. Returns how many walks finished.
+int random_walks(const JsonSchema& schema, std::vector<std::string> vocab, const std::function<bool(const json&)>& valid,
+                 uint32_t seed) {
   for (char c = ' '; c <= '~'; ++c) vocab.emplace_back(1, c);
   const JsonTokenMask mask(vocab);
-  std::mt19937 rng(7);
+  std::mt19937 rng(seed);
   std::vector<uint8_t> allowed;
   int finished = 0;
   for (int walk = 0; walk < 300; ++walk) {
-    JsonSchemaPrefix prefix(schema.get());
+    JsonSchemaPrefix prefix(&schema);
     std::string text;
     for (int step = 0; step < 200 && !prefix.complete(); ++step) {
-      ASSERT_GT(mask.allowed_tokens(prefix, allowed), 0u) << "dead end after " << text;
+      if (mask.allowed_tokens(prefix, allowed) == 0) {
+        ADD_FAILURE() << "dead end after " << text;
+        return finished;
+      }
       // The mask's shortcuts (first-byte groups, plain string tokens within maxLength) equal
       // trying every token.
       for (size_t id = 0; id < vocab.size(); ++id) {
         JsonSchemaPrefix next = prefix;
         const bool fits = !vocab[id].empty() && next.advance(vocab[id]);
-        ASSERT_EQ(allowed[id] != 0, fits) << text << " + \"" << vocab[id] << "\"";
+        if ((allowed[id] != 0) != fits) {
+          ADD_FAILURE() << text << " + \"" << vocab[id] << "\": mask " << int{allowed[id]} << ", advance " << fits;
+          return finished;
+        }
       }
       // Prefer closing tokens as the walk gets long, so that most walks finish.
       std::vector<int32_t> ids;
@@ -268,20 +273,106 @@ TEST(JsonSchema, RandomWalksAlongTheMaskEndInDocumentsTheSchemaAccepts) {
           if (vocab[static_cast<size_t>(id)] == "}" || vocab[static_cast<size_t>(id)] == "]" ||
               vocab[static_cast<size_t>(id)] == "\"}")
             pick = id;
-      ASSERT_TRUE(prefix.advance(vocab[static_cast<size_t>(pick)])) << text << " + " << vocab[static_cast<size_t>(pick)];
+      EXPECT_TRUE(prefix.advance(vocab[static_cast<size_t>(pick)])) << text << " + " << vocab[static_cast<size_t>(pick)];
       text += vocab[static_cast<size_t>(pick)];
     }
     if (!prefix.complete()) continue;
     ++finished;
     try {
-      EXPECT_TRUE(person_valid(json::parse(text))) << text;
+      EXPECT_TRUE(valid(json::parse(text))) << text;
     } catch (const json::out_of_range&) {
       // A number past a double: JSON sets no bound, nlohmann does; not checked further.
     } catch (const json::parse_error& e) {
       ADD_FAILURE() << e.what() << ": " << text;
     }
   }
-  EXPECT_GT(finished, 100);
+  return finished;
+}
+
+TEST(JsonSchema, RandomWalksAlongTheMaskEndInDocumentsTheSchemaAccepts) {
+  const auto schema = compiled(kPerson);
+  const std::vector<std::string> vocab = {"{", "}", "[", "]", ",", ":", " ", "\"", "\"name\"", "\"age\"", "\"tags\"",
+                                          "\"kind\"", "\"score\"", "na", "me", "ag", "e\"", "1", "2.5", "-", "0", "e3",
+                                          "true", "null", "false", "\"a\"", "\"b", "b\"", "c\"", "x", "\":", "\"x\": ",
+                                          "{\"", "[\"", "\"}", ", \"", "hello", "\\n", "\\u00e9", ""};
+  EXPECT_GT(random_walks(*schema, vocab, person_valid, 7), 100);
+}
+
+// minimum / maximum / exclusiveMinimum / exclusiveMaximum, as a validator reading doubles takes
+// them: the number ends in range, and a bounded number takes no exponent.
+constexpr std::string_view kMeasure = R"({
+  "type": "object",
+  "properties": {
+    "age": {"type": "integer", "minimum": 18, "maximum": 120},
+    "ratio": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+    "t": {"type": ["number", "null"], "minimum": -2.5, "exclusiveMaximum": -0.5},
+    "old": {"type": "number", "minimum": 0, "exclusiveMinimum": true}
+  },
+  "required": ["age"],
+  "additionalProperties": false
+})";
+
+bool measure_valid(const json& d) {
+  if (!d.is_object() || !d.contains("age")) return false;
+  for (const auto& [key, v] : d.items()) {
+    if (key == "age" && !(v.is_number_integer() && v.get<int64_t>() >= 18 && v.get<int64_t>() <= 120)) return false;
+    if (key == "ratio" && !(v.is_number() && v.get<double>() > 0 && v.get<double>() <= 1)) return false;
+    if (key == "t" && !(v.is_null() || (v.is_number() && v.get<double>() >= -2.5 && v.get<double>() < -0.5))) return false;
+    if (key == "old" && !(v.is_number() && v.get<double>() > 0)) return false;
+    if (key != "age" && key != "ratio" && key != "t" && key != "old") return false;
+  }
+  return true;
+}
+
+TEST(JsonSchema, NumbersKeepTheirBounds) {
+  const auto schema = compiled(kMeasure);
+  for (std::string_view doc : {R"({"age": 18})", R"({"age": 120, "ratio": 1})", R"({"age": 40, "ratio": 0.001})",
+                               R"({"age": 99, "t": -2.5, "old": 0.5})", R"({"age": 30, "t": -0.50001})",
+                               R"({"age": 30, "t": null, "ratio": 0.1})"})
+    EXPECT_TRUE(accepted(*schema, doc)) << doc << " refused at " << refused_at(*schema, doc);
+  const std::vector<std::pair<std::string, int>> cases = {
+      {R"({"age": 17})", 9},       // no number that begins with 17 is in [18, 120]
+      {R"({"age": 121})", 10},
+      {R"({"age": 12})", 10},      // 12 could still become 120, but it ends
+      {R"({"age": 5.)", 9},        // an integer
+      {R"({"age": 2e1)", 9},       // no exponent in a bounded number
+      {R"({"age": -)", 8},         // no negative age
+      {R"({"ratio": 0})", 11},     // 0 is excluded
+      {R"({"ratio": 2)", 10},      // nothing from 2 on is at most 1
+      {R"({"ratio": 1.01)", 13},
+      {R"({"t": -0.5})", 10},      // -0.5 is excluded
+      {R"({"t": -3)", 7},
+      {R"({"t": 1)", 6},
+      {R"({"old": 0,)", 9},        // draft 4's exclusiveMinimum: true
+  };
+  for (const auto& [doc, at] : cases) EXPECT_EQ(refused_at(*schema, doc), at) << doc;
+  // Bounds that leave no integer remove integers; a bound must be a number.
+  const auto only_null = compiled(R"({"type": "object", "properties": {"n": {"type": ["integer", "null"], "minimum": 0.2,
+      "maximum": 0.8}}})");
+  EXPECT_EQ(refused_at(*only_null, R"({"n": 0)"), 6);
+  EXPECT_TRUE(accepted(*only_null, R"({"n": null})"));
+  for (const char* bad : {R"({"type": "integer", "minimum": "1"})", R"({"type": "integer", "minimum": 5, "maximum": 4})",
+                          R"({"type": "number", "exclusiveMaximum": [1]})"}) {
+    try {
+      compiled(std::string(R"({"type": "object", "properties": {"n": )") + bad + "}}");
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const JsonSchemaError& e) {
+      EXPECT_EQ(e.path().rfind("/properties/n", 0), 0u) << e.path();
+    }
+  }
+  // anyOf keeps the bounds of its only number alternative.
+  const auto alternatives = compiled(R"({"type": "object", "properties": {"n": {"anyOf": [{"type": "integer",
+      "minimum": 10}, {"type": "string"}]}}})");
+  EXPECT_EQ(refused_at(*alternatives, R"({"n": 9})"), 7);
+  EXPECT_TRUE(accepted(*alternatives, R"({"n": 10})"));
+}
+
+TEST(JsonSchema, RandomWalksKeepNumbersInTheirBounds) {
+  const auto schema = compiled(kMeasure);
+  const std::vector<std::string> vocab = {"{", "}", ",", ":", " ", "\"age\"", "\"ratio\"", "\"t\"", "\"old\"",
+                                          "\"", "1", "12", "120", "9", "99", "0", "0.", ".5", "-", "-0", "-2", ".",
+                                          "e3", "E", "5", "null", "25", "1.0", "0.0", "00", ""};
+  EXPECT_GT(random_walks(*schema, vocab, measure_valid, 13), 100);
 }
 
 }  // namespace
