@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <map>
 #include <optional>
 
@@ -67,11 +68,15 @@ class JsonSchemaCompiler {
     if (const auto type = s.find("type"); type != s.end()) restrict_types(n, *type, path + "/type");
     for (const char* key : {"anyOf", "oneOf"})
       if (const auto alternatives = s.find(key); alternatives != s.end()) join(n, *alternatives, path + "/" + key);
+    bool properties_given = false;  // by allOf: this schema's own properties may not add to them
+    if (const auto parts = s.find("allOf"); parts != s.end()) properties_given = meet(n, *parts, path + "/allOf");
     for (const char* key : {"enum", "const"})
       if (const auto values = s.find(key); values != s.end())
         restrict_values(n, std::string(key) == "const" ? ordered_json::array({*values}) : *values, path + "/" + key);
     if (const auto properties = s.find("properties"); properties != s.end()) {
       if (!properties->is_object()) throw JsonSchemaError(path + "/properties", "must be an object");
+      if (properties_given)
+        throw JsonSchemaError(path + "/properties", "properties beside an allOf part that has its own are not supported");
       std::vector<std::pair<std::string, uint16_t>> named;
       for (const auto& [name, sub] : properties->items()) {
         const std::string at = path + "/properties/" + pointer_token(name);
@@ -217,6 +222,53 @@ class JsonSchemaCompiler {
       n.integer_only = n.integer_only || num->integer_only;
       n.range.restrict_to(num->range);
     }
+  }
+
+  // allOf: every part's constraints at once. Types, integer-ness, numeric bounds, length and count
+  // bounds and string enums intersect; an object's properties (names, required, closedness,
+  // additional properties) and an array's items come from the one part that has them, since
+  // merging two parts' property schemas is not supported (refused). Returns whether a part gave
+  // properties. Pydantic's {"allOf": [{"$ref": ...}], "description": ...} is the common case.
+  bool meet(JsonSchema::Node& n, const ordered_json& parts, const std::string& path) {
+    if (!parts.is_array() || parts.empty()) throw JsonSchemaError(path, "must be a non-empty array");
+    bool object_given = false, items_given = false;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const std::string at = path + "/" + std::to_string(i);
+      const JsonSchema::Node p = schema_.nodes_[compile(parts[i], at)];  // a copy: compiling moves the nodes
+      n.types &= p.types;
+      n.integer_only = n.integer_only || p.integer_only;
+      n.range.restrict_to(p.range);
+      n.min_items = std::max(n.min_items, p.min_items);
+      n.max_items = std::min(n.max_items, p.max_items);
+      n.min_length = std::max(n.min_length, p.min_length);
+      n.max_length = std::min(n.max_length, p.max_length);
+      if (!p.strings.empty()) {
+        if (n.strings.empty()) {
+          n.strings = p.strings;
+        } else {
+          std::vector<std::string> both;
+          std::set_intersection(n.strings.begin(), n.strings.end(), p.strings.begin(), p.strings.end(),
+                                std::back_inserter(both));
+          if (both.empty()) n.types &= static_cast<uint8_t>(~JsonSchema::kString);
+          n.strings = std::move(both);
+        }
+      }
+      if (!p.names.empty() || p.closed || p.additional != JsonSchema::kAny) {
+        if (object_given) throw JsonSchemaError(at, "two allOf parts with properties of their own are not supported");
+        object_given = true;
+        n.names = p.names, n.property = p.property, n.required = p.required;
+        n.closed = p.closed, n.additional = p.additional;
+      }
+      if (p.items != JsonSchema::kAny) {
+        if (items_given) throw JsonSchemaError(at, "two allOf parts with items of their own are not supported");
+        items_given = true;
+        n.items = p.items;
+      }
+    }
+    if (n.min_items > n.max_items) throw JsonSchemaError(path, "its parts' minItems is more than their maxItems");
+    if (n.min_length > n.max_length) throw JsonSchemaError(path, "its parts' minLength is more than their maxLength");
+    if (n.range.bounded() && !n.range.allows_some(n.integer_only)) n.types &= static_cast<uint8_t>(~JsonSchema::kNumber);
+    return object_given;
   }
 
   static void restrict_values(JsonSchema::Node& n, const ordered_json& values, const std::string& path) {

@@ -8,10 +8,11 @@
 // surrogate pair one), `minimum` / `maximum` / `exclusiveMinimum` / `exclusiveMaximum` (the
 // numbers' and the draft-4 booleans' forms; exact, json_number_range.h: a bounded number is
 // written without an exponent, in at most 32 characters), `enum` and `const` (the value types;
-// strings exactly), `$ref` into "#/$defs/..." or "#/definitions/...", and `anyOf` / `oneOf` (the
+// strings exactly), `$ref` into "#/$defs/..." or "#/definitions/...", `anyOf` / `oneOf` (the
 // alternatives' types joined; a JSON type that several alternatives allow is checked as that type
-// only). Not checked, so an output may break them: pattern, format, multipleOf, uniqueItems,
-// allOf, not, if/then/else, prefixItems. An enum's numbers, booleans and nulls are checked by type only. Property names and enum strings are
+// only) and `allOf` (the parts' constraints intersected; properties and items from the one part
+// that has them). Not checked, so an output may break them: pattern, format, multipleOf,
+// uniqueItems, not, if/then/else, prefixItems. An enum's numbers, booleans and nulls are checked by type only. Property names and enum strings are
 // matched as written: the model cannot spell them with escapes, and a schema whose names need one
 // (a quote, a backslash, a control character) is refused. Objects take at most 64 named
 // properties; containers below the 16th level of nesting take any value.
@@ -71,7 +72,8 @@ class JsonSchema {
 
   // Throws JsonSchemaError naming the part at fault: a schema that is not an object or a boolean,
   // an unknown type name, a $ref outside the document's $defs / definitions, a bound that is not a
-  // number, one that allows no value (bounds no number meets count as allowing no number), a required name that additionalProperties false forbids, more than kMaxProperties
+  // number, one that allows no value (bounds no number meets count as allowing no number), two
+  // allOf parts with properties (or items) of their own, or properties beside such a part, a required name that additionalProperties false forbids, more than kMaxProperties
   // names, a name or enum string that needs an escape, or a root that cannot be an object.
   static std::shared_ptr<const JsonSchema> compile(const nlohmann::ordered_json& schema);
 

@@ -367,6 +367,46 @@ TEST(JsonSchema, NumbersKeepTheirBounds) {
   EXPECT_TRUE(accepted(*alternatives, R"({"n": 10})"));
 }
 
+// allOf: the parts' constraints at once. Pydantic writes a described sub-model as a one-part allOf
+// around its $ref; types, bounds and enums intersect; two parts with properties are refused.
+TEST(JsonSchema, AllOfTakesEveryPartsConstraints) {
+  const auto schema = compiled(R"({"type": "object", "properties": {
+      "home": {"allOf": [{"$ref": "#/$defs/Address"}], "description": "where they live"},
+      "n": {"allOf": [{"type": "integer"}, {"minimum": 5}, {"maximum": 9}]},
+      "tag": {"allOf": [{"enum": ["a", "b", "c"]}, {"enum": ["b", "c", "d"]}]},
+      "s": {"allOf": [{"type": "string", "minLength": 2}, {"maxLength": 3}]},
+      "list": {"allOf": [{"type": "array", "items": {"type": "integer"}}, {"maxItems": 2}]}},
+      "additionalProperties": false,
+      "$defs": {"Address": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+                            "additionalProperties": false}}})");
+  EXPECT_TRUE(accepted(*schema, R"({"home": {"city": "x"}, "n": 7, "tag": "b", "s": "ab", "list": [1, 2]})"));
+  const std::vector<std::pair<std::string, int>> cases = {
+      {R"({"home": {"street": 1})", 11},  // Address's properties only
+      {R"({"home": {}})", 10},            // city is required
+      {R"({"n": 4})", 6},                 // minimum 5
+      {R"({"n": 7.5)", 7},                // an integer
+      {R"({"tag": "a")", 9},              // in both enums only: b, c
+      {R"({"s": "a")", 8},                // minLength 2
+      {R"({"s": "abcd")", 10},            // maxLength 3
+      {R"({"list": ["x"])", 10},          // integer items
+      {R"({"list": [1, 2, 3])", 14},      // maxItems 2: no third element
+  };
+  for (const auto& [doc, at] : cases) EXPECT_EQ(refused_at(*schema, doc), at) << doc;
+  const auto path_of = [](std::string_view schema_text) {
+    try {
+      compiled(schema_text);
+    } catch (const JsonSchemaError& e) {
+      return e.path();
+    }
+    return std::string("(compiled)");
+  };
+  EXPECT_EQ(path_of(R"({"type": "object", "allOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}]})"), "/allOf/1");
+  EXPECT_EQ(path_of(R"({"type": "object", "allOf": [{"properties": {"a": {}}}], "properties": {"b": {}}})"), "/properties");
+  EXPECT_EQ(path_of(R"({"type": "object", "allOf": []})"), "/allOf");
+  EXPECT_EQ(path_of(R"({"type": "object", "properties": {"x": {"allOf": [{"type": "string"}, {"type": "integer"}]}}})"),
+            "/properties/x");  // no value is both
+}
+
 TEST(JsonSchema, RandomWalksKeepNumbersInTheirBounds) {
   const auto schema = compiled(kMeasure);
   const std::vector<std::string> vocab = {"{", "}", ",", ":", " ", "\"age\"", "\"ratio\"", "\"t\"", "\"old\"",
