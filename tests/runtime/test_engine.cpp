@@ -782,7 +782,9 @@ TEST_F(EngineTest, ChoiceRequestsWriteOneOfTheChoices) {
     const Result got = drain(h);
     EXPECT_EQ(got.finish, FinishReason::kStop) << got.last.error;
     EXPECT_NE(std::find(choices->begin(), choices->end(), got.text), choices->end()) << got.text;
-    if (got.last.stop_token_id) EXPECT_EQ(got.text, "yes");  // only there may the end of sequence come
+    if (got.last.stop_token_id) {
+      EXPECT_EQ(got.text, "yes");  // only there may the end of sequence come
+    }
   }
   EXPECT_EQ(e->stats().cache_blocks_used, 0);
 }
