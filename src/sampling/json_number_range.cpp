@@ -7,12 +7,14 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <stdexcept>
 
 namespace dsv4 {
 namespace {
 
 using Magnitude = JsonNumberRange::Magnitude;
+__extension__ using Int128 = __int128;  // GCC's and Clang's: the magnitudes of 32-character numbers exceed 64 bits
 
 Magnitude normalized(std::string integer, std::string fraction) {
   const size_t first = integer.find_first_not_of('0');
@@ -104,6 +106,21 @@ JsonNumberRange::Bound upper_as_read(double v, bool exclusive) {
   return std::isfinite(below) ? exact_bound((static_cast<long double>(below) + v) / 2, !even(below)) : exact_bound(v, true);
 }
 
+// An integral magnitude as a 128-bit integer, or none past 37 digits (numbers here have at most
+// 32 characters, so a larger one only stands for "beyond any of them").
+std::optional<Int128> as_int128(const Magnitude& m) {
+  if (!m.fraction.empty() || m.integer.size() > 37) return std::nullopt;
+  Int128 v = 0;
+  for (const char d : m.integer) v = v * 10 + (d - '0');
+  return v;
+}
+
+Magnitude from_int128(Int128 v) {
+  std::string digits;
+  for (; v > 0; v /= 10) digits.insert(digits.begin(), static_cast<char>('0' + static_cast<int>(v % 10)));
+  return {digits, ""};
+}
+
 // a vs b as signed decimals: -1, 0 or 1.
 int compare_signed(bool a_negative, const Magnitude& a, bool b_negative, const Magnitude& b) {
   if (a_negative != b_negative) return a_negative ? -1 : 1;  // zero is never negative here
@@ -135,7 +152,21 @@ void JsonNumberRange::restrict_above(double v, bool exclusive) {
   else if (c == 0) upper_->exclusive = upper_->exclusive || exclusive;
 }
 
+bool JsonNumberRange::restrict_multiple_of(double step) {
+  if (!(step >= 1 && step <= 0x1p53 && std::floor(step) == step)) return false;
+  const auto k = static_cast<int64_t>(step);
+  if (step_ == 0) {
+    step_ = k;
+  } else {
+    const Int128 both = static_cast<Int128>(step_) / std::gcd(step_, k) * k;
+    if (both > (Int128{1} << 62)) return false;  // no number of 32 characters cares: keep the first
+    step_ = static_cast<int64_t>(both);
+  }
+  return true;
+}
+
 void JsonNumberRange::restrict_to(const JsonNumberRange& other) {
+  if (other.step_ > 0) restrict_multiple_of(static_cast<double>(other.step_));
   if (other.lower_) {
     const Bound& b = *other.lower_;
     const int c = lower_ ? compare_signed(b.negative, b.magnitude, lower_->negative, lower_->magnitude) : 1;
@@ -170,10 +201,17 @@ JsonNumberRange::Side JsonNumberRange::side(bool negative) const {
 // Whether some decimal with at most `fraction_digits` fraction digits in [from, to) (or [from, to]
 // when to_inclusive) lies on side `s`.
 bool JsonNumberRange::reachable_magnitudes(const Side& s, const Magnitude& from, const Magnitude& to, bool to_inclusive,
-                                           size_t fraction_digits) {
+                                           size_t fraction_digits) const {
   if (s.empty) return false;
-  // The smallest candidate at or past the side's low end.
-  const Magnitude x = compare(from, s.low) > 0 ? from : round_up(s.low, fraction_digits, s.low_exclusive);
+  // The smallest candidate at or past the side's low end (a multiple of the step if there is one:
+  // then only integers are candidates).
+  if (step_ > 0) fraction_digits = 0;
+  Magnitude x = compare(from, s.low) > 0 ? from : round_up(s.low, fraction_digits, s.low_exclusive);
+  if (step_ > 0) {
+    const std::optional<Int128> v = as_int128(x);
+    if (!v) return false;
+    x = from_int128((*v + step_ - 1) / step_ * step_);
+  }
   const int to_cmp = compare(x, to);
   if (to_inclusive ? to_cmp > 0 : to_cmp >= 0) return false;
   if (!s.high) return true;
@@ -203,6 +241,8 @@ bool JsonNumberRange::reachable(std::string_view text, bool integer_only) const 
     if (integer_only) return false;
     const Magnitude start = parse_magnitude(body);
     const size_t typed = body.size() - point - 1;  // fraction digits so far
+    if (step_ > 0)  // only the integer itself, written with a point and zeros
+      return start.fraction.empty() && reachable_magnitudes(s, start, start, true, 0);
     if (typed == 0) {  // a digit must follow
       if (room == 0) return false;
       return reachable_magnitudes(s, start, plus_unit(start, 0), false, room);
@@ -229,6 +269,10 @@ bool JsonNumberRange::contains(std::string_view text) const {
   const bool negative = !text.empty() && text[0] == '-';
   const Magnitude m = parse_magnitude(negative ? text.substr(1) : text);
   const bool below_zero = negative && !is_zero(m);
+  if (step_ > 0) {
+    const std::optional<Int128> v = as_int128(m);
+    if (!v || *v % step_ != 0) return false;
+  }
   if (lower_) {
     const int c = compare_signed(below_zero, m, lower_->negative, lower_->magnitude);
     if (lower_->exclusive ? c <= 0 : c < 0) return false;

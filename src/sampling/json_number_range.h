@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -38,10 +39,14 @@ class JsonNumberRange {
   // Narrows the range by x >= v (x > v when exclusive), or x <= v (x < v). v must be finite.
   void restrict_below(double v, bool exclusive);  // a lower bound ("minimum")
   void restrict_above(double v, bool exclusive);  // an upper bound ("maximum")
+  // Narrows the range to multiples of `step` (multipleOf). Only integer steps up to 2^53 are
+  // taken (returns false for others, which validators reading doubles disagree on: 0.29 is not a
+  // multiple of 0.01 in binary); a number is then a multiple when it is an integer divisible by it.
+  bool restrict_multiple_of(double step);
   // Narrows the range to its intersection with `other`.
   void restrict_to(const JsonNumberRange& other);
 
-  bool bounded() const { return lower_.has_value() || upper_.has_value(); }
+  bool bounded() const { return lower_.has_value() || upper_.has_value() || step_ > 0; }
   // Whether some number (an integer if integer_only) within kMaxChars characters lies in the range.
   bool allows_some(bool integer_only) const { return reachable("", integer_only) || reachable("-", integer_only); }
   // Whether some number of at most kMaxChars characters, no exponent (an integer if
@@ -59,10 +64,11 @@ class JsonNumberRange {
     bool empty = false;
   };
   Side side(bool negative) const;
-  static bool reachable_magnitudes(const Side& s, const Magnitude& from, const Magnitude& to, bool to_inclusive,
-                                   size_t fraction_digits);
+  bool reachable_magnitudes(const Side& s, const Magnitude& from, const Magnitude& to, bool to_inclusive,
+                            size_t fraction_digits) const;
 
   std::optional<Bound> lower_, upper_;
+  int64_t step_ = 0;  // multipleOf, an integer; 0: none
 };
 
 }  // namespace dsv4

@@ -144,8 +144,9 @@ class JsonSchemaCompiler {
   }
 
   // minimum / maximum / exclusiveMinimum / exclusiveMaximum: numbers (exclusive* also draft 4's
-  // booleans, which make minimum / maximum exclusive). Bounds narrow what anyOf / oneOf gave; where
-  // no number meets them, the node allows no number.
+  // booleans, which make minimum / maximum exclusive); multipleOf: an integer step (others are not
+  // checked). They narrow what anyOf / oneOf gave; where no number meets them, the node allows no
+  // number.
   static void number_bounds(JsonSchema::Node& n, const ordered_json& s, const std::string& path) {
     const auto number_at = [&](const char* key) -> std::optional<double> {
       const auto it = s.find(key);
@@ -162,6 +163,10 @@ class JsonSchemaCompiler {
     if (const auto v = number_at("maximum")) n.range.restrict_above(*v, flag("exclusiveMaximum"));
     if (const auto v = number_at("exclusiveMinimum")) n.range.restrict_below(*v, true);
     if (const auto v = number_at("exclusiveMaximum")) n.range.restrict_above(*v, true);
+    if (const auto step = number_at("multipleOf")) {
+      if (!(*step > 0)) throw JsonSchemaError(path + "/multipleOf", "must be greater than 0");
+      n.range.restrict_multiple_of(*step);  // a step that is not an integer is not checked
+    }
     if (n.range.bounded() && !n.range.allows_some(n.integer_only)) n.types &= static_cast<uint8_t>(~JsonSchema::kNumber);
   }
 

@@ -7,12 +7,13 @@
 // `minLength` / `maxLength` (of string values, in characters: code points, an escape one, a
 // surrogate pair one), `minimum` / `maximum` / `exclusiveMinimum` / `exclusiveMaximum` (the
 // numbers' and the draft-4 booleans' forms; exact, json_number_range.h: a bounded number is
-// written without an exponent, in at most 32 characters), `enum` and `const` (the value types;
+// written without an exponent, in at most 32 characters), `multipleOf` (integer steps; others are
+// not checked), `enum` and `const` (the value types;
 // strings exactly), `$ref` into "#/$defs/..." or "#/definitions/...", `anyOf` / `oneOf` (the
 // alternatives' types joined; a JSON type that several alternatives allow is checked as that type
 // only) and `allOf` (the parts' constraints intersected; properties and items from the one part
-// that has them). Not checked, so an output may break them: pattern, format, multipleOf,
-// uniqueItems, not, if/then/else, prefixItems. An enum's numbers, booleans and nulls are checked by type only. Property names and enum strings are
+// that has them). Not checked, so an output may break them: pattern, format, multipleOf with a
+// step that is not an integer, uniqueItems, not, if/then/else, prefixItems. An enum's numbers, booleans and nulls are checked by type only. Property names and enum strings are
 // matched as written: the model cannot spell them with escapes, and a schema whose names need one
 // (a quote, a backslash, a control character) is refused. Objects take at most 64 named
 // properties; containers below the 16th level of nesting take any value.

@@ -4,6 +4,7 @@
 // in the range, and whether a prefix of up to three characters can still reach one of them.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <random>
 #include <set>
@@ -18,20 +19,31 @@ namespace {
 struct Limits {
   bool has_lower = false, lower_exclusive = false, has_upper = false, upper_exclusive = false;
   double lower = 0, upper = 0;
+  int step = 0;  // multipleOf; 0: none
 };
 
 JsonNumberRange range_of(const Limits& l) {
   JsonNumberRange r;
   if (l.has_lower) r.restrict_below(l.lower, l.lower_exclusive);
   if (l.has_upper) r.restrict_above(l.upper, l.upper_exclusive);
+  if (l.step > 0) {
+    EXPECT_TRUE(r.restrict_multiple_of(l.step));
+  }
   return r;
 }
 
-// The validator's reading: the text's double against the bounds.
+// The validator's reading: the text's double against the bounds; a step's multiples are the
+// integers it divides, as written ("23.9999999999999999999" reads as the double 24, but is not an
+// integer: the range does not lead there).
 bool validator_takes(const Limits& l, const std::string& text) {
   const double v = std::strtod(text.c_str(), nullptr);
   if (l.has_lower && (l.lower_exclusive ? !(v > l.lower) : !(v >= l.lower))) return false;
   if (l.has_upper && (l.upper_exclusive ? !(v < l.upper) : !(v <= l.upper))) return false;
+  if (l.step > 0) {
+    const size_t point = text.find('.');
+    if (point != std::string::npos && text.find_first_not_of('0', point + 1) != std::string::npos) return false;
+    if (std::fmod(v, l.step) != 0) return false;  // short integers: exact
+  }
   return true;
 }
 
@@ -111,6 +123,21 @@ TEST(JsonNumberRange, EdgesAsAValidatorReadingDoublesSeesThem) {
   huge.restrict_below(1e40, false);
   EXPECT_FALSE(huge.allows_some(false));
 
+  JsonNumberRange fives;  // multiples of 5 in [3, 12]
+  fives.restrict_below(3, false);
+  fives.restrict_above(12, false);
+  EXPECT_TRUE(fives.restrict_multiple_of(5));
+  EXPECT_FALSE(fives.restrict_multiple_of(0.5));  // not an integer step: not taken
+  for (const char* yes : {"5", "10", "10.", "10.0", "1"}) EXPECT_TRUE(fives.reachable(yes, false)) << yes;  // 1 -> 10
+  for (const char* no : {"2", "11", "5.5", "-", "12"}) EXPECT_FALSE(fives.reachable(no, false)) << no;
+  EXPECT_TRUE(fives.contains("10.0"));
+  EXPECT_FALSE(fives.contains("11"));
+  JsonNumberRange both_steps;  // 4 and 6: multiples of 12
+  EXPECT_TRUE(both_steps.restrict_multiple_of(4));
+  EXPECT_TRUE(both_steps.restrict_multiple_of(6));
+  EXPECT_FALSE(both_steps.contains("8"));
+  EXPECT_TRUE(both_steps.contains("-24"));
+
   JsonNumberRange tighter;  // restrict_to keeps the tighter end of each side
   tighter.restrict_below(-5, false);
   JsonNumberRange other;
@@ -135,7 +162,7 @@ TEST(JsonNumberRange, EveryShortNumberAndPrefixAgreesWithTheValidator) {
     if (rng() % 2) return -static_cast<double>(rng() % 60);
     return static_cast<double>(rng() % 601) / 10.0;
   };
-  for (int trial = 0; trial < 16; ++trial) {
+  for (int trial = 0; trial < 24; ++trial) {
     Limits l;
     l.has_lower = rng() % 4 != 0;
     l.has_upper = rng() % 4 != 0;
@@ -143,11 +170,13 @@ TEST(JsonNumberRange, EveryShortNumberAndPrefixAgreesWithTheValidator) {
     l.upper = bound();
     l.lower_exclusive = rng() % 2;
     l.upper_exclusive = rng() % 2;
+    const int steps[] = {0, 0, 2, 3, 7, 10};
+    l.step = steps[rng() % 6];
     if (l.has_lower && l.has_upper && l.lower > l.upper) std::swap(l.lower, l.upper);
     const JsonNumberRange r = range_of(l);
     const std::string what = "range " + std::to_string(trial) + " [" + (l.has_lower ? std::to_string(l.lower) : "-inf") +
                              (l.lower_exclusive ? " excl" : "") + ", " + (l.has_upper ? std::to_string(l.upper) : "inf") +
-                             (l.upper_exclusive ? " excl" : "") + "]";
+                             (l.upper_exclusive ? " excl" : "") + "] step " + std::to_string(l.step);
     for (const bool integer_only : {false, true}) {
       std::set<std::string> reaches;  // prefixes of up to three characters of numbers in range
       for (const std::string& n : integer_only ? integers : all) {

@@ -306,7 +306,8 @@ constexpr std::string_view kMeasure = R"({
     "age": {"type": "integer", "minimum": 18, "maximum": 120},
     "ratio": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
     "t": {"type": ["number", "null"], "minimum": -2.5, "exclusiveMaximum": -0.5},
-    "old": {"type": "number", "minimum": 0, "exclusiveMinimum": true}
+    "old": {"type": "number", "minimum": 0, "exclusiveMinimum": true},
+    "step": {"type": "number", "multipleOf": 5, "maximum": 100}
   },
   "required": ["age"],
   "additionalProperties": false
@@ -319,7 +320,8 @@ bool measure_valid(const json& d) {
     if (key == "ratio" && !(v.is_number() && v.get<double>() > 0 && v.get<double>() <= 1)) return false;
     if (key == "t" && !(v.is_null() || (v.is_number() && v.get<double>() >= -2.5 && v.get<double>() < -0.5))) return false;
     if (key == "old" && !(v.is_number() && v.get<double>() > 0)) return false;
-    if (key != "age" && key != "ratio" && key != "t" && key != "old") return false;
+    if (key == "step" && !(v.is_number() && std::fmod(v.get<double>(), 5) == 0 && v.get<double>() <= 100)) return false;
+    if (key != "age" && key != "ratio" && key != "t" && key != "old" && key != "step") return false;
   }
   return true;
 }
@@ -330,6 +332,8 @@ TEST(JsonSchema, NumbersKeepTheirBounds) {
                                R"({"age": 99, "t": -2.5, "old": 0.5})", R"({"age": 30, "t": -0.50001})",
                                R"({"age": 30, "t": null, "ratio": 0.1})"})
     EXPECT_TRUE(accepted(*schema, doc)) << doc << " refused at " << refused_at(*schema, doc);
+  EXPECT_TRUE(accepted(*schema, R"({"age": 20, "step": 95, "old": 1.0})"));
+  EXPECT_TRUE(accepted(*schema, R"({"age": 20, "step": -10.0})"));
   const std::vector<std::pair<std::string, int>> cases = {
       {R"({"age": 17})", 9},       // no number that begins with 17 is in [18, 120]
       {R"({"age": 121})", 10},
@@ -344,6 +348,9 @@ TEST(JsonSchema, NumbersKeepTheirBounds) {
       {R"({"t": -3)", 7},
       {R"({"t": 1)", 6},
       {R"({"old": 0,)", 9},        // draft 4's exclusiveMinimum: true
+      {R"({"step": 7,)", 10},      // 7 could become 70, but it ends
+      {R"({"step": 5.5)", 11},     // a multiple is an integer
+      {R"({"step": 105)", 11},
   };
   for (const auto& [doc, at] : cases) EXPECT_EQ(refused_at(*schema, doc), at) << doc;
   // Bounds that leave no integer remove integers; a bound must be a number.
@@ -352,7 +359,8 @@ TEST(JsonSchema, NumbersKeepTheirBounds) {
   EXPECT_EQ(refused_at(*only_null, R"({"n": 0)"), 6);
   EXPECT_TRUE(accepted(*only_null, R"({"n": null})"));
   for (const char* bad : {R"({"type": "integer", "minimum": "1"})", R"({"type": "integer", "minimum": 5, "maximum": 4})",
-                          R"({"type": "number", "exclusiveMaximum": [1]})"}) {
+                          R"({"type": "number", "exclusiveMaximum": [1]})", R"({"type": "number", "multipleOf": 0})",
+                          R"({"type": "integer", "multipleOf": 7, "minimum": 1, "maximum": 6})"}) {
     try {
       compiled(std::string(R"({"type": "object", "properties": {"n": )") + bad + "}}");
       ADD_FAILURE() << "accepted " << bad;
@@ -360,6 +368,9 @@ TEST(JsonSchema, NumbersKeepTheirBounds) {
       EXPECT_EQ(e.path().rfind("/properties/n", 0), 0u) << e.path();
     }
   }
+  // A step that is not an integer is not checked.
+  const auto halves = compiled(R"({"type": "object", "properties": {"h": {"type": "number", "multipleOf": 0.5}}})");
+  EXPECT_TRUE(accepted(*halves, R"({"h": 1.25})"));
   // anyOf keeps the bounds of its only number alternative.
   const auto alternatives = compiled(R"({"type": "object", "properties": {"n": {"anyOf": [{"type": "integer",
       "minimum": 10}, {"type": "string"}]}}})");
@@ -409,7 +420,7 @@ TEST(JsonSchema, AllOfTakesEveryPartsConstraints) {
 
 TEST(JsonSchema, RandomWalksKeepNumbersInTheirBounds) {
   const auto schema = compiled(kMeasure);
-  const std::vector<std::string> vocab = {"{", "}", ",", ":", " ", "\"age\"", "\"ratio\"", "\"t\"", "\"old\"",
+  const std::vector<std::string> vocab = {"{", "}", ",", ":", " ", "\"age\"", "\"ratio\"", "\"t\"", "\"old\"", "\"step\"",
                                           "\"", "1", "12", "120", "9", "99", "0", "0.", ".5", "-", "-0", "-2", ".",
                                           "e3", "E", "5", "null", "25", "1.0", "0.0", "00", ""};
   EXPECT_GT(random_walks(*schema, vocab, measure_valid, 13), 100);
