@@ -95,6 +95,10 @@ class JsonSchemaCompiler {
     n.min_items = std::max(n.min_items, count_bound(s, "minItems", path, 0));
     n.max_items = std::min(n.max_items, count_bound(s, "maxItems", path, UINT32_MAX));
     if (n.min_items > n.max_items) throw JsonSchemaError(path + "/minItems", "is more than maxItems");
+    if (const auto unique = s.find("uniqueItems"); unique != s.end()) {
+      if (!unique->is_boolean()) throw JsonSchemaError(path + "/uniqueItems", "must be a boolean");
+      n.unique_items = n.unique_items || unique->get<bool>();
+    }
     n.min_length = std::max(n.min_length, count_bound(s, "minLength", path, 0));
     n.max_length = std::min(n.max_length, count_bound(s, "maxLength", path, UINT32_MAX));
     if (n.min_length > n.max_length) throw JsonSchemaError(path + "/minLength", "is more than maxLength");
@@ -215,6 +219,7 @@ class JsonSchemaCompiler {
     }
     if (const JsonSchema::Node* a = only(JsonSchema::kArray)) {
       n.items = a->items;
+      n.unique_items = n.unique_items || a->unique_items;
       n.min_items = std::max(n.min_items, a->min_items);
       n.max_items = std::min(n.max_items, a->max_items);
     }
@@ -245,6 +250,7 @@ class JsonSchemaCompiler {
       n.range.restrict_to(p.range);
       n.min_items = std::max(n.min_items, p.min_items);
       n.max_items = std::min(n.max_items, p.max_items);
+      n.unique_items = n.unique_items || p.unique_items;
       n.min_length = std::max(n.min_length, p.min_length);
       n.max_length = std::min(n.max_length, p.max_length);
       if (!p.strings.empty()) {
@@ -391,6 +397,14 @@ bool JsonSchemaPrefix::check(char byte, JsonObjectPrefix::Mode before, int depth
     if (byte == '"') {
       const bool enum_ok = match_ != Match::kEnum || match_list()[match_lo_].size() == match_len_;
       if (key_before) return close_key(depth_before);
+      if (match_ == Match::kEnum && enum_ok) {  // an array's unique strings: each once
+        Level* l = level(depth_before);
+        if (l && syntax_in_array(depth_before) && unique_strings(*l)) {
+          const uint64_t bit = uint64_t{1} << match_lo_;
+          if (l->seen & bit) return false;
+          l->seen |= bit;
+        }
+      }
       match_ = Match::kNone;
       const bool long_enough = !bounded_string_ || chars_ >= min_chars_;
       bounded_string_ = false;
@@ -432,13 +446,23 @@ bool JsonSchemaPrefix::check(char byte, JsonObjectPrefix::Mode before, int depth
   }
   if (byte == ',' && after == Mode::kValue) {  // another element must fit
     const Level* l = level(depth_after);
-    return !l || l->elements < schema_->node(l->node).max_items;
+    if (!l) return true;
+    const JsonSchema::Node& node = schema_->node(l->node);
+    return l->elements < node.max_items &&
+           (!unique_strings(*l) || unseen_name_in(l->seen, 0, schema_->node(node.items).strings.size()));
   }
   if (byte == ',' && after == Mode::kKey) {
     const Level* l = level(depth_after);
     return !l || room_for_a_key(*l);
   }
   return true;
+}
+
+bool JsonSchemaPrefix::unique_strings(const Level& l) const {
+  const JsonSchema::Node& node = schema_->node(l.node);
+  if (!node.unique_items) return false;
+  const JsonSchema::Node& items = schema_->node(node.items);
+  return items.types == JsonSchema::kString && !items.strings.empty() && items.strings.size() <= 64;
 }
 
 // Whether the object at `l` can take another key: it is open to other names, or a named one is
@@ -534,6 +558,12 @@ bool JsonSchemaPrefix::narrow(char byte, int depth) {
       match_ = Match::kUnknownKey;
       return true;
     }
+  }
+  if (lo != hi && match_ == Match::kEnum) {  // in an array of unique strings: one not present yet
+    const Level* l = level(depth);
+    if (l && syntax_in_array(depth) && unique_strings(*l) &&
+        !unseen_name_in(l->seen, static_cast<size_t>(lo - list.begin()), static_cast<size_t>(hi - list.begin())))
+      return false;
   }
   if (lo == hi) {
     if (match_ == Match::kEnum || schema_->node(match_node_).closed) return false;

@@ -8,12 +8,13 @@
 // surrogate pair one), `minimum` / `maximum` / `exclusiveMinimum` / `exclusiveMaximum` (the
 // numbers' and the draft-4 booleans' forms; exact, json_number_range.h: a bounded number is
 // written without an exponent, in at most 32 characters), `multipleOf` (integer steps; others are
-// not checked), `enum` and `const` (the value types;
+// not checked), `uniqueItems` (where the items are strings of an enum of up to 64: each at most
+// once), `enum` and `const` (the value types;
 // strings exactly), `$ref` into "#/$defs/..." or "#/definitions/...", `anyOf` / `oneOf` (the
 // alternatives' types joined; a JSON type that several alternatives allow is checked as that type
 // only) and `allOf` (the parts' constraints intersected; properties and items from the one part
 // that has them). Not checked, so an output may break them: pattern, format, multipleOf with a
-// step that is not an integer, uniqueItems, not, if/then/else, prefixItems. An enum's numbers, booleans and nulls are checked by type only. Property names and enum strings are
+// step that is not an integer, uniqueItems of other items, not, if/then/else, prefixItems. An enum's numbers, booleans and nulls are checked by type only. Property names and enum strings are
 // matched as written: the model cannot spell them with escapes, and a schema whose names need one
 // (a quote, a backslash, a control character) is refused. Objects take at most 64 named
 // properties; containers below the 16th level of nesting take any value.
@@ -66,6 +67,7 @@ class JsonSchema {
     uint16_t items = kAny;              // an array's elements
     uint32_t min_items = 0;             // an array's length bounds
     uint32_t max_items = UINT32_MAX;
+    bool unique_items = false;          // uniqueItems (checked where items are a string enum)
     uint32_t min_length = 0;            // a string's length bounds, in characters
     uint32_t max_length = UINT32_MAX;
     std::vector<std::string> strings;   // non-empty: a string must be one of these (sorted)
@@ -113,7 +115,7 @@ class JsonSchemaPrefix {
   // An open container the schema constrains: its node, the named properties seen (objects) and
   // the node of the value being read (an object's last key's, an array's items).
   struct Level {
-    uint64_t seen = 0;      // objects: the named properties present
+    uint64_t seen = 0;      // objects: the named properties present; unique enum arrays: the strings
     uint32_t elements = 0;  // arrays: the elements begun
     uint16_t node = JsonSchema::kAny;
     uint16_t value = JsonSchema::kAny;
@@ -134,6 +136,8 @@ class JsonSchemaPrefix {
   bool close_key(int depth);
   bool narrow(char byte, int depth);
   bool room_for_a_key(const Level& l) const;
+  // The array at `l` takes each of its items' enum strings at most once (uniqueItems).
+  bool unique_strings(const Level& l) const;
   void start_match(uint16_t node, size_t count, Match kind);
   // Whether some name i in [lo, hi) is not in `seen`.
   static bool unseen_name_in(uint64_t seen, size_t lo, size_t hi);

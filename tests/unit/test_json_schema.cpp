@@ -43,7 +43,7 @@ constexpr std::string_view kPerson = R"({
   "properties": {
     "name": {"type": "string", "minLength": 1, "maxLength": 6},
     "age": {"type": "integer"},
-    "tags": {"type": "array", "items": {"enum": ["a", "bb", "bc"]}, "maxItems": 3},
+    "tags": {"type": "array", "items": {"enum": ["a", "bb", "bc"]}, "maxItems": 3, "uniqueItems": true},
     "kind": {"anyOf": [{"$ref": "#/$defs/Kind"}, {"type": "null"}]},
     "score": {"type": ["number", "null"]}
   },
@@ -71,6 +71,8 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceNamingThePart) {
   EXPECT_EQ(path_of(R"({"type": "object", "properties": {"a": false}})"), "/properties/a");
   EXPECT_EQ(path_of(R"({"type": "object", "properties": {"a": {"type": "string", "enum": [1, 2]}}})"), "/properties/a");
   EXPECT_EQ(path_of(R"({"type": "object", "properties": {"a": {"enum": ["x\\y"]}}})"), "/properties/a/enum");
+  EXPECT_EQ(path_of(R"({"type": "object", "properties": {"a": {"type": "array", "uniqueItems": 1}}})"),
+            "/properties/a/uniqueItems");
   ordered_json many = {{"type", "object"}, {"properties", ordered_json::object()}};
   for (int i = 0; i < 65; ++i) many["properties"]["p" + std::to_string(i)] = ordered_json::object();
   EXPECT_EQ(path_of(many.dump()), "/properties");
@@ -115,6 +117,9 @@ TEST(JsonSchema, RefusesEachViolationAtItsFirstByte) {
       {R"({"tags": ["c"])", 11},                // not in the enum
       {R"({"tags": ["b"])", 12},                // a prefix of two enum strings only
       {R"({"tags": ["a\u0062"])", 12},          // an escape inside an enum string
+      {R"({"tags": ["a", "a"])", 16},           // uniqueItems: "a" once
+      {R"({"tags": ["bb", "bb)", 18},           // bb is there; only bc goes on with b
+      {R"({"tags": ["a", "bb", "bc",)", 25},    // none is left for a fourth element
       {R"({"kind": {"x": 1})", 15},             // a number where a boolean must be
       {R"({"kind": "x")", 9},                   // neither an object nor null
       {R"({"name":"a","age":1,"tags":[],"kind":null,"score":2,)", 51},  // no property is left
@@ -222,6 +227,9 @@ bool person_valid(const json& d) {
       if (!v.is_array() || v.size() > 3) return false;
       for (const json& t : v)
         if (!(t == "a" || t == "bb" || t == "bc")) return false;
+      for (size_t i = 0; i < v.size(); ++i)
+        for (size_t j = 0; j < i; ++j)
+          if (v[i] == v[j]) return false;  // uniqueItems
     }
     if (key == "kind" && !v.is_null()) {
       if (!v.is_object()) return false;
