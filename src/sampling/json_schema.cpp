@@ -103,6 +103,12 @@ class JsonSchemaCompiler {
     n.max_length = std::min(n.max_length, count_bound(s, "maxLength", path, UINT32_MAX));
     if (n.min_length > n.max_length) throw JsonSchemaError(path + "/minLength", "is more than maxLength");
     number_bounds(n, s, path);
+    if (n.unique_items) {  // unique enum strings: no array longer than the enum
+      const JsonSchema::Node& items = schema_.nodes_[n.items];
+      if (items.types == JsonSchema::kString && !items.strings.empty() && items.strings.size() <= 64 &&
+          n.min_items > items.strings.size())
+        n.types &= static_cast<uint8_t>(~JsonSchema::kArray);
+    }
     if (n.types == 0) throw JsonSchemaError(path, "the schema allows no value");
     schema_.nodes_[id] = std::move(n);
     return id;

@@ -73,6 +73,8 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceNamingThePart) {
   EXPECT_EQ(path_of(R"({"type": "object", "properties": {"a": {"enum": ["x\\y"]}}})"), "/properties/a/enum");
   EXPECT_EQ(path_of(R"({"type": "object", "properties": {"a": {"type": "array", "uniqueItems": 1}}})"),
             "/properties/a/uniqueItems");
+  EXPECT_EQ(path_of(R"({"type": "object", "properties": {"a": {"type": "array", "items": {"enum": ["x", "y"]},
+      "uniqueItems": true, "minItems": 3}}})"), "/properties/a");  // two distinct strings cannot make three
   ordered_json many = {{"type", "object"}, {"properties", ordered_json::object()}};
   for (int i = 0; i < 65; ++i) many["properties"]["p" + std::to_string(i)] = ordered_json::object();
   EXPECT_EQ(path_of(many.dump()), "/properties");
