@@ -102,6 +102,13 @@ class JsonSchemaCompiler {
     n.min_length = std::max(n.min_length, count_bound(s, "minLength", path, 0));
     n.max_length = std::min(n.max_length, count_bound(s, "maxLength", path, UINT32_MAX));
     if (n.min_length > n.max_length) throw JsonSchemaError(path + "/minLength", "is more than maxLength");
+    if (!n.strings.empty()) {  // enum strings outside the length bounds cannot be written
+      std::erase_if(n.strings, [&](const std::string& e) {
+        const auto chars = static_cast<uint32_t>(std::count_if(e.begin(), e.end(), begins_character));
+        return chars < n.min_length || chars > n.max_length;
+      });
+      if (n.strings.empty()) n.types &= static_cast<uint8_t>(~JsonSchema::kString);
+    }
     number_bounds(n, s, path);
     if (n.unique_items) {  // unique enum strings: no array longer than the enum
       const JsonSchema::Node& items = schema_.nodes_[n.items];

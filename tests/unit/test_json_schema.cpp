@@ -75,6 +75,8 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceNamingThePart) {
             "/properties/a/uniqueItems");
   EXPECT_EQ(path_of(R"({"type": "object", "properties": {"a": {"type": "array", "items": {"enum": ["x", "y"]},
       "uniqueItems": true, "minItems": 3}}})"), "/properties/a");  // two distinct strings cannot make three
+  EXPECT_EQ(path_of(R"({"type": "object", "properties": {"a": {"enum": ["x", "yz"], "minLength": 3}}})"),
+            "/properties/a");  // no enum string is long enough
   ordered_json many = {{"type", "object"}, {"properties", ordered_json::object()}};
   for (int i = 0; i < 65; ++i) many["properties"]["p" + std::to_string(i)] = ordered_json::object();
   EXPECT_EQ(path_of(many.dump()), "/properties");
@@ -182,6 +184,10 @@ TEST(JsonSchema, StringsKeepTheirLengthBounds) {
   EXPECT_EQ(refused_at(*schema, R"({"s": "\uD83D\uDE00\u00e9xy"})"), 26);
   EXPECT_EQ(refused_at(*schema, R"({"u": "a"})"), 8);       // anyOf's string alternative's bound
   EXPECT_TRUE(accepted(*schema, R"({"u": 12, "free": "a long string with no bound at all"})"));
+  // An enum's strings outside the bounds are not offered.
+  const auto short_enum = compiled(R"({"type": "object", "properties": {"e": {"enum": ["x", "yz"], "minLength": 2}}})");
+  EXPECT_EQ(refused_at(*short_enum, R"({"e": "x")"), 7);
+  EXPECT_TRUE(accepted(*short_enum, R"({"e": "yz"})"));
   for (const char* bad : {R"({"type": "string", "minLength": -1})", R"({"type": "string", "maxLength": 1.5})",
                           R"({"type": "string", "minLength": 4, "maxLength": 3})"}) {
     const std::string schema_text = std::string(R"({"type": "object", "properties": {"s": )") + bad + "}}";
