@@ -102,6 +102,20 @@ class JsonSchemaCompiler {
     n.min_length = std::max(n.min_length, count_bound(s, "minLength", path, 0));
     n.max_length = std::min(n.max_length, count_bound(s, "maxLength", path, UINT32_MAX));
     if (n.min_length > n.max_length) throw JsonSchemaError(path + "/minLength", "is more than maxLength");
+    if (const auto format = s.find("format"); format != s.end()) {
+      if (!format->is_string()) throw JsonSchemaError(path + "/format", "must be a string");
+      if (const auto f = string_format_named(format->get<std::string>())) n.format = *f;  // others: not checked
+    }
+    // A format beside length bounds is not checked (a bound could cut a time's fraction short of
+    // its offset); an enum's strings that are not of the format cannot be written.
+    if (n.min_length > 0 || n.max_length != UINT32_MAX) n.format = StringFormat::kNone;
+    if (n.format != StringFormat::kNone && !n.strings.empty()) {
+      std::erase_if(n.strings, [&](const std::string& e) {
+        StringFormatCursor cursor(n.format);
+        return !std::all_of(e.begin(), e.end(), [&](char c) { return cursor.advance(c); }) || !cursor.complete();
+      });
+      if (n.strings.empty()) n.types &= static_cast<uint8_t>(~JsonSchema::kString);
+    }
     if (!n.strings.empty()) {  // enum strings outside the length bounds cannot be written
       std::erase_if(n.strings, [&](const std::string& e) {
         const auto chars = static_cast<uint32_t>(std::count_if(e.begin(), e.end(), begins_character));
@@ -238,6 +252,7 @@ class JsonSchemaCompiler {
     }
     if (const JsonSchema::Node* s = only(JsonSchema::kString)) {
       n.strings = s->strings;
+      n.format = s->format;
       n.min_length = std::max(n.min_length, s->min_length);
       n.max_length = std::min(n.max_length, s->max_length);
     }
@@ -264,6 +279,10 @@ class JsonSchemaCompiler {
       n.min_items = std::max(n.min_items, p.min_items);
       n.max_items = std::min(n.max_items, p.max_items);
       n.unique_items = n.unique_items || p.unique_items;
+      if (p.format != StringFormat::kNone) {
+        if (n.format != StringFormat::kNone && n.format != p.format) n.types &= static_cast<uint8_t>(~JsonSchema::kString);
+        n.format = p.format;
+      }
       n.min_length = std::max(n.min_length, p.min_length);
       n.max_length = std::min(n.max_length, p.max_length);
       if (!p.strings.empty()) {
@@ -421,8 +440,11 @@ bool JsonSchemaPrefix::check(char byte, JsonObjectPrefix::Mode before, int depth
       match_ = Match::kNone;
       const bool long_enough = !bounded_string_ || chars_ >= min_chars_;
       bounded_string_ = false;
-      return enum_ok && long_enough;
+      const bool formatted = !formatted_ || format_cursor_.complete();
+      formatted_ = false;
+      return enum_ok && long_enough && formatted;
     }
+    if (formatted_ && !key_before && (after == Mode::kEscape || !format_cursor_.advance(byte))) return false;
     // A character starts at any byte but a UTF-8 continuation; an escape's '\' starts one (a
     // surrogate pair's second escape is read in other modes and adds none).
     if (bounded_string_ && !key_before && begins_character(byte) && ++chars_ > max_chars_)
@@ -525,6 +547,8 @@ bool JsonSchemaPrefix::begin_value(char byte, int depth_before) {
     if (Level* l = level(depth_before + 1)) *l = {0, 0, id, type == JsonSchema::kArray ? node.items : JsonSchema::kAny};
   } else if (type == JsonSchema::kString) {
     if (!node.strings.empty()) start_match(id, node.strings.size(), Match::kEnum);
+    formatted_ = node.format != StringFormat::kNone && node.strings.empty();
+    if (formatted_) format_cursor_ = StringFormatCursor(node.format);
     bounded_string_ = node.min_length > 0 || node.max_length != UINT32_MAX;
     chars_ = 0;
     min_chars_ = node.min_length;

@@ -9,12 +9,13 @@
 // numbers' and the draft-4 booleans' forms; exact, json_number_range.h: a bounded number is
 // written without an exponent, in at most 32 characters), `multipleOf` (integer steps; others are
 // not checked), `uniqueItems` (where the items are strings of an enum of up to 64: each at most
-// once), `enum` and `const` (the value types;
+// once), `format` date / time / date-time / uuid (json_string_format.h; not beside minLength /
+// maxLength), `enum` and `const` (the value types;
 // strings exactly), `$ref` into "#/$defs/..." or "#/definitions/...", `anyOf` / `oneOf` (the
 // alternatives' types joined; a JSON type that several alternatives allow is checked as that type
 // only) and `allOf` (the parts' constraints intersected; properties and items from the one part
-// that has them). Not checked, so an output may break them: pattern, format, multipleOf with a
-// step that is not an integer, uniqueItems of other items, not, if/then/else, prefixItems. An enum's numbers, booleans and nulls are checked by type only. Property names and enum strings are
+// that has them). Not checked, so an output may break them: pattern, other formats, multipleOf
+// with a step that is not an integer, uniqueItems of other items, not, if/then/else, prefixItems. An enum's numbers, booleans and nulls are checked by type only. Property names and enum strings are
 // matched as written: the model cannot spell them with escapes, and a schema whose names need one
 // (a quote, a backslash, a control character) is refused. Objects take at most 64 named
 // properties; containers below the 16th level of nesting take any value.
@@ -32,6 +33,7 @@
 #include "core/error.h"
 #include "sampling/json_number_range.h"
 #include "sampling/json_prefix.h"
+#include "sampling/json_string_format.h"
 
 namespace dsv4 {
 
@@ -71,6 +73,7 @@ class JsonSchema {
     uint32_t min_length = 0;            // a string's length bounds, in characters
     uint32_t max_length = UINT32_MAX;
     std::vector<std::string> strings;   // non-empty: a string must be one of these (sorted)
+    StringFormat format = StringFormat::kNone;  // a string's format (json_string_format.h)
   };
 
   // Throws JsonSchemaError naming the part at fault: a schema that is not an object or a boolean,
@@ -107,7 +110,7 @@ class JsonSchemaPrefix {
   // more characters of bytes >= 0x20 but '"' and '\' may follow (INT64_MAX with no maxLength),
   // or -1 elsewhere (outside strings, in escapes, in keys and enum strings, which are matched).
   int64_t plain_string_room() const {
-    if (!syntax_.in_plain_string() || !(match_ == Match::kNone || match_ == Match::kUnknownKey)) return -1;
+    if (!syntax_.in_plain_string() || !(match_ == Match::kNone || match_ == Match::kUnknownKey) || formatted_) return -1;
     return bounded_string_ ? static_cast<int64_t>(max_chars_) - chars_ : INT64_MAX;
   }
 
@@ -159,6 +162,9 @@ class JsonSchemaPrefix {
   uint8_t number_len_ = 0;
   uint16_t number_node_ = JsonSchema::kAny;
   std::array<char, JsonNumberRange::kMaxChars> number_{};
+  // The string value being read has a format: where its characters stand in it.
+  bool formatted_ = false;
+  StringFormatCursor format_cursor_;
   // The string value being read has length bounds: its characters so far and the bounds.
   bool bounded_string_ = false;
   uint32_t chars_ = 0, min_chars_ = 0, max_chars_ = UINT32_MAX;

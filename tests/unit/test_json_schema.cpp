@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <functional>
+#include <chrono>
 #include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -432,6 +434,93 @@ TEST(JsonSchema, AllOfTakesEveryPartsConstraints) {
   EXPECT_EQ(path_of(R"({"type": "object", "allOf": []})"), "/allOf");
   EXPECT_EQ(path_of(R"({"type": "object", "properties": {"x": {"allOf": [{"type": "string"}, {"type": "integer"}]}}})"),
             "/properties/x");  // no value is both
+}
+
+// format: date, time, date-time, uuid (StringFormatCursor), checked here by an independent parse.
+bool date_valid(const std::string& d) {
+  static const std::regex shape(R"(\d{4}-\d{2}-\d{2})");
+  if (!std::regex_match(d, shape)) return false;
+  const std::chrono::year_month_day ymd{std::chrono::year(std::stoi(d.substr(0, 4))),
+                                        std::chrono::month(static_cast<unsigned>(std::stoi(d.substr(5, 2)))),
+                                        std::chrono::day(static_cast<unsigned>(std::stoi(d.substr(8, 2))))};
+  return ymd.ok() && std::stoi(d.substr(0, 4)) >= 1;
+}
+bool time_valid(const std::string& t) {
+  static const std::regex shape(R"(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))");
+  return std::regex_match(t, shape);
+}
+bool uuid_valid(const std::string& u) {
+  static const std::regex shape(R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})");
+  return std::regex_match(u, shape);
+}
+
+constexpr std::string_view kFormats = R"({"type": "object", "properties": {
+    "day": {"type": "string", "format": "date"}, "at": {"type": "string", "format": "time"},
+    "when": {"type": "string", "format": "date-time"}, "id": {"type": "string", "format": "uuid"},
+    "mail": {"type": "string", "format": "email"}},
+  "required": ["day"], "additionalProperties": false})";
+
+bool formats_valid(const json& d) {
+  if (!d.is_object() || !d.contains("day")) return false;
+  for (const auto& [key, v] : d.items()) {
+    if (!v.is_string()) return false;
+    const std::string s = v.get<std::string>();
+    if (key == "day" && !date_valid(s)) return false;
+    if (key == "at" && !time_valid(s)) return false;
+    if (key == "when" && !(s.size() > 11 && s[10] == 'T' && date_valid(s.substr(0, 10)) && time_valid(s.substr(11))))
+      return false;
+    if (key == "id" && !uuid_valid(s)) return false;
+    if (key != "day" && key != "at" && key != "when" && key != "id" && key != "mail") return false;
+  }
+  return true;
+}
+
+TEST(JsonSchema, StringsKeepTheirFormats) {
+  const auto schema = compiled(kFormats);
+  for (std::string_view doc : {R"({"day": "2024-02-29"})", R"({"day": "1999-12-31", "at": "23:59:59Z"})",
+                               R"({"day": "2000-02-29", "at": "08:00:00.123456+05:30"})",
+                               R"({"day": "0001-01-01", "when": "2026-12-02T04:55:00-08:00"})",
+                               R"({"day": "2026-01-31", "id": "123e4567-E89b-12d3-a456-426614174000"})",
+                               R"({"day": "2026-01-31", "mail": "not checked"})"})
+    EXPECT_TRUE(accepted(*schema, doc)) << doc << " refused at " << refused_at(*schema, doc);
+  const std::vector<std::pair<std::string, int>> cases = {
+      {R"({"day": "2023-02-29"})", 18},        // 2023 is no leap year
+      {R"({"day": "1900-02-29"})", 18},        // nor is 1900
+      {R"({"day": "2024-04-31"})", 18},        // April has 30 days
+      {R"({"day": "2024-13")", 15},            // no thirteenth month
+      {R"({"day": "0000)", 12},                // no year 0
+      {R"({"day": "2024-01-0"})", 18},         // a day needs its second digit
+      {R"({"day": "2024-1-01"})", 15},
+      {R"({"day": "2024-01-01", "at": "24)", 30},  // hours to 23
+      {R"({"day": "2024-01-01", "at": "12:60)", 32},
+      {R"({"day": "2024-01-01", "at": "12:00:00"})", 37},      // an offset or Z must end it
+      {R"({"day": "2024-01-01", "at": "12:00:00.1234567)", 44},  // at most six fraction digits
+      {R"({"day": "2024-01-01", "at": "12:00:00.Z)", 38},
+      {R"({"day": "2024-01-01", "when": "2024-01-01 12)", 41},  // 'T' between date and time
+      {R"({"day": "2024-01-01", "id": "123e4567-e89b-12d3-a456-42661417400g)", 64},
+      {R"({"day": "2024-01-01", "id": "123e4567e)", 37},
+      {R"({"day": "2024\u002d)", 13},          // no escapes in a formatted string
+  };
+  for (const auto& [doc, at] : cases) EXPECT_EQ(refused_at(*schema, doc), at) << doc;
+  // An enum keeps the strings of its format; length bounds leave a format unchecked.
+  const auto days = compiled(R"({"type": "object", "properties": {"d": {"format": "date", "enum": ["2024-02-30", "2024-02-29"]},
+      "free": {"type": "string", "format": "date", "maxLength": 20}}})");
+  EXPECT_EQ(refused_at(*days, R"({"d": "2024-02-30")"), 15);
+  EXPECT_TRUE(accepted(*days, R"({"d": "2024-02-29", "free": "tomorrow"})"));
+  try {
+    compiled(R"({"type": "object", "properties": {"d": {"type": "string", "format": 7}}})");
+    ADD_FAILURE() << "a format that is not a string was taken";
+  } catch (const JsonSchemaError& e) {
+    EXPECT_EQ(e.path(), "/properties/d/format");
+  }
+}
+
+TEST(JsonSchema, RandomWalksKeepStringsInTheirFormats) {
+  const auto schema = compiled(kFormats);
+  const std::vector<std::string> vocab = {"{", "}", ",", ":", " ", "\"day\"", "\"at\"", "\"when\"", "\"id\"",
+                                          "\"mail\"", "\"", "20", "2024", "-0", "-1", "-", "01", "12", "29", "30",
+                                          "31", "T", "Z", ":", ":00", ".5", "+", "+05", "ab", "e8", "\"}", "\",", ""};
+  EXPECT_GT(random_walks(*schema, vocab, formats_valid, 17), 100);
 }
 
 TEST(JsonSchema, RandomWalksKeepNumbersInTheirBounds) {
