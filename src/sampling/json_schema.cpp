@@ -90,7 +90,7 @@ class JsonSchemaCompiler {
       else n.additional = compile(*extra, path + "/additionalProperties");
     }
     if (const auto required = s.find("required"); required != s.end()) add_required(n, *required, path + "/required");
-    if (const auto items = s.find("items"); items != s.end() && !items->is_array()) n.items = compile(*items, path + "/items");
+    array_items(n, s, path);
     // Bounds narrow what anyOf / oneOf gave.
     n.min_items = std::max(n.min_items, count_bound(s, "minItems", path, 0));
     n.max_items = std::min(n.max_items, count_bound(s, "maxItems", path, UINT32_MAX));
@@ -174,6 +174,29 @@ class JsonSchemaCompiler {
     return static_cast<uint32_t>(it->get<int64_t>());
   }
 
+  // An array's element schemas: prefixItems (or draft 7's items array) for a tuple's first
+  // elements, then items (draft 7: additionalItems) for the rest; false there allows no more.
+  void array_items(JsonSchema::Node& n, const ordered_json& s, const std::string& path) {
+    const auto items = s.find("items");
+    const auto tuple = s.find("prefixItems");
+    const bool draft7_tuple = items != s.end() && items->is_array();
+    const auto positions = tuple != s.end() ? tuple : draft7_tuple ? items : s.end();
+    if (positions != s.end()) {
+      const std::string at = path + (tuple != s.end() ? "/prefixItems" : "/items");
+      if (!positions->is_array()) throw JsonSchemaError(at, "must be an array");
+      n.prefix_items.clear();
+      for (size_t i = 0; i < positions->size(); ++i) n.prefix_items.push_back(compile((*positions)[i], at + "/" + std::to_string(i)));
+    }
+    const auto rest = draft7_tuple ? s.find("additionalItems") : (items != s.end() ? items : s.end());
+    if (rest == s.end()) return;
+    const std::string at = path + (draft7_tuple ? "/additionalItems" : "/items");
+    if (rest->is_boolean() && !rest->get<bool>()) {  // no element past the tuple's
+      n.max_items = std::min(n.max_items, static_cast<uint32_t>(n.prefix_items.size()));
+      return;
+    }
+    n.items = compile(*rest, at);
+  }
+
   // minimum / maximum / exclusiveMinimum / exclusiveMaximum: numbers (exclusive* also draft 4's
   // booleans, which make minimum / maximum exclusive); multipleOf: an integer step (others are not
   // checked). They narrow what anyOf / oneOf gave; where no number meets them, the node allows no
@@ -246,6 +269,7 @@ class JsonSchemaCompiler {
     }
     if (const JsonSchema::Node* a = only(JsonSchema::kArray)) {
       n.items = a->items;
+      n.prefix_items = a->prefix_items;
       n.unique_items = n.unique_items || a->unique_items;
       n.min_items = std::max(n.min_items, a->min_items);
       n.max_items = std::min(n.max_items, a->max_items);
@@ -302,10 +326,11 @@ class JsonSchemaCompiler {
         n.names = p.names, n.property = p.property, n.required = p.required;
         n.closed = p.closed, n.additional = p.additional;
       }
-      if (p.items != JsonSchema::kAny) {
+      if (p.items != JsonSchema::kAny || !p.prefix_items.empty()) {
         if (items_given) throw JsonSchemaError(at, "two allOf parts with items of their own are not supported");
         items_given = true;
         n.items = p.items;
+        n.prefix_items = p.prefix_items;
       }
     }
     if (n.min_items > n.max_items) throw JsonSchemaError(path, "its parts' minItems is more than their maxItems");
@@ -523,7 +548,11 @@ bool JsonSchemaPrefix::begin_value(char byte, int depth_before) {
   if (depth_before > 0) {
     Level* l = level(depth_before);
     id = l ? l->value : JsonSchema::kAny;
-    if (l && syntax_in_array(depth_before) && ++l->elements > schema_->node(l->node).max_items) return false;
+    if (l && syntax_in_array(depth_before)) {
+      const JsonSchema::Node& array = schema_->node(l->node);
+      if (l->elements < array.prefix_items.size()) id = array.prefix_items[l->elements];  // a tuple's position
+      if (++l->elements > array.max_items) return false;
+    }
   }
   const JsonSchema::Node& node = schema_->node(id);
   uint8_t type = JsonSchema::kNumber;

@@ -10,12 +10,13 @@
 // written without an exponent, in at most 32 characters), `multipleOf` (integer steps; others are
 // not checked), `uniqueItems` (where the items are strings of an enum of up to 64: each at most
 // once), `format` date / time / date-time / uuid (json_string_format.h; not beside minLength /
-// maxLength), `enum` and `const` (the value types;
+// maxLength), tuples (`prefixItems`, or draft 7's `items` array with `additionalItems`; `items:
+// false` after them), `enum` and `const` (the value types;
 // strings exactly), `$ref` into "#/$defs/..." or "#/definitions/...", `anyOf` / `oneOf` (the
 // alternatives' types joined; a JSON type that several alternatives allow is checked as that type
 // only) and `allOf` (the parts' constraints intersected; properties and items from the one part
 // that has them). Not checked, so an output may break them: pattern, other formats, multipleOf
-// with a step that is not an integer, uniqueItems of other items, not, if/then/else, prefixItems. An enum's numbers, booleans and nulls are checked by type only. Property names and enum strings are
+// with a step that is not an integer, uniqueItems of other items, not, if/then/else. An enum's numbers, booleans and nulls are checked by type only. Property names and enum strings are
 // matched as written: the model cannot spell them with escapes, and a schema whose names need one
 // (a quote, a backslash, a control character) is refused. Objects take at most 64 named
 // properties; containers below the 16th level of nesting take any value.
@@ -66,7 +67,8 @@ class JsonSchema {
     uint64_t required = 0;              // bit i: names[i] must be present
     bool closed = false;                // additionalProperties false: only `names`
     uint16_t additional = kAny;         // the node of other properties' values
-    uint16_t items = kAny;              // an array's elements
+    uint16_t items = kAny;              // an array's elements (past prefix_items)
+    std::vector<uint16_t> prefix_items;  // a tuple's first elements, one node each
     uint32_t min_items = 0;             // an array's length bounds
     uint32_t max_items = UINT32_MAX;
     bool unique_items = false;          // uniqueItems (checked where items are a string enum)

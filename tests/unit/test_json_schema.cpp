@@ -202,6 +202,30 @@ TEST(JsonSchema, StringsKeepTheirLengthBounds) {
   }
 }
 
+// Tuples: prefixItems (pydantic's Tuple[int, str]) or draft 7's items array, then items /
+// additionalItems for the rest (false: none).
+TEST(JsonSchema, TuplesTakeAnElementSchemaPerPosition) {
+  const auto schema = compiled(R"({"type": "object", "properties": {
+      "pair": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "minItems": 2, "maxItems": 2},
+      "head": {"type": "array", "prefixItems": [{"type": "boolean"}], "items": {"type": "null"}},
+      "old": {"type": "array", "items": [{"type": "string"}], "additionalItems": false},
+      "none": {"type": "array", "items": false}}})");
+  for (std::string_view doc : {R"({"pair": [1, "a"]})", R"({"head": [true, null, null]})", R"({"head": []})",
+                               R"({"old": ["x"], "none": []})"})
+    EXPECT_TRUE(accepted(*schema, doc)) << doc << " refused at " << refused_at(*schema, doc);
+  const std::vector<std::pair<std::string, int>> cases = {
+      {R"({"pair": ["a")", 10},         // the first is an integer
+      {R"({"pair": [1, 2)", 13},        // the second a string
+      {R"({"pair": [1])", 11},          // minItems 2
+      {R"({"pair": [1, "a",)", 16},     // maxItems 2
+      {R"({"head": [null)", 10},        // the first is a boolean
+      {R"({"head": [true, 1)", 16},     // the rest null
+      {R"({"old": ["x",)", 12},         // additionalItems false
+      {R"({"none": [1)", 10},           // items false: no element
+  };
+  for (const auto& [doc, at] : cases) EXPECT_EQ(refused_at(*schema, doc), at) << doc;
+}
+
 TEST(JsonSchema, RecursiveReferencesNestAsDeepAsTheTextGoes) {
   const auto schema = compiled(R"({"$ref": "#/definitions/Tree", "definitions": {"Tree": {"type": "object",
       "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/definitions/Tree"}}},
