@@ -130,27 +130,15 @@ int compare_signed(bool a_negative, const Magnitude& a, bool b_negative, const M
 
 }  // namespace
 
-void JsonNumberRange::restrict_below(double v, bool exclusive) {
-  const Bound b = lower_as_read(v, exclusive);
-  if (!lower_) {
-    lower_ = b;
-    return;
-  }
-  const int c = compare_signed(b.negative, b.magnitude, lower_->negative, lower_->magnitude);
-  if (c > 0) lower_ = b;
-  else if (c == 0) lower_->exclusive = lower_->exclusive || exclusive;
+void JsonNumberRange::keep_tighter(std::optional<Bound>& end, const Bound& b, int tighter) {
+  const int c = end ? compare_signed(b.negative, b.magnitude, end->negative, end->magnitude) : tighter;
+  if (c == tighter) end = b;
+  else if (c == 0) end->exclusive = end->exclusive || b.exclusive;
 }
 
-void JsonNumberRange::restrict_above(double v, bool exclusive) {
-  const Bound b = upper_as_read(v, exclusive);
-  if (!upper_) {
-    upper_ = b;
-    return;
-  }
-  const int c = compare_signed(b.negative, b.magnitude, upper_->negative, upper_->magnitude);
-  if (c < 0) upper_ = b;
-  else if (c == 0) upper_->exclusive = upper_->exclusive || exclusive;
-}
+void JsonNumberRange::restrict_below(double v, bool exclusive) { keep_tighter(lower_, lower_as_read(v, exclusive), 1); }
+
+void JsonNumberRange::restrict_above(double v, bool exclusive) { keep_tighter(upper_, upper_as_read(v, exclusive), -1); }
 
 bool JsonNumberRange::restrict_multiple_of(double step) {
   if (!(step >= 1 && step <= 0x1p53 && std::floor(step) == step)) return false;
@@ -167,18 +155,8 @@ bool JsonNumberRange::restrict_multiple_of(double step) {
 
 void JsonNumberRange::restrict_to(const JsonNumberRange& other) {
   if (other.step_ > 0) restrict_multiple_of(static_cast<double>(other.step_));
-  if (other.lower_) {
-    const Bound& b = *other.lower_;
-    const int c = lower_ ? compare_signed(b.negative, b.magnitude, lower_->negative, lower_->magnitude) : 1;
-    if (c > 0) lower_ = b;
-    else if (c == 0) lower_->exclusive = lower_->exclusive || b.exclusive;
-  }
-  if (other.upper_) {
-    const Bound& b = *other.upper_;
-    const int c = upper_ ? compare_signed(b.negative, b.magnitude, upper_->negative, upper_->magnitude) : -1;
-    if (c < 0) upper_ = b;
-    else if (c == 0) upper_->exclusive = upper_->exclusive || b.exclusive;
-  }
+  if (other.lower_) keep_tighter(lower_, *other.lower_, 1);
+  if (other.upper_) keep_tighter(upper_, *other.upper_, -1);
 }
 
 // The range as magnitudes of one sign: [low, high], either end maybe excluded, high maybe absent;

@@ -64,6 +64,9 @@ class JsonNumberRange {
     bool empty = false;
   };
   Side side(bool negative) const;
+  // Keeps the tighter of `end` and b: the higher for a lower end (tighter = 1), the lower for an
+  // upper one (-1); at the same decimal, excluded if either excludes it.
+  static void keep_tighter(std::optional<Bound>& end, const Bound& b, int tighter);
   bool reachable_magnitudes(const Side& s, const Magnitude& from, const Magnitude& to, bool to_inclusive,
                             size_t fraction_digits) const;
 
