@@ -465,11 +465,11 @@ bool JsonSchemaPrefix::check(char byte, JsonObjectPrefix::Mode before, int depth
       match_ = Match::kNone;
       const bool long_enough = !bounded_string_ || chars_ >= min_chars_;
       bounded_string_ = false;
-      const bool formatted = !formatted_ || format_cursor_.complete();
-      formatted_ = false;
+      const bool formatted = format_.complete();
+      format_ = StringFormatCursor();
       return enum_ok && long_enough && formatted;
     }
-    if (formatted_ && !key_before && (after == Mode::kEscape || !format_cursor_.advance(byte))) return false;
+    if (format_.active() && !key_before && (after == Mode::kEscape || !format_.advance(byte))) return false;
     // A character starts at any byte but a UTF-8 continuation; an escape's '\' starts one (a
     // surrogate pair's second escape is read in other modes and adds none).
     if (bounded_string_ && !key_before && begins_character(byte) && ++chars_ > max_chars_)
@@ -477,11 +477,13 @@ bool JsonSchemaPrefix::check(char byte, JsonObjectPrefix::Mode before, int depth
     if (after == Mode::kEscape) return match_ == Match::kNone || match_ == Match::kUnknownKey;
     return narrow(byte, depth_before);
   }
-  if (bounded_number_) {  // the previous byte was part of a bounded number
+  if (number_node_ != JsonSchema::kAny) {  // the previous byte was part of a bounded number
     if (is_number_mode(after)) return add_number_byte(byte);
     // This byte ends it: the whole number must lie in the range.
-    bounded_number_ = number_unchecked_ = false;
-    if (!schema_->node(number_node_).range.contains(std::string_view(number_.data(), number_len_))) return false;
+    const uint16_t node = number_node_;
+    number_node_ = JsonSchema::kAny;
+    number_unchecked_ = false;
+    if (!schema_->node(node).range.contains(std::string_view(number_.data(), number_len_))) return false;
   }
   const bool whitespace = byte == ' ' || byte == '\t' || byte == '\n' || byte == '\r';
   if (whitespace) return true;
@@ -567,7 +569,6 @@ bool JsonSchemaPrefix::begin_value(char byte, int depth_before) {
   if (!(node.types & type)) return false;
   integer_only_ = type == JsonSchema::kNumber && node.integer_only;
   if (type == JsonSchema::kNumber && node.range.bounded()) {
-    bounded_number_ = true;
     number_node_ = id;
     number_len_ = 0;
     return add_number_byte(byte);
@@ -576,8 +577,7 @@ bool JsonSchemaPrefix::begin_value(char byte, int depth_before) {
     if (Level* l = level(depth_before + 1)) *l = {0, 0, id, type == JsonSchema::kArray ? node.items : JsonSchema::kAny};
   } else if (type == JsonSchema::kString) {
     if (!node.strings.empty()) start_match(id, node.strings.size(), Match::kEnum);
-    formatted_ = node.format != StringFormat::kNone && node.strings.empty();
-    if (formatted_) format_cursor_ = StringFormatCursor(node.format);
+    format_ = StringFormatCursor(node.strings.empty() ? node.format : StringFormat::kNone);
     bounded_string_ = node.min_length > 0 || node.max_length != UINT32_MAX;
     chars_ = 0;
     min_chars_ = node.min_length;

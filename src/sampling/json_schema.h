@@ -112,7 +112,7 @@ class JsonSchemaPrefix {
   // more characters of bytes >= 0x20 but '"' and '\' may follow (INT64_MAX with no maxLength),
   // or -1 elsewhere (outside strings, in escapes, in keys and enum strings, which are matched).
   int64_t plain_string_room() const {
-    if (!syntax_.in_plain_string() || !(match_ == Match::kNone || match_ == Match::kUnknownKey) || formatted_) return -1;
+    if (!syntax_.in_plain_string() || !(match_ == Match::kNone || match_ == Match::kUnknownKey) || format_.active()) return -1;
     return bounded_string_ ? static_cast<int64_t>(max_chars_) - chars_ : INT64_MAX;
   }
 
@@ -158,15 +158,15 @@ class JsonSchemaPrefix {
   uint16_t match_lo_ = 0, match_hi_ = 0, match_len_ = 0;
   Match match_ = Match::kNone;
   bool integer_only_ = false;  // the number being read must stay an integer
-  // The number being read has bounds (number_node_'s range): its characters so far, checked
-  // against them at the end of each advance and in full when the number ends.
-  bool bounded_number_ = false, number_unchecked_ = false;
-  uint8_t number_len_ = 0;
+  // A number with bounds is being read (number_node_, never kAny then, holds them): its
+  // characters so far, checked against them at the end of each advance and in full when the
+  // number ends.
   uint16_t number_node_ = JsonSchema::kAny;
+  bool number_unchecked_ = false;
+  uint8_t number_len_ = 0;
   std::array<char, JsonNumberRange::kMaxChars> number_{};
-  // The string value being read has a format: where its characters stand in it.
-  bool formatted_ = false;
-  StringFormatCursor format_cursor_;
+  // The string value being read: where its characters stand in its format (kNone: it has none).
+  StringFormatCursor format_;
   // The string value being read has length bounds: its characters so far and the bounds.
   bool bounded_string_ = false;
   uint32_t chars_ = 0, min_chars_ = 0, max_chars_ = UINT32_MAX;

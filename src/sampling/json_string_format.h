@@ -27,8 +27,10 @@ class StringFormatCursor {
 
   // Whether `byte` can come next (the cursor moves past it if so).
   bool advance(char byte);
-  // The characters so far are a whole value.
+  // The characters so far are a whole value (always, for kNone).
   bool complete() const;
+  // A format is being followed (not kNone).
+  bool active() const { return format_ != StringFormat::kNone; }
 
  private:
   bool date_byte(char byte, int at);
