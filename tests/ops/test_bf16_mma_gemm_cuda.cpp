@@ -1,6 +1,6 @@
 // kernels::bf16_mma_gemm (bf16 x bf16 on tensor cores with fp32 sums) against an fp64 host
 // reference, and its summation-order contract: a row's result is the same bits whether it runs
-// alone, in a batch of any size (any x tile) or as a slice of one.
+// alone, in a batch of any size (any x tile) or as a slice of one, on either kernel.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -117,6 +117,73 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Bf16MmaGemmCudaOrder,
                          [](const auto& info) {
                            return "n" + std::to_string(info.param.first) + "_k" + std::to_string(info.param.second);
                          });
+
+// y of p forced onto `kernel`, as bytes: rows x ldy elements of fp32 or bf16, poisoned first.
+std::vector<uint8_t> run_forced(kernels::Bf16MmaGemmParams p, kernels::Bf16MmaKernel kernel, int64_t rows, bool bf16) {
+  const size_t bytes = static_cast<size_t>(rows * p.ldy) * (bf16 ? 2 : 4);
+  DeviceBuffer<uint8_t> y(bytes);
+  y.poison();
+  p.y = {y.get(), bf16};
+  p.kernel = kernel;
+  kernels::bf16_mma_gemm(p, nullptr);
+  DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+  return y.download();
+}
+
+class Bf16MmaGemmCudaStaged : public ::testing::TestWithParam<Shape4> {};
+
+// The staged kernel gives the streamed kernel's bits in fp32 and bf16, and writes nothing outside
+// [m, n] (3 spare columns and a spare row keep their poison in both).
+TEST_P(Bf16MmaGemmCudaStaged, SameBitsAsStreamed) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const auto [m, n, k, ldx] = GetParam();
+  const Operands ops(m, n, k, ldx, static_cast<uint32_t>(m * 5 + n * 11 + k));
+  kernels::Bf16MmaGemmParams p = ops.params(0, m, nullptr);
+  p.ldy = n + 3;
+  for (const bool bf16 : {false, true}) {
+    const std::vector<uint8_t> streamed = run_forced(p, kernels::Bf16MmaKernel::kStreamed, m + 1, bf16);
+    const std::vector<uint8_t> staged = run_forced(p, kernels::Bf16MmaKernel::kStaged, m + 1, bf16);
+    ASSERT_EQ(staged.size(), streamed.size());
+    const size_t elem = bf16 ? 2 : 4;
+    for (size_t i = 0; i < staged.size(); i += elem)
+      ASSERT_EQ(std::memcmp(&staged[i], &streamed[i], elem), 0)
+          << (bf16 ? "bf16" : "fp32") << " y[" << i / elem / p.ldy << ", " << i / elem % p.ldy
+          << "]: staged and streamed kernels differ";
+  }
+}
+
+// Partial tiles in both directions, 1 to 33 K blocks (passes of unequal length, empty ones), x
+// with a wider row stride.
+INSTANTIATE_TEST_SUITE_P(Shapes, Bf16MmaGemmCudaStaged,
+                         ::testing::Values(Shape4{64, 136, 1152, 1160}, Shape4{300, 520, 1152, 1152},
+                                           Shape4{129, 264, 128, 136}, Shape4{1000, 64, 4224, 4224},
+                                           Shape4{77, 1032, 384, 392}, Shape4{256, 256, 512, 512}),
+                         [](const auto& info) {
+                           return "m" + std::to_string(info.param.m) + "_n" + std::to_string(info.param.n) + "_k" +
+                                  std::to_string(info.param.k) + "_ldx" + std::to_string(info.param.ldx);
+                         });
+
+TEST(Bf16MmaGemmCudaOutput, ChoosesTheStagedKernelForPrefillSizes) {
+  using kernels::Bf16MmaKernel;
+  kernels::Bf16MmaGemmParams p;
+  p.k = 4096;
+  const auto dense = [&](int64_t m, int64_t n) {
+    p.m = m;
+    p.n = n;
+    return kernels::bf16_mma_gemm_choice(p);
+  };
+  EXPECT_EQ(dense(1, 4096), Bf16MmaKernel::kStreamed);
+  EXPECT_EQ(dense(63, 32768), Bf16MmaKernel::kStreamed);
+  EXPECT_EQ(dense(256, 2048), Bf16MmaKernel::kStreamed);  // 32 tiles of 128 x 128: too few for the GPU
+  EXPECT_EQ(dense(8192, 64), Bf16MmaKernel::kStaged);     // the indexer's weights at an 8k prefill
+  EXPECT_EQ(dense(8192, 256), Bf16MmaKernel::kStaged);    // the MoE gate
+  p.second.n = 256;
+  EXPECT_EQ(dense(8192, 256), Bf16MmaKernel::kStreamed);
+  p.kernel = Bf16MmaKernel::kStaged;
+  EXPECT_THROW(dense(8192, 256), UsageError);
+  p.second.n = 0;
+  EXPECT_EQ(dense(1, 16), Bf16MmaKernel::kStaged);
+}
 
 TEST(Bf16MmaGemmCudaOutput, Bf16IsTheRoundedFp32Output) {
   DSV4_SKIP_WITHOUT_GPU();

@@ -1,4 +1,4 @@
-// The bf16 tensor-core GEMM (see bf16_mma_gemm.h for the summation order). A block of 4 warps owns
+// The bf16 tensor-core GEMM (see bf16_mma_gemm.h for the summation order). Streamed kernel: a block of 4 warps owns
 // 16 weight rows and up to 8 * NT x rows; warp j takes the K blocks b with b mod 4 == j and the
 // block adds the four partial sums in order at the end. mma.sync m16n8k16 (bf16) takes the weight
 // rows as A and the x rows as B. Each lane reads the same 32 K positions of its rows per K block
@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "kernels/cuda_check.h"
 #include "kernels/gemm/mma_lanes.cuh"
+#include "kernels/gemm/staged_tiles.cuh"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
@@ -165,6 +166,154 @@ __global__ void __launch_bounds__(kSplitWarps * 32) bf16_mma_gemm_split_kernel(B
   });
 }
 
+// ---- The staged kernel (prefill) ----
+//
+// A CTA of 8 warps owns 128 weight rows [n0, n0 + 128) and 128 x rows. Each K block comes into
+// shared memory in two halves with cp.async, three halves ahead: half h holds, of every row, the
+// values 32t + 16h .. 32t + 16h + 15 for t = 0..3 (the values lane t feeds to MMA steps 4h ..
+// 4h + 3), as 8 chunks of 16 bytes, chunk 2t + u holding values 32t + 16h + 8u .. + 7, so every
+// operand byte crosses L2 once per CTA instead of once per warp. Warp (wm, wn) = (warp % 4,
+// warp / 4) computes weight rows 32 wm .. 32 wm + 31 (two m16 tiles i) against x rows 64 wn ..
+// 64 wn + 63 (eight n8 tiles j), issuing for every output the streamed kernel's eight MMAs per block
+// with the same operands in the same fragment slots; the CTA walks the blocks in staged_block_at's
+// order (pass p accumulates lane q_p) with the running sum of the four lanes in shared memory:
+// the streamed kernel's bits. A half's row r keeps its chunk c at chunk c ^ (r % 8) of its 128
+// bytes: the eight lanes a 128-bit load serves at once (rows 2h', 2h' + 1, t = 0..3, chunk 2t + u)
+// hit eight distinct bank groups.
+constexpr int kStagedWarps = 8;
+constexpr int kStagedThreads = kStagedWarps * 32;
+constexpr int kStagedRows = 128;  // weight rows of a CTA
+constexpr int kStagedXRows = 128;  // x rows of a CTA
+constexpr int kHalfStages = 4;
+constexpr int kHalfTileBytes = 128 * 128;  // 128 rows x 64 bf16 values
+constexpr int kHalfStageBytes = 2 * kHalfTileBytes;  // weight, then x
+constexpr int kStagedOutputsPerLane = 2 * 8 * 4;  // m16 tiles x n8 tiles x accumulator registers
+constexpr int kStagedSumBytes = kStagedWarps * kStagedOutputsPerLane * 32 * static_cast<int>(sizeof(float));
+constexpr int kStagedSharedBytes = kHalfStages * kHalfStageBytes + kStagedSumBytes;  // 196608: one CTA per SM
+static_assert(kStagedSharedBytes <= 227 * 1024, "the staged kernel's shared memory exceeds Hopper's 227 KiB");
+// The dense rule of kernels::fp8_mma_gemm: from 64 rows, when the grid has 40 tiles of 128 x 128.
+constexpr int64_t kStagedMinRows = 64;
+constexpr int64_t kStagedMinTiles = 40;
+
+__device__ __forceinline__ uint32_t half_chunk_at(int r, int c) {
+  return static_cast<uint32_t>(r * 128 + ((c ^ (r % 8)) << 4));
+}
+
+__global__ void __launch_bounds__(kStagedThreads, 1) bf16_mma_gemm_staged_kernel(Bf16MmaGemmParams p) {
+  pdl_wait();
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int wm = warp % 4, wn = warp / 4;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kStagedRows;
+  const int64_t x_row0 = static_cast<int64_t>(blockIdx.y) * kStagedXRows;
+  const int x_rows = static_cast<int>(min(static_cast<int64_t>(kStagedXRows), p.m - x_row0));
+  const int kblocks = static_cast<int>(p.k / kKBlock);
+
+  // This thread's copies per half: chunk c = tid % 8 (values 32 (c / 2) + 16h + 8 (c % 2) ..) of
+  // weight rows and x rows tid / 8 + 32 i (i = 0..3).
+  const int copy_row = tid / 8, copy_chunk = tid % 8;
+  const int64_t copy_value = 32 * (copy_chunk / 2) + 8 * (copy_chunk % 2);
+  const uint16_t* w_src = p.w + (n0 + copy_row) * p.k + copy_value;
+  const uint16_t* x_src = p.x + (x_row0 + copy_row) * p.ldx + copy_value;
+  const uint32_t smem0 = shared_address(smem);
+  // Half-step hs: half hs % 2 of the block the walk reaches at step hs / 2.
+  auto load_half = [&](int hs) {
+    if (hs < 2 * kblocks) {
+      const int64_t at = staged_block_at(hs / 2, kblocks) * kKBlock + 16 * (hs % 2);
+      const uint32_t stage = smem0 + static_cast<uint32_t>((hs % kHalfStages) * kHalfStageBytes);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int row = copy_row + 32 * i;
+        const bool w_valid = n0 + row < p.n, x_valid = row < x_rows;
+        const uint32_t dst = half_chunk_at(row, copy_chunk);
+        cp_async16(stage + dst, w_valid ? w_src + (32 * i) * p.k + at : p.w, w_valid);
+        cp_async16(stage + kHalfTileBytes + dst, x_valid ? x_src + (32 * i) * p.ldx + at : p.x, x_valid);
+      }
+    }
+    cp_async_commit();
+  };
+  float* sums = reinterpret_cast<float*>(smem + kHalfStages * kHalfStageBytes) + warp * kStagedOutputsPerLane * 32 + lane;
+
+#pragma unroll
+  for (int hs = 0; hs < kHalfStages - 1; ++hs) load_half(hs);
+
+  int step = 0;
+  for (int pass = 0; pass < 4; ++pass) {
+    float q[2][8][4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) q[i][j][0] = q[i][j][1] = q[i][j][2] = q[i][j][3] = 0.0f;
+
+    for (int b = pass; b < kblocks; b += 4, ++step) {
+      float blk[2][8][4];
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) blk[i][j][0] = blk[i][j][1] = blk[i][j][2] = blk[i][j][3] = 0.0f;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {  // MMA steps 4 half .. 4 half + 3
+        const int hs = 2 * step + half;
+        cp_async_wait<kHalfStages - 2>();
+        __syncthreads();  // half-step hs is in; every warp is done with hs - 1's stage, which the next load takes
+        load_half(hs + kHalfStages - 1);
+        const uint8_t* stage = smem + (hs % kHalfStages) * kHalfStageBytes;
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {  // chunk 2t + u: steps 4 half + 2u and + 1
+          uint4 a_lo[2], a_hi[2], xb[8];
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            const int row = 32 * wm + 16 * i + g;
+            a_lo[i] = *reinterpret_cast<const uint4*>(stage + half_chunk_at(row, 2 * t + u));
+            a_hi[i] = *reinterpret_cast<const uint4*>(stage + half_chunk_at(row + 8, 2 * t + u));
+          }
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+            xb[j] = *reinterpret_cast<const uint4*>(stage + kHalfTileBytes + half_chunk_at(64 * wn + 8 * j + g, 2 * t + u));
+#pragma unroll
+          for (int sub = 0; sub < 2; ++sub)  // step 4 half + 2u + sub: values 32t + 4 step .. + 3
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+              for (int j = 0; j < 8; ++j)
+                mma_bf16_f32(blk[i][j], word_of(a_lo[i], 2 * sub), word_of(a_hi[i], 2 * sub), word_of(a_lo[i], 2 * sub + 1),
+                             word_of(a_hi[i], 2 * sub + 1), word_of(xb[j], 2 * sub), word_of(xb[j], 2 * sub + 1));
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) q[i][j][c] = __fadd_rn(q[i][j][c], blk[i][j][c]);
+    }
+
+    // Fold lane q_pass into the running sum (this lane's own words of shared memory: no barrier).
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          float& sum = sums[((i * 8 + j) * 4 + c) * 32];
+          sum = pass == 0 ? q[i][j][c] : __fadd_rn(sum, q[i][j][c]);
+        }
+  }
+  cp_async_wait<0>();  // no copy may still be landing when the block's shared memory is reused
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int r = 64 * wn + 8 * j + 2 * t + (c & 1);
+        const int64_t n = n0 + 32 * wm + 16 * i + g + (c >= 2 ? 8 : 0);
+        if (r < x_rows && n < p.n) store_float(p.y, (x_row0 + r) * p.ldy + n, sums[((i * 8 + j) * 4 + c) * 32]);
+      }
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
@@ -174,12 +323,39 @@ bool bf16_mma_gemm_supports(const Bf16MmaGemmParams& p) {
          (p.second.n == 0 || aligned16(p.second.w));
 }
 
+Bf16MmaKernel bf16_mma_gemm_choice(const Bf16MmaGemmParams& p) {
+  const bool paired = p.second.n > 0;
+  switch (p.kernel) {
+    case Bf16MmaKernel::kAuto:
+      return !paired && p.m >= kStagedMinRows &&
+                     (p.m + kStagedXRows - 1) / kStagedXRows * ((p.n + kStagedRows - 1) / kStagedRows) >= kStagedMinTiles
+                 ? Bf16MmaKernel::kStaged
+                 : Bf16MmaKernel::kStreamed;
+    case Bf16MmaKernel::kStreamed: return p.kernel;
+    case Bf16MmaKernel::kStaged:
+      if (paired) throw UsageError("bf16_mma_gemm: a second output takes the streamed kernel, not the staged one");
+      return p.kernel;
+  }
+  throw UsageError("bf16_mma_gemm: unknown kernel " + std::to_string(static_cast<int>(p.kernel)));
+}
+
 void bf16_mma_gemm(const Bf16MmaGemmParams& p, cudaStream_t stream) {
   if (!bf16_mma_gemm_supports(p))
     throw UsageError("bf16_mma_gemm: k=" + std::to_string(p.k) + ", ldx=" + std::to_string(p.ldx) +
                      ": k must be a multiple of 128, ldx of 8, and both operands 16-byte aligned");
   const int64_t row_blocks = (p.n + kRowsPerBlock - 1) / kRowsPerBlock + (p.second.n + kRowsPerBlock - 1) / kRowsPerBlock;
   if (p.m == 0 || row_blocks == 0) return;
+  if (bf16_mma_gemm_choice(p) == Bf16MmaKernel::kStaged) {
+    const int64_t tiles = (p.m + kStagedXRows - 1) / kStagedXRows;
+    if (tiles > 65535)
+      throw UsageError("bf16_mma_gemm: " + std::to_string(p.m) + " rows exceed one launch (split the call)");
+    DSV4_CUDA_CHECK(cudaFuncSetAttribute(bf16_mma_gemm_staged_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         kStagedSharedBytes));
+    const dim3 grid(static_cast<unsigned>((p.n + kStagedRows - 1) / kStagedRows), static_cast<unsigned>(tiles));
+    launch_pdl(bf16_mma_gemm_staged_kernel, grid, kStagedThreads, kStagedSharedBytes, stream, p);
+    DSV4_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   const int nt = p.m <= 8 ? 1 : p.m <= 16 ? 2 : 4;
   if (nt == 1 && row_blocks <= kSplitMaxBlocks) {
     launch_pdl(bf16_mma_gemm_split_kernel, dim3(static_cast<unsigned>(row_blocks)), kSplitWarps * 32, 0, stream, p);

@@ -8,7 +8,8 @@
 // block b (128 wide) gives blk_b = the tensor cores' fp32 sum of its 128 products, taken as eight
 // 16-deep MMAs in a fixed order from zero; the four lanes q_j (j = b mod 4) each accumulate
 // q_j = q_j + blk_b over their blocks ascending; y = ((q_0 + q_1) + q_2) + q_3, rounded to y's
-// type. (kernels/gemm/fp8_mma_gemm's order, with no scales.)
+// type. (kernels/gemm/fp8_mma_gemm's order, with no scales.) Two kernels keep it: the streamed one
+// (decode) and the staged one (prefill), as in fp8_mma_gemm.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,6 +28,12 @@ struct Bf16MmaOutput {
   int64_t n = 0;
 };
 
+enum class Bf16MmaKernel : uint8_t {
+  kAuto,      // see bf16_mma_gemm_choice
+  kStreamed,  // 16 weight rows x 8/16/32 x rows per block, operands straight into registers: decode
+  kStaged,    // 128 weight rows x 128 x rows per CTA, halves of K blocks staged in shared memory: prefill
+};
+
 struct Bf16MmaGemmParams {
   const uint16_t* x = nullptr;  // [m, k] bf16, row stride ldx (a multiple of 8)
   int64_t ldx = 0;
@@ -36,9 +43,16 @@ struct Bf16MmaGemmParams {
   int64_t m = 0;
   int64_t n = 0;
   int64_t k = 0;                // a multiple of 128
-  // A second linear of the same x in the same launch (n > 0): its rows get the bits they get alone.
+  // A second linear of the same x in the same launch (n > 0; the streamed kernel): its rows get the
+  // bits they get alone.
   Bf16MmaOutput second;
+  Bf16MmaKernel kernel = Bf16MmaKernel::kAuto;
 };
+
+// The kernel bf16_mma_gemm runs for p: kAuto takes the staged kernel from 64 rows when its grid has
+// at least 40 tiles of 128 x 128 and there is no second output, else the streamed one (the same
+// bits either way). A second output with a forced kStaged throws UsageError.
+Bf16MmaKernel bf16_mma_gemm_choice(const Bf16MmaGemmParams& p);
 
 // Whether the kernel takes these operands: k a multiple of 128, ldx a multiple of 8 and the
 // pointers (x, w and a second output's w) 16-byte aligned (the caller falls back to kernels::simple_gemm otherwise).
