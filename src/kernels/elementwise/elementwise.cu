@@ -65,6 +65,53 @@ __global__ void rms_norm_kernel(RmsNormRowsParams p) {
   }
 }
 
+// Rows whose rms_norm_kernel block would have V * 32 <= 256 threads with at most four values each
+// (the per-head q norm's hundreds of thousands of 512-wide rows, the kv and q norms): a warp per
+// row does that block's arithmetic, lane l standing in for threads w * 32 + l (w < V). Each of
+// those sums its values w * 32 + l + c * V * 32 (c = 0..3) in the same order, each virtual warp's
+// sum takes the same butterfly, and the V sums are added in order from 0: rms_norm_kernel's bits,
+// without blocks of 32-256 threads each paying a block's start and a __syncthreads.
+constexpr int kNormValuesPerThread = 4;
+constexpr int kNormWarpRowsPerBlock = 8;
+
+template <int V>
+__global__ void rms_norm_warp_kernel(RmsNormRowsParams p) {
+  pdl_wait();
+  constexpr int kRowThreads = V * 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t row = blockIdx.x * static_cast<int64_t>(kNormWarpRowsPerBlock) + threadIdx.x / 32;
+  if (row >= p.rows) return;  // the whole warp
+  const int64_t base = row * p.dim;
+  float v[V][kNormValuesPerThread], ss[V];
+#pragma unroll
+  for (int w = 0; w < V; ++w) {
+    ss[w] = 0;
+#pragma unroll
+    for (int c = 0; c < kNormValuesPerThread; ++c) {
+      const int64_t i = w * 32 + lane + static_cast<int64_t>(c) * kRowThreads;
+      v[w][c] = i < p.dim ? load_float(p.x, base + i) : 0.0f;
+      if (i < p.dim) ss[w] = fmaf(v[w][c], v[w][c], ss[w]);
+    }
+  }
+  float total = 0;
+#pragma unroll
+  for (int w = 0; w < V; ++w) {
+    for (int off = 16; off > 0; off /= 2) ss[w] += __shfl_xor_sync(0xffffffffu, ss[w], off);
+    total += ss[w];
+  }
+  const float mean = total / static_cast<float>(p.dim);
+  const float inv = 1.0f / sqrtf(mean + p.eps);
+#pragma unroll
+  for (int w = 0; w < V; ++w)
+#pragma unroll
+    for (int c = 0; c < kNormValuesPerThread; ++c) {
+      const int64_t i = w * 32 + lane + static_cast<int64_t>(c) * kRowThreads;
+      if (i >= p.dim) continue;
+      const float y = __fmul_rn(v[w][c], inv);
+      store_float(p.y, base + i, p.weight.data ? __fmul_rn(load_float(p.weight, i), y) : y);
+    }
+}
+
 __global__ void rope_kernel(RopeRowsParams p) {
   pdl_wait();
   extern __shared__ float trig[];  // cos[half], then sin[half]
@@ -290,6 +337,22 @@ void rms_norm_rows(const RmsNormRowsParams& p, cudaStream_t stream) {
   // they take whole 1024-thread blocks. The block size fixes the summation order, and it depends
   // on dim alone, so a row's result never depends on how many rows the batch has.
   const int64_t threads = std::clamp<int64_t>((p.dim / 4 + 31) / 32 * 32, 32, 1024);
+  if (threads <= 32 * 8 && (p.dim + threads - 1) / threads <= kNormValuesPerThread) {  // a warp per row
+    const auto blocks = static_cast<unsigned>((p.rows + kNormWarpRowsPerBlock - 1) / kNormWarpRowsPerBlock);
+    const unsigned block_threads = 32 * kNormWarpRowsPerBlock;
+    switch (threads / 32) {
+      case 1: launch_pdl(rms_norm_warp_kernel<1>, blocks, block_threads, 0, stream, p); break;
+      case 2: launch_pdl(rms_norm_warp_kernel<2>, blocks, block_threads, 0, stream, p); break;
+      case 3: launch_pdl(rms_norm_warp_kernel<3>, blocks, block_threads, 0, stream, p); break;
+      case 4: launch_pdl(rms_norm_warp_kernel<4>, blocks, block_threads, 0, stream, p); break;
+      case 5: launch_pdl(rms_norm_warp_kernel<5>, blocks, block_threads, 0, stream, p); break;
+      case 6: launch_pdl(rms_norm_warp_kernel<6>, blocks, block_threads, 0, stream, p); break;
+      case 7: launch_pdl(rms_norm_warp_kernel<7>, blocks, block_threads, 0, stream, p); break;
+      default: launch_pdl(rms_norm_warp_kernel<8>, blocks, block_threads, 0, stream, p); break;
+    }
+    DSV4_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   launch_pdl(rms_norm_kernel, static_cast<unsigned>(p.rows), static_cast<unsigned>(threads), 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
