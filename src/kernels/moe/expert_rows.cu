@@ -1,9 +1,12 @@
 // Row gathers copy a row per block, in 16-byte words where the rows allow it (else 16-bit words:
-// every activation dtype is a multiple of that); the combine runs one thread per (token, column)
-// with the CPU's summation order. Blocks loop over rows (grid y for the combine) so that no
+// every activation dtype is a multiple of that); the combine runs one thread per (token, column),
+// or per eight columns of bf16 expert rows, with the CPU's summation order. Blocks loop over rows (grid y for the combine) so that no
 // thread divides 64-bit indices.
 #include "kernels/moe/expert_rows.h"
 
+#include <cstdint>
+
+#include "core/numeric.h"
 #include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
 
@@ -38,6 +41,32 @@ __global__ void combine_experts_kernel(CombineExpertsParams p) {
   }
 }
 
+// The same sums, eight columns a thread, the experts' bf16 rows read 16 bytes at a time (dim a
+// multiple of 8, expert_out 16-byte aligned).
+__global__ void combine_experts_x8_kernel(CombineExpertsParams p) {
+  pdl_wait();
+  const int64_t c0 = (blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x) * 8;
+  if (c0 >= p.dim) return;
+  const auto* rows = static_cast<const uint16_t*>(p.expert_out.data);
+  for (int64_t t = blockIdx.y; t < p.tokens; t += gridDim.y) {
+    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t s = 0; s < p.k; ++s) {
+      const int32_t row = p.row_of[t * p.k + s];
+      if (row < 0) continue;
+      const uint4 v = *reinterpret_cast<const uint4*>(rows + row * p.dim + c0);
+      const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        acc[i] = __fadd_rn(acc[i], bf16_to_float(static_cast<uint16_t>(words[i / 2] >> (16 * (i % 2)))));
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int64_t x = t * p.dim + c0 + i;
+      store_float(p.out, x, __fadd_rn(acc[i], load_float(p.shared, x)));
+    }
+  }
+}
+
 unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
 // A block (or grid row) per row up to `limit`; the kernels loop over the rows past it.
@@ -57,6 +86,12 @@ void gather_rows(const GatherRowsParams& p, cudaStream_t stream) {
 
 void combine_experts(const CombineExpertsParams& p, cudaStream_t stream) {
   if (p.tokens <= 0 || p.dim <= 0) return;
+  if (p.expert_out.bf16 && p.dim % 8 == 0 && reinterpret_cast<uintptr_t>(p.expert_out.data) % 16 == 0) {
+    const dim3 grid(blocks_for(p.dim / 8), row_blocks(p.tokens, 65535));
+    launch_pdl(combine_experts_x8_kernel, grid, kThreads, 0, stream, p);
+    DSV4_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   const dim3 grid(blocks_for(p.dim), row_blocks(p.tokens, 65535));
   launch_pdl(combine_experts_kernel, grid, kThreads, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
