@@ -467,22 +467,24 @@ INSTANTIATE_TEST_SUITE_P(Routings, MoeRouteTest,
 
 // ---- swiglu -------------------------------------------------------------------------------------
 
+// Shapes: a decode's few values (one thread a value) and a prefill's many (eight bf16 values a
+// thread for bf16).
 TEST_F(CudaOpsAttentionMoeTest, SwigluMatchesCpu) {
-  const int64_t T = 33, I = 200;
-  for (DType dt : {DType::kF32, DType::kBF16})
-    for (float limit : {0.0f, 7.0f})
-      for (bool weighted : {false, true}) {
-        const Both gate = both(random_tensor(dt, {T, I}, 4.0f)), up = both(random_tensor(dt, {T, I}, 4.0f));
-        const Both rw = both(random_tensor(DType::kF32, {T}, 1.0f));
-        Both out = output(dt, {T, I});
-        const ConstTensorView crw = weighted ? ConstTensorView(rw.cpu.view()) : ConstTensorView();
-        const ConstTensorView grw = weighted ? ConstTensorView(rw.gpu.view()) : ConstTensorView();
-        cpu_.swiglu({gate.cpu.view(), up.cpu.view(), crw, limit, out.cpu.view()});
-        gpu_->swiglu({gate.gpu.view(), up.gpu.view(), grw, limit, out.gpu.view()});
-        const std::string what = std::string("swiglu ") + dtype_label(dt) + " limit " + std::to_string(int(limit)) +
-                                 (weighted ? " weighted" : "");
-        EXPECT_LT(measure(what, gpu_floats(out), cpu_floats(out)), dt == DType::kF32 ? 1e-6 : 1e-3) << what;
-      }
+  for (const auto& [T, I] : {std::pair<int64_t, int64_t>{33, 200}, {300, 1024}})
+    for (DType dt : {DType::kF32, DType::kBF16})
+      for (float limit : {0.0f, 7.0f})
+        for (bool weighted : {false, true}) {
+          const Both gate = both(random_tensor(dt, {T, I}, 4.0f)), up = both(random_tensor(dt, {T, I}, 4.0f));
+          const Both rw = both(random_tensor(DType::kF32, {T}, 1.0f));
+          Both out = output(dt, {T, I});
+          const ConstTensorView crw = weighted ? ConstTensorView(rw.cpu.view()) : ConstTensorView();
+          const ConstTensorView grw = weighted ? ConstTensorView(rw.gpu.view()) : ConstTensorView();
+          cpu_.swiglu({gate.cpu.view(), up.cpu.view(), crw, limit, out.cpu.view()});
+          gpu_->swiglu({gate.gpu.view(), up.gpu.view(), grw, limit, out.gpu.view()});
+          const std::string what = "swiglu " + std::to_string(T) + " x " + std::to_string(I) + " " + dtype_label(dt) +
+                                   " limit " + std::to_string(int(limit)) + (weighted ? " weighted" : "");
+          EXPECT_LT(measure(what, gpu_floats(out), cpu_floats(out)), dt == DType::kF32 ? 1e-6 : 1e-3) << what;
+        }
 }
 
 // ---- moe_experts --------------------------------------------------------------------------------

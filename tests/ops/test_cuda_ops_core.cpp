@@ -473,9 +473,11 @@ TEST_F(CudaOpsCore, WriteCacheRowsSkipsEntriesWithoutAPoolRow) {
 }
 
 // Shapes: rows of 1000, of 512 (the indexer's and kv norms') and of 9000 (over a block's 1024
-// threads, so more than four values a thread); the last row alone gets the bits it gets in the batch.
+// threads, so more than four values a thread), few (a block per row) and many (a warp per row);
+// the last row alone (on a block) gets the bits it gets in the batch.
 TEST_F(CudaOpsCore, RmsNormMatchesWithinTheLastBit) {
-  for (const auto& [rows, dim] : {std::pair<int64_t, int64_t>{7, 1000}, {19, 512}, {3, 9000}}) {
+  for (const auto& [rows, dim] :
+       {std::pair<int64_t, int64_t>{7, 1000}, {19, 512}, {3, 9000}, {4096, 1000}, {4100, 512}}) {
     const BothWeights w = load_both("norm", WeightFormat::kPlain, random_tensor(DType::kBF16, {dim}, 0.5f));
     for (DType dt : {DType::kF32, DType::kBF16})
       for (bool weighted : {true, false}) {
