@@ -54,11 +54,22 @@ __global__ void count_pairs_kernel(ExpertPlanParams p) {
   if (lane == 0) p.count[e] = n;
 }
 
+// Rows [placed, pairs) belong to no expert (pairs whose id is out of range, reported through
+// p.fault): they gather token 0 with weight 0 instead of whatever the buffers held, so the gather
+// reads inside x until the fault surfaces at the next synchronisation.
+__device__ void fill_unplaced_rows(const ExpertPlanParams& p, int64_t placed, int64_t first, int64_t stride) {
+  for (int64_t i = placed + first; i < p.pairs; i += stride) {
+    p.src_token[i] = 0;
+    p.row_weight[i] = 0.0f;
+  }
+}
+
 // One block of 32 threads: offsets and tile starts by a serial scan (a few hundred experts),
 // then each thread writes the tiles of its experts.
 __global__ void plan_tiles_kernel(ExpertPlanParams p) {
   pdl_wait();
   extern __shared__ int32_t first_tile[];  // [num_experts]
+  __shared__ int32_t placed;
   if (threadIdx.x == 0) {
     int32_t rows = 0, tiles = 0;
     for (int32_t e = 0; e < p.num_experts; ++e) {
@@ -68,8 +79,10 @@ __global__ void plan_tiles_kernel(ExpertPlanParams p) {
       tiles += (p.count[e] + p.tile_rows - 1) / p.tile_rows;
     }
     *p.tile_count = tiles;
+    placed = rows;
   }
   __syncthreads();
+  fill_unplaced_rows(p, placed, threadIdx.x, blockDim.x);
   for (int32_t e = threadIdx.x; e < p.num_experts; e += blockDim.x) {
     const int32_t c = p.count[e], begin = p.offset[e];
     for (int32_t j = 0; j * p.tile_rows < c; ++j)
@@ -133,8 +146,8 @@ __global__ void __launch_bounds__(kSmallThreads) plan_small_kernel(ExpertPlanPar
   }
   __syncthreads();
   const int32_t c = e < p.num_experts ? count[e] : 0;
-  int32_t begin = 0, first_tile = 0, tiles = 0;
-  Scan(scan).ExclusiveSum(c, begin);
+  int32_t begin = 0, placed = 0, first_tile = 0, tiles = 0;
+  Scan(scan).ExclusiveSum(c, begin, placed);
   __syncthreads();
   Scan(scan).ExclusiveSum((c + p.tile_rows - 1) / p.tile_rows, first_tile, tiles);
   offset[e] = begin;
@@ -145,6 +158,7 @@ __global__ void __launch_bounds__(kSmallThreads) plan_small_kernel(ExpertPlanPar
       p.tiles[first_tile + j] = {e, begin + j * p.tile_rows, min(p.tile_rows, c - j * p.tile_rows)};
   }
   if (e == 0) *p.tile_count = tiles;
+  fill_unplaced_rows(p, placed, e, kSmallThreads);
   __syncthreads();
   for (int64_t r = e; r < p.pairs; r += kSmallThreads) {
     const int32_t id = ids[r];

@@ -25,7 +25,8 @@ struct ExpertPlanParams {
   int32_t* count = nullptr;
   int32_t* offset = nullptr;
   // The plan. Grouped row i holds (token src_token[i]) with weight row_weight[i]; (token, slot)
-  // pair r went to grouped row row_of[r], or -1 if its expert id is outside [0, num_experts).
+  // pair r went to grouped row row_of[r], or -1 if its expert id is outside [0, num_experts)
+  // (the rows after the placed ones then hold token 0 with weight 0).
   int32_t* src_token = nullptr;      // [pairs]
   float* row_weight = nullptr;       // [pairs]
   int32_t* row_of = nullptr;         // [pairs]
