@@ -67,6 +67,19 @@ struct Operands {
   double w_at(int64_t g, int64_t c, int64_t i) const {
     return e4m3_to_float(w[(g * n + c) * k + i]) * double(ws[g * ws_group + (c / 128) * ws_ld + i / 128]);
   }
+  // y[r, c] against group 0's weight in fp64, and the sum of the products' magnitudes.
+  struct Reference {
+    double sum = 0, magnitude = 0;
+  };
+  Reference reference(int64_t r, int64_t c) const {
+    Reference ref;
+    for (int64_t i = 0; i < k; ++i) {
+      const double prod = x_at(r, i) * w_at(0, c, i);
+      ref.sum += prod;
+      ref.magnitude += std::fabs(prod);
+    }
+    return ref;
+  }
 
   // A dense call over x rows [r0, r0 + rows) and group g's weight, y not yet set (ldy = n).
   kernels::Fp8MmaGemmParams inputs(int64_t r0, int64_t rows, int64_t g) const {
@@ -117,12 +130,7 @@ TEST_P(Fp8MmaGemmCuda, MatchesHostReferenceToFp32Accuracy) {
   double err2 = 0, ref2 = 0;
   for (int64_t r = 0; r < m; ++r)
     for (int64_t c = 0; c < n; ++c) {
-      double want = 0, magnitude = 0;
-      for (int64_t i = 0; i < k; ++i) {
-        const double prod = ops.x_at(r, i) * ops.w_at(0, c, i);
-        want += prod;
-        magnitude += std::fabs(prod);
-      }
+      const auto [want, magnitude] = ops.reference(r, c);
       const double got = y[r * n + c];
       ASSERT_LE(std::fabs(got - want), 1e-6 * magnitude)
           << "y[" << r << ", " << c << "] = " << got << ", want " << want << " (sum |products| " << magnitude << ")";
@@ -162,12 +170,7 @@ TEST_P(Fp8MmaGemmCuda, WgmmaMatchesHostReferenceToItsBound) {
   double err2 = 0, ref2 = 0, worst = 0;
   for (int64_t r = 0; r < m; ++r)
     for (int64_t c = 0; c < n; ++c) {
-      double want = 0, magnitude = 0;
-      for (int64_t i = 0; i < k; ++i) {
-        const double prod = ops.x_at(r, i) * ops.w_at(0, c, i);
-        want += prod;
-        magnitude += std::fabs(prod);
-      }
+      const auto [want, magnitude] = ops.reference(r, c);
       const double got = y[r * n + c];
       ASSERT_FALSE(std::isnan(got)) << "y[" << r << ", " << c << "] unwritten";
       worst = std::max(worst, std::fabs(got - want) / magnitude);

@@ -536,7 +536,7 @@ TEST_P(IndexerSelectTest, MatchesHostSelectionOnCraftedRows) {
   for (int64_t r = 0; r < R; ++r) {
     const std::vector<float>& v = rows[static_cast<size_t>(r)].second;
     std::copy(v.begin(), v.end(), scores.begin() + r * stride);
-    descs.push_back({r, {}});
+    descs.push_back({r, {}, {}});
     seq_of_token.push_back(static_cast<int32_t>(r));
     positions.push_back(static_cast<int32_t>(v.size()) - 1);  // at ratio 1: v.size() visible entries
   }

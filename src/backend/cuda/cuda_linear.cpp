@@ -114,8 +114,8 @@ void CudaOps::linear(const LinearParams& p) {
 }
 
 void CudaOps::run_fp8_mma(kernels::Fp8MmaGemmParams g) {
-  const bool prefill_sized = g.tiles != nullptr ? g.tile_rows > 32 : g.m >= kernels::kFp8MmaStagedMinRows;
-  if (options_.fp8_gemm == Fp8Gemm::kWgmma && g.second.n == 0 && prefill_sized)
+  // --fp8-gemm wgmma: the GEMMs the default would give the staged kernel take the WGMMA one.
+  if (options_.fp8_gemm == Fp8Gemm::kWgmma && kernels::fp8_mma_gemm_choice(g) == kernels::Fp8MmaKernel::kStaged)
     g.kernel = kernels::Fp8MmaKernel::kWgmmaFp8;
   kernels::fp8_mma_gemm(g, stream_);
 }

@@ -24,9 +24,8 @@ enum class Fp8Gemm {
   // kernels::fp8_mma_gemm: the codes on fp16 tensor cores, exact products, fp32 sums per 128-wide
   // K block, one summation order for every batch size (the default).
   kFp16Mma,
-  // As kFp16Mma, except that the prefill-sized GEMMs (dense with at least
-  // kernels::kFp8MmaStagedMinRows rows, grouped tiles of more than 32 rows) take Hopper's FP8
-  // tensor cores (kernels::Fp8MmaKernel::kWgmmaFp8, fp32 sums promoted every 128-wide K block):
+  // As kFp16Mma, except that the GEMMs kFp16Mma runs on its staged kernel (prefill sizes: see
+  // kernels::fp8_mma_gemm_choice) take Hopper's FP8 tensor cores (kernels::Fp8MmaKernel::kWgmmaFp8, fp32 sums promoted every 128-wide K block):
   // faster, but the FP8 MMA keeps fewer bits inside a block, so not kFp16Mma's numbers
   // (docs/PERF.md has the measurements).
   kWgmma,

@@ -32,25 +32,33 @@ __device__ __forceinline__ void load_ids(const ExpertPlanParams& p, int64_t base
   }
 }
 
-__global__ void count_pairs_kernel(ExpertPlanParams p) {
-  pdl_wait();
-  const int32_t e = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (e >= p.num_experts) return;
-  int32_t n = 0;
+// Walks the pairs as expert e's warp: visit(r, in, id, ballot) for each lane's pair r (in: r <
+// pairs; id: its expert id, 0 past the end), with the warp's ballot of the pairs that are e's.
+template <typename Visit>
+__device__ __forceinline__ void for_each_pair(const ExpertPlanParams& p, int32_t e, int lane, Visit&& visit) {
   for (int64_t base = 0; base < p.pairs; base += 32 * kChunksAhead) {
     int32_t ids[kChunksAhead];
     load_ids(p, base, lane, ids);
 #pragma unroll
     for (int c = 0; c < kChunksAhead; ++c) {
       const int64_t r = base + 32 * c + lane;
-      const int32_t id = ids[c];
-      n += __popc(__ballot_sync(0xffffffffu, r < p.pairs && id == e));
-      // Expert 0's warp also looks for ids no expert owns.
-      if (e == 0 && r < p.pairs && !valid_expert(id, p.num_experts) && atomicCAS(p.fault, 0, kFaultExpertId) == 0)
-        p.fault[1] = id;
+      const bool in = r < p.pairs;
+      visit(r, in, ids[c], __ballot_sync(0xffffffffu, in && ids[c] == e));
     }
   }
+}
+
+__global__ void count_pairs_kernel(ExpertPlanParams p) {
+  pdl_wait();
+  const int32_t e = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (e >= p.num_experts) return;
+  int32_t n = 0;
+  for_each_pair(p, e, lane, [&](int64_t, bool in, int32_t id, uint32_t ballot) {
+    n += __popc(ballot);
+    // Expert 0's warp also looks for ids no expert owns.
+    if (e == 0 && in && !valid_expert(id, p.num_experts) && atomicCAS(p.fault, 0, kFaultExpertId) == 0) p.fault[1] = id;
+  });
   if (lane == 0) p.count[e] = n;
 }
 
@@ -96,25 +104,16 @@ __global__ void place_pairs_kernel(ExpertPlanParams p) {
   const int lane = threadIdx.x % 32;
   if (e >= p.num_experts) return;
   int32_t next = p.offset[e];
-  for (int64_t base = 0; base < p.pairs; base += 32 * kChunksAhead) {
-    int32_t ids[kChunksAhead];
-    load_ids(p, base, lane, ids);
-#pragma unroll
-    for (int c = 0; c < kChunksAhead; ++c) {
-      const int64_t r = base + 32 * c + lane;
-      const int32_t id = ids[c];
-      const bool mine = r < p.pairs && id == e;
-      const uint32_t ballot = __ballot_sync(0xffffffffu, mine);
-      if (mine) {
-        const int32_t i = next + __popc(ballot & ((1u << lane) - 1));
-        p.src_token[i] = static_cast<int32_t>(r / p.k);
-        p.row_weight[i] = p.weights[r];
-        p.row_of[r] = i;
-      }
-      if (e == 0 && r < p.pairs && !valid_expert(id, p.num_experts)) p.row_of[r] = -1;
-      next += __popc(ballot);
+  for_each_pair(p, e, lane, [&](int64_t r, bool in, int32_t id, uint32_t ballot) {
+    if (in && id == e) {
+      const int32_t i = next + __popc(ballot & ((1u << lane) - 1));
+      p.src_token[i] = static_cast<int32_t>(r / p.k);
+      p.row_weight[i] = p.weights[r];
+      p.row_of[r] = i;
     }
-  }
+    if (e == 0 && in && !valid_expert(id, p.num_experts)) p.row_of[r] = -1;
+    next += __popc(ballot);
+  });
 }
 
 }  // namespace
