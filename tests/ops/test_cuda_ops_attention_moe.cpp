@@ -426,13 +426,28 @@ std::string routing_name(const ::testing::TestParamInfo<Routing>& info) {
   return names[static_cast<int>(info.param)];
 }
 
-class MoeRouteTest : public CudaOpsAttentionMoeTest, public ::testing::WithParamInterface<Routing> {};
+class MoeRouteTest : public CudaOpsAttentionMoeTest, public ::testing::WithParamInterface<Routing> {
+ protected:
+  void check_route(int64_t E, bool ties);
+};
 
+// Expert counts: 64, 200 (not a multiple of the selecting warp's 32) and V4-Pro's 384; with ties
+// (logits on a grid of three values, so equal scores, where the lowest id must win) at 384.
 TEST_P(MoeRouteTest, MatchesCpu) {
+  for (const auto& [E, ties] : {std::pair<int64_t, bool>{64, false}, {200, false}, {384, false}, {384, true}}) {
+    SCOPED_TRACE("experts " + std::to_string(E) + (ties ? " with ties" : ""));
+    check_route(E, ties);
+  }
+}
+
+void MoeRouteTest::check_route(int64_t E, bool ties) {
   const Routing r = GetParam();
-  const int64_t T = 50, E = 64, k = 6, V = 100;
+  const int64_t T = 50, k = 6, V = 100;
   const float route_scale = 2.5f;
-  const Both logits = both(random_tensor(DType::kF32, {T, E}, 2.0f));
+  Tensor logits_host = random_tensor(DType::kF32, {T, E}, 2.0f);
+  if (ties)
+    for (int64_t i = 0; i < T * E; ++i) logits_host.data<float>()[i] = std::round(logits_host.data<float>()[i]);
+  const Both logits = both(logits_host);
   const BothWeights bias = plain_weight("bias", random_tensor(DType::kF32, {E}, 0.5f));
   std::vector<int32_t> table;
   for (int64_t v = 0; v < V; ++v) {  // distinct experts per id, deliberately unsorted

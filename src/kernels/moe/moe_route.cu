@@ -1,10 +1,13 @@
 // One CTA per token: the scores in parallel into shared memory; the top-k selection as k rounds
-// of a block-wide first-maximum search (the largest selection score among the unchosen experts,
+// of a warp-wide first-maximum search (the largest selection score among the unchosen experts,
 // the lowest id among equals: for finite scores exactly CpuOps' serial scan); then one thread
 // weights and sorts exactly as CpuOps does (sums in selection order). Only the last bit of
 // expf/log1pf can differ from the CPU's scores.
 #include "kernels/moe/moe_route.h"
 
+#include <string>
+
+#include "core/error.h"
 #include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
 
@@ -12,6 +15,7 @@ namespace dsv4::kernels {
 namespace {
 
 constexpr int kThreads = 128;
+constexpr int kLaneExperts = 16;  // experts per lane of the selecting warp: up to 512
 
 // torch.nn.functional.softplus with beta 1 and threshold 20.
 __device__ float softplus(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
@@ -53,21 +57,28 @@ __global__ void moe_route_kernel(MoeRouteParams p) {
 
   __shared__ int32_t chosen[kMaxRouteK];
   if (p.tid2eid == nullptr) {
-    __shared__ float warp_best_score[kThreads / 32];
-    __shared__ int32_t warp_best[kThreads / 32];
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    // Warp 0 alone, no block barrier per round: lane l holds the selection scores of experts
+    // l + 32 j in registers; its first maximum among those not taken (j ascending), then the
+    // butterfly leaves the warp's first maximum in every lane and its owner marks it taken.
+    if (threadIdx.x >= 32) return;
+    const int lane = static_cast<int>(threadIdx.x);
+    float score[kLaneExperts];
+    uint32_t taken = 0;  // bit j: expert lane + 32 j chosen, or past the experts
+#pragma unroll
+    for (int j = 0; j < kLaneExperts; ++j) {
+      const int64_t e = lane + 32 * j;
+      score[j] = e < E ? biased[e] : 0.0f;
+      if (e >= E) taken |= 1u << j;
+    }
     for (int64_t i = 0; i < k; ++i) {
-      // This thread's first maximum over its experts (ascending), then the block's.
       int32_t best = -1;
       float best_score = 0.0f;
-      for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
-        bool taken = false;
-        for (int64_t u = 0; u < i; ++u) taken |= chosen[u] == e;
-        if (!taken && (best < 0 || biased[e] > best_score)) {
-          best = static_cast<int32_t>(e);
-          best_score = biased[e];
+#pragma unroll
+      for (int j = 0; j < kLaneExperts; ++j)
+        if (!(taken >> j & 1u) && (best < 0 || score[j] > best_score)) {
+          best = lane + 32 * j;
+          best_score = score[j];
         }
-      }
       for (int off = 16; off > 0; off /= 2) {
         const int32_t other = __shfl_xor_sync(0xffffffffu, best, off);
         const float other_score = __shfl_xor_sync(0xffffffffu, best_score, off);
@@ -76,23 +87,8 @@ __global__ void moe_route_kernel(MoeRouteParams p) {
           best_score = other_score;
         }
       }
-      if (lane == 0) {
-        warp_best[warp] = best;
-        warp_best_score[warp] = best_score;
-      }
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        for (int j = 1; j < kThreads / 32; ++j) {
-          const int32_t other = warp_best[j];
-          const float other_score = warp_best_score[j];
-          if (beats(other, other_score, best, best_score)) {
-            best = other;
-            best_score = other_score;
-          }
-        }
-        chosen[i] = best;
-      }
-      __syncthreads();
+      if (best >= 0 && best % 32 == lane) taken |= 1u << (best / 32);
+      if (lane == 0) chosen[i] = best;
     }
   }
   if (threadIdx.x != 0) return;
@@ -145,6 +141,9 @@ __global__ void moe_route_kernel(MoeRouteParams p) {
 
 void moe_route(const MoeRouteParams& p, cudaStream_t stream) {
   if (p.tokens <= 0) return;
+  if (p.num_experts > 32 * kLaneExperts)
+    throw UsageError("moe_route: " + std::to_string(p.num_experts) + " experts, at most " +
+                     std::to_string(32 * kLaneExperts));
   const size_t smem = static_cast<size_t>(2 * p.num_experts) * sizeof(float);
   launch_pdl(moe_route_kernel, static_cast<unsigned>(p.tokens), kThreads, smem, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
