@@ -295,18 +295,15 @@ void dequant_mxfp4(ConstTensorView w, ConstTensorView scale, std::span<float> ou
   }
 }
 
-Fp8BlockWeight cast_mxfp4_to_fp8(ConstTensorView w, ConstTensorView scale, const std::string& name) {
+Mxfp4BlockShifts mxfp4_block_shifts(ConstTensorView w, ConstTensorView scale, const std::string& name) {
   const auto [rows, cols] = check_mxfp4(w, scale, name);
   const int64_t groups = cols / kFp4Block;
-
-  Fp8BlockWeight result{Tensor(DType::kF8E4M3, {rows, cols}),
-                        Tensor(DType::kF8E8M0, {ceil_div(rows, kFp8Block), ceil_div(cols, kFp8Block)})};
-  const uint8_t* packed = w.data<uint8_t>();
+  Mxfp4BlockShifts result{Tensor(DType::kF8E8M0, {ceil_div(rows, kFp8Block), ceil_div(cols, kFp8Block)}),
+                          Tensor(DType::kU8, {rows, groups})};
   const uint8_t* scales = scale.data<uint8_t>();
-  uint8_t* codes = result.weight.data<uint8_t>();
-  uint8_t* block_scales = result.scale.data<uint8_t>();
-  const int64_t block_cols = result.scale.shape()[1];
-  constexpr int kShift = 6;  // 6 * 2^6 = 384 <= 448: every e2m1 value times 2^0..2^6 fits e4m3
+  uint8_t* block_scales = result.block_scale.data<uint8_t>();
+  uint8_t* shifts = result.shift.data<uint8_t>();
+  const int64_t block_cols = result.block_scale.shape()[1];
   for (int64_t br = 0; br * kFp8Block < rows; ++br) {
     const int64_t r0 = br * kFp8Block;
     const int64_t r1 = std::min(rows, r0 + kFp8Block);
@@ -323,10 +320,10 @@ Fp8BlockWeight cast_mxfp4_to_fp8(ConstTensorView w, ConstTensorView scale, const
           if (s == kE8M0Nan) throw TensorError(where() + " holds a NaN scale (0xFF) at row " + std::to_string(r));
           s_max = std::max(s_max, static_cast<int>(s));
         }
-      if (s_max < kShift)
+      if (s_max < kMxfp4MaxShift)
         throw TensorError(where() + ": largest scale 2^" + std::to_string(s_max - 127) +
                           " leaves no room for the block scale 2^-6 below it");
-      const int block_code = s_max - kShift;
+      const int block_code = s_max - kMxfp4MaxShift;
       block_scales[br * block_cols + bc] = static_cast<uint8_t>(block_code);
       for (int64_t r = r0; r < r1; ++r)
         for (int64_t g = g0; g < g1; ++g) {
@@ -337,15 +334,26 @@ Fp8BlockWeight cast_mxfp4_to_fp8(ConstTensorView w, ConstTensorView scale, const
                               std::to_string(g * kFp4Block + kFp4Block - 1) +
                               " is more than 2^6 below the block's largest 2^" +
                               std::to_string(s_max - 127) + "; the FP8 cast would lose bits");
-          const int shift = s - block_code;  // 0..6
-          for (int64_t c = g * kFp4Block; c < (g + 1) * kFp4Block; ++c) {
-            const uint8_t byte = packed[(r * cols + c) / 2];
-            const uint8_t fp4 = (c % 2 == 0) ? e2m1x2_low(byte) : e2m1x2_high(byte);
-            codes[r * cols + c] = float_to_e4m3(ldexpf(e2m1_to_float(fp4), shift));
-          }
+          shifts[r * groups + g] = static_cast<uint8_t>(s - block_code);
         }
     }
   }
+  return result;
+}
+
+Fp8BlockWeight cast_mxfp4_to_fp8(ConstTensorView w, ConstTensorView scale, const std::string& name) {
+  Mxfp4BlockShifts shifts = mxfp4_block_shifts(w, scale, name);
+  const int64_t rows = w.dim(0), cols = 2 * w.dim(1), groups = cols / kFp4Block;
+  Fp8BlockWeight result{Tensor(DType::kF8E4M3, {rows, cols}), std::move(shifts.block_scale)};
+  const uint8_t* packed = w.data<uint8_t>();
+  const uint8_t* shift = shifts.shift.data<uint8_t>();
+  uint8_t* codes = result.weight.data<uint8_t>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint8_t byte = packed[(r * cols + c) / 2];
+      const uint8_t fp4 = (c % 2 == 0) ? e2m1x2_low(byte) : e2m1x2_high(byte);
+      codes[r * cols + c] = float_to_e4m3(ldexpf(e2m1_to_float(fp4), shift[r * groups + c / kFp4Block]));
+    }
   return result;
 }
 

@@ -64,9 +64,18 @@ void dequant_fp8_block(ConstTensorView w, ConstTensorView scale, std::span<float
 void dequant_mxfp4(ConstTensorView w, ConstTensorView scale, std::span<float> out,
                    const std::string& name);
 
-// DeepSeek's lossless cast of an MXFP4 weight to FP8 with 128x128 block scales (MODEL.md §14).
-// Throws TensorError when some per-32 scale in a 128x128 block is below s_max / 2^6 (the cast
-// would drop bits).
+// DeepSeek's lossless cast of an MXFP4 weight to FP8 with 128x128 block scales (MODEL.md §14):
+// each 128x128 block's scale is 2^-6 times its largest per-32 scale, and each group of 32 inputs
+// keeps its e2m1 values times 2^shift (shift = its scale over the block's, 0..6: at most
+// 6 * 2^6 = 384 <= 448, so every value fits e4m3 exactly). Throws TensorError when some per-32
+// scale in a block is below s_max / 2^6 (the cast would drop bits).
+constexpr int kMxfp4MaxShift = 6;
+struct Mxfp4BlockShifts {
+  Tensor block_scale;  // e8m0 [ceil(out/128), ceil(in/128)]
+  Tensor shift;        // U8 [out, in/32], 0..kMxfp4MaxShift
+};
+Mxfp4BlockShifts mxfp4_block_shifts(ConstTensorView w, ConstTensorView scale, const std::string& name);
+
 struct Fp8BlockWeight {
   Tensor weight;  // e4m3 [out, in]
   Tensor scale;   // e8m0 [ceil(out/128), ceil(in/128)]

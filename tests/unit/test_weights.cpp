@@ -364,6 +364,29 @@ TEST(CastMxfp4ToFp8, BlockScalesFollowEachBlocksLargestScale) {
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
 }
 
+// The shifts the cast applies: e2m1 x 2^shift x the block's scale is the MXFP4 value, and each
+// group's scale is its block's times 2^shift.
+TEST(CastMxfp4ToFp8, BlockShiftsRebuildTheWeight) {
+  const int64_t rows = 200, cols = 320;
+  const Mxfp4Weight m = patterned_mxfp4(rows, cols, 120, 6);
+  const Mxfp4BlockShifts shifts = mxfp4_block_shifts(m.w.view(), m.s.view(), "t");
+  ASSERT_EQ(shifts.block_scale.shape(), (Shape{2, 3}));
+  ASSERT_EQ(shifts.shift.shape(), (Shape{rows, cols / 32}));
+  std::vector<float> want(static_cast<size_t>(rows * cols));
+  dequant_mxfp4(m.w.view(), m.s.view(), want, "t");
+  const uint8_t* packed = m.w.data<uint8_t>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint8_t shift = shifts.shift.data<uint8_t>()[r * (cols / 32) + c / 32];
+      const uint8_t block = shifts.block_scale.data<uint8_t>()[(r / 128) * 3 + c / 128];
+      ASSERT_LE(shift, kMxfp4MaxShift);
+      ASSERT_EQ(block + shift, m.s.data<uint8_t>()[r * (cols / 32) + c / 32]);
+      const uint8_t byte = packed[(r * cols + c) / 2];
+      const float v = e2m1_to_float(c % 2 == 0 ? e2m1x2_low(byte) : e2m1x2_high(byte));
+      ASSERT_EQ(std::ldexp(v, shift) * e8m0_to_float(block), want[static_cast<size_t>(r * cols + c)]) << r << ", " << c;
+    }
+}
+
 TEST(CastMxfp4ToFp8, RefusesBlocksWhoseScalesSpanMoreThan2To6) {
   Mxfp4Weight m = patterned_mxfp4(128, 256, 120, 0);
   m.s.data<uint8_t>()[3] = 127;  // block (0, 0): 127 vs 120 is 2^7 apart
