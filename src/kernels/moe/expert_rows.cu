@@ -1,7 +1,7 @@
 // Row gathers copy a row per block, in 16-byte words where the rows allow it (else 16-bit words:
 // every activation dtype is a multiple of that); the combine runs one thread per (token, column),
-// or per eight columns of bf16 expert rows, with the CPU's summation order. Blocks loop over rows (grid y for the combine) so that no
-// thread divides 64-bit indices.
+// or per eight columns of bf16 expert rows, with the CPU's summation order. Blocks loop over rows
+// (grid y for the combine) so that no thread divides 64-bit indices.
 #include "kernels/moe/expert_rows.h"
 
 #include <cstdint>

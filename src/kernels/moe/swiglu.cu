@@ -18,16 +18,20 @@ constexpr int kThreads = 256;
 // on eight, the 786k-value one (batch 64) 237 and 153.
 constexpr int64_t kEightWideMinValues = int64_t{1} << 18;
 
+// One value before the row weight: the clamps (limit > 0), then silu(gate) * up.
+__device__ __forceinline__ float swiglu_value(float gate, float up, float limit) {
+  if (limit > 0) {
+    gate = fminf(gate, limit);
+    up = fminf(fmaxf(up, -limit), limit);
+  }
+  return __fmul_rn(__fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate))), up);
+}
+
 __global__ void swiglu_kernel(SwigluParams p) {
   pdl_wait();
   const int64_t x = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
   if (x >= p.rows * p.cols) return;
-  float gate = load_float(p.gate, x), up = load_float(p.up, x);
-  if (p.limit > 0) {
-    gate = fminf(gate, p.limit);
-    up = fminf(fmaxf(up, -p.limit), p.limit);
-  }
-  float h = __fmul_rn(__fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate))), up);
+  float h = swiglu_value(load_float(p.gate, x), load_float(p.up, x), p.limit);
   if (p.row_weight != nullptr) h = __fmul_rn(p.row_weight[x / p.cols], h);
   store_float(p.out, x, h);
 }
@@ -48,13 +52,8 @@ __global__ void swiglu_bf16x8_kernel(SwigluParams p) {
     uint16_t h[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      float gate = bf16_to_float(static_cast<uint16_t>(gw[i] >> (16 * half)));
-      float up = bf16_to_float(static_cast<uint16_t>(uw[i] >> (16 * half)));
-      if (p.limit > 0) {
-        gate = fminf(gate, p.limit);
-        up = fminf(fmaxf(up, -p.limit), p.limit);
-      }
-      float v = __fmul_rn(__fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate))), up);
+      float v = swiglu_value(bf16_to_float(static_cast<uint16_t>(gw[i] >> (16 * half))),
+                             bf16_to_float(static_cast<uint16_t>(uw[i] >> (16 * half))), p.limit);
       if (p.row_weight != nullptr) v = __fmul_rn(weight, v);
       h[half] = float_to_bf16(v);
     }
