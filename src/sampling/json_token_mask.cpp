@@ -37,6 +37,24 @@ JsonTokenMask::JsonTokenMask(std::span<const std::string> token_bytes) {
   std::copy(group_begin_.begin(), group_begin_.end() - 1, next.begin());
   for (int32_t id = 0; id < vocab_size(); ++id)
     if (!bytes(id).empty()) by_first_byte_[next[static_cast<unsigned char>(bytes(id)[0])]++] = id;
+  ByteOrder& order = byte_order_;
+  order.ids = by_first_byte_;
+  std::sort(order.ids.begin(), order.ids.end(),
+            [&](int32_t a, int32_t b) { return bytes(a) < bytes(b) || (bytes(a) == bytes(b) && a < b); });
+  order.groups = group_begin_;  // the same counts by first byte, in the same order
+  order.shared.assign(order.ids.size(), 0);
+  order.tail_offsets.assign(order.ids.size() + 1, 0);
+  for (size_t k = 0; k < order.ids.size(); ++k) {
+    const std::string_view token = bytes(order.ids[k]);
+    max_token_bytes_ = std::max(max_token_bytes_, token.size());
+    if (k > 0) {
+      const std::string_view previous = bytes(order.ids[k - 1]);
+      const auto [differs, ignored] = std::mismatch(token.begin(), token.end(), previous.begin(), previous.end());
+      order.shared[k] = static_cast<uint32_t>(differs - token.begin());
+    }
+    order.tails += token.substr(order.shared[k]);
+    order.tail_offsets[k + 1] = static_cast<uint32_t>(order.tails.size());
+  }
 }
 
 std::string_view JsonTokenMask::bytes(int32_t id) const {

@@ -39,6 +39,23 @@ class JsonTokenMask {
   std::string_view bytes(int32_t id) const;
   int32_t vocab_size() const { return static_cast<int32_t>(offsets_.size()) - 1; }
 
+  // The non-empty tokens sorted by their bytes, stored as a walk down a trie of the vocabulary
+  // meets them: token k (id ids[k]) is the first shared[k] bytes of token k - 1 and then tail(k),
+  // so a walk in this order starts each token from the state after the shared bytes
+  // (regex_prefix.h). The tokens whose first byte is b are k in [groups[b], groups[b + 1]).
+  struct ByteOrder {
+    std::vector<int32_t> ids;
+    std::vector<uint32_t> shared;
+    std::string tails;                   // every tail, in order
+    std::vector<uint32_t> tail_offsets;  // tail k is tails[tail_offsets[k], tail_offsets[k + 1])
+    std::array<uint32_t, 257> groups{};
+    std::string_view tail(size_t k) const {
+      return std::string_view(tails).substr(tail_offsets[k], tail_offsets[k + 1] - tail_offsets[k]);
+    }
+  };
+  const ByteOrder& byte_order() const { return byte_order_; }
+  size_t max_token_bytes() const { return max_token_bytes_; }
+
  private:
   template <typename Prefix>
   size_t allowed(const Prefix& prefix, std::vector<uint8_t>& allowed) const;
@@ -51,6 +68,8 @@ class JsonTokenMask {
   // '"' nor '\', else kNotPlain.
   static constexpr uint16_t kNotPlain = UINT16_MAX;
   std::vector<uint16_t> plain_chars_;
+  ByteOrder byte_order_;
+  size_t max_token_bytes_ = 0;
 };
 
 }  // namespace dsv4
