@@ -25,6 +25,7 @@
 #include "sampling/choice_prefix.h"
 #include "sampling/json_prefix.h"
 #include "sampling/json_token_mask.h"
+#include "sampling/regex_prefix.h"
 #include "sampling/sampler.h"
 #include "scheduler/scheduler.h"
 #include "tokenizer/tokenizer.h"
@@ -183,6 +184,7 @@ class Engine::Impl {
     std::optional<JsonSchemaPrefix> json;  // OutputFormat::kJsonObject: the output so far
     std::shared_ptr<const JsonSchema> json_schema;  // what `json` checks against (none: any object)
     std::optional<ChoicePrefix> choice;    // OutputFormat::kChoice: the output so far
+    std::optional<RegexPrefix> regex;      // OutputFormat::kRegex: the output so far
     std::string text;                      // decoded so far (stop string cut)
     std::optional<int32_t> prompt_logprobs;  // GenerateRequest::prompt_logprobs
     std::vector<GeneratedToken> prompt_token_logprobs;  // prompt tokens 1.., sent with the first chunk
@@ -199,7 +201,8 @@ class Engine::Impl {
   static bool plain_greedy(const Request& r) {
     const SamplingParams& s = r.sampling;
     return s.temperature == 0.0f && !s.logprobs && s.presence_penalty == 0.0f && s.frequency_penalty == 0.0f &&
-           s.repetition_penalty == 1.0f && s.logit_bias.empty() && !r.json && !r.choice;
+           s.repetition_penalty == 1.0f && s.logit_bias.empty() && !r.json && !r.choice &&
+           !r.regex;
   }
 
   static EngineConfig resolve(EngineConfig c, const Model& model);
@@ -397,6 +400,11 @@ RequestHandle Engine::Impl::submit(GenerateRequest request) {
     if (!request.choices) throw UsageError("the choice output format needs a list of choices");
     ChoicePrefix::validate(*request.choices);
   }
+  if (request.format == OutputFormat::kRegex && !tokenizer_)
+    throw UsageError("a regex output (guided_regex) needs the engine's tokenizer, and this engine has none");
+  if (request.regex && request.format != OutputFormat::kRegex) throw UsageError("a regex needs the regex output format");
+  if (request.format == OutputFormat::kRegex && !request.regex)
+    throw UsageError("the regex output format needs a compiled regex");
   if (request.json_schema && request.format != OutputFormat::kJsonObject)
     throw UsageError("a JSON schema needs the JSON object output format");
   for (const std::string& s : request.stop.stop_strings)
@@ -404,7 +412,8 @@ RequestHandle Engine::Impl::submit(GenerateRequest request) {
   if (request.stop.min_tokens < 0)
     throw UsageError("min_tokens = " + std::to_string(request.stop.min_tokens) + " must not be negative");
   if (request.stop.min_tokens > 0 && request.format != OutputFormat::kText)
-    throw UsageError("min_tokens cannot be combined with a constrained output (response_format, guided_choice)");
+    throw UsageError("min_tokens cannot be combined with a constrained output (response_format, guided_choice, "
+                     "guided_regex)");
   const int64_t max_new = request.stop.max_tokens.value_or(std::max<int64_t>(1, config_.max_model_len - prompt));
   if (request.stop.min_tokens > max_new)
     throw UsageError("min_tokens = " + std::to_string(request.stop.min_tokens) + " is more than max_tokens = " +
@@ -445,6 +454,7 @@ void Engine::Impl::take_submissions() {
       r.json.emplace(r.json_schema.get());
     }
     if (s.request.format == OutputFormat::kChoice) r.choice.emplace(s.request.choices);
+    if (s.request.format == OutputFormat::kRegex) r.regex.emplace(s.request.regex);
     r.prompt_logprobs = s.request.prompt_logprobs;
     seq.no_prefix_hit = r.prompt_logprobs.has_value();  // its whole prompt must run for them
     r.metrics.arrival = s.arrival;
@@ -552,6 +562,10 @@ bool Engine::Impl::step() {
                                                         !r.stop.ignore_eos, d.allowed) == 0) {
           end_early(r, FinishReason::kError, "no token of the vocabulary can continue any of the choices");
           continue;
+        } else if (r.regex && r.regex->allowed_tokens(json_mask(), static_cast<int32_t>(model_.config()->eos_token_id),
+                                                      !r.stop.ignore_eos, d.allowed) == 0) {
+          end_early(r, FinishReason::kError, "no token of the vocabulary can continue a match of the regex");
+          continue;
         } else if (c.sequence->num_output() < r.stop.min_tokens) {
           // min_tokens: the tokens that would end the request may not be drawn yet.
           d.allowed.assign(static_cast<size_t>(model_.config()->vocab_size), 1);
@@ -603,6 +617,7 @@ void Engine::Impl::emit(Request& r, const TokenChoice& choice, EngineClock::time
 
   if (r.json) r.json->advance(json_mask().bytes(choice.id));  // the mask let only such tokens through
   if (r.choice) r.choice->advance(json_mask().bytes(choice.id));
+  if (r.regex) r.regex->advance(json_mask().bytes(choice.id));
   const bool eos = !r.stop.ignore_eos && choice.id == model_.config()->eos_token_id;
   if (eos || std::find(r.stop.stop_token_ids.begin(), r.stop.stop_token_ids.end(), choice.id) != r.stop.stop_token_ids.end()) {
     chunk.finish = FinishReason::kStop;  // the stopping token adds no text
@@ -628,6 +643,7 @@ void Engine::Impl::emit(Request& r, const TokenChoice& choice, EngineClock::time
   }
   if (!chunk.finish && r.json && r.json->complete()) chunk.finish = FinishReason::kStop;
   if (!chunk.finish && r.choice && r.choice->is_choice() && !r.choice->can_continue()) chunk.finish = FinishReason::kStop;
+  if (!chunk.finish && r.regex && r.regex->is_match() && !r.regex->can_continue()) chunk.finish = FinishReason::kStop;
   if (!chunk.finish && seq.num_output() >= seq.max_tokens - seq.num_prompt_tokens) chunk.finish = FinishReason::kLength;
 
   if (r.decoder && chunk.finish && chunk.stop_string.empty()) r.text += r.decoder->flush();
@@ -659,9 +675,9 @@ size_t Engine::Impl::stop_string_holdback(const Request& r) const {
   return hold;
 }
 
-// The vocabulary as the JSON and choice constraints see it: the bytes of the tokenizer's vocabulary
+// The vocabulary as the JSON, choice and regex constraints see it: the bytes of the tokenizer's vocabulary
 // tokens; added and special tokens, and ids the tokenizer lacks, are never allowed (end of sequence
-// is added by the choice constraint when the text is a choice).
+// is added by the choice and regex constraints when the text is a choice or a match).
 const JsonTokenMask& Engine::Impl::json_mask() {
   if (!json_mask_) {
     const int32_t vocab = static_cast<int32_t>(model_.config()->vocab_size);

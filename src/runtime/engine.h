@@ -29,12 +29,14 @@
 // Needs the engine's tokenizer, like stop strings. OutputFormat::kChoice (vLLM's guided_choice)
 // constrains decoding the same way to the start of one of GenerateRequest::choices
 // (sampling/choice_prefix.h), the end of sequence allowed once the text is a choice; it ends
-// with kStop when the text is a choice no other one continues.
+// with kStop when the text is a choice no other one continues. OutputFormat::kRegex (vLLM's
+// guided_regex) does the same for a whole match of GenerateRequest::regex (sampling/regex_prefix.h):
+// the end of sequence once the text matches, kStop once it matches and no byte can extend it.
 //
 // Refused at submit (UsageError, message for the client): an empty prompt, an id outside the
 // vocabulary, prompt + max_tokens longer than max_model_len, sampling values out of range, stop
 // strings or a constrained output format without a tokenizer, choices without kChoice or kChoice
-// without valid choices.
+// without valid choices, a regex without kRegex or kRegex without one.
 #pragma once
 
 #include <chrono>
@@ -46,6 +48,7 @@
 #include <vector>
 
 #include "sampling/json_schema.h"
+#include "sampling/regex_nfa.h"
 #include "sampling/sampling_params.h"
 
 namespace dsv4 {
@@ -86,6 +89,7 @@ enum class OutputFormat {
   kText,        // anything the model writes
   kJsonObject,  // one JSON object, the request ending when it closes
   kChoice,      // one of GenerateRequest::choices
+  kRegex,       // a whole match of GenerateRequest::regex
 };
 
 struct GenerateRequest {
@@ -97,6 +101,8 @@ struct GenerateRequest {
   std::shared_ptr<const JsonSchema> json_schema;
   // With kChoice: the strings the text must be one of (not empty, none empty).
   std::shared_ptr<const std::vector<std::string>> choices;
+  // With kRegex: the pattern the whole text must match.
+  std::shared_ptr<const RegexNfa> regex;
   // [0, 20]: the logprob of every prompt token after the first under the model (the raw
   // distribution, as sampling.logprobs), with that many alternatives, in the first chunk
   // (OpenAI's echo with logprobs, vLLM's prompt_logprobs). Such a request takes no prefix-cache hit,

@@ -350,6 +350,7 @@ class OpenAiServer::Impl {
     request.format = format;
     request.json_schema = json_schema;
     if (format == OutputFormat::kChoice) request.choices = o.choices;
+    if (format == OutputFormat::kRegex) request.regex = o.regex;
     request.prompt_logprobs = o.prompt_logprobs;
     const int64_t prompt_tokens = static_cast<int64_t>(request.prompt.size());
     std::unique_ptr<GenerationStream> stream = engine.submit(std::move(request));
@@ -442,6 +443,7 @@ class OpenAiServer::Impl {
                  ready().max_model_len());
     const OutputFormat format = request.response_format ? OutputFormat::kJsonObject
                                 : request.generation.choices ? OutputFormat::kChoice
+                                : request.generation.regex   ? OutputFormat::kRegex
                                                              : OutputFormat::kText;
     std::vector<Choice> choices = submit(std::span(&ids, 1), request.generation, format, "chatcmpl-", request.json_schema);
     std::vector<ChatAnswer> answers;
@@ -605,6 +607,7 @@ class OpenAiServer::Impl {
       options.prompt_logprobs = std::max(options.prompt_logprobs.value_or(0), options.top_logprobs);
     const OutputFormat format = request.json_schema ? OutputFormat::kJsonObject
                                 : options.choices   ? OutputFormat::kChoice
+                                : options.regex     ? OutputFormat::kRegex
                                                     : OutputFormat::kText;
     std::vector<Choice> choices = submit(prompts, options, format, "cmpl-", request.json_schema);
     // Choice i is of prompt i / n; with echo its text starts with that prompt's.

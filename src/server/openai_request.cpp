@@ -259,9 +259,33 @@ std::shared_ptr<const std::vector<std::string>> guided_choices(const Fields& fie
   return choices;
 }
 
+// vLLM's guided_regex or structured_outputs.regex: a pattern (sampling/regex_nfa.h), compiled; one
+// the compiler refuses is a 400 on the field that gave it, naming the construct.
+std::shared_ptr<const RegexNfa> guided_regex(const Fields& fields) {
+  const auto compile_at = [](const Fields& f, const char* key) -> std::shared_ptr<const RegexNfa> {
+    const std::optional<std::string> pattern = f.string(key);
+    if (!pattern) return nullptr;
+    try {
+      return std::make_shared<const RegexNfa>(RegexNfa::compile(*pattern));
+    } catch (const UsageError& e) {
+      f.value_error(key, e.what());
+    }
+  };
+  std::shared_ptr<const RegexNfa> regex = compile_at(fields, "guided_regex");
+  if (const ordered_json* outputs = fields.find("structured_outputs"); outputs && outputs->is_object()) {
+    if (auto given = compile_at(Fields(*outputs, "structured_outputs."), "regex")) {
+      if (regex) fields.value_error("structured_outputs", "give guided_regex or structured_outputs.regex, not both.");
+      regex = std::move(given);
+    }
+  }
+  return regex;
+}
+
 GenerationOptions generation_options(const Fields& fields) {
   GenerationOptions o;
   o.choices = guided_choices(fields);
+  o.regex = guided_regex(fields);
+  if (o.choices && o.regex) fields.value_error("guided_regex", "give guided_choice or guided_regex, not both.");
   o.temperature = fields.number("temperature", 0, 2).value_or(o.temperature);
   o.top_p = fields.number("top_p", 0, 1, /*low_open=*/true).value_or(o.top_p);
   const int64_t top_k = fields.integer("top_k", -1, std::numeric_limits<int32_t>::max()).value_or(0);
@@ -569,6 +593,11 @@ ChatCompletionRequest parse_chat_completion_request(const ordered_json& body) {
   if (o.choices && (request.tool_choice == ToolChoice::kRequired || request.tool_choice == ToolChoice::kNamed))
     fields.value_error("guided_choice", "a guided_choice cannot be combined with a required or named tool_choice "
                                         "(that answer is a tool call).");
+  if (o.regex && request.response_format)
+    fields.value_error("guided_regex", "give response_format (or guided_json) or guided_regex, not both.");
+  if (o.regex && (request.tool_choice == ToolChoice::kRequired || request.tool_choice == ToolChoice::kNamed))
+    fields.value_error("guided_regex", "a guided_regex cannot be combined with a required or named tool_choice "
+                                       "(that answer is a tool call).");
   // max_completion_tokens is OpenAI's newer name; it wins when both are given.
   o.max_tokens = fields.integer("max_tokens", 1, std::numeric_limits<int64_t>::max());
   if (const auto newer =
@@ -637,6 +666,7 @@ CompletionRequest parse_completion_request(const ordered_json& body) {
     request.json_schema = compile_schema(guided->schema, guided->param);
   if (o.choices && request.json_schema)
     fields.value_error("guided_choice", "give guided_json or guided_choice, not both.");
+  if (o.regex && request.json_schema) fields.value_error("guided_regex", "give guided_json or guided_regex, not both.");
   return request;
 }
 
@@ -672,8 +702,9 @@ DetokenizeRequest parse_detokenize_request(const ordered_json& body) {
 ChatPrompt render_chat_prompt(const ChatCompletionRequest& request) {
   std::vector<ChatMessage> messages = request.messages;
   ChatPrompt prompt;
-  // A constrained answer (JSON, a choice) starts at once: no thinking before it.
-  prompt.mode = request.response_format || request.generation.choices ? ThinkingMode::kChat : request.thinking;
+  // A constrained answer (JSON, a choice, a regex) starts at once: no thinking before it.
+  const bool constrained = request.response_format || request.generation.choices || request.generation.regex;
+  prompt.mode = constrained ? ThinkingMode::kChat : request.thinking;
   try {
     if (request.tool_choice != ToolChoice::kNone) {
       attach_tools(messages, request.tools);

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sampling/json_schema.h"
+#include "sampling/regex_nfa.h"
 #include "tokenizer/chat_encoding.h"
 
 namespace dsv4::server {
@@ -56,6 +57,9 @@ struct GenerationOptions {
   // vLLM's guided_choice (or structured_outputs.choice): the answer is one of these non-empty
   // strings (at most kMaxGuidedChoices; OutputFormat::kChoice). Not with a JSON output format.
   std::shared_ptr<const std::vector<std::string>> choices;
+  // vLLM's guided_regex (or structured_outputs.regex), compiled: the whole answer matches it
+  // (OutputFormat::kRegex). Not with a JSON output format or a choice.
+  std::shared_ptr<const RegexNfa> regex;
 };
 
 inline constexpr size_t kMaxStopStrings = 16;

@@ -1,8 +1,9 @@
 """`dsv4 serve` driven by the official openai client: completions and chat, streamed and not,
-usage, logprobs, stop strings, logit_bias, n choices, seeded sampling, response_format's JSON constraint, and the
-bad-input answers (401, 404, 400) with the server still serving afterwards.
+usage, logprobs, stop strings, logit_bias, n choices, seeded sampling, response_format's JSON constraint, guided_choice
+and guided_regex, and the bad-input answers (401, 404, 400) with the server still serving afterwards.
 Usage: openai_client_e2e.py BASE_URL API_KEY MODEL_NAME."""
 import json
+import re
 import sys
 import urllib.error
 import urllib.request
@@ -222,6 +223,26 @@ for seed in range(3):
 streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
     model=model, messages=json_messages, max_tokens=16, stream=True, extra_body={"guided_choice": labels}) if c.choices)
 check(streamed in labels, f"streamed guided_choice answer {streamed!r}")
+# vLLM's guided_regex: the answer is a whole match (checked with Python's re), streamed too; a
+# pattern with a construct the server refuses is a 400 naming it.
+date = r"(19|20)\d\d-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])( \u00e9t\u00e9)?"
+for seed in range(3):
+    r = client.chat.completions.create(model=model, messages=json_messages, max_tokens=24, temperature=1.0, seed=seed,
+                                       extra_body={"guided_regex": date})
+    check(re.fullmatch(date, r.choices[0].message.content) and r.choices[0].finish_reason == "stop",
+          f"guided_regex answer {r.choices[0].message.content!r} ({r.choices[0].finish_reason})")
+    r = client.completions.create(model=model, prompt="Date:", max_tokens=24, temperature=1.0, seed=seed,
+                                  extra_body={"structured_outputs": {"regex": date}})
+    check(re.fullmatch(date, r.choices[0].text) and r.choices[0].finish_reason == "stop",
+          f"structured_outputs.regex text {r.choices[0].text!r} ({r.choices[0].finish_reason})")
+streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+    model=model, messages=json_messages, max_tokens=24, stream=True, extra_body={"guided_regex": date}) if c.choices)
+check(re.fullmatch(date, streamed), f"streamed guided_regex answer {streamed!r}")
+try:
+    client.completions.create(model=model, prompt="x", max_tokens=4, extra_body={"guided_regex": "a(?=b)"})
+    check(False, "a lookahead was accepted")
+except openai.BadRequestError as e:
+    check("lookahead" in str(e) and "guided_regex" in str(e), f"regex error {e}")
 try:
     client.chat.completions.create(model=model, messages=json_messages, max_tokens=4, response_format={
         "type": "json_schema", "json_schema": {"name": "bad", "schema": {"type": "object", "properties": {"a": {"type": "int"}}}}})

@@ -28,6 +28,7 @@
 #include "model/forward_runner.h"
 #include "model/model.h"
 #include "runtime/engine.h"
+#include "sampling/regex_nfa.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -811,6 +812,75 @@ TEST_F(EngineTest, ChoiceRequestsAreRefusedWithoutValidChoices) {
   r.choices = std::make_shared<const std::vector<std::string>>(std::vector<std::string>{"a", ""});
   expect_refused(r, "choice 1");
   r.choices = std::make_shared<const std::vector<std::string>>(std::vector<std::string>{"a"});
+  r.stop.min_tokens = 1;
+  expect_refused(r, "min_tokens");
+  auto untokenized = engine(small_config());
+  r.stop.min_tokens = 0;
+  EXPECT_THROW(untokenized->submit(r), UsageError);  // the constraint needs the tokenizer
+}
+
+// guided_regex: greedy and sampled requests of the random model write a whole match of a bounded
+// pattern (multi-byte characters included) and end with kStop: by the end of sequence only where
+// the match could go on, else once no byte can extend it.
+TEST_F(EngineTest, RegexRequestsWriteAWholeMatch) {
+  auto tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(DSV4_TOKENIZER_JSON));
+  auto e = engine(small_config(), tokenizer);
+  const auto regex = std::make_shared<const RegexNfa>(
+      RegexNfa::compile("(yes|no|peut-\u00eatre), [a-z]{2,5}( \\d{1,3})?[.!\u2014]"));
+  std::vector<RequestHandle> handles;
+  for (float temperature : {0.0f, 0.7f, 1.5f})
+    for (uint64_t seed = 0; seed < 4; ++seed) {
+      GenerateRequest r = request(ids(9, 3 + static_cast<int>(seed)), 40, temperature);
+      r.sampling.seed = seed;
+      r.format = OutputFormat::kRegex;
+      r.regex = regex;
+      handles.push_back(e->submit(r));
+    }
+  run_until_idle(*e);
+  for (RequestHandle& h : handles) {
+    const Result got = drain(h);
+    EXPECT_EQ(got.finish, FinishReason::kStop) << got.last.error;
+    EXPECT_TRUE(regex->full_match(got.text)) << got.text;
+    EXPECT_FALSE(got.last.stop_token_id.has_value()) << got.text;  // a match here never goes on
+  }
+  EXPECT_EQ(e->stats().cache_blocks_used, 0);
+  // Where a match may go on, the request ends by the end of sequence or max_tokens, a match either way.
+  const auto open_ended = std::make_shared<const RegexNfa>(RegexNfa::compile("[a-z ]{1,60}"));
+  std::vector<RequestHandle> open_handles;
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    GenerateRequest r = request(ids(9, 5 + static_cast<int>(seed)), 12, 1.0f);
+    r.sampling.seed = seed;
+    r.format = OutputFormat::kRegex;
+    r.regex = open_ended;
+    open_handles.push_back(e->submit(r));
+  }
+  run_until_idle(*e);
+  for (RequestHandle& h : open_handles) {
+    const Result got = drain(h);
+    ASSERT_NE(got.finish, FinishReason::kError) << got.last.error;
+    // max_tokens may stop it first: then the text is the start of a match, here a match itself.
+    EXPECT_TRUE(open_ended->full_match(got.text)) << got.text;
+  }
+}
+
+TEST_F(EngineTest, RegexRequestsAreRefusedWithoutAPatternOrATokenizer) {
+  auto tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(DSV4_TOKENIZER_JSON));
+  auto e = engine(small_config(), tokenizer);
+  const auto expect_refused = [&](GenerateRequest r, const std::string& words) {
+    try {
+      e->submit(r);
+      ADD_FAILURE() << "accepted; expected a refusal naming " << words;
+    } catch (const UsageError& error) {
+      EXPECT_NE(std::string(error.what()).find(words), std::string::npos) << error.what();
+    }
+  };
+  GenerateRequest r = request(ids(4, 7), 4);
+  r.regex = std::make_shared<const RegexNfa>(RegexNfa::compile("a+"));
+  expect_refused(r, "regex output format");  // a regex without kRegex
+  r.format = OutputFormat::kRegex;
+  r.regex = nullptr;
+  expect_refused(r, "compiled regex");
+  r.regex = std::make_shared<const RegexNfa>(RegexNfa::compile("a+"));
   r.stop.min_tokens = 1;
   expect_refused(r, "min_tokens");
   auto untokenized = engine(small_config());

@@ -246,6 +246,29 @@ TEST_F(HttpServerTest, JsonResponseFormatsConstrainTheChatAnswer) {
   EXPECT_EQ(engine_.last_request.format, OutputFormat::kText);
 }
 
+// guided_regex (chat) and structured_outputs.regex (completions) reach the engine as the regex
+// output format with the compiled pattern, thinking off; a pattern the compiler refuses is a 400.
+TEST_F(HttpServerTest, GuidedRegexReachesTheEngineAsTheRegexFormat) {
+  server_->set_engine(engine_);
+  engine_.reply = "42";
+  const auto chat = post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}],
+      "chat_template_kwargs": {"thinking": true}, "guided_regex": "\\d+"})");
+  ASSERT_TRUE(chat);
+  ASSERT_EQ(chat->status, 200) << chat->body;
+  EXPECT_EQ(engine_.last_request.format, OutputFormat::kRegex);
+  ASSERT_NE(engine_.last_request.regex, nullptr);
+  EXPECT_TRUE(engine_.last_request.regex->full_match("123"));
+  EXPECT_EQ(json::parse(chat->body)["choices"][0]["message"]["content"], engine_.reply);  // content, not reasoning
+  ASSERT_EQ(post("/v1/completions", R"({"prompt": "hi", "structured_outputs": {"regex": "[ab]"}})")->status, 200);
+  EXPECT_EQ(engine_.last_request.format, OutputFormat::kRegex);
+  ASSERT_NE(engine_.last_request.regex, nullptr);
+  EXPECT_TRUE(engine_.last_request.regex->full_match("b"));
+  const auto bad = post("/v1/completions", R"({"prompt": "hi", "guided_regex": "(?<=a)b"})");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_NE(bad->body.find("lookbehind"), std::string::npos) << bad->body;
+}
+
 TEST_F(HttpServerTest, ChatStreamedToolCallMatchesTheNonStreamedAnswer) {
   server_->set_engine(engine_);
   engine_.reply =

@@ -153,6 +153,37 @@ TEST(OpenAiRequest, GuidedChoiceIsAListOfStrings) {
   expect_refused(parse_completion_request, many + "]}", "guided_choice");
 }
 
+// vLLM's guided_regex and structured_outputs.regex: a pattern compiled on both endpoints (thinking
+// off), refused when it is not a string, uses a construct the compiler refuses (named with its
+// offset), or comes with another constraint or a forced tool call.
+TEST(OpenAiRequest, GuidedRegexIsACompiledPattern) {
+  const ChatCompletionRequest chat = parse_chat_completion_request(parse_request_body(
+      with_user(R"json("guided_regex": "\\d{3}-(yes|no)", "chat_template_kwargs": {"thinking": true})json")));
+  ASSERT_NE(chat.generation.regex, nullptr);
+  EXPECT_TRUE(chat.generation.regex->full_match("123-yes"));
+  EXPECT_FALSE(chat.generation.regex->full_match("123-maybe"));
+  EXPECT_EQ(render_chat_prompt(chat).mode, ThinkingMode::kChat);
+  const CompletionRequest completion = parse_completion_request(
+      parse_request_body(R"({"prompt": "x", "structured_outputs": {"regex": "[a-c]+"}})"));
+  ASSERT_NE(completion.generation.regex, nullptr);
+  EXPECT_TRUE(completion.generation.regex->full_match("abc"));
+  EXPECT_EQ(parse_completion_request(parse_request_body(R"({"prompt": "x"})")).generation.regex, nullptr);
+  expect_chat_refused(with_user(R"("guided_regex": ["a"])"), "guided_regex");
+  expect_chat_refused(with_user(R"json("guided_regex": "a(?=b)")json"), "guided_regex");
+  expect_refused(parse_completion_request, R"({"prompt": "x", "structured_outputs": {"regex": "(a"}})",
+                 "structured_outputs.regex");
+  expect_chat_refused(with_user(R"("guided_regex": "a", "structured_outputs": {"regex": "b"})"), "structured_outputs");
+  expect_chat_refused(with_user(R"("guided_regex": "a", "guided_choice": ["a"])"), "guided_regex");
+  expect_chat_refused(with_user(R"("guided_regex": "a", "response_format": {"type": "json_object"})"), "guided_regex");
+  expect_chat_refused(with_user(R"("structured_outputs": {"regex": "a", "json": {"type": "object"}})"), "guided_regex");
+  expect_chat_refused(with_user(R"("guided_regex": "a", "tools": [{"type": "function", "function": {"name": "f"}}],
+                                   "tool_choice": {"type": "function", "function": {"name": "f"}})"),
+                      "guided_regex");
+  expect_refused(parse_completion_request, R"({"prompt": "x", "guided_regex": "a", "guided_json": {}})", "guided_regex");
+  const std::string message = expect_chat_refused(with_user(R"("guided_regex": "ab\\1")"), "guided_regex");
+  EXPECT_NE(message.find("the backreference '\\1' at offset 2"), std::string::npos) << message;
+}
+
 TEST(OpenAiRequest, DefaultsFollowOpenAi) {
   const ChatCompletionRequest r = chat(with_user(""));
   EXPECT_FALSE(r.model.has_value());
