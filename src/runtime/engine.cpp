@@ -402,7 +402,8 @@ RequestHandle Engine::Impl::submit(GenerateRequest request) {
   }
   if (request.format == OutputFormat::kRegex && !tokenizer_)
     throw UsageError("a regex output (guided_regex) needs the engine's tokenizer, and this engine has none");
-  if (request.regex && request.format != OutputFormat::kRegex) throw UsageError("a regex needs the regex output format");
+  if (request.regex && request.format != OutputFormat::kRegex)
+    throw UsageError("a regex needs the regex output format");
   if (request.format == OutputFormat::kRegex && !request.regex)
     throw UsageError("the regex output format needs a compiled regex");
   if (request.json_schema && request.format != OutputFormat::kJsonObject)

@@ -106,6 +106,23 @@ class JsonSchemaCompiler {
       if (!format->is_string()) throw JsonSchemaError(path + "/format", "must be a string");
       if (const auto f = string_format_named(format->get<std::string>())) n.format = *f;  // others: not checked
     }
+    if (const auto pattern = s.find("pattern"); pattern != s.end()) {
+      if (!pattern->is_string()) throw JsonSchemaError(path + "/pattern", "must be a string");
+      if (n.pattern)
+        throw JsonSchemaError(path + "/pattern", "a pattern beside an allOf or anyOf part's pattern is not supported");
+      try {
+        auto nfa = std::make_shared<const RegexNfa>(RegexNfa::compile(pattern->get<std::string>()));
+        n.pattern = std::make_shared<RegexDfa>(std::move(nfa), JsonSchema::kMaxPatternStates);
+      } catch (const UsageError& e) {
+        throw JsonSchemaError(path + "/pattern", e.what());
+      }
+    }
+    if (n.pattern && (n.min_length > 0 || n.max_length != UINT32_MAX || n.format != StringFormat::kNone))
+      throw JsonSchemaError(path + "/pattern", "a pattern beside minLength, maxLength or format is not supported");
+    if (n.pattern && !n.strings.empty()) {  // enum strings that do not match cannot be written
+      std::erase_if(n.strings, [&](const std::string& e) { return !n.pattern->nfa().full_match(e); });
+      if (n.strings.empty()) n.types &= static_cast<uint8_t>(~JsonSchema::kString);
+    }
     // A format beside length bounds is not checked (a bound could cut a time's fraction short of
     // its offset); an enum's strings that are not of the format cannot be written.
     if (n.min_length > 0 || n.max_length != UINT32_MAX) n.format = StringFormat::kNone;
@@ -277,6 +294,7 @@ class JsonSchemaCompiler {
     if (const JsonSchema::Node* s = only(JsonSchema::kString)) {
       n.strings = s->strings;
       n.format = s->format;
+      n.pattern = s->pattern;
       n.min_length = std::max(n.min_length, s->min_length);
       n.max_length = std::min(n.max_length, s->max_length);
     }
@@ -303,6 +321,10 @@ class JsonSchemaCompiler {
       n.min_items = std::max(n.min_items, p.min_items);
       n.max_items = std::min(n.max_items, p.max_items);
       n.unique_items = n.unique_items || p.unique_items;
+      if (p.pattern) {
+        if (n.pattern) throw JsonSchemaError(at, "two allOf parts with patterns are not supported");
+        n.pattern = p.pattern;
+      }
       if (p.format != StringFormat::kNone) {
         if (n.format != StringFormat::kNone && n.format != p.format) n.types &= static_cast<uint8_t>(~JsonSchema::kString);
         n.format = p.format;
@@ -467,9 +489,16 @@ bool JsonSchemaPrefix::check(char byte, JsonObjectPrefix::Mode before, int depth
       bounded_string_ = false;
       const bool formatted = format_.complete();
       format_ = StringFormatCursor();
-      return enum_ok && long_enough && formatted;
+      const bool matched = !pattern_ || pattern_->is_match(pattern_state_);
+      pattern_ = nullptr;
+      return enum_ok && long_enough && formatted && matched;
     }
     if (format_.active() && !key_before && (after == Mode::kEscape || !format_.advance(byte))) return false;
+    if (pattern_ && !key_before) {
+      if (after == Mode::kEscape) return false;
+      pattern_state_ = pattern_->step(pattern_state_, static_cast<uint8_t>(byte));
+      if (pattern_state_ == RegexDfa::kDead) return false;
+    }
     // A character starts at any byte but a UTF-8 continuation; an escape's '\' starts one (a
     // surrogate pair's second escape is read in other modes and adds none).
     if (bounded_string_ && !key_before && begins_character(byte) && ++chars_ > max_chars_)
@@ -578,6 +607,8 @@ bool JsonSchemaPrefix::begin_value(char byte, int depth_before) {
   } else if (type == JsonSchema::kString) {
     if (!node.strings.empty()) start_match(id, node.strings.size(), Match::kEnum);
     format_ = StringFormatCursor(node.strings.empty() ? node.format : StringFormat::kNone);
+    pattern_ = node.strings.empty() ? node.pattern.get() : nullptr;
+    if (pattern_) pattern_state_ = pattern_->start();
     bounded_string_ = node.min_length > 0 || node.max_length != UINT32_MAX;
     chars_ = 0;
     min_chars_ = node.min_length;

@@ -10,12 +10,15 @@
 // written without an exponent, in at most 32 characters), `multipleOf` (integer steps; others are
 // not checked), `uniqueItems` (where the items are strings of an enum of up to 64: each at most
 // once), `format` date / time / date-time / uuid (json_string_format.h; not beside minLength /
-// maxLength), tuples (`prefixItems`, or draft 7's `items` array with `additionalItems`; `items:
-// false` after them), `enum` and `const` (the value types;
+// maxLength), `pattern` (a whole match of a regex_nfa.h pattern: vLLM and outlines read a
+// schema's pattern so, though JSON Schema's is a search anywhere in the string; such a string is
+// written without escapes, so a pattern that needs a quote, a backslash or a control character
+// cannot be met; not beside minLength / maxLength / format), tuples (`prefixItems`, or draft 7's
+// `items` array with `additionalItems`; `items: false` after them), `enum` and `const` (the value types;
 // strings exactly), `$ref` into "#/$defs/..." or "#/definitions/...", `anyOf` / `oneOf` (the
 // alternatives' types joined; a JSON type that several alternatives allow is checked as that type
 // only) and `allOf` (the parts' constraints intersected; properties and items from the one part
-// that has them). Not checked, so an output may break them: pattern, other formats, multipleOf
+// that has them). Not checked, so an output may break them: other formats, multipleOf
 // with a step that is not an integer, uniqueItems of other items, not, if/then/else. An enum's numbers, booleans and nulls are checked by type only. Property names and enum strings are
 // matched as written: the model cannot spell them with escapes, and a schema whose names need one
 // (a quote, a backslash, a control character) is refused. Objects take at most 64 named
@@ -35,6 +38,7 @@
 #include "sampling/json_number_range.h"
 #include "sampling/json_prefix.h"
 #include "sampling/json_string_format.h"
+#include "sampling/regex_dfa.h"
 
 namespace dsv4 {
 
@@ -76,7 +80,12 @@ class JsonSchema {
     uint32_t max_length = UINT32_MAX;
     std::vector<std::string> strings;   // non-empty: a string must be one of these (sorted)
     StringFormat format = StringFormat::kNone;  // a string's format (json_string_format.h)
+    // A string's pattern, matched whole, as a lazy DFA whose transition cache fills as prefixes
+    // step it (so the prefixes of one schema advance on one thread, as the engine's do); capped at
+    // kMaxPatternStates. Null: none.
+    std::shared_ptr<RegexDfa> pattern;
   };
+  static constexpr size_t kMaxPatternStates = 10'000;
 
   // Throws JsonSchemaError naming the part at fault: a schema that is not an object or a boolean,
   // an unknown type name, a $ref outside the document's $defs / definitions, a bound that is not a
@@ -112,8 +121,18 @@ class JsonSchemaPrefix {
   // more characters of bytes >= 0x20 but '"' and '\' may follow (INT64_MAX with no maxLength),
   // or -1 elsewhere (outside strings, in escapes, in keys and enum strings, which are matched).
   int64_t plain_string_room() const {
-    if (!syntax_.in_plain_string() || !(match_ == Match::kNone || match_ == Match::kUnknownKey) || format_.active()) return -1;
+    if (!syntax_.in_plain_string() || !(match_ == Match::kNone || match_ == Match::kUnknownKey) || format_.active() ||
+        pattern_)
+      return -1;
     return bounded_string_ ? static_cast<int64_t>(max_chars_) - chars_ : INT64_MAX;
+  }
+  // Inside a string value under a pattern, outside an escape: the pattern's DFA, with `state` set
+  // to where the string's characters so far stand in it (bytes >= 0x20 but '"' and '\' then fit
+  // exactly when the DFA takes them); else null.
+  RegexDfa* plain_string_pattern(int32_t& state) const {
+    if (!pattern_ || !syntax_.in_plain_string()) return nullptr;
+    state = pattern_state_;
+    return pattern_;
   }
 
  private:
@@ -167,6 +186,10 @@ class JsonSchemaPrefix {
   std::array<char, JsonNumberRange::kMaxChars> number_{};
   // The string value being read: where its characters stand in its format (kNone: it has none).
   StringFormatCursor format_;
+  // The string value being read has a pattern: its DFA (owned by the schema) and the state its
+  // characters so far reached.
+  RegexDfa* pattern_ = nullptr;
+  int32_t pattern_state_ = RegexDfa::kDead;
   // The string value being read has length bounds: its characters so far and the bounds.
   bool bounded_string_ = false;
   uint32_t chars_ = 0, min_chars_ = 0, max_chars_ = UINT32_MAX;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 
 #include "core/error.h"
 
@@ -75,6 +76,9 @@ size_t JsonTokenMask::allowed(const Prefix& prefix, std::vector<uint8_t>& allowe
   allowed.assign(static_cast<size_t>(vocab_size()), 0);
   size_t count = 0;
   const int64_t room = prefix.plain_string_room();  // -1: not in a plain string
+  RegexDfa* pattern = nullptr;  // in a string under a pattern: plain tokens need only its DFA
+  int32_t pattern_state = RegexDfa::kDead;
+  if constexpr (std::is_same_v<Prefix, JsonSchemaPrefix>) pattern = prefix.plain_string_pattern(pattern_state);
   for (size_t b = 0; b < 256; ++b) {
     Prefix after_first = prefix;
     if (!after_first.advance(static_cast<char>(b))) continue;
@@ -83,7 +87,12 @@ size_t JsonTokenMask::allowed(const Prefix& prefix, std::vector<uint8_t>& allowe
       const uint16_t chars = plain_chars_[static_cast<size_t>(id)];
       const bool plain = room >= 0 && chars != kNotPlain;  // decided by its characters alone
       bool fits = plain && chars <= room;
-      if (!plain) {
+      if (pattern && chars != kNotPlain) {
+        int32_t state = pattern_state;
+        for (const char c : bytes(id))
+          if ((state = pattern->step(state, static_cast<uint8_t>(c))) == RegexDfa::kDead) break;
+        fits = state != RegexDfa::kDead;
+      } else if (!plain) {
         Prefix next = after_first;
         fits = next.advance(bytes(id).substr(1));
       }

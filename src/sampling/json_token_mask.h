@@ -6,7 +6,8 @@
 // Made once per vocabulary, with the tokens grouped by their first byte. allowed_tokens() runs on
 // the host once per constrained sequence and step: a group whose first byte cannot follow is out
 // at once; inside a string, tokens of plain string bytes only are in at once (if their characters
-// fit a maxLength); every other token is tried byte by byte from a copy of the state, stopping at
+// fit a maxLength), and inside a string under a pattern such tokens need only the pattern's DFA;
+// every other token is tried byte by byte from a copy of the state, stopping at
 // the first byte that cannot follow.
 #pragma once
 

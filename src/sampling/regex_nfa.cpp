@@ -235,7 +235,8 @@ class Parser {
     if (at('?')) {
       ++pos_;
       const auto next_is = [&](std::u32string_view s) {
-        return end_ - pos_ >= s.size() && std::equal(s.begin(), s.end(), p_.begin() + static_cast<std::ptrdiff_t>(pos_));
+        const auto here = p_.begin() + static_cast<std::ptrdiff_t>(pos_);
+        return end_ - pos_ >= s.size() && std::equal(s.begin(), s.end(), here);
       };
       if (next_is(U":")) {
         ++pos_;
@@ -423,7 +424,8 @@ void utf8_sequences(char32_t lo, char32_t hi, std::vector<std::vector<std::pair<
       return;
     }
     static constexpr uint8_t kLead[5] = {0, 0, 0xC0, 0xE0, 0xF0};
-    for (int k = length - 1; k > 0; --k, c >>= 6) bytes[static_cast<size_t>(k)] = static_cast<uint8_t>(0x80 | (c & 0x3F));
+    for (int k = length - 1; k > 0; --k, c >>= 6)
+      bytes[static_cast<size_t>(k)] = static_cast<uint8_t>(0x80 | (c & 0x3F));
     bytes[0] = static_cast<uint8_t>(kLead[length] | c);
   };
   std::array<uint8_t, 4> a{}, b{};

@@ -60,7 +60,8 @@ size_t RegexPrefix::allowed_tokens(const JsonTokenMask& vocab, int32_t eos_id, b
       }
     }
   }
-  if (eos_allowed && is_match() && eos_id >= 0 && eos_id < vocab.vocab_size() && !allowed[static_cast<size_t>(eos_id)]) {
+  const bool eos_in_vocab = eos_id >= 0 && eos_id < vocab.vocab_size();
+  if (eos_allowed && is_match() && eos_in_vocab && !allowed[static_cast<size_t>(eos_id)]) {
     allowed[static_cast<size_t>(eos_id)] = 1;
     ++count;
   }

@@ -522,6 +522,69 @@ TEST(JsonSchema, RandomWalksKeepStringsInTheirFormats) {
   EXPECT_GT(random_walks(*schema, vocab, formats_valid, 17), 100);
 }
 
+// pattern: a whole match of the regex (as vLLM and outlines read it), checked here with std::regex.
+constexpr std::string_view kPatterns = R"({"type": "object", "properties": {
+    "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"},
+    "word": {"type": "string", "pattern": "(yes|no)+"},
+    "tag": {"enum": ["ab", "cd", "x"], "pattern": "[a-c]+"},
+    "maybe": {"anyOf": [{"type": "string", "pattern": "a+\u00e9?"}, {"type": "null"}]}},
+  "required": ["code"], "additionalProperties": false})";
+
+bool patterns_valid(const json& d) {
+  static const std::regex code(R"([A-Z]{2}-\d{3})"), word("(yes|no)+"), maybe("a+(\xC3\xA9)?");
+  if (!d.is_object() || !d.contains("code")) return false;
+  for (const auto& [key, v] : d.items()) {
+    if (key == "maybe" && v.is_null()) continue;
+    if (!v.is_string()) return false;
+    const std::string s = v.get<std::string>();
+    if (key == "code" && !std::regex_match(s, code)) return false;
+    if (key == "word" && !std::regex_match(s, word)) return false;
+    if (key == "tag" && s != "ab") return false;
+    if (key == "maybe" && !std::regex_match(s, maybe)) return false;
+  }
+  return true;
+}
+
+TEST(JsonSchema, StringsMatchTheirPatternsWhole) {
+  const auto schema = compiled(kPatterns);
+  for (std::string_view doc : {R"({"code": "AB-123"})", R"({"code": "ZZ-000", "word": "yesnoyes"})",
+                               R"({"code": "AB-123", "tag": "ab"})", "{\"code\": \"AB-123\", \"maybe\": \"a\xC3\xA9\"}",
+                               R"({"code": "AB-123", "maybe": null})"})
+    EXPECT_TRUE(accepted(*schema, doc)) << doc << " refused at " << refused_at(*schema, doc);
+  const std::vector<std::pair<std::string, int>> cases = {
+      {R"({"code": "AB-12"})", 15},                    // the closing quote before a whole match
+      {R"({"code": "A1)", 11},
+      {R"({"code": "AB-1234)", 16},                     // past the match: no more characters
+      {R"({"code": "AB\u002d)", 12},                    // no escapes in a patterned string
+      {R"({"code": "AB-123", "tag": "cd"})", 27},       // an enum string the pattern refuses is out
+      {R"({"code": "AB-123", "word": "yesn"})", 32},
+  };
+  for (const auto& [doc, at] : cases) EXPECT_EQ(refused_at(*schema, doc), at) << doc;
+  const auto property = [](std::string_view spec) {
+    return R"({"type": "object", "properties": {"p": )" + std::string(spec) + "}}";
+  };
+  EXPECT_EQ(error_path(property(R"({"type": "string", "pattern": 7})")), "/properties/p/pattern");
+  EXPECT_EQ(error_path(property(R"j({"type": "string", "pattern": "a(?=b)"})j")), "/properties/p/pattern");
+  EXPECT_EQ(error_path(property(R"({"type": "string", "pattern": "a", "maxLength": 3})")), "/properties/p/pattern");
+  EXPECT_EQ(error_path(property(R"({"type": "string", "pattern": "a", "format": "date"})")), "/properties/p/pattern");
+  EXPECT_EQ(error_path(property(R"({"allOf": [{"pattern": "a"}, {"pattern": "b"}]})")), "/properties/p/allOf/1");
+  EXPECT_EQ(error_path(property(R"({"allOf": [{"pattern": "a"}, {"minLength": 1}]})")), "/properties/p/pattern");
+  try {
+    compiled(property(R"({"type": "string", "pattern": "(a)\\1"})"));
+    ADD_FAILURE() << "a backreference was accepted";
+  } catch (const JsonSchemaError& e) {
+    EXPECT_NE(std::string(e.what()).find("the backreference '\\1' at offset 3"), std::string::npos) << e.what();
+  }
+}
+
+TEST(JsonSchema, RandomWalksKeepStringsInTheirPatterns) {
+  const auto schema = compiled(kPatterns);
+  const std::vector<std::string> vocab = {"{", "}", ",", ":", " ", "\"code\"", "\"word\"", "\"tag\"", "\"maybe\"",
+                                          "\"", "AB", "-1", "12", "123", "yes", "no", "yesno", "ab", "aa",
+                                          "a\xC3\xA9", "\xC3", "\xA9", "null", "\"}", "\",", ""};
+  EXPECT_GT(random_walks(*schema, vocab, patterns_valid, 19), 100);
+}
+
 TEST(JsonSchema, RandomWalksKeepNumbersInTheirBounds) {
   const auto schema = compiled(kMeasure);
   const std::vector<std::string> vocab = {"{", "}", ",", ":", " ", "\"age\"", "\"ratio\"", "\"t\"", "\"old\"", "\"step\"",

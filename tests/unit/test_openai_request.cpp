@@ -179,7 +179,12 @@ TEST(OpenAiRequest, GuidedRegexIsACompiledPattern) {
   expect_chat_refused(with_user(R"("guided_regex": "a", "tools": [{"type": "function", "function": {"name": "f"}}],
                                    "tool_choice": {"type": "function", "function": {"name": "f"}})"),
                       "guided_regex");
-  expect_refused(parse_completion_request, R"({"prompt": "x", "guided_regex": "a", "guided_json": {}})", "guided_regex");
+  expect_refused(parse_completion_request, R"({"prompt": "x", "guided_regex": "a", "guided_json": {}})",
+                 "guided_regex");
+  // A JSON schema's string pattern is compiled the same way; a refused one names the schema's field.
+  expect_chat_refused(
+      with_user(R"j("guided_json": {"type": "object", "properties": {"a": {"type": "string", "pattern": "(?=x)"}}})j"),
+      "guided_json");
   const std::string message = expect_chat_refused(with_user(R"("guided_regex": "ab\\1")"), "guided_regex");
   EXPECT_NE(message.find("the backreference '\\1' at offset 2"), std::string::npos) << message;
 }

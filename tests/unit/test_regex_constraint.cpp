@@ -1,7 +1,7 @@
 // The guided_regex constraint: the pattern syntax RegexNfa takes (each construct's whole matches
-// and non-matches, each refused construct named with its offset), RegexPrefix's viability of
-// prefixes (multi-byte characters included), and its token mask on small made-up vocabularies,
-// against stepping the NFA through every token.
+// and non-matches, each refused construct named with its offset), RegexDfa's state cap,
+// RegexPrefix's viability of prefixes (multi-byte characters included), and its token mask on small
+// made-up vocabularies, against stepping the NFA through every token.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "sampling/regex_dfa.h"
 #include "sampling/regex_nfa.h"
 #include "sampling/regex_prefix.h"
 
@@ -180,7 +181,8 @@ TEST(RegexPrefix, AMultiByteCharacterMatchesOnlyWhole) {
 }
 
 // Id 0 is the end of sequence (no bytes, as the engine gives special tokens).
-const std::vector<std::string> kVocabulary = {"", "1", "12", "123", "-", "-4", "a", "1a", "\xC3", "\xA9", "\xC3\xA9", " "};
+const std::vector<std::string> kVocabulary = {"", "1", "12", "123", "-", "-4",
+                                              "a", "1a", "\xC3", "\xA9", "\xC3\xA9", " "};
 constexpr int32_t kEos = 0;
 
 Ids allowed_ids(RegexPrefix& prefix, const JsonTokenMask& mask, bool eos_allowed = true) {
@@ -213,8 +215,8 @@ TEST(RegexPrefix, AllowsTheTokensThatKeepTheTextTheStartOfAMatch) {
   EXPECT_EQ(allowed_ids(dead, mask), (Ids{}));
 }
 
-// The vocabulary walk (shared prefixes, skipped runs) against stepping the NFA itself through the text and each token, on random
-// vocabularies over a small alphabet with a two-byte character.
+// The vocabulary walk (shared prefixes, skipped runs) against stepping the NFA itself through the
+// text and each token, on random vocabularies over a small alphabet with a two-byte character.
 TEST(RegexPrefix, EqualsSteppingTheNfaThroughEveryToken) {
   const std::vector<std::string> patterns = {
       "(a|b)*a(a|b){6}",
@@ -284,6 +286,21 @@ TEST(RegexPrefix, TheCacheIsCutBackDuringAWalkWithoutChangingTheMask) {
   }
   EXPECT_TRUE(prefix.is_match());
   EXPECT_FALSE(prefix.can_continue());
+}
+
+// A capped DFA (as a JSON schema's pattern uses, whose cursors' copies hold state numbers): a byte
+// that would need a state past the cap leads to kDead, stricter than the pattern, never looser.
+TEST(RegexDfa, AByteNeedingAStatePastTheCapLeadsNowhere) {
+  RegexDfa capped(std::make_shared<const RegexNfa>(RegexNfa::compile("abc|abd")), 3);  // kDead, start, "a"
+  const int32_t a = capped.step(capped.start(), 'a');
+  EXPECT_NE(a, RegexDfa::kDead);
+  EXPECT_EQ(capped.step(a, 'b'), RegexDfa::kDead);
+  EXPECT_EQ(capped.size(), 3u);
+  RegexDfa open(std::make_shared<const RegexNfa>(RegexNfa::compile("abc|abd")));
+  int32_t state = open.start();
+  for (const char c : std::string("abd")) state = open.step(state, static_cast<uint8_t>(c));
+  EXPECT_TRUE(open.is_match(state));
+  EXPECT_FALSE(open.can_continue(state));
 }
 
 TEST(RegexPrefix, RefusesNoPattern) { EXPECT_THROW(RegexPrefix(nullptr), UsageError); }
