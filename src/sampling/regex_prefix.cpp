@@ -2,11 +2,14 @@
 #include "sampling/regex_prefix.h"
 
 #include <algorithm>
+#include <bit>
 
 namespace dsv4 {
 
 void RegexPrefix::bound_cache() {
-  if (dfa_.size() > kMaxCachedStates) dfa_.compact(std::span(&current_, 1));
+  if (dfa_.size() <= kMaxCachedStates) return;
+  dfa_.compact(std::span(&current_, 1));
+  masks_.clear();
 }
 
 void RegexPrefix::advance(std::string_view bytes) {
@@ -23,6 +26,29 @@ size_t RegexPrefix::allowed_tokens(const JsonTokenMask& vocab, int32_t eos_id, b
                                    std::vector<uint8_t>& allowed) {
   bound_cache();
   allowed.assign(static_cast<size_t>(vocab.vocab_size()), 0);
+  const auto cached = std::find_if(masks_.begin(), masks_.end(),
+                                   [&](const CachedMask& m) { return m.state == current_ && m.vocab == &vocab; });
+  size_t count = 0;
+  if (cached != masks_.end()) {
+    for (size_t word = 0; word < cached->bits.size(); ++word)
+      for (uint64_t bits = cached->bits[word]; bits != 0; bits &= bits - 1)
+        allowed[word * 64 + static_cast<size_t>(std::countr_zero(bits))] = 1;
+    count = cached->count;
+  } else {
+    std::vector<uint64_t> bits((allowed.size() + 63) / 64, 0);
+    count = walk(vocab, allowed, bits);
+    if (masks_.size() == kCachedMasks) masks_.erase(masks_.begin());
+    masks_.push_back(CachedMask{current_, &vocab, std::move(bits), count});  // current_ as the walk left it
+  }
+  const bool eos_in_vocab = eos_id >= 0 && eos_id < vocab.vocab_size();
+  if (eos_allowed && is_match() && eos_in_vocab && !allowed[static_cast<size_t>(eos_id)]) {
+    allowed[static_cast<size_t>(eos_id)] = 1;
+    ++count;
+  }
+  return count;
+}
+
+size_t RegexPrefix::walk(const JsonTokenMask& vocab, std::vector<uint8_t>& allowed, std::vector<uint64_t>& bits) {
   size_t count = 0;
   const JsonTokenMask::ByteOrder& order = vocab.byte_order();
   walk_.assign(vocab.max_token_bytes() + 1, RegexDfa::kDead);
@@ -51,19 +77,17 @@ size_t RegexPrefix::allowed_tokens(const JsonTokenMask& vocab, int32_t eos_id, b
       }
       valid = depth;
       if (dead_at == SIZE_MAX) {
-        allowed[static_cast<size_t>(order.ids[k])] = 1;
+        const auto id = static_cast<size_t>(order.ids[k]);
+        allowed[id] = 1;
+        bits[id / 64] |= uint64_t{1} << (id % 64);
         ++count;
       }
       if (dfa_.size() > kMaxCachedStates) {
         dfa_.compact(std::span(walk_).first(valid + 1));
         current_ = walk_[0];
+        masks_.clear();
       }
     }
-  }
-  const bool eos_in_vocab = eos_id >= 0 && eos_id < vocab.vocab_size();
-  if (eos_allowed && is_match() && eos_in_vocab && !allowed[static_cast<size_t>(eos_id)]) {
-    allowed[static_cast<size_t>(eos_id)] = 1;
-    ++count;
   }
   return count;
 }
