@@ -3,11 +3,12 @@
 // is the practical subset of Python's `re` (and JSON Schema's `pattern`) that guided-decoding
 // users send: literals, escapes (\d \w \s \D \W \S ASCII-only, \n \t \r \f \v \0 \xHH \uXXXX
 // \UXXXXXXXX, escaped metacharacters), `.` (any character but newline), classes `[a-z_]`, `[^...]`,
-// groups `(...)`, `(?:...)`, `(?P<name>...)`, `(?<name>...)`, alternation, the greedy quantifiers
-// `* + ? {n} {n,} {,m} {n,m}` (counts up to kMaxRepeat), and `^` / `$` as the pattern's first /
-// last character (the whole output must match anyway). Everything else (backreferences,
-// lookarounds, lazy or possessive quantifiers, inline flags, \b, \A, \p{..}) is refused with a
-// UsageError naming the construct and its offset (in characters) in the pattern.
+// groups `(...)`, `(?:...)`, `(?P<name>...)`, `(?<name>...)`, alternation, the quantifiers
+// `* + ? {n} {n,} {,m} {n,m}` (counts up to kMaxRepeat; a lazy one, `*?`, matches the same whole
+// strings as the greedy one), and `^` / `$` as the pattern's first / last character (the whole
+// output must match anyway). Everything else (backreferences, lookarounds, possessive quantifiers,
+// atomic groups, inline flags, \b, \A, \p{..}) is refused with a UsageError naming the construct
+// and its offset (in characters) in the pattern.
 //
 // Hand-written rather than taken from PCRE2 (a dependency already): PCRE2 can tell whether a whole
 // string is a partial match, but exposes no automaton state to advance byte by byte, and the mask
