@@ -257,9 +257,10 @@ TEST_F(TinyModel, CachedKvRowsAreExactlyRepresentableInTheFp8CacheLayout) {
     // The window ring and the compressed pool's rows (a pool of this sequence's own: every row
     // is one of its entries).
     const DeviceTensor& pool = seq.pool().compressed(l);
-    std::vector<DeviceTensor> caches = {seq.layer(l).window};
-    if (!pool.empty()) caches.push_back(pool.reshaped({pool.dim(0) * pool.dim(1), pool.dim(2)}));
-    for (const DeviceTensor& cache : caches) {
+    const DeviceTensor rows = pool.empty() ? DeviceTensor() : pool.reshaped({pool.dim(0) * pool.dim(1), pool.dim(2)});
+    for (const DeviceTensor* cache_of : {static_cast<const DeviceTensor*>(&seq.layer(l).window), &rows}) {
+      if (cache_of->empty()) continue;
+      const DeviceTensor& cache = *cache_of;
       ASSERT_EQ(cache.dim(1), L::kHeadDim);
       ASSERT_EQ(cache.dtype(), DType::kBF16);
       const uint16_t* bits = cache.view().data<uint16_t>();
