@@ -241,17 +241,11 @@ __global__ void __launch_bounds__(kStagedThreads, 1) bf16_mma_gemm_staged_kernel
   int step = 0;
   for (int pass = 0; pass < 4; ++pass) {
     float q[2][8][4];
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int j = 0; j < 8; ++j) q[i][j][0] = q[i][j][1] = q[i][j][2] = q[i][j][3] = 0.0f;
+    zero_tiles(q);
 
     for (int b = pass; b < kblocks; b += 4, ++step) {
       float blk[2][8][4];
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) blk[i][j][0] = blk[i][j][1] = blk[i][j][2] = blk[i][j][3] = 0.0f;
+      zero_tiles(blk);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {  // MMA steps 4 half .. 4 half + 3
         const int hs = 2 * step + half;
@@ -289,29 +283,15 @@ __global__ void __launch_bounds__(kStagedThreads, 1) bf16_mma_gemm_staged_kernel
           for (int c = 0; c < 4; ++c) q[i][j][c] = __fadd_rn(q[i][j][c], blk[i][j][c]);
     }
 
-    // Fold lane q_pass into the running sum (this lane's own words of shared memory: no barrier).
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          float& sum = sums[((i * 8 + j) * 4 + c) * 32];
-          sum = pass == 0 ? q[i][j][c] : __fadd_rn(sum, q[i][j][c]);
-        }
+    fold_pass(sums, q, pass);
   }
   cp_async_wait<0>();  // no copy may still be landing when the block's shared memory is reused
 
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int r = 64 * wn + 8 * j + 2 * t + (c & 1);
-        const int64_t n = n0 + 32 * wm + 16 * i + g + (c >= 2 ? 8 : 0);
-        if (r < x_rows && n < p.n) store_float(p.y, (x_row0 + r) * p.ldy + n, sums[((i * 8 + j) * 4 + c) * 32]);
-      }
+  for_each_sum<2, 8>(sums, [&](int i, int j, int c, const float& sum) {
+    const int r = 64 * wn + 8 * j + 2 * t + (c & 1);
+    const int64_t n = n0 + 32 * wm + 16 * i + g + (c >= 2 ? 8 : 0);
+    if (r < x_rows && n < p.n) store_float(p.y, (x_row0 + r) * p.ldy + n, sum);
+  });
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }

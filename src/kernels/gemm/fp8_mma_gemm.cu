@@ -430,10 +430,7 @@ __global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(
   int step = 0;
   for (int pass = 0; pass < 4; ++pass) {
     float q[4][4][4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) q[i][j][0] = q[i][j][1] = q[i][j][2] = q[i][j][3] = 0.0f;
+    zero_tiles(q);
 
     for (int b = pass; b < kblocks; b += 4, ++step) {
       cp_async_wait<kStages - 2>();
@@ -444,10 +441,7 @@ __global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(
       const uint8_t* stage = smem + (step % kStages) * kStageBytes;
       const float sw = __ldg(sw_row + b);
       float blk[4][4][4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) blk[i][j][0] = blk[i][j][1] = blk[i][j][2] = blk[i][j][3] = 0.0f;
+      zero_tiles(blk);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         // B for MMA steps s = 4 half + word: n8 tile j's row g, converted once for all four m16 tiles.
@@ -492,29 +486,15 @@ __global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(
       }
     }
 
-    // Fold lane q_pass into the running sum (this lane's own words of shared memory: no barrier).
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          float& sum = sums[((i * 4 + j) * 4 + c) * 32];
-          sum = pass == 0 ? q[i][j][c] : __fadd_rn(sum, q[i][j][c]);
-        }
+    fold_pass(sums, q, pass);
   }
 
   // The stores, kept out of the K loop so that their addressing holds no registers there.
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int r = 32 * wn + 8 * j + 2 * t + (c & 1);
-        const int64_t n = n0 + 64 * wm + 16 * i + g + (c >= 2 ? 8 : 0);
-        if (r < x_rows && n < rows.n) store_float(rows.y, (x_row0 + r) * rows.ldy + n, sums[((i * 4 + j) * 4 + c) * 32]);
-      }
+  for_each_sum<4, 4>(sums, [&](int i, int j, int c, const float& sum) {
+    const int r = 32 * wn + 8 * j + 2 * t + (c & 1);
+    const int64_t n = n0 + 64 * wm + 16 * i + g + (c >= 2 ? 8 : 0);
+    if (r < x_rows && n < rows.n) store_float(rows.y, (x_row0 + r) * rows.ldy + n, sum);
+  });
 }
 
 // ---- The WGMMA kernel (FP8 tensor cores; kWgmmaFp8) ----
