@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "sampling/choice_prefix.h"
+#include "token_mask_test_util.h"
 
 namespace dsv4 {
 namespace {
@@ -22,9 +23,7 @@ constexpr int32_t kEos = 0;
 Ids allowed_ids(const ChoicePrefix& prefix, const JsonTokenMask& mask, bool eos_allowed = true) {
   std::vector<uint8_t> allowed;
   const size_t count = prefix.allowed_tokens(mask, kEos, eos_allowed, allowed);
-  Ids ids;
-  for (size_t id = 0; id < allowed.size(); ++id)
-    if (allowed[id]) ids.push_back(static_cast<int32_t>(id));
+  const Ids ids = testing::allowed_ids_of(allowed);
   EXPECT_EQ(count, ids.size());
   return ids;
 }

@@ -16,6 +16,7 @@
 
 #include "sampling/json_prefix.h"
 #include "sampling/json_token_mask.h"
+#include "token_mask_test_util.h"
 
 namespace dsv4 {
 namespace {
@@ -270,9 +271,7 @@ std::vector<int32_t> allowed_ids(const JsonTokenMask& mask, std::string_view tex
   std::vector<uint8_t> allowed;
   const size_t count = mask.allowed_tokens(after(text), allowed);
   EXPECT_EQ(allowed.size(), kVocabulary.size());
-  std::vector<int32_t> ids;
-  for (size_t id = 0; id < allowed.size(); ++id)
-    if (allowed[id] != 0) ids.push_back(static_cast<int32_t>(id));
+  const std::vector<int32_t> ids = testing::allowed_ids_of(allowed);
   EXPECT_EQ(ids.size(), count);
   return ids;
 }
@@ -335,9 +334,7 @@ TEST(JsonTokenMask, RandomWalksAlongTheMaskStayValid) {
     std::vector<uint8_t> allowed;
     for (int step = 0; step < 40 && !prefix.complete(); ++step) {
       ASSERT_GT(mask.allowed_tokens(prefix, allowed), 0u) << text;
-      std::vector<int32_t> ids;
-      for (size_t id = 0; id < allowed.size(); ++id)
-        if (allowed[id] != 0) ids.push_back(static_cast<int32_t>(id));
+      const std::vector<int32_t> ids = testing::allowed_ids_of(allowed);
       const int32_t id = ids[rng() % ids.size()];
       ASSERT_TRUE(prefix.advance(mask.bytes(id)));
       text += mask.bytes(id);

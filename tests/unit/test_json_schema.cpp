@@ -16,6 +16,7 @@
 
 #include "sampling/json_schema.h"
 #include "sampling/json_token_mask.h"
+#include "token_mask_test_util.h"
 
 namespace dsv4 {
 namespace {
@@ -297,9 +298,7 @@ int random_walks(const JsonSchema& schema, std::vector<std::string> vocab, const
         }
       }
       // Prefer closing tokens as the walk gets long, so that most walks finish.
-      std::vector<int32_t> ids;
-      for (size_t id = 0; id < allowed.size(); ++id)
-        if (allowed[id]) ids.push_back(static_cast<int32_t>(id));
+      const std::vector<int32_t> ids = testing::allowed_ids_of(allowed);
       int32_t pick = ids[rng() % ids.size()];
       if (step > 60)
         for (int32_t id : ids)
