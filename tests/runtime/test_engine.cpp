@@ -85,6 +85,21 @@ GenerateRequest request(std::vector<int32_t> prompt, int64_t max_tokens, float t
   return r;
 }
 
+// Twelve requests of up to max_tokens, greedy and sampled (temperatures 0, 0.7 and 1.5, seeds 0-3,
+// prompt ids(9, 3 + seed)), each given its output constraint by `constrain`, submitted to `e`.
+template <typename Constrain>
+std::vector<RequestHandle> submit_sampled_grid(Engine& e, int64_t max_tokens, Constrain&& constrain) {
+  std::vector<RequestHandle> handles;
+  for (float temperature : {0.0f, 0.7f, 1.5f})
+    for (uint64_t seed = 0; seed < 4; ++seed) {
+      GenerateRequest r = request(ids(9, 3 + static_cast<int>(seed)), max_tokens, temperature);
+      r.sampling.seed = seed;
+      constrain(r);
+      handles.push_back(e.submit(r));
+    }
+  return handles;
+}
+
 class EngineTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -769,15 +784,10 @@ TEST_F(EngineTest, ChoiceRequestsWriteOneOfTheChoices) {
   auto e = engine(small_config(), tokenizer);
   const auto choices = std::make_shared<const std::vector<std::string>>(
       std::vector<std::string>{"positive", "negative", "neutral", "yes", "yes, certainly", "\u00e9t\u00e9 \u2014 ok"});
-  std::vector<RequestHandle> handles;
-  for (float temperature : {0.0f, 0.7f, 1.5f})
-    for (uint64_t seed = 0; seed < 4; ++seed) {
-      GenerateRequest r = request(ids(9, 3 + static_cast<int>(seed)), 32, temperature);
-      r.sampling.seed = seed;
-      r.format = OutputFormat::kChoice;
-      r.choices = choices;
-      handles.push_back(e->submit(r));
-    }
+  std::vector<RequestHandle> handles = submit_sampled_grid(*e, 32, [&](GenerateRequest& r) {
+    r.format = OutputFormat::kChoice;
+    r.choices = choices;
+  });
   run_until_idle(*e);
   for (RequestHandle& h : handles) {
     const Result got = drain(h);
@@ -827,15 +837,10 @@ TEST_F(EngineTest, RegexRequestsWriteAWholeMatch) {
   auto e = engine(small_config(), tokenizer);
   const auto regex = std::make_shared<const RegexNfa>(
       RegexNfa::compile("(yes|no|peut-\u00eatre), [a-z]{2,5}( \\d{1,3})?[.!\u2014]"));
-  std::vector<RequestHandle> handles;
-  for (float temperature : {0.0f, 0.7f, 1.5f})
-    for (uint64_t seed = 0; seed < 4; ++seed) {
-      GenerateRequest r = request(ids(9, 3 + static_cast<int>(seed)), 40, temperature);
-      r.sampling.seed = seed;
-      r.format = OutputFormat::kRegex;
-      r.regex = regex;
-      handles.push_back(e->submit(r));
-    }
+  std::vector<RequestHandle> handles = submit_sampled_grid(*e, 40, [&](GenerateRequest& r) {
+    r.format = OutputFormat::kRegex;
+    r.regex = regex;
+  });
   run_until_idle(*e);
   for (RequestHandle& h : handles) {
     const Result got = drain(h);
