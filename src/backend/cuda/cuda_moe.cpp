@@ -234,18 +234,18 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
   plan.fault = fault_device_;
   kernels::expert_plan(plan, stream_);
 
-  // Gathered inputs, quantised; gate and up; h, quantised; the experts' outputs.
-  const StreamBuffer xs(static_cast<size_t>(N * D) * sizeof(uint16_t), stream_, arena());
+  // The gathered inputs, quantised; gate and up; h = swiglu(gate, up), quantised; the experts'
+  // outputs. The quantisation reads x's rows through the plan and computes h itself.
   const StreamBuffer xq(static_cast<size_t>(N * D), stream_, arena());
   const StreamBuffer x_scale(static_cast<size_t>(D / 128 * N) * sizeof(float), stream_, arena());
   const StreamBuffer gate(static_cast<size_t>(N * I) * sizeof(uint16_t), stream_, arena());
   const StreamBuffer up(static_cast<size_t>(N * I) * sizeof(uint16_t), stream_, arena());
-  const StreamBuffer h(static_cast<size_t>(N * I) * sizeof(uint16_t), stream_, arena());
   const StreamBuffer hq(static_cast<size_t>(N * I), stream_, arena());
   const StreamBuffer h_scale(static_cast<size_t>(I / 128 * N) * sizeof(float), stream_, arena());
   const StreamBuffer ys(static_cast<size_t>(N * D) * sizeof(uint16_t), stream_, arena());
-  kernels::gather_rows({p.x.bytes(), plan.src_token, xs.get<void>(), N, D * 2}, stream_);
-  kernels::act_quant_fp8({xs.get<uint16_t>(), xq.get<uint8_t>(), x_scale.get<float>(), N, N, D}, stream_);
+  kernels::ActQuantParams x_quant{p.x.data<uint16_t>(), xq.get<uint8_t>(), x_scale.get<float>(), N, N, D};
+  x_quant.src_row = plan.src_token;
+  kernels::act_quant_fp8(x_quant, stream_);
 
   auto grouped = [&](const uint8_t* x, const float* x_scale_of, int64_t in, int64_t out, int which, int64_t ld,
                      void* y) {
@@ -275,10 +275,11 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
     run_fp8_mma(gate_up);
     run_fp8_mma(grouped(xq.get<uint8_t>(), x_scale.get<float>(), D, I, 1, ld_in, up.get<void>()));
   }
-  kernels::swiglu({{gate.get<void>(), true}, {up.get<void>(), true}, plan.row_weight, {h.get<void>(), true},
-                   p.swiglu_limit, N, I},
-                  stream_);
-  kernels::act_quant_fp8({h.get<uint16_t>(), hq.get<uint8_t>(), h_scale.get<float>(), N, N, I}, stream_);
+  kernels::ActQuantParams h_quant{gate.get<uint16_t>(), hq.get<uint8_t>(), h_scale.get<float>(), N, N, I};
+  h_quant.swiglu_up = up.get<uint16_t>();
+  h_quant.swiglu_row_weight = plan.row_weight;
+  h_quant.swiglu_limit = p.swiglu_limit;
+  kernels::act_quant_fp8(h_quant, stream_);
   run_fp8_mma(grouped(hq.get<uint8_t>(), h_scale.get<float>(), I, D, 2, ld_out, ys.get<void>()));
   kernels::combine_experts({{ys.get<void>(), true}, plan.row_of, float_ptr(p.shared), float_ptr(p.out), T, k, D},
                            stream_);

@@ -2,12 +2,13 @@
 // e4m3 codes. Each half-warp takes kTasksPerHalfWarp blocks and loads them all before it uses any,
 // so more bytes are in flight (the block's max is exact in any order, so the codes are the same
 // however the block is split). The scalar rounding is core/numeric.h's, identical to the CPU
-// reference.
+// reference; a SwiGLU source computes each value as kernels::swiglu does (swiglu_value.cuh).
 #include "kernels/gemm/act_quant.h"
 
 #include "core/numeric.h"
 #include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
+#include "kernels/moe/swiglu_value.cuh"
 
 namespace dsv4::kernels {
 namespace {
@@ -16,6 +17,17 @@ constexpr int kThreadsPerBlock = 256;
 constexpr int kTasksPerHalfWarp = 2;
 constexpr int kHalfWarpsPerBlock = kThreadsPerBlock / 16;
 
+// The eight bf16 values of a thread's 16 bytes, as floats.
+__device__ __forceinline__ void unpack_bf16x8(const uint4& raw, float (&v)[8]) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = bf16_to_float(words[i] & 0xffff);
+    v[2 * i + 1] = bf16_to_float(words[i] >> 16);
+  }
+}
+
+template <bool kSwiglu>
 __global__ void __launch_bounds__(kThreadsPerBlock) act_quant_fp8_kernel(ActQuantParams p) {
   pdl_wait();
   const int sub = threadIdx.x % 16;  // elements 8 sub .. 8 sub + 7 of a block
@@ -23,26 +35,34 @@ __global__ void __launch_bounds__(kThreadsPerBlock) act_quant_fp8_kernel(ActQuan
   const int64_t half_warp = blockIdx.x * static_cast<int64_t>(kHalfWarpsPerBlock) + threadIdx.x / 16;
   const int64_t half_warps = static_cast<int64_t>(gridDim.x) * kHalfWarpsPerBlock;
   // Task j of this half-warp: block (row, kb) = half_warp + j * half_warps in row-major order.
-  uint4 raw[kTasksPerHalfWarp];
+  uint4 raw[kTasksPerHalfWarp], raw_up[kTasksPerHalfWarp];
 #pragma unroll
   for (int j = 0; j < kTasksPerHalfWarp; ++j) {
     const int64_t task = half_warp + j * half_warps, row = task / kblocks;
-    raw[j] = task < tasks && row < p.m
-                 ? *reinterpret_cast<const uint4*>(p.x + row * p.k + (task % kblocks) * 128 + sub * 8)
-                 : make_uint4(0, 0, 0, 0);
+    const bool real = task < tasks && row < p.m;
+    const int64_t at = real ? (p.src_row != nullptr ? p.src_row[row] : row) * p.k + (task % kblocks) * 128 + sub * 8 : 0;
+    raw[j] = real ? *reinterpret_cast<const uint4*>(p.x + at) : make_uint4(0, 0, 0, 0);
+    if constexpr (kSwiglu) raw_up[j] = real ? *reinterpret_cast<const uint4*>(p.swiglu_up + at) : make_uint4(0, 0, 0, 0);
   }
 #pragma unroll
   for (int j = 0; j < kTasksPerHalfWarp; ++j) {
     const int64_t task = half_warp + j * half_warps, row = task / kblocks, kb = task % kblocks;
-    const uint32_t words[4] = {raw[j].x, raw[j].y, raw[j].z, raw[j].w};
     float v[8];
+    unpack_bf16x8(raw[j], v);
+    if constexpr (kSwiglu) {
+      float up[8];
+      unpack_bf16x8(raw_up[j], up);
+      const float weight = p.swiglu_row_weight != nullptr && task < tasks && row < p.m ? p.swiglu_row_weight[row] : 1.0f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        float h = swiglu_value(v[i], up[i], p.swiglu_limit);
+        if (p.swiglu_row_weight != nullptr) h = __fmul_rn(weight, h);
+        v[i] = round_bf16(h);
+      }
+    }
     float amax = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[2 * i] = bf16_to_float(words[i] & 0xffff);
-      v[2 * i + 1] = bf16_to_float(words[i] >> 16);
-      amax = fmaxf(amax, fmaxf(fabsf(v[2 * i]), fabsf(v[2 * i + 1])));
-    }
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
     for (int off = 8; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
     if (task >= tasks) continue;
     uint8_t* q = p.q + row * p.k + kb * 128 + sub * 8;
@@ -67,7 +87,11 @@ void act_quant_fp8(const ActQuantParams& p, cudaStream_t stream) {
   constexpr int64_t kTasksPerBlock = int64_t{kHalfWarpsPerBlock} * kTasksPerHalfWarp;
   const auto blocks = static_cast<unsigned>((tasks + kTasksPerBlock - 1) / kTasksPerBlock);
   if (blocks == 0) return;
-  launch_pdl(act_quant_fp8_kernel, blocks, kThreadsPerBlock, 0, stream, p);
+  if (p.swiglu_up != nullptr) {
+    launch_pdl(act_quant_fp8_kernel<true>, blocks, kThreadsPerBlock, 0, stream, p);
+  } else {
+    launch_pdl(act_quant_fp8_kernel<false>, blocks, kThreadsPerBlock, 0, stream, p);
+  }
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,6 +1,8 @@
 // Activation quantisation for the FP8 block-scaled GEMM: bf16 rows -> e4m3 codes with one
 // power-of-two fp32 scale per 1x128 block (MODEL.md §14), written in the layout cuBLASLt's
-// VEC128_32F scale mode expects.
+// VEC128_32F scale mode expects. The rows may be gathered (row r from x row src_row[r]) or be the
+// MoE experts' SwiGLU of two projections, so that the experts' device path quantises its gathered
+// inputs and its hidden rows without a kernel (and a buffer) of its own before each.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,6 +18,12 @@ struct ActQuantParams {
   int64_t m = 0;                // real rows
   int64_t m_padded = 0;         // >= m; cuBLASLt wants a multiple of 4 and at least 16
   int64_t k = 0;                // multiple of 128
+  const int32_t* src_row = nullptr;  // [m]: row r is x row src_row[r] (x then has the rows those name)
+  // Set: row r is kernels::swiglu's row r of gate x and up swiglu_up ([m, k] bf16 each) with
+  // swiglu_row_weight (nullptr: 1) and swiglu_limit, rounded to bf16 as swiglu writes it.
+  const uint16_t* swiglu_up = nullptr;
+  const float* swiglu_row_weight = nullptr;
+  float swiglu_limit = 0;
 };
 
 void act_quant_fp8(const ActQuantParams& p, cudaStream_t stream);

@@ -8,6 +8,7 @@
 #include "core/numeric.h"
 #include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
+#include "kernels/moe/swiglu_value.cuh"
 
 namespace dsv4::kernels {
 namespace {
@@ -17,15 +18,6 @@ constexpr int kThreads = 256;
 // flight: on the H200 a decode step's 196k-value swiglu took 98 us on one thread a value and 102
 // on eight, the 786k-value one (batch 64) 237 and 153.
 constexpr int64_t kEightWideMinValues = int64_t{1} << 18;
-
-// One value before the row weight: the clamps (limit > 0), then silu(gate) * up.
-__device__ __forceinline__ float swiglu_value(float gate, float up, float limit) {
-  if (limit > 0) {
-    gate = fminf(gate, limit);
-    up = fminf(fmaxf(up, -limit), limit);
-  }
-  return __fmul_rn(__fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate))), up);
-}
 
 __global__ void swiglu_kernel(SwigluParams p) {
   pdl_wait();

@@ -1,0 +1,95 @@
+// kernels::act_quant_fp8's two fused sources against the kernels they replace, bit for bit: rows
+// gathered through src_row quantise as the gathered copy (kernels::gather_rows) would, and a
+// SwiGLU source as kernels::swiglu's bf16 output would (clamps, row weights, padding rows).
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "core/numeric.h"
+#include "kernels/gemm/act_quant.h"
+#include "kernels/moe/expert_rows.h"
+#include "kernels/moe/swiglu.h"
+#include "tests/ops/cuda_test_util.h"
+
+namespace dsv4 {
+namespace {
+
+using testing::DeviceBuffer;
+
+std::vector<uint16_t> random_bf16(size_t n, float spread, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) x = float_to_bf16(normal(rng) * spread * static_cast<float>(1 + rng() % 4));
+  return v;
+}
+
+// The codes and scales of act_quant_fp8(p) with p's outputs replaced by fresh (poisoned) buffers.
+struct Quantised {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+};
+
+Quantised quantise(kernels::ActQuantParams p) {
+  DeviceBuffer<uint8_t> q(static_cast<size_t>(p.m_padded * p.k));
+  DeviceBuffer<float> s(static_cast<size_t>(p.k / 128 * p.m_padded));
+  q.poison();
+  s.poison();
+  p.q = q.get();
+  p.scale = s.get();
+  kernels::act_quant_fp8(p, nullptr);
+  DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+  return {q.download(), s.download()};
+}
+
+void expect_same(const Quantised& a, const Quantised& b) {
+  ASSERT_EQ(a.codes.size(), b.codes.size());
+  for (size_t i = 0; i < a.codes.size(); ++i) ASSERT_EQ(a.codes[i], b.codes[i]) << "code " << i;
+  ASSERT_EQ(a.scales.size(), b.scales.size());
+  for (size_t i = 0; i < a.scales.size(); ++i) ASSERT_EQ(a.scales[i], b.scales[i]) << "scale " << i;
+}
+
+TEST(ActQuantCuda, GatheredRowsQuantiseAsTheGatheredCopy) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const int64_t tokens = 5, k = 512, m = 7, m_padded = 9;
+  const std::vector<int32_t> src = {3, 0, 3, 4, 1, 2, 0};
+  DeviceBuffer<uint16_t> x(static_cast<size_t>(tokens * k)), gathered(static_cast<size_t>(m * k));
+  DeviceBuffer<int32_t> rows(src.size());
+  x.upload(random_bf16(x.size(), 1.0f, 1));
+  rows.upload(src);
+  kernels::gather_rows({x.get(), rows.get(), gathered.get(), m, k * 2}, nullptr);
+  const Quantised copied = quantise({gathered.get(), nullptr, nullptr, m, m_padded, k});
+  kernels::ActQuantParams p{x.get(), nullptr, nullptr, m, m_padded, k};
+  p.src_row = rows.get();
+  expect_same(quantise(p), copied);
+}
+
+// swiglu into bf16 h, then act_quant of h; against the SwiGLU source. Values up to ~12 meet the
+// limit of 7 on both sides.
+void check_swiglu_source(bool row_weights, float limit) {
+  const int64_t m = 6, m_padded = 8, k = 384;
+  DeviceBuffer<uint16_t> gate(static_cast<size_t>(m * k)), up(static_cast<size_t>(m * k)), h(static_cast<size_t>(m * k));
+  gate.upload(random_bf16(gate.size(), 3.0f, 2));
+  up.upload(random_bf16(up.size(), 3.0f, 3));
+  DeviceBuffer<float> weight(static_cast<size_t>(m));
+  weight.upload({0.5f, 1.25f, 0.0f, 3.0f, 0.1f, 1.0f});
+  const float* w = row_weights ? weight.get() : nullptr;
+  kernels::swiglu({{gate.get(), true}, {up.get(), true}, w, {h.get(), true}, limit, m, k}, nullptr);
+  const Quantised separate = quantise({h.get(), nullptr, nullptr, m, m_padded, k});
+  kernels::ActQuantParams p{gate.get(), nullptr, nullptr, m, m_padded, k};
+  p.swiglu_up = up.get();
+  p.swiglu_row_weight = w;
+  p.swiglu_limit = limit;
+  expect_same(quantise(p), separate);
+}
+
+TEST(ActQuantCuda, SwigluSourceQuantisesAsSwigluThenQuantise) {
+  DSV4_SKIP_WITHOUT_GPU();
+  check_swiglu_source(true, 7.0f);
+  check_swiglu_source(false, 7.0f);
+  check_swiglu_source(true, 0.0f);
+}
+
+}  // namespace
+}  // namespace dsv4
