@@ -8,10 +8,13 @@ starts while the kernel before it on its stream still runs and waits for it, so 
 counted from that kernel's end. At each instant the time is split evenly among the kernels running
 (side streams overlap), so the shares add up to the replay's span.
 
+--sequence N lists the first N kernels of the last summarised replay in start order, each with its
+stream, grid and time (from its stream's previous kernel's end), to read one layer's chain.
+
 --gaps N lists the N longest idle gaps of the summarised kernels (no kernel running), each with
 the kernels that end before it and start after it, to tell host waits from launch overhead.
 
-Usage: trace_summary.py TRACE.csv[.gz] [--replays N] [--by-grid] [--eager] [--top N] [--gaps N]
+Usage: trace_summary.py TRACE.csv[.gz] [--replays N] [--by-grid] [--eager] [--top N] [--gaps N] [--sequence N]
 """
 import argparse
 import collections
@@ -80,6 +83,7 @@ def main():
     ap.add_argument("--eager", action="store_true", help="the kernels outside graphs (e.g. a prefill)")
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--gaps", type=int, default=0, help="list the N longest idle gaps")
+    ap.add_argument("--sequence", type=int, default=0, help="list the first N kernels of the last replay")
     args = ap.parse_args()
     rows = read(args.trace)
     key = (lambda r: f"{r['name']} ({r['gx']},{r['gy']},{r['gz']})") if args.by_grid else (lambda r: r["name"])
@@ -118,6 +122,14 @@ def main():
         print(f"{'gap us':>9s}  {'kernel before':40s}  kernel after")
         for length, before, after in sorted(idle, key=lambda g: -g[0])[: args.gaps]:
             print(f"{length / 1e3:9.1f}  {before[:40]:40s}  {after[:40]}")
+    if args.sequence:
+        intervals = effective(groups[-1])
+        t0 = intervals[0][0]
+        print(f"\nthe first {args.sequence} kernels of the last replay:")
+        print(f"{'start us':>9s} {'us':>7s} {'stream':>6s}  kernel (grid)")
+        for start, end, r in intervals[: args.sequence]:
+            grid = f"({r['gx']},{r['gy']},{r['gz']})"
+            print(f"{(start - t0) / 1e3:9.1f} {(end - start) / 1e3:7.2f} {r['stream']:>6s}  {r['name'][:60]} {grid}")
 
 
 if __name__ == "__main__":
