@@ -23,9 +23,8 @@
 #include "model/forward_runner.h"
 #include "model/model.h"
 #include "sampling/choice_prefix.h"
-#include "sampling/json_prefix.h"
 #include "sampling/json_token_mask.h"
-#include "sampling/regex_prefix.h"
+#include "sampling/output_constraint.h"
 #include "sampling/sampler.h"
 #include "scheduler/scheduler.h"
 #include "tokenizer/tokenizer.h"
@@ -181,10 +180,7 @@ class Engine::Impl {
     Sequence* sequence = nullptr;
     std::optional<SequenceCache> cache;   // while running
     std::optional<StreamDecoder> decoder;  // with a tokenizer
-    std::optional<JsonSchemaPrefix> json;  // OutputFormat::kJsonObject: the output so far
-    std::shared_ptr<const JsonSchema> json_schema;  // what `json` checks against (none: any object)
-    std::optional<ChoicePrefix> choice;    // OutputFormat::kChoice: the output so far
-    std::optional<RegexPrefix> regex;      // OutputFormat::kRegex: the output so far
+    std::unique_ptr<OutputConstraint> constraint;  // any format but kText: the output so far against it
     std::string text;                      // decoded so far (stop string cut)
     std::optional<int32_t> prompt_logprobs;  // GenerateRequest::prompt_logprobs
     std::vector<GeneratedToken> prompt_token_logprobs;  // prompt tokens 1.., sent with the first chunk
@@ -201,8 +197,7 @@ class Engine::Impl {
   static bool plain_greedy(const Request& r) {
     const SamplingParams& s = r.sampling;
     return s.temperature == 0.0f && !s.logprobs && s.presence_penalty == 0.0f && s.frequency_penalty == 0.0f &&
-           s.repetition_penalty == 1.0f && s.logit_bias.empty() && !r.json && !r.choice &&
-           !r.regex;
+           s.repetition_penalty == 1.0f && s.logit_bias.empty() && !r.constraint;
   }
 
   static EngineConfig resolve(EngineConfig c, const Model& model);
@@ -450,12 +445,9 @@ void Engine::Impl::take_submissions() {
     r.seed = s.seed;
     r.sequence = &seq;
     if (tokenizer_) r.decoder.emplace(*tokenizer_);
-    if (s.request.format == OutputFormat::kJsonObject) {
-      r.json_schema = s.request.json_schema;
-      r.json.emplace(r.json_schema.get());
-    }
-    if (s.request.format == OutputFormat::kChoice) r.choice.emplace(s.request.choices);
-    if (s.request.format == OutputFormat::kRegex) r.regex.emplace(s.request.regex);
+    if (s.request.format == OutputFormat::kJsonObject) r.constraint = OutputConstraint::json_object(s.request.json_schema);
+    if (s.request.format == OutputFormat::kChoice) r.constraint = OutputConstraint::choice(s.request.choices);
+    if (s.request.format == OutputFormat::kRegex) r.constraint = OutputConstraint::regex(s.request.regex);
     r.prompt_logprobs = s.request.prompt_logprobs;
     seq.no_prefix_hit = r.prompt_logprobs.has_value();  // its whole prompt must run for them
     r.metrics.arrival = s.arrival;
@@ -556,16 +548,9 @@ bool Engine::Impl::step() {
         Draw d{i, &r, {}, {}};
         if (greedy_on_backend) {
           d.choice.id = greedy_ids_[i];
-        } else if (r.json && json_mask().allowed_tokens(*r.json, d.allowed) == 0) {
-          end_early(r, FinishReason::kError, "no token of the vocabulary can continue the JSON object");
-          continue;
-        } else if (r.choice && r.choice->allowed_tokens(json_mask(), static_cast<int32_t>(model_.config()->eos_token_id),
-                                                        !r.stop.ignore_eos, d.allowed) == 0) {
-          end_early(r, FinishReason::kError, "no token of the vocabulary can continue any of the choices");
-          continue;
-        } else if (r.regex && r.regex->allowed_tokens(json_mask(), static_cast<int32_t>(model_.config()->eos_token_id),
-                                                      !r.stop.ignore_eos, d.allowed) == 0) {
-          end_early(r, FinishReason::kError, "no token of the vocabulary can continue a match of the regex");
+        } else if (r.constraint && r.constraint->allowed_tokens(json_mask(), static_cast<int32_t>(model_.config()->eos_token_id),
+                                                                !r.stop.ignore_eos, d.allowed) == 0) {
+          end_early(r, FinishReason::kError, std::string(r.constraint->dead_end_message()));
           continue;
         } else if (c.sequence->num_output() < r.stop.min_tokens) {
           // min_tokens: the tokens that would end the request may not be drawn yet.
@@ -616,9 +601,7 @@ void Engine::Impl::emit(Request& r, const TokenChoice& choice, EngineClock::time
   ++r.metrics.completion_tokens;
   ++counters_.generation_tokens;
 
-  if (r.json) r.json->advance(json_mask().bytes(choice.id));  // the mask let only such tokens through
-  if (r.choice) r.choice->advance(json_mask().bytes(choice.id));
-  if (r.regex) r.regex->advance(json_mask().bytes(choice.id));
+  if (r.constraint) r.constraint->advance(json_mask().bytes(choice.id));  // the mask let only such tokens through
   const bool eos = !r.stop.ignore_eos && choice.id == model_.config()->eos_token_id;
   if (eos || std::find(r.stop.stop_token_ids.begin(), r.stop.stop_token_ids.end(), choice.id) != r.stop.stop_token_ids.end()) {
     chunk.finish = FinishReason::kStop;  // the stopping token adds no text
@@ -642,9 +625,7 @@ void Engine::Impl::emit(Request& r, const TokenChoice& choice, EngineClock::time
       chunk.finish = FinishReason::kStop;
     }
   }
-  if (!chunk.finish && r.json && r.json->complete()) chunk.finish = FinishReason::kStop;
-  if (!chunk.finish && r.choice && r.choice->is_choice() && !r.choice->can_continue()) chunk.finish = FinishReason::kStop;
-  if (!chunk.finish && r.regex && r.regex->is_match() && !r.regex->can_continue()) chunk.finish = FinishReason::kStop;
+  if (!chunk.finish && r.constraint && r.constraint->finished()) chunk.finish = FinishReason::kStop;
   if (!chunk.finish && seq.num_output() >= seq.max_tokens - seq.num_prompt_tokens) chunk.finish = FinishReason::kLength;
 
   if (r.decoder && chunk.finish && chunk.stop_string.empty()) r.text += r.decoder->flush();
