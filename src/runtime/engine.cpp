@@ -212,7 +212,7 @@ class Engine::Impl {
   void take_submissions();
   void emit(Request& r, const TokenChoice& choice, EngineClock::time_point now, std::vector<SequenceId>& finished);
   size_t stop_string_holdback(const Request& r) const;
-  const JsonTokenMask& json_mask();
+  const JsonTokenMask& constraint_vocab();
   void end_early(Request& r, FinishReason reason, const std::string& error);
   void finalize(Request& r, OutputChunk& last);
   void publish_stats();
@@ -229,7 +229,7 @@ class Engine::Impl {
   std::vector<float> logits_;               // the step's sampling rows, [chunks, V]
   std::vector<float> all_logits_;           // every token's, [T, V], in steps that need them
   std::vector<int32_t> greedy_ids_;         // the step's argmax per sequence, when made on the backend
-  std::optional<JsonTokenMask> json_mask_;  // made when the first constrained request samples
+  std::optional<JsonTokenMask> constraint_vocab_;  // made when the first constrained request samples
   ThreadPool sampling_pool_;                // the step's draws (EngineConfig::sampling_threads)
   std::shared_ptr<CachePool> cache_pool_;   // EngineConfig::shared_cache_pool
   // Prefix caching's state snapshots by the chain hash of the blocks before them, most recently
@@ -548,8 +548,9 @@ bool Engine::Impl::step() {
         Draw d{i, &r, {}, {}};
         if (greedy_on_backend) {
           d.choice.id = greedy_ids_[i];
-        } else if (r.constraint && r.constraint->allowed_tokens(json_mask(), static_cast<int32_t>(model_.config()->eos_token_id),
-                                                                !r.stop.ignore_eos, d.allowed) == 0) {
+        } else if (r.constraint &&
+                   r.constraint->allowed_tokens(constraint_vocab(), static_cast<int32_t>(model_.config()->eos_token_id),
+                                                !r.stop.ignore_eos, d.allowed) == 0) {
           end_early(r, FinishReason::kError, std::string(r.constraint->dead_end_message()));
           continue;
         } else if (c.sequence->num_output() < r.stop.min_tokens) {
@@ -601,7 +602,7 @@ void Engine::Impl::emit(Request& r, const TokenChoice& choice, EngineClock::time
   ++r.metrics.completion_tokens;
   ++counters_.generation_tokens;
 
-  if (r.constraint) r.constraint->advance(json_mask().bytes(choice.id));  // the mask let only such tokens through
+  if (r.constraint) r.constraint->advance(constraint_vocab().bytes(choice.id));  // the mask let only such tokens through
   const bool eos = !r.stop.ignore_eos && choice.id == model_.config()->eos_token_id;
   if (eos || std::find(r.stop.stop_token_ids.begin(), r.stop.stop_token_ids.end(), choice.id) != r.stop.stop_token_ids.end()) {
     chunk.finish = FinishReason::kStop;  // the stopping token adds no text
@@ -660,16 +661,16 @@ size_t Engine::Impl::stop_string_holdback(const Request& r) const {
 // The vocabulary as the JSON, choice and regex constraints see it: the bytes of the tokenizer's vocabulary
 // tokens; added and special tokens, and ids the tokenizer lacks, are never allowed (end of sequence
 // is added by the choice and regex constraints when the text is a choice or a match).
-const JsonTokenMask& Engine::Impl::json_mask() {
-  if (!json_mask_) {
+const JsonTokenMask& Engine::Impl::constraint_vocab() {
+  if (!constraint_vocab_) {
     const int32_t vocab = static_cast<int32_t>(model_.config()->vocab_size);
     std::vector<std::string> bytes(static_cast<size_t>(vocab));
     for (int32_t id = 0; id < std::min(vocab, tokenizer_->vocab_size()); ++id)
       if (tokenizer_->token_kind(id) == Tokenizer::TokenKind::kVocabulary)
         bytes[static_cast<size_t>(id)] = tokenizer_->token_bytes(id);
-    json_mask_.emplace(bytes);
+    constraint_vocab_.emplace(bytes);
   }
-  return *json_mask_;
+  return *constraint_vocab_;
 }
 
 // Ends a request outside the sampling path (cancelled, failed, engine shut down).
