@@ -3,12 +3,12 @@
 
 namespace dsv4 {
 
-HcMix hc_pre(const ForwardContext& ctx, const HcWeights& w, const DeviceTensor& streams) {
+HcMix hc_pre(const ForwardContext& ctx, const HcWeights& w, const DeviceTensor& streams, const Weight& norm) {
   const int64_t T = streams.dim(0), n = streams.dim(1), D = streams.dim(2);
   HcMix mix{ctx.alloc(ctx.act, {T, D}), ctx.alloc(DType::kF32, {T, n}), ctx.alloc(DType::kF32, {T, n, n})};
   const ModelParams& p = ctx.cfg.params();
   ctx.ops.hc_pre({streams.view(), &w.fn, &w.scale, &w.base, p.hc_sinkhorn_iters, static_cast<float>(p.hc_eps),
-                  static_cast<float>(p.rms_norm_eps), mix.y.view(), mix.post.view(), mix.comb.view()});
+                  static_cast<float>(p.rms_norm_eps), mix.y.view(), mix.post.view(), mix.comb.view(), &norm});
   return mix;
 }
 

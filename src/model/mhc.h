@@ -9,12 +9,13 @@
 namespace dsv4 {
 
 struct HcMix {
-  DeviceTensor y;     // [T, D] the sub-layer input
+  DeviceTensor y;     // [T, D] the sub-layer input, normalised
   DeviceTensor post;  // [T, n] f32
   DeviceTensor comb;  // [T, n, n] f32
 };
 
-HcMix hc_pre(const ForwardContext& ctx, const HcWeights& w, const DeviceTensor& streams);
+// The sub-layer input y comes out normalised by `norm` (the sub-layer's input RMSNorm).
+HcMix hc_pre(const ForwardContext& ctx, const HcWeights& w, const DeviceTensor& streams, const Weight& norm);
 DeviceTensor hc_post(const ForwardContext& ctx, const DeviceTensor& sublayer_out, const DeviceTensor& streams,
                      const HcMix& mix);
 DeviceTensor hc_head(const ForwardContext& ctx, const HcWeights& w, const DeviceTensor& streams);

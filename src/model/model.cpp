@@ -58,12 +58,12 @@ const LayerWeights& Model::layer_weights(int64_t layer) const {
 void Model::run_layer(const ForwardContext& ctx, int64_t layer, DeviceTensor& streams) const {
   const LayerWeights& w = layer_weights(layer);
   const DeviceTensor& inv_freq = inv_freq_.at(static_cast<size_t>(layer));
-  HcMix mix = hc_pre(ctx, w.hc_attn, streams);
-  const DeviceTensor a = attention(ctx, w.attn, layer, rms_norm(ctx, mix.y, &w.attn_norm), inv_freq);
+  HcMix mix = hc_pre(ctx, w.hc_attn, streams, w.attn_norm);
+  const DeviceTensor a = attention(ctx, w.attn, layer, mix.y, inv_freq);
   streams = hc_post(ctx, a, streams, mix);
 
-  mix = hc_pre(ctx, w.hc_ffn, streams);
-  const DeviceTensor f = moe(ctx, w.ffn, layer, rms_norm(ctx, mix.y, &w.ffn_norm));
+  mix = hc_pre(ctx, w.hc_ffn, streams, w.ffn_norm);
+  const DeviceTensor f = moe(ctx, w.ffn, layer, mix.y);
   streams = hc_post(ctx, f, streams, mix);
 }
 

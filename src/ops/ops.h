@@ -255,6 +255,9 @@ struct HcPreParams {
   TensorView y;            // [T, D]   sum_j pre[j] * x[:, j]
   TensorView post;         // [T, n] f32
   TensorView comb;         // [T, n, n] f32, Sinkhorn-normalised, comb[t, i, k] row-major
+  // Set: y is then rms_norm(y) with this weight [D] and norm_eps, the bits Ops::rms_norm gives
+  // (the sub-layer's input norm in the same op, one launch on the GPU).
+  const Weight* y_norm = nullptr;
 };
 
 struct HcPostParams {

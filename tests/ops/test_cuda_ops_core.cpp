@@ -867,6 +867,37 @@ TEST_F(CudaOpsMhc, HcPreAndHeadRowsAreTheSameBitsInAnyBatch) {
   }
 }
 
+// hc_pre with the sub-layer's norm gives what hc_pre and then rms_norm give, bit for bit: on
+// decode batches one fused launch (up to 16 tokens: one or several groups of 4, the last partial),
+// above that the two kernels. D = 4096 is V4-Flash's (the norm's order: 1024 threads), 1270 a
+// norm of 320 threads that does not divide the row.
+TEST_F(CudaOpsMhc, HcPreWithTheNormIsHcPreThenRmsNorm) {
+  for (const int64_t D : {int64_t{4096}, int64_t{1270}}) {
+    const int64_t n = 4, mix = (2 + n) * n;
+    const HcWeightsBoth w = hc_weights(mix, n * D, 3);
+    const BothWeights norm = load_both("norm", WeightFormat::kPlain, random_tensor(DType::kF32, {D}));
+    for (const DType dt : {DType::kBF16, DType::kF32}) {
+      for (const int64_t T : {int64_t{1}, int64_t{3}, int64_t{5}, int64_t{16}, int64_t{17}, int64_t{1}}) {
+        const Both xs = upload_both(random_tensor(dt, {T, n, D}));
+        const Both y = outputs(dt, {T, D}), y_normed = outputs(dt, {T, D}), fused = outputs(dt, {T, D});
+        const Both post = outputs(DType::kF32, {T, n}), comb = outputs(DType::kF32, {T, n, n});
+        const Both fused_post = outputs(DType::kF32, {T, n}), fused_comb = outputs(DType::kF32, {T, n, n});
+        gpu_->hc_pre({xs.gpu.view(), &w.fn.gpu, &w.scale.gpu, &w.base.gpu, 20, 1e-6f, 1e-6f, y.gpu.view(),
+                      post.gpu.view(), comb.gpu.view()});
+        gpu_->rms_norm({y.gpu.view(), &norm.gpu, 1e-6f, y_normed.gpu.view()});
+        gpu_->hc_pre({xs.gpu.view(), &w.fn.gpu, &w.scale.gpu, &w.base.gpu, 20, 1e-6f, 1e-6f, fused.gpu.view(),
+                      fused_post.gpu.view(), fused_comb.gpu.view(), &norm.gpu});
+        for (const auto& [name, want, got] : {std::tuple{"y", &y_normed, &fused}, std::tuple{"post", &post, &fused_post},
+                                              std::tuple{"comb", &comb, &fused_comb}}) {
+          const Tensor a = from_gpu(want->gpu), b = from_gpu(got->gpu);
+          ASSERT_EQ(std::memcmp(a.data<std::byte>(), b.data<std::byte>(), a.nbytes()), 0)
+              << name << " differs: D " << D << ", " << T << " tokens, " << dtype_name(dt);
+        }
+      }
+    }
+  }
+}
+
 TEST_F(CudaOpsMhc, HcPostIsBitExact) {
   for (const auto& [T, dt] : {std::pair{int64_t{5}, DType::kF32}, std::pair{int64_t{5}, DType::kBF16},
                               std::pair{int64_t{300}, DType::kBF16}}) {

@@ -330,6 +330,21 @@ TEST_F(CpuOpsTest, HcPreMatchesTheSinkhornOfTheSpec) {
   }
 }
 
+TEST_F(CpuOpsTest, HcPreWithTheNormIsHcPreThenRmsNorm) {
+  const int64_t T = 3, n = 4, D = 64, mix = (2 + n) * n;
+  const std::vector<float> x = random_floats(T * n * D, 20), fn = random_floats(mix * n * D, 21, 0.05f);
+  const Weight wfn = make_weight(ops, fn, {mix, n * D}), ws = make_weight(ops, {0.7f, 1.3f, 2.0f}, {3});
+  const Weight wb = make_weight(ops, random_floats(mix, 22), {mix}), norm = make_weight(ops, random_floats(D, 23), {D});
+  const DeviceTensor in = make_tensor(ops, DType::kBF16, {T, n, D}, x);
+  DeviceTensor y = ops.alloc(DType::kBF16, {T, D}), normed = ops.alloc(DType::kBF16, {T, D}), fused = ops.alloc(DType::kBF16, {T, D});
+  DeviceTensor post = ops.alloc(DType::kF32, {T, n}), comb = ops.alloc(DType::kF32, {T, n, n});
+  ops.hc_pre({in.view(), &wfn, &ws, &wb, 20, 1e-6f, 1e-6f, y.view(), post.view(), comb.view()});
+  ops.rms_norm({y.view(), &norm, 1e-6f, normed.view()});
+  ops.hc_pre({in.view(), &wfn, &ws, &wb, 20, 1e-6f, 1e-6f, fused.view(), post.view(), comb.view(), &norm});
+  EXPECT_EQ(to_floats(fused.view()), to_floats(normed.view()));
+  EXPECT_NE(to_floats(fused.view()), to_floats(y.view()));
+}
+
 TEST_F(CpuOpsTest, HcPostTakesColumnJOfCombForStreamJ) {
   const int64_t T = 1, n = 4, D = 8;
   const std::vector<float> a = random_floats(D, 13), x = random_floats(n * D, 14);

@@ -102,6 +102,7 @@ void CpuOps::hc_pre(const HcPreParams& p) {
     sinkhorn(c, n, p.sinkhorn_iters, p.hc_eps);
   }
   weighted_stream_sum(pool_, x, pre, T, n, D, p.y);
+  if (p.y_norm != nullptr) rms_norm({p.y, p.y_norm, p.norm_eps, p.y});
 }
 
 void CpuOps::hc_post(const HcPostParams& p) {

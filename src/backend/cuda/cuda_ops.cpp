@@ -16,6 +16,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/init/dummy_weight.h"
+#include "kernels/mhc/mhc.h"
 #include "ops/param_checks.h"
 
 namespace dsv4::cuda {
@@ -51,10 +52,14 @@ CudaOps::CudaOps(CudaOptions options) : options_(options) {
     DSV4_CUDA_CHECK(cudaHostAlloc(&fault_host_, 2 * sizeof(int32_t), cudaHostAllocMapped));
     fault_host_[0] = fault_host_[1] = 0;
     DSV4_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&fault_device_), fault_host_, 0));
+    constexpr size_t kDoneBytes = (kernels::kHcPreFusedMaxTokens + 3) / 4 * sizeof(unsigned);
+    DSV4_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&hc_pre_done_), kDoneBytes));
+    DSV4_CUDA_CHECK(cudaMemset(hc_pre_done_, 0, kDoneBytes));
     fp8_gemm_ = std::make_unique<Fp8BlockGemm>();
     if (options_.multi_stream.mode != MultiStreamMode::kOff) fork_join_ = std::make_unique<ForkJoin>();
   } catch (...) {
     fp8_gemm_.reset();
+    if (hc_pre_done_) cudaFree(hc_pre_done_);
     if (fault_host_) cudaFreeHost(fault_host_);
     cudaStreamDestroy(owned_stream_);
     throw;
@@ -70,6 +75,7 @@ CudaOps::~CudaOps() {
   fork_join_.reset();
   fp8_gemm_.reset();
   cudaFreeHost(fault_host_);
+  cudaFree(hc_pre_done_);
   if (table_stream_ != nullptr) cudaStreamDestroy(table_stream_);
   cudaStreamDestroy(owned_stream_);
   alloc_state_->ops_alive = false;

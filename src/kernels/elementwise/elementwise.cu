@@ -2,7 +2,6 @@
 // rounds one by one use the _rn intrinsics, which nvcc never fuses into an FMA.
 #include "kernels/elementwise/elementwise.h"
 
-#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -340,7 +339,7 @@ void rms_norm_rows(const RmsNormRowsParams& p, cudaStream_t stream) {
   // About four elements per thread: a decode step's single rows of 4096 are latency-bound, so
   // they take whole 1024-thread blocks. The block size fixes the summation order, and it depends
   // on dim alone, so a row's result never depends on how many rows the batch has.
-  const int64_t threads = std::clamp<int64_t>((p.dim / 4 + 31) / 32 * 32, 32, 1024);
+  const int64_t threads = rms_norm_block_threads(p.dim);
   if (p.rows >= kNormWarpMinRows && threads <= 32 * 8 && (p.dim + threads - 1) / threads <= kNormValuesPerThread) {
     const auto blocks = static_cast<unsigned>((p.rows + kNormWarpRowsPerBlock - 1) / kNormWarpRowsPerBlock);
     const unsigned block_threads = 32 * kNormWarpRowsPerBlock;

@@ -99,6 +99,13 @@ struct RmsNormRowsParams {
 };
 void rms_norm_rows(const RmsNormRowsParams& p, cudaStream_t stream);
 
+// The threads of rms_norm_rows' block for rows of `dim` (about four values a thread, 32..1024),
+// which fix the order of a row's sum of squares (kernels that fuse the norm add in this order).
+__host__ __device__ constexpr int64_t rms_norm_block_threads(int64_t dim) {
+  const int64_t threads = (dim / 4 + 31) / 32 * 32;
+  return threads < 32 ? 32 : threads > 1024 ? 1024 : threads;
+}
+
 // In place: x[r, h, hd - rope_dim + 2i .. +1] rotated by angle positions[r] * inv_freq[i] (fp32
 // product; cos and sin in double, rounded to fp32, as the CPU does), sin negated when inverse.
 struct RopeRowsParams {

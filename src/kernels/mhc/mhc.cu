@@ -2,7 +2,9 @@
 // intrinsics keep nvcc from fusing the products and sums the CPU rounds separately.
 #include "kernels/mhc/mhc.h"
 
+#include "core/numeric.h"
 #include "kernels/cuda_check.h"
+#include "kernels/elementwise/elementwise.h"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
@@ -22,8 +24,7 @@ constexpr int kTokensPerBlock = 4;
 // mixes over more blocks (decode: 16 chunks alone would leave most SMs idle); prefill batches take
 // hc_mix_scan_kernel (below), which gives the same bits.
 template <int kGroup>
-__global__ void __launch_bounds__(kThreads) hc_mix_partials_kernel(HcMixPartialsParams p) {
-  pdl_wait();
+__device__ __forceinline__ void mix_partials_block(const HcMixPartialsParams& p) {
   constexpr int kSums = kGroup + 1;  // the group's dots, then the sum of squares
   __shared__ float warp_sums[kWarps][kTokensPerBlock][kSums];
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTokensPerBlock;
@@ -69,6 +70,12 @@ __global__ void __launch_bounds__(kThreads) hc_mix_partials_kernel(HcMixPartials
     for (int w = 0; w < kWarps; ++w) total += warp_sums[w][tt][g];
     p.partials[((t0 + tt) * kHcChunks + blockIdx.y) * (p.mix + 1) + (is_squares ? p.mix : k0 + g)] = total;
   }
+}
+
+template <int kGroup>
+__global__ void __launch_bounds__(kThreads) hc_mix_partials_kernel(HcMixPartialsParams p) {
+  pdl_wait();
+  mix_partials_block<kGroup>(p);
 }
 
 // The prefill form of hc_mix_partials_kernel: the same sums, each in the same order, computed
@@ -219,10 +226,9 @@ __global__ void __launch_bounds__(kThreads) hc_mix_scan_kernel(HcMixPartialsPara
   }
 }
 
-// Mix k of token t (chunks added in order); every caller sums the squares in the same order, so
-// all agree on the norm.
-__device__ float finish_mix(const float* partials, int64_t t, int64_t k, int64_t mix, int64_t width, float norm_eps) {
-  const float* part = partials + t * kHcChunks * (mix + 1);
+// Mix k of a token from its partials `part` ([kHcChunks, mix + 1], chunks added in order); every
+// caller sums the squares in the same order, so all agree on the norm.
+__device__ float finish_mix(const float* part, int64_t k, int64_t mix, int64_t width, float norm_eps) {
   float dot = 0.0f, ss = 0.0f;
   for (int c = 0; c < kHcChunks; ++c) {
     dot += part[c * (mix + 1) + k];
@@ -280,31 +286,45 @@ constexpr int64_t kStreamSumSlice = 1024;
 
 __device__ float affine(float m, float scale, float base) { return __fadd_rn(__fmul_rn(m, scale), base); }
 
+// The partials of token t in hc_mix_partials' output.
+__device__ const float* token_partials(const HcPreFinishParams& p, int64_t t) {
+  return p.partials + t * kHcChunks * ((2 + p.n) * p.n + 1);
+}
+
+// post[t, :] and comb[t] of token t from its partials, on one warp (lane k: post k, comb element k).
+__device__ void post_and_comb(const HcPreFinishParams& p, int64_t t, const float* part) {
+  const int64_t n = p.n, mix = (2 + n) * n, k = threadIdx.x % 32;
+  if (k < n)
+    p.post[t * n + k] = __fmul_rn(2.0f, sigmoid(affine(finish_mix(part, n + k, mix, n * p.dim, p.norm_eps),
+                                                       load_float(p.scale, 1), load_float(p.base, n + k))));
+  const bool element = k < n * n;
+  const float c0 = element ? affine(finish_mix(part, 2 * n + k, mix, n * p.dim, p.norm_eps), load_float(p.scale, 2),
+                                    load_float(p.base, 2 * n + k))
+                           : 0.0f;
+  const float c = warp_sinkhorn(c0, static_cast<int>(n), p.sinkhorn_iters, p.hc_eps);
+  if (element) p.comb[t * n * n + k] = c;
+}
+
+// pre[k] of a token from its partials.
+__device__ float pre_mix(const HcPreFinishParams& p, int64_t k, const float* part) {
+  const int64_t n = p.n, mix = (2 + n) * n;
+  return __fadd_rn(
+      sigmoid(affine(finish_mix(part, k, mix, n * p.dim, p.norm_eps), load_float(p.scale, 0), load_float(p.base, k))),
+      p.hc_eps);
+}
+
 // Block (t, 0): post and comb of token t, on warp 0 (the Sinkhorn's latency is its alone).
 // Blocks (t, 1 + s): pre (every block computes it, the same way) and slice s of y.
 __global__ void hc_pre_finish_kernel(HcPreFinishParams p) {
   pdl_wait();
   __shared__ float pre[kHcMaxStreams];
-  const int64_t t = blockIdx.x, n = p.n, mix = (2 + n) * n;
+  const int64_t t = blockIdx.x, n = p.n;
   const auto k = static_cast<int64_t>(threadIdx.x);
   if (blockIdx.y == 0) {
-    if (k >= 32) return;
-    if (k < n)
-      p.post[t * n + k] = __fmul_rn(
-          2.0f, sigmoid(affine(finish_mix(p.partials, t, n + k, mix, n * p.dim, p.norm_eps), load_float(p.scale, 1),
-                               load_float(p.base, n + k))));
-    const bool element = k < n * n;
-    const float c0 = element ? affine(finish_mix(p.partials, t, 2 * n + k, mix, n * p.dim, p.norm_eps),
-                                      load_float(p.scale, 2), load_float(p.base, 2 * n + k))
-                             : 0.0f;
-    const float c = warp_sinkhorn(c0, static_cast<int>(n), p.sinkhorn_iters, p.hc_eps);
-    if (element) p.comb[t * n * n + k] = c;
+    if (k < 32) post_and_comb(p, t, token_partials(p, t));
     return;
   }
-  if (k < n)
-    pre[k] = __fadd_rn(sigmoid(affine(finish_mix(p.partials, t, k, mix, n * p.dim, p.norm_eps), load_float(p.scale, 0),
-                                      load_float(p.base, k))),
-                       p.hc_eps);
+  if (k < n) pre[k] = pre_mix(p, k, token_partials(p, t));
   __syncthreads();
   const int64_t begin = (blockIdx.y - 1) * kStreamSumSlice;
   weighted_stream_sum(pre, p.x, p.y, t, n, p.dim, begin, begin + kStreamSumSlice < p.dim ? begin + kStreamSumSlice : p.dim);
@@ -317,7 +337,7 @@ __global__ void hc_head_finish_kernel(HcHeadFinishParams p) {
   const int64_t t = blockIdx.x;
   const auto j = static_cast<int64_t>(threadIdx.x);
   if (j < p.n) {
-    const float m = finish_mix(p.partials, t, j, p.n, p.n * p.dim, p.norm_eps);
+    const float m = finish_mix(p.partials + t * kHcChunks * (p.n + 1), j, p.n, p.n * p.dim, p.norm_eps);
     g[j] = __fadd_rn(sigmoid(affine(m, load_float(p.scale, 0), load_float(p.base, j))), p.hc_eps);
   }
   __syncthreads();
@@ -349,6 +369,145 @@ __global__ void __launch_bounds__(kPostMixThreads) hc_post_mix_kernel(HcPostMixP
       store_float(p.out, (t * p.n + j) * p.dim + d, __fadd_rn(__fmul_rn(p.post[t * p.n + j], a), o));
     }
   }
+}
+
+// rms_norm_rows' order for a row of y (elementwise.h): virtual thread v of the norm's block adds
+// the squares of elements v, v + threads, .. (FMAs in order); each virtual warp's butterfly; the
+// virtual warps' sums in order. The y warps (the block's warps from `first_warp` on, synchronised
+// by barrier 1) take virtual warps in turn. Then y[t] = weight * (ys * inv) as rms_norm_rows has it.
+__device__ void norm_row_of_ys(const HcPreFusedParams& p, int64_t t, const float* ys, float* scratch, int first_warp,
+                               int y_threads) {
+  const HcPreFinishParams& f = p.finish;
+  const int lane = static_cast<int>(threadIdx.x % 32), y_warp = static_cast<int>(threadIdx.x / 32) - first_warp;
+  const int y_warps = y_threads / 32, y_thread = static_cast<int>(threadIdx.x) - 32 * first_warp;
+  const auto threads = static_cast<int>(rms_norm_block_threads(f.dim));
+  for (int vw = y_warp; vw < threads / 32; vw += y_warps) {
+    float ss = 0;
+    for (int64_t i = vw * 32 + lane; i < f.dim; i += threads) ss = fmaf(ys[i], ys[i], ss);
+    for (int off = 16; off > 0; off /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    if (lane == 0) scratch[vw] = ss;
+  }
+  asm volatile("bar.sync 1, %0;" ::"r"(y_threads) : "memory");
+  float total = 0;
+  for (int w = 0; w < threads / 32; ++w) total += scratch[w];
+  const float mean = total / static_cast<float>(f.dim);
+  const float inv = 1.0f / sqrtf(mean + f.norm_eps);
+  const auto normed = [&](int64_t d) {
+    const float v = __fmul_rn(ys[d], inv);
+    return p.y_norm.data ? __fmul_rn(load_float(p.y_norm, d), v) : v;
+  };
+  if (!f.y.bf16 || f.dim % 8 != 0) {
+    for (int64_t d = y_thread; d < f.dim; d += y_threads) store_float(f.y, t * f.dim + d, normed(d));
+    return;
+  }
+  auto* y = static_cast<uint16_t*>(f.y.data) + t * f.dim;
+  for (int64_t g = y_thread; g < f.dim / 8; g += y_threads) {  // 8 elements, one 16-byte store
+    uint32_t words[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      words[e] = static_cast<uint32_t>(float_to_bf16(normed(8 * g + 2 * e))) |
+                 static_cast<uint32_t>(float_to_bf16(normed(8 * g + 2 * e + 1))) << 16;
+    *reinterpret_cast<uint4*>(y + 8 * g) = make_uint4(words[0], words[1], words[2], words[3]);
+  }
+}
+
+// ys[d] = sum_j pre[j] * x[t, j, d] (j ascending) rounded to y's type, as hc_pre_finish_kernel
+// stores y, by the y threads. One block does all of a token's row, so the loads go out together:
+// with bf16 streams and dim a multiple of 8, each thread loads kVecInFlight groups of 8 elements of
+// every stream at once.
+constexpr int kVecInFlight = 4;
+
+__device__ void stream_sum_into(const HcPreFinishParams& f, int64_t t, const float* pre, float* ys, int y_thread,
+                                int y_threads) {
+  const auto finish = [&](float acc) { return f.y.bf16 ? round_bf16(acc) : acc; };
+  if (!f.x.bf16 || f.dim % 8 != 0) {
+    for (int64_t d = y_thread; d < f.dim; d += y_threads) {
+      float acc = __fmul_rn(pre[0], load_float(f.x, t * f.n * f.dim + d));
+      for (int64_t j = 1; j < f.n; ++j) acc = __fadd_rn(acc, __fmul_rn(pre[j], load_float(f.x, (t * f.n + j) * f.dim + d)));
+      ys[d] = finish(acc);
+    }
+    return;
+  }
+  const auto* x = static_cast<const uint16_t*>(f.x.data) + t * f.n * f.dim;
+  const int64_t groups = f.dim / 8;
+  for (int64_t g0 = y_thread; g0 < groups; g0 += int64_t{kVecInFlight} * y_threads) {
+    uint4 raw[kVecInFlight][kHcMaxStreams];
+#pragma unroll
+    for (int v = 0; v < kVecInFlight; ++v)
+#pragma unroll
+      for (int j = 0; j < kHcMaxStreams; ++j) {
+        const int64_t g = g0 + v * y_threads;
+        raw[v][j] = g < groups && j < f.n ? *reinterpret_cast<const uint4*>(x + j * f.dim + 8 * g) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+    for (int v = 0; v < kVecInFlight; ++v) {
+      const int64_t g = g0 + v * y_threads;
+      if (g >= groups) break;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const auto element = [&](int j) {
+          const uint32_t word = (&raw[v][j].x)[e / 2];
+          return bf16_to_float(static_cast<uint16_t>(e % 2 == 0 ? word & 0xffffu : word >> 16));
+        };
+        float acc = __fmul_rn(pre[0], element(0));
+#pragma unroll
+        for (int j = 1; j < kHcMaxStreams; ++j)
+          if (j < f.n) acc = __fadd_rn(acc, __fmul_rn(pre[j], element(j)));
+        ys[8 * g + e] = finish(acc);
+      }
+    }
+  }
+}
+
+// The last block of a token group: the group's partials come into shared memory (`parts`, one load
+// each, from L2: other blocks wrote them); warp w < tokens computes post and comb of token t0 + w;
+// the other warps compute each token's pre, y (ys, rounded to y's type as hc_pre_finish stores it)
+// and its norm, one token after another.
+__device__ void finish_token_group(const HcPreFusedParams& p, float* ys, float* scratch, float* pre, float* parts) {
+  const HcPreFinishParams& f = p.finish;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTokensPerBlock;
+  const auto tokens = static_cast<int>(min(static_cast<int64_t>(kTokensPerBlock), f.tokens - t0));
+  const int64_t token_floats = kHcChunks * ((2 + f.n) * f.n + 1);
+  for (int64_t i = threadIdx.x; i < tokens * token_floats; i += blockDim.x)
+    parts[i] = __ldcg(token_partials(f, t0) + i);
+  __syncthreads();
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  if (warp < tokens) {
+    post_and_comb(f, t0 + warp, parts + warp * token_floats);
+    return;
+  }
+  const int y_threads = (kWarps - tokens) * 32, y_thread = static_cast<int>(threadIdx.x) - 32 * tokens;
+  for (int tt = 0; tt < tokens; ++tt) {
+    const int64_t t = t0 + tt;
+    if (y_thread < f.n) pre[y_thread] = pre_mix(f, y_thread, parts + tt * token_floats);
+    asm volatile("bar.sync 1, %0;" ::"r"(y_threads) : "memory");
+    stream_sum_into(f, t, pre, ys, y_thread, y_threads);
+    asm volatile("bar.sync 1, %0;" ::"r"(y_threads) : "memory");
+    norm_row_of_ys(p, t, ys, scratch, tokens, y_threads);
+    asm volatile("bar.sync 1, %0;" ::"r"(y_threads) : "memory");  // ys, pre and scratch are free again
+  }
+}
+
+template <int kGroup>
+__global__ void __launch_bounds__(kThreads) hc_pre_fused_kernel(HcPreFusedParams p) {
+  // The norm's weight is no kernel's output: the first blocks bring it into L2 for the last one.
+  const int64_t weight_lines = (p.finish.dim * (p.y_norm.bf16 ? 2 : 4) + 127) / 128;
+  const int64_t line = (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * kThreads + threadIdx.x;
+  if (p.y_norm.data != nullptr && blockIdx.x == 0 && line < weight_lines)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(p.y_norm.data) + 128 * line));
+  pdl_wait();
+  extern __shared__ float ys[];  // [dim]
+  __shared__ float scratch[32], pre[kHcMaxStreams], parts[kTokensPerBlock * kHcChunks * (kHcMaxMix + 1)];
+  __shared__ bool last;
+  mix_partials_block<kGroup>(p.mix);
+  __threadfence();  // this block's partials are visible before its count is
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(p.done + blockIdx.x, 1u) == gridDim.y * gridDim.z - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  finish_token_group(p, ys, scratch, pre, parts);
+  if (threadIdx.x == 0) p.done[blockIdx.x] = 0;  // for the next call
 }
 
 // hc_mix_partials over blocks of kGroup mixes.
@@ -409,6 +568,20 @@ void hc_pre_finish(const HcPreFinishParams& p, cudaStream_t stream) {
   if (p.n > kHcMaxStreams) throw UsageError("hc_pre_finish: " + std::to_string(p.n) + " streams, at most 4");
   const auto slices = static_cast<unsigned>((p.dim + kStreamSumSlice - 1) / kStreamSumSlice);
   launch_pdl(hc_pre_finish_kernel, dim3(static_cast<unsigned>(p.tokens), 1 + slices), kThreads, 0, stream, p);
+  DSV4_CUDA_CHECK(cudaGetLastError());
+}
+
+void hc_pre_fused(const HcPreFusedParams& p, cudaStream_t stream) {
+  const HcPreFinishParams& f = p.finish;
+  if (f.tokens == 0) return;
+  if (f.tokens > kHcPreFusedMaxTokens || f.dim > kHcPreFusedMaxDim || f.n > kHcMaxStreams || p.mix.mix > kHcMaxMix)
+    throw UsageError("hc_pre_fused: " + std::to_string(f.tokens) + " tokens of " + std::to_string(f.n) + " x " +
+                     std::to_string(f.dim) + " streams; it takes at most " + std::to_string(kHcPreFusedMaxTokens) +
+                     " tokens, 4 streams, dim " + std::to_string(kHcPreFusedMaxDim));
+  const auto token_blocks = static_cast<unsigned>((f.tokens + kTokensPerBlock - 1) / kTokensPerBlock);
+  const auto groups = static_cast<unsigned>((p.mix.mix + 1) / 2);
+  launch_pdl(hc_pre_fused_kernel<2>, dim3(token_blocks, kHcChunks, groups), kThreads,
+             static_cast<size_t>(f.dim) * sizeof(float), stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
