@@ -1,7 +1,8 @@
-// MXFP4 experts at decode, the two ways the GPU issue names: weights kept as FP4 and read by
-// kernels::fp4_gemv, or cast losslessly to FP8 at load and run through cuBLASLt's block-scaled
-// GEMM. Times both (each with its activation quantisation) at V4-Flash's expert shapes and
-// prints each beside its weight-read floor (bytes / 4.28 TB/s). Usage: bench_fp4_gemv [iterations]
+// MXFP4 experts at decode: weights kept as FP4 and read by kernels::fp4_gemv or by
+// kernels::fp8_mma_gemm's streamed kernel (Fp8MmaWeightCodes::kE2M1, the FP8 cast's bits), or cast
+// losslessly to FP8 at load and run through fp8_mma_gemm (the default) or cuBLASLt's block-scaled
+// GEMM. Times each (with its activation quantisation) at V4-Flash's expert shapes beside its
+// weight-read floor (bytes / 4.28 TB/s). Usage: bench_fp4_gemv [iterations]
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/gemm/act_quant.h"
 #include "kernels/gemm/fp4_gemv.h"
+#include "kernels/gemm/fp8_mma_gemm.h"
 #include "cuda_timing.h"
 
 namespace {
@@ -43,7 +45,8 @@ int main(int argc, char** argv) {
   const int iters = argc > 1 ? std::atoi(argv[1]) : 200;
   const Case cases[] = {{"expert w1/w3", 2048, 4096}, {"expert w2", 4096, 2048}};
   const int64_t rows[] = {1, 2, 4, 8};
-  std::printf("%-14s %4s %12s %12s %12s %12s\n", "linear", "M", "fp4 us", "fp4 floor", "fp8 cast us", "fp8 floor");
+  std::printf("%-14s %4s %12s %12s %12s %12s %12s %12s\n", "linear", "M", "fp4 gemv us", "mma e2m1 us", "fp4 floor",
+              "fp8 cublas us", "mma fp8 us", "fp8 floor");
   cuda::Fp8BlockGemm gemm;
   for (const Case& c : cases) {
     const int64_t mp = cuda::fp8_gemm_padded_m(1), kb = c.k / 128, nb = (c.n + 127) / 128, kbp = (kb + 3) / 4 * 4;
@@ -57,6 +60,26 @@ int main(int argc, char** argv) {
     const std::vector<float> ones(static_cast<size_t>(nb * kbp), 1.0f);
     DSV4_CUDA_CHECK(cudaMemcpy(w8s, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
     auto* out = device_bytes<uint16_t>(mp * c.n * 2, 0);
+    auto* shifts = device_bytes<uint8_t>(c.n * c.k / 32, 0);
+    // fp8_mma_gemm on the FP8 codes or (e2m1) on the FP4 pairs as stored, m rows into bf16 out.
+    const auto mma = [&](int64_t m, bool e2m1) {
+      kernels::Fp8MmaGemmParams g;
+      g.x = xq;
+      g.x_scale = xs;
+      g.x_scale_ld = mp;
+      g.w_codes = e2m1 ? kernels::Fp8MmaWeightCodes::kE2M1 : kernels::Fp8MmaWeightCodes::kE4M3;
+      g.w = e2m1 ? w4 : w8;
+      g.w_shift = e2m1 ? shifts : nullptr;
+      g.w_scale = w8s;
+      g.w_scale_ld = kbp;
+      g.y = {out, true};
+      g.ldy = c.n;
+      g.m = m;
+      g.n = c.n;
+      g.k = c.k;
+      kernels::act_quant_fp8({x, xq, xs, m, mp, c.k}, nullptr);
+      kernels::fp8_mma_gemm(g, nullptr);
+    };
     const double fp4_bytes = static_cast<double>(c.n * c.k / 2 + c.n * c.k / 32), fp8_bytes = static_cast<double>(c.n * c.k);
     for (const int64_t m : rows) {
       const double fp4 = bench::time_us(
@@ -71,11 +94,14 @@ int main(int argc, char** argv) {
             gemm.run({xq, xs, w8, w8s, out, mp, c.n, c.k}, nullptr);
           },
           iters);
-      std::printf("%-14s %4ld %12.2f %12.2f %12.2f %12.2f\n", c.name, static_cast<long>(m), fp4,
-                  fp4_bytes / kMemoryBandwidth * 1e6, fp8, fp8_bytes / kMemoryBandwidth * 1e6);
+      const double mma_e2m1 = bench::time_us([&] { mma(m, true); }, iters);
+      const double mma_fp8 = bench::time_us([&] { mma(m, false); }, iters);
+      std::printf("%-14s %4ld %12.2f %12.2f %12.2f %12.2f %12.2f %12.2f\n", c.name, static_cast<long>(m), fp4, mma_e2m1,
+                  fp4_bytes / kMemoryBandwidth * 1e6, fp8, mma_fp8, fp8_bytes / kMemoryBandwidth * 1e6);
     }
     for (void* p : {static_cast<void*>(x), static_cast<void*>(xq), static_cast<void*>(xs), static_cast<void*>(w4),
-                    static_cast<void*>(w4s), static_cast<void*>(w8), static_cast<void*>(w8s), static_cast<void*>(out)})
+                    static_cast<void*>(w4s), static_cast<void*>(w8), static_cast<void*>(w8s), static_cast<void*>(out),
+                    static_cast<void*>(shifts)})
       cudaFree(p);
   }
   return 0;

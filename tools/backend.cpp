@@ -1,5 +1,5 @@
-// The backend factory behind `--device`, `--multi-stream`, `--fp8-gemm`, `--attention` and
-// `--cuda-graphs`. The CUDA backend exists only in builds configured with CUDA (DSV4_WITH_CUDA);
+// The backend factory behind `--device`, `--multi-stream`, `--fp8-gemm`, `--attention`,
+// `--cuda-graphs` and `--fp4-experts`. The CUDA backend exists only in builds configured with CUDA (DSV4_WITH_CUDA);
 // the tools are the one place that may branch on that.
 #include "tools/backend.h"
 
@@ -87,6 +87,14 @@ void add_gpu_options(CLI::App* cmd, GpuOptions& gpu) {
          "either way")
       ->check(CLI::IsMember({"on", "off"}))
       ->default_str(GpuOptions{}.cuda_graphs ? "on" : "off");
+  cmd->add_option_function<std::string>(
+         "--fp4-experts", [&gpu](const std::string& v) { gpu.fp4_experts = v == "on"; },
+         "--device cuda: keep MXFP4 weights (the routed experts) as stored, half the bytes of their "
+         "lossless FP8 cast and the same results, read by the experts' GEMMs of the default numerics "
+         "(--fp8-gemm mma or wgmma; exact math and other GEMMs refuse them), or cast them to FP8 at "
+         "load (off)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->default_str(GpuOptions{}.fp4_experts ? "on" : "off");
 }
 
 std::unique_ptr<ForwardRunner> make_forward_runner(Ops& backend, const GpuOptions& gpu) {
@@ -123,6 +131,7 @@ std::unique_ptr<Ops> make_backend(Device device, int threads, const GpuOptions& 
                                                               : cuda::Fp8Gemm::kFp16Mma;
   options.sparse_attention = gpu.attention == AttentionChoice::kCpuOrder ? cuda::SparseAttention::kCpuOrder
                                                                          : cuda::SparseAttention::kTensorCores;
+  options.fp4_experts = gpu.fp4_experts;
   return std::make_unique<cuda::CudaOps>(options);
 #else
   (void)gpu;

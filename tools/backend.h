@@ -34,12 +34,13 @@ struct GpuOptions {
   Fp8GemmChoice fp8_gemm = Fp8GemmChoice::kMma;
   AttentionChoice attention = AttentionChoice::kTensorCores;
   bool cuda_graphs = true;
+  bool fp4_experts = false;
 };
 
 // Adds `--multi-stream off|on|auto` (default auto: whether the CUDA backend overlaps the attention
 // layer's independent input chains on side streams), `--fp8-gemm mma|wgmma|cublaslt|simple` (default
-// mma), `--attention tensor-cores|cpu-order` (default tensor-cores) and `--cuda-graphs on|off`
-// (default on) to `cmd`.
+// mma), `--attention tensor-cores|cpu-order` (default tensor-cores), `--cuda-graphs on|off`
+// (default on) and `--fp4-experts on|off` (default off) to `cmd`.
 void add_gpu_options(CLI::App* cmd, GpuOptions& gpu);
 
 // The backend for `device`; `threads` is the CPU backend's thread count (0: all cores).

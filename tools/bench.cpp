@@ -79,6 +79,7 @@ struct LayerCost {
 double weight_bytes(const Weight& w) {
   double b = static_cast<double>(w.data.view().nbytes());
   if (!w.scale.empty()) b += static_cast<double>(w.scale.view().nbytes());
+  if (!w.aux.empty()) b += static_cast<double>(w.aux.view().nbytes());
   return b;
 }
 

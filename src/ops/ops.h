@@ -63,6 +63,7 @@ struct Weight {
   Shape shape;                                 // logical shape ([out, in] for linears)
   DeviceTensor data;                           // backend layout (CPU: the exact values in fp32)
   DeviceTensor scale;                          // backend layout; empty where unused (CPU)
+  DeviceTensor aux;                            // a third array a backend layout may need; mostly empty
 };
 
 // ---- memory ---------------------------------------------------------------------------------

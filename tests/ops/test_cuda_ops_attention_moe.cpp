@@ -644,6 +644,76 @@ TEST_F(CudaOpsAttentionMoeTest, MoeExpertsReportsAnExpertIdOutOfRangeAtTheNextSy
   EXPECT_NO_THROW(gpu_->synchronize());
 }
 
+// The routed experts' MXFP4 weights kept as stored (CudaOptions::fp4_experts) give the bits of
+// their FP8 cast, at decode sizes (both on streamed tiles) and prefill sizes (the cast on staged
+// tiles, the stored weights on streamed ones); exact math refuses them, naming the option.
+TEST_F(CudaOpsAttentionMoeTest, Fp4ExpertsAsStoredGiveTheBitsOfTheirFp8Cast) {
+  const int64_t D = 1024, I = 512, E = 8, k = 3;
+  cuda::CudaOptions stored_options;
+  stored_options.fp4_experts = true;
+  cuda::CudaOps stored_ops(stored_options);
+  Ops& cast_ops = *gpu_;
+  std::vector<Weight> cast, stored;  // w1, w2, w3 per expert
+  for (int64_t e = 0; e < E; ++e)
+    for (const auto& [rows, cols] : {std::pair{I, D}, std::pair{D, I}, std::pair{I, D}}) {
+      const Tensor values = random_tensor(DType::kF32, {rows, cols}, 0.08f);
+      const QuantizedWeight q = mxfp4_weight({values.data<float>(), values.data<float>() + values.numel()}, rows, cols);
+      const LoadWeightParams lp{"experts." + std::to_string(e) + ".w" + std::to_string(cast.size() % 3 + 1),
+                                WeightFormat::kMxfp4, q.weight.view(), q.scale.view()};
+      cast.push_back(cast_ops.load_weight(lp));
+      stored.push_back(stored_ops.load_weight(lp));
+    }
+  ASSERT_EQ(stored[0].data.dtype(), DType::kI8);  // kept as stored
+  std::vector<ExpertWeights> cast_routes, stored_routes;
+  for (int64_t e = 0; e < E; ++e) {
+    cast_routes.push_back({&cast[3 * e], &cast[3 * e + 1], &cast[3 * e + 2]});
+    stored_routes.push_back({&stored[3 * e], &stored[3 * e + 1], &stored[3 * e + 2]});
+  }
+  const auto upload = [](Ops& ops, const Tensor& host) {
+    DeviceTensor t = ops.alloc(host.dtype(), host.shape());
+    ops.upload(host.view(), t.view());
+    return t;
+  };
+  for (const int64_t T : {int64_t{20}, int64_t{400}}) {
+    std::vector<int32_t> ids;
+    Tensor weights(DType::kF32, {T, k});
+    std::uniform_real_distribution<float> uw(0.1f, 1.5f);
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<int32_t> all(static_cast<size_t>(E));
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin(), all.end(), rng_);
+      std::sort(all.begin(), all.begin() + k);
+      ids.insert(ids.end(), all.begin(), all.begin() + k);
+      for (int64_t s = 0; s < k; ++s) weights.data<float>()[t * k + s] = uw(rng_);
+    }
+    const Tensor x = random_tensor(DType::kBF16, {T, D}, 1.0f), shared = random_tensor(DType::kBF16, {T, D}, 0.5f);
+    const Tensor experts = int_tensor({T, k}, ids);
+    std::vector<std::vector<float>> outs;
+    for (Ops* ops : {&cast_ops, static_cast<Ops*>(&stored_ops)}) {
+      const DeviceTensor dx = upload(*ops, x), dshared = upload(*ops, shared), de = upload(*ops, experts),
+                         dw = upload(*ops, weights);
+      DeviceTensor out = ops->alloc_output(DType::kBF16, {T, D});
+      ops->moe_experts({dx.view(), de.view(), dw.view(), ops == &cast_ops ? cast_routes : stored_routes, dshared.view(),
+                        10.0f, ActQuant::kFp8Block128, out.view()});
+      outs.push_back(floats(*ops, out));
+    }
+    EXPECT_TRUE(same_bits(outs[1], outs[0])) << T << " tokens";
+  }
+  const Tensor x = random_tensor(DType::kF32, {2, D}, 1.0f);
+  const DeviceTensor dx = upload(stored_ops, x), dshared = upload(stored_ops, x);
+  const DeviceTensor de = upload(stored_ops, int_tensor({2, k}, {0, 1, 2, 3, 4, 5}));
+  Tensor w(DType::kF32, {2, k});
+  std::fill(w.data<float>(), w.data<float>() + 2 * k, 0.5f);
+  const DeviceTensor dw = upload(stored_ops, w);
+  DeviceTensor out = stored_ops.alloc_output(DType::kF32, {2, D});
+  try {
+    stored_ops.moe_experts({dx.view(), de.view(), dw.view(), stored_routes, dshared.view(), 0, ActQuant::kNone, out.view()});
+    ADD_FAILURE() << "exact math ran on FP4 weights kept as stored";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--fp4-experts"), std::string::npos) << e.what();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, MoeExpertsTest,
                          ::testing::Values(ExpertMode::kDefault, ExpertMode::kExact, ExpertMode::kPlainBf16),
                          expert_mode_name);

@@ -16,6 +16,7 @@
 #include "core/numeric.h"
 #include "kernels/gemm/act_quant.h"
 #include "kernels/gemm/fp8_mma_gemm.h"
+#include "loader/weights.h"
 #include "tests/ops/cuda_test_util.h"
 
 namespace dsv4 {
@@ -245,7 +246,7 @@ TEST(Fp8MmaGemmCuda, RowsAreTheSameBitsAloneInAnyBatchAndGrouped) {
   for (auto* b : {&first, &second}) DSV4_CUDA_CHECK(cudaMemset(b->get(), 0xff, size * sizeof(float)));
   kernels::Fp8MmaGemmParams paired = p;
   paired.y = {first.get(), false};
-  paired.second = {nullptr, nullptr, p.w_scale_ld, {second.get(), false}, n, n, 3};
+  paired.second = {.w_scale_ld = p.w_scale_ld, .y = {second.get(), false}, .ldy = n, .n = n, .group_offset = 3};
   kernels::fp8_mma_gemm(paired, nullptr);
   DSV4_CUDA_CHECK(cudaDeviceSynchronize());
 
@@ -492,6 +493,171 @@ TEST(Fp8MmaGemmCuda, RejectsKNotAMultipleOf128) {
   p.n = 16;
   p.k = 100;
   EXPECT_THROW(kernels::fp8_mma_gemm(p, nullptr), UsageError);
+}
+
+// ---- MXFP4 weights read as stored (Fp8MmaWeightCodes::kE2M1) --------------------------------
+
+// `groups` random MXFP4 weights [n, k] (every e2m1 byte, -0 included; per-32 scales within 2^6 of
+// their 128x128 block's largest, as the lossless cast needs) on the device as the kE2M1 kernel
+// reads them (packed pairs in e2m1_mma_order, the cast's shifts) and as the cast's e4m3 codes, with the cast's block scales (one set for
+// both) in the kernels' fp32 layout.
+struct Fp4Weights {
+  int64_t n, k, groups;
+  int64_t scale_group = 0, scale_ld = 0;
+  DeviceBuffer<uint8_t> packed, shift, codes;
+  DeviceBuffer<float> scale;
+
+  Fp4Weights(int64_t n_, int64_t k_, int64_t groups_, uint32_t seed)
+      : n(n_), k(k_), groups(groups_), packed(static_cast<size_t>(groups_ * n_ * k_ / 2)),
+        shift(static_cast<size_t>(groups_ * n_ * k_ / 32)), codes(static_cast<size_t>(groups_ * n_ * k_)),
+        scale(static_cast<size_t>(groups_ * ((n_ + 127) / 128) * ((k_ / 128 + 3) / 4 * 4))) {
+    std::mt19937 rng(seed);
+    std::vector<uint8_t> all_packed, all_shift, all_codes;
+    std::vector<float> all_scale;
+    for (int64_t g = 0; g < groups; ++g) {
+      Tensor w(DType::kI8, {n, k / 2}), e8m0(DType::kF8E8M0, {n, k / 32});
+      for (uint8_t& b : w.span<uint8_t>()) b = static_cast<uint8_t>(rng());
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t c = 0; c < k / 32; ++c) {
+          const uint32_t base = 118 + static_cast<uint32_t>((r / 128 * 7 + c / 4 * 3 + g) % 5);  // per block
+          e8m0.data<uint8_t>()[r * (k / 32) + c] = static_cast<uint8_t>(base + rng() % (kMxfp4MaxShift + 1));
+        }
+      const Fp8BlockWeight cast = cast_mxfp4_to_fp8(w.view(), e8m0.view(), "fp4 test weight");
+      const Mxfp4BlockShifts shifts = mxfp4_block_shifts(w.view(), e8m0.view(), "fp4 test weight");
+      const std::vector<float> s = cuda::fp8_weight_scales_for_cublaslt(cast.scale.data<uint8_t>(), n, k);
+      scale_group = static_cast<int64_t>(s.size());
+      scale_ld = scale_group / ((n + 127) / 128);
+      std::vector<uint8_t> ordered(static_cast<size_t>(w.nbytes()));
+      kernels::e2m1_mma_order(w.data<uint8_t>(), ordered.data(), static_cast<int64_t>(ordered.size()));
+      all_packed.insert(all_packed.end(), ordered.begin(), ordered.end());
+      all_shift.insert(all_shift.end(), shifts.shift.span<uint8_t>().begin(), shifts.shift.span<uint8_t>().end());
+      all_codes.insert(all_codes.end(), cast.weight.span<uint8_t>().begin(), cast.weight.span<uint8_t>().end());
+      all_scale.insert(all_scale.end(), s.begin(), s.end());
+    }
+    packed.upload(all_packed);
+    shift.upload(all_shift);
+    codes.upload(all_codes);
+    scale.upload(all_scale);
+  }
+
+  // x's operands with group g's weight, as the cast's codes or (e2m1) as stored.
+  kernels::Fp8MmaGemmParams dense(const Operands& x, int64_t g, bool e2m1) const {
+    kernels::Fp8MmaGemmParams p = x.inputs(0, x.m, 0);
+    p.w_codes = e2m1 ? kernels::Fp8MmaWeightCodes::kE2M1 : kernels::Fp8MmaWeightCodes::kE4M3;
+    p.w = e2m1 ? packed.get() + g * n * k / 2 : codes.get() + g * n * k;
+    p.w_shift = e2m1 ? shift.get() + g * n * k / 32 : nullptr;
+    p.w_scale = scale.get() + g * scale_group;
+    p.w_scale_ld = scale_ld;
+    return p;
+  }
+};
+
+class Fp8MmaGemmE2m1Cuda : public ::testing::TestWithParam<Shape3> {};
+
+// Dense: the stored FP4 weight gives the cast's bits, in fp32 and bf16, for tiles of 8, 16 and 32
+// rows, weight rows past a 16-row block's end and K blocks spread unevenly over the four warps.
+TEST_P(Fp8MmaGemmE2m1Cuda, SameBitsAsTheFp8CastDense) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const auto [m, n, k] = GetParam();
+  const Operands x(m, n, k, 1, static_cast<uint32_t>(m * 5 + n + k));
+  const Fp4Weights w(n, k, 1, static_cast<uint32_t>(m + n * 3 + k));
+  for (const bool bf16 : {false, true}) {
+    const std::vector<uint8_t> cast = run_forced(w.dense(x, 0, false), kernels::Fp8MmaKernel::kStreamed, m, bf16);
+    const std::vector<uint8_t> stored = run_forced(w.dense(x, 0, true), kernels::Fp8MmaKernel::kAuto, m, bf16);
+    EXPECT_EQ(first_difference(stored, cast, n, bf16), "") << (bf16 ? "bf16" : "fp32") << " output";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Fp8MmaGemmE2m1Cuda,
+                         ::testing::Values(Shape3{1, 256, 512}, Shape3{5, 200, 1152}, Shape3{16, 384, 2048},
+                                           Shape3{29, 136, 640}, Shape3{70, 256, 1024}),
+                         [](const auto& info) {
+                           return "m" + std::to_string(info.param.m) + "_n" + std::to_string(info.param.n) +
+                                  "_k" + std::to_string(info.param.k);
+                         });
+
+// Grouped (the routed experts' layout), with a second output over the same tiles (gate and up):
+// both outputs get the cast's bits.
+TEST(Fp8MmaGemmE2m1Cuda, SameBitsAsTheFp8CastGroupedWithASecondOutput) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const int64_t m = 21, n = 264, k = 1024;
+  const Operands x(m, n, k, 1, 5);
+  const Fp4Weights w(n, k, 2, 6);
+  // Rows [0, 9) meet group 1, [9, 21) group 0; tiles of 8 rows; the second output's groups are
+  // the first's swapped (group offset 2 into tables of four).
+  const std::vector<kernels::Fp8MmaTile> tiles = {{1, 0, 8}, {1, 8, 1}, {0, 9, 8}, {0, 17, 4}};
+  DeviceBuffer<kernels::Fp8MmaTile> dtiles(tiles.size());
+  dtiles.upload(tiles);
+  DeviceBuffer<int32_t> dcount(1);
+  dcount.upload({static_cast<int32_t>(tiles.size())});
+  const int64_t swapped[] = {0, 1, 1, 0};
+  const auto run = [&](bool e2m1) {
+    std::vector<const uint8_t*> w_of, shift_of;
+    std::vector<const float*> scale_of;
+    for (const int64_t g : swapped) {
+      const kernels::Fp8MmaGemmParams d = w.dense(x, g, e2m1);
+      w_of.push_back(d.w);
+      shift_of.push_back(d.w_shift);
+      scale_of.push_back(d.w_scale);
+    }
+    DeviceBuffer<const uint8_t*> dw_of(w_of.size()), dshift_of(shift_of.size());
+    DeviceBuffer<const float*> dscale_of(scale_of.size());
+    dw_of.upload(w_of);
+    dshift_of.upload(shift_of);
+    dscale_of.upload(scale_of);
+    kernels::Fp8MmaGemmParams p = w.dense(x, 0, e2m1);
+    p.w = nullptr;
+    p.w_shift = nullptr;
+    p.w_scale = nullptr;
+    p.tiles = dtiles.get();
+    p.tile_count = dcount.get();
+    p.max_tiles = static_cast<int64_t>(tiles.size());
+    p.tile_rows = 8;
+    p.group_w = dw_of.get();
+    p.group_w_scale = dscale_of.get();
+    p.group_w_shift = e2m1 ? dshift_of.get() : nullptr;
+    DeviceBuffer<float> second(static_cast<size_t>(m * n));
+    DSV4_CUDA_CHECK(cudaMemset(second.get(), 0xff, static_cast<size_t>(m * n) * sizeof(float)));
+    p.second = {.w_scale_ld = w.scale_ld, .y = {second.get(), false}, .ldy = n, .n = n, .group_offset = 2};
+    std::vector<uint8_t> both = run_forced(p, kernels::Fp8MmaKernel::kAuto, m, false);
+    const std::vector<float> s = second.download();
+    const auto* bytes = reinterpret_cast<const uint8_t*>(s.data());
+    both.insert(both.end(), bytes, bytes + s.size() * sizeof(float));
+    return both;
+  };
+  const std::vector<uint8_t> cast = run(false);
+  for (size_t i = 0; i < cast.size(); i += 4) {
+    uint32_t v = 0;
+    std::memcpy(&v, &cast[i], 4);
+    ASSERT_NE(v, 0xffffffffu) << "output element " << i / 4 << " was not written";
+  }
+  EXPECT_EQ(first_difference(run(true), cast, n, false), "") << "rows 0..20: first output, 21..41: second";
+}
+
+TEST(Fp8MmaGemmE2m1Cuda, TakesTheStreamedKernelOnly) {
+  using kernels::Fp8MmaKernel;
+  kernels::Fp8MmaGemmParams p;
+  p.w_codes = kernels::Fp8MmaWeightCodes::kE2M1;
+  p.k = 4096;
+  p.m = 4096;
+  p.n = 4096;
+  EXPECT_EQ(kernels::fp8_mma_gemm_choice(p), Fp8MmaKernel::kStreamed);  // dense prefill sizes too
+  p.kernel = Fp8MmaKernel::kStaged;
+  EXPECT_THROW(kernels::fp8_mma_gemm_choice(p), UsageError);
+  p.kernel = Fp8MmaKernel::kWgmmaFp8;
+  EXPECT_THROW(kernels::fp8_mma_gemm_choice(p), UsageError);
+  p.kernel = Fp8MmaKernel::kAuto;
+  kernels::Fp8MmaTile tile;
+  p.tiles = &tile;
+  p.tile_rows = 32;
+  EXPECT_EQ(kernels::fp8_mma_gemm_choice(p), Fp8MmaKernel::kStreamed);
+  p.tile_rows = 128;
+  try {
+    kernels::fp8_mma_gemm_choice(p);
+    ADD_FAILURE() << "no error for grouped e2m1 tiles of 128 rows";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("tile_rows=128"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -145,8 +145,8 @@ bool CudaOps::linear_pair(const LinearsParams& p) {
     StreamBuffer xs(static_cast<size_t>(K / kActQuantBlock * M) * sizeof(float), stream_, arena());
     kernels::act_quant_fp8({p.x.data<uint16_t>(), xq.get<uint8_t>(), xs.get<float>(), M, M, K}, stream_);
     kernels::Fp8MmaGemmParams g = fp8_mma_params(xq, xs, M, wa, a.y, M, a.w->shape[0], K);
-    g.second = {static_cast<const uint8_t*>(wb.data), wb.scale, wb.scale_ld, float_ptr(b.y), b.w->shape[0],
-                b.w->shape[0]};
+    g.second = {.w = static_cast<const uint8_t*>(wb.data), .w_scale = wb.scale, .w_scale_ld = wb.scale_ld,
+                .y = float_ptr(b.y), .ldy = b.w->shape[0], .n = b.w->shape[0]};
     run_fp8_mma(g);
     return true;
   }

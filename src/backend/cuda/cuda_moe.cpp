@@ -191,18 +191,34 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
     return false;
   const int64_t I = p.routed[0].w1->shape[0];
   if (I % 128 != 0) return false;
-  // Per expert: the codes and scales of w1, w3 and w2, as device pointer tables.
-  std::vector<const void*> table(static_cast<size_t>(6 * E));
+  // Per expert: the codes (or FP4 pairs as stored), scales and FP4 shifts of w1, w3 and w2, as
+  // device pointer tables. Every routed weight has expert 0's w1's layout.
+  const bool fp4 = is_stored_fp4(p.routed[0].w1);
+  std::vector<const void*> table(static_cast<size_t>(9 * E));
   int64_t ld_in = 0, ld_out = 0;  // scale row strides of w1/w3 and of w2
   for (int32_t e = 0; e < E; ++e) {
     const ExpertWeights& ew = p.routed[static_cast<size_t>(e)];
     const Weight* ws[3] = {ew.w1, ew.w3, ew.w2};
     for (int i = 0; i < 3; ++i) {
       if (ws[i] == nullptr || ws[i]->format == WeightFormat::kPlain) return false;
-      const GemmWeightView v = i < 2 ? gemm_weight("moe_experts", ws[i], I, D) : gemm_weight("moe_experts", ws[i], D, I);
-      table[static_cast<size_t>(i * E + e)] = v.data;
-      table[static_cast<size_t>((3 + i) * E + e)] = v.scale;
-      (i < 2 ? ld_in : ld_out) = v.scale_ld;
+      if (is_stored_fp4(ws[i]) != fp4)
+        throw UsageError("moe_experts: weight " + ws[i]->name + (fp4 ? " is not" : " is") +
+                         " FP4 as stored while " + p.routed[0].w1->name + (fp4 ? " is" : " is not") +
+                         "; the routed experts must share one layout");
+      const int64_t rows = i < 2 ? I : D, cols = i < 2 ? D : I;
+      const size_t at = static_cast<size_t>(i * E + e);
+      if (fp4) {
+        const Fp4WeightView v = stored_fp4_weight("moe_experts", ws[i], rows, cols);
+        table[at] = v.data;
+        table[at + 3 * E] = v.scale;
+        table[at + 6 * E] = v.shift;
+        (i < 2 ? ld_in : ld_out) = v.scale_ld;
+      } else {
+        const GemmWeightView v = gemm_weight("moe_experts", ws[i], rows, cols);
+        table[at] = v.data;
+        table[at + 3 * E] = v.scale;
+        (i < 2 ? ld_in : ld_out) = v.scale_ld;
+      }
     }
   }
   TableBytes bytes;
@@ -210,9 +226,12 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
   const DeviceTables pointers = upload_tables(bytes);
   const auto* const* w_of = pointers.at<const uint8_t*>(table_at);
   const auto* const* s_of = reinterpret_cast<const float* const*>(w_of + 3 * E);
+  const auto* const* shift_of = w_of + 6 * E;
 
-  // The plan: rows grouped by expert and their tiles.
-  const int32_t tile_rows = kernels::fp8_mma_tile_rows((N + std::min<int64_t>(E, N) - 1) / std::min<int64_t>(E, N));
+  // The plan: rows grouped by expert and their tiles (FP4 as stored: streamed tiles only, which
+  // give the staged kernel's bits, slower at prefill sizes).
+  int32_t tile_rows = kernels::fp8_mma_tile_rows((N + std::min<int64_t>(E, N) - 1) / std::min<int64_t>(E, N));
+  if (fp4) tile_rows = std::min(tile_rows, int32_t{32});
   const int64_t max_tiles = kernels::expert_plan_max_tiles(N, E, tile_rows);
   const StreamBuffer ints(static_cast<size_t>(2 * E + 3 * N + 1) * sizeof(int32_t), stream_, arena());
   const StreamBuffer tiles(static_cast<size_t>(max_tiles) * sizeof(kernels::Fp8MmaTile), stream_, arena());
@@ -265,11 +284,15 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
     g.tile_rows = tile_rows;
     g.group_w = w_of + which * E;
     g.group_w_scale = s_of + which * E;
+    if (fp4) {
+      g.w_codes = kernels::Fp8MmaWeightCodes::kE2M1;
+      g.group_w_shift = shift_of + which * E;
+    }
     return g;
   };
   kernels::Fp8MmaGemmParams gate_up = grouped(xq.get<uint8_t>(), x_scale.get<float>(), D, I, 0, ld_in, gate.get<void>());
   if (tile_rows <= 32) {  // streamed tiles: up in the same launch (w3 of expert e is table entry E + e)
-    gate_up.second = {nullptr, nullptr, ld_in, {up.get<void>(), true}, I, I, E};
+    gate_up.second = {.w_scale_ld = ld_in, .y = {up.get<void>(), true}, .ldy = I, .n = I, .group_offset = E};
     run_fp8_mma(gate_up);
   } else {
     run_fp8_mma(gate_up);

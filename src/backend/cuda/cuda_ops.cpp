@@ -15,6 +15,7 @@
 #include "core/dummy_random.h"
 #include "kernels/cuda_check.h"
 #include "kernels/elementwise/elementwise.h"
+#include "kernels/gemm/fp8_mma_gemm.h"
 #include "kernels/init/dummy_weight.h"
 #include "kernels/mhc/mhc.h"
 #include "ops/param_checks.h"
@@ -317,8 +318,10 @@ void CudaOps::argmax_rows(const ArgmaxRowsParams& p) {
 
 // Device layouts: kFp8 and kMxfp4 (cast losslessly to FP8 on the host first) keep e4m3 codes in
 // `data` (kF8E4M3 [out, in]) and fp32 block scales in cuBLASLt's layout in `scale` (kF32
-// [ceil(out/128), roundup(ceil(in/128), 4)]); plain f32/bf16 tensors stay as stored; plain
-// integer tensors become kI32 (the CPU's rule, checked for range).
+// [ceil(out/128), roundup(ceil(in/128), 4)]); with CudaOptions::fp4_experts, kMxfp4 keeps its
+// packed pairs in `data` (kI8 [out, in/2], re-laid by kernels::e2m1_mma_order), the cast's shifts in `aux` (kU8 [out, in/32]) and the
+// cast's block scales in `scale`; plain f32/bf16 tensors stay as stored; plain integer tensors
+// become kI32 (the CPU's rule, checked for range).
 DeviceTensor CudaOps::upload_new(ConstTensorView host) {
   DeviceTensor t = alloc(host.dtype(), host.shape());
   upload(host, t.view());
@@ -354,8 +357,19 @@ Weight CudaOps::load_weight(const LoadWeightParams& p) {
       load_fp8(p.weight, p.scale);
       break;
     case WeightFormat::kMxfp4: {
-      const Fp8BlockWeight cast = cast_mxfp4_to_fp8(p.weight, p.scale, p.name);
-      load_fp8(cast.weight.view(), cast.scale.view());
+      if (!options_.fp4_experts) {
+        const Fp8BlockWeight cast = cast_mxfp4_to_fp8(p.weight, p.scale, p.name);
+        load_fp8(cast.weight.view(), cast.scale.view());
+        break;
+      }
+      const Mxfp4BlockShifts shifts = mxfp4_block_shifts(p.weight, p.scale, p.name);  // checks the tensors
+      const int64_t n = p.weight.dim(0), k = 2 * p.weight.dim(1);
+      w.shape = {n, k};
+      Tensor codes(DType::kI8, p.weight.shape());  // in the order the kernel reads
+      kernels::e2m1_mma_order(p.weight.data<uint8_t>(), codes.data<uint8_t>(), static_cast<int64_t>(p.weight.nbytes()));
+      w.data = upload_new(codes.view());
+      w.aux = upload_new(shifts.shift.view());
+      w.scale = cublaslt_weight_scales(shifts.block_scale.data<uint8_t>(), n, k);
       break;
     }
     case WeightFormat::kPlain: {
@@ -405,8 +419,18 @@ Weight CudaOps::dummy_weight(const DummyWeightParams& p) {
   }
   const int64_t rows = p.shape[0], cols = p.shape[1];
   const int e = dummy_fp8_scale_exponent(p.mean, p.std);
-  w.data = alloc(DType::kF8E4M3, p.shape);
-  kernels::dummy_e4m3({w.data.view().data<uint8_t>(), n, p.key, p.mean, p.std, std::ldexp(1.0f, -e)}, stream_);
+  if (p.format == WeightFormat::kMxfp4 && options_.fp4_experts) {
+    // Kept as stored: the bytes of the FP8 dummy's codes taken as e2m1 pairs (values for timing
+    // runs, not the other backends'), every shift 0, the FP8 dummy's block scale.
+    if (cols % 32 != 0) throw UsageError("dummy_weight: FP4 weight " + p.name + " needs inputs in groups of 32");
+    w.data = alloc(DType::kI8, {rows, cols / 2});
+    kernels::dummy_e4m3({w.data.view().data<uint8_t>(), n / 2, p.key, p.mean, p.std, std::ldexp(1.0f, -e)}, stream_);
+    w.aux = alloc(DType::kU8, {rows, cols / 32});
+    DSV4_CUDA_CHECK(cudaMemsetAsync(w.aux.view().bytes(), 0, w.aux.view().nbytes(), stream_));
+  } else {
+    w.data = alloc(DType::kF8E4M3, p.shape);
+    kernels::dummy_e4m3({w.data.view().data<uint8_t>(), n, p.key, p.mean, p.std, std::ldexp(1.0f, -e)}, stream_);
+  }
   const std::vector<uint8_t> e8m0(static_cast<size_t>(((rows + 127) / 128) * ((cols + 127) / 128)),
                                   e8m0_from_exponent(e));
   w.scale = cublaslt_weight_scales(e8m0.data(), rows, cols);

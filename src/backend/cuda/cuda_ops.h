@@ -60,6 +60,12 @@ struct CudaOptions {
   // (ForkJoin) or in order on the current stream (MultiStreamPolicy says why auto is the default);
   // the numbers are the same either way.
   MultiStreamPolicy multi_stream;
+  // MXFP4 weights (the routed experts) kept as stored, packed e2m1 pairs with the shifts and block
+  // scales of their lossless FP8 cast (Weight::data kI8 [out, in/2], aux U8 [out, in/32] shifts,
+  // scale as FP8's), half the bytes of the cast, read by the routed experts' device path only:
+  // the cast's bits (kernels::Fp8MmaWeightCodes::kE2M1); the FP8 linears' other GEMMs and exact
+  // math refuse them. Off: cast to FP8 at load (every path reads them).
+  bool fp4_experts = false;
 };
 
 class CudaOps final : public Ops {

@@ -53,6 +53,10 @@ inline GemmWeightView gemm_weight(const char* op, const Weight* w, int64_t rows,
   }
   const int64_t kb = (cols + 127) / 128;  // 128x128 weight blocks
   const Shape scale_shape = {(rows + 127) / 128, (kb + 3) / 4 * 4};
+  if (w->format == WeightFormat::kMxfp4 && w->data.dtype() == DType::kI8)
+    throw UsageError(std::string(op) + ": FP4 weight " + w->name + " is kept as stored (CudaOptions::fp4_experts, " +
+                     "--fp4-experts on), which only the routed experts read, in the default numerics with " +
+                     "--fp8-gemm mma");
   if (w->data.dtype() != DType::kF8E4M3 || w->scale.dtype() != DType::kF32 || w->scale.shape() != scale_shape)
     throw UsageError(std::string(op) + ": FP8 weight " + w->name + " is not in CudaOps' layout (e4m3 codes and f32 " +
                      "scales " + shape_str(scale_shape) + ")");
@@ -60,6 +64,30 @@ inline GemmWeightView gemm_weight(const char* op, const Weight* w, int64_t rows,
   v.scale = w->scale.view().data<float>();
   v.scale_ld = scale_shape[1];
   return v;
+}
+
+// An MXFP4 weight kept as stored (CudaOptions::fp4_experts): packed e2m1 pairs, the per-32
+// shifts and the block scales of its FP8 cast; checked against [rows, cols].
+struct Fp4WeightView {
+  const uint8_t* data = nullptr;
+  const uint8_t* shift = nullptr;
+  const float* scale = nullptr;
+  int64_t scale_ld = 0;
+};
+
+inline bool is_stored_fp4(const Weight* w) {
+  return w != nullptr && w->format == WeightFormat::kMxfp4 && w->data.dtype() == DType::kI8;
+}
+
+inline Fp4WeightView stored_fp4_weight(const char* op, const Weight* w, int64_t rows, int64_t cols) {
+  if (!is_stored_fp4(w)) throw UsageError(std::string(op) + ": weight " + (w ? w->name : "?") + " is not FP4 as stored");
+  const int64_t kb = (cols + 127) / 128;
+  const Shape scale_shape = {(rows + 127) / 128, (kb + 3) / 4 * 4};
+  if (w->shape != Shape{rows, cols} || w->data.shape() != Shape{rows, cols / 2} || w->aux.dtype() != DType::kU8 ||
+      w->aux.shape() != Shape{rows, cols / 32} || w->scale.dtype() != DType::kF32 || w->scale.shape() != scale_shape)
+    throw UsageError(std::string(op) + ": FP4 weight " + w->name + " of shape " + shape_str(w->shape) +
+                     " is not in CudaOps' layout for " + shape_str({rows, cols}));
+  return {w->data.view().data<uint8_t>(), w->aux.view().data<uint8_t>(), w->scale.view().data<float>(), scale_shape[1]};
 }
 
 }  // namespace dsv4::cuda

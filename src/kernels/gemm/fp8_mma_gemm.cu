@@ -54,6 +54,29 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2_on_alu(uint32_t four_codes, 
   return h;
 }
 
+// Slot `slot` (a constant once the caller's loop unrolls) of a word of e2m1_mma_order's codes as an fp16x2 register, each value
+// e2m1 x 2^-14 x `scale` (fp16x2 2^shift, 2^0..2^6), exactly: with the nibble at the top of its
+// half, its sign is the fp16's and its three magnitude bits, moved down 3, are the low two
+// exponent bits and the top mantissa bit, which read as an fp16 are the e2m1 value x 2^-14 (codes
+// 0 and 1, zero and 0.5, come out as fp16 zero and subnormal 2^-15).
+__device__ __forceinline__ uint32_t e2m1_slot_to_f16x2(uint32_t word, int slot, uint32_t scale) {
+  const uint32_t q = word << (4 * slot);
+  const uint32_t bits = (q & 0x80008000u) | ((q >> 3) & 0x0E000E00u);
+  uint32_t h;
+  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(h) : "r"(bits), "r"(scale));
+  return h;
+}
+
+// The block scale's factor for kE2M1 weights: e2m1_slot_to_f16x2's 2^-14 taken back (exact: every
+// scale is a power of two).
+constexpr float kE2M1ScaleBack = 16384.0f;
+
+// 2^shift (0..6) in both halves of an fp16x2 register.
+__device__ __forceinline__ uint32_t pow2_f16x2(uint32_t shift) {
+  const uint32_t h = (15u + shift) << 10;
+  return h | (h << 16);
+}
+
 __device__ __forceinline__ void mma_f16_f32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                             uint32_t b0, uint32_t b1) {
   asm volatile(
@@ -70,6 +93,7 @@ struct BlockRows {
   int64_t x_row0 = 0;
   int x_rows = 0;
   const uint8_t* w = nullptr;
+  const uint8_t* w_shift = nullptr;  // kE2M1
   const float* w_scale = nullptr;
   int64_t w_scale_ld = 0;
   int64_t n0 = 0;  // the block's first weight row
@@ -82,7 +106,7 @@ __device__ __forceinline__ bool block_rows(const Fp8MmaGemmParams& p, int64_t ti
                                            BlockRows& out) {
   const int64_t first_blocks = (p.n + w_rows - 1) / w_rows;
   const bool second = static_cast<int64_t>(blockIdx.x) >= first_blocks;
-  const Fp8MmaOutput& o = second ? p.second : Fp8MmaOutput{p.w, p.w_scale, p.w_scale_ld, p.y, p.ldy, p.n, 0};
+  const Fp8MmaOutput& o = second ? p.second : Fp8MmaOutput{p.w, p.w_shift, p.w_scale, p.w_scale_ld, p.y, p.ldy, p.n, 0};
   out.n0 = (static_cast<int64_t>(blockIdx.x) - (second ? first_blocks : 0)) * w_rows;
   out.n = o.n;
   out.y = o.y;
@@ -95,16 +119,18 @@ __device__ __forceinline__ bool block_rows(const Fp8MmaGemmParams& p, int64_t ti
     out.x_rows = tile.rows;
     out.w = p.group_w[tile.group + o.group_offset];
     out.w_scale = p.group_w_scale[tile.group + o.group_offset];
+    if (p.group_w_shift != nullptr) out.w_shift = p.group_w_shift[tile.group + o.group_offset];
     return true;
   }
   out.x_row0 = static_cast<int64_t>(blockIdx.y) * tile_rows;
   out.x_rows = static_cast<int>(min(tile_rows, p.m - out.x_row0));
   out.w = o.w;
+  out.w_shift = o.w_shift;
   out.w_scale = o.w_scale;
   return true;
 }
 
-template <int NT>  // 8-row x tiles per block
+template <int NT, bool kE2M1>  // 8-row x tiles per block; the weight's codes (Fp8MmaWeightCodes)
 __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_kernel(Fp8MmaGemmParams p) {
   pdl_wait();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -117,8 +143,12 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_kernel(Fp8MmaGemmPar
   const int64_t n0 = rows.n0;
   const int64_t kblocks = p.k / 128;
   const bool row_a = n0 + g < rows.n, row_b = n0 + g + 8 < rows.n;
-  const uint8_t* wa = rows.w + (n0 + g) * p.k + 32 * t;
-  const uint8_t* wb = wa + 8 * p.k;
+  // The lane's 32 inputs of a block: 32 e4m3 bytes, or 16 bytes of e2m1 pairs and their shift.
+  const int64_t row_bytes = kE2M1 ? p.k / 2 : p.k;
+  const uint8_t* wa = rows.w + (n0 + g) * row_bytes + (kE2M1 ? 16 : 32) * t;
+  const uint8_t* wb = wa + 8 * row_bytes;
+  const uint8_t* shift_a = kE2M1 ? rows.w_shift + (n0 + g) * (p.k / 32) + t : nullptr;
+  const uint8_t* shift_b = kE2M1 ? shift_a + 8 * (p.k / 32) : nullptr;
   const float* sw_row = rows.w_scale + (n0 / 128) * rows.w_scale_ld;
 
   float q[NT][4];
@@ -126,7 +156,18 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_kernel(Fp8MmaGemmPar
   for (int j = 0; j < NT; ++j) q[j][0] = q[j][1] = q[j][2] = q[j][3] = 0.0f;
 
   for (int64_t b = warp; b < kblocks; b += kWarps) {
-    const RowBytes a_lo = load_row_bytes(wa + b * 128, row_a), a_hi = load_row_bytes(wb + b * 128, row_b);
+    RowBytes a_lo, a_hi;  // e4m3: the 32 codes; e2m1: the 16 bytes in lo, hi unused
+    uint32_t scale_a = 0, scale_b = 0;
+    if constexpr (kE2M1) {
+      const uint4 zero = make_uint4(0, 0, 0, 0);
+      a_lo.lo = row_a ? __ldg(reinterpret_cast<const uint4*>(wa + b * 64)) : zero;
+      a_hi.lo = row_b ? __ldg(reinterpret_cast<const uint4*>(wb + b * 64)) : zero;
+      scale_a = pow2_f16x2(row_a ? __ldg(shift_a + b * 4) : 0u);
+      scale_b = pow2_f16x2(row_b ? __ldg(shift_b + b * 4) : 0u);
+    } else {
+      a_lo = load_row_bytes(wa + b * 128, row_a);
+      a_hi = load_row_bytes(wb + b * 128, row_b);
+    }
     RowBytes xb[NT];
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
@@ -138,16 +179,29 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_kernel(Fp8MmaGemmPar
     for (int j = 0; j < NT; ++j) blk[j][0] = blk[j][1] = blk[j][2] = blk[j][3] = 0.0f;
 #pragma unroll
     for (int s = 0; s < 8; ++s) {
-      const uint32_t wa_s = a_lo.word(s), wb_s = a_hi.word(s);
-      const uint32_t a0 = e4m3x2_to_f16x2(wa_s & 0xffff), a2 = e4m3x2_to_f16x2(wa_s >> 16);
-      const uint32_t a1 = e4m3x2_to_f16x2(wb_s & 0xffff), a3 = e4m3x2_to_f16x2(wb_s >> 16);
+      // Step s takes the lane's inputs 4s .. 4s + 3: a0 / a1 (rows g / g + 8) the first two, a2 /
+      // a3 the last two. e2m1: those are bytes 2s and 2s + 1 of the lane's 16.
+      uint32_t a0, a1, a2, a3;
+      if constexpr (kE2M1) {
+        const uint32_t wa_w = a_lo.word(s / 2), wb_w = a_hi.word(s / 2);
+        a0 = e2m1_slot_to_f16x2(wa_w, 2 * (s % 2), scale_a);
+        a2 = e2m1_slot_to_f16x2(wa_w, 2 * (s % 2) + 1, scale_a);
+        a1 = e2m1_slot_to_f16x2(wb_w, 2 * (s % 2), scale_b);
+        a3 = e2m1_slot_to_f16x2(wb_w, 2 * (s % 2) + 1, scale_b);
+      } else {
+        const uint32_t wa_s = a_lo.word(s), wb_s = a_hi.word(s);
+        a0 = e4m3x2_to_f16x2(wa_s & 0xffff);
+        a2 = e4m3x2_to_f16x2(wa_s >> 16);
+        a1 = e4m3x2_to_f16x2(wb_s & 0xffff);
+        a3 = e4m3x2_to_f16x2(wb_s >> 16);
+      }
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         const uint32_t x_s = xb[j].word(s);
         mma_f16_f32(blk[j], a0, a1, a2, a3, e4m3x2_to_f16x2(x_s & 0xffff), e4m3x2_to_f16x2(x_s >> 16));
       }
     }
-    const float sw = __ldg(sw_row + b);
+    const float sw = kE2M1 ? __ldg(sw_row + b) * kE2M1ScaleBack : __ldg(sw_row + b);
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
       // The accumulator's columns are x rows 8j + 2t and 8j + 2t + 1.
@@ -662,6 +716,21 @@ void check_grid_rows(int64_t tiles) {
 
 }  // namespace
 
+void e2m1_mma_order(const uint8_t* stored, uint8_t* out, int64_t bytes) {
+  if (bytes % 16 != 0) throw UsageError("e2m1_mma_order: " + std::to_string(bytes) + " bytes, not whole groups of 16");
+  for (int64_t at = 0; at < bytes; at += 16) {
+    const auto input = [&](int i) { return static_cast<uint32_t>(stored[at + i / 2] >> (4 * (i % 2))) & 0xFu; };
+    for (int w = 0; w < 4; ++w) {
+      uint32_t word = 0;
+      for (int slot = 0; slot < 4; ++slot) {
+        const int first = 8 * w + 2 * slot;
+        word |= input(first) << (12 - 4 * slot) | input(first + 1) << (28 - 4 * slot);
+      }
+      for (int byte = 0; byte < 4; ++byte) out[at + 4 * w + byte] = static_cast<uint8_t>(word >> (8 * byte));
+    }
+  }
+}
+
 int32_t fp8_mma_tile_rows(int64_t m) {
   return m < kFp8MmaStagedMinRows ? streamed_tile_rows(m) : kFp8MmaStagedTileRows;
 }
@@ -678,6 +747,12 @@ Fp8MmaKernel fp8_mma_gemm_choice(const Fp8MmaGemmParams& p) {
     throw UsageError("fp8_mma_gemm: a second output takes the streamed kernel: dense under " +
                      std::to_string(kFp8MmaStagedMinRows) + " rows (m=" + std::to_string(p.m) +
                      ") or grouped tiles of 8, 16 or 32 rows (tile_rows=" + std::to_string(p.tile_rows) + ")");
+  if (p.w_codes == Fp8MmaWeightCodes::kE2M1) {
+    if (!streamable || (p.kernel != Fp8MmaKernel::kAuto && p.kernel != Fp8MmaKernel::kStreamed))
+      throw UsageError(std::string("fp8_mma_gemm: e2m1 weights take the streamed kernel only (asked: ") +
+                       fp8_mma_kernel_name(p.kernel) + ", tile_rows=" + std::to_string(p.tile_rows) + ")");
+    return Fp8MmaKernel::kStreamed;
+  }
   switch (p.kernel) {
     case Fp8MmaKernel::kAuto:
       if (paired) return Fp8MmaKernel::kStreamed;
@@ -739,15 +814,21 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   // The piped kernel where it measured faster: dense 8-row tiles and K of 16+ blocks (a warp's
   // four or more blocks fill 4 or 8 stages).
   const int64_t kblocks = p.k / 128;
-  if (!grouped && tile_rows == 8 && kblocks >= 32) {
+  if (p.w_codes == Fp8MmaWeightCodes::kE2M1) {  // registers only: the piped stages hold e4m3 rows
+    switch (tile_rows) {
+      case 8: launch_pdl(fp8_mma_gemm_kernel<1, true>, grid, kWarps * 32, 0, stream, p); break;
+      case 16: launch_pdl(fp8_mma_gemm_kernel<2, true>, grid, kWarps * 32, 0, stream, p); break;
+      default: launch_pdl(fp8_mma_gemm_kernel<4, true>, grid, kWarps * 32, 0, stream, p); break;
+    }
+  } else if (!grouped && tile_rows == 8 && kblocks >= 32) {
     launch_piped<1, 8>(grid, stream, p);
   } else if (!grouped && tile_rows == 8 && kblocks >= 16) {
     launch_piped<1, 4>(grid, stream, p);
   } else {
     switch (tile_rows) {
-      case 8: launch_pdl(fp8_mma_gemm_kernel<1>, grid, kWarps * 32, 0, stream, p); break;
-      case 16: launch_pdl(fp8_mma_gemm_kernel<2>, grid, kWarps * 32, 0, stream, p); break;
-      default: launch_pdl(fp8_mma_gemm_kernel<4>, grid, kWarps * 32, 0, stream, p); break;
+      case 8: launch_pdl(fp8_mma_gemm_kernel<1, false>, grid, kWarps * 32, 0, stream, p); break;
+      case 16: launch_pdl(fp8_mma_gemm_kernel<2, false>, grid, kWarps * 32, 0, stream, p); break;
+      default: launch_pdl(fp8_mma_gemm_kernel<4, false>, grid, kWarps * 32, 0, stream, p); break;
     }
   }
   DSV4_CUDA_CHECK(cudaGetLastError());

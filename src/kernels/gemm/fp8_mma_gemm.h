@@ -73,9 +73,28 @@ enum class Fp8MmaKernel : uint8_t {
 constexpr int32_t kFp8MmaStagedTileRows = 128;
 constexpr int64_t kFp8MmaStagedMinRows = 64;
 
+// How the weight's values are stored. kE2M1: an MXFP4 weight's e2m1 codes, [n, k/2] bytes in the
+// order e2m1_mma_order gives the checkpoint's packed pairs, with the per-32-input shifts and the
+// 128x128 block scales of its lossless FP8 cast (loader/weights.h, mxfp4_block_shifts): lane
+// (g, t) turns its 32 inputs of a block into fp16 as e2m1 x 2^shift x 2^-14 (three integer
+// operations and one exact multiply a pair; the block scale takes the 2^14 back, exactly), so the
+// MMAs see the cast's operands scaled by a power of two and give the cast's bits from half its
+// bytes. Only the streamed kernel reads kE2M1 (fp8_mma_gemm_choice refuses the others).
+enum class Fp8MmaWeightCodes : uint8_t { kE4M3, kE2M1 };
+
+// The checkpoint's packed e2m1 pairs (byte j of a row: inputs 2j in the low nibble, 2j + 1 in the
+// high) re-laid, 16 bytes (one 32-input group) at a time, in the order the kE2M1 kernel reads them:
+// word w of a group holds its inputs 8w .. 8w + 7, a pair per slot s = 0..3 (inputs 8w + 2s and
+// 8w + 2s + 1, one fp16x2 operand of an MMA step), the first as the nibble at bits 12 - 4s, the
+// second at 28 - 4s, so shifting the word left by 4s puts each at the top of its 16-bit half,
+// where an fp16's sign is.
+// Host code, once at load; `stored` and `out` hold the same (multiple of 16) number of bytes.
+void e2m1_mma_order(const uint8_t* stored, uint8_t* out, int64_t bytes);
+
 // A linear's weight and result: y = x @ dequant(w)^T.
 struct Fp8MmaOutput {
-  const uint8_t* w = nullptr;       // [n, k] e4m3 codes (dense)
+  const uint8_t* w = nullptr;       // [n, k] e4m3 codes, or [n, k/2] e2m1 pairs (dense)
+  const uint8_t* w_shift = nullptr; // kE2M1: [n, k/32] shifts (dense)
   const float* w_scale = nullptr;   // w_scale[(row / 128) * w_scale_ld + b] (dense)
   int64_t w_scale_ld = 0;
   MutFloatPtr y;                    // [m, n] row stride ldy
@@ -88,7 +107,9 @@ struct Fp8MmaGemmParams {
   const uint8_t* x = nullptr;       // [m, k] e4m3 codes, row stride k (act_quant_fp8's q)
   const float* x_scale = nullptr;   // x_scale[b * x_scale_ld + row]: block b's pow2 scale of that row
   int64_t x_scale_ld = 0;           // >= m (act_quant_fp8's m_padded)
-  const uint8_t* w = nullptr;       // [n, k] e4m3 codes (dense; unused when grouped)
+  Fp8MmaWeightCodes w_codes = Fp8MmaWeightCodes::kE4M3;  // of every weight of the call
+  const uint8_t* w = nullptr;       // [n, k] e4m3 codes or [n, k/2] e2m1 pairs (dense; unused when grouped)
+  const uint8_t* w_shift = nullptr; // kE2M1: [n, k/32] shifts (dense)
   const float* w_scale = nullptr;   // w_scale[(row / 128) * w_scale_ld + b] (fp8_weight_scales_for_cublaslt)
   int64_t w_scale_ld = 0;
   MutFloatPtr y;                    // [m, n] row stride ldy
@@ -105,6 +126,7 @@ struct Fp8MmaGemmParams {
   int32_t tile_rows = 0;            // the most rows a tile may hold: 8, 16, 32 (streamed) or up to 128 (staged)
   const uint8_t* const* group_w = nullptr;
   const float* const* group_w_scale = nullptr;
+  const uint8_t* const* group_w_shift = nullptr;  // kE2M1
   Fp8MmaKernel kernel = Fp8MmaKernel::kAuto;
   // A second linear of the same x in the same launch (n > 0; the streamed kernel: dense with m <
   // kFp8MmaStagedMinRows, or grouped with tiles of 8, 16 or 32 rows): its rows get the bits they
@@ -122,7 +144,8 @@ int32_t fp8_mma_tile_rows(int64_t m);
 // 8, 16 or 32; dense, the staged kernel iff m >= kFp8MmaStagedMinRows and its grid has at least
 // 40 tiles of 128 x 128 (estimated, fp8_mma_gemm.cu), else the streamed kernel. A forced
 // kStreamed throws UsageError for grouped tiles of other than 8, 16 or 32 rows; a grouped
-// tile_rows outside 1..128 always throws.
+// tile_rows outside 1..128 always throws. kE2M1 weights take the streamed kernel (UsageError
+// where it cannot run).
 Fp8MmaKernel fp8_mma_gemm_choice(const Fp8MmaGemmParams& p);
 
 const char* fp8_mma_kernel_name(Fp8MmaKernel kernel);
