@@ -53,7 +53,7 @@ CudaOps::CudaOps(CudaOptions options) : options_(options) {
     DSV4_CUDA_CHECK(cudaHostAlloc(&fault_host_, 2 * sizeof(int32_t), cudaHostAllocMapped));
     fault_host_[0] = fault_host_[1] = 0;
     DSV4_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&fault_device_), fault_host_, 0));
-    constexpr size_t kDoneBytes = (kernels::kHcPreFusedMaxTokens + 3) / 4 * sizeof(unsigned);
+    constexpr size_t kDoneBytes = kernels::kHcPreFusedMaxTokens * sizeof(unsigned);
     DSV4_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&hc_pre_done_), kDoneBytes));
     DSV4_CUDA_CHECK(cudaMemset(hc_pre_done_, 0, kDoneBytes));
     fp8_gemm_ = std::make_unique<Fp8BlockGemm>();

@@ -190,7 +190,7 @@ class CudaOps final : public Ops {
   // [1] = the offending value; synchronize() reads and clears it.
   int32_t* fault_host_ = nullptr;
   int32_t* fault_device_ = nullptr;
-  // kernels::hc_pre_fused's per-token-group counters (zero between calls; hc_pre runs on one
+  // kernels::hc_pre_fused's per-token counters (zero between calls; hc_pre runs on one
   // stream at a time).
   unsigned* hc_pre_done_ = nullptr;
 };

@@ -23,24 +23,24 @@ constexpr int kTokensPerBlock = 4;
 // order), so the grouping is a launch choice that never changes a bit: small batches split the
 // mixes over more blocks (decode: 16 chunks alone would leave most SMs idle); prefill batches take
 // hc_mix_scan_kernel (below), which gives the same bits.
-template <int kGroup>
+template <int kGroup, int kTokens = kTokensPerBlock>
 __device__ __forceinline__ void mix_partials_block(const HcMixPartialsParams& p) {
   constexpr int kSums = kGroup + 1;  // the group's dots, then the sum of squares
-  __shared__ float warp_sums[kWarps][kTokensPerBlock][kSums];
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTokensPerBlock;
+  __shared__ float warp_sums[kWarps][kTokens][kSums];
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTokens;
   const int64_t chunk = (p.width + kHcChunks - 1) / kHcChunks;
   const int64_t begin = blockIdx.y * chunk, end = begin + chunk < p.width ? begin + chunk : p.width;
   const int64_t k0 = static_cast<int64_t>(blockIdx.z) * kGroup;
   const bool squares = blockIdx.z == 0;
-  float acc[kTokensPerBlock][kSums];
+  float acc[kTokens][kSums];
 #pragma unroll
   for (auto& token_acc : acc)
 #pragma unroll
     for (float& v : token_acc) v = 0.0f;
   for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
-    float x[kTokensPerBlock];
+    float x[kTokens];
 #pragma unroll
-    for (int tt = 0; tt < kTokensPerBlock; ++tt) {
+    for (int tt = 0; tt < kTokens; ++tt) {
       x[tt] = t0 + tt < p.tokens ? load_float(p.x, (t0 + tt) * p.width + i) : 0.0f;
       if (squares) acc[tt][kSums - 1] = fmaf(x[tt], x[tt], acc[tt][kSums - 1]);
     }
@@ -49,12 +49,12 @@ __device__ __forceinline__ void mix_partials_block(const HcMixPartialsParams& p)
       if (k0 + g >= p.mix) break;
       const float f = load_float(p.fn, (k0 + g) * p.width + i);
 #pragma unroll
-      for (int tt = 0; tt < kTokensPerBlock; ++tt) acc[tt][g] = fmaf(x[tt], f, acc[tt][g]);
+      for (int tt = 0; tt < kTokens; ++tt) acc[tt][g] = fmaf(x[tt], f, acc[tt][g]);
     }
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
-  for (int tt = 0; tt < kTokensPerBlock; ++tt)
+  for (int tt = 0; tt < kTokens; ++tt)
 #pragma unroll
     for (int g = 0; g < kSums; ++g) {
       float v = acc[tt][g];
@@ -62,7 +62,7 @@ __device__ __forceinline__ void mix_partials_block(const HcMixPartialsParams& p)
       if (lane == 0) warp_sums[warp][tt][g] = v;
     }
   __syncthreads();
-  for (int e = threadIdx.x; e < kTokensPerBlock * kSums; e += kThreads) {
+  for (int e = threadIdx.x; e < kTokens * kSums; e += kThreads) {
     const int tt = e / kSums, g = e % kSums;
     const bool is_squares = g == kSums - 1;
     if (t0 + tt >= p.tokens || (is_squares ? !squares : k0 + g >= p.mix)) continue;
@@ -459,54 +459,46 @@ __device__ void stream_sum_into(const HcPreFinishParams& f, int64_t t, const flo
   }
 }
 
-// The last block of a token group: the group's partials come into shared memory (`parts`, one load
-// each, from L2: other blocks wrote them); warp w < tokens computes post and comb of token t0 + w;
-// the other warps compute each token's pre, y (ys, rounded to y's type as hc_pre_finish stores it)
-// and its norm, one token after another.
-__device__ void finish_token_group(const HcPreFusedParams& p, float* ys, float* scratch, float* pre, float* parts) {
+// The last block of token t's blocks: the token's partials come into shared memory (`part`, one
+// load each, from L2: other blocks wrote them); warp 0 computes post and comb, the other warps pre,
+// y (ys, rounded to y's type as hc_pre_finish stores it) and its norm.
+__device__ void finish_token(const HcPreFusedParams& p, int64_t t, float* ys, float* scratch, float* pre, float* part) {
   const HcPreFinishParams& f = p.finish;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTokensPerBlock;
-  const auto tokens = static_cast<int>(min(static_cast<int64_t>(kTokensPerBlock), f.tokens - t0));
   const int64_t token_floats = kHcChunks * ((2 + f.n) * f.n + 1);
-  for (int64_t i = threadIdx.x; i < tokens * token_floats; i += blockDim.x)
-    parts[i] = __ldcg(token_partials(f, t0) + i);
+  for (int64_t i = threadIdx.x; i < token_floats; i += blockDim.x) part[i] = __ldcg(token_partials(f, t) + i);
   __syncthreads();
-  const int warp = static_cast<int>(threadIdx.x / 32);
-  if (warp < tokens) {
-    post_and_comb(f, t0 + warp, parts + warp * token_floats);
+  if (threadIdx.x < 32) {
+    post_and_comb(f, t, part);
     return;
   }
-  const int y_threads = (kWarps - tokens) * 32, y_thread = static_cast<int>(threadIdx.x) - 32 * tokens;
-  for (int tt = 0; tt < tokens; ++tt) {
-    const int64_t t = t0 + tt;
-    if (y_thread < f.n) pre[y_thread] = pre_mix(f, y_thread, parts + tt * token_floats);
-    asm volatile("bar.sync 1, %0;" ::"r"(y_threads) : "memory");
-    stream_sum_into(f, t, pre, ys, y_thread, y_threads);
-    asm volatile("bar.sync 1, %0;" ::"r"(y_threads) : "memory");
-    norm_row_of_ys(p, t, ys, scratch, tokens, y_threads);
-    asm volatile("bar.sync 1, %0;" ::"r"(y_threads) : "memory");  // ys, pre and scratch are free again
-  }
+  const int y_threads = (kWarps - 1) * 32, y_thread = static_cast<int>(threadIdx.x) - 32;
+  if (y_thread < f.n) pre[y_thread] = pre_mix(f, y_thread, part);
+  asm volatile("bar.sync 1, %0;" ::"r"(y_threads) : "memory");
+  stream_sum_into(f, t, pre, ys, y_thread, y_threads);
+  asm volatile("bar.sync 1, %0;" ::"r"(y_threads) : "memory");
+  norm_row_of_ys(p, t, ys, scratch, 1, y_threads);
 }
 
+// Block (t, chunk, mix group), one token a block so that each token's last block finishes it alone.
 template <int kGroup>
 __global__ void __launch_bounds__(kThreads) hc_pre_fused_kernel(HcPreFusedParams p) {
-  // The norm's weight is no kernel's output: the first blocks bring it into L2 for the last one.
+  // The norm's weight is no kernel's output: the first blocks bring it into L2 for the last ones.
   const int64_t weight_lines = (p.finish.dim * (p.y_norm.bf16 ? 2 : 4) + 127) / 128;
   const int64_t line = (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * kThreads + threadIdx.x;
   if (p.y_norm.data != nullptr && blockIdx.x == 0 && line < weight_lines)
     asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(p.y_norm.data) + 128 * line));
   pdl_wait();
   extern __shared__ float ys[];  // [dim]
-  __shared__ float scratch[32], pre[kHcMaxStreams], parts[kTokensPerBlock * kHcChunks * (kHcMaxMix + 1)];
+  __shared__ float scratch[32], pre[kHcMaxStreams], part[kHcChunks * (kHcMaxMix + 1)];
   __shared__ bool last;
-  mix_partials_block<kGroup>(p.mix);
+  mix_partials_block<kGroup, 1>(p.mix);
   __threadfence();  // this block's partials are visible before its count is
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(p.done + blockIdx.x, 1u) == gridDim.y * gridDim.z - 1;
   __syncthreads();
   if (!last) return;
   __threadfence();
-  finish_token_group(p, ys, scratch, pre, parts);
+  finish_token(p, blockIdx.x, ys, scratch, pre, part);
   if (threadIdx.x == 0) p.done[blockIdx.x] = 0;  // for the next call
 }
 
@@ -578,9 +570,8 @@ void hc_pre_fused(const HcPreFusedParams& p, cudaStream_t stream) {
     throw UsageError("hc_pre_fused: " + std::to_string(f.tokens) + " tokens of " + std::to_string(f.n) + " x " +
                      std::to_string(f.dim) + " streams; it takes at most " + std::to_string(kHcPreFusedMaxTokens) +
                      " tokens, 4 streams, dim " + std::to_string(kHcPreFusedMaxDim));
-  const auto token_blocks = static_cast<unsigned>((f.tokens + kTokensPerBlock - 1) / kTokensPerBlock);
   const auto groups = static_cast<unsigned>((p.mix.mix + 1) / 2);
-  launch_pdl(hc_pre_fused_kernel<2>, dim3(token_blocks, kHcChunks, groups), kThreads,
+  launch_pdl(hc_pre_fused_kernel<2>, dim3(static_cast<unsigned>(f.tokens), kHcChunks, groups), kThreads,
              static_cast<size_t>(f.dim) * sizeof(float), stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }

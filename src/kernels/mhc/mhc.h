@@ -56,20 +56,19 @@ struct HcPreFinishParams {
 void hc_pre_finish(const HcPreFinishParams& p, cudaStream_t stream);
 
 // hc_mix_partials, hc_pre_finish and then an RMSNorm of y (with `y_norm` [dim] and finish.norm_eps)
-// in one launch, for decode batches (up to kHcPreFusedMaxTokens tokens): the blocks write their
-// partials as hc_mix_partials does, and the last block of each group of 4 tokens to finish (a
-// counter in `done`, which it leaves at zero again) finishes those tokens: a warp per token for
-// post and comb, the other warps for y, kept in shared memory rounded to y's type, and its norm in
-// rms_norm_rows' order (the sums of its block of threads, virtual threads on fewer warps). The
-// same bits as hc_mix_partials, hc_pre_finish and rms_norm_rows in turn. Calls sharing `done`
-// must not overlap.
+// in one launch, for decode batches (up to kHcPreFusedMaxTokens tokens): the blocks (one token
+// each) write their partials as hc_mix_partials does, and the last of a token's blocks to finish
+// (a counter in `done`, which it leaves at zero again) finishes the token: a warp for post and
+// comb, the others for y, kept in shared memory rounded to y's type, and its norm in rms_norm_rows'
+// order (the sums of its block of threads, virtual threads on fewer warps). The same bits as
+// hc_mix_partials, hc_pre_finish and rms_norm_rows in turn. Calls sharing `done` must not overlap.
 constexpr int64_t kHcPreFusedMaxTokens = 16;
 constexpr int64_t kHcPreFusedMaxDim = 8192;  // y of a token in shared memory
 struct HcPreFusedParams {
   HcMixPartialsParams mix;    // x = finish.x, partials = finish.partials
   HcPreFinishParams finish;
   FloatPtr y_norm;            // [dim]
-  unsigned* done = nullptr;   // [ceil(tokens / 4)] zeros
+  unsigned* done = nullptr;   // [tokens] zeros
 };
 void hc_pre_fused(const HcPreFusedParams& p, cudaStream_t stream);
 
