@@ -867,17 +867,17 @@ TEST_F(CudaOpsMhc, HcPreAndHeadRowsAreTheSameBitsInAnyBatch) {
   }
 }
 
-// hc_pre with the sub-layer's norm gives what hc_pre and then rms_norm give, bit for bit: on
-// decode batches one fused launch (up to 16 tokens: one or several groups of 4, the last partial),
-// above that the two kernels. D = 4096 is V4-Flash's (the norm's order: 1024 threads), 1270 a
-// norm of 320 threads that does not divide the row.
+// hc_pre with the sub-layer's norm gives what hc_pre and then rms_norm give, bit for bit: one
+// token in one fused launch (twice in a row: the counters reset), more tokens through the
+// separate kernels. D = 4096 is V4-Flash's (the norm's order: 1024 threads), 1270 a norm of 320
+// threads that does not divide the row.
 TEST_F(CudaOpsMhc, HcPreWithTheNormIsHcPreThenRmsNorm) {
   for (const int64_t D : {int64_t{4096}, int64_t{1270}}) {
     const int64_t n = 4, mix = (2 + n) * n;
     const HcWeightsBoth w = hc_weights(mix, n * D, 3);
     const BothWeights norm = load_both("norm", WeightFormat::kPlain, random_tensor(DType::kF32, {D}));
     for (const DType dt : {DType::kBF16, DType::kF32}) {
-      for (const int64_t T : {int64_t{1}, int64_t{3}, int64_t{5}, int64_t{16}, int64_t{17}, int64_t{1}}) {
+      for (const int64_t T : {int64_t{1}, int64_t{1}, int64_t{2}, int64_t{5}}) {
         const Both xs = upload_both(random_tensor(dt, {T, n, D}));
         const Both y = outputs(dt, {T, D}), y_normed = outputs(dt, {T, D}), fused = outputs(dt, {T, D});
         const Both post = outputs(DType::kF32, {T, n}), comb = outputs(DType::kF32, {T, n, n});

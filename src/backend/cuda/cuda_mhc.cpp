@@ -46,7 +46,7 @@ void CudaOps::hc_pre(const HcPreParams& p) {
   const kernels::FloatPtr y_norm = p.y_norm != nullptr ? weight_floats("hc_pre", p.y_norm, {D}) : kernels::FloatPtr{};
   if (T == 0 || n == 0) return;
   if (p.y_norm != nullptr && T <= kernels::kHcPreFusedMaxTokens && D <= kernels::kHcPreFusedMaxDim) {
-    // Decode: the projections, the finish and the norm in one launch (the same bits).
+    // A batch-1 step: the projections, the finish and the norm in one launch (the same bits).
     const StreamBuffer partials = partials_buffer("hc_pre", p.x, mix, stream_, arena());
     kernels::HcPreFusedParams fused;
     fused.finish = {partials.get<float>(), p.norm_eps, scale, base, float_ptr(p.x), float_ptr(p.y), p.post.data<float>(),
