@@ -373,13 +373,15 @@ __global__ void __launch_bounds__(kPostMixThreads) hc_post_mix_kernel(HcPostMixP
 
 // rms_norm_rows' order for a row of y (elementwise.h): virtual thread v of the norm's block adds
 // the squares of elements v, v + threads, .. (FMAs in order); each virtual warp's butterfly; the
-// virtual warps' sums in order. The y warps (the block's warps from `first_warp` on, synchronised
-// by barrier 1) take virtual warps in turn. Then y[t] = weight * (ys * inv) as rms_norm_rows has it.
-__device__ void norm_row_of_ys(const HcPreFusedParams& p, int64_t t, const float* ys, float* scratch, int first_warp,
-                               int y_threads) {
+// virtual warps' sums in order. The y warps (the block's warps from 1 on, synchronised by barrier
+// 1) take virtual warps in turn. Then y[t] = weight * (ys * inv) as rms_norm_rows has it.
+constexpr int kFinishYThreads = kThreads - 32;
+
+__device__ void norm_row_of_ys(const HcPreFusedParams& p, int64_t t, const float* ys, float* scratch) {
   const HcPreFinishParams& f = p.finish;
-  const int lane = static_cast<int>(threadIdx.x % 32), y_warp = static_cast<int>(threadIdx.x / 32) - first_warp;
-  const int y_warps = y_threads / 32, y_thread = static_cast<int>(threadIdx.x) - 32 * first_warp;
+  constexpr int y_threads = kFinishYThreads, y_warps = kFinishYThreads / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32), y_warp = static_cast<int>(threadIdx.x / 32) - 1;
+  const int y_thread = static_cast<int>(threadIdx.x) - 32;
   const auto threads = static_cast<int>(rms_norm_block_threads(f.dim));
   for (int vw = y_warp; vw < threads / 32; vw += y_warps) {
     float ss = 0;
@@ -471,12 +473,12 @@ __device__ void finish_token(const HcPreFusedParams& p, int64_t t, float* ys, fl
     post_and_comb(f, t, part);
     return;
   }
-  const int y_threads = (kWarps - 1) * 32, y_thread = static_cast<int>(threadIdx.x) - 32;
+  const int y_thread = static_cast<int>(threadIdx.x) - 32;
   if (y_thread < f.n) pre[y_thread] = pre_mix(f, y_thread, part);
-  asm volatile("bar.sync 1, %0;" ::"r"(y_threads) : "memory");
-  stream_sum_into(f, t, pre, ys, y_thread, y_threads);
-  asm volatile("bar.sync 1, %0;" ::"r"(y_threads) : "memory");
-  norm_row_of_ys(p, t, ys, scratch, 1, y_threads);
+  asm volatile("bar.sync 1, %0;" ::"r"(kFinishYThreads) : "memory");
+  stream_sum_into(f, t, pre, ys, y_thread, kFinishYThreads);
+  asm volatile("bar.sync 1, %0;" ::"r"(kFinishYThreads) : "memory");
+  norm_row_of_ys(p, t, ys, scratch);
 }
 
 // Block (t, chunk, mix group), one token a block so that each token's last block finishes it alone.
