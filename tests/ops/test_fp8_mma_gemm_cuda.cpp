@@ -497,10 +497,34 @@ TEST(Fp8MmaGemmCuda, RejectsKNotAMultipleOf128) {
 
 // ---- MXFP4 weights read as stored (Fp8MmaWeightCodes::kE2M1) --------------------------------
 
+// e2m1_mma_order (host code, no GPU needed): word w of each 16-byte group holds inputs 8w + 2s and
+// 8w + 2s + 1 at the top of its 16-bit halves once shifted left by 4s, for every byte value.
+TEST(E2m1MmaOrder, PutsEachPairAtTheTopOfItsHalvesAfterItsShift) {
+  std::vector<uint8_t> stored(4 * 16);
+  for (size_t i = 0; i < stored.size(); ++i) stored[i] = static_cast<uint8_t>(i * 37 + 11);  // every nibble value
+  std::vector<uint8_t> ordered(stored.size());
+  kernels::e2m1_mma_order(stored.data(), ordered.data(), static_cast<int64_t>(stored.size()));
+  for (size_t group = 0; group < stored.size() / 16; ++group) {
+    const auto input = [&](int i) { return (stored[group * 16 + static_cast<size_t>(i / 2)] >> (4 * (i % 2))) & 0xF; };
+    for (int w = 0; w < 4; ++w) {
+      uint32_t word = 0;
+      std::memcpy(&word, &ordered[group * 16 + static_cast<size_t>(4 * w)], 4);
+      for (int slot = 0; slot < 4; ++slot) {
+        const uint32_t shifted = word << (4 * slot);
+        const std::string where = "group " + std::to_string(group) + " word " + std::to_string(w) + " slot " +
+                                  std::to_string(slot);
+        EXPECT_EQ((shifted >> 12) & 0xF, static_cast<uint32_t>(input(8 * w + 2 * slot))) << where;
+        EXPECT_EQ(shifted >> 28, static_cast<uint32_t>(input(8 * w + 2 * slot + 1))) << where;
+      }
+    }
+  }
+  EXPECT_THROW(kernels::e2m1_mma_order(stored.data(), ordered.data(), 24), UsageError);
+}
+
 // `groups` random MXFP4 weights [n, k] (every e2m1 byte, -0 included; per-32 scales within 2^6 of
 // their 128x128 block's largest, as the lossless cast needs) on the device as the kE2M1 kernel
-// reads them (packed pairs in e2m1_mma_order, the cast's shifts) and as the cast's e4m3 codes, with the cast's block scales (one set for
-// both) in the kernels' fp32 layout.
+// reads them (packed pairs in e2m1_mma_order, the cast's shifts) and as the cast's e4m3 codes,
+// with the cast's block scales (one set for both) in the kernels' fp32 layout.
 struct Fp4Weights {
   int64_t n, k, groups;
   int64_t scale_group = 0, scale_ld = 0;
