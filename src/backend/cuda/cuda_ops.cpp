@@ -319,9 +319,9 @@ void CudaOps::argmax_rows(const ArgmaxRowsParams& p) {
 // Device layouts: kFp8 and kMxfp4 (cast losslessly to FP8 on the host first) keep e4m3 codes in
 // `data` (kF8E4M3 [out, in]) and fp32 block scales in cuBLASLt's layout in `scale` (kF32
 // [ceil(out/128), roundup(ceil(in/128), 4)]); with CudaOptions::fp4_experts, kMxfp4 keeps its
-// packed pairs in `data` (kI8 [out, in/2], re-laid by kernels::e2m1_mma_order), the cast's shifts in `aux` (kU8 [out, in/32]) and the
-// cast's block scales in `scale`; plain f32/bf16 tensors stay as stored; plain integer tensors
-// become kI32 (the CPU's rule, checked for range).
+// packed pairs in `data` (kI8 [out, in/2], re-laid by kernels::e2m1_mma_order), the cast's shifts
+// in `aux` (kU8 [out, in/32]) and the cast's block scales in `scale`; plain f32/bf16 tensors stay
+// as stored; plain integer tensors become kI32 (the CPU's rule, checked for range).
 DeviceTensor CudaOps::upload_new(ConstTensorView host) {
   DeviceTensor t = alloc(host.dtype(), host.shape());
   upload(host, t.view());

@@ -36,6 +36,11 @@ struct GemmWeightView {
   int64_t scale_ld = 0;
 };
 
+// An MXFP4 weight kept as stored (CudaOptions::fp4_experts) rather than cast to FP8.
+inline bool is_stored_fp4(const Weight* w) {
+  return w != nullptr && w->format == WeightFormat::kMxfp4 && w->data.dtype() == DType::kI8;
+}
+
 inline GemmWeightView gemm_weight(const char* op, const Weight* w, int64_t rows, int64_t cols) {
   if (w == nullptr) throw UsageError(std::string(op) + ": the weight is missing");
   if (w->shape != Shape{rows, cols})
@@ -53,7 +58,7 @@ inline GemmWeightView gemm_weight(const char* op, const Weight* w, int64_t rows,
   }
   const int64_t kb = (cols + 127) / 128;  // 128x128 weight blocks
   const Shape scale_shape = {(rows + 127) / 128, (kb + 3) / 4 * 4};
-  if (w->format == WeightFormat::kMxfp4 && w->data.dtype() == DType::kI8)
+  if (is_stored_fp4(w))
     throw UsageError(std::string(op) + ": FP4 weight " + w->name + " is kept as stored (CudaOptions::fp4_experts, " +
                      "--fp4-experts on), which only the routed experts read, in the default numerics with " +
                      "--fp8-gemm mma");
@@ -74,10 +79,6 @@ struct Fp4WeightView {
   const float* scale = nullptr;
   int64_t scale_ld = 0;
 };
-
-inline bool is_stored_fp4(const Weight* w) {
-  return w != nullptr && w->format == WeightFormat::kMxfp4 && w->data.dtype() == DType::kI8;
-}
 
 inline Fp4WeightView stored_fp4_weight(const char* op, const Weight* w, int64_t rows, int64_t cols) {
   if (!is_stored_fp4(w)) throw UsageError(std::string(op) + ": weight " + (w ? w->name : "?") + " is not FP4 as stored");
