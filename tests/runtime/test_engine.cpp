@@ -100,6 +100,16 @@ std::vector<RequestHandle> submit_sampled_grid(Engine& e, int64_t max_tokens, Co
   return handles;
 }
 
+// `e` refuses r with a UsageError whose message contains `words`.
+void expect_refused(Engine& e, const GenerateRequest& r, const std::string& words) {
+  try {
+    e.submit(r);
+    ADD_FAILURE() << "accepted; expected a refusal naming " << words;
+  } catch (const UsageError& error) {
+    EXPECT_NE(std::string(error.what()).find(words), std::string::npos) << error.what();
+  }
+}
+
 class EngineTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -556,12 +566,7 @@ TEST_F(EngineTest, CacheMemoryBytesSizeTheBlocks) {
 
 TEST_F(EngineTest, TooLongRequestsAreRefusedWithTheLimits) {
   auto e = engine();
-  try {
-    e->submit(request(ids(500, 7), 20));
-    FAIL() << "520 tokens accepted with max_model_len 512";
-  } catch (const UsageError& err) {
-    EXPECT_NE(std::string(err.what()).find("maximum context length is 512"), std::string::npos) << err.what();
-  }
+  expect_refused(*e, request(ids(500, 7), 20), "maximum context length is 512");  // 520 tokens
   GenerateRequest no_room = request(ids(512, 7), 1);
   no_room.stop.max_tokens.reset();  // up to max_model_len: nothing left
   EXPECT_THROW(e->submit(no_room), UsageError);
@@ -803,27 +808,19 @@ TEST_F(EngineTest, ChoiceRequestsWriteOneOfTheChoices) {
 TEST_F(EngineTest, ChoiceRequestsAreRefusedWithoutValidChoices) {
   auto tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(DSV4_TOKENIZER_JSON));
   auto e = engine(small_config(), tokenizer);
-  const auto expect_refused = [&](GenerateRequest r, const std::string& words) {
-    try {
-      e->submit(r);
-      ADD_FAILURE() << "accepted; expected a refusal naming " << words;
-    } catch (const UsageError& error) {
-      EXPECT_NE(std::string(error.what()).find(words), std::string::npos) << error.what();
-    }
-  };
   GenerateRequest r = request(ids(4, 7), 4);
   r.choices = std::make_shared<const std::vector<std::string>>(std::vector<std::string>{"a"});
-  expect_refused(r, "choice output format");  // choices without kChoice
+  expect_refused(*e, r, "choice output format");  // choices without kChoice
   r.format = OutputFormat::kChoice;
   r.choices = nullptr;
-  expect_refused(r, "list of choices");
+  expect_refused(*e, r, "list of choices");
   r.choices = std::make_shared<const std::vector<std::string>>();
-  expect_refused(r, "empty");
+  expect_refused(*e, r, "empty");
   r.choices = std::make_shared<const std::vector<std::string>>(std::vector<std::string>{"a", ""});
-  expect_refused(r, "choice 1");
+  expect_refused(*e, r, "choice 1");
   r.choices = std::make_shared<const std::vector<std::string>>(std::vector<std::string>{"a"});
   r.stop.min_tokens = 1;
-  expect_refused(r, "min_tokens");
+  expect_refused(*e, r, "min_tokens");
   auto untokenized = engine(small_config());
   r.stop.min_tokens = 0;
   EXPECT_THROW(untokenized->submit(r), UsageError);  // the constraint needs the tokenizer
@@ -871,23 +868,15 @@ TEST_F(EngineTest, RegexRequestsWriteAWholeMatch) {
 TEST_F(EngineTest, RegexRequestsAreRefusedWithoutAPatternOrATokenizer) {
   auto tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(DSV4_TOKENIZER_JSON));
   auto e = engine(small_config(), tokenizer);
-  const auto expect_refused = [&](GenerateRequest r, const std::string& words) {
-    try {
-      e->submit(r);
-      ADD_FAILURE() << "accepted; expected a refusal naming " << words;
-    } catch (const UsageError& error) {
-      EXPECT_NE(std::string(error.what()).find(words), std::string::npos) << error.what();
-    }
-  };
   GenerateRequest r = request(ids(4, 7), 4);
   r.regex = std::make_shared<const RegexNfa>(RegexNfa::compile("a+"));
-  expect_refused(r, "regex output format");  // a regex without kRegex
+  expect_refused(*e, r, "regex output format");  // a regex without kRegex
   r.format = OutputFormat::kRegex;
   r.regex = nullptr;
-  expect_refused(r, "compiled regex");
+  expect_refused(*e, r, "compiled regex");
   r.regex = std::make_shared<const RegexNfa>(RegexNfa::compile("a+"));
   r.stop.min_tokens = 1;
-  expect_refused(r, "min_tokens");
+  expect_refused(*e, r, "min_tokens");
   auto untokenized = engine(small_config());
   r.stop.min_tokens = 0;
   EXPECT_THROW(untokenized->submit(r), UsageError);  // the constraint needs the tokenizer
