@@ -1,9 +1,13 @@
-// Helpers shared by the GPU op tests: a device buffer that frees itself and can be poisoned,
-// and the skip for machines without a GPU.
+// Helpers shared by the GPU op tests: a device buffer that frees itself and can be poisoned, a
+// GEMM test's shape with its printed and test names, and the skip for machines without a GPU.
 #pragma once
 
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
+#include <cstdint>
+#include <ostream>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/device.h"
@@ -35,6 +39,18 @@ class DeviceBuffer {
   T* p_ = nullptr;
   size_t n_;
 };
+
+// A GEMM test's shape: m rows of x, n outputs, k inputs.
+struct GemmShape {
+  int64_t m, n, k;
+};
+
+inline void PrintTo(const GemmShape& s, std::ostream* os) { *os << "m=" << s.m << " n=" << s.n << " k=" << s.k; }
+
+// "m<m>_n<n>_k<k>", the shape as a parameterised test's name.
+inline std::string gemm_shape_name(const ::testing::TestParamInfo<GemmShape>& info) {
+  return "m" + std::to_string(info.param.m) + "_n" + std::to_string(info.param.n) + "_k" + std::to_string(info.param.k);
+}
 
 }  // namespace dsv4::testing
 

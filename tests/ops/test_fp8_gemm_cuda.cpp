@@ -17,11 +17,7 @@ namespace {
 
 using testing::DeviceBuffer;
 
-struct Shape3 {
-  int64_t m, n, k;
-};
-
-void PrintTo(const Shape3& s, std::ostream* os) { *os << "m=" << s.m << " n=" << s.n << " k=" << s.k; }
+using Shape3 = testing::GemmShape;
 
 class Fp8GemmCuda : public ::testing::TestWithParam<Shape3> {};
 
@@ -114,10 +110,7 @@ TEST_P(Fp8GemmCuda, MatchesHostReference) {
 INSTANTIATE_TEST_SUITE_P(Shapes, Fp8GemmCuda,
                          ::testing::Values(Shape3{1, 256, 512}, Shape3{16, 512, 1024}, Shape3{33, 200, 384},
                                            Shape3{100, 1536, 4096}, Shape3{7, 4096, 7168}),
-                         [](const auto& info) {
-                           return "m" + std::to_string(info.param.m) + "_n" + std::to_string(info.param.n) +
-                                  "_k" + std::to_string(info.param.k);
-                         });
+                         testing::gemm_shape_name);
 
 TEST(Fp8GemmCuda, PaddedM) {
   EXPECT_EQ(cuda::fp8_gemm_padded_m(1), 16);

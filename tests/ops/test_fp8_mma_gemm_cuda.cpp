@@ -106,11 +106,38 @@ struct Operands {
   }
 };
 
-struct Shape3 {
-  int64_t m, n, k;
+// A grouped call's tiles on the device: the list and the count of them that run (the first
+// `live`; a list may hold spare tiles past them that must not run).
+struct DeviceTiles {
+  DeviceTiles(const std::vector<kernels::Fp8MmaTile>& tiles, int32_t live)
+      : list(tiles.size()), count(1), size(static_cast<int64_t>(tiles.size())) {
+    list.upload(tiles);
+    count.upload({live});
+  }
+  DeviceBuffer<kernels::Fp8MmaTile> list;
+  DeviceBuffer<int32_t> count;
+  int64_t size;
 };
 
-void PrintTo(const Shape3& s, std::ostream* os) { *os << "m=" << s.m << " n=" << s.n << " k=" << s.k; }
+// Dense call p made grouped over `tiles` of up to tile_rows rows: tile group g meets the weight,
+// block scales (and, for e2m1 weights, shifts) of table entry g; p's dense weight pointers cleared.
+kernels::Fp8MmaGemmParams grouped_params(kernels::Fp8MmaGemmParams p, const DeviceTiles& tiles, int32_t tile_rows,
+                                         const uint8_t* const* w_of, const float* const* scale_of,
+                                         const uint8_t* const* shift_of = nullptr) {
+  p.w = nullptr;
+  p.w_shift = nullptr;
+  p.w_scale = nullptr;
+  p.tiles = tiles.list.get();
+  p.tile_count = tiles.count.get();
+  p.max_tiles = tiles.size;
+  p.tile_rows = tile_rows;
+  p.group_w = w_of;
+  p.group_w_scale = scale_of;
+  p.group_w_shift = shift_of;
+  return p;
+}
+
+using Shape3 = testing::GemmShape;
 
 class Fp8MmaGemmCuda : public ::testing::TestWithParam<Shape3> {};
 
@@ -148,10 +175,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Fp8MmaGemmCuda,
                          ::testing::Values(Shape3{1, 256, 512}, Shape3{7, 200, 384}, Shape3{16, 512, 1024},
                                            Shape3{33, 136, 640}, Shape3{100, 1536, 4096}, Shape3{3, 4096, 7168},
                                            Shape3{64, 8192, 256}),  // the last on the staged kernel
-                         [](const auto& info) {
-                           return "m" + std::to_string(info.param.m) + "_n" + std::to_string(info.param.n) +
-                                  "_k" + std::to_string(info.param.k);
-                         });
+                         testing::gemm_shape_name);
 
 // The WGMMA kernel (FP8 tensor cores, block sums promoted to fp32 every 128 K): not the other
 // kernels' bits, so checked against the host's fp64 sums. Hopper's FP8 MMA keeps fewer bits inside
@@ -215,10 +239,7 @@ TEST(Fp8MmaGemmCuda, RowsAreTheSameBitsAloneInAnyBatchAndGrouped) {
       tiles.push_back({g, static_cast<int32_t>(r), static_cast<int32_t>(std::min<int64_t>(16, end[g] - r))});
   const int32_t count = static_cast<int32_t>(tiles.size());
   tiles.push_back({0, 0, 16});  // must not run: it would overwrite rows 0..15 with weight 0's
-  DeviceBuffer<kernels::Fp8MmaTile> dtiles(tiles.size());
-  dtiles.upload(tiles);
-  DeviceBuffer<int32_t> dcount(1);
-  dcount.upload({count});
+  const DeviceTiles dtiles(tiles, count);
   // The weight tables twice over: a second output with group offset 3 meets the same weights.
   std::vector<const uint8_t*> w_of;
   std::vector<const float*> s_of;
@@ -231,15 +252,8 @@ TEST(Fp8MmaGemmCuda, RowsAreTheSameBitsAloneInAnyBatchAndGrouped) {
   DeviceBuffer<const float*> ds_of(s_of.size());
   dw_of.upload(w_of);
   ds_of.upload(s_of);
-  kernels::Fp8MmaGemmParams p = ops.dense(0, m, 0, grouped.get());
-  p.w = nullptr;
-  p.w_scale = nullptr;
-  p.tiles = dtiles.get();
-  p.tile_count = dcount.get();
-  p.max_tiles = static_cast<int64_t>(tiles.size());
-  p.tile_rows = 16;
-  p.group_w = dw_of.get();
-  p.group_w_scale = ds_of.get();
+  const kernels::Fp8MmaGemmParams p =
+      grouped_params(ops.dense(0, m, 0, grouped.get()), dtiles, 16, dw_of.get(), ds_of.get());
   kernels::fp8_mma_gemm(p, nullptr);
   // The same tiles with a second output in the launch (MoE gate and up): both get the bits.
   DeviceBuffer<float> first(size), second(size);
@@ -334,10 +348,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape3{200, 264, 128}, Shape3{5, 4096, 640},
                       // streamed on the piped kernel: 17 K blocks (4 stages), 33 (8 stages)
                       Shape3{5, 1032, 2176}, Shape3{8, 264, 4224}, Shape3{1, 136, 8192}),
-    [](const auto& info) {
-      return "m" + std::to_string(info.param.m) + "_n" + std::to_string(info.param.n) + "_k" +
-             std::to_string(info.param.k);
-    });
+    testing::gemm_shape_name);
 
 // Grouped: the staged kernels over tiles of 128 rows and of 100 rows give the bits of the streamed
 // kernel over tiles of 32 rows and of dense streamed calls per group, with groups of 1, 130, 0,
@@ -382,19 +393,8 @@ TEST(Fp8MmaGemmStagedCuda, SameBitsAsStreamedGrouped) {
               {g, static_cast<int32_t>(r), static_cast<int32_t>(std::min<int64_t>(tile_rows, begin[g + 1] - r))});
       const int32_t count = static_cast<int32_t>(tiles.size());
       tiles.push_back({0, 0, tile_rows});  // must not run: it would overwrite rows from 0 with weight 0's
-      DeviceBuffer<kernels::Fp8MmaTile> dtiles(tiles.size());
-      dtiles.upload(tiles);
-      DeviceBuffer<int32_t> dcount(1);
-      dcount.upload({count});
-      kernels::Fp8MmaGemmParams p = ops.inputs(0, m, 0);
-      p.w = nullptr;
-      p.w_scale = nullptr;
-      p.tiles = dtiles.get();
-      p.tile_count = dcount.get();
-      p.max_tiles = static_cast<int64_t>(tiles.size());
-      p.tile_rows = tile_rows;
-      p.group_w = dw_of.get();
-      p.group_w_scale = ds_of.get();
+      const DeviceTiles dtiles(tiles, count);
+      kernels::Fp8MmaGemmParams p = grouped_params(ops.inputs(0, m, 0), dtiles, tile_rows, dw_of.get(), ds_of.get());
       const kernels::Fp8MmaKernel expected =
           tile_rows == 32 ? kernels::Fp8MmaKernel::kStreamed : kernels::Fp8MmaKernel::kStaged;
       EXPECT_EQ(kernels::fp8_mma_gemm_choice(p), expected) << "tile_rows " << tile_rows;
@@ -595,10 +595,7 @@ TEST_P(Fp8MmaGemmE2m1Cuda, SameBitsAsTheFp8CastDense) {
 INSTANTIATE_TEST_SUITE_P(Shapes, Fp8MmaGemmE2m1Cuda,
                          ::testing::Values(Shape3{1, 256, 512}, Shape3{5, 200, 1152}, Shape3{16, 384, 2048},
                                            Shape3{29, 136, 640}, Shape3{70, 256, 1024}),
-                         [](const auto& info) {
-                           return "m" + std::to_string(info.param.m) + "_n" + std::to_string(info.param.n) +
-                                  "_k" + std::to_string(info.param.k);
-                         });
+                         testing::gemm_shape_name);
 
 // Grouped (the routed experts' layout), with a second output over the same tiles (gate and up):
 // both outputs get the cast's bits.
@@ -609,11 +606,7 @@ TEST(Fp8MmaGemmE2m1Cuda, SameBitsAsTheFp8CastGroupedWithASecondOutput) {
   const Fp4Weights w(n, k, 2, 6);
   // Rows [0, 9) meet group 1, [9, 21) group 0; tiles of 8 rows; the second output's groups are
   // the first's swapped (group offset 2 into tables of four).
-  const std::vector<kernels::Fp8MmaTile> tiles = {{1, 0, 8}, {1, 8, 1}, {0, 9, 8}, {0, 17, 4}};
-  DeviceBuffer<kernels::Fp8MmaTile> dtiles(tiles.size());
-  dtiles.upload(tiles);
-  DeviceBuffer<int32_t> dcount(1);
-  dcount.upload({static_cast<int32_t>(tiles.size())});
+  const DeviceTiles tiles({{1, 0, 8}, {1, 8, 1}, {0, 9, 8}, {0, 17, 4}}, 4);
   const int64_t swapped[] = {0, 1, 1, 0};
   const auto run = [&](bool e2m1) {
     std::vector<const uint8_t*> w_of, shift_of;
@@ -629,17 +622,8 @@ TEST(Fp8MmaGemmE2m1Cuda, SameBitsAsTheFp8CastGroupedWithASecondOutput) {
     dw_of.upload(w_of);
     dshift_of.upload(shift_of);
     dscale_of.upload(scale_of);
-    kernels::Fp8MmaGemmParams p = w.dense(x, 0, e2m1);
-    p.w = nullptr;
-    p.w_shift = nullptr;
-    p.w_scale = nullptr;
-    p.tiles = dtiles.get();
-    p.tile_count = dcount.get();
-    p.max_tiles = static_cast<int64_t>(tiles.size());
-    p.tile_rows = 8;
-    p.group_w = dw_of.get();
-    p.group_w_scale = dscale_of.get();
-    p.group_w_shift = e2m1 ? dshift_of.get() : nullptr;
+    kernels::Fp8MmaGemmParams p =
+        grouped_params(w.dense(x, 0, e2m1), tiles, 8, dw_of.get(), dscale_of.get(), e2m1 ? dshift_of.get() : nullptr);
     DeviceBuffer<float> second(static_cast<size_t>(m * n));
     DSV4_CUDA_CHECK(cudaMemset(second.get(), 0xff, static_cast<size_t>(m * n) * sizeof(float)));
     p.second = {.w_scale_ld = w.scale_ld, .y = {second.get(), false}, .ldy = n, .n = n, .group_offset = 2};
