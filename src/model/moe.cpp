@@ -7,18 +7,6 @@
 
 namespace dsv4 {
 
-namespace {
-
-// silu(min(w1 x, limit)) * clamp(w3 x, -limit, limit), then w2; the shared expert (weight 1).
-DeviceTensor shared_expert(const ForwardContext& ctx, const ExpertLinears& e, const DeviceTensor& x) {
-  const auto [gate, up] = linear_pair(ctx, x, e.w1, e.w3, ctx.act);
-  DeviceTensor h = ctx.alloc(ctx.act, gate.shape());
-  ctx.ops.swiglu({gate.view(), up.view(), {}, static_cast<float>(ctx.cfg->swiglu_limit), h.view()});
-  return linear(ctx, h, e.w2, ctx.act);
-}
-
-}  // namespace
-
 DeviceTensor moe(const ForwardContext& ctx, const MoeWeights& w, int64_t layer, const DeviceTensor& x) {
   const ModelParams& p = ctx.cfg.params();
   const int64_t T = ctx.T, k = p.num_experts_per_tok;
@@ -32,13 +20,18 @@ DeviceTensor moe(const ForwardContext& ctx, const MoeWeights& w, int64_t layer, 
   ctx.observe("layers." + std::to_string(layer) + ".experts", experts);
   ctx.observe("layers." + std::to_string(layer) + ".expert_weights", weights);
 
-  const DeviceTensor shared = shared_expert(ctx, w.shared, x);
+  // The routed experts and the shared expert (silu(min(w1 x, limit)) * clamp(w3 x, -limit, limit),
+  // then w2, weight 1), summed in one op.
   std::vector<ExpertWeights> routed;
   for (const ExpertLinears& e : w.experts) routed.push_back({&e.w1, &e.w2, &e.w3});
-  const bool quantised = !w.experts.empty() && w.experts.front().w1.format != WeightFormat::kPlain;
+  const ExpertWeights shared{&w.shared.w1, &w.shared.w2, &w.shared.w3};
+  const auto act_of = [&](const Weight& weight) {
+    return weight.format != WeightFormat::kPlain ? ctx.fp8_act : ActQuant::kNone;
+  };
+  const ActQuant routed_quant = w.experts.empty() ? ActQuant::kNone : act_of(w.experts.front().w1);
   DeviceTensor out = ctx.alloc(ctx.act, x.shape());
-  ctx.ops.moe_experts({x.view(), experts.view(), weights.view(), routed, shared.view(),
-                       static_cast<float>(p.swiglu_limit), quantised ? ctx.fp8_act : ActQuant::kNone, out.view()});
+  ctx.ops.moe_experts({x.view(), experts.view(), weights.view(), routed, &shared, static_cast<float>(p.swiglu_limit),
+                       routed_quant, act_of(w.shared.w1), out.view()});
   return out;
 }
 

@@ -1,5 +1,5 @@
 // View helpers of the Ops interface: reshaped device tensors and row slices (pointer arithmetic
-// only, so they work on device memory too).
+// only, so they work on device memory too), and the ops every backend composes the same way.
 #include "ops/ops.h"
 
 #include "core/error.h"
@@ -46,6 +46,20 @@ void Ops::copy_rows(const CopyRowsParams& p) {
 }
 ConstTensorView slice_rows(ConstTensorView v, int64_t begin, int64_t end) {
   return slice_rows_impl(v, begin, end);
+}
+
+DeviceTensor Ops::moe_shared_expert(const MoeExpertsParams& p) {
+  const ExpertWeights& e = *p.shared;
+  const DType act = p.x.dtype();
+  const int64_t T = p.x.dim(0), D = p.x.dim(1), I = e.w1->shape.at(0);
+  DeviceTensor gate = alloc_output(act, {T, I}), up = alloc_output(act, {T, I});
+  const LinearOut outs[2] = {{e.w1, p.shared_act_quant, gate.view()}, {e.w3, p.shared_act_quant, up.view()}};
+  linears({p.x, outs});
+  DeviceTensor h = alloc_output(act, {T, I});
+  swiglu({gate.view(), up.view(), {}, p.swiglu_limit, h.view()});
+  DeviceTensor y = alloc_output(act, {T, D});
+  linear({h.view(), e.w2, p.shared_act_quant, y.view()});
+  return y;
 }
 
 }  // namespace dsv4

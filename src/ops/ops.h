@@ -390,15 +390,19 @@ struct ExpertWeights {
 };
 
 // out[t] = sum over t's experts e (ascending) of w2_e(swiglu(w1_e x, w3_e x) * weight) in fp32,
-// plus shared[t], rounded to out's dtype. Each expert's linears quantise like LinearParams.
+// plus the shared expert's s[t], rounded to out's dtype. Each routed expert's linears quantise
+// like LinearParams with act_quant. s = w2(swiglu(w1 x, w3 x)) is what Ops::moe_shared_expert
+// computes (linears(), swiglu() and linear(), each rounded to x's dtype), so a backend may run it
+// beside the routed experts (on another stream) or among them, with the same bits.
 struct MoeExpertsParams {
   ConstTensorView x;           // [T, D]
   ConstTensorView experts;     // [T, k] i32
   ConstTensorView weights;     // [T, k] f32
   std::span<const ExpertWeights> routed;  // [E]
-  ConstTensorView shared;      // [T, D] the shared expert's output
+  const ExpertWeights* shared = nullptr;  // the shared expert (w1, w3 [I_s, D], w2 [D, I_s]), or none
   float swiglu_limit = 0;
-  ActQuant act_quant = ActQuant::kNone;
+  ActQuant act_quant = ActQuant::kNone;         // the routed experts' linears
+  ActQuant shared_act_quant = ActQuant::kNone;  // the shared expert's linears
   TensorView out;              // [T, D]
 };
 
@@ -454,6 +458,9 @@ class Ops {
   virtual void moe_route(const MoeRouteParams& p) = 0;
   virtual void swiglu(const SwigluParams& p) = 0;
   virtual void moe_experts(const MoeExpertsParams& p) = 0;
+  // The shared expert's output of p (MoeExpertsParams), [T, D] in x's dtype, through this
+  // backend's linears(), swiglu() and linear(): what moe_experts adds for it.
+  DeviceTensor moe_shared_expert(const MoeExpertsParams& p);
 
   // Runs the tasks of one fork/join (ops/fork_join.h). The default is the sequential contract
   // (run_in_order); a backend with several streams overrides it to overlap the side tasks.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -244,8 +245,16 @@ void check_params(const MoeExpertsParams& p) {
   expect_shape("moe_experts", "experts", p.experts, {T, k});
   expect_shape("moe_experts", "weights", p.weights, {T, k});
   expect_dtype("moe_experts", "weights", p.weights, DType::kF32);
-  expect_shape("moe_experts", "shared", p.shared, {T, D});
-  expect_float("moe_experts", "shared", p.shared);
+  if (p.shared != nullptr) {
+    const ExpertWeights& s = *p.shared;
+    if (s.w1 == nullptr || s.w2 == nullptr || s.w3 == nullptr || s.w1->shape.size() != 2)
+      throw UsageError("moe_experts: the shared expert needs w1, w2 and w3");
+    const int64_t I = s.w1->shape[0];
+    for (const auto& [w, shape] : {std::pair{s.w1, Shape{I, D}}, std::pair{s.w3, Shape{I, D}}, std::pair{s.w2, Shape{D, I}}})
+      if (w->shape != shape)
+        throw UsageError("moe_experts: shared expert weight " + w->name + " has shape " + shape_str(w->shape) +
+                         ", expected " + shape_str(shape));
+  }
   expect_shape("moe_experts", "out", p.out, {T, D});
   expect_float("moe_experts", "out", p.out);
 }

@@ -555,18 +555,19 @@ TEST_P(MoeExpertsTest, MatchesCpu) {
   const DType act = mode == ExpertMode::kExact ? DType::kF32 : DType::kBF16;
   const ActQuant aq = mode == ExpertMode::kDefault ? ActQuant::kFp8Block128 : ActQuant::kNone;
 
-  // Experts 0-3 FP8, 4-7 MXFP4 (or all plain bf16).
+  // Experts 0-3 FP8, 4-7 MXFP4, the shared expert (E) FP8 (or all plain bf16).
   std::vector<BothWeights> w;  // w1, w2, w3 per expert
-  for (int64_t e = 0; e < E; ++e)
+  for (int64_t e = 0; e <= E; ++e)
     for (const auto& [rows, cols] : {std::pair{I, D}, std::pair{D, I}, std::pair{I, D}}) {
-      const std::string name = "experts." + std::to_string(e) + ".w" + std::to_string(w.size() % 3 + 1);
+      const std::string name = (e < E ? "experts." + std::to_string(e) : std::string("shared_experts")) + ".w" +
+                               std::to_string(w.size() % 3 + 1);
       if (mode == ExpertMode::kPlainBf16) {
         w.push_back(plain_weight(name, random_tensor(DType::kBF16, {rows, cols}, 0.08f)));
         continue;
       }
       const Tensor values = random_tensor(DType::kF32, {rows, cols}, 0.08f);
       const std::vector<float> v(values.data<float>(), values.data<float>() + values.numel());
-      const bool fp4 = e >= E / 2;
+      const bool fp4 = e >= E / 2 && e < E;
       const QuantizedWeight q = fp4 ? mxfp4_weight(v, rows, cols) : fp8_weight(v, rows, cols);
       w.push_back(weight({name, fp4 ? WeightFormat::kMxfp4 : WeightFormat::kFp8, q.weight.view(), q.scale.view()}));
     }
@@ -575,6 +576,8 @@ TEST_P(MoeExpertsTest, MatchesCpu) {
     croutes.push_back({&w[3 * e].cpu, &w[3 * e + 1].cpu, &w[3 * e + 2].cpu});
     groutes.push_back({&w[3 * e].gpu, &w[3 * e + 1].gpu, &w[3 * e + 2].gpu});
   }
+  const ExpertWeights cshared{&w[3 * E].cpu, &w[3 * E + 1].cpu, &w[3 * E + 2].cpu};
+  const ExpertWeights gshared{&w[3 * E].gpu, &w[3 * E + 1].gpu, &w[3 * E + 2].gpu};
   // 20 tokens (60 pairs: the one-block plan, streamed tiles) and 400 (1,200 pairs: the general
   // plan, tiles of 128 rows on the staged kernel).
   for (const int64_t T : {int64_t{20}, int64_t{400}}) {
@@ -595,12 +598,11 @@ TEST_P(MoeExpertsTest, MatchesCpu) {
     Tensor weights_host(DType::kF32, {T, k});
     std::copy(weights.begin(), weights.end(), weights_host.data<float>());
     const Both x = both(random_tensor(act, {T, D}, 1.0f));
-    const Both shared = both(random_tensor(act, {T, D}, 0.5f));
     const Both experts = both(int_tensor({T, k}, ids)), wts = both(weights_host);
     Both out = output(act, {T, D});
     const float limit = 10.0f;
-    cpu_.moe_experts({x.cpu.view(), experts.cpu.view(), wts.cpu.view(), croutes, shared.cpu.view(), limit, aq, out.cpu.view()});
-    gpu_->moe_experts({x.gpu.view(), experts.gpu.view(), wts.gpu.view(), groutes, shared.gpu.view(), limit, aq, out.gpu.view()});
+    cpu_.moe_experts({x.cpu.view(), experts.cpu.view(), wts.cpu.view(), croutes, &cshared, limit, aq, aq, out.cpu.view()});
+    gpu_->moe_experts({x.gpu.view(), experts.gpu.view(), wts.gpu.view(), groutes, &gshared, limit, aq, aq, out.gpu.view()});
     const char* names[] = {"default (bf16, FP8 act quant)", "exact (f32)", "plain bf16 weights"};
     const std::string what =
         std::string("moe_experts ") + names[static_cast<int>(mode)] + ", " + std::to_string(T) + " tokens";
@@ -626,12 +628,12 @@ TEST_F(CudaOpsAttentionMoeTest, MoeExpertsReportsAnExpertIdOutOfRangeAtTheNextSy
   for (int64_t e = 0; e < E; ++e) routes.push_back({&w[3 * e].gpu, &w[3 * e + 1].gpu, &w[3 * e + 2].gpu});
   Tensor weights_host(DType::kF32, {T, k});
   std::fill(weights_host.data<float>(), weights_host.data<float>() + T * k, 0.5f);
-  const Both x = both(random_tensor(DType::kBF16, {T, D}, 1.0f)), shared = both(random_tensor(DType::kBF16, {T, D}, 0.5f));
+  const Both x = both(random_tensor(DType::kBF16, {T, D}, 1.0f));
   const Both wts = both(weights_host);
   Both out = output(DType::kBF16, {T, D});
   const Both bad = both(int_tensor({T, k}, {0, 1, 2, 7, 1, 3}));
-  gpu_->moe_experts({x.gpu.view(), bad.gpu.view(), wts.gpu.view(), routes, shared.gpu.view(), 0, ActQuant::kFp8Block128,
-                     out.gpu.view()});
+  gpu_->moe_experts({x.gpu.view(), bad.gpu.view(), wts.gpu.view(), routes, nullptr, 0, ActQuant::kFp8Block128,
+                     ActQuant::kFp8Block128, out.gpu.view()});
   try {
     gpu_->synchronize();
     ADD_FAILURE() << "no error for expert id 7 of 4";
@@ -639,7 +641,7 @@ TEST_F(CudaOpsAttentionMoeTest, MoeExpertsReportsAnExpertIdOutOfRangeAtTheNextSy
     EXPECT_NE(std::string(e.what()).find("expert id 7"), std::string::npos) << e.what();
   }
   const Both good = both(int_tensor({T, k}, {0, 1, 2, 3, 1, 3}));
-  gpu_->moe_experts({x.gpu.view(), good.gpu.view(), wts.gpu.view(), routes, shared.gpu.view(), 0,
+  gpu_->moe_experts({x.gpu.view(), good.gpu.view(), wts.gpu.view(), routes, nullptr, 0, ActQuant::kFp8Block128,
                      ActQuant::kFp8Block128, out.gpu.view()});
   EXPECT_NO_THROW(gpu_->synchronize());
 }
@@ -664,6 +666,18 @@ TEST_F(CudaOpsAttentionMoeTest, Fp4ExpertsAsStoredGiveTheBitsOfTheirFp8Cast) {
       stored.push_back(stored_ops.load_weight(lp));
     }
   ASSERT_EQ(stored[0].data.dtype(), DType::kI8);  // kept as stored
+  // The shared expert stays FP8 (as in the released checkpoints), the same weight for both.
+  std::vector<Weight> cast_shared, stored_shared;  // w1, w2, w3
+  for (const auto& [rows, cols] : {std::pair{I, D}, std::pair{D, I}, std::pair{I, D}}) {
+    const Tensor values = random_tensor(DType::kF32, {rows, cols}, 0.08f);
+    const QuantizedWeight q = fp8_weight({values.data<float>(), values.data<float>() + values.numel()}, rows, cols);
+    const LoadWeightParams lp{"shared_experts.w" + std::to_string(cast_shared.size() + 1), WeightFormat::kFp8,
+                              q.weight.view(), q.scale.view()};
+    cast_shared.push_back(cast_ops.load_weight(lp));
+    stored_shared.push_back(stored_ops.load_weight(lp));
+  }
+  const ExpertWeights cast_shared_expert{&cast_shared[0], &cast_shared[1], &cast_shared[2]};
+  const ExpertWeights stored_shared_expert{&stored_shared[0], &stored_shared[1], &stored_shared[2]};
   std::vector<ExpertWeights> cast_routes, stored_routes;
   for (int64_t e = 0; e < E; ++e) {
     cast_routes.push_back({&cast[3 * e], &cast[3 * e + 1], &cast[3 * e + 2]});
@@ -686,28 +700,30 @@ TEST_F(CudaOpsAttentionMoeTest, Fp4ExpertsAsStoredGiveTheBitsOfTheirFp8Cast) {
       ids.insert(ids.end(), all.begin(), all.begin() + k);
       for (int64_t s = 0; s < k; ++s) weights.data<float>()[t * k + s] = uw(rng_);
     }
-    const Tensor x = random_tensor(DType::kBF16, {T, D}, 1.0f), shared = random_tensor(DType::kBF16, {T, D}, 0.5f);
+    const Tensor x = random_tensor(DType::kBF16, {T, D}, 1.0f);
     const Tensor experts = int_tensor({T, k}, ids);
     std::vector<std::vector<float>> outs;
     for (Ops* ops : {&cast_ops, static_cast<Ops*>(&stored_ops)}) {
-      const DeviceTensor dx = upload(*ops, x), dshared = upload(*ops, shared), de = upload(*ops, experts),
-                         dw = upload(*ops, weights);
+      const bool cast_run = ops == &cast_ops;
+      const DeviceTensor dx = upload(*ops, x), de = upload(*ops, experts), dw = upload(*ops, weights);
       DeviceTensor out = ops->alloc_output(DType::kBF16, {T, D});
-      ops->moe_experts({dx.view(), de.view(), dw.view(), ops == &cast_ops ? cast_routes : stored_routes, dshared.view(),
-                        10.0f, ActQuant::kFp8Block128, out.view()});
+      ops->moe_experts({dx.view(), de.view(), dw.view(), cast_run ? cast_routes : stored_routes,
+                        cast_run ? &cast_shared_expert : &stored_shared_expert, 10.0f, ActQuant::kFp8Block128,
+                        ActQuant::kFp8Block128, out.view()});
       outs.push_back(floats(*ops, out));
     }
     EXPECT_TRUE(same_bits(outs[1], outs[0])) << T << " tokens";
   }
   const Tensor x = random_tensor(DType::kF32, {2, D}, 1.0f);
-  const DeviceTensor dx = upload(stored_ops, x), dshared = upload(stored_ops, x);
+  const DeviceTensor dx = upload(stored_ops, x);
   const DeviceTensor de = upload(stored_ops, int_tensor({2, k}, {0, 1, 2, 3, 4, 5}));
   Tensor w(DType::kF32, {2, k});
   std::fill(w.data<float>(), w.data<float>() + 2 * k, 0.5f);
   const DeviceTensor dw = upload(stored_ops, w);
   DeviceTensor out = stored_ops.alloc_output(DType::kF32, {2, D});
   try {
-    stored_ops.moe_experts({dx.view(), de.view(), dw.view(), stored_routes, dshared.view(), 0, ActQuant::kNone, out.view()});
+    stored_ops.moe_experts({dx.view(), de.view(), dw.view(), stored_routes, nullptr, 0, ActQuant::kNone, ActQuant::kNone,
+                            out.view()});
     ADD_FAILURE() << "exact math ran on FP4 weights kept as stored";
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("--fp4-experts"), std::string::npos) << e.what();

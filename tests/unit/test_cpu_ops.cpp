@@ -851,31 +851,34 @@ TEST_F(CpuOpsTest, HashRoutingFollowsTheTokenIdTable) {
 
 TEST_F(CpuOpsTest, ExpertsSumWeightedSwigluOutputsPlusShared) {
   const int64_t T = 3, D = 16, I = 8, E = 3, k = 2;
+  // Experts 0 .. E-1 routed, expert E the shared one.
   std::vector<std::vector<float>> w1, w2, w3;
   std::vector<Weight> weights;
-  for (int64_t e = 0; e < E; ++e) {
+  for (int64_t e = 0; e <= E; ++e) {
     w1.push_back(random_floats(I * D, 40 + e, 0.3f));
     w3.push_back(random_floats(I * D, 50 + e, 0.3f));
     w2.push_back(random_floats(D * I, 60 + e, 0.3f));
   }
-  for (int64_t e = 0; e < E; ++e) {
+  for (int64_t e = 0; e <= E; ++e) {
     weights.push_back(make_weight(ops, w1[e], {I, D}));
     weights.push_back(make_weight(ops, w2[e], {D, I}));
     weights.push_back(make_weight(ops, w3[e], {I, D}));
   }
   std::vector<ExpertWeights> routed;
   for (int64_t e = 0; e < E; ++e) routed.push_back({&weights[3 * e], &weights[3 * e + 1], &weights[3 * e + 2]});
-  const std::vector<float> x = random_floats(T * D, 70), shared = random_floats(T * D, 71);
+  const ExpertWeights shared{&weights[3 * E], &weights[3 * E + 1], &weights[3 * E + 2]};
+  const std::vector<float> x = random_floats(T * D, 70);
   const std::vector<int32_t> ex = {0, 2, 1, 2, 0, 1};
   const std::vector<float> wt = {0.6f, 1.4f, 1.0f, 0.5f, 2.0f, 0.25f};
-  const DeviceTensor tx = make_tensor(ops, DType::kF32, {T, D}, x), ts = make_tensor(ops, DType::kF32, {T, D}, shared);
+  const DeviceTensor tx = make_tensor(ops, DType::kF32, {T, D}, x);
   const DeviceTensor te = make_ints(ops, {T, k}, ex), tw = make_tensor(ops, DType::kF32, {T, k}, wt);
   DeviceTensor out = ops.alloc(DType::kF32, {T, D});
-  ops.moe_experts({tx.view(), te.view(), tw.view(), routed, ts.view(), 10.0f, ActQuant::kNone, out.view()});
+  ops.moe_experts({tx.view(), te.view(), tw.view(), routed, &shared, 10.0f, ActQuant::kNone, ActQuant::kNone, out.view()});
   std::vector<double> ref(T * D);
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t s = 0; s < k; ++s) {
-      const int32_t e = ex[t * k + s];
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t s = 0; s <= k; ++s) {  // slot k: the shared expert, weight 1
+      const int32_t e = s < k ? ex[t * k + s] : static_cast<int32_t>(E);
+      const double weight = s < k ? wt[t * k + s] : 1.0;
       std::vector<double> h(I);
       for (int64_t i = 0; i < I; ++i) {
         double g = 0, u = 0;
@@ -885,23 +888,29 @@ TEST_F(CpuOpsTest, ExpertsSumWeightedSwigluOutputsPlusShared) {
         }
         g = std::min(g, 10.0);
         u = std::clamp(u, -10.0, 10.0);
-        h[i] = g / (1 + std::exp(-g)) * u * wt[t * k + s];
+        h[i] = g / (1 + std::exp(-g)) * u * weight;
       }
       for (int64_t c = 0; c < D; ++c)
         for (int64_t i = 0; i < I; ++i) ref[t * D + c] += double(w2[e][c * I + i]) * h[i];
     }
-    for (int64_t c = 0; c < D; ++c) ref[t * D + c] += shared[t * D + c];
-  }
   EXPECT_LT(max_rel_error(to_floats(out.view()), ref), 1e-5);
 
   // A token's output does not depend on the other tokens in the batch.
   const DeviceTensor x1 = make_tensor(ops, DType::kF32, {1, D}, {x.begin() + 2 * D, x.end()});
-  const DeviceTensor s1 = make_tensor(ops, DType::kF32, {1, D}, {shared.begin() + 2 * D, shared.end()});
   const DeviceTensor e1 = make_ints(ops, {1, k}, {0, 1}), w1t = make_tensor(ops, DType::kF32, {1, k}, {2.0f, 0.25f});
   DeviceTensor o1 = ops.alloc(DType::kF32, {1, D});
-  ops.moe_experts({x1.view(), e1.view(), w1t.view(), routed, s1.view(), 10.0f, ActQuant::kNone, o1.view()});
+  ops.moe_experts({x1.view(), e1.view(), w1t.view(), routed, &shared, 10.0f, ActQuant::kNone, ActQuant::kNone, o1.view()});
   const std::vector<float> all = to_floats(out.view());
   EXPECT_TRUE(same_bits(to_floats(o1.view()), {all.begin() + 2 * D, all.end()}));
+
+  // Without a shared expert, the routed sum alone.
+  DeviceTensor routed_only = ops.alloc(DType::kF32, {1, D});
+  ops.moe_experts({x1.view(), e1.view(), w1t.view(), routed, nullptr, 10.0f, ActQuant::kNone, ActQuant::kNone,
+                   routed_only.view()});
+  const DeviceTensor shared_only = ops.moe_shared_expert(
+      {x1.view(), e1.view(), w1t.view(), routed, &shared, 10.0f, ActQuant::kNone, ActQuant::kNone, o1.view()});
+  const std::vector<float> r = to_floats(routed_only.view()), sh = to_floats(shared_only.view()), both = to_floats(o1.view());
+  for (int64_t c = 0; c < D; ++c) EXPECT_EQ(both[c], r[c] + sh[c]) << c;
 }
 
 TEST_F(CpuOpsTest, EmbedRepeatsTheRowIntoEveryStream) {

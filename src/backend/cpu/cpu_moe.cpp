@@ -173,13 +173,15 @@ void CpuOps::moe_experts(const MoeExpertsParams& p) {
       for (int64_t j = 0; j < D; ++j) expert_out[rows[i] * D + j] = round_to(act, y[i * D + j]);
   });
 
-  std::vector<float> shared = load_all(p.shared);
+  std::vector<float> shared;
+  if (p.shared != nullptr) shared = load_all(moe_shared_expert(p).view());
   std::vector<float> acc(static_cast<size_t>(T * D), 0.0f);
   for (int64_t t = 0; t < T; ++t) {
     float* a = acc.data() + t * D;
     for (int64_t s = 0; s < k; ++s)
       for (int64_t j = 0; j < D; ++j) a[j] += expert_out[(t * k + s) * D + j];
-    for (int64_t j = 0; j < D; ++j) a[j] += shared[t * D + j];
+    if (!shared.empty())
+      for (int64_t j = 0; j < D; ++j) a[j] += shared[t * D + j];
   }
   store_floats(p.out, 0, T * D, acc.data());
 }

@@ -4,7 +4,9 @@
 // expert, and each of the three linears is one grouped kernels::fp8_mma_gemm over every expert.
 // Otherwise the rows are grouped on the host and each expert's linears go through
 // CudaOps::linear. Both give a row the same bits (the GEMM's order does not depend on the other
-// rows), and every token's outputs are summed in ascending expert order plus the shared expert.
+// rows), and every token's outputs are summed in ascending expert order plus the shared expert,
+// which runs through linears / swiglu / linear (Ops::moe_shared_expert), on a side stream of the
+// fork/join beside the device-planned experts.
 #include <string>
 #include <vector>
 
@@ -40,6 +42,11 @@ void expect_expert_weight(const Weight* w, int64_t expert, const char* which, co
   if (w->shape != shape)
     throw UsageError("moe_experts: weight " + w->name + " has shape " + shape_str(w->shape) + ", expected " +
                      shape_str(shape));
+}
+
+// The shared expert's output as the combine reads it (null data: no shared expert).
+kernels::FloatPtr shared_ptr(const DeviceTensor& shared) {
+  return shared.empty() ? kernels::FloatPtr{} : float_ptr(ConstTensorView(shared.view()));
 }
 
 }  // namespace
@@ -94,11 +101,13 @@ void CudaOps::moe_experts(const MoeExpertsParams& p) {
   const int64_t k = p.experts.dim(1), E = static_cast<int64_t>(p.routed.size());
   const int64_t N = T * k;
   if (N == 0) {
-    kernels::combine_experts({float_ptr(p.x), nullptr, float_ptr(p.shared), float_ptr(p.out), T, 0, D}, stream_);
+    const DeviceTensor shared = p.shared != nullptr ? moe_shared_expert(p) : DeviceTensor();
+    kernels::combine_experts({float_ptr(p.x), nullptr, shared_ptr(shared), float_ptr(p.out), T, 0, D}, stream_);
     return;
   }
   if (moe_experts_on_device(p)) return;
   refuse_while_capturing("moe_experts (experts grouped on the host)");
+  const DeviceTensor shared = p.shared != nullptr ? moe_shared_expert(p) : DeviceTensor();
 
   // The routing, on the host: each expert's rows (token * k + slot) in token order.
   std::vector<int32_t> experts(static_cast<size_t>(N));
@@ -177,7 +186,7 @@ void CudaOps::moe_experts(const MoeExpertsParams& p) {
     swiglu({gg, ug, wg, p.swiglu_limit, hg});
     linear({hg, ew.w2, p.act_quant, yg});
   }
-  kernels::combine_experts({{ys.get<void>(), p.x.dtype() == DType::kBF16}, d_row_of, float_ptr(p.shared),
+  kernels::combine_experts({{ys.get<void>(), p.x.dtype() == DType::kBF16}, d_row_of, shared_ptr(shared),
                             float_ptr(p.out), T, k, D},
                            stream_);
 }
@@ -251,7 +260,6 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
   plan.tiles = tiles.get<kernels::Fp8MmaTile>();
   plan.max_tiles = max_tiles;
   plan.fault = fault_device_;
-  kernels::expert_plan(plan, stream_);
 
   // The gathered inputs, quantised; gate and up; h = swiglu(gate, up), quantised; the experts'
   // outputs. The quantisation reads x's rows through the plan and computes h itself.
@@ -262,49 +270,62 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
   const StreamBuffer hq(static_cast<size_t>(N * I), stream_, arena());
   const StreamBuffer h_scale(static_cast<size_t>(I / 128 * N) * sizeof(float), stream_, arena());
   const StreamBuffer ys(static_cast<size_t>(N * D) * sizeof(uint16_t), stream_, arena());
-  kernels::ActQuantParams x_quant{p.x.data<uint16_t>(), xq.get<uint8_t>(), x_scale.get<float>(), N, N, D};
-  x_quant.src_row = plan.src_token;
-  kernels::act_quant_fp8(x_quant, stream_);
 
-  auto grouped = [&](const uint8_t* x, const float* x_scale_of, int64_t in, int64_t out, int which, int64_t ld,
-                     void* y) {
-    kernels::Fp8MmaGemmParams g;
-    g.x = x;
-    g.x_scale = x_scale_of;
-    g.x_scale_ld = N;
-    g.w_scale_ld = ld;
-    g.y = {y, true};
-    g.ldy = out;
-    g.m = N;
-    g.n = out;
-    g.k = in;
-    g.tiles = plan.tiles;
-    g.tile_count = plan.tile_count;
-    g.max_tiles = max_tiles;
-    g.tile_rows = tile_rows;
-    g.group_w = w_of + which * E;
-    g.group_w_scale = s_of + which * E;
-    if (fp4) {
-      g.w_codes = kernels::Fp8MmaWeightCodes::kE2M1;
-      g.group_w_shift = shift_of + which * E;
+  // The routed experts (plan, quantisation, grouped GEMMs) on this stream and the shared expert
+  // as a side task, so that a backend with side streams overlaps them (its small kernels under the
+  // routed experts' at decode); they meet in the combine.
+  DeviceTensor shared;
+  ForkJoinTasks tasks;
+  tasks.chain = "moe";
+  tasks.tokens = T;
+  tasks.main = [&] {
+    kernels::expert_plan(plan, stream_);
+    kernels::ActQuantParams x_quant{p.x.data<uint16_t>(), xq.get<uint8_t>(), x_scale.get<float>(), N, N, D};
+    x_quant.src_row = plan.src_token;
+    kernels::act_quant_fp8(x_quant, stream_);
+
+    auto grouped = [&](const uint8_t* x, const float* x_scale_of, int64_t in, int64_t out, int which, int64_t ld,
+                       void* y) {
+      kernels::Fp8MmaGemmParams g;
+      g.x = x;
+      g.x_scale = x_scale_of;
+      g.x_scale_ld = N;
+      g.w_scale_ld = ld;
+      g.y = {y, true};
+      g.ldy = out;
+      g.m = N;
+      g.n = out;
+      g.k = in;
+      g.tiles = plan.tiles;
+      g.tile_count = plan.tile_count;
+      g.max_tiles = max_tiles;
+      g.tile_rows = tile_rows;
+      g.group_w = w_of + which * E;
+      g.group_w_scale = s_of + which * E;
+      if (fp4) {
+        g.w_codes = kernels::Fp8MmaWeightCodes::kE2M1;
+        g.group_w_shift = shift_of + which * E;
+      }
+      return g;
+    };
+    kernels::Fp8MmaGemmParams gate_up = grouped(xq.get<uint8_t>(), x_scale.get<float>(), D, I, 0, ld_in, gate.get<void>());
+    if (tile_rows <= 32) {  // streamed tiles: up in the same launch (w3 of expert e is table entry E + e)
+      gate_up.second = {.w_scale_ld = ld_in, .y = {up.get<void>(), true}, .ldy = I, .n = I, .group_offset = E};
+      run_fp8_mma(gate_up);
+    } else {
+      run_fp8_mma(gate_up);
+      run_fp8_mma(grouped(xq.get<uint8_t>(), x_scale.get<float>(), D, I, 1, ld_in, up.get<void>()));
     }
-    return g;
+    kernels::ActQuantParams h_quant{gate.get<uint16_t>(), hq.get<uint8_t>(), h_scale.get<float>(), N, N, I};
+    h_quant.swiglu_up = up.get<uint16_t>();
+    h_quant.swiglu_row_weight = plan.row_weight;
+    h_quant.swiglu_limit = p.swiglu_limit;
+    kernels::act_quant_fp8(h_quant, stream_);
+    run_fp8_mma(grouped(hq.get<uint8_t>(), h_scale.get<float>(), I, D, 2, ld_out, ys.get<void>()));
   };
-  kernels::Fp8MmaGemmParams gate_up = grouped(xq.get<uint8_t>(), x_scale.get<float>(), D, I, 0, ld_in, gate.get<void>());
-  if (tile_rows <= 32) {  // streamed tiles: up in the same launch (w3 of expert e is table entry E + e)
-    gate_up.second = {.w_scale_ld = ld_in, .y = {up.get<void>(), true}, .ldy = I, .n = I, .group_offset = E};
-    run_fp8_mma(gate_up);
-  } else {
-    run_fp8_mma(gate_up);
-    run_fp8_mma(grouped(xq.get<uint8_t>(), x_scale.get<float>(), D, I, 1, ld_in, up.get<void>()));
-  }
-  kernels::ActQuantParams h_quant{gate.get<uint16_t>(), hq.get<uint8_t>(), h_scale.get<float>(), N, N, I};
-  h_quant.swiglu_up = up.get<uint16_t>();
-  h_quant.swiglu_row_weight = plan.row_weight;
-  h_quant.swiglu_limit = p.swiglu_limit;
-  kernels::act_quant_fp8(h_quant, stream_);
-  run_fp8_mma(grouped(hq.get<uint8_t>(), h_scale.get<float>(), I, D, 2, ld_out, ys.get<void>()));
-  kernels::combine_experts({{ys.get<void>(), true}, plan.row_of, float_ptr(p.shared), float_ptr(p.out), T, k, D},
+  if (p.shared != nullptr) tasks.side[0] = [&] { shared = moe_shared_expert(p); };
+  fork_join(tasks);
+  kernels::combine_experts({{ys.get<void>(), true}, plan.row_of, shared_ptr(shared), float_ptr(p.out), T, k, D},
                            stream_);
   return true;
 }

@@ -41,7 +41,7 @@ __global__ void combine_experts_kernel(CombineExpertsParams p) {
       if (row >= 0) acc = __fadd_rn(acc, load_float(p.expert_out, row * p.dim + c));
     }
     const int64_t x = t * p.dim + c;
-    store_float(p.out, x, __fadd_rn(acc, load_float(p.shared, x)));
+    store_float(p.out, x, p.shared.data != nullptr ? __fadd_rn(acc, load_float(p.shared, x)) : acc);
   }
 }
 
@@ -66,7 +66,7 @@ __global__ void combine_experts_x8_kernel(CombineExpertsParams p) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int64_t x = t * p.dim + c0 + i;
-      store_float(p.out, x, __fadd_rn(acc[i], load_float(p.shared, x)));
+      store_float(p.out, x, p.shared.data != nullptr ? __fadd_rn(acc[i], load_float(p.shared, x)) : acc[i]);
     }
   }
 }

@@ -24,7 +24,7 @@ void gather_rows(const GatherRowsParams& p, cudaStream_t stream);
 struct CombineExpertsParams {
   FloatPtr expert_out;              // [T*k, D] the experts' outputs in expert order
   const int32_t* row_of = nullptr;  // [T, k] row of expert_out holding (token, slot); < 0: none
-  FloatPtr shared;                  // [T, D]
+  FloatPtr shared;                  // [T, D], or null data for none
   MutFloatPtr out;                  // [T, D] = sum over slots in order, then + shared, in fp32
   int64_t tokens = 0;
   int64_t k = 0;
