@@ -405,6 +405,22 @@ TEST_P(SparseAttentionFlashTest, MatchesCpu) {
                           out.gpu.view()});
   const std::string what = std::string("sparse_attention flash ") + c.name;
   EXPECT_LT(measure(what, gpu_floats(out), cpu_floats(out)), 1e-3) << what;
+
+  // A decode token alone (a launch of few CTAs, so fewer heads a CTA) gets its bits in the batch.
+  if (c.tokens != 1) return;
+  const std::vector<float> batch = gpu_floats(out);
+  for (const int64_t s : {int64_t{0}, c.sequences - 1}) {
+    const std::vector<AttentionSeq> alone_seq = {
+        {SeqSlice{0, 1, slices[s].start_pos}, windows[s].gpu.view(), c.ratio > 0 ? comps[s].gpu() : PagedCache()}};
+    const DeviceTensor alone = gpu_->alloc(DType::kBF16, {1, H, d});
+    gpu_->sparse_attention({slice_rows(ConstTensorView(q.gpu.view()), s, s + 1),
+                            slice_rows(ConstTensorView(kv.gpu.view()), s, s + 1), &sink.gpu,
+                            with_topk ? slice_rows(ConstTensorView(topk.gpu.view()), s, s + 1) : ConstTensorView(),
+                            slice_rows(ConstTensorView(positions.gpu.view()), s, s + 1), alone_seq, W, c.ratio, scale,
+                            alone.view()});
+    EXPECT_TRUE(same_bits(floats(*gpu_, alone), {batch.begin() + s * H * d, batch.begin() + (s + 1) * H * d}))
+        << what << ": sequence " << s << " alone";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -234,7 +234,7 @@ void CudaOps::sparse_attention(const SparseAttentionParams& p) {
   kp.k = k;
   kp.softmax_scale = p.softmax_scale;
   if (use_mma) {
-    const kernels::SparseAttnMmaPlan plan = kernels::sparse_attn_mma_plan(T, H, max_entries);
+    const kernels::SparseAttnMmaPlan plan = kernels::sparse_attn_mma_plan(T, H, max_entries, sm_count_);
     const StreamBuffer workspace(plan.workspace_bytes, stream_, arena());
     kernels::sparse_attn_mma(kp, plan, workspace.get<void>(), stream_);
   } else {

@@ -171,6 +171,7 @@ class CudaOps final : public Ops {
   };
 
   CudaOptions options_;
+  int sm_count_ = 0;  // the device's SMs
   cudaStream_t owned_stream_ = nullptr;
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<AllocState> alloc_state_ = std::make_shared<AllocState>();

@@ -1,7 +1,9 @@
-// Tensor-core sparse attention: one CTA per (token, block of 64 heads, split of the entry tiles).
-// The heads share every entry (K = V = the 512-d row, MQA), so the 64 heads are the M dimension
-// of mma.sync m16n8k16 (bf16 in, fp32 accumulators) and each entry is read once per CTA:
-//   - 8 warps; warp w owns heads 16*(w/2) .. +15 (its "pair" w/2) and half h = w%2;
+// Tensor-core sparse attention: one CTA per (token, block of 16 x Pairs heads, split of the entry
+// tiles). The heads share every entry (K = V = the 512-d row, MQA), so the heads are the M
+// dimension of mma.sync m16n8k16 (bf16 in, fp32 accumulators) and each entry is read once per CTA:
+//   - 2 x Pairs warps; warp w owns heads 16*(w/2) .. +15 (its "pair" w/2) and half h = w%2. A
+//     pair's arithmetic never involves another pair, so Pairs (4: 64 heads a CTA; 1 or 2 when the
+//     launch has too few CTAs to fill the GPU, as at decode) changes no bit;
 //   - per tile of 64 entries (double-buffered with cp.async): warp (pair, h) computes the scores
 //     of its 16 heads against entries 32h .. 32h+31, the pair agrees on the running row maximum
 //     through shared memory (named barrier of 64 threads), writes its probabilities as bf16
@@ -31,9 +33,8 @@ namespace dsv4::kernels {
 namespace {
 
 constexpr int kD = static_cast<int>(kSparseAttnMmaHeadDim);
-constexpr int kHeads = 64;          // heads per CTA (the MMA's M, 4 pairs of warps x 16)
+constexpr int kMaxPairs = 4;        // pairs of warps of a CTA: 64 heads (the MMA's M, 4 x 16)
 constexpr int kTile = 64;           // entries per tile
-constexpr int kThreads = 256;
 constexpr int kRow = kD + 8;        // q / kv row stride in shared memory (bf16): 1040 bytes, so the
                                     // 8 rows one ldmatrix reads start 16 bytes apart (no conflicts)
 constexpr int kPRow = kTile + 8;    // probability row stride (bf16): 144 bytes, same reason
@@ -42,7 +43,9 @@ constexpr int64_t kTilesPerSplit = 2;  // a split: 128 entries (CSA decode: 5 CT
 // Scratch for the splits' partial outputs is bounded by launching the batch in groups of tokens.
 constexpr size_t kWorkspaceCap = size_t{512} << 20;
 
+template <int Pairs>
 struct Smem {
+  static constexpr int kHeads = 16 * Pairs;
   uint16_t q[kHeads * kRow];
   uint16_t kv[2][kTile * kRow];
   uint16_t p_hi[kHeads * kPRow];   // probabilities p = hi + mid + lo, each bf16: the 24 bits of
@@ -113,11 +116,13 @@ __device__ __forceinline__ int64_t split_count(int64_t entries) {
   return ((entries + kTile - 1) / kTile + kTilesPerSplit - 1) / kTilesPerSplit;
 }
 
-__global__ void __launch_bounds__(kThreads, 1)
+template <int Pairs>
+__global__ void __launch_bounds__(64 * Pairs, 1)
     sparse_attn_mma_kernel(SparseAttnRowsParams p, SplitWorkspace ws) {
+  constexpr int kHeads = 16 * Pairs, kThreads = 64 * Pairs;
   pdl_wait();
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
+  Smem<Pairs>& sm = *reinterpret_cast<Smem<Pairs>*>(smem_raw);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int pair = warp / 2, half = warp % 2;
   const int g = lane / 4, t = lane % 4;
@@ -368,10 +373,18 @@ __global__ void __launch_bounds__(kCombineThreads)
 
 }  // namespace
 
-SparseAttnMmaPlan sparse_attn_mma_plan(int64_t tokens, int64_t heads, int64_t max_entries) {
+SparseAttnMmaPlan sparse_attn_mma_plan(int64_t tokens, int64_t heads, int64_t max_entries, int sm_count) {
   SparseAttnMmaPlan plan;
   const int64_t tiles = (max_entries + kTile - 1) / kTile;
   plan.max_splits = static_cast<int>(std::max<int64_t>(1, (tiles + kTilesPerSplit - 1) / kTilesPerSplit));
+  // The fewest heads a CTA (so the most CTAs) for which the launch still fits one wave.
+  const int64_t token_splits = std::max<int64_t>(tokens, 1) * plan.max_splits;
+  plan.pairs = kMaxPairs;
+  for (int pairs = 1; pairs < kMaxPairs; pairs *= 2)
+    if (token_splits * ((heads + 16 * pairs - 1) / (16 * pairs)) <= sm_count) {
+      plan.pairs = pairs;
+      break;
+    }
   plan.tokens_per_launch = std::max<int64_t>(tokens, 1);
   if (plan.max_splits == 1) return plan;
   const size_t per_token = static_cast<size_t>(heads * plan.max_splits) * (kD * sizeof(float) + sizeof(float2));
@@ -380,25 +393,50 @@ SparseAttnMmaPlan sparse_attn_mma_plan(int64_t tokens, int64_t heads, int64_t ma
   return plan;
 }
 
-void sparse_attn_mma(const SparseAttnRowsParams& p, const SparseAttnMmaPlan& plan, void* workspace,
-                     cudaStream_t stream) {
-  if (p.tokens <= 0 || p.heads <= 0) return;
+namespace {
+
+// The main kernel of `pairs` pairs of warps a CTA, its shared memory attribute set once.
+template <int Pairs>
+void launch_sparse_attn_mma(dim3 grid, cudaStream_t stream, const SparseAttnRowsParams& p, const SplitWorkspace& ws) {
   static const bool configured = [] {
-    DSV4_CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(sizeof(Smem))));
+    DSV4_CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_mma_kernel<Pairs>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(sizeof(Smem<Pairs>))));
     return true;
   }();
   (void)configured;
+  launch_pdl(sparse_attn_mma_kernel<Pairs>, grid, 64 * Pairs, sizeof(Smem<Pairs>), stream, p, ws);
+}
+
+}  // namespace
+
+int sparse_attn_mma_sm_count() {
+  int device = 0, sms = 0;
+  DSV4_CUDA_CHECK(cudaGetDevice(&device));
+  DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+void sparse_attn_mma(const SparseAttnRowsParams& p, const SparseAttnMmaPlan& plan, void* workspace,
+                     cudaStream_t stream) {
+  if (p.tokens <= 0 || p.heads <= 0) return;
+  if (plan.pairs != 1 && plan.pairs != 2 && plan.pairs != kMaxPairs)
+    throw UsageError("sparse_attn_mma: plan.pairs=" + std::to_string(plan.pairs) + ", expected 1, 2 or 4");
   SplitWorkspace ws;
   ws.max_splits = plan.max_splits;
   if (plan.max_splits > 1) {
     ws.out = static_cast<float*>(workspace);
     ws.max_sum = reinterpret_cast<float2*>(ws.out + plan.tokens_per_launch * p.heads * plan.max_splits * kD);
   }
-  const auto head_blocks = static_cast<unsigned>((p.heads + kHeads - 1) / kHeads);
+  const int64_t heads_per_cta = 16 * plan.pairs;
+  const auto head_blocks = static_cast<unsigned>((p.heads + heads_per_cta - 1) / heads_per_cta);
   for (ws.token0 = 0; ws.token0 < p.tokens; ws.token0 += plan.tokens_per_launch) {
     const auto tokens = static_cast<unsigned>(std::min(plan.tokens_per_launch, p.tokens - ws.token0));
-    launch_pdl(sparse_attn_mma_kernel, dim3(tokens, head_blocks, static_cast<unsigned>(plan.max_splits)), kThreads, sizeof(Smem), stream, p, ws);
+    const dim3 grid(tokens, head_blocks, static_cast<unsigned>(plan.max_splits));
+    switch (plan.pairs) {
+      case 1: launch_sparse_attn_mma<1>(grid, stream, p, ws); break;
+      case 2: launch_sparse_attn_mma<2>(grid, stream, p, ws); break;
+      default: launch_sparse_attn_mma<kMaxPairs>(grid, stream, p, ws); break;
+    }
     DSV4_CUDA_CHECK(cudaGetLastError());
     if (plan.max_splits == 1) continue;
     launch_pdl(sparse_attn_mma_combine, dim3(tokens, static_cast<unsigned>(p.heads)), kCombineThreads, 0, stream, p, ws);

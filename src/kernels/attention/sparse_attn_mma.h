@@ -20,15 +20,22 @@ constexpr int64_t kSparseAttnMmaHeadDim = 512;
 
 // How a launch is cut: a token's entry tiles are split over CTAs by a rule of its own entry count
 // alone (so batching never changes its numbers); `max_splits` is the batch's most, and the batch
-// runs in launches of `tokens_per_launch` tokens so the splits' scratch stays bounded.
+// runs in launches of `tokens_per_launch` tokens so the splits' scratch stays bounded. A CTA takes
+// 16 x `pairs` heads (1, 2 or 4), which changes no number: 4 unless fewer fill no more than one
+// wave of CTAs (decode), so that small launches spread over more SMs.
 struct SparseAttnMmaPlan {
   int max_splits = 1;
+  int pairs = 4;
   int64_t tokens_per_launch = 0;
   size_t workspace_bytes = 0;  // device scratch the launches need (0 when max_splits == 1)
 };
 
-// max_entries: the most entries any token of the batch has (window + compressed, valid or not).
-SparseAttnMmaPlan sparse_attn_mma_plan(int64_t tokens, int64_t heads, int64_t max_entries);
+// max_entries: the most entries any token of the batch has (window + compressed, valid or not);
+// sm_count: the GPU's SMs (sparse_attn_mma_sm_count()).
+SparseAttnMmaPlan sparse_attn_mma_plan(int64_t tokens, int64_t heads, int64_t max_entries, int sm_count);
+
+// The current device's SM count.
+int sparse_attn_mma_sm_count();
 
 // p as for sparse_attn_rows, with q, kv, every window and compressed array and out in bf16,
 // d == kSparseAttnMmaHeadDim and every array 16-byte aligned (the caller checks). `workspace`
