@@ -30,38 +30,51 @@ DeviceTensor attention(const ForwardContext& ctx, const AttentionWeights& w, int
   const int64_t G = p.o_groups, ratio = ctx.cfg.compress_ratio(layer);
   const auto eps = static_cast<float>(p.rms_norm_eps);
 
-  // The layer's independent input chains, one fork/join (ARCHITECTURE.md §3-4). Main: the Q path
-  // (qr = q_norm(x wq_a^T) also feeds the indexer; q = qr wq_b^T, per-head RMSNorm, RoPE) and the
-  // KV path (one 512-d vector per token, K and V at once; RoPE on the last r dims, FP8 QAT on the
-  // rest). Side 0: the attention compressor's entries (ratio > 0). Side 1: the indexer's keys (CSA).
-  // In order, the tasks run exactly as the blocks read in MODEL.md, so the numbers do not depend on
-  // whether a backend overlaps them. Compressed entries are written before attention reads them: a
-  // block that ends inside this batch is visible to its last token.
-  DeviceTensor qr, q, kv;
-  ForkJoinTasks chains;
-  chains.chain = layer_kind_name(ctx.cfg.layer_kind(layer));
-  chains.tokens = T;
-  chains.main = [&] {
-    const auto [q_lora, kv_lora] = linear_pair(ctx, x, w.wq_a, w.wkv, ctx.act);  // one input, one launch
-    qr = rms_norm(ctx, q_lora, &w.q_norm);
+  // The layer's independent chains, one fork/join (ARCHITECTURE.md §3-4), after the projection
+  // they share: x wq_a^T and x wkv^T (one input, one launch), then qr = q_norm(x wq_a^T), which
+  // the Q path and the indexer's queries both read. Main: the Q path (q = qr wq_b^T, per-head
+  // RMSNorm, RoPE), then the KV path (one 512-d vector per token, K and V at once; RoPE on the
+  // last r dims, FP8 QAT on the rest). Side 0: the attention compressor's entries (ratio > 0).
+  // Side 1: the indexer's keys (CSA). Side 2: the indexer's queries (CSA), or else the KV path.
+  // In order, the tasks run exactly as the blocks read in MODEL.md, so the numbers do not depend
+  // on whether a backend overlaps them. Compressed entries are written before attention reads
+  // them: a block that ends inside this batch is visible to its last token.
+  const auto [q_lora, kv_lora] = linear_pair(ctx, x, w.wq_a, w.wkv, ctx.act);
+  const DeviceTensor qr = rms_norm(ctx, q_lora, &w.q_norm);
+  DeviceTensor q, kv;
+  IndexerQuery index_query;
+  const auto q_path = [&] {
     q = linear(ctx, qr, w.wq_b, ctx.act).reshaped({T * H, d});
     ctx.ops.rms_norm({q.view(), nullptr, eps, q.view()});
     q = q.reshaped({T, H, d});
     ctx.ops.rope({q.view(), ctx.positions.view(), inv_freq.view(), r, false});
-
+  };
+  const auto kv_path = [&] {
     kv = rms_norm(ctx, kv_lora, &w.kv_norm);
     ctx.ops.rope({kv.reshaped({T, 1, d}).view(), ctx.positions.view(), inv_freq.view(), r, false});
     if (ctx.qat) ctx.ops.quant_sim({kv.view(), d - r, 64, QuantFormat::kE4M3});
   };
+  ForkJoinTasks chains;
+  chains.chain = layer_kind_name(ctx.cfg.layer_kind(layer));
+  chains.tokens = T;
   if (ratio > 0)
     chains.side[0] = [&] { compress(ctx, *w.compressor, layer, CompressorUse::kAttention, x, inv_freq); };
-  if (w.indexer)
+  if (w.indexer) {
+    chains.main = [&] {
+      q_path();
+      kv_path();
+    };
     chains.side[1] = [&] { compress(ctx, w.indexer->compressor, layer, CompressorUse::kIndexer, x, inv_freq); };
+    chains.side[2] = [&] { index_query = indexer_query(ctx, *w.indexer, x, qr, inv_freq); };
+  } else {
+    chains.main = q_path;
+    chains.side[2] = kv_path;
+  }
   ctx.ops.fork_join(chains);
 
-  // After the join, on the main stream: the indexer's query side and top-k over its keys.
+  // After the join, on the main stream: the indexer's scores and top-k over its keys.
   DeviceTensor topk;
-  if (w.indexer) topk = indexer_topk(ctx, *w.indexer, layer, x, qr, inv_freq);
+  if (w.indexer) topk = indexer_topk(ctx, layer, index_query);
 
   std::vector<AttentionSeq> seqs;
   for (size_t s = 0; s < ctx.slices.size(); ++s)

@@ -1,5 +1,6 @@
-// The indexer block's query side: queries through wq_b/RoPE/Hadamard/FP4, scores and top-k through
-// indexer_topk over the keys its compressor wrote (the attention layer runs that compressor).
+// The lightning indexer's two halves: indexer_query (wq_b, RoPE, Hadamard, FP4 QAT, the per-head
+// weights) and indexer_topk (scores and top-k over the keys its compressor wrote; the attention
+// layer runs that compressor).
 #include "model/indexer.h"
 
 #include <cmath>
@@ -7,8 +8,8 @@
 
 namespace dsv4 {
 
-DeviceTensor indexer_topk(const ForwardContext& ctx, const IndexerWeights& w, int64_t layer, const DeviceTensor& x,
-                          const DeviceTensor& qr, const DeviceTensor& inv_freq) {
+IndexerQuery indexer_query(const ForwardContext& ctx, const IndexerWeights& w, const DeviceTensor& x,
+                           const DeviceTensor& qr, const DeviceTensor& inv_freq) {
   const ModelParams& p = ctx.cfg.params();
   const int64_t T = ctx.T, heads = p.index_n_heads, dh = p.index_head_dim;
 
@@ -17,15 +18,17 @@ DeviceTensor indexer_topk(const ForwardContext& ctx, const IndexerWeights& w, in
   const DeviceTensor q_rows = q.reshaped({T * heads, dh});
   ctx.ops.hadamard({q_rows.view()});
   if (ctx.qat) ctx.ops.quant_sim({q_rows.view(), dh, 32, QuantFormat::kE2M1});
+  return {q, linear(ctx, x, w.weights_proj, ctx.act)};
+}
 
-  const DeviceTensor weights = linear(ctx, x, w.weights_proj, ctx.act);
-  const auto weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dh * heads)));
-
+DeviceTensor indexer_topk(const ForwardContext& ctx, int64_t layer, const IndexerQuery& query) {
+  const ModelParams& p = ctx.cfg.params();
+  const auto weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.index_head_dim * p.index_n_heads)));
   std::vector<IndexerSeq> seqs;
   for (size_t s = 0; s < ctx.slices.size(); ++s) seqs.push_back({ctx.slices[s], ctx.index_keys(s, layer)});
-  DeviceTensor topk = ctx.alloc(DType::kI32, {T, p.index_topk});
-  ctx.ops.indexer_topk({q.view(), weights.view(), weight_scale, ctx.cfg.compress_ratio(layer), ctx.positions.view(), seqs,
-                        topk.view()});
+  DeviceTensor topk = ctx.alloc(DType::kI32, {ctx.T, p.index_topk});
+  ctx.ops.indexer_topk({query.q.view(), query.weights.view(), weight_scale, ctx.cfg.compress_ratio(layer),
+                        ctx.positions.view(), seqs, topk.view()});
   return topk;
 }
 

@@ -1,7 +1,7 @@
 // The fork/join contract on the CPU: Ops' default runs the main task, then the side tasks in slot
-// order, skipping empty slots; the attention layer hands exactly its independent input chains to
-// it (Q/KV path, attention compressor, indexer compressor, by layer kind); and those chains really
-// are independent: running them in another legal order gives the same bits.
+// order, skipping empty slots; the attention layer hands exactly its independent chains to it (Q/KV
+// path, attention compressor, indexer compressor, indexer queries or the KV path, by layer kind);
+// and those chains really are independent: running them in another legal order gives the same bits.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -167,16 +167,20 @@ TEST_F(ModelForkJoin, AttentionLayersForkTheirIndependentInputChains) {
     SCOPED_TRACE("layer " + std::to_string(l) + " (" + r.chain + ")");
     EXPECT_EQ(r.chain, layer_kind_name(kind));
     EXPECT_EQ(r.tokens, kPrompt);
-    EXPECT_EQ(r.linears[0], (std::vector<std::string>{a + "wq_a.weight", a + "wkv.weight", a + "wq_b.weight"}));
+    // wq_a and wkv run before the fork (their outputs feed several chains).
+    EXPECT_EQ(r.linears[0], (std::vector<std::string>{a + "wq_b.weight"}));
     EXPECT_EQ(r.side_present[0], kind != LayerKind::kSwa);
     EXPECT_EQ(r.side_present[1], kind == LayerKind::kCsa);
-    EXPECT_FALSE(r.side_present[2]);
+    EXPECT_TRUE(r.side_present[2]);  // the indexer's queries (CSA) or the KV path, which has no linear
     if (kind != LayerKind::kSwa) {
       EXPECT_EQ(r.linears[1], (std::vector<std::string>{a + "compressor.wkv.weight", a + "compressor.wgate.weight"}));
     }
     if (kind == LayerKind::kCsa) {
       EXPECT_EQ(r.linears[2], (std::vector<std::string>{a + "indexer.compressor.wkv.weight",
                                                         a + "indexer.compressor.wgate.weight"}));
+      EXPECT_EQ(r.linears[3], (std::vector<std::string>{a + "indexer.wq_b.weight", a + "indexer.weights_proj.weight"}));
+    } else {
+      EXPECT_TRUE(r.linears[3].empty());
     }
   }
 }
