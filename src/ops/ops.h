@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -156,6 +157,15 @@ struct WriteCacheRowsParams {
 struct ArgmaxRowsParams {
   ConstTensorView x;   // [R, V] f32
   TensorView out;      // [R] i32
+};
+
+// The memory of a backend's device (Ops::device_memory), what the serving engine sizes its caches
+// from (runtime/cache_sizing.h).
+struct DeviceMemory {
+  int64_t total_bytes = 0;
+  int64_t free_bytes = 0;          // held by nothing: not this backend, not the rest of this process, no other process
+  int64_t backend_bytes = 0;       // held by the backend's allocations (tensors and op scratch)
+  int64_t peak_backend_bytes = 0;  // the most backend_bytes was since the previous device_memory() call
 };
 
 // ---- elementwise and normalisation ----------------------------------------------------------
@@ -414,6 +424,12 @@ class Ops {
   virtual std::string_view name() const = 0;
   // Waits until all work queued so far is done (synchronous backends return at once).
   virtual void synchronize() {}
+
+  // The device's memory once the work queued so far is done, memory the backend keeps pooled for
+  // reuse counted as free; each call starts the period the next call's peak_backend_bytes covers.
+  // nullopt where the backend's memory is the host's (the CPU backend). Not while a CUDA graph is
+  // being captured.
+  virtual std::optional<DeviceMemory> device_memory() { return std::nullopt; }
 
   // Zero-filled backend memory.
   virtual DeviceTensor alloc(DType dtype, Shape shape) = 0;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -30,6 +31,7 @@ class ProfilingOps final : public Ops {
 
   std::string_view name() const override { return inner_.name(); }
   void synchronize() override { inner_.synchronize(); }
+  std::optional<DeviceMemory> device_memory() override { return inner_.device_memory(); }
   // The tasks' ops are profiled one by one; the backend still decides whether they overlap.
   void fork_join(const ForkJoinTasks& tasks) override { inner_.fork_join(tasks); }
   DeviceTensor alloc(DType dtype, Shape shape) override {

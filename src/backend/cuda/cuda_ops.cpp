@@ -97,6 +97,32 @@ void CudaOps::synchronize() {
                    consequence);
 }
 
+// alloc's tensors and the ops' scratch (StreamBuffer) come from the device's default stream-ordered
+// pool, which keeps the memory of freed blocks for reuse (the release threshold the constructor
+// sets) instead of handing it back to the driver, so cudaMemGetInfo counts it as used. To report
+// what a new allocation can still get, the pool is trimmed first (cudaMemPoolTrimTo 0, after the
+// synchronisation that lets every queued free complete): its reserved memory is then what live
+// tensors occupy, at the pool's granularity, and the rest is free to the device again (the next
+// forwards take it back from the driver, a one-off cost). The peak is the pool's reserved-memory
+// high-water mark, read before the trim and reset after it: reserved rather than used memory,
+// since that is what a step takes from the device, blocks held back for another stream's reuse
+// and fragmentation included. Memory outside the pool (CUDA graphs' arenas and tables, the CUDA
+// context, cuBLAS) is in total - free, not in backend_bytes.
+std::optional<DeviceMemory> CudaOps::device_memory() {
+  synchronize();  // refused while capturing
+  cudaMemPool_t pool = nullptr;
+  DSV4_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
+  uint64_t peak = 0, reserved = 0, reset = 0;
+  DSV4_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &peak));
+  DSV4_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+  DSV4_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
+  DSV4_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &reset));  // 0: to the current
+  size_t free = 0, total = 0;
+  DSV4_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return DeviceMemory{static_cast<int64_t>(total), static_cast<int64_t>(free), static_cast<int64_t>(reserved),
+                      static_cast<int64_t>(peak)};
+}
+
 // Stream-ordered storage: cudaMallocAsync from the device's default pool on the current stream,
 // zero-filled on that stream, and freed by cudaFreeAsync on the stream that is current when the
 // last reference dies. No call synchronises the device, and all of them can be captured into a

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <optional>
 
 #include "backend/cuda/capture_arena.h"
 #include "backend/cuda/cuda_graph.h"
@@ -87,6 +88,8 @@ class CudaOps final : public Ops {
   // Waits for everything enqueued so far, then throws UsageError if a kernel found bad input
   // that only the device could see (an expert id out of range).
   void synchronize() override;
+  // cudaMemGetInfo after trimming alloc's pool, whose high-water mark gives the peak (cuda_ops.cpp).
+  std::optional<DeviceMemory> device_memory() override;
 
   DeviceTensor alloc(DType dtype, Shape shape) override;
   // Stream-ordered like alloc, without the zero fill.
