@@ -153,18 +153,33 @@ SequenceCache::SequenceCache(Ops& ops, const ModelConfig& cfg, std::shared_ptr<C
 SequenceCache::SequenceCache(Ops& ops, const ModelConfig& cfg, int64_t capacity, DType dtype)
     : SequenceCache(ops, cfg, own_pool(ops, cfg, capacity, dtype), capacity) {}
 
-int64_t SequenceCache::fixed_bytes(const ModelConfig& cfg, DType dtype) {
+namespace {
+
+// Layer l's window ring in `dtype`, and with `compressors` its compressors' fp32 state rings.
+int64_t layer_state_bytes(const ModelConfig& cfg, int64_t l, DType dtype, bool compressors) {
   const ModelParams& p = cfg.params();
+  int64_t bytes = p.sliding_window * p.head_dim * static_cast<int64_t>(dtype_size(dtype));
+  const int64_t m = cfg.compress_ratio(l);
+  const auto state_bytes = [m](int64_t dc) {  // make_state's two rings
+    return 2 * shape_numel(compressor_ring_shape(m, dc)) * static_cast<int64_t>(sizeof(float));
+  };
+  if (compressors && m > 0) bytes += state_bytes(p.head_dim);
+  if (compressors && cfg.layer_kind(l) == LayerKind::kCsa) bytes += state_bytes(p.index_head_dim);
+  return bytes;
+}
+
+}  // namespace
+
+int64_t SequenceCache::fixed_bytes(const ModelConfig& cfg, DType dtype) {
   int64_t bytes = 0;
-  for (int64_t l = 0; l < cfg.num_layers() + cfg.num_mtp_layers(); ++l) {
-    bytes += p.sliding_window * p.head_dim * static_cast<int64_t>(dtype_size(dtype));
-    const int64_t m = cfg.compress_ratio(l);
-    const auto state_bytes = [m](int64_t dc) {  // make_state's two rings
-      return 2 * shape_numel(compressor_ring_shape(m, dc)) * static_cast<int64_t>(sizeof(float));
-    };
-    if (m > 0) bytes += state_bytes(p.head_dim);
-    if (cfg.layer_kind(l) == LayerKind::kCsa) bytes += state_bytes(p.index_head_dim);
-  }
+  for (int64_t l = 0; l < cfg.num_layers() + cfg.num_mtp_layers(); ++l) bytes += layer_state_bytes(cfg, l, dtype, true);
+  return bytes;
+}
+
+// snapshot_state's tensors: every main layer's window, the ratio-4 layers' compressors.
+int64_t SequenceCache::snapshot_bytes(const ModelConfig& cfg, DType dtype) {
+  int64_t bytes = 0;
+  for (int64_t l = 0; l < cfg.num_layers(); ++l) bytes += layer_state_bytes(cfg, l, dtype, cfg.compress_ratio(l) == 4);
   return bytes;
 }
 

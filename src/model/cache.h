@@ -108,6 +108,8 @@ class SequenceCache {
   // The bytes of a sequence's own fixed-size state (window rings and compressor states, every
   // layer) with caches in `dtype`; its pages are counted by the pool.
   static int64_t fixed_bytes(const ModelConfig& cfg, DType dtype);
+  // StateSnapshot::bytes() of a snapshot of a sequence with caches in `dtype`.
+  static int64_t snapshot_bytes(const ModelConfig& cfg, DType dtype);
 
   int64_t capacity() const { return capacity_; }
   // Unique among the caches this process made (moves keep it): what a recorded forward

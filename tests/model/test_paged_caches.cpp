@@ -213,6 +213,7 @@ TEST_P(ResumedPrefix, GivesTheWholePrefixsBitsAndTheBoundIsTight) {
   const StateSnapshot snap = c.snapshot(ops);
   EXPECT_EQ(snap.position, prefix);
   EXPECT_GT(snap.bytes(), 0);
+  EXPECT_EQ(snap.bytes(), SequenceCache::snapshot_bytes(model.config(), exact ? DType::kF32 : DType::kBF16));
   SequenceCache d = model.new_sequence(ops, pool, total + decode, PageNaming::kNamedByBlocks);
   d.name_pages(blocks_b, block);
   d.resume_on_snapshot(ops, snap);
