@@ -10,6 +10,7 @@
 #include <list>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -129,7 +130,7 @@ void RequestHandle::cancel() { stream_->cancel_requested = true; }
 class Engine::Impl {
  public:
   Impl(const Model& model, Ops& ops, EngineConfig config, std::shared_ptr<const Tokenizer> tokenizer)
-      : model_(model), ops_(ops), config_(resolve(config, model)), tokenizer_(std::move(tokenizer)),
+      : model_(model), ops_(ops), config_(resolve(config, model, ops, sizing_)), tokenizer_(std::move(tokenizer)),
         scheduler_(scheduler_config(config_, model)),
         sampling_pool_(config_.sampling_threads), seeds_(std::random_device{}()) {
     if (config_.shared_cache_pool) cache_pool_ = model_.new_cache_pool(ops_, pool_pages(), config_.exact_math);
@@ -154,6 +155,7 @@ class Engine::Impl {
   void stop();
   bool step();
   const EngineConfig& config() const { return config_; }
+  const CacheSizing& cache_sizing() const { return sizing_; }
   int64_t cache_bytes() const {
     return config_.num_cache_blocks * CachePool::block_bytes(model_.config(), cache_dtype(config_), config_.block_size) +
            config_.max_num_seqs * SequenceCache::fixed_bytes(model_.config(), cache_dtype(config_));
@@ -200,8 +202,11 @@ class Engine::Impl {
            s.repetition_penalty == 1.0f && s.logit_bias.empty() && !r.constraint;
   }
 
-  static EngineConfig resolve(EngineConfig c, const Model& model);
+  // The config with its defaults resolved and the caches sized; `sizing` says how.
+  static EngineConfig resolve(EngineConfig c, const Model& model, Ops& ops, CacheSizing& sizing);
   static DType cache_dtype(const EngineConfig& c) { return c.exact_math ? DType::kF32 : DType::kBF16; }
+  static CacheFootprint cache_footprint(const EngineConfig& c, const Model& model);
+  static std::optional<GpuMemoryBudget> measure_device_memory(const EngineConfig& c, const Model& model, Ops& ops);
 
   static SchedulerConfig scheduler_config(const EngineConfig& c, const Model& model);
   CachePool::PagesByRatio pool_pages() const;
@@ -220,6 +225,7 @@ class Engine::Impl {
 
   const Model& model_;
   Ops& ops_;
+  CacheSizing sizing_;  // set while config_ is resolved
   const EngineConfig config_;
   const std::shared_ptr<const Tokenizer> tokenizer_;
 
@@ -250,11 +256,32 @@ class Engine::Impl {
   EngineStats stats_;
 };
 
-EngineConfig Engine::Impl::resolve(EngineConfig c, const Model& model) {
+EngineConfig Engine::Impl::resolve(EngineConfig c, const Model& model, Ops& ops, CacheSizing& sizing) {
   if (c.max_model_len == 0) c.max_model_len = model.config()->max_position_embeddings;
   if (c.block_size <= 0) throw UsageError("engine: block_size = " + std::to_string(c.block_size) + " must be positive");
   if (c.cache_memory_bytes < 0)
     throw UsageError("engine: cache_memory_bytes = " + std::to_string(c.cache_memory_bytes) + " must not be negative");
+  if (!(c.gpu_memory_utilization >= 0.0 && c.gpu_memory_utilization <= 1.0))
+    throw UsageError("engine: gpu_memory_utilization = " + std::to_string(c.gpu_memory_utilization) +
+                     " must be in [0, 1] (0: not used)");
+  if (c.enable_prefix_caching) c.shared_cache_pool = true;
+  if (c.max_prefix_snapshots < 0)
+    throw UsageError("engine: max_prefix_snapshots = " + std::to_string(c.max_prefix_snapshots) + " must not be negative");
+  if (c.max_prefix_snapshots == 0) c.max_prefix_snapshots = 2 * c.max_num_seqs;
+  // Blocks, else bytes, else the device's memory, else the longest requests.
+  using Rule = CacheSizing::Rule;
+  sizing.rule = c.num_cache_blocks != 0 ? Rule::kNumCacheBlocks
+                : c.cache_memory_bytes > 0 ? Rule::kCacheMemoryBytes
+                                           : Rule::kLongestRequests;
+  if (sizing.rule == Rule::kLongestRequests && c.gpu_memory_utilization > 0) {
+    if (const std::optional<GpuMemoryBudget> budget = measure_device_memory(c, model, ops)) {
+      sizing.rule = Rule::kGpuMemoryUtilization;
+      sizing.budget = *budget;
+      c.cache_memory_bytes = cache_memory_from_utilization(*budget, cache_footprint(c, model));
+    } else {
+      sizing.no_device_memory = true;
+    }
+  }
   const int64_t blocks_per_sequence = (c.max_model_len + c.block_size - 1) / c.block_size;
   if (c.num_cache_blocks == 0 && c.cache_memory_bytes > 0) {
     const DType dtype = cache_dtype(c);
@@ -275,11 +302,65 @@ EngineConfig Engine::Impl::resolve(EngineConfig c, const Model& model) {
     throw UsageError("engine: sampling_threads = " + std::to_string(c.sampling_threads) + " must not be negative");
   if (c.sampling_threads == 0)
     c.sampling_threads = static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 16));
-  if (c.enable_prefix_caching) c.shared_cache_pool = true;
-  if (c.max_prefix_snapshots < 0)
-    throw UsageError("engine: max_prefix_snapshots = " + std::to_string(c.max_prefix_snapshots) + " must not be negative");
-  if (c.max_prefix_snapshots == 0) c.max_prefix_snapshots = 2 * c.max_num_seqs;
   return c;
+}
+
+CacheFootprint Engine::Impl::cache_footprint(const EngineConfig& c, const Model& model) {
+  const DType dtype = cache_dtype(c);
+  return {c.max_num_seqs * SequenceCache::fixed_bytes(model.config(), dtype),
+          CachePool::block_bytes(model.config(), dtype, c.block_size), c.block_size, c.max_model_len, c.max_num_seqs};
+}
+
+// What the caches' share of the device comes from (cache_sizing.h), measured as vLLM does before
+// it makes its caches; nullopt where the backend has no device memory. The activations' peak is
+// profiled, not estimated: the backend's high-water mark (Ops::device_memory) during one step of
+// the largest kind the scheduler can make, max_num_batched_tokens tokens (as many as max_num_seqs
+// sequences of max_model_len hold, if fewer), beyond what the backend held before it. The step
+// differs from vLLM's in two ways that make it the largest: its sequences (the fewest that hold
+// the tokens) end at max_model_len, since a chunk's scratch grows with the context before it (the
+// indexer scores every compressed entry of it: tokens x max_model_len / 4 floats on the CUDA
+// backend), and it takes every token's logits, as a step with a prompt_logprobs request does. The
+// memory in use is measured after the step, so what the backend loads or keeps at its first
+// forward (kernel modules, cuBLAS's state) counts. Not counted: the CUDA graphs of decode steps
+// (cuda::CudaGraphForward keeps up to 8, each with its step's activations), which come out of the
+// share left to the device, as in vLLM before it profiled graphs.
+std::optional<GpuMemoryBudget> Engine::Impl::measure_device_memory(const EngineConfig& c, const Model& model, Ops& ops) {
+  const std::optional<DeviceMemory> loaded = ops.device_memory();
+  if (!loaded) return std::nullopt;
+  const ModelConfig& cfg = model.config();
+  GpuMemoryBudget budget;
+  budget.utilization = c.gpu_memory_utilization;
+  budget.total_bytes = loaded->total_bytes;
+  budget.used_bytes = loaded->total_bytes - loaded->free_bytes;
+  if (c.enable_prefix_caching)
+    budget.snapshot_bytes = (c.max_prefix_snapshots + c.max_num_seqs) * SequenceCache::snapshot_bytes(cfg, cache_dtype(c));
+  // Refused before the step takes one sequence's caches when even without its activations there
+  // is no room for them.
+  cache_memory_from_utilization(budget, cache_footprint(c, model));
+
+  const int64_t tokens = std::min(c.max_num_batched_tokens, c.max_num_seqs * c.max_model_len);
+  std::vector<int32_t> ids(static_cast<size_t>(std::min(tokens, c.max_model_len)));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(static_cast<int64_t>(i) % cfg->vocab_size);
+  std::vector<SequenceCache> caches;
+  caches.reserve(static_cast<size_t>((tokens + c.max_model_len - 1) / c.max_model_len));  // the batch points at them
+  ForwardBatch batch;
+  batch.options.exact_math = c.exact_math;
+  batch.options.logits = LogitsFor::kAllTokens;
+  for (int64_t left = tokens; left > 0;) {
+    const int64_t n = std::min(left, c.max_model_len);
+    SequenceCache& cache = caches.emplace_back(model.new_sequence(ops, c.max_model_len, c.exact_math));
+    cache.advance(c.max_model_len - n);  // its entries are the zeros alloc gave: any values do
+    batch.add(cache, std::span<const int32_t>(ids).first(static_cast<size_t>(n)));
+    left -= n;
+  }
+  const DeviceMemory before = *ops.device_memory();  // the caches made; the peak's period starts
+  model.forward(ops, batch);
+  batch = {};
+  caches.clear();
+  const DeviceMemory after = *ops.device_memory();
+  budget.activation_bytes = std::max<int64_t>(0, after.peak_backend_bytes - before.backend_bytes);
+  budget.used_bytes = after.total_bytes - after.free_bytes;
+  return budget;
 }
 
 SchedulerConfig Engine::Impl::scheduler_config(const EngineConfig& c, const Model& model) {
@@ -757,6 +838,7 @@ void Engine::start() { impl_->start(); }
 void Engine::stop() { impl_->stop(); }
 bool Engine::step() { return impl_->step(); }
 const EngineConfig& Engine::config() const { return impl_->config(); }
+const CacheSizing& Engine::cache_sizing() const { return impl_->cache_sizing(); }
 int64_t Engine::cache_bytes() const { return impl_->cache_bytes(); }
 EngineStats Engine::stats() const { return impl_->stats(); }
 

@@ -47,6 +47,7 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/cache_sizing.h"
 #include "sampling/json_schema.h"
 #include "sampling/regex_nfa.h"
 #include "sampling/sampling_params.h"
@@ -188,14 +189,21 @@ struct EngineConfig {
   int64_t max_num_seqs = 64;            // sequences in one step
   int64_t max_num_batched_tokens = 2048;  // tokens in one step (decode first, then prefill chunks)
   // Cache accounting in blocks of block_size tokens (src/scheduler/block_manager.h). 0 blocks: as
-  // many as cache_memory_bytes holds, or without it enough for max_num_seqs sequences of
-  // max_model_len.
+  // many as cache_memory_bytes holds; without it, as many as gpu_memory_utilization leaves room
+  // for on a backend with device memory; otherwise enough for max_num_seqs sequences of
+  // max_model_len (Engine::cache_sizing says which).
   int64_t block_size = 64;
   int64_t num_cache_blocks = 0;
   // The memory the caches may take (vLLM's --kv-cache-memory-bytes): max_num_seqs sequences'
   // fixed-size state (SequenceCache::fixed_bytes), the rest in blocks (CachePool::block_bytes).
   // UsageError when that holds less than one sequence of max_model_len. 0: not used.
   int64_t cache_memory_bytes = 0;
+  // vLLM's --gpu-memory-utilization, in [0, 1]: the share of the device's memory the engine may
+  // fill, on a backend that has device memory (Ops::device_memory), when neither num_cache_blocks
+  // nor cache_memory_bytes is given. The engine runs one step of the largest kind first, as vLLM's
+  // profile run does, and the caches get the share less the memory in use and that step's peak
+  // (runtime/cache_sizing.h). 0: not used (the tools default to 0.9).
+  double gpu_memory_utilization = 0;
   // Where the sequences' compressed entries and indexer keys live (model/cache_pool.h). false: a
   // pool per sequence, one page of prompt + max_tokens tokens. true: one pool the engine makes at
   // start whose pages are the cache blocks: for ratio m, block b's page holds the block_size / m
@@ -217,7 +225,8 @@ struct EngineConfig {
   // others when it finishes, for a next turn that repeats its answer.
   bool enable_prefix_caching = false;
   // The state snapshots kept, least recently used dropped first. 0: 2 * max_num_seqs. They come on
-  // top of cache_memory_bytes: at most (max_prefix_snapshots + max_num_seqs) of them at once.
+  // top of cache_memory_bytes: at most (max_prefix_snapshots + max_num_seqs) of them at once
+  // (gpu_memory_utilization leaves room for that many).
   int64_t max_prefix_snapshots = 0;
   // With the shared pool: every block's pages are filled with NaN as the block is handed out, so a
   // forward reading a row before writing it (a previous owner's) shows NaN in its output. Costs a
@@ -233,6 +242,21 @@ struct EngineConfig {
   // Host threads drawing a step's tokens (sampling is per request, so any count gives the same
   // tokens). 0: the machine's, up to 16.
   int sampling_threads = 0;
+};
+
+// How the engine sized its caches (Engine::cache_sizing), for the start-up report.
+struct CacheSizing {
+  enum class Rule {
+    kNumCacheBlocks,        // EngineConfig::num_cache_blocks
+    kCacheMemoryBytes,      // EngineConfig::cache_memory_bytes (over gpu_memory_utilization, as in vLLM)
+    kGpuMemoryUtilization,  // the device's memory, from `budget`
+    kLongestRequests,       // max_num_seqs sequences of max_model_len
+  };
+  Rule rule = Rule::kLongestRequests;
+  GpuMemoryBudget budget;  // kGpuMemoryUtilization: the numbers measured
+  // gpu_memory_utilization was set, but the backend has no device memory to size the caches from
+  // (the CPU backend's memory is the host's): kLongestRequests instead.
+  bool no_device_memory = false;
 };
 
 // A snapshot for /metrics and logs. Counters are totals since the engine was made.
@@ -293,6 +317,7 @@ class Engine {
   // What the caches take at most: the blocks' pages and max_num_seqs sequences' fixed-size state,
   // in the dtype of the engine's forwards (bf16; f32 with exact_math).
   int64_t cache_bytes() const;
+  const CacheSizing& cache_sizing() const;
   EngineStats stats() const;
 
  private:
