@@ -204,7 +204,8 @@ void add_bench_throughput_command(CLI::App& bench) {
       ->check(CLI::PositiveNumber)
       ->default_str("64");
   cmd->add_option("--num-cache-blocks", opts->engine.num_cache_blocks,
-                  "Cache blocks (0: max-num-seqs sequences of max-model-len); fewer makes the scheduler preempt")
+                  "Cache blocks, over --kv-cache-memory-bytes and --gpu-memory-utilization (0: sized by those, or "
+                  "for --max-num-seqs requests of --max-model-len); fewer makes the scheduler preempt")
       ->check(CLI::NonNegativeNumber)
       ->default_str("0");
   add_cache_options(cmd, opts->cache);

@@ -2,8 +2,22 @@
 #include "tools/engine_options.h"
 
 #include <cstdio>
+#include <string>
 
 namespace dsv4::tools {
+
+namespace {
+
+// "95.3 MiB", or "12.3 GiB" from 1 GiB up.
+std::string size_str(int64_t bytes) {
+  const double mib = static_cast<double>(bytes) / (1024.0 * 1024.0);
+  char text[32];
+  if (mib >= 1024.0) std::snprintf(text, sizeof text, "%.1f GiB", mib / 1024.0);
+  else std::snprintf(text, sizeof text, "%.1f MiB", mib);
+  return text;
+}
+
+}  // namespace
 
 void add_cache_options(CLI::App* cmd, CacheOptions& options) {
   cmd->add_flag_function(
@@ -12,10 +26,17 @@ void add_cache_options(CLI::App* cmd, CacheOptions& options) {
       "Share the cache entries of a common prompt prefix between requests (default: on); a hit gives the tokens "
       "of a miss");
   cmd->add_option("--kv-cache-memory-bytes", options.memory_bytes,
-                  "Bytes the caches may take; the blocks are sized from it (0: room for --max-num-seqs requests "
-                  "of --max-model-len)")
+                  "Bytes the caches may take; the blocks are sized from it, over --gpu-memory-utilization (0: not "
+                  "used)")
       ->check(CLI::NonNegativeNumber)
       ->default_str("0");
+  cmd->add_option("--gpu-memory-utilization", options.gpu_memory_utilization,
+                  "With --device cuda and no --kv-cache-memory-bytes: the share of the GPU's memory the engine may "
+                  "fill (as vLLM); the caches get it less the memory in use after loading, the activations' peak in "
+                  "a profiled step of --max-num-batched-tokens tokens and the prefix snapshots' room. Without a GPU, "
+                  "or at 0, the caches hold --max-num-seqs requests of --max-model-len")
+      ->check(CLI::Range(0.0, 1.0))
+      ->default_str("0.9");
   cmd->add_option("--max-prefix-snapshots", options.max_snapshots,
                   "Prefix caching: copies of a sequence's window and compressor state kept, so requests resume on them "
                   "without recomputing (7.4 MB each for V4-Flash; 0: twice --max-num-seqs)")
@@ -26,18 +47,40 @@ void add_cache_options(CLI::App* cmd, CacheOptions& options) {
 void apply_cache_options(const CacheOptions& options, EngineConfig& config) {
   config.enable_prefix_caching = options.prefix_caching;
   config.cache_memory_bytes = options.memory_bytes;
+  config.gpu_memory_utilization = options.gpu_memory_utilization;
   config.max_prefix_snapshots = options.max_snapshots;
 }
 
 void print_cache_report(const char* command, const Engine& engine) {
   const EngineConfig& c = engine.config();
+  const CacheSizing& sizing = engine.cache_sizing();
+  std::string how;
+  switch (sizing.rule) {
+    case CacheSizing::Rule::kNumCacheBlocks: how = "from --num-cache-blocks"; break;
+    case CacheSizing::Rule::kCacheMemoryBytes: how = "from --kv-cache-memory-bytes"; break;
+    case CacheSizing::Rule::kGpuMemoryUtilization: {
+      const GpuMemoryBudget& b = sizing.budget;
+      char text[256];
+      std::snprintf(text, sizeof text,
+                    "from --gpu-memory-utilization %.2f of %s (in use after loading %s, activations' peak %s, "
+                    "prefix snapshots up to %s)",
+                    b.utilization, size_str(b.total_bytes).c_str(), size_str(b.used_bytes).c_str(),
+                    size_str(b.activation_bytes).c_str(), size_str(b.snapshot_bytes).c_str());
+      how = text;
+      break;
+    }
+    case CacheSizing::Rule::kLongestRequests:
+      how = "for --max-num-seqs requests of --max-model-len";
+      if (sizing.no_device_memory)
+        how += " (--gpu-memory-utilization does not apply without a GPU)";
+      break;
+  }
   const long long tokens = static_cast<long long>(c.num_cache_blocks * c.block_size);
   std::fprintf(stderr,
-               "%s: cache: %lld blocks of %lld tokens (%.1f MiB): %lld tokens, %.2f sequences of max_model_len "
-               "%lld at once; prefix caching %s\n",
-               command, static_cast<long long>(c.num_cache_blocks), static_cast<long long>(c.block_size),
-               static_cast<double>(engine.cache_bytes()) / (1024.0 * 1024.0), tokens,
-               static_cast<double>(tokens) / static_cast<double>(c.max_model_len),
+               "%s: cache: %s %s: %lld blocks of %lld tokens: %lld tokens, %.2f sequences of max_model_len %lld at "
+               "once; prefix caching %s\n",
+               command, size_str(engine.cache_bytes()).c_str(), how.c_str(), static_cast<long long>(c.num_cache_blocks),
+               static_cast<long long>(c.block_size), tokens, static_cast<double>(tokens) / static_cast<double>(c.max_model_len),
                static_cast<long long>(c.max_model_len), c.enable_prefix_caching ? "on" : "off");
 }
 

@@ -1,5 +1,5 @@
 // The serving engine's cache options shared by `serve` and `bench throughput` (vLLM's flag
-// names), and the start-up line that says what the cache holds.
+// names), and the start-up line that says what the cache holds and how its size was chosen.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -11,18 +11,22 @@ namespace dsv4::tools {
 struct CacheOptions {
   bool prefix_caching = true;   // --enable-prefix-caching / --no-enable-prefix-caching
   int64_t memory_bytes = 0;     // --kv-cache-memory-bytes; 0: not used
+  double gpu_memory_utilization = 0.9;  // --gpu-memory-utilization; 0: not used
   int64_t max_snapshots = 0;    // --max-prefix-snapshots; 0: the engine's default
 };
 
 // Adds `--enable-prefix-caching` / `--no-enable-prefix-caching` (default on: a hit gives a miss's
-// tokens, bit for bit on the CPU and tested on the H200), `--kv-cache-memory-bytes` and
-// `--max-prefix-snapshots` to `cmd`.
+// tokens, bit for bit on the CPU and tested on the H200), `--kv-cache-memory-bytes`,
+// `--gpu-memory-utilization` (default 0.9) and `--max-prefix-snapshots` to `cmd`.
 void add_cache_options(CLI::App* cmd, CacheOptions& options);
-// Sets config's enable_prefix_caching, cache_memory_bytes and max_prefix_snapshots from the options.
+// Sets config's enable_prefix_caching, cache_memory_bytes, gpu_memory_utilization and
+// max_prefix_snapshots from the options.
 void apply_cache_options(const CacheOptions& options, EngineConfig& config);
 
-// "`command`: cache: N blocks of B tokens (X MiB): T tokens, C sequences of max_model_len at once,
-// prefix caching on|off" on stderr: how many tokens fit and how many longest requests run at once.
+// "`command`: cache: X GiB from <how>: N blocks of B tokens: T tokens, C sequences of max_model_len
+// at once; prefix caching on|off" on stderr: how the size was chosen (Engine::cache_sizing: with
+// --gpu-memory-utilization the device's total and what was in use, or that the flag does not apply
+// to a backend without device memory), how many tokens fit and how many longest requests run at once.
 void print_cache_report(const char* command, const Engine& engine);
 
 }  // namespace dsv4::tools

@@ -29,7 +29,6 @@ struct ServeOptions {
   int threads = 0;
   server::ServerOptions server;
   EngineConfig engine;
-  double gpu_memory_utilization = 0.9;
   std::string kv_cache_dtype = "auto";
   CacheOptions cache;
   int64_t max_waiting_requests = 256;
@@ -64,13 +63,10 @@ void run_serve(ServeOptions o) {
   apply_cache_options(o.cache, config);
   Engine engine(model, *ops, config, tokenizer);
   print_cache_report("serve", engine);
-  std::fprintf(stderr,
-               "serve: ready: max_model_len %lld, max_num_seqs %lld, max_num_batched_tokens %lld "
-               "(--gpu-memory-utilization %.2f is not used yet: --kv-cache-memory-bytes sizes the cache, or "
-               "max_num_seqs x max_model_len)\n",
+  std::fprintf(stderr, "serve: ready: max_model_len %lld, max_num_seqs %lld, max_num_batched_tokens %lld\n",
                static_cast<long long>(engine.config().max_model_len),
                static_cast<long long>(engine.config().max_num_seqs),
-               static_cast<long long>(engine.config().max_num_batched_tokens), o.gpu_memory_utilization);
+               static_cast<long long>(engine.config().max_num_batched_tokens));
   engine.start();
   const std::unique_ptr<server::ServingEngine> serving = server::serve_engine(engine);
   http.set_engine(*serving);
@@ -112,11 +108,6 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-num-batched-tokens", o->engine.max_num_batched_tokens, "Tokens in one step")
       ->check(CLI::PositiveNumber)
       ->default_str("2048");
-  cmd->add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
-                  "Accepted for vLLM compatibility, not used yet: --kv-cache-memory-bytes sizes the cache, or "
-                  "--max-num-seqs x --max-model-len")
-      ->check(CLI::Range(0.0, 1.0))
-      ->default_str("0.9");
   add_cache_options(cmd, o->cache);
   cmd->add_option("--kv-cache-dtype", o->kv_cache_dtype, "KV-cache dtype; only auto (the model's own layout)")
       ->check(CLI::IsMember({"auto"}))

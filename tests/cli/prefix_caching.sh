@@ -4,7 +4,8 @@
 # before its prompt's end, so the two after it skip all 640 shared tokens), none with
 # --no-enable-prefix-caching, and a
 # block size that does not fit the compression ratios is refused with the numbers; the cache is
-# sized from --kv-cache-memory-bytes.
+# sized from --kv-cache-memory-bytes, or for the longest requests (the CPU has no GPU memory to
+# size it from), and the start-up line says which.
 set -euo pipefail
 dsv4=$1
 work=$(mktemp -d)
@@ -18,12 +19,16 @@ run() {
   python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print(r["completed"], r["prefix_cache_queries"], r["prefix_cache_hits"])' "$work/r.json"
 }
 [ "$(run)" = "3 1968 1280" ] || fail "with prefix caching (the CPU default): $(run)"
+# Without --kv-cache-memory-bytes the CPU backend sizes the cache for the longest requests, and
+# says that --gpu-memory-utilization (default 0.9) does not apply.
+grep -q "cache: .* for --max-num-seqs requests of --max-model-len (--gpu-memory-utilization does not apply without a GPU): 16 blocks of 64 tokens: 1024 tokens, 1.00 sequences of max_model_len 1024 at once" \
+  "$work/err.txt" || fail "start-up line without a size: $(cat "$work/err.txt")"
 [ "$(run --no-enable-prefix-caching)" = "3 0 0" ] || fail "without: $(run --no-enable-prefix-caching)"
 # --kv-cache-memory-bytes sizes the blocks (1 sequence's 1,343,488 bytes of fixed state, the rest in
 # blocks of 41,984 bytes) and the start-up line says what fits.
 "$dsv4" bench throughput --model tiny --load-format dummy --num-prompts 1 --input-len 8 --output-len 2 --max-num-seqs 1 \
   --kv-cache-memory-bytes 100000000 --threads 2 >/dev/null 2>"$work/err.txt" || fail "sized run: $(cat "$work/err.txt")"
-grep -q "cache: 2349 blocks of 64 tokens (95.3 MiB): 150336 tokens, 36.70 sequences of max_model_len 4096 at once" \
+grep -q "cache: 95.3 MiB from --kv-cache-memory-bytes: 2349 blocks of 64 tokens: 150336 tokens, 36.70 sequences of max_model_len 4096 at once" \
   "$work/err.txt" || fail "start-up line: $(cat "$work/err.txt")"
 if "$dsv4" bench throughput --model tiny --load-format dummy --num-prompts 1 --block-size 48 --threads 2 2>"$work/err.txt"; then
   fail "block size 48 accepted with compression ratio 128"
