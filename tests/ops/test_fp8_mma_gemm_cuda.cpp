@@ -119,6 +119,19 @@ struct DeviceTiles {
   int64_t size;
 };
 
+// Tiles of up to tile_rows rows over the groups' rows [begin[g], begin[g + 1]), and past the live
+// ones a spare tile that must not run (it would overwrite rows from 0 with group 0's weight).
+DeviceTiles group_tiles(const std::vector<int64_t>& begin, int32_t tile_rows) {
+  std::vector<kernels::Fp8MmaTile> tiles;
+  for (size_t g = 0; g + 1 < begin.size(); ++g)
+    for (int64_t r = begin[g]; r < begin[g + 1]; r += tile_rows)
+      tiles.push_back({static_cast<int32_t>(g), static_cast<int32_t>(r),
+                       static_cast<int32_t>(std::min<int64_t>(tile_rows, begin[g + 1] - r))});
+  const auto live = static_cast<int32_t>(tiles.size());
+  tiles.push_back({0, 0, tile_rows});
+  return DeviceTiles(tiles, live);
+}
+
 // Dense call p made grouped over `tiles` of up to tile_rows rows: tile group g meets the weight,
 // block scales (and, for e2m1 weights, shifts) of table entry g; p's dense weight pointers cleared.
 kernels::Fp8MmaGemmParams grouped_params(kernels::Fp8MmaGemmParams p, const DeviceTiles& tiles, int32_t tile_rows,
@@ -309,6 +322,22 @@ std::string first_difference(const std::vector<uint8_t>& got, const std::vector<
   return "";
 }
 
+// "" when y (run_forced's bytes: rows of ld fp32 or bf16 elements) has every element of its first m
+// rows and n columns written (not all bytes 0xff) and every other element still all 0xff, else
+// the first element that is not so.
+std::string written_exactly(const std::vector<uint8_t>& y, int64_t m, int64_t n, int64_t ld, bool bf16) {
+  const size_t elem = bf16 ? 2 : 4;
+  for (size_t at = 0; at < y.size(); at += elem) {
+    const int64_t r = static_cast<int64_t>(at / elem) / ld, c = static_cast<int64_t>(at / elem) % ld;
+    const bool spare = r >= m || c >= n;
+    bool all_ff = true;
+    for (size_t b = 0; b < elem; ++b) all_ff = all_ff && y[at + b] == 0xff;
+    if (all_ff != spare)
+      return "y[" + std::to_string(r) + ", " + std::to_string(c) + "] " + (spare ? "written" : "not written");
+  }
+  return "";
+}
+
 class Fp8MmaGemmStagedCuda : public ::testing::TestWithParam<Shape3> {};
 
 // Dense: the staged kernels (both conversion splits) give the streamed kernel's bits in fp32 and
@@ -327,15 +356,7 @@ TEST_P(Fp8MmaGemmStagedCuda, SameBitsAsStreamedDense) {
           << (bf16 ? "bf16" : "fp32") << " output, got = " << kernels::fp8_mma_kernel_name(kernel)
           << " kernel, want = streamed kernel";
     // The streamed kernel's own output: every element of [m, n] written, the spare ones not.
-    const size_t elem = bf16 ? 2 : 4;
-    for (int64_t r = 0; r <= m; ++r)
-      for (int64_t c = 0; c < p.ldy; ++c) {
-        const bool spare = r == m || c >= n;
-        const size_t at = static_cast<size_t>(r * p.ldy + c) * elem;
-        bool all_ff = true;
-        for (size_t b = 0; b < elem; ++b) all_ff = all_ff && streamed[at + b] == 0xff;
-        ASSERT_EQ(all_ff, spare) << "y[" << r << ", " << c << "] " << (spare ? "written" : "not written");
-      }
+    ASSERT_EQ(written_exactly(streamed, m, n, p.ldy, bf16), "") << (bf16 ? "bf16" : "fp32") << " output";
   }
 }
 
@@ -386,14 +407,7 @@ TEST(Fp8MmaGemmStagedCuda, SameBitsAsStreamedGrouped) {
     const std::vector<uint8_t> want = dense.download();
 
     for (const int32_t tile_rows : {32, 128, 100}) {
-      std::vector<kernels::Fp8MmaTile> tiles;
-      for (int g = 0; g < groups; ++g)
-        for (int64_t r = begin[g]; r < begin[g + 1]; r += tile_rows)
-          tiles.push_back(
-              {g, static_cast<int32_t>(r), static_cast<int32_t>(std::min<int64_t>(tile_rows, begin[g + 1] - r))});
-      const int32_t count = static_cast<int32_t>(tiles.size());
-      tiles.push_back({0, 0, tile_rows});  // must not run: it would overwrite rows from 0 with weight 0's
-      const DeviceTiles dtiles(tiles, count);
+      const DeviceTiles dtiles = group_tiles(begin, tile_rows);
       kernels::Fp8MmaGemmParams p = grouped_params(ops.inputs(0, m, 0), dtiles, tile_rows, dw_of.get(), ds_of.get());
       const kernels::Fp8MmaKernel expected =
           tile_rows == 32 ? kernels::Fp8MmaKernel::kStreamed : kernels::Fp8MmaKernel::kStaged;
@@ -576,6 +590,27 @@ struct Fp4Weights {
   }
 };
 
+// The device tables grouped_params takes (w_of, scale_of, shift_of): entry i holds group
+// groups[i]'s weight as stored or (e2m1 false) as the cast's codes, with no shifts.
+struct Fp4Tables {
+  Fp4Tables(const Fp4Weights& w, const Operands& x, const std::vector<int64_t>& groups, bool e2m1)
+      : w_of(groups.size()), shift_of(groups.size()), scale_of(groups.size()) {
+    std::vector<const uint8_t*> ws, shifts;
+    std::vector<const float*> scales;
+    for (const int64_t g : groups) {
+      const kernels::Fp8MmaGemmParams d = w.dense(x, g, e2m1);
+      ws.push_back(d.w);
+      shifts.push_back(d.w_shift);
+      scales.push_back(d.w_scale);
+    }
+    w_of.upload(ws);
+    shift_of.upload(shifts);
+    scale_of.upload(scales);
+  }
+  DeviceBuffer<const uint8_t*> w_of, shift_of;
+  DeviceBuffer<const float*> scale_of;
+};
+
 class Fp8MmaGemmE2m1Cuda : public ::testing::TestWithParam<Shape3> {};
 
 // Dense: the stored FP4 weight gives the cast's bits, in fp32 and bf16, for tiles of 8, 16 and 32
@@ -607,23 +642,10 @@ TEST(Fp8MmaGemmE2m1Cuda, SameBitsAsTheFp8CastGroupedWithASecondOutput) {
   // Rows [0, 9) meet group 1, [9, 21) group 0; tiles of 8 rows; the second output's groups are
   // the first's swapped (group offset 2 into tables of four).
   const DeviceTiles tiles({{1, 0, 8}, {1, 8, 1}, {0, 9, 8}, {0, 17, 4}}, 4);
-  const int64_t swapped[] = {0, 1, 1, 0};
   const auto run = [&](bool e2m1) {
-    std::vector<const uint8_t*> w_of, shift_of;
-    std::vector<const float*> scale_of;
-    for (const int64_t g : swapped) {
-      const kernels::Fp8MmaGemmParams d = w.dense(x, g, e2m1);
-      w_of.push_back(d.w);
-      shift_of.push_back(d.w_shift);
-      scale_of.push_back(d.w_scale);
-    }
-    DeviceBuffer<const uint8_t*> dw_of(w_of.size()), dshift_of(shift_of.size());
-    DeviceBuffer<const float*> dscale_of(scale_of.size());
-    dw_of.upload(w_of);
-    dshift_of.upload(shift_of);
-    dscale_of.upload(scale_of);
-    kernels::Fp8MmaGemmParams p =
-        grouped_params(w.dense(x, 0, e2m1), tiles, 8, dw_of.get(), dscale_of.get(), e2m1 ? dshift_of.get() : nullptr);
+    const Fp4Tables t(w, x, {0, 1, 1, 0}, e2m1);
+    kernels::Fp8MmaGemmParams p = grouped_params(w.dense(x, 0, e2m1), tiles, 8, t.w_of.get(), t.scale_of.get(),
+                                                 e2m1 ? t.shift_of.get() : nullptr);
     DeviceBuffer<float> second(static_cast<size_t>(m * n));
     DSV4_CUDA_CHECK(cudaMemset(second.get(), 0xff, static_cast<size_t>(m * n) * sizeof(float)));
     p.second = {.w_scale_ld = w.scale_ld, .y = {second.get(), false}, .ldy = n, .n = n, .group_offset = 2};
