@@ -664,29 +664,124 @@ TEST(Fp8MmaGemmE2m1Cuda, SameBitsAsTheFp8CastGroupedWithASecondOutput) {
   EXPECT_EQ(first_difference(run(true), cast, n, false), "") << "rows 0..20: first output, 21..41: second";
 }
 
-TEST(Fp8MmaGemmE2m1Cuda, TakesTheStreamedKernelOnly) {
+// Which kernel reads e2m1 weights (no GPU needed): the streamed or the staged one by e4m3's rules,
+// and a UsageError naming the kernel for those that read e4m3 tiles only.
+TEST(Fp8MmaGemmE2m1Cuda, TakesTheStreamedOrTheStagedKernel) {
   using kernels::Fp8MmaKernel;
   kernels::Fp8MmaGemmParams p;
   p.w_codes = kernels::Fp8MmaWeightCodes::kE2M1;
   p.k = 4096;
-  p.m = 4096;
-  p.n = 4096;
-  EXPECT_EQ(kernels::fp8_mma_gemm_choice(p), Fp8MmaKernel::kStreamed);  // dense prefill sizes too
+  const auto dense = [&](int64_t m, int64_t n) {
+    p.m = m;
+    p.n = n;
+    return kernels::fp8_mma_gemm_choice(p);
+  };
+  const auto expect_refused = [&](Fp8MmaKernel kernel) {
+    p.kernel = kernel;
+    try {
+      kernels::fp8_mma_gemm_choice(p);
+      ADD_FAILURE() << "no error for e2m1 weights on the " << kernels::fp8_mma_kernel_name(kernel) << " kernel";
+    } catch (const UsageError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("e2m1"), std::string::npos) << what;
+      EXPECT_NE(what.find(kernels::fp8_mma_kernel_name(kernel)), std::string::npos) << what;
+    }
+    p.kernel = Fp8MmaKernel::kAuto;
+  };
+  EXPECT_EQ(dense(1, 4096), Fp8MmaKernel::kStreamed);
+  EXPECT_EQ(dense(63, 32768), Fp8MmaKernel::kStreamed);
+  EXPECT_EQ(dense(64, 512), Fp8MmaKernel::kStreamed);  // 4 tiles of 128 x 128: too few for the GPU
+  EXPECT_EQ(dense(64, 8192), Fp8MmaKernel::kStaged);
+  EXPECT_EQ(dense(4096, 4096), Fp8MmaKernel::kStaged);
   p.kernel = Fp8MmaKernel::kStaged;
-  EXPECT_THROW(kernels::fp8_mma_gemm_choice(p), UsageError);
-  p.kernel = Fp8MmaKernel::kWgmmaFp8;
-  EXPECT_THROW(kernels::fp8_mma_gemm_choice(p), UsageError);
-  p.kernel = Fp8MmaKernel::kAuto;
+  EXPECT_EQ(dense(1, 16), Fp8MmaKernel::kStaged);
+  p.kernel = Fp8MmaKernel::kStreamed;
+  EXPECT_EQ(dense(4096, 4096), Fp8MmaKernel::kStreamed);
+  expect_refused(Fp8MmaKernel::kStagedIntegerX);
+  expect_refused(Fp8MmaKernel::kWgmmaFp8);
+
   kernels::Fp8MmaTile tile;
-  p.tiles = &tile;
+  p.tiles = &tile;  // grouped: the choice reads tile_rows only
+  for (const int32_t rows : {8, 16, 32}) {
+    p.tile_rows = rows;
+    EXPECT_EQ(kernels::fp8_mma_gemm_choice(p), Fp8MmaKernel::kStreamed) << rows;
+  }
+  for (const int32_t rows : {64, 100, 128}) {
+    p.tile_rows = rows;
+    EXPECT_EQ(kernels::fp8_mma_gemm_choice(p), Fp8MmaKernel::kStaged) << rows;
+  }
+  expect_refused(Fp8MmaKernel::kStagedIntegerX);
+  expect_refused(Fp8MmaKernel::kWgmmaFp8);
+  p.kernel = Fp8MmaKernel::kStreamed;
+  EXPECT_THROW(kernels::fp8_mma_gemm_choice(p), UsageError);  // 128-row tiles
+  // A second output (gate and up) takes the streamed kernel's tiles only.
+  p.kernel = Fp8MmaKernel::kAuto;
+  p.second.n = 16;
+  EXPECT_THROW(kernels::fp8_mma_gemm_choice(p), UsageError);
   p.tile_rows = 32;
   EXPECT_EQ(kernels::fp8_mma_gemm_choice(p), Fp8MmaKernel::kStreamed);
-  p.tile_rows = 128;
-  try {
-    kernels::fp8_mma_gemm_choice(p);
-    ADD_FAILURE() << "no error for grouped e2m1 tiles of 128 rows";
-  } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("tile_rows=128"), std::string::npos) << e.what();
+}
+
+class Fp8MmaGemmE2m1StagedCuda : public ::testing::TestWithParam<Shape3> {};
+
+// Dense: the stored FP4 weight on the staged kernel, and on the streamed one, gives the bits of its
+// FP8 cast on the staged kernel, in fp32 and bf16, with x tiles cut short, a ragged n, 1 to 16 K
+// blocks (passes of unequal length) and y with 3 spare columns and a spare row that keep 0xff.
+TEST_P(Fp8MmaGemmE2m1StagedCuda, GivesTheFp8CastBitsDense) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const auto [m, n, k] = GetParam();
+  const Operands x(m, n, k, 1, static_cast<uint32_t>(m * 3 + n * 7 + k));
+  const Fp4Weights w(n, k, 1, static_cast<uint32_t>(m + n + k * 5));
+  kernels::Fp8MmaGemmParams cast = w.dense(x, 0, false), stored = w.dense(x, 0, true);
+  cast.ldy = stored.ldy = n + 3;
+  for (const bool bf16 : {false, true}) {
+    const std::vector<uint8_t> want = run_forced(cast, kernels::Fp8MmaKernel::kStaged, m + 1, bf16);
+    ASSERT_EQ(written_exactly(want, m, n, n + 3, bf16), "") << (bf16 ? "bf16" : "fp32") << " output of the cast";
+    for (const kernels::Fp8MmaKernel kernel : {kernels::Fp8MmaKernel::kStaged, kernels::Fp8MmaKernel::kStreamed})
+      EXPECT_EQ(first_difference(run_forced(stored, kernel, m + 1, bf16), want, n + 3, bf16), "")
+          << (bf16 ? "bf16" : "fp32") << " output, got = the " << kernels::fp8_mma_kernel_name(kernel)
+          << " kernel on the stored FP4 weight, want = the staged kernel on its FP8 cast";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Fp8MmaGemmE2m1StagedCuda,
+                         ::testing::Values(Shape3{64, 264, 1024}, Shape3{128, 136, 128}, Shape3{200, 1032, 1152},
+                                           Shape3{300, 520, 640}, Shape3{129, 1544, 2048}, Shape3{1000, 264, 384}),
+                         testing::gemm_shape_name);
+
+// Grouped (the routed experts at prefill): the stored FP4 weights on the staged kernel over tiles
+// of 128 and of 100 rows, and on the streamed kernel over tiles of 32, give the bits of the FP8
+// casts on the staged kernel's 128-row tiles, in fp32 and bf16, with groups of 1, 130, 0, 257, 64
+// and 128 rows (partial tiles), a ragged n and 9 K blocks; tiles past tile_count don't run.
+TEST(Fp8MmaGemmE2m1StagedCuda, GivesTheFp8CastBitsGrouped) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const int64_t rows[] = {1, 130, 0, 257, 64, 128};
+  std::vector<int64_t> begin = {0}, groups;
+  for (const int64_t r : rows) {
+    groups.push_back(static_cast<int64_t>(groups.size()));
+    begin.push_back(begin.back() + r);
+  }
+  const int64_t m = begin.back(), n = 264, k = 1152;
+  const Operands x(m, n, k, 1, 43);
+  const Fp4Weights w(n, k, static_cast<int64_t>(groups.size()), 44);
+  const Fp4Tables cast_tables(w, x, groups, false), stored_tables(w, x, groups, true);
+  const auto run = [&](bool e2m1, int32_t tile_rows, bool bf16) {
+    const DeviceTiles tiles = group_tiles(begin, tile_rows);
+    const Fp4Tables& t = e2m1 ? stored_tables : cast_tables;
+    const kernels::Fp8MmaGemmParams p = grouped_params(w.dense(x, 0, e2m1), tiles, tile_rows, t.w_of.get(),
+                                                       t.scale_of.get(), e2m1 ? t.shift_of.get() : nullptr);
+    EXPECT_EQ(kernels::fp8_mma_gemm_choice(p),
+              tile_rows == 32 ? kernels::Fp8MmaKernel::kStreamed : kernels::Fp8MmaKernel::kStaged)
+        << "tile_rows " << tile_rows;
+    return run_forced(p, kernels::Fp8MmaKernel::kAuto, m, bf16);
+  };
+  for (const bool bf16 : {false, true}) {
+    const std::vector<uint8_t> want = run(false, 128, bf16);
+    ASSERT_EQ(written_exactly(want, m, n, n, bf16), "") << (bf16 ? "bf16" : "fp32") << " output of the casts";
+    for (const int32_t tile_rows : {128, 100, 32})
+      EXPECT_EQ(first_difference(run(true, tile_rows, bf16), want, n, bf16), "")
+          << (bf16 ? "bf16" : "fp32") << " output, got = the stored FP4 weights over tiles of " << tile_rows
+          << " rows, want = their FP8 casts on the staged kernel";
   }
 }
 

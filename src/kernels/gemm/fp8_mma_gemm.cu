@@ -389,6 +389,17 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_piped_kernel(Fp8MmaG
 // g = 2h, 2h + 1 (rows of a tile start at multiples of 8, so r % 8 = g) with t = 0..3, asking for
 // chunk 2t + half; the XOR with g puts the even row on the chunks of one parity and the odd row on
 // the other, eight distinct chunks, no bank conflict.
+//
+// kE2M1 weights, in the fragments of the streamed kernel's (fp8_mma_gemm_kernel<NT, true>): a
+// weight row's K block is 64 bytes of e2m1_mma_order's pairs, and the lane's 32 inputs (the ones
+// e4m3 keeps in chunks 2t, 2t + 1) are its 16-byte chunk t, whose word w holds inputs 8w .. 8w + 7;
+// MMA step s = 4 half + word takes word s / 2 = 2 half + word / 2 with slots 2 (s % 2) (a0 / a1)
+// and 2 (s % 2) + 1 (a2 / a3), times 2^shift of the row's shift byte t of the block. Each half
+// loads the chunk again (one 128-bit load per row, as for e4m3, of which it uses two words), so
+// that no A register lives across the halves. The w tile holds row r's 64 bytes at r * 64,
+// unswizzled: a quarter warp's rows 2h, 2h + 1 are then 128 consecutive bytes, every bank once.
+// Row r's four shift bytes of the block follow at kE2M1ShiftsAt + 4r (in the tile's unused upper
+// half): a warp's byte loads of rows g (or g + 8) read eight consecutive words, no conflict.
 constexpr int kStagedWarps = 8;
 constexpr int kStagedThreads = kStagedWarps * 32;
 constexpr int kStagedWRows = 128;  // weight rows of a CTA (one weight scale block)
@@ -401,29 +412,56 @@ constexpr int kSumBytes = kStagedWarps * kOutputsPerLane * 32 * static_cast<int>
 constexpr int kStagedSharedBytes = kStages * kStageBytes + kSumBytes;  // 198656: one CTA per SM
 static_assert(kStagedSharedBytes <= 227 * 1024, "the staged kernel's shared memory exceeds Hopper's 227 KiB");
 static_assert(kStageBytes % 128 == 0, "stages keep 128-byte alignment");
-
+constexpr int kE2M1RowBytes = 64;                           // a kE2M1 weight row's bytes of one K block
+constexpr int kE2M1ShiftsAt = kStagedWRows * kE2M1RowBytes;  // the shift bytes' offset in the w tile
+static_assert(kE2M1ShiftsAt + kStagedWRows * 4 <= kTileBytes, "kE2M1 rows and shifts fit the w tile");
 
 // One thread's share (of kStagedThreads) of bringing K block b's weight and x tiles into a stage
-// laid out as [w tile][x tile][the x rows' 128 scales]: 16-byte chunk tid % 8 of tile rows
-// tid / 8 + 32 i (i = 0..3) of both tiles, and (threads 0..127) the scale of x row tid. Rows past
-// the weight's or the tile's end are zero-filled. The rows share row % 8, so their swizzled chunk
-// offsets differ by 32 rows exactly.
+// laid out as [w tile][x tile][the x rows' 128 scales]: 16-byte chunk tid % 8 of x tile rows
+// tid / 8 + 32 i (i = 0..3) and (threads 0..127) the scale of x row tid; e4m3 weights: the same
+// chunks of the w tile's rows (they share row % 8, so their swizzled chunk offsets differ by 32
+// rows exactly); kE2M1: 16-byte chunk tid % 4 of weight rows tid / 4 + 64 i (i = 0, 1) and
+// (threads 128..255) the four shift bytes of weight row tid - 128. Rows past the weight's or the
+// tile's end are zero-filled.
+template <bool E2M1>
 struct StagedTileCopy {
   __device__ StagedTileCopy(const Fp8MmaGemmParams& params, const BlockRows& block, int thread)
       : p(params), rows(block), tid(thread) {
     const int row = tid / 8, chunk = tid % 8;
     dst = static_cast<uint32_t>(row * 128 + ((chunk ^ (row % 8)) << 4));
-    w_src = rows.w + (rows.n0 + row) * p.k + chunk * 16;
+    if constexpr (E2M1) {
+      w_src = rows.w + (rows.n0 + tid / 4) * (p.k / 2) + (tid % 4) * 16;
+      shift_src = rows.w_shift + (rows.n0 + tid % kStagedWRows) * (p.k / 32);
+    } else {
+      w_src = rows.w + (rows.n0 + row) * p.k + chunk * 16;
+    }
     x_src = p.x + (rows.x_row0 + row) * p.k + chunk * 16;
   }
   __device__ void operator()(uint32_t stage, int64_t b) const {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int row = tid / 8 + 32 * i;
-      const bool w_valid = rows.n0 + row < rows.n, x_valid = row < rows.x_rows;
       const uint32_t at = stage + dst + static_cast<uint32_t>(i * 32 * 128);
-      cp_async16(at, w_valid ? w_src + (32 * i) * p.k + b * 128 : rows.w, w_valid);
+      if constexpr (!E2M1) {
+        const bool w_valid = rows.n0 + row < rows.n;
+        cp_async16(at, w_valid ? w_src + (32 * i) * p.k + b * 128 : rows.w, w_valid);
+      }
+      const bool x_valid = row < rows.x_rows;
       cp_async16(at + kTileBytes, x_valid ? x_src + (32 * i) * p.k + b * 128 : p.x, x_valid);
+    }
+    if constexpr (E2M1) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {  // chunk tid % 4 of row tid / 4 + 64 i lands at 16 tid + 64 i * 64
+        const bool valid = rows.n0 + tid / 4 + 64 * i < rows.n;
+        cp_async16(stage + static_cast<uint32_t>(16 * tid + 64 * i * kE2M1RowBytes),
+                   valid ? w_src + (64 * i) * (p.k / 2) + b * kE2M1RowBytes : rows.w, valid);
+      }
+      if (tid >= kStagedThreads - kStagedWRows) {
+        const int row = tid % kStagedWRows;
+        const bool valid = rows.n0 + row < rows.n;
+        cp_async4(stage + static_cast<uint32_t>(kE2M1ShiftsAt + 4 * row), valid ? shift_src + 4 * b : rows.w_shift,
+                  valid);
+      }
     }
     if (tid < kStagedXRows) {
       const bool valid = tid < rows.x_rows;
@@ -436,12 +474,14 @@ struct StagedTileCopy {
   int tid;
   uint32_t dst = 0;
   const uint8_t* w_src = nullptr;
+  const uint8_t* shift_src = nullptr;  // kE2M1
   const uint8_t* x_src = nullptr;
 };
 
 // IntegerX: the x fragments' conversions on the integer units (e4m3x2_to_f16x2_on_alu), the
-// weight's on the conversion unit, so that the two pipes share the work; the same bits.
-template <bool IntegerX>
+// weight's on the conversion unit, so that the two pipes share the work; the same bits. E2M1: the
+// weight's codes are kE2M1's (Fp8MmaWeightCodes), read as described above.
+template <bool IntegerX, bool E2M1>
 __global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(Fp8MmaGemmParams p) {
   pdl_wait();
   extern __shared__ __align__(128) uint8_t smem[];
@@ -458,19 +498,22 @@ __global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(
   const int kblocks = static_cast<int>(p.k / 128);
   const float* sw_row = w_scale + (n0 / 128) * rows.w_scale_ld;
 
-  const StagedTileCopy copy(p, rows, tid);
+  const StagedTileCopy<E2M1> copy(p, rows, tid);
   const uint32_t smem0 = shared_address(smem);
   auto load_stage = [&](int step) {
     copy(smem0 + static_cast<uint32_t>((step % kStages) * kStageBytes), staged_block_at(step, kblocks));
   };
 
-  // Byte offsets (within a tile) of this lane's chunks 2t + half of its first A row and B row;
-  // m16 tile i adds 16 * 128 bytes, the A fragment's row g + 8 adds 8 * 128, n8 tile j 8 * 128.
+  // Byte offsets (within a stage) of this lane's chunk of its first A row for MMA steps 4 half ..
+  // 4 half + 3 (e4m3: chunk 2t + half; kE2M1: chunk t for both) and of its chunk 2t + half of its
+  // first B row; m16 tile i adds 16 A rows, the A fragment's row g + 8 adds 8, n8 tile j adds
+  // 8 * 128 bytes.
+  constexpr int kWRowBytes = E2M1 ? kE2M1RowBytes : 128;
   uint32_t a_offset[2], b_offset[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const uint32_t chunk = static_cast<uint32_t>(((2 * t + half) ^ g) << 4);
-    a_offset[half] = static_cast<uint32_t>((64 * wm + g) * 128) + chunk;
+    a_offset[half] = static_cast<uint32_t>((64 * wm + g) * kWRowBytes) + (E2M1 ? static_cast<uint32_t>(16 * t) : chunk);
     b_offset[half] = static_cast<uint32_t>(kTileBytes + (32 * wn + g) * 128) + chunk;
   }
   float* sums = reinterpret_cast<float*>(smem + kStages * kStageBytes) + warp * kOutputsPerLane * 32 + lane;
@@ -493,7 +536,7 @@ __global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(
       cp_async_commit();
 
       const uint8_t* stage = smem + (step % kStages) * kStageBytes;
-      const float sw = __ldg(sw_row + b);
+      const float sw = E2M1 ? __ldg(sw_row + b) * kE2M1ScaleBack : __ldg(sw_row + b);
       float blk[4][4][4];
       zero_tiles(blk);
 #pragma unroll
@@ -512,13 +555,32 @@ __global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(
         }
 #pragma unroll
         for (int i = 0; i < 4; ++i) {  // m16 tile i: rows g and g + 8
-          const uint4 a_lo = *reinterpret_cast<const uint4*>(stage + a_offset[half] + i * 16 * 128);
-          const uint4 a_hi = *reinterpret_cast<const uint4*>(stage + a_offset[half] + i * 16 * 128 + 8 * 128);
+          const uint8_t* a = stage + a_offset[half] + i * 16 * kWRowBytes;
+          const uint4 a_lo = *reinterpret_cast<const uint4*>(a);
+          const uint4 a_hi = *reinterpret_cast<const uint4*>(a + 8 * kWRowBytes);
+          uint32_t scale_lo = 0, scale_hi = 0;  // kE2M1: the rows' 2^shift for the lane's 32 inputs
+          if constexpr (E2M1) {
+            const uint8_t* shifts = stage + kE2M1ShiftsAt + 4 * (64 * wm + 16 * i + g) + t;
+            scale_lo = pow2_f16x2(shifts[0]);
+            scale_hi = pow2_f16x2(shifts[4 * 8]);
+          }
 #pragma unroll
           for (int word = 0; word < 4; ++word) {
-            const uint32_t wa_s = word_of(a_lo, word), wb_s = word_of(a_hi, word);
-            const uint32_t a0 = e4m3x2_to_f16x2(wa_s & 0xffff), a2 = high_e4m3x2_to_f16x2(wa_s);
-            const uint32_t a1 = e4m3x2_to_f16x2(wb_s & 0xffff), a3 = high_e4m3x2_to_f16x2(wb_s);
+            uint32_t a0, a1, a2, a3;
+            if constexpr (E2M1) {
+              const uint32_t wa = word_of(a_lo, 2 * half + word / 2), wb = word_of(a_hi, 2 * half + word / 2);
+              const int slot = 2 * (word % 2);
+              a0 = e2m1_slot_to_f16x2(wa, slot, scale_lo);
+              a2 = e2m1_slot_to_f16x2(wa, slot + 1, scale_lo);
+              a1 = e2m1_slot_to_f16x2(wb, slot, scale_hi);
+              a3 = e2m1_slot_to_f16x2(wb, slot + 1, scale_hi);
+            } else {
+              const uint32_t wa_s = word_of(a_lo, word), wb_s = word_of(a_hi, word);
+              a0 = e4m3x2_to_f16x2(wa_s & 0xffff);
+              a2 = high_e4m3x2_to_f16x2(wa_s);
+              a1 = e4m3x2_to_f16x2(wb_s & 0xffff);
+              a3 = high_e4m3x2_to_f16x2(wb_s);
+            }
 #pragma unroll
             for (int j = 0; j < 4; ++j) mma_f16_f32(blk[i][j], a0, a1, a2, a3, b0[word][j], b1[word][j]);
           }
@@ -632,7 +694,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) fp8_wgmma_gemm_kernel(Fp8Mma
   const int kblocks = static_cast<int>(p.k / 128);
   const float* sw_row = rows.w_scale + (rows.n0 / 128) * rows.w_scale_ld;
 
-  const StagedTileCopy copy(p, rows, tid);
+  const StagedTileCopy<false> copy(p, rows, tid);
   const uint32_t smem0 = shared_address(smem);
   auto load_stage = [&](int b) { copy(smem0 + static_cast<uint32_t>((b % kWgmmaStages) * kWgmmaStageBytes), b); };
 
@@ -747,12 +809,10 @@ Fp8MmaKernel fp8_mma_gemm_choice(const Fp8MmaGemmParams& p) {
     throw UsageError("fp8_mma_gemm: a second output takes the streamed kernel: dense under " +
                      std::to_string(kFp8MmaStagedMinRows) + " rows (m=" + std::to_string(p.m) +
                      ") or grouped tiles of 8, 16 or 32 rows (tile_rows=" + std::to_string(p.tile_rows) + ")");
-  if (p.w_codes == Fp8MmaWeightCodes::kE2M1) {
-    if (!streamable || (p.kernel != Fp8MmaKernel::kAuto && p.kernel != Fp8MmaKernel::kStreamed))
-      throw UsageError(std::string("fp8_mma_gemm: e2m1 weights take the streamed kernel only (asked: ") +
-                       fp8_mma_kernel_name(p.kernel) + ", tile_rows=" + std::to_string(p.tile_rows) + ")");
-    return Fp8MmaKernel::kStreamed;
-  }
+  if (p.w_codes == Fp8MmaWeightCodes::kE2M1 &&
+      (p.kernel == Fp8MmaKernel::kStagedIntegerX || p.kernel == Fp8MmaKernel::kWgmmaFp8))
+    throw UsageError(std::string("fp8_mma_gemm: e2m1 weights take the streamed or the staged kernel, not ") +
+                     fp8_mma_kernel_name(p.kernel) + " (it reads e4m3 weight tiles only)");
   switch (p.kernel) {
     case Fp8MmaKernel::kAuto:
       if (paired) return Fp8MmaKernel::kStreamed;
@@ -794,9 +854,10 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
     if (p.n == 0 || tiles == 0 || p.k == 0) return;
     check_grid_rows(tiles);
     const bool wgmma = kernel == Fp8MmaKernel::kWgmmaFp8;
-    auto* const cta_kernel = wgmma                                    ? fp8_wgmma_gemm_kernel
-                             : kernel == Fp8MmaKernel::kStagedIntegerX ? fp8_mma_gemm_staged_kernel<true>
-                                                                       : fp8_mma_gemm_staged_kernel<false>;
+    auto* const cta_kernel = wgmma                                     ? fp8_wgmma_gemm_kernel
+                             : kernel == Fp8MmaKernel::kStagedIntegerX  ? fp8_mma_gemm_staged_kernel<true, false>
+                             : p.w_codes == Fp8MmaWeightCodes::kE2M1    ? fp8_mma_gemm_staged_kernel<false, true>
+                                                                        : fp8_mma_gemm_staged_kernel<false, false>;
     const int threads = wgmma ? kWgmmaThreads : kStagedThreads;
     const int shared_bytes = wgmma ? kWgmmaSharedBytes : kStagedSharedBytes;
     DSV4_CUDA_CHECK(cudaFuncSetAttribute(cta_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes));

@@ -32,7 +32,10 @@
 // by eight warps' MMAs. kStagedIntegerX converts x's codes with integer operations and an exact
 // fp16 multiply instead of cvt: the same fp16 values for every code (checked for all pairs on the
 // CPU), and for the NaN codes an fp16 NaN of another payload, which the MMA's and fmaf's NaN results do not carry. The tests check bit equality on
-// many shapes, dense and grouped, NaN codes included.
+// many shapes, dense and grouped, NaN codes included. kE2M1 weights (below) are the same in both
+// kernels too: lane (g, t) turns the 16 bytes of its rows' block at 16t (the same 32 inputs) into
+// the same fp16 values in the same fragment slots, step s from word s / 2, and the block scale
+// takes back the same power of two.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -79,7 +82,8 @@ constexpr int64_t kFp8MmaStagedMinRows = 64;
 // (g, t) turns its 32 inputs of a block into fp16 as e2m1 x 2^shift x 2^-14 (three integer
 // operations and one exact multiply a pair; the block scale takes the 2^14 back, exactly), so the
 // MMAs see the cast's operands scaled by a power of two and give the cast's bits from half its
-// bytes. Only the streamed kernel reads kE2M1 (fp8_mma_gemm_choice refuses the others).
+// bytes. The streamed and the staged kernel read kE2M1 (fp8_mma_gemm_choice refuses
+// kStagedIntegerX and kWgmmaFp8, which read e4m3 tiles only).
 enum class Fp8MmaWeightCodes : uint8_t { kE4M3, kE2M1 };
 
 // The checkpoint's packed e2m1 pairs (byte j of a row: inputs 2j in the low nibble, 2j + 1 in the
@@ -94,7 +98,7 @@ void e2m1_mma_order(const uint8_t* stored, uint8_t* out, int64_t bytes);
 // A linear's weight and result: y = x @ dequant(w)^T.
 struct Fp8MmaOutput {
   const uint8_t* w = nullptr;       // [n, k] e4m3 codes, or [n, k/2] e2m1 pairs (dense)
-  const uint8_t* w_shift = nullptr; // kE2M1: [n, k/32] shifts (dense)
+  const uint8_t* w_shift = nullptr; // kE2M1: [n, k/32] shifts (dense; 4-byte aligned)
   const float* w_scale = nullptr;   // w_scale[(row / 128) * w_scale_ld + b] (dense)
   int64_t w_scale_ld = 0;
   MutFloatPtr y;                    // [m, n] row stride ldy
@@ -109,7 +113,7 @@ struct Fp8MmaGemmParams {
   int64_t x_scale_ld = 0;           // >= m (act_quant_fp8's m_padded)
   Fp8MmaWeightCodes w_codes = Fp8MmaWeightCodes::kE4M3;  // of every weight of the call
   const uint8_t* w = nullptr;       // [n, k] e4m3 codes or [n, k/2] e2m1 pairs (dense; unused when grouped)
-  const uint8_t* w_shift = nullptr; // kE2M1: [n, k/32] shifts (dense)
+  const uint8_t* w_shift = nullptr; // kE2M1: [n, k/32] shifts (dense; 4-byte aligned: the staged kernel copies words)
   const float* w_scale = nullptr;   // w_scale[(row / 128) * w_scale_ld + b] (fp8_weight_scales_for_cublaslt)
   int64_t w_scale_ld = 0;
   MutFloatPtr y;                    // [m, n] row stride ldy
@@ -126,7 +130,7 @@ struct Fp8MmaGemmParams {
   int32_t tile_rows = 0;            // the most rows a tile may hold: 8, 16, 32 (streamed) or up to 128 (staged)
   const uint8_t* const* group_w = nullptr;
   const float* const* group_w_scale = nullptr;
-  const uint8_t* const* group_w_shift = nullptr;  // kE2M1
+  const uint8_t* const* group_w_shift = nullptr;  // kE2M1 (each 4-byte aligned)
   Fp8MmaKernel kernel = Fp8MmaKernel::kAuto;
   // A second linear of the same x in the same launch (n > 0; the streamed kernel: dense with m <
   // kFp8MmaStagedMinRows, or grouped with tiles of 8, 16 or 32 rows): its rows get the bits they
@@ -144,8 +148,8 @@ int32_t fp8_mma_tile_rows(int64_t m);
 // 8, 16 or 32; dense, the staged kernel iff m >= kFp8MmaStagedMinRows and its grid has at least
 // 40 tiles of 128 x 128 (estimated, fp8_mma_gemm.cu), else the streamed kernel. A forced
 // kStreamed throws UsageError for grouped tiles of other than 8, 16 or 32 rows; a grouped
-// tile_rows outside 1..128 always throws. kE2M1 weights take the streamed kernel (UsageError
-// where it cannot run).
+// tile_rows outside 1..128 always throws. kE2M1 weights follow the same rules; a forced
+// kStagedIntegerX or kWgmmaFp8 throws UsageError for them.
 Fp8MmaKernel fp8_mma_gemm_choice(const Fp8MmaGemmParams& p);
 
 const char* fp8_mma_kernel_name(Fp8MmaKernel kernel);
