@@ -663,15 +663,20 @@ TEST_F(CudaOpsAttentionMoeTest, MoeExpertsReportsAnExpertIdOutOfRangeAtTheNextSy
 }
 
 // The routed experts' MXFP4 weights kept as stored (CudaOptions::fp4_experts) give the bits of
-// their FP8 cast, at decode sizes (both on streamed tiles) and prefill sizes (the cast on staged
-// tiles, the stored weights on streamed ones); exact math refuses them, naming the option.
+// their FP8 cast, at decode sizes (both on streamed tiles) and prefill sizes (both on staged
+// tiles), also with --fp8-gemm wgmma (the cast's GEMMs would take WGMMA there, the stored weights
+// keep the staged kernel: compared with the default's cast; no shared expert, whose FP8 GEMMs
+// would take WGMMA there); exact math refuses them, naming the option.
 TEST_F(CudaOpsAttentionMoeTest, Fp4ExpertsAsStoredGiveTheBitsOfTheirFp8Cast) {
   const int64_t D = 1024, I = 512, E = 8, k = 3;
   cuda::CudaOptions stored_options;
   stored_options.fp4_experts = true;
   cuda::CudaOps stored_ops(stored_options);
+  cuda::CudaOptions wgmma_options = stored_options;
+  wgmma_options.fp8_gemm = cuda::Fp8Gemm::kWgmma;
+  cuda::CudaOps wgmma_ops(wgmma_options);
   Ops& cast_ops = *gpu_;
-  std::vector<Weight> cast, stored;  // w1, w2, w3 per expert
+  std::vector<Weight> cast, stored, wgmma;  // w1, w2, w3 per expert
   for (int64_t e = 0; e < E; ++e)
     for (const auto& [rows, cols] : {std::pair{I, D}, std::pair{D, I}, std::pair{I, D}}) {
       const Tensor values = random_tensor(DType::kF32, {rows, cols}, 0.08f);
@@ -680,25 +685,17 @@ TEST_F(CudaOpsAttentionMoeTest, Fp4ExpertsAsStoredGiveTheBitsOfTheirFp8Cast) {
                                 WeightFormat::kMxfp4, q.weight.view(), q.scale.view()};
       cast.push_back(cast_ops.load_weight(lp));
       stored.push_back(stored_ops.load_weight(lp));
+      wgmma.push_back(wgmma_ops.load_weight(lp));
     }
   ASSERT_EQ(stored[0].data.dtype(), DType::kI8);  // kept as stored
-  // The shared expert stays FP8 (as in the released checkpoints), the same weight for both.
-  std::vector<Weight> cast_shared, stored_shared;  // w1, w2, w3
-  for (const auto& [rows, cols] : {std::pair{I, D}, std::pair{D, I}, std::pair{I, D}}) {
-    const Tensor values = random_tensor(DType::kF32, {rows, cols}, 0.08f);
-    const QuantizedWeight q = fp8_weight({values.data<float>(), values.data<float>() + values.numel()}, rows, cols);
-    const LoadWeightParams lp{"shared_experts.w" + std::to_string(cast_shared.size() + 1), WeightFormat::kFp8,
-                              q.weight.view(), q.scale.view()};
-    cast_shared.push_back(cast_ops.load_weight(lp));
-    stored_shared.push_back(stored_ops.load_weight(lp));
-  }
-  const ExpertWeights cast_shared_expert{&cast_shared[0], &cast_shared[1], &cast_shared[2]};
-  const ExpertWeights stored_shared_expert{&stored_shared[0], &stored_shared[1], &stored_shared[2]};
-  std::vector<ExpertWeights> cast_routes, stored_routes;
+  std::vector<ExpertWeights> cast_routes, stored_routes, wgmma_routes;
   for (int64_t e = 0; e < E; ++e) {
     cast_routes.push_back({&cast[3 * e], &cast[3 * e + 1], &cast[3 * e + 2]});
     stored_routes.push_back({&stored[3 * e], &stored[3 * e + 1], &stored[3 * e + 2]});
+    wgmma_routes.push_back({&wgmma[3 * e], &wgmma[3 * e + 1], &wgmma[3 * e + 2]});
   }
+  const std::pair<Ops*, const std::vector<ExpertWeights>*> runs[] = {
+      {&cast_ops, &cast_routes}, {&stored_ops, &stored_routes}, {&wgmma_ops, &wgmma_routes}};
   const auto upload = [](Ops& ops, const Tensor& host) {
     DeviceTensor t = ops.alloc(host.dtype(), host.shape());
     ops.upload(host.view(), t.view());
@@ -719,16 +716,15 @@ TEST_F(CudaOpsAttentionMoeTest, Fp4ExpertsAsStoredGiveTheBitsOfTheirFp8Cast) {
     const Tensor x = random_tensor(DType::kBF16, {T, D}, 1.0f);
     const Tensor experts = int_tensor({T, k}, ids);
     std::vector<std::vector<float>> outs;
-    for (Ops* ops : {&cast_ops, static_cast<Ops*>(&stored_ops)}) {
-      const bool cast_run = ops == &cast_ops;
+    for (const auto& [ops, routes] : runs) {
       const DeviceTensor dx = upload(*ops, x), de = upload(*ops, experts), dw = upload(*ops, weights);
       DeviceTensor out = ops->alloc_output(DType::kBF16, {T, D});
-      ops->moe_experts({dx.view(), de.view(), dw.view(), cast_run ? cast_routes : stored_routes,
-                        cast_run ? &cast_shared_expert : &stored_shared_expert, 10.0f, ActQuant::kFp8Block128,
+      ops->moe_experts({dx.view(), de.view(), dw.view(), *routes, nullptr, 10.0f, ActQuant::kFp8Block128,
                         ActQuant::kFp8Block128, out.view()});
       outs.push_back(floats(*ops, out));
     }
     EXPECT_TRUE(same_bits(outs[1], outs[0])) << T << " tokens";
+    EXPECT_TRUE(same_bits(outs[2], outs[0])) << T << " tokens, --fp8-gemm wgmma";
   }
   const Tensor x = random_tensor(DType::kF32, {2, D}, 1.0f);
   const DeviceTensor dx = upload(stored_ops, x);

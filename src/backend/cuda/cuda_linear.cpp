@@ -114,8 +114,11 @@ void CudaOps::linear(const LinearParams& p) {
 }
 
 void CudaOps::run_fp8_mma(kernels::Fp8MmaGemmParams g) {
-  // --fp8-gemm wgmma: the GEMMs the default would give the staged kernel take the WGMMA one.
-  if (options_.fp8_gemm == Fp8Gemm::kWgmma && kernels::fp8_mma_gemm_choice(g) == kernels::Fp8MmaKernel::kStaged)
+  // --fp8-gemm wgmma: the GEMMs the default would give the staged kernel take the WGMMA one, except
+  // on FP4 experts kept as stored (e2m1 weights: WGMMA reads e4m3 tiles only), which keep the
+  // staged kernel and the default's bits.
+  if (options_.fp8_gemm == Fp8Gemm::kWgmma && g.w_codes == kernels::Fp8MmaWeightCodes::kE4M3 &&
+      kernels::fp8_mma_gemm_choice(g) == kernels::Fp8MmaKernel::kStaged)
     g.kernel = kernels::Fp8MmaKernel::kWgmmaFp8;
   kernels::fp8_mma_gemm(g, stream_);
 }

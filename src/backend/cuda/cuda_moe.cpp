@@ -237,10 +237,8 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
   const auto* const* s_of = reinterpret_cast<const float* const*>(w_of + 3 * E);
   const auto* const* shift_of = w_of + 6 * E;
 
-  // The plan: rows grouped by expert and their tiles (FP4 as stored: streamed tiles only, which
-  // give the staged kernel's bits, slower at prefill sizes).
-  int32_t tile_rows = kernels::fp8_mma_tile_rows((N + std::min<int64_t>(E, N) - 1) / std::min<int64_t>(E, N));
-  if (fp4) tile_rows = std::min(tile_rows, int32_t{32});
+  // The plan: rows grouped by expert and their tiles.
+  const int32_t tile_rows = kernels::fp8_mma_tile_rows((N + std::min<int64_t>(E, N) - 1) / std::min<int64_t>(E, N));
   const int64_t max_tiles = kernels::expert_plan_max_tiles(N, E, tile_rows);
   const StreamBuffer ints(static_cast<size_t>(2 * E + 3 * N + 1) * sizeof(int32_t), stream_, arena());
   const StreamBuffer tiles(static_cast<size_t>(max_tiles) * sizeof(kernels::Fp8MmaTile), stream_, arena());

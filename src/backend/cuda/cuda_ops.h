@@ -28,7 +28,7 @@ enum class Fp8Gemm {
   // As kFp16Mma, except that the GEMMs kFp16Mma runs on its staged kernel (prefill sizes: see
   // kernels::fp8_mma_gemm_choice) take Hopper's FP8 tensor cores (kernels::Fp8MmaKernel::kWgmmaFp8, fp32 sums promoted every 128-wide K block):
   // faster, but the FP8 MMA keeps fewer bits inside a block, so not kFp16Mma's numbers
-  // (docs/PERF.md has the measurements).
+  // (docs/PERF.md has the measurements). FP4 experts kept as stored stay on the staged kernel.
   kWgmma,
   // cuBLASLt's block-scaled FP8 GEMM. Hopper's FP8 MMA accumulates inside each K block with less
   // than fp32 precision, and the FP8 activation quantisation downstream turns those last-bit
