@@ -15,6 +15,7 @@
 #include "backend/cuda/fp8_gemm.h"
 #include "core/numeric.h"
 #include "kernels/gemm/act_quant.h"
+#include "kernels/gemm/e2m1_to_e4m3.h"
 #include "kernels/gemm/fp8_mma_gemm.h"
 #include "loader/weights.h"
 #include "tests/ops/cuda_test_util.h"
@@ -533,6 +534,47 @@ TEST(E2m1MmaOrder, PutsEachPairAtTheTopOfItsHalvesAfterItsShift) {
     }
   }
   EXPECT_THROW(kernels::e2m1_mma_order(stored.data(), ordered.data(), 24), UsageError);
+}
+
+// The staged kernel's FP4 -> FP8 conversion (host code, no GPU needed): e2m1_word_to_e4m3 on the
+// words of e2m1_mma_order with e2m1_magnitudes_as_e4m3 of the group's shift gives the loader's
+// cast, for every e2m1 code at every input position of a word and every shift 0..6 (16 rows whose
+// input i holds code (i + row) % 16; group g of row r has shift (4r + g) % 7).
+TEST(E2m1ToE4m3, GivesTheLoadersCastForEveryCodeAndShift) {
+  const int64_t rows = 16, cols = 128, groups = cols / 32;
+  Tensor w(DType::kI8, {rows, cols / 2}), e8m0(DType::kF8E8M0, {rows, groups});
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < cols; i += 2)
+      w.data<uint8_t>()[(r * cols + i) / 2] =
+          pack_e2m1x2(static_cast<uint8_t>((i + r) % 16), static_cast<uint8_t>((i + 1 + r) % 16));
+    for (int64_t g = 0; g < groups; ++g)
+      e8m0.data<uint8_t>()[r * groups + g] = static_cast<uint8_t>(120 + (4 * r + g) % 7);  // block scale 120
+  }
+  const Fp8BlockWeight cast = cast_mxfp4_to_fp8(w.view(), e8m0.view(), "t");
+  const Mxfp4BlockShifts shifts = mxfp4_block_shifts(w.view(), e8m0.view(), "t");
+  std::vector<uint8_t> ordered(static_cast<size_t>(w.nbytes()));
+  kernels::e2m1_mma_order(w.data<uint8_t>(), ordered.data(), static_cast<int64_t>(ordered.size()));
+  bool seen[16][kMxfp4MaxShift + 1] = {};
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < groups; ++g) {
+      const uint8_t shift = shifts.shift.data<uint8_t>()[r * groups + g];
+      ASSERT_EQ(shift, (4 * r + g) % 7);
+      for (int64_t word = 0; word < 4; ++word) {
+        uint32_t codes = 0;
+        std::memcpy(&codes, &ordered[static_cast<size_t>((r * groups + g) * 16 + 4 * word)], 4);
+        const kernels::E4m3x8 got = kernels::e2m1_word_to_e4m3(codes, kernels::e2m1_magnitudes_as_e4m3(shift));
+        for (int j = 0; j < 8; ++j) {
+          const int64_t input = 32 * g + 8 * word + j;
+          const uint8_t e2m1 = static_cast<uint8_t>((input + r) % 16);
+          const auto byte = static_cast<uint8_t>((j < 4 ? got.first : got.second) >> (8 * (j % 4)));
+          EXPECT_EQ(byte, cast.weight.data<uint8_t>()[r * cols + input])
+              << "row " << r << " input " << input << ": e2m1 code " << int(e2m1) << ", shift " << int(shift);
+          seen[e2m1][shift] = true;
+        }
+      }
+    }
+  for (int code = 0; code < 16; ++code)
+    for (int shift = 0; shift <= kMxfp4MaxShift; ++shift) EXPECT_TRUE(seen[code][shift]) << code << ", " << shift;
 }
 
 // `groups` random MXFP4 weights [n, k] (every e2m1 byte, -0 included; per-32 scales within 2^6 of
