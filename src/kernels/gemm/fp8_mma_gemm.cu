@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "kernels/cuda_check.h"
+#include "kernels/gemm/e2m1_to_e4m3.h"
 #include "kernels/gemm/mma_lanes.cuh"
 #include "kernels/gemm/staged_tiles.cuh"
 #include "kernels/launch.cuh"
@@ -67,8 +68,8 @@ __device__ __forceinline__ uint32_t e2m1_slot_to_f16x2(uint32_t word, int slot, 
   return h;
 }
 
-// The block scale's factor for kE2M1 weights: e2m1_slot_to_f16x2's 2^-14 taken back (exact: every
-// scale is a power of two).
+// The streamed kernel's block scale factor for kE2M1 weights: e2m1_slot_to_f16x2's 2^-14 taken
+// back (exact: every scale is a power of two).
 constexpr float kE2M1ScaleBack = 16384.0f;
 
 // 2^shift (0..6) in both halves of an fp16x2 register.
@@ -390,39 +391,60 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_piped_kernel(Fp8MmaG
 // chunk 2t + half; the XOR with g puts the even row on the chunks of one parity and the odd row on
 // the other, eight distinct chunks, no bank conflict.
 //
-// kE2M1 weights, in the fragments of the streamed kernel's (fp8_mma_gemm_kernel<NT, true>): a
-// weight row's K block is 64 bytes of e2m1_mma_order's pairs, and the lane's 32 inputs (the ones
-// e4m3 keeps in chunks 2t, 2t + 1) are its 16-byte chunk t, whose word w holds inputs 8w .. 8w + 7;
-// MMA step s = 4 half + word takes word s / 2 = 2 half + word / 2 with slots 2 (s % 2) (a0 / a1)
-// and 2 (s % 2) + 1 (a2 / a3), times 2^shift of the row's shift byte t of the block. Each half
-// loads the chunk again (one 128-bit load per row, as for e4m3, of which it uses two words), so
-// that no A register lives across the halves. The w tile holds row r's 64 bytes at r * 64,
-// unswizzled: a quarter warp's rows 2h, 2h + 1 are then 128 consecutive bytes, every bank once.
-// Row r's four shift bytes of the block follow at kE2M1ShiftsAt + 4r (in the tile's unused upper
-// half): a warp's byte loads of rows g (or g + 8) read eight consecutive words, no conflict.
+// kE2M1 weights: a stage holds the weight's K block as stored instead of the e4m3 w tile, row r's
+// 64 bytes of e2m1_mma_order's pairs at r * 64 (unswizzled) and its four shift bytes at
+// kE2M1ShiftsAt + 4r, and the CTA converts it once into an e4m3 w tile of the layout above
+// holding the lossless cast's codes (e2m1_word_to_e4m3, checked against loader/weights.h's cast on
+// the CPU), which the MMAs read as they read e4m3 weights, with the cast's block scale: the same
+// operands as the cast's on this kernel, so the same bits. Every weight element is converted once
+// per CTA, not once per warp that reads it (four). Two converted tiles take turns outside the
+// stages: the step that multiplies block b converts the next step's block into the other tile,
+// weight rows 0..63 after the MMAs of its first half (MMA steps 0..3) and rows 64..127 after the
+// second's, so that the integer work overlaps the tensor cores'; the step's one barrier orders a
+// tile's writes (step s - 1) before its reads (step s) and those before its next writes (step
+// s + 1). The last step converts its own block again into the idle tile, which nothing reads, so
+// that the loop needs no branch. Thread tid converts the 32 inputs (16-byte chunk) tid % 4 of
+// weight rows tid / 4 and tid / 4 + 64: its loads from the stage are consecutive 16-byte chunks
+// across the warp; its two 16-byte stores (output chunks 2 (tid % 4) and that + 1) give a quarter
+// warp's rows r, r + 1 chunks of opposite parities, no bank conflict. A step needs the next step's
+// stage landed (for its conversion), one step earlier than e4m3 needs it; the stages being smaller
+// (25 KiB, not 32.5), kE2M1 keeps five of them, so that a stage's copies start as many steps
+// before their first reader as e4m3's four stages allow.
 constexpr int kStagedWarps = 8;
 constexpr int kStagedThreads = kStagedWarps * 32;
 constexpr int kStagedWRows = 128;  // weight rows of a CTA (one weight scale block)
 constexpr int kStagedXRows = 128;  // x rows of a CTA
-constexpr int kStages = 4;
 constexpr int kTileBytes = 128 * 128;
-constexpr int kStageBytes = 2 * kTileBytes + kStagedXRows * static_cast<int>(sizeof(float));  // w, x, x scales
 constexpr int kOutputsPerLane = 4 * 4 * 4;  // m16 tiles x n8 tiles x accumulator registers
 constexpr int kSumBytes = kStagedWarps * kOutputsPerLane * 32 * static_cast<int>(sizeof(float));
-constexpr int kStagedSharedBytes = kStages * kStageBytes + kSumBytes;  // 198656: one CTA per SM
-static_assert(kStagedSharedBytes <= 227 * 1024, "the staged kernel's shared memory exceeds Hopper's 227 KiB");
-static_assert(kStageBytes % 128 == 0, "stages keep 128-byte alignment");
 constexpr int kE2M1RowBytes = 64;                           // a kE2M1 weight row's bytes of one K block
-constexpr int kE2M1ShiftsAt = kStagedWRows * kE2M1RowBytes;  // the shift bytes' offset in the w tile
-static_assert(kE2M1ShiftsAt + kStagedWRows * 4 <= kTileBytes, "kE2M1 rows and shifts fit the w tile");
+constexpr int kE2M1ShiftsAt = kStagedWRows * kE2M1RowBytes;  // the shift bytes' offset in a kE2M1 stage
+
+// The staged kernel's shared memory: kStages stages of [w][x tile][the x rows' 128 scales] (w:
+// the e4m3 tile, or kE2M1's rows and shifts), then the running sums, then (kE2M1) the two
+// converted w tiles: 4 x 33,280 + 65,536 = 198,656 bytes for e4m3 weights, 5 x 25,600 + 65,536 +
+// 2 x 16,384 = 226,304 for kE2M1.
+template <bool E2M1>
+struct StagedLayout {
+  static constexpr int kStages = E2M1 ? 5 : 4;
+  static constexpr int kX = E2M1 ? kE2M1ShiftsAt + kStagedWRows * 4 : kTileBytes;  // the x tile's offset in a stage
+  static constexpr int kXScales = kX + kTileBytes;
+  static constexpr int kStageBytes = kXScales + kStagedXRows * static_cast<int>(sizeof(float));
+  static constexpr int kSums = kStages * kStageBytes;
+  static constexpr int kConverted = kSums + kSumBytes;
+  static constexpr int kSharedBytes = kConverted + (E2M1 ? 2 * kTileBytes : 0);  // one CTA per SM
+  static_assert(kSharedBytes <= 227 * 1024, "the staged kernel's shared memory exceeds Hopper's 227 KiB");
+  static_assert(kX % 128 == 0 && kStageBytes % 128 == 0 && kConverted % 128 == 0, "tiles keep 128-byte alignment");
+};
+static_assert(StagedLayout<false>::kSharedBytes == 198656 && StagedLayout<true>::kSharedBytes == 226304,
+              "the byte counts the comments above give");
 
 // One thread's share (of kStagedThreads) of bringing K block b's weight and x tiles into a stage
-// laid out as [w tile][x tile][the x rows' 128 scales]: 16-byte chunk tid % 8 of x tile rows
-// tid / 8 + 32 i (i = 0..3) and (threads 0..127) the scale of x row tid; e4m3 weights: the same
-// chunks of the w tile's rows (they share row % 8, so their swizzled chunk offsets differ by 32
-// rows exactly); kE2M1: 16-byte chunk tid % 4 of weight rows tid / 4 + 64 i (i = 0, 1) and
-// (threads 128..255) the four shift bytes of weight row tid - 128. Rows past the weight's or the
-// tile's end are zero-filled.
+// laid out as StagedLayout<E2M1>'s: 16-byte chunk tid % 8 of x tile rows tid / 8 + 32 i (i =
+// 0..3) and (threads 0..127) the scale of x row tid; e4m3 weights: the same chunks of the w tile's
+// rows (they share row % 8, so their swizzled chunk offsets differ by 32 rows exactly); kE2M1:
+// 16-byte chunk tid % 4 of weight rows tid / 4 + 64 i (i = 0, 1) and (threads 128..255) the four
+// shift bytes of weight row tid - 128. Rows past the weight's or the tile's end are zero-filled.
 template <bool E2M1>
 struct StagedTileCopy {
   __device__ StagedTileCopy(const Fp8MmaGemmParams& params, const BlockRows& block, int thread)
@@ -438,6 +460,7 @@ struct StagedTileCopy {
     x_src = p.x + (rows.x_row0 + row) * p.k + chunk * 16;
   }
   __device__ void operator()(uint32_t stage, int64_t b) const {
+    using Layout = StagedLayout<E2M1>;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int row = tid / 8 + 32 * i;
@@ -447,7 +470,7 @@ struct StagedTileCopy {
         cp_async16(at, w_valid ? w_src + (32 * i) * p.k + b * 128 : rows.w, w_valid);
       }
       const bool x_valid = row < rows.x_rows;
-      cp_async16(at + kTileBytes, x_valid ? x_src + (32 * i) * p.k + b * 128 : p.x, x_valid);
+      cp_async16(at + Layout::kX, x_valid ? x_src + (32 * i) * p.k + b * 128 : p.x, x_valid);
     }
     if constexpr (E2M1) {
 #pragma unroll
@@ -465,8 +488,8 @@ struct StagedTileCopy {
     }
     if (tid < kStagedXRows) {
       const bool valid = tid < rows.x_rows;
-      cp_async4(stage + 2 * kTileBytes + 4 * tid, valid ? p.x_scale + b * p.x_scale_ld + rows.x_row0 + tid : p.x_scale,
-                valid);
+      cp_async4(stage + Layout::kXScales + 4 * tid,
+                valid ? p.x_scale + b * p.x_scale_ld + rows.x_row0 + tid : p.x_scale, valid);
     }
   }
   const Fp8MmaGemmParams& p;
@@ -478,11 +501,27 @@ struct StagedTileCopy {
   const uint8_t* x_src = nullptr;
 };
 
+// kE2M1: thread tid's part of converting a stage's weight rows into an e4m3 w tile (see above):
+// inputs 32 (tid % 4) .. 32 (tid % 4) + 31 of weight row tid / 4 + 64 h.
+__device__ __forceinline__ void convert_e2m1_rows(const uint8_t* stage, uint8_t* tile, int tid, int h) {
+  const int row = tid / 4 + 64 * h, group = tid % 4;
+  const uint4 codes = *reinterpret_cast<const uint4*>(stage + row * kE2M1RowBytes + 16 * group);
+  const E2m1Magnitudes magnitudes = e2m1_magnitudes_as_e4m3(stage[kE2M1ShiftsAt + 4 * row + group]);
+  const E4m3x8 c0 = e2m1_word_to_e4m3(codes.x, magnitudes), c1 = e2m1_word_to_e4m3(codes.y, magnitudes);
+  const E4m3x8 c2 = e2m1_word_to_e4m3(codes.z, magnitudes), c3 = e2m1_word_to_e4m3(codes.w, magnitudes);
+  auto* const chunks = reinterpret_cast<uint4*>(tile + row * 128);
+  const int chunk = (2 * group) ^ (row % 8);  // output chunk 2 group; 2 group + 1 is chunk ^ 1
+  chunks[chunk] = make_uint4(c0.first, c0.second, c1.first, c1.second);
+  chunks[chunk ^ 1] = make_uint4(c2.first, c2.second, c3.first, c3.second);
+}
+
 // IntegerX: the x fragments' conversions on the integer units (e4m3x2_to_f16x2_on_alu), the
 // weight's on the conversion unit, so that the two pipes share the work; the same bits. E2M1: the
-// weight's codes are kE2M1's (Fp8MmaWeightCodes), read as described above.
+// weight's codes are kE2M1's (Fp8MmaWeightCodes), converted to e4m3 tiles as described above.
 template <bool IntegerX, bool E2M1>
 __global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(Fp8MmaGemmParams p) {
+  using Layout = StagedLayout<E2M1>;
+  constexpr int kStages = Layout::kStages;
   pdl_wait();
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -501,27 +540,31 @@ __global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(
   const StagedTileCopy<E2M1> copy(p, rows, tid);
   const uint32_t smem0 = shared_address(smem);
   auto load_stage = [&](int step) {
-    copy(smem0 + static_cast<uint32_t>((step % kStages) * kStageBytes), staged_block_at(step, kblocks));
+    copy(smem0 + static_cast<uint32_t>((step % kStages) * Layout::kStageBytes), staged_block_at(step, kblocks));
   };
 
-  // Byte offsets (within a stage) of this lane's chunk of its first A row for MMA steps 4 half ..
-  // 4 half + 3 (e4m3: chunk 2t + half; kE2M1: chunk t for both) and of its chunk 2t + half of its
-  // first B row; m16 tile i adds 16 A rows, the A fragment's row g + 8 adds 8, n8 tile j adds
-  // 8 * 128 bytes.
-  constexpr int kWRowBytes = E2M1 ? kE2M1RowBytes : 128;
+  // Byte offsets (within the w tile) of this lane's chunk 2t + half of its first A row, for MMA
+  // steps 4 half .. 4 half + 3, and (within a stage) of the same chunk of its first B row; m16
+  // tile i adds 16 A rows, the A fragment's row g + 8 adds 8, n8 tile j adds 8 * 128 bytes.
   uint32_t a_offset[2], b_offset[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const uint32_t chunk = static_cast<uint32_t>(((2 * t + half) ^ g) << 4);
-    a_offset[half] = static_cast<uint32_t>((64 * wm + g) * kWRowBytes) + (E2M1 ? static_cast<uint32_t>(16 * t) : chunk);
-    b_offset[half] = static_cast<uint32_t>(kTileBytes + (32 * wn + g) * 128) + chunk;
+    a_offset[half] = static_cast<uint32_t>((64 * wm + g) * 128) + chunk;
+    b_offset[half] = static_cast<uint32_t>(Layout::kX + (32 * wn + g) * 128) + chunk;
   }
-  float* sums = reinterpret_cast<float*>(smem + kStages * kStageBytes) + warp * kOutputsPerLane * 32 + lane;
+  float* sums = reinterpret_cast<float*>(smem + Layout::kSums) + warp * kOutputsPerLane * 32 + lane;
 
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < kblocks) load_stage(s);
     cp_async_commit();
+  }
+  if constexpr (E2M1) {  // step 0's block into converted tile 0
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    convert_e2m1_rows(smem, smem + Layout::kConverted, tid, 0);
+    convert_e2m1_rows(smem, smem + Layout::kConverted, tid, 1);
   }
 
   int step = 0;
@@ -530,13 +573,16 @@ __global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(
     zero_tiles(q);
 
     for (int b = pass; b < kblocks; b += 4, ++step) {
-      cp_async_wait<kStages - 2>();
-      __syncthreads();  // step's stage is in; every warp is done with step - 1's, which the next load takes
+      // Step's stage is in (kE2M1: the next step's too, for its conversion); every warp is done
+      // with step - 1's, which the next load takes (kE2M1: and with the converted tile it read).
+      cp_async_wait<E2M1 ? kStages - 3 : kStages - 2>();
+      __syncthreads();
       if (step + kStages - 1 < kblocks) load_stage(step + kStages - 1);
       cp_async_commit();
 
-      const uint8_t* stage = smem + (step % kStages) * kStageBytes;
-      const float sw = E2M1 ? __ldg(sw_row + b) * kE2M1ScaleBack : __ldg(sw_row + b);
+      const uint8_t* stage = smem + (step % kStages) * Layout::kStageBytes;
+      const uint8_t* w_tile = E2M1 ? smem + Layout::kConverted + (step % 2) * kTileBytes : stage;
+      const float sw = __ldg(sw_row + b);
       float blk[4][4][4];
       zero_tiles(blk);
 #pragma unroll
@@ -555,38 +601,23 @@ __global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(
         }
 #pragma unroll
         for (int i = 0; i < 4; ++i) {  // m16 tile i: rows g and g + 8
-          const uint8_t* a = stage + a_offset[half] + i * 16 * kWRowBytes;
+          const uint8_t* a = w_tile + a_offset[half] + i * 16 * 128;
           const uint4 a_lo = *reinterpret_cast<const uint4*>(a);
-          const uint4 a_hi = *reinterpret_cast<const uint4*>(a + 8 * kWRowBytes);
-          uint32_t scale_lo = 0, scale_hi = 0;  // kE2M1: the rows' 2^shift for the lane's 32 inputs
-          if constexpr (E2M1) {
-            const uint8_t* shifts = stage + kE2M1ShiftsAt + 4 * (64 * wm + 16 * i + g) + t;
-            scale_lo = pow2_f16x2(shifts[0]);
-            scale_hi = pow2_f16x2(shifts[4 * 8]);
-          }
+          const uint4 a_hi = *reinterpret_cast<const uint4*>(a + 8 * 128);
 #pragma unroll
           for (int word = 0; word < 4; ++word) {
-            uint32_t a0, a1, a2, a3;
-            if constexpr (E2M1) {
-              const uint32_t wa = word_of(a_lo, 2 * half + word / 2), wb = word_of(a_hi, 2 * half + word / 2);
-              const int slot = 2 * (word % 2);
-              a0 = e2m1_slot_to_f16x2(wa, slot, scale_lo);
-              a2 = e2m1_slot_to_f16x2(wa, slot + 1, scale_lo);
-              a1 = e2m1_slot_to_f16x2(wb, slot, scale_hi);
-              a3 = e2m1_slot_to_f16x2(wb, slot + 1, scale_hi);
-            } else {
-              const uint32_t wa_s = word_of(a_lo, word), wb_s = word_of(a_hi, word);
-              a0 = e4m3x2_to_f16x2(wa_s & 0xffff);
-              a2 = high_e4m3x2_to_f16x2(wa_s);
-              a1 = e4m3x2_to_f16x2(wb_s & 0xffff);
-              a3 = high_e4m3x2_to_f16x2(wb_s);
-            }
+            const uint32_t wa_s = word_of(a_lo, word), wb_s = word_of(a_hi, word);
+            const uint32_t a0 = e4m3x2_to_f16x2(wa_s & 0xffff), a2 = high_e4m3x2_to_f16x2(wa_s);
+            const uint32_t a1 = e4m3x2_to_f16x2(wb_s & 0xffff), a3 = high_e4m3x2_to_f16x2(wb_s);
 #pragma unroll
             for (int j = 0; j < 4; ++j) mma_f16_f32(blk[i][j], a0, a1, a2, a3, b0[word][j], b1[word][j]);
           }
         }
+        if constexpr (E2M1)  // the next step's block (the last step's own again) into the other tile
+          convert_e2m1_rows(smem + (min(step + 1, kblocks - 1) % kStages) * Layout::kStageBytes,
+                            smem + Layout::kConverted + ((step + 1) % 2) * kTileBytes, tid, half);
       }
-      const float* sx = reinterpret_cast<const float*>(stage + 2 * kTileBytes);
+      const float* sx = reinterpret_cast<const float*>(stage + Layout::kXScales);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         // The accumulator's columns are x rows 32 wn + 8j + 2t and that + 1 (zero-filled past x_rows).
@@ -859,7 +890,9 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
                              : p.w_codes == Fp8MmaWeightCodes::kE2M1    ? fp8_mma_gemm_staged_kernel<false, true>
                                                                         : fp8_mma_gemm_staged_kernel<false, false>;
     const int threads = wgmma ? kWgmmaThreads : kStagedThreads;
-    const int shared_bytes = wgmma ? kWgmmaSharedBytes : kStagedSharedBytes;
+    const int shared_bytes = wgmma                                    ? kWgmmaSharedBytes
+                             : p.w_codes == Fp8MmaWeightCodes::kE2M1 ? StagedLayout<true>::kSharedBytes
+                                                                     : StagedLayout<false>::kSharedBytes;
     DSV4_CUDA_CHECK(cudaFuncSetAttribute(cta_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes));
     const dim3 grid(static_cast<unsigned>((p.n + kStagedWRows - 1) / kStagedWRows), static_cast<unsigned>(tiles));
     launch_pdl(cta_kernel, grid, threads, shared_bytes, stream, p);

@@ -32,10 +32,12 @@
 // by eight warps' MMAs. kStagedIntegerX converts x's codes with integer operations and an exact
 // fp16 multiply instead of cvt: the same fp16 values for every code (checked for all pairs on the
 // CPU), and for the NaN codes an fp16 NaN of another payload, which the MMA's and fmaf's NaN results do not carry. The tests check bit equality on
-// many shapes, dense and grouped, NaN codes included. kE2M1 weights (below) are the same in both
-// kernels too: lane (g, t) turns the 16 bytes of its rows' block at 16t (the same 32 inputs) into
-// the same fp16 values in the same fragment slots, step s from word s / 2, and the block scale
-// takes back the same power of two.
+// many shapes, dense and grouped, NaN codes included. kE2M1 weights (below): the staged kernel
+// converts each K block's weight rows into the cast's e4m3 codes in shared memory and reads those
+// as it reads e4m3 weights, so it computes exactly what it computes on the cast; the streamed
+// kernel's lane (g, t) turns the 16 bytes of its rows' block at 16t (the same 32 inputs) into the
+// cast's fp16 values times 2^-14 in the same fragment slots, step s from word s / 2, and the block
+// scale takes the 2^14 back, so that every product and sum is the cast's times a power of two.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -78,19 +80,20 @@ constexpr int64_t kFp8MmaStagedMinRows = 64;
 
 // How the weight's values are stored. kE2M1: an MXFP4 weight's e2m1 codes, [n, k/2] bytes in the
 // order e2m1_mma_order gives the checkpoint's packed pairs, with the per-32-input shifts and the
-// 128x128 block scales of its lossless FP8 cast (loader/weights.h, mxfp4_block_shifts): lane
-// (g, t) turns its 32 inputs of a block into fp16 as e2m1 x 2^shift x 2^-14 (three integer
-// operations and one exact multiply a pair; the block scale takes the 2^14 back, exactly), so the
-// MMAs see the cast's operands scaled by a power of two and give the cast's bits from half its
-// bytes. The streamed and the staged kernel read kE2M1 (fp8_mma_gemm_choice refuses
-// kStagedIntegerX and kWgmmaFp8, which read e4m3 tiles only).
+// 128x128 block scales of its lossless FP8 cast (loader/weights.h, mxfp4_block_shifts). The
+// streamed kernel's lane (g, t) turns its 32 inputs of a block into fp16 as e2m1 x 2^shift x 2^-14
+// (three integer operations and one exact multiply a pair; the block scale takes the 2^14 back,
+// exactly), so the MMAs see the cast's operands scaled by a power of two; the staged kernel
+// converts each K block of its 128 weight rows once into the cast's e4m3 codes in shared memory
+// (byte permutes, e2m1_to_e4m3.h) and multiplies those. Both give the cast's bits from half its
+// bytes. fp8_mma_gemm_choice refuses kStagedIntegerX and kWgmmaFp8, which read e4m3 weights only.
 enum class Fp8MmaWeightCodes : uint8_t { kE4M3, kE2M1 };
 
 // The checkpoint's packed e2m1 pairs (byte j of a row: inputs 2j in the low nibble, 2j + 1 in the
-// high) re-laid, 16 bytes (one 32-input group) at a time, in the order the kE2M1 kernel reads them:
-// word w of a group holds its inputs 8w .. 8w + 7, a pair per slot s = 0..3 (inputs 8w + 2s and
-// 8w + 2s + 1, one fp16x2 operand of an MMA step), the first as the nibble at bits 12 - 4s, the
-// second at 28 - 4s, so shifting the word left by 4s puts each at the top of its 16-bit half,
+// high) re-laid, 16 bytes (one 32-input group) at a time, in the order the streamed kernel reads
+// them: word w of a group holds its inputs 8w .. 8w + 7, a pair per slot s = 0..3 (inputs 8w + 2s
+// and 8w + 2s + 1, one fp16x2 operand of an MMA step), the first as the nibble at bits 12 - 4s,
+// the second at 28 - 4s, so shifting the word left by 4s puts each at the top of its 16-bit half,
 // where an fp16's sign is.
 // Host code, once at load; `stored` and `out` hold the same (multiple of 16) number of bytes.
 void e2m1_mma_order(const uint8_t* stored, uint8_t* out, int64_t bytes);
