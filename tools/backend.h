@@ -27,6 +27,10 @@ std::string_view fp8_gemm_choice_name(Fp8GemmChoice choice);
 enum class AttentionChoice { kTensorCores, kCpuOrder };
 std::string_view attention_choice_name(AttentionChoice choice);
 
+// Whether the CUDA backend keeps MXFP4 weights (the routed experts) as stored (cuda::CudaOptions::
+// fp4_experts); auto: where the numerics read them (fp4_experts_for).
+enum class Fp4ExpertsChoice { kAuto, kOn, kOff };
+
 // The CUDA backend's options (the CPU backend ignores them: it runs fork/joins in order and has
 // one GEMM).
 struct GpuOptions {
@@ -34,18 +38,25 @@ struct GpuOptions {
   Fp8GemmChoice fp8_gemm = Fp8GemmChoice::kMma;
   AttentionChoice attention = AttentionChoice::kTensorCores;
   bool cuda_graphs = true;
-  bool fp4_experts = false;
+  Fp4ExpertsChoice fp4_experts = Fp4ExpertsChoice::kAuto;
 };
+
+// Whether MXFP4 experts stay as stored: on and off as asked; auto: on where the experts' GEMMs read
+// them, which are the default numerics' (--fp8-gemm mma or wgmma, not exact math). Measured on the
+// H200 (docs/PERF.md, session 14): decode 5-14% faster, an 8k prefill 8% slower, half the experts'
+// memory, the same bits.
+bool fp4_experts_for(const GpuOptions& gpu, bool exact_math);
 
 // Adds `--multi-stream off|on|auto` (default auto: whether the CUDA backend overlaps the attention
 // layer's independent input chains on side streams), `--fp8-gemm mma|wgmma|cublaslt|simple` (default
 // mma), `--attention tensor-cores|cpu-order` (default tensor-cores), `--cuda-graphs on|off`
-// (default on) and `--fp4-experts on|off` (default off) to `cmd`.
+// (default on) and `--fp4-experts auto|on|off` (default auto) to `cmd`.
 void add_gpu_options(CLI::App* cmd, GpuOptions& gpu);
 
-// The backend for `device`; `threads` is the CPU backend's thread count (0: all cores).
+// The backend for `device`; `threads` is the CPU backend's thread count (0: all cores);
+// `exact_math`: whether the command runs exact math (which reads no FP4 weights as stored).
 // Throws UsageError for cuda when this build has no CUDA backend, CudaError when no GPU can be used.
-std::unique_ptr<Ops> make_backend(Device device, int threads, const GpuOptions& gpu = {});
+std::unique_ptr<Ops> make_backend(Device device, int threads, const GpuOptions& gpu = {}, bool exact_math = false);
 
 // How forwards on `backend` run: CUDA graphs for decode steps on the CUDA backend when
 // gpu.cuda_graphs, eagerly otherwise. `backend` must outlive the runner.

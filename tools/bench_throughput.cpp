@@ -49,7 +49,7 @@ int64_t random_length(std::mt19937_64& rng, int64_t length, double range_ratio) 
 }
 
 void run_bench_throughput(const ThroughputOptions& o) {
-  const std::unique_ptr<Ops> ops = make_backend(o.device, o.threads, o.gpu);
+  const std::unique_ptr<Ops> ops = make_backend(o.device, o.threads, o.gpu, o.engine.exact_math);
   const Model model = load_model(*ops, o.source);
   const std::unique_ptr<ForwardRunner> runner = make_forward_runner(*ops, o.gpu);
   EngineConfig config = o.engine;

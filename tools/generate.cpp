@@ -145,7 +145,7 @@ void run_generate(const GenerateOptions& o) {
   }
   PromptIo io = tokenizer ? text_prompt(o, tokenizer) : id_prompt(o);
   if (io.ids.empty()) throw UsageError("generate: the prompt has no tokens");
-  const std::unique_ptr<Ops> ops = make_backend(o.device, o.threads, o.gpu);
+  const std::unique_ptr<Ops> ops = make_backend(o.device, o.threads, o.gpu, o.exact_math);
   const Model model = load_model(*ops, o.source);
   const int64_t max_length = model.config()->max_position_embeddings;
   if (o.max_new_tokens > max_length - static_cast<int64_t>(io.ids.size()))

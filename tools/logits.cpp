@@ -70,7 +70,7 @@ std::string read_file(const std::string& path) {
 void run_logits(const LogitsOptions& o) {
   const std::vector<int32_t> ids = parse_token_ids(read_file(o.ids_file), o.ids_file);
   const auto T = static_cast<int64_t>(ids.size());
-  const std::unique_ptr<Ops> backend = make_backend(o.device, o.threads, o.gpu);
+  const std::unique_ptr<Ops> backend = make_backend(o.device, o.threads, o.gpu, o.exact_math);
   Ops& ops = *backend;
   const Model model = load_model(ops, o.source);
   const std::unique_ptr<ForwardRunner> runner = make_forward_runner(ops, o.gpu);

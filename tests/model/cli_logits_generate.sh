@@ -62,6 +62,10 @@ if "$dsv4" generate --model "$model" --prompt-ids 5,6,7 -n 2 --fp8-gemm fast 2>"
   fail "--fp8-gemm fast was accepted"
 fi
 grep -q -- "--fp8-gemm: fast not in {mma,wgmma,cublaslt,simple}" "$work/err.txt" || fail "error message: $(cat "$work/err.txt")"
+if "$dsv4" generate --model "$model" --prompt-ids 5,6,7 -n 2 --fp4-experts yes 2>"$work/err.txt"; then
+  fail "--fp4-experts yes was accepted"
+fi
+grep -q -- "--fp4-experts: yes not in {auto,on,off}" "$work/err.txt" || fail "error message: $(cat "$work/err.txt")"
 [ "$("$dsv4" generate --model "$model" --prompt-ids 5,6,7 -n 6 --ignore-eos --fp8-gemm cublaslt)" = "$plain" ] ||
   fail "--fp8-gemm changed the CPU backend's ids"
 # Text prompts: the streamed text is the decoding of the generated ids, and a text prompt gives
