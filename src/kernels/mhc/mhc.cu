@@ -37,19 +37,32 @@ __device__ __forceinline__ void mix_partials_block(const HcMixPartialsParams& p)
   for (auto& token_acc : acc)
 #pragma unroll
     for (float& v : token_acc) v = 0.0f;
-  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
-    float x[kTokens];
+  // kDepth of the thread's positions at a time: their loads first, all in flight together (the
+  // kernel waits on memory latency, not bandwidth), then their FMAs in ascending position order.
+  constexpr int kDepth = kTokens * kGroup <= 8 ? 4 : 2;
+  for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += kDepth * kThreads) {
+    float x[kDepth][kTokens], f[kDepth][kGroup];
 #pragma unroll
-    for (int tt = 0; tt < kTokens; ++tt) {
-      x[tt] = t0 + tt < p.tokens ? load_float(p.x, (t0 + tt) * p.width + i) : 0.0f;
-      if (squares) acc[tt][kSums - 1] = fmaf(x[tt], x[tt], acc[tt][kSums - 1]);
+    for (int d = 0; d < kDepth; ++d) {
+      const int64_t i = i0 + d * kThreads;
+#pragma unroll
+      for (int tt = 0; tt < kTokens; ++tt)
+        x[d][tt] = i < end && t0 + tt < p.tokens ? load_float(p.x, (t0 + tt) * p.width + i) : 0.0f;
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g) f[d][g] = i < end && k0 + g < p.mix ? load_float(p.fn, (k0 + g) * p.width + i) : 0.0f;
     }
 #pragma unroll
-    for (int g = 0; g < kGroup; ++g) {
-      if (k0 + g >= p.mix) break;
-      const float f = load_float(p.fn, (k0 + g) * p.width + i);
+    for (int d = 0; d < kDepth; ++d) {
+      if (i0 + d * kThreads >= end) break;
 #pragma unroll
-      for (int tt = 0; tt < kTokens; ++tt) acc[tt][g] = fmaf(x[tt], f, acc[tt][g]);
+      for (int tt = 0; tt < kTokens; ++tt)
+        if (squares) acc[tt][kSums - 1] = fmaf(x[d][tt], x[d][tt], acc[tt][kSums - 1]);
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g) {
+        if (k0 + g >= p.mix) break;
+#pragma unroll
+        for (int tt = 0; tt < kTokens; ++tt) acc[tt][g] = fmaf(x[d][tt], f[d][g], acc[tt][g]);
+      }
     }
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
