@@ -41,18 +41,20 @@ PagedCache ForwardContext::window(size_t seq, int64_t layer) const {
   return {ring.reshaped({1, ring.dim(0), ring.dim(1)}).view(), field(plan.one_page_table()).view()};
 }
 
+ActQuant act_quant_for(const ForwardContext& ctx, const Weight& w) {
+  return w.format != WeightFormat::kPlain ? ctx.fp8_act : ActQuant::kNone;
+}
+
 DeviceTensor linear(const ForwardContext& ctx, const DeviceTensor& x, const Weight& w, DType out) {
   DeviceTensor y = ctx.alloc(out, {x.dim(0), w.shape.at(0)});
-  const bool quantised = w.format != WeightFormat::kPlain;
-  ctx.ops.linear({x.view(), &w, quantised ? ctx.fp8_act : ActQuant::kNone, y.view()});
+  ctx.ops.linear({x.view(), &w, act_quant_for(ctx, w), y.view()});
   return y;
 }
 
 std::array<DeviceTensor, 2> linear_pair(const ForwardContext& ctx, const DeviceTensor& x, const Weight& a,
                                         const Weight& b, DType out) {
   std::array<DeviceTensor, 2> y = {ctx.alloc(out, {x.dim(0), a.shape.at(0)}), ctx.alloc(out, {x.dim(0), b.shape.at(0)})};
-  const auto act_of = [&](const Weight& w) { return w.format != WeightFormat::kPlain ? ctx.fp8_act : ActQuant::kNone; };
-  const LinearOut outs[2] = {{&a, act_of(a), y[0].view()}, {&b, act_of(b), y[1].view()}};
+  const LinearOut outs[2] = {{&a, act_quant_for(ctx, a), y[0].view()}, {&b, act_quant_for(ctx, b), y[1].view()}};
   ctx.ops.linears({x.view(), outs});
   return y;
 }

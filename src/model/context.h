@@ -52,6 +52,10 @@ struct ForwardContext {
   }
 };
 
+// The activation quantisation w's checkpoint format calls for: fp8_act for FP8/FP4 weights, none
+// for plain ones.
+ActQuant act_quant_for(const ForwardContext& ctx, const Weight& w);
+
 // y = x @ w^T with the activation quantisation w's checkpoint format calls for; y has `out` dtype.
 DeviceTensor linear(const ForwardContext& ctx, const DeviceTensor& x, const Weight& w, DType out);
 

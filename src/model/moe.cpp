@@ -25,13 +25,10 @@ DeviceTensor moe(const ForwardContext& ctx, const MoeWeights& w, int64_t layer, 
   std::vector<ExpertWeights> routed;
   for (const ExpertLinears& e : w.experts) routed.push_back({&e.w1, &e.w2, &e.w3});
   const ExpertWeights shared{&w.shared.w1, &w.shared.w2, &w.shared.w3};
-  const auto act_of = [&](const Weight& weight) {
-    return weight.format != WeightFormat::kPlain ? ctx.fp8_act : ActQuant::kNone;
-  };
-  const ActQuant routed_quant = w.experts.empty() ? ActQuant::kNone : act_of(w.experts.front().w1);
+  const ActQuant routed_quant = w.experts.empty() ? ActQuant::kNone : act_quant_for(ctx, w.experts.front().w1);
   DeviceTensor out = ctx.alloc(ctx.act, x.shape());
   ctx.ops.moe_experts({x.view(), experts.view(), weights.view(), routed, &shared, static_cast<float>(p.swiglu_limit),
-                       routed_quant, act_of(w.shared.w1), out.view()});
+                       routed_quant, act_quant_for(ctx, w.shared.w1), out.view()});
   return out;
 }
 
