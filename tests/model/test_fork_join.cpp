@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "cpu_forwarding_ops.h"
 #include "model_test_util.h"
 
 namespace dsv4::testing {
@@ -46,10 +47,11 @@ TEST(ForkJoinContract, AnExceptionFromATaskLeavesTheCall) {
   EXPECT_FALSE(later_ran);
 }
 
-// Forwards every op to CpuOps; records which task each linear runs in, and runs fork/joins in a
-// chosen order: the default (sequential contract), or the side tasks in reverse slot order before
-// the main task (legal only if the chains are independent, which is the point).
-class RecordingOps final : public Ops {
+// Forwards every op to CpuOps (CpuForwardingOps); records which task each linear runs in, and
+// runs fork/joins in a chosen order: the default (sequential contract), or the side tasks in
+// reverse slot order before the main task (legal only if the chains are independent, which is the
+// point).
+class RecordingOps final : public CpuForwardingOps {
  public:
   struct ForkJoinRecord {
     std::string chain;
@@ -64,34 +66,10 @@ class RecordingOps final : public Ops {
   std::vector<ForkJoinRecord> records;
 
   std::string_view name() const override { return "recording-cpu"; }
-  DeviceTensor alloc(DType dtype, Shape shape) override { return cpu_.alloc(dtype, std::move(shape)); }
-  void upload(ConstTensorView host, TensorView dst) override { cpu_.upload(host, dst); }
-  void download(ConstTensorView src, TensorView host) override { cpu_.download(src, host); }
-  void copy(const CopyParams& p) override { cpu_.copy(p); }
-  void write_cache_rows(const WriteCacheRowsParams& p) override { cpu_.write_cache_rows(p); }
-  void argmax_rows(const ArgmaxRowsParams& p) override { cpu_.argmax_rows(p); }
-  Weight load_weight(const LoadWeightParams& p) override { return cpu_.load_weight(p); }
-  Weight dummy_weight(const DummyWeightParams& p) override { return cpu_.dummy_weight(p); }
-  void embed(const EmbedParams& p) override { cpu_.embed(p); }
-  void rms_norm(const RmsNormParams& p) override { cpu_.rms_norm(p); }
-  void rope(const RopeParams& p) override { cpu_.rope(p); }
-  void quant_sim(const QuantSimParams& p) override { cpu_.quant_sim(p); }
-  void hadamard(const HadamardParams& p) override { cpu_.hadamard(p); }
-  void add_broadcast(const AddBroadcastParams& p) override { cpu_.add_broadcast(p); }
   void linear(const LinearParams& p) override {
     if (task_ >= 0) records.back().linears[static_cast<size_t>(task_)].push_back(p.w->name);
     cpu_.linear(p);
   }
-  void grouped_linear(const GroupedLinearParams& p) override { cpu_.grouped_linear(p); }
-  void hc_pre(const HcPreParams& p) override { cpu_.hc_pre(p); }
-  void hc_post(const HcPostParams& p) override { cpu_.hc_post(p); }
-  void hc_head(const HcHeadParams& p) override { cpu_.hc_head(p); }
-  void compressor_pool(const CompressorPoolParams& p) override { cpu_.compressor_pool(p); }
-  void indexer_topk(const IndexerTopkParams& p) override { cpu_.indexer_topk(p); }
-  void sparse_attention(const SparseAttentionParams& p) override { cpu_.sparse_attention(p); }
-  void moe_route(const MoeRouteParams& p) override { cpu_.moe_route(p); }
-  void swiglu(const SwigluParams& p) override { cpu_.swiglu(p); }
-  void moe_experts(const MoeExpertsParams& p) override { cpu_.moe_experts(p); }
 
   void fork_join(const ForkJoinTasks& tasks) override {
     ForkJoinRecord r;
@@ -118,7 +96,6 @@ class RecordingOps final : public Ops {
   }
 
  private:
-  cpu::CpuOps cpu_{2};
   bool reversed_;
   int task_ = -1;  // the task running now: 0 main, 1 + i side i, -1 outside fork/joins
 };

@@ -17,6 +17,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
+#include "cpu_forwarding_ops.h"
 #include "model/cache.h"
 #include "model/cache_pool.h"
 #include "model/model.h"
@@ -82,7 +83,7 @@ TEST(CacheMemoryFromUtilization, RefusesAShareOutsideZeroToOne) {
 // The CPU backend as a device of total_bytes: every tensor made through it (weights included)
 // counts as the backend's until its last copy goes, `other_bytes` stand for the rest of the device's
 // users, and device_memory() reports them with the peak since its previous call.
-class FakeDeviceOps final : public Ops {
+class FakeDeviceOps final : public testing::CpuForwardingOps {
  public:
   int64_t total_bytes = 0;
   int64_t other_bytes = 0;
@@ -99,30 +100,8 @@ class FakeDeviceOps final : public Ops {
     return m;
   }
   DeviceTensor alloc(DType dtype, Shape shape) override { return counted(cpu_.alloc(dtype, std::move(shape))); }
-  void upload(ConstTensorView host, TensorView dst) override { cpu_.upload(host, dst); }
-  void download(ConstTensorView src, TensorView host) override { cpu_.download(src, host); }
-  void copy(const CopyParams& p) override { cpu_.copy(p); }
-  void write_cache_rows(const WriteCacheRowsParams& p) override { cpu_.write_cache_rows(p); }
-  void argmax_rows(const ArgmaxRowsParams& p) override { cpu_.argmax_rows(p); }
   Weight load_weight(const LoadWeightParams& p) override { return counted(cpu_.load_weight(p)); }
   Weight dummy_weight(const DummyWeightParams& p) override { return counted(cpu_.dummy_weight(p)); }
-  void embed(const EmbedParams& p) override { cpu_.embed(p); }
-  void rms_norm(const RmsNormParams& p) override { cpu_.rms_norm(p); }
-  void rope(const RopeParams& p) override { cpu_.rope(p); }
-  void quant_sim(const QuantSimParams& p) override { cpu_.quant_sim(p); }
-  void hadamard(const HadamardParams& p) override { cpu_.hadamard(p); }
-  void add_broadcast(const AddBroadcastParams& p) override { cpu_.add_broadcast(p); }
-  void linear(const LinearParams& p) override { cpu_.linear(p); }
-  void grouped_linear(const GroupedLinearParams& p) override { cpu_.grouped_linear(p); }
-  void hc_pre(const HcPreParams& p) override { cpu_.hc_pre(p); }
-  void hc_post(const HcPostParams& p) override { cpu_.hc_post(p); }
-  void hc_head(const HcHeadParams& p) override { cpu_.hc_head(p); }
-  void compressor_pool(const CompressorPoolParams& p) override { cpu_.compressor_pool(p); }
-  void indexer_topk(const IndexerTopkParams& p) override { cpu_.indexer_topk(p); }
-  void sparse_attention(const SparseAttentionParams& p) override { cpu_.sparse_attention(p); }
-  void moe_route(const MoeRouteParams& p) override { cpu_.moe_route(p); }
-  void swiglu(const SwigluParams& p) override { cpu_.swiglu(p); }
-  void moe_experts(const MoeExpertsParams& p) override { cpu_.moe_experts(p); }
 
  private:
   struct Counts {
@@ -147,7 +126,6 @@ class FakeDeviceOps final : public Ops {
     return w;
   }
 
-  cpu::CpuOps cpu_{2};
   std::shared_ptr<Counts> counts_ = std::make_shared<Counts>();
 };
 
