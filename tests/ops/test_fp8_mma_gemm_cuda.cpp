@@ -15,7 +15,7 @@
 #include "backend/cuda/fp8_gemm.h"
 #include "core/numeric.h"
 #include "kernels/gemm/act_quant.h"
-#include "kernels/gemm/e2m1_to_e4m3.h"
+#include "kernels/gemm/e2m1_layout.h"
 #include "kernels/gemm/fp8_mma_gemm.h"
 #include "loader/weights.h"
 #include "tests/ops/cuda_test_util.h"
@@ -512,27 +512,42 @@ TEST(Fp8MmaGemmCuda, RejectsKNotAMultipleOf128) {
 
 // ---- MXFP4 weights read as stored (Fp8MmaWeightCodes::kE2M1) --------------------------------
 
-// e2m1_mma_order (host code, no GPU needed): word w of each 16-byte group holds inputs 8w + 2s and
-// 8w + 2s + 1 at the top of its 16-bit halves once shifted left by 4s, for every byte value.
-TEST(E2m1MmaOrder, PutsEachPairAtTheTopOfItsHalvesAfterItsShift) {
-  std::vector<uint8_t> stored(4 * 16);
-  for (size_t i = 0; i < stored.size(); ++i) stored[i] = static_cast<uint8_t>(i * 37 + 11);  // every nibble value
+// e2m1_mma_order with the streamed kernel's conversion (host code, no GPU needed): slot s of word
+// w of each 16-byte group, as e2m1_slot_f16x2_bits gives it, is the fp16x2 of inputs 8w + 2s and
+// 8w + 2s + 1 times 2^-14, for every byte value.
+TEST(E2m1MmaOrder, GivesEachSlotsPairAsFp16TimesTwoToTheMinus14) {
+  const auto f16_value = [](uint32_t bits) {
+    const uint32_t exponent = (bits >> 10) & 0x1F, mantissa = bits & 0x3FF;
+    const double magnitude =
+        exponent == 0 ? std::ldexp(mantissa, -24) : std::ldexp(1024 + mantissa, static_cast<int>(exponent) - 25);
+    return (bits & 0x8000) != 0 ? -magnitude : magnitude;
+  };
+  std::vector<uint8_t> stored(16 * 16);
+  for (size_t i = 0; i < stored.size(); ++i) stored[i] = static_cast<uint8_t>(i * 37 + 11);  // every byte value
   std::vector<uint8_t> ordered(stored.size());
   kernels::e2m1_mma_order(stored.data(), ordered.data(), static_cast<int64_t>(stored.size()));
+  bool seen[4][16] = {};
   for (size_t group = 0; group < stored.size() / 16; ++group) {
-    const auto input = [&](int i) { return (stored[group * 16 + static_cast<size_t>(i / 2)] >> (4 * (i % 2))) & 0xF; };
+    const auto input = [&](int i) {
+      return static_cast<uint8_t>((stored[group * 16 + static_cast<size_t>(i / 2)] >> (4 * (i % 2))) & 0xF);
+    };
     for (int w = 0; w < 4; ++w) {
       uint32_t word = 0;
       std::memcpy(&word, &ordered[group * 16 + static_cast<size_t>(4 * w)], 4);
       for (int slot = 0; slot < 4; ++slot) {
-        const uint32_t shifted = word << (4 * slot);
+        const uint32_t bits = kernels::e2m1_slot_f16x2_bits(word, slot);
+        const uint8_t first = input(8 * w + 2 * slot), second = input(8 * w + 2 * slot + 1);
         const std::string where = "group " + std::to_string(group) + " word " + std::to_string(w) + " slot " +
-                                  std::to_string(slot);
-        EXPECT_EQ((shifted >> 12) & 0xF, static_cast<uint32_t>(input(8 * w + 2 * slot))) << where;
-        EXPECT_EQ(shifted >> 28, static_cast<uint32_t>(input(8 * w + 2 * slot + 1))) << where;
+                                  std::to_string(slot) + ", codes " + std::to_string(first) + ", " + std::to_string(second);
+        EXPECT_EQ(f16_value(bits & 0xFFFF), std::ldexp(static_cast<double>(e2m1_to_float(first)), -14)) << where;
+        EXPECT_EQ(f16_value(bits >> 16), std::ldexp(static_cast<double>(e2m1_to_float(second)), -14)) << where;
+        EXPECT_EQ(bits & 0x8000, (first & 8u) << 12) << where;  // -0 keeps its sign
+        seen[slot][first] = seen[slot][second] = true;
       }
     }
   }
+  for (int slot = 0; slot < 4; ++slot)
+    for (int code = 0; code < 16; ++code) EXPECT_TRUE(seen[slot][code]) << "slot " << slot << " code " << code;
   EXPECT_THROW(kernels::e2m1_mma_order(stored.data(), ordered.data(), 24), UsageError);
 }
 

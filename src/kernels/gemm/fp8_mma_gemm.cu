@@ -25,7 +25,7 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "kernels/cuda_check.h"
-#include "kernels/gemm/e2m1_to_e4m3.h"
+#include "kernels/gemm/e2m1_layout.h"
 #include "kernels/gemm/mma_lanes.cuh"
 #include "kernels/gemm/staged_tiles.cuh"
 #include "kernels/launch.cuh"
@@ -55,14 +55,10 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2_on_alu(uint32_t four_codes, 
   return h;
 }
 
-// Slot `slot` (a constant once the caller's loop unrolls) of a word of e2m1_mma_order's codes as an fp16x2 register, each value
-// e2m1 x 2^-14 x `scale` (fp16x2 2^shift, 2^0..2^6), exactly: with the nibble at the top of its
-// half, its sign is the fp16's and its three magnitude bits, moved down 3, are the low two
-// exponent bits and the top mantissa bit, which read as an fp16 are the e2m1 value x 2^-14 (codes
-// 0 and 1, zero and 0.5, come out as fp16 zero and subnormal 2^-15).
+// Slot `slot` (a constant once the caller's loop unrolls) of a word of e2m1_mma_order's codes as
+// an fp16x2 operand, each value e2m1 x 2^-14 x `scale` (fp16x2 2^shift, 2^0..2^6), exactly.
 __device__ __forceinline__ uint32_t e2m1_slot_to_f16x2(uint32_t word, int slot, uint32_t scale) {
-  const uint32_t q = word << (4 * slot);
-  const uint32_t bits = (q & 0x80008000u) | ((q >> 3) & 0x0E000E00u);
+  const uint32_t bits = e2m1_slot_f16x2_bits(word, slot);
   uint32_t h;
   asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(h) : "r"(bits), "r"(scale));
   return h;
@@ -72,11 +68,9 @@ __device__ __forceinline__ uint32_t e2m1_slot_to_f16x2(uint32_t word, int slot, 
 // back (exact: every scale is a power of two).
 constexpr float kE2M1ScaleBack = 16384.0f;
 
-// 2^shift (0..6) in both halves of an fp16x2 register.
-__device__ __forceinline__ uint32_t pow2_f16x2(uint32_t shift) {
-  const uint32_t h = (15u + shift) << 10;
-  return h | (h << 16);
-}
+// 2^shift (0..6) in both halves of an fp16x2 register: (15 + shift) << 10 in each, as one
+// multiply-add, which runs on the FMA pipe, not on the integer pipe that the conversions keep busy.
+__device__ __forceinline__ uint32_t pow2_f16x2(uint32_t shift) { return shift * 0x04000400u + 0x3C003C00u; }
 
 __device__ __forceinline__ void mma_f16_f32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                             uint32_t b0, uint32_t b1) {
@@ -131,8 +125,10 @@ __device__ __forceinline__ bool block_rows(const Fp8MmaGemmParams& p, int64_t ti
   return true;
 }
 
+// The routed experts' decode GEMM (e2m1, 8-row tiles) is held to 64 registers, 8 blocks an SM:
+// with 72 its batch-64 step took 0.3 ms longer (docs/PERF.md, session 15).
 template <int NT, bool kE2M1>  // 8-row x tiles per block; the weight's codes (Fp8MmaWeightCodes)
-__global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_kernel(Fp8MmaGemmParams p) {
+__global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? 8 : 1) fp8_mma_gemm_kernel(Fp8MmaGemmParams p) {
   pdl_wait();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
@@ -192,14 +188,14 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_kernel(Fp8MmaGemmPar
       } else {
         const uint32_t wa_s = a_lo.word(s), wb_s = a_hi.word(s);
         a0 = e4m3x2_to_f16x2(wa_s & 0xffff);
-        a2 = e4m3x2_to_f16x2(wa_s >> 16);
+        a2 = high_e4m3x2_to_f16x2(wa_s);
         a1 = e4m3x2_to_f16x2(wb_s & 0xffff);
-        a3 = e4m3x2_to_f16x2(wb_s >> 16);
+        a3 = high_e4m3x2_to_f16x2(wb_s);
       }
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         const uint32_t x_s = xb[j].word(s);
-        mma_f16_f32(blk[j], a0, a1, a2, a3, e4m3x2_to_f16x2(x_s & 0xffff), e4m3x2_to_f16x2(x_s >> 16));
+        mma_f16_f32(blk[j], a0, a1, a2, a3, e4m3x2_to_f16x2(x_s & 0xffff), high_e4m3x2_to_f16x2(x_s));
       }
     }
     const float sw = kE2M1 ? __ldg(sw_row + b) * kE2M1ScaleBack : __ldg(sw_row + b);
@@ -813,11 +809,14 @@ void e2m1_mma_order(const uint8_t* stored, uint8_t* out, int64_t bytes) {
   if (bytes % 16 != 0) throw UsageError("e2m1_mma_order: " + std::to_string(bytes) + " bytes, not whole groups of 16");
   for (int64_t at = 0; at < bytes; at += 16) {
     const auto input = [&](int i) { return static_cast<uint32_t>(stored[at + i / 2] >> (4 * (i % 2))) & 0xFu; };
+    const auto placed = [](uint32_t code, const E2m1SlotBits& bits) {
+      return (code & 7u) << bits.magnitude | (code >> 3) << bits.sign;
+    };
     for (int w = 0; w < 4; ++w) {
       uint32_t word = 0;
       for (int slot = 0; slot < 4; ++slot) {
         const int first = 8 * w + 2 * slot;
-        word |= input(first) << (12 - 4 * slot) | input(first + 1) << (28 - 4 * slot);
+        word |= placed(input(first), kE2m1Slots[slot]) | placed(input(first + 1), kE2m1Slots[slot]) << 16;
       }
       for (int byte = 0; byte < 4; ++byte) out[at + 4 * w + byte] = static_cast<uint8_t>(word >> (8 * byte));
     }
@@ -906,7 +905,9 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   check_grid_rows(tiles);
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(tiles));
   // The piped kernel where it measured faster: dense 8-row tiles and K of 16+ blocks (a warp's
-  // four or more blocks fill 4 or 8 stages).
+  // four or more blocks fill 4 or 8 stages). Not for 16- and 32-row tiles: alone it took a batch-64
+  // step's dense calls from 4.7 to 3.7 ms, but beside the routed experts' GEMM (the shared
+  // expert's side stream) its 67-100 KB blocks slowed the step by 7 ms (docs/PERF.md, session 15).
   const int64_t kblocks = p.k / 128;
   if (p.w_codes == Fp8MmaWeightCodes::kE2M1) {  // registers only: the piped stages hold e4m3 rows
     switch (tile_rows) {

@@ -82,19 +82,18 @@ constexpr int64_t kFp8MmaStagedMinRows = 64;
 // order e2m1_mma_order gives the checkpoint's packed pairs, with the per-32-input shifts and the
 // 128x128 block scales of its lossless FP8 cast (loader/weights.h, mxfp4_block_shifts). The
 // streamed kernel's lane (g, t) turns its 32 inputs of a block into fp16 as e2m1 x 2^shift x 2^-14
-// (three integer operations and one exact multiply a pair; the block scale takes the 2^14 back,
+// (one or two shifts and masks a pair and one exact multiply; the block scale takes the 2^14 back,
 // exactly), so the MMAs see the cast's operands scaled by a power of two; the staged kernel
 // converts each K block of its 128 weight rows once into the cast's e4m3 codes in shared memory
-// (byte permutes, e2m1_to_e4m3.h) and multiplies those. Both give the cast's bits from half its
-// bytes. fp8_mma_gemm_choice refuses kStagedIntegerX and kWgmmaFp8, which read e4m3 weights only.
+// (byte permutes) and multiplies those (e2m1_layout.h has both conversions). Both give the cast's
+// bits from half its bytes. fp8_mma_gemm_choice refuses kStagedIntegerX and kWgmmaFp8, which read
+// e4m3 weights only.
 enum class Fp8MmaWeightCodes : uint8_t { kE4M3, kE2M1 };
 
 // The checkpoint's packed e2m1 pairs (byte j of a row: inputs 2j in the low nibble, 2j + 1 in the
 // high) re-laid, 16 bytes (one 32-input group) at a time, in the order the streamed kernel reads
 // them: word w of a group holds its inputs 8w .. 8w + 7, a pair per slot s = 0..3 (inputs 8w + 2s
-// and 8w + 2s + 1, one fp16x2 operand of an MMA step), the first as the nibble at bits 12 - 4s,
-// the second at 28 - 4s, so shifting the word left by 4s puts each at the top of its 16-bit half,
-// where an fp16's sign is.
+// and 8w + 2s + 1, one fp16x2 operand of an MMA step) at the bits e2m1_layout.h's kE2m1Slots give.
 // Host code, once at load; `stored` and `out` hold the same (multiple of 16) number of bytes.
 void e2m1_mma_order(const uint8_t* stored, uint8_t* out, int64_t bytes);
 
