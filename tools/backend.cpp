@@ -49,9 +49,10 @@ void add_gpu_options(CLI::App* cmd, GpuOptions& gpu) {
            for (const MultiStreamMode mode : {MultiStreamMode::kOff, MultiStreamMode::kOn, MultiStreamMode::kAuto})
              if (multi_stream_mode_name(mode) == name) policy.mode = mode;
          },
-         "--device cuda: run the attention layer's independent input chains (compressor, indexer keys) "
-         "on side CUDA streams beside the Q/KV path: off, on, or auto (side streams for forwards of at "
-         "most " + std::to_string(defaults.auto_max_tokens) +
+         "--device cuda: run independent chains on side CUDA streams: the attention layer's compressor, "
+         "indexer keys and indexer queries (or KV path) beside its Q path, the shared expert beside the "
+         "routed experts: off, on, or auto (side streams for forwards of at most " +
+             std::to_string(defaults.auto_max_tokens) +
              " tokens). The numbers are the same in every mode")
       ->check(CLI::IsMember({"off", "on", "auto"}))
       ->default_str(std::string(multi_stream_mode_name(defaults.mode)));
