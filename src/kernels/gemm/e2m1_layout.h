@@ -20,9 +20,11 @@ namespace dsv4::kernels {
 //   sign:      14   6   7  15
 // The streamed kernel wants each code as an fp16 with the sign at bit 15 and the magnitude at bits
 // 9..11 (below). No four shifts of that pattern tile 32 bits, but slots 0 and 1 hold it moved down
-// 1 and 9 bits (a shift and a mask each) and slots 2 and 3 split it (two of each): 6 masks a word
-// where a contiguous nibble per input took 8, the streamed kernel's busiest pipe. The magnitudes
-// stay where one shift makes them nibbles, as the staged kernel's byte-permute lookup needs.
+// 1 and 9 bits (a shift and a mask each) and slots 2 and 3 split it (two of each): 6 masks a word,
+// on the integer pipe that bounds the streamed kernel, where a contiguous nibble per input took 8
+// and a shift. The magnitudes stay where one shift makes them nibbles, as the staged kernel's
+// byte-permute lookup needs. e2m1_mma_order lays the codes out by kE2m1Slots; the host tests check
+// the conversions below against it.
 struct E2m1SlotBits {
   int magnitude = 0;
   int sign = 0;

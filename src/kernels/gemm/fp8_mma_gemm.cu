@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? 8 : 1) fp8_mma
 #pragma unroll
     for (int s = 0; s < 8; ++s) {
       // Step s takes the lane's inputs 4s .. 4s + 3: a0 / a1 (rows g / g + 8) the first two, a2 /
-      // a3 the last two. e2m1: those are bytes 2s and 2s + 1 of the lane's 16.
+      // a3 the last two. e2m1: those are slots 2 (s % 2) and 2 (s % 2) + 1 of the lane's word s / 2.
       uint32_t a0, a1, a2, a3;
       if constexpr (kE2M1) {
         const uint32_t wa_w = a_lo.word(s / 2), wb_w = a_hi.word(s / 2);
