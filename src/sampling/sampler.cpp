@@ -38,17 +38,35 @@ void apply_penalties(std::vector<float>& x, const SamplingParams& params, const 
   }
 }
 
-// Takes the tokens `allowed` leaves out (when it is not empty) out of the choice: -inf logits,
-// no probability at any temperature.
-void apply_allowed(std::vector<float>& x, std::span<const uint8_t> allowed) {
-  if (allowed.empty()) return;
-  if (allowed.size() != x.size())
+// Takes the tokens `allowed` leaves out (when it is not empty) and those outside
+// `allowed_ids` (when it is not empty) out of the choice: -inf logits, no probability at any
+// temperature.
+void apply_allowed(std::vector<float>& x, std::span<const uint8_t> allowed, std::span<const int32_t> allowed_ids) {
+  if (allowed.empty() && allowed_ids.empty()) return;
+  if (!allowed.empty() && allowed.size() != x.size())
     throw UsageError("sample_token: the allowed-token mask has " + std::to_string(allowed.size()) +
                      " entries for " + std::to_string(x.size()) + " logits");
-  if (std::find_if(allowed.begin(), allowed.end(), [](uint8_t a) { return a != 0; }) == allowed.end())
-    throw UsageError("sample_token: the allowed-token mask allows no token");
+  std::vector<uint8_t> keep(allowed.begin(), allowed.end());
+  if (!allowed_ids.empty()) {
+    std::vector<uint8_t> listed(x.size(), 0);
+    for (int32_t id : allowed_ids) {
+      if (id < 0 || static_cast<size_t>(id) >= x.size())
+        throw UsageError("sample_token: allowed_token_ids names token " + std::to_string(id) + " of " +
+                         std::to_string(x.size()));
+      listed[static_cast<size_t>(id)] = 1;
+    }
+    if (keep.empty()) {
+      keep = std::move(listed);
+    } else {
+      for (size_t i = 0; i < keep.size(); ++i) keep[i] = keep[i] != 0 && listed[i] != 0;
+    }
+  }
+  // A listed id is always in range here, so only a mask can leave nothing.
+  if (std::find_if(keep.begin(), keep.end(), [](uint8_t a) { return a != 0; }) == keep.end())
+    throw UsageError(allowed_ids.empty() ? "sample_token: the allowed-token mask allows no token"
+                                         : "sample_token: no token of allowed_token_ids is in the allowed-token mask");
   for (size_t i = 0; i < x.size(); ++i)
-    if (allowed[i] == 0) x[i] = -std::numeric_limits<float>::infinity();
+    if (keep[i] == 0) x[i] = -std::numeric_limits<float>::infinity();
 }
 
 int32_t argmax(const std::vector<float>& x) {
@@ -113,7 +131,7 @@ TokenChoice sample_token(std::span<const float> logits, const SamplingParams& pa
     x[static_cast<size_t>(id)] += bias;
   }
   apply_penalties(x, params, history);
-  apply_allowed(x, allowed);
+  apply_allowed(x, allowed, params.allowed_token_ids);
 
   const int32_t id = params.temperature == 0.0f ? argmax(x) : draw(x, params, seed, history.output.size());
   if (params.logprobs) return token_logprobs(logits, id, params.top_logprobs);

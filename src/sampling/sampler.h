@@ -38,8 +38,10 @@ struct TokenHistory {
 // `allowed` (a constraint such as json_token_mask.h's): empty, every token may be drawn; else one
 // entry per logit, and only tokens whose entry is non-zero are: the others get no probability
 // after the penalties, so temperature, min-p, top-k and top-p act on the allowed tokens alone.
-// The logprobs stay those of the raw logits. Throws UsageError for empty logits, a history or
-// logit_bias id outside them, or an `allowed` of another size or that allows no token.
+// params.allowed_token_ids, when not empty, restricts the choice the same way, at the same point;
+// with both, a token must pass both. The logprobs stay those of the raw logits. Throws UsageError
+// for empty logits, a history, logit_bias or allowed_token_ids id outside them, an `allowed` of
+// another size, or when no token is left to draw.
 TokenChoice sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
                          const TokenHistory& history, std::span<const uint8_t> allowed = {});
 

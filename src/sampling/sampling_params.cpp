@@ -30,6 +30,7 @@ void SamplingParams::validate() const {
     require(id >= 0, "logit_bias token id", id, "a token id (>= 0)");
     require(bias >= -100.0f && bias <= 100.0f, "logit_bias value", bias, "in [-100, 100]");
   }
+  for (int32_t id : allowed_token_ids) require(id >= 0, "allowed_token_ids token id", id, "a token id (>= 0)");
   require(top_logprobs >= 0 && top_logprobs <= 20, "top_logprobs", top_logprobs, "in [0, 20]");
   require(logprobs || top_logprobs == 0, "top_logprobs", top_logprobs, "0 unless logprobs is requested");
 }

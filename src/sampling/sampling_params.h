@@ -31,6 +31,11 @@ struct SamplingParams {
   // penalties; -100 in effect bans a token, 100 all but forces it. The ids are checked against
   // the vocabulary by the engine.
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // vLLM's allowed_token_ids: when not empty, only these tokens may be drawn; every other logit is
+  // -inf after logit_bias and the penalties, as with an output constraint's mask (the allowed set
+  // is then the intersection of the two). Duplicates are harmless. The ids are checked against the
+  // vocabulary by the engine.
+  std::vector<int32_t> allowed_token_ids;
   // Return the sampled token's logprob, and the `top_logprobs` most likely tokens with theirs.
   // Logprobs are those of the model's raw distribution (log_softmax of the logits, before
   // penalties, temperature and filters), as vLLM returns by default.

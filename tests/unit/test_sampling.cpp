@@ -1,5 +1,6 @@
 // The host sampler (sampling/sampler.h): greedy, each filter on its own, the seeded draw, the
-// penalties, the raw logprobs, the allowed-token mask, and the range checks of SamplingParams.
+// penalties, the raw logprobs, the allowed-token mask and allowed_token_ids, and the range checks of
+// SamplingParams.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -224,6 +225,35 @@ TEST(Sampling, AMaskOfAnotherSizeOrAllowingNothingIsRefused) {
   EXPECT_NO_THROW(sample_token(x, sampled(), 0, {}, std::vector<uint8_t>{0, 1}));
 }
 
+// vLLM's allowed_token_ids: only the listed tokens are drawn, in their shares of the listed mass,
+// greedy takes the best listed one, the logprobs stay raw, and beside a mask only tokens both
+// allow are drawn (none: refused).
+TEST(Sampling, AllowedTokenIdsRestrictTheDrawAndMeetAMask) {
+  const std::vector<float> x = logits_of(kProbs);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.allowed_token_ids = {3, 1};  // 0.3 and 0.05: 6/7 and 1/7 of the mass
+  EXPECT_EQ(sample_token(x, greedy, 0, {}).id, 1);
+  SamplingParams p = sampled();
+  p.allowed_token_ids = {3, 1, 3};
+  std::map<int32_t, int> counts = draw_counts(x, p, 7000);
+  EXPECT_EQ(counts.size(), 2u);
+  EXPECT_NEAR(counts[1] / 7000.0, 6.0 / 7.0, 0.015);
+
+  p.allowed_token_ids = {2, 3};
+  const std::vector<uint8_t> mask = {1, 0, 0, 1};
+  for (int seed = 0; seed < 200; ++seed) EXPECT_EQ(sample_token(x, p, static_cast<uint64_t>(seed), {}, mask).id, 3);
+  EXPECT_THROW(sample_token(x, p, 0, {}, std::vector<uint8_t>{1, 1, 0, 0}), UsageError);
+  p.allowed_token_ids = {4};
+  EXPECT_THROW(sample_token(x, p, 0, {}), UsageError);
+
+  greedy.logprobs = true;
+  greedy.allowed_token_ids = {2};
+  const TokenChoice restricted = sample_token(x, greedy, 0, {});
+  EXPECT_EQ(restricted.id, 2);
+  EXPECT_NEAR(restricted.logprob, std::log(0.15), 1e-6);  // the raw distribution's
+}
+
 TEST(Sampling, ParamsOutOfRangeAreRefusedByName) {
   auto refused = [](auto change, const char* field) {
     SamplingParams p;
@@ -244,6 +274,7 @@ TEST(Sampling, ParamsOutOfRangeAreRefusedByName) {
   refused([](SamplingParams& p) { p.top_logprobs = 3; }, "top_logprobs");  // without logprobs
   refused([](SamplingParams& p) { p.logit_bias = {{1, 101.0f}}; }, "logit_bias value");
   refused([](SamplingParams& p) { p.logit_bias = {{-1, 1.0f}}; }, "logit_bias token id");
+  refused([](SamplingParams& p) { p.allowed_token_ids = {2, -1}; }, "allowed_token_ids token id");
   SamplingParams ok;
   EXPECT_NO_THROW(ok.validate());
   EXPECT_THROW(sample_token(std::vector<float>{1.0f}, ok, 0, {std::vector<int32_t>{5}, {}}), UsageError);
