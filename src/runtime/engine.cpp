@@ -195,11 +195,12 @@ class Engine::Impl {
   };
 
   // Whether the request's next token is sample_token's argmax of the raw logits and nothing
-  // else is needed from them: temperature 0, no penalty, no logprobs, no constraint.
+  // else is needed from them: temperature 0, no penalty, no logprobs, no constraint, no
+  // allowed_token_ids.
   static bool plain_greedy(const Request& r) {
     const SamplingParams& s = r.sampling;
     return s.temperature == 0.0f && !s.logprobs && s.presence_penalty == 0.0f && s.frequency_penalty == 0.0f &&
-           s.repetition_penalty == 1.0f && s.logit_bias.empty() && !r.constraint;
+           s.repetition_penalty == 1.0f && s.logit_bias.empty() && s.allowed_token_ids.empty() && !r.constraint;
   }
 
   // The config with its defaults resolved and the caches sized; `sizing` says how.
@@ -461,6 +462,10 @@ RequestHandle Engine::Impl::submit(GenerateRequest request) {
     if (id < 0 || id >= vocab)
       throw UsageError("logit_bias: token id " + std::to_string(id) + " is outside the vocabulary of " +
                        std::to_string(vocab));
+  for (const int32_t id : request.sampling.allowed_token_ids)
+    if (id < 0 || id >= vocab)
+      throw UsageError("allowed_token_ids: token id " + std::to_string(id) + " is outside the vocabulary of " +
+                       std::to_string(vocab));
   request.sampling.validate();
   if (request.prompt_logprobs && (*request.prompt_logprobs < 0 || *request.prompt_logprobs > 20))
     throw UsageError("prompt_logprobs = " + std::to_string(*request.prompt_logprobs) + ": must be in [0, 20]");
@@ -639,6 +644,18 @@ bool Engine::Impl::step() {
           d.allowed.assign(static_cast<size_t>(model_.config()->vocab_size), 1);
           if (!r.stop.ignore_eos) d.allowed.at(static_cast<size_t>(model_.config()->eos_token_id)) = 0;
           for (const int32_t id : r.stop.stop_token_ids) d.allowed.at(static_cast<size_t>(id)) = 0;
+        }
+        // allowed_token_ids beside a mask: the two may leave no token (a choice none of the listed
+        // tokens can spell, min_tokens holding back the only one listed). That is the request's
+        // doing, so it ends here with an error, as a constraint's dead end does.
+        if (!d.allowed.empty() && !r.sampling.allowed_token_ids.empty() &&
+            std::none_of(r.sampling.allowed_token_ids.begin(), r.sampling.allowed_token_ids.end(),
+                         [&](int32_t id) { return d.allowed[static_cast<size_t>(id)] != 0; })) {
+          end_early(r, FinishReason::kError,
+                    "allowed_token_ids: none of its tokens may be output token " +
+                        std::to_string(c.sequence->num_output()) +
+                        " (the output format or min_tokens allows none of them there)");
+          continue;
         }
         draws.push_back(std::move(d));
       }

@@ -33,8 +33,12 @@
 // guided_regex) does the same for a whole match of GenerateRequest::regex (sampling/regex_prefix.h):
 // the end of sequence once the text matches, kStop once it matches and no byte can extend it.
 //
+// SamplingParams::allowed_token_ids meets these masks: only tokens both allow are drawn. When at
+// some step none is (a choice none of the listed tokens can continue, min_tokens holding back the
+// only listed token), the request ends there with kError and a message naming allowed_token_ids.
+//
 // Refused at submit (UsageError, message for the client): an empty prompt, an id outside the
-// vocabulary, prompt + max_tokens longer than max_model_len, sampling values out of range, stop
+// vocabulary (prompt, stop ids, logit_bias, allowed_token_ids), prompt + max_tokens longer than max_model_len, sampling values out of range, stop
 // strings or a constrained output format without a tokenizer, choices without kChoice or kChoice
 // without valid choices, a regex without kRegex or kRegex without one.
 #pragma once

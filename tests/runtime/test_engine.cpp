@@ -4,7 +4,8 @@
 // and preemption give every cache block back; a long prompt among a stream of short ones
 // finishes; too-long requests are refused; stop ids, stop strings and max_tokens end streams;
 // JSON object requests write one JSON object (or a prefix of one), sampled or greedy; the engine
-// thread serves several submitting threads.
+// thread serves several submitting threads; allowed_token_ids restricts every draw, alone and beside a
+// choice constraint.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -539,6 +540,75 @@ TEST_F(EngineTest, MinTokensHoldsBackEveryStop) {
   EXPECT_THROW(engine()->submit(r), UsageError);
 }
 
+// allowed_token_ids: sampled requests (temperature 1, several seeds) draw only the listed tokens;
+// a greedy one takes at each step the listed token of largest raw logit (the backend's argmax
+// shortcut must not skip the list) and reports that token's raw logprob; an id outside the
+// vocabulary is refused; min_tokens holding back the only listed token ends the request with an
+// error naming allowed_token_ids.
+TEST_F(EngineTest, AllowedTokenIdsRestrictEveryDraw) {
+  const std::vector<int32_t> prompt = ids(12, 81);
+  GenerateRequest plain = request(prompt, 6);
+  plain.sampling.logprobs = false;
+  const Result free = alone(plain);
+  ASSERT_EQ(free.tokens.size(), 6u);
+  std::vector<int32_t> listed;  // two tokens greedy decoding does not pick
+  for (int32_t id = 1000; listed.size() < 2; id += 997)
+    if (std::find(free.tokens.begin(), free.tokens.end(), id) == free.tokens.end()) listed.push_back(id);
+
+  auto e = engine();
+  std::vector<RequestHandle> sampled;
+  for (uint32_t seed = 0; seed < 4; ++seed) {
+    GenerateRequest r = request(ids(9, 90 + seed), 8, 1.0f);
+    r.sampling.seed = seed;
+    r.sampling.allowed_token_ids = listed;
+    sampled.push_back(e->submit(r));
+  }
+  run_until_idle(*e);
+  for (RequestHandle& h : sampled) {
+    const Result got = drain(h);
+    ASSERT_EQ(got.tokens.size(), 8u) << got.last.error;
+    for (int32_t id : got.tokens) EXPECT_TRUE(id == listed[0] || id == listed[1]) << id;
+  }
+
+  GenerateRequest greedy = plain;
+  greedy.sampling.allowed_token_ids = listed;
+  const Result chosen = alone(greedy);
+  ASSERT_EQ(chosen.tokens.size(), 6u);
+  GenerateRequest scored = greedy;
+  scored.sampling.logprobs = true;
+  const Result with_logprobs = alone(scored);
+  EXPECT_EQ(with_logprobs.tokens, chosen.tokens);
+  // The raw logits at each step, from one forward over the prompt and the tokens chosen.
+  std::vector<int32_t> sequence = prompt;
+  sequence.insert(sequence.end(), chosen.tokens.begin(), chosen.tokens.end() - 1);
+  SequenceCache cache = model_->new_sequence(*ops_, 64, false);
+  ForwardBatch batch;
+  batch.options.logits = LogitsFor::kAllTokens;
+  batch.add(cache, sequence);
+  const ForwardResult whole = model_->forward(*ops_, batch);  // CPU: the logits are host memory
+  const std::span<const float> logits(whole.logits.view().data<float>(), static_cast<size_t>(whole.logits.numel()));
+  const auto V = static_cast<size_t>(model_->config()->vocab_size);
+  for (size_t i = 0; i < chosen.tokens.size(); ++i) {
+    const std::span<const float> row = logits.subspan((prompt.size() - 1 + i) * V, V);
+    const float a = row[static_cast<size_t>(listed[0])], b = row[static_cast<size_t>(listed[1])];
+    EXPECT_EQ(chosen.tokens[i], a >= b ? listed[0] : listed[1]) << "token " << i << ": " << a << " vs " << b;
+    EXPECT_NEAR(with_logprobs.logprobs[i], token_logprobs(row, chosen.tokens[i], 0).logprob, 1e-4) << "token " << i;
+  }
+
+  GenerateRequest outside = plain;
+  outside.sampling.allowed_token_ids = {listed[0], static_cast<int32_t>(V)};
+  expect_refused(*engine(), outside, "allowed_token_ids");
+
+  GenerateRequest held = plain;
+  held.stop.ignore_eos = false;
+  held.stop.min_tokens = 2;
+  held.sampling.allowed_token_ids = {static_cast<int32_t>(model_->config()->eos_token_id)};
+  const Result failed = alone(held);
+  EXPECT_EQ(failed.finish, FinishReason::kError);
+  EXPECT_TRUE(failed.tokens.empty());
+  EXPECT_NE(failed.last.error.find("allowed_token_ids"), std::string::npos) << failed.last.error;
+}
+
 // cache_memory_bytes sizes the blocks: what is left after max_num_seqs sequences' fixed state, in
 // whole blocks; too little for one sequence of max_model_len is refused with the numbers.
 TEST_F(EngineTest, CacheMemoryBytesSizeTheBlocks) {
@@ -802,6 +872,36 @@ TEST_F(EngineTest, ChoiceRequestsWriteOneOfTheChoices) {
       EXPECT_EQ(got.text, "yes");  // only there may the end of sequence come
     }
   }
+  EXPECT_EQ(e->stats().cache_blocks_used, 0);
+}
+
+// allowed_token_ids beside guided_choice: only tokens both allow are drawn, so listing the tokens
+// of one choice makes every seed write that choice; listing tokens no choice begins with ends the
+// request with an error naming allowed_token_ids.
+TEST_F(EngineTest, AllowedTokenIdsMeetAChoiceConstraint) {
+  auto tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(DSV4_TOKENIZER_JSON));
+  auto e = engine(small_config(), tokenizer);
+  const auto choices = std::make_shared<const std::vector<std::string>>(std::vector<std::string>{"positive", "negative"});
+  std::vector<RequestHandle> handles = submit_sampled_grid(*e, 16, [&](GenerateRequest& r) {
+    r.format = OutputFormat::kChoice;
+    r.choices = choices;
+    r.sampling.allowed_token_ids = tokenizer->encode("negative");
+  });
+  run_until_idle(*e);
+  for (RequestHandle& h : handles) {
+    const Result got = drain(h);
+    EXPECT_EQ(got.finish, FinishReason::kStop) << got.last.error;
+    EXPECT_EQ(got.text, "negative");
+  }
+  GenerateRequest r = request(ids(9, 3), 8);
+  r.format = OutputFormat::kChoice;
+  r.choices = choices;
+  r.sampling.allowed_token_ids = tokenizer->encode(" zebra");
+  RequestHandle h = e->submit(r);
+  run_until_idle(*e);
+  const Result got = drain(h);
+  EXPECT_EQ(got.finish, FinishReason::kError);
+  EXPECT_NE(got.last.error.find("allowed_token_ids"), std::string::npos) << got.last.error;
   EXPECT_EQ(e->stats().cache_blocks_used, 0);
 }
 
