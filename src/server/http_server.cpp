@@ -149,14 +149,13 @@ class OpenAiServer::Impl {
                   model_list_json(options_.served_model_name, started_, ready().max_model_len()));
       });
     });
-    http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-      if (draining_) {
-        send_error(res, not_ready("The server is shutting down."));
-      } else if (!engine_) {
-        send_error(res, not_ready("The model is loading."));
-      } else {
-        res.status = 200;
-      }
+    // /ping is vLLM's (SageMaker's) name for the same probe, by GET or POST.
+    const auto health = [this](const httplib::Request&, httplib::Response& res) { answer_health(res); };
+    http_.Get("/health", health);
+    http_.Get("/ping", health);
+    http_.Post("/ping", health);
+    http_.Get("/version", [](const httplib::Request&, httplib::Response& res) {
+      send_json(res, 200, {{"version", DSV4_VERSION}});
     });
     http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       ServingEngine* engine = engine_;
@@ -250,9 +249,22 @@ class OpenAiServer::Impl {
     });
   }
 
-  // Every route but /health needs the key when one is set.
+  // 200 with no body when requests are served; 503 while the model loads or the server drains.
+  void answer_health(httplib::Response& res) const {
+    if (draining_) {
+      send_error(res, not_ready("The server is shutting down."));
+    } else if (!engine_) {
+      send_error(res, not_ready("The model is loading."));
+    } else {
+      res.status = 200;
+    }
+  }
+
+  // Every route but the health probes (/health, /ping) needs the key when one is set: a load
+  // balancer's probe carries none.
   bool authorized(const httplib::Request& req) const {
-    return options_.api_key.empty() || req.path == "/health" || same_secret(bearer_token(req), options_.api_key);
+    return options_.api_key.empty() || req.path == "/health" || req.path == "/ping" ||
+           same_secret(bearer_token(req), options_.api_key);
   }
 
   // Runs a handler, turning whatever it throws into an error response.
@@ -279,6 +291,21 @@ class OpenAiServer::Impl {
 
   void check_model(const std::optional<std::string>& model) const {
     if (model && *model != options_.served_model_name) throw model_not_found(*model);
+  }
+
+  // vLLM's truncate_prompt_tokens: the prompt's last k tokens (all of them when it has no more);
+  // -1 is the model's length, and more than that is refused, as vLLM does (the message is its).
+  static std::vector<int32_t> truncated(std::vector<int32_t> ids, const GenerationOptions& o, int64_t max_model_len) {
+    if (!o.truncate_prompt_tokens) return ids;
+    const int64_t keep = *o.truncate_prompt_tokens == -1 ? max_model_len : *o.truncate_prompt_tokens;
+    if (keep > max_model_len) {
+      throw invalid_request("truncate_prompt_tokens value (" + std::to_string(keep) + ") is greater than "
+                            "max_model_len (" + std::to_string(max_model_len) + "). Please, select a smaller "
+                            "truncation size.",
+                            "truncate_prompt_tokens");
+    }
+    if (static_cast<int64_t>(ids.size()) > keep) ids.erase(ids.begin(), ids.end() - keep);
+    return ids;
   }
 
   // The prompt plus the answer must fit the model (the message is vLLM's).
@@ -339,6 +366,7 @@ class OpenAiServer::Impl {
     s.frequency_penalty = o.frequency_penalty;
     s.repetition_penalty = o.repetition_penalty;
     s.logit_bias = o.logit_bias;
+    s.allowed_token_ids = o.allowed_token_ids;
     s.logprobs = o.logprobs;
     s.top_logprobs = o.top_logprobs;
     request.stop.max_tokens = o.max_tokens;
@@ -438,7 +466,8 @@ class OpenAiServer::Impl {
     const ChatCompletionRequest request = parse_chat_completion_request(parse_request_body(req.body));
     check_model(request.model);
     const ChatPrompt prompt = render_chat_prompt(request);
-    const std::vector<int32_t> ids = tokenizer_->encode(prompt.text);
+    const std::vector<int32_t> ids =
+        truncated(tokenizer_->encode(prompt.text), request.generation, ready().max_model_len());
     check_length(static_cast<int64_t>(ids.size()), request.generation, "messages",
                  ready().max_model_len());
     const OutputFormat format = request.response_format ? OutputFormat::kJsonObject
@@ -597,8 +626,11 @@ class OpenAiServer::Impl {
     const CompletionRequest request = parse_completion_request(parse_request_body(req.body));
     check_model(request.model);
     std::vector<std::vector<int32_t>> prompts;
+    std::vector<bool> cut;  // whether truncate_prompt_tokens dropped some of prompt i
     for (const CompletionPrompt& p : request.prompts) {
-      prompts.push_back(p.text ? tokenizer_->encode(*p.text) : p.ids);
+      std::vector<int32_t> whole = p.text ? tokenizer_->encode(*p.text) : p.ids;
+      prompts.push_back(truncated(whole, request.generation, ready().max_model_len()));
+      cut.push_back(prompts.back().size() < whole.size());
       check_length(static_cast<int64_t>(prompts.back().size()), request.generation, "prompt",
                    ready().max_model_len());
     }
@@ -616,7 +648,8 @@ class OpenAiServer::Impl {
       const size_t p = i / static_cast<size_t>(options.n);
       if (!request.echo) continue;
       parts[i].prompt = &prompts[p];
-      parts[i].echo = request.prompts[p].text ? *request.prompts[p].text : tokenizer_->decode(prompts[p]);
+      // A truncated prompt echoes what was kept, the tokens its echoed logprobs are of.
+      parts[i].echo = request.prompts[p].text && !cut[p] ? *request.prompts[p].text : tokenizer_->decode(prompts[p]);
     }
     if (request.generation.stream) {
       auto state = std::make_shared<StreamState<TextPart>>(

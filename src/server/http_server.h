@@ -1,7 +1,7 @@
 // OpenAiServer: the HTTP face of the engine (cpp-httplib). Routes: POST /v1/chat/completions and
 // /v1/completions (JSON, or server-sent events with "stream": true), GET /v1/models, GET /health
-// (503 until an engine is set, and while draining), GET /metrics (Prometheus text), POST /tokenize
-// and /detokenize. Every refusal is an OpenAI error object with its status (api_error.h), and a
+// and GET or POST /ping (200 with no body; 503 until an engine is set, and while draining), GET
+// /version ({"version": dsv4's}), GET /metrics (Prometheus text), POST /tokenize and /detokenize. Every refusal is an OpenAI error object with its status (api_error.h), and a
 // bad request never takes the server down.
 //
 // Threads: the HTTP server runs on a pool of its own; each request is handled on one pool thread,
@@ -25,7 +25,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                     // 0: any free port (start() returns it)
   std::string api_key;                 // empty: none; else "Authorization: Bearer KEY" on every
-                                       // route but /health (401 without it)
+                                       // route but /health and /ping (401 without it)
   std::string served_model_name = "dsv4";
   size_t max_body_bytes = 32u << 20;   // 413 beyond
   int64_t max_open_requests = 256;     // generation requests in flight; 429 beyond

@@ -297,6 +297,15 @@ GenerationOptions generation_options(const Fields& fields) {
   o.repetition_penalty =
       fields.number("repetition_penalty", 0, 2, /*low_open=*/true).value_or(o.repetition_penalty);
   o.logit_bias = logit_bias(fields);
+  if (const ordered_json* ids = fields.find("allowed_token_ids")) {
+    if (!ids->is_array()) fields.type_error("allowed_token_ids", "an array of token ids", *ids);
+    if (ids->empty()) fields.value_error("allowed_token_ids", "at least one token id is needed.");
+    o.allowed_token_ids = token_id_list(*ids, "allowed_token_ids");
+  }
+  o.truncate_prompt_tokens = fields.integer("truncate_prompt_tokens", -1, std::numeric_limits<int64_t>::max());
+  if (o.truncate_prompt_tokens == 0)
+    fields.value_error("truncate_prompt_tokens", "0 keeps no prompt token; give k >= 1 (the last k tokens) or -1 "
+                                                 "(the model's maximum length).");
   o.stop = stop_strings(fields);
   if (const ordered_json* ids = fields.find("stop_token_ids")) {
     if (!ids->is_array()) fields.type_error("stop_token_ids", "an array of token ids", *ids);

@@ -41,6 +41,13 @@ struct GenerationOptions {
   float frequency_penalty = 0.0f;     // [-2, 2]
   float repetition_penalty = 1.0f;    // (0, 2]
   std::vector<std::pair<int32_t, float>> logit_bias;  // token id -> [-100, 100], ids ascending
+  // vLLM's extension: only these tokens may be drawn (not empty when given; the engine checks the
+  // ids against the vocabulary).
+  std::vector<int32_t> allowed_token_ids;
+  // vLLM's extension: only the prompt's last k tokens are used (for chat, of the encoded
+  // conversation), k >= 1; -1 means the model's maximum length, as in vLLM. A k beyond that length
+  // is refused when the prompt is tokenized (the length is the engine's).
+  std::optional<int64_t> truncate_prompt_tokens;
   std::vector<std::string> stop;      // non-empty strings, at most kMaxStopStrings
   std::vector<int32_t> stop_token_ids;  // vLLM's extension
   bool ignore_eos = false;              // vLLM's extension

@@ -1,6 +1,7 @@
 """`dsv4 serve` driven by the official openai client: completions and chat, streamed and not,
-usage, logprobs, stop strings, logit_bias, n choices, seeded sampling, response_format's JSON constraint, guided_choice
-and guided_regex, and the bad-input answers (401, 404, 400) with the server still serving afterwards.
+usage, logprobs, stop strings, logit_bias, allowed_token_ids, truncate_prompt_tokens, n choices, seeded
+sampling, response_format's JSON constraint, guided_choice and guided_regex, the bad-input answers (401,
+404, 400) with the server still serving afterwards, /ping and /version.
 Usage: openai_client_e2e.py BASE_URL API_KEY MODEL_NAME."""
 import json
 import re
@@ -68,6 +69,29 @@ biased = client.completions.create(model=model, prompt=prompt, max_tokens=3, tem
                                    logit_bias={str(token): 100})
 check(biased.choices[0].text == piece * 3, f"logit_bias {token} ({piece!r}): {biased.choices[0].text!r}")
 check(biased.usage.prompt_tokens_details.cached_tokens == 0, f"cached_tokens {biased.usage}")
+
+# allowed_token_ids (vLLM's): every token, greedy or sampled, is one of the listed ones; an id
+# outside the vocabulary is a 400 naming the field.
+listed = [token, post("/tokenize", {"model": model, "prompt": " dog"})["tokens"][-1]]
+pieces = {post("/detokenize", {"model": model, "tokens": [t]})["prompt"] for t in listed}
+for temperature, seed in [(0, None), (1.0, 1), (1.0, 2), (1.0, 3)]:
+    r = client.completions.create(model=model, prompt=prompt, max_tokens=5, temperature=temperature, seed=seed,
+                                  logprobs=0, extra_body={"allowed_token_ids": listed})
+    drawn = r.choices[0].logprobs.tokens
+    check(len(drawn) == 5 and set(drawn) <= pieces, f"allowed_token_ids {listed} ({pieces}): {drawn}")
+try:
+    client.completions.create(model=model, prompt=prompt, max_tokens=2, extra_body={"allowed_token_ids": [10 ** 8]})
+    check(False, "an allowed token id outside the vocabulary was accepted")
+except openai.BadRequestError as e:
+    check("allowed_token_ids" in str(e) and str(10 ** 8) in str(e), f"allowed_token_ids error {e}")
+
+# truncate_prompt_tokens (vLLM's): the prompt's last k tokens, the same answer as sending them alone.
+prompt_ids = post("/tokenize", {"model": model, "prompt": prompt})["tokens"]
+cut = client.completions.create(model=model, prompt=prompt, max_tokens=6, temperature=0,
+                                extra_body={"truncate_prompt_tokens": 2})
+alone = client.completions.create(model=model, prompt=prompt_ids[-2:], max_tokens=6, temperature=0)
+check(cut.choices[0].text == alone.choices[0].text and cut.usage.prompt_tokens == 2,
+      f"truncate_prompt_tokens 2: {cut.choices[0].text!r} vs {alone.choices[0].text!r}, {cut.usage}")
 
 # n choices: greedy ones agree; seeded sampled ones are reproducible one by one (choice i draws
 # with seed + i, so choice 1 of seed 7 is choice 0 of seed 8).
@@ -291,4 +315,11 @@ except urllib.error.HTTPError as e:
     check(e.code == 400 and "message" in body["error"], f"malformed JSON: {e.code} {body}")
 with urllib.request.urlopen(base_url + "/health", timeout=30) as r:
     check(r.status == 200, "health after the bad requests")
+for method in ("GET", "POST"):
+    with urllib.request.urlopen(urllib.request.Request(base_url + "/ping", method=method), timeout=30) as r:
+        check(r.status == 200 and r.read() == b"", f"{method} /ping")
+with urllib.request.urlopen(urllib.request.Request(base_url + "/version", headers={"Authorization": "Bearer " + api_key}),
+                            timeout=30) as r:
+    version = json.load(r)["version"]
+    check(re.fullmatch(r"\d+\.\d+\.\d+", version) is not None, f"/version {version!r}")
 print("ok")

@@ -1,7 +1,8 @@
 // The HTTP server on 127.0.0.1 with a scripted engine behind it: every route, streamed and not;
 // response_format's JSON constraint reaching the engine; the bad-input list of issue 14 (each an
 // OpenAI error object with its status, the server still serving after it); a client that goes
-// away cancels its request; drain waits for open requests.
+// away cancels its request; drain waits for open requests; /ping, /version, allowed_token_ids and
+// truncate_prompt_tokens.
 #include <gtest/gtest.h>
 
 #include <httplib.h>
@@ -196,6 +197,68 @@ TEST_F(HttpServerTest, HealthIs503UntilTheEngineIsSet) {
   expect_error(post("/v1/completions", R"({"prompt": "hi"})"), 503);
   server_->set_engine(engine_);
   EXPECT_EQ(client_->Get("/health")->status, 200);
+}
+
+// /ping is /health by another name (GET or POST, no key, no body); /version is dsv4's.
+TEST_F(HttpServerTest, PingFollowsHealthAndVersionIsTheProjects) {
+  httplib::Client anonymous("127.0.0.1", port_);
+  EXPECT_EQ(anonymous.Get("/ping")->status, 503);
+  EXPECT_EQ(anonymous.Post("/ping")->status, 503);
+  server_->set_engine(engine_);
+  for (const auto& ping : {anonymous.Get("/ping"), anonymous.Post("/ping")}) {
+    ASSERT_TRUE(ping);
+    EXPECT_EQ(ping->status, 200);
+    EXPECT_EQ(ping->body, "");
+  }
+  const auto version = client_->Get("/version");
+  ASSERT_TRUE(version);
+  EXPECT_EQ(version->status, 200);
+  EXPECT_EQ(json::parse(version->body), json({{"version", DSV4_EXPECTED_VERSION}}));
+}
+
+// allowed_token_ids reaches the engine's sampling parameters as given.
+TEST_F(HttpServerTest, AllowedTokenIdsReachTheEngine) {
+  server_->set_engine(engine_);
+  EXPECT_EQ(post("/v1/completions", R"({"prompt": "hi", "allowed_token_ids": [7, 3]})")->status, 200);
+  EXPECT_EQ(engine_.last_request.sampling.allowed_token_ids, (std::vector<int32_t>{7, 3}));
+  EXPECT_EQ(post("/v1/chat/completions",
+                 R"({"messages": [{"role": "user", "content": "hi"}], "allowed_token_ids": [4]})")->status,
+            200);
+  EXPECT_EQ(engine_.last_request.sampling.allowed_token_ids, std::vector<int32_t>{4});
+  EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": "hi", "allowed_token_ids": []})"), 400),
+            "allowed_token_ids");
+}
+
+// truncate_prompt_tokens: the engine gets the prompt's last k tokens (the encoded conversation's
+// for chat), as if they had been sent; the usage counts them; a k of at least the prompt or -1
+// keeps it whole; a k beyond the model's length is refused, as vLLM does.
+TEST_F(HttpServerTest, TruncatePromptTokensKeepsTheLastTokens) {
+  server_->set_engine(engine_);
+  const json direct = json::parse(post("/v1/completions", R"({"prompt": [4, 5, 6]})")->body);
+  const json cut = json::parse(post("/v1/completions", R"({"prompt": [1, 2, 3, 4, 5, 6], "truncate_prompt_tokens": 3})")->body);
+  EXPECT_EQ(engine_.last_request.prompt, (std::vector<int32_t>{4, 5, 6}));
+  EXPECT_EQ(cut["choices"], direct["choices"]);
+  EXPECT_EQ(cut["usage"], direct["usage"]);
+  EXPECT_EQ(cut["usage"]["prompt_tokens"], 3);
+  for (const char* k : {"6", "100", "-1"}) {
+    post("/v1/completions", std::string(R"({"prompt": [1, 2, 3, 4, 5, 6], "truncate_prompt_tokens": )") + k + "}");
+    EXPECT_EQ(engine_.last_request.prompt, (std::vector<int32_t>{1, 2, 3, 4, 5, 6})) << k;
+  }
+  EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": [1, 2], "truncate_prompt_tokens": 513})"), 400),
+            "truncate_prompt_tokens");
+
+  const std::string messages = R"("messages": [{"role": "user", "content": "Tell me a long story about a fox."}])";
+  post("/v1/chat/completions", "{" + messages + "}");
+  const std::vector<int32_t> whole = engine_.last_request.prompt;
+  ASSERT_GT(whole.size(), 4u);
+  const json chat = json::parse(post("/v1/chat/completions", "{" + messages + R"(, "truncate_prompt_tokens": 4})")->body);
+  EXPECT_EQ(engine_.last_request.prompt, std::vector<int32_t>(whole.end() - 4, whole.end()));
+  EXPECT_EQ(chat["usage"]["prompt_tokens"], 4);
+
+  // echo repeats what was kept.
+  const json echoed = json::parse(
+      post("/v1/completions", R"({"prompt": "Hello world", "echo": true, "truncate_prompt_tokens": 1})")->body);
+  EXPECT_EQ(echoed["choices"][0]["text"], " worldHello there.");
 }
 
 TEST_F(HttpServerTest, ChatNonStreamedWithUsageAndLogprobs) {
@@ -571,6 +634,7 @@ TEST_F(HttpServerTest, DrainRefusesNewRequestsAndWaitsForOpenOnes) {
   std::thread drain([this] { EXPECT_EQ(server_->drain(10s), 0); });
   for (int i = 0; i < 100 && client_->Get("/health")->status != 503; ++i) std::this_thread::sleep_for(10ms);
   expect_error(post("/v1/completions", R"({"prompt": "hi"})"), 503);
+  EXPECT_EQ(client_->Get("/ping")->status, 503);
   stream.join();
   drain.join();
   EXPECT_EQ(server_->open_requests(), 0);

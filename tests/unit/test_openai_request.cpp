@@ -347,6 +347,42 @@ TEST(OpenAiRequest, CompletionPromptForms) {
   refused(R"({"prompt": "x", "n": 100})", "n");
 }
 
+// vLLM's allowed_token_ids and truncate_prompt_tokens, on both endpoints: parsed as given, and each
+// bad value a 400 naming the field (the element of a list), its message the value.
+TEST(OpenAiRequest, AllowedTokenIdsAndTruncatePromptTokens) {
+  const ChatCompletionRequest c = chat(with_user(R"("allowed_token_ids": [5, 3, 5], "truncate_prompt_tokens": 7)"));
+  EXPECT_EQ(c.generation.allowed_token_ids, (std::vector<int32_t>{5, 3, 5}));
+  EXPECT_EQ(c.generation.truncate_prompt_tokens, 7);
+  const CompletionRequest t = parse_completion_request(
+      parse_request_body(R"({"prompt": "x", "allowed_token_ids": [9], "truncate_prompt_tokens": -1})"));
+  EXPECT_EQ(t.generation.allowed_token_ids, std::vector<int32_t>{9});
+  EXPECT_EQ(t.generation.truncate_prompt_tokens, -1);
+  const ChatCompletionRequest plain = chat(with_user(R"("allowed_token_ids": null)"));
+  EXPECT_TRUE(plain.generation.allowed_token_ids.empty());
+  EXPECT_FALSE(plain.generation.truncate_prompt_tokens.has_value());
+
+  for (const auto parse : {+[](const ordered_json& b) { parse_chat_completion_request(b); },
+                           +[](const ordered_json& b) { parse_completion_request(b); }}) {
+    const auto body = [](std::string_view fields) {
+      return "{" + std::string(kUser) + R"(, "prompt": "x", )" + std::string(fields) + "}";
+    };
+    expect_refused(parse, body(R"("allowed_token_ids": 5)"), "allowed_token_ids");
+    EXPECT_NE(expect_refused(parse, body(R"("allowed_token_ids": [])"), "allowed_token_ids").find("at least one"),
+              std::string::npos);
+    EXPECT_NE(expect_refused(parse, body(R"("allowed_token_ids": [1, -4])"), "allowed_token_ids[1]").find("-4"),
+              std::string::npos);
+    expect_refused(parse, body(R"("allowed_token_ids": [1, "2"])"), "allowed_token_ids[1]");
+    expect_refused(parse, body(R"("allowed_token_ids": [1.5])"), "allowed_token_ids[0]");
+    expect_refused(parse, body(R"("allowed_token_ids": [4294967296])"), "allowed_token_ids[0]");
+    EXPECT_NE(expect_refused(parse, body(R"("truncate_prompt_tokens": 0)"), "truncate_prompt_tokens").find("0 keeps"),
+              std::string::npos);
+    EXPECT_NE(expect_refused(parse, body(R"("truncate_prompt_tokens": -2)"), "truncate_prompt_tokens").find("-2"),
+              std::string::npos);
+    expect_refused(parse, body(R"("truncate_prompt_tokens": 2.5)"), "truncate_prompt_tokens");
+    expect_refused(parse, body(R"("truncate_prompt_tokens": "3")"), "truncate_prompt_tokens");
+  }
+}
+
 TEST(OpenAiRequest, TokenizeAndDetokenize) {
   EXPECT_EQ(parse_tokenize_request(parse_request_body(R"({"prompt": "a"})")).prompt, "a");
   EXPECT_TRUE(parse_tokenize_request(parse_request_body(with_user(""))).chat.has_value());
