@@ -38,9 +38,10 @@
 // only listed token), the request ends there with kError and a message naming allowed_token_ids.
 //
 // Refused at submit (UsageError, message for the client): an empty prompt, an id outside the
-// vocabulary (prompt, stop ids, logit_bias, allowed_token_ids), prompt + max_tokens longer than max_model_len, sampling values out of range, stop
-// strings or a constrained output format without a tokenizer, choices without kChoice or kChoice
-// without valid choices, a regex without kRegex or kRegex without one.
+// vocabulary (prompt, stop ids, logit_bias, allowed_token_ids), prompt + max_tokens longer than
+// max_model_len, sampling values out of range, stop strings or a constrained output format
+// without a tokenizer, choices without kChoice or kChoice without valid choices, a regex without
+// kRegex or kRegex without one.
 #pragma once
 
 #include <chrono>

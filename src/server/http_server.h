@@ -1,8 +1,9 @@
 // OpenAiServer: the HTTP face of the engine (cpp-httplib). Routes: POST /v1/chat/completions and
 // /v1/completions (JSON, or server-sent events with "stream": true), GET /v1/models, GET /health
 // and GET or POST /ping (200 with no body; 503 until an engine is set, and while draining), GET
-// /version ({"version": dsv4's}), GET /metrics (Prometheus text), POST /tokenize and /detokenize. Every refusal is an OpenAI error object with its status (api_error.h), and a
-// bad request never takes the server down.
+// /version ({"version": dsv4's}), GET /metrics (Prometheus text), POST /tokenize and /detokenize.
+// Every refusal is an OpenAI error object with its status (api_error.h), and a bad request never
+// takes the server down.
 //
 // Threads: the HTTP server runs on a pool of its own; each request is handled on one pool thread,
 // which for a stream stays with it until the last event. A streamed request whose client goes
