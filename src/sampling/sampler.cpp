@@ -38,21 +38,21 @@ void apply_penalties(std::vector<float>& x, const SamplingParams& params, const 
   }
 }
 
-// Takes the tokens `allowed` leaves out (when it is not empty) and those outside
-// `allowed_ids` (when it is not empty) out of the choice: -inf logits, no probability at any
-// temperature.
-void apply_allowed(std::vector<float>& x, std::span<const uint8_t> allowed, std::span<const int32_t> allowed_ids) {
-  if (allowed.empty() && allowed_ids.empty()) return;
-  if (!allowed.empty() && allowed.size() != x.size())
+// One entry per logit, non-zero for the tokens the step may draw: those `allowed` allows (when it
+// is not empty), listed in allowed_token_ids (when that is not empty) and not banned by
+// bad_words_ids now. Empty when every token may be drawn. Checks the sizes and ids against the vocabulary.
+std::vector<uint8_t> drawable_tokens(size_t vocab, std::span<const uint8_t> allowed, const SamplingParams& params,
+                                     std::span<const int32_t> output) {
+  if (!allowed.empty() && allowed.size() != vocab)
     throw UsageError("sample_token: the allowed-token mask has " + std::to_string(allowed.size()) +
-                     " entries for " + std::to_string(x.size()) + " logits");
+                     " entries for " + std::to_string(vocab) + " logits");
   std::vector<uint8_t> keep(allowed.begin(), allowed.end());
-  if (!allowed_ids.empty()) {
-    std::vector<uint8_t> listed(x.size(), 0);
-    for (int32_t id : allowed_ids) {
-      if (id < 0 || static_cast<size_t>(id) >= x.size())
+  if (!params.allowed_token_ids.empty()) {
+    std::vector<uint8_t> listed(vocab, 0);
+    for (int32_t id : params.allowed_token_ids) {
+      if (id < 0 || static_cast<size_t>(id) >= vocab)
         throw UsageError("sample_token: allowed_token_ids names token " + std::to_string(id) + " of " +
-                         std::to_string(x.size()));
+                         std::to_string(vocab));
       listed[static_cast<size_t>(id)] = 1;
     }
     if (keep.empty()) {
@@ -61,10 +61,26 @@ void apply_allowed(std::vector<float>& x, std::span<const uint8_t> allowed, std:
       for (size_t i = 0; i < keep.size(); ++i) keep[i] = keep[i] != 0 && listed[i] != 0;
     }
   }
-  // A listed id is always in range here, so only a mask can leave nothing.
+  for (const std::vector<int32_t>& word : params.bad_words_ids)
+    for (int32_t id : word)
+      if (id < 0 || static_cast<size_t>(id) >= vocab)
+        throw UsageError("sample_token: bad_words_ids names token " + std::to_string(id) + " of " +
+                         std::to_string(vocab));
+  const std::vector<int32_t> banned = banned_by_bad_words(params.bad_words_ids, output);
+  if (!banned.empty() && keep.empty()) keep.assign(vocab, 1);
+  for (int32_t id : banned) keep[static_cast<size_t>(id)] = 0;
+  return keep;
+}
+
+// Takes the tokens drawable_tokens leaves out of the choice: -inf logits, no probability at any
+// temperature.
+void apply_drawable(std::vector<float>& x, std::span<const uint8_t> allowed, const SamplingParams& params,
+                    std::span<const int32_t> output) {
+  const std::vector<uint8_t> keep = drawable_tokens(x.size(), allowed, params, output);
+  if (keep.empty()) return;
   if (std::find_if(keep.begin(), keep.end(), [](uint8_t a) { return a != 0; }) == keep.end())
-    throw UsageError(allowed_ids.empty() ? "sample_token: the allowed-token mask allows no token"
-                                         : "sample_token: no token of allowed_token_ids is in the allowed-token mask");
+    throw UsageError("sample_token: no token is left to draw once the allowed-token mask, allowed_token_ids and "
+                     "bad_words_ids are applied");
   for (size_t i = 0; i < x.size(); ++i)
     if (keep[i] == 0) x[i] = -std::numeric_limits<float>::infinity();
 }
@@ -118,6 +134,25 @@ int32_t draw(const std::vector<float>& x, const SamplingParams& params, uint64_t
 
 }  // namespace
 
+std::vector<int32_t> banned_by_bad_words(std::span<const std::vector<int32_t>> bad_words_ids,
+                                         std::span<const int32_t> output) {
+  std::vector<int32_t> banned;
+  for (size_t i = 0; i < bad_words_ids.size(); ++i) {
+    const std::vector<int32_t>& word = bad_words_ids[i];
+    if (word.empty()) throw UsageError("sample_token: bad_words_ids[" + std::to_string(i) + "] is empty");
+    const size_t prefix = word.size() - 1;
+    if (prefix <= output.size() && std::equal(word.begin(), word.end() - 1, output.end() - prefix))
+      banned.push_back(word.back());
+  }
+  return banned;
+}
+
+bool any_token_drawable(size_t vocab, std::span<const uint8_t> allowed, const SamplingParams& params,
+                        std::span<const int32_t> output) {
+  const std::vector<uint8_t> keep = drawable_tokens(vocab, allowed, params, output);
+  return keep.empty() || std::find_if(keep.begin(), keep.end(), [](uint8_t a) { return a != 0; }) != keep.end();
+}
+
 TokenChoice sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
                          const TokenHistory& history, std::span<const uint8_t> allowed) {
   if (logits.empty()) throw UsageError("sample_token: empty logits");
@@ -131,7 +166,7 @@ TokenChoice sample_token(std::span<const float> logits, const SamplingParams& pa
     x[static_cast<size_t>(id)] += bias;
   }
   apply_penalties(x, params, history);
-  apply_allowed(x, allowed, params.allowed_token_ids);
+  apply_drawable(x, allowed, params, history.output);
 
   const int32_t id = params.temperature == 0.0f ? argmax(x) : draw(x, params, seed, history.output.size());
   if (params.logprobs) return token_logprobs(logits, id, params.top_logprobs);

@@ -38,12 +38,26 @@ struct TokenHistory {
 // `allowed` (a constraint such as json_token_mask.h's): empty, every token may be drawn; else one
 // entry per logit, and only tokens whose entry is non-zero are: the others get no probability
 // after the penalties, so temperature, min-p, top-k and top-p act on the allowed tokens alone.
-// params.allowed_token_ids, when not empty, restricts the choice the same way, at the same point;
-// with both, a token must pass both. The logprobs stay those of the raw logits. Throws UsageError
-// for empty logits, a history, logit_bias or allowed_token_ids id outside them, an `allowed` of
-// another size, or when no token is left to draw.
+// params.allowed_token_ids, when not empty, restricts the choice the same way, at the same point,
+// and params.bad_words_ids takes out the tokens banned_by_bad_words names for history.output; a
+// token must pass all three. The logprobs stay those of the raw logits. Throws UsageError for
+// empty logits, a history, logit_bias, allowed_token_ids or bad_words_ids id outside them, an
+// empty bad_words_ids sequence, an `allowed` of another size, or when no token is left to draw.
 TokenChoice sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
                          const TokenHistory& history, std::span<const uint8_t> allowed = {});
+
+// vLLM's bad_words at one step: the last token of each sequence of `bad_words_ids` whose other
+// tokens are the last tokens of `output` (the tokens generated so far, not the prompt's, as in
+// vLLM), so a one-token sequence always. Duplicates are possible. Throws UsageError for an empty
+// sequence.
+std::vector<int32_t> banned_by_bad_words(std::span<const std::vector<int32_t>> bad_words_ids,
+                                         std::span<const int32_t> output);
+
+// Whether sample_token, given these `allowed`, `params` and output tokens, has a token left to
+// draw among `vocab` (the engine ends a request that has none instead of sampling it). Throws as
+// sample_token does for ids outside the vocabulary and a mask of another size.
+bool any_token_drawable(size_t vocab, std::span<const uint8_t> allowed, const SamplingParams& params,
+                        std::span<const int32_t> output);
 
 // Token `id`'s logprob under `logits` (log_softmax, in double), its rank and the `top_logprobs`
 // most likely tokens with theirs (ties by id): what sample_token returns with logprobs, for a given token (a

@@ -31,6 +31,11 @@ void SamplingParams::validate() const {
     require(bias >= -100.0f && bias <= 100.0f, "logit_bias value", bias, "in [-100, 100]");
   }
   for (int32_t id : allowed_token_ids) require(id >= 0, "allowed_token_ids token id", id, "a token id (>= 0)");
+  for (size_t i = 0; i < bad_words_ids.size(); ++i) {
+    if (bad_words_ids[i].empty())
+      throw UsageError("bad_words_ids[" + std::to_string(i) + "] is empty: must be a sequence of token ids");
+    for (int32_t id : bad_words_ids[i]) require(id >= 0, "bad_words_ids token id", id, "a token id (>= 0)");
+  }
   require(top_logprobs >= 0 && top_logprobs <= 20, "top_logprobs", top_logprobs, "in [0, 20]");
   require(logprobs || top_logprobs == 0, "top_logprobs", top_logprobs, "0 unless logprobs is requested");
 }

@@ -36,6 +36,13 @@ struct SamplingParams {
   // is then the intersection of the two). Duplicates are harmless. The ids are checked against the
   // vocabulary by the engine.
   std::vector<int32_t> allowed_token_ids;
+  // vLLM's bad_words as token id sequences (the server tokenizes the words; see
+  // server/http_server.cpp): at each step the last token of a sequence gets logit -inf when the
+  // output tokens generated so far end with the sequence's other tokens, so a one-token sequence
+  // is never drawn and a longer one never completed. The prompt does not count, as in vLLM. Applied
+  // where allowed_token_ids is. Each sequence is non-empty; the ids are checked against the
+  // vocabulary by the engine.
+  std::vector<std::vector<int32_t>> bad_words_ids;
   // Return the sampled token's logprob, and the `top_logprobs` most likely tokens with theirs.
   // Logprobs are those of the model's raw distribution (log_softmax of the logits, before
   // penalties, temperature and filters), as vLLM returns by default.

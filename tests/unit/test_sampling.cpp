@@ -1,6 +1,6 @@
 // The host sampler (sampling/sampler.h): greedy, each filter on its own, the seeded draw, the
-// penalties, the raw logprobs, the allowed-token mask and allowed_token_ids, and the range checks of
-// SamplingParams.
+// penalties, the raw logprobs, the allowed-token mask, allowed_token_ids and bad_words_ids, and the
+// range checks of SamplingParams.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -254,6 +254,66 @@ TEST(Sampling, AllowedTokenIdsRestrictTheDrawAndMeetAMask) {
   EXPECT_NEAR(restricted.logprob, std::log(0.15), 1e-6);  // the raw distribution's
 }
 
+// vLLM's bad_words: a one-token sequence is never drawn at temperature 1, and greedy takes the
+// next best token; after a penalty (which could lift it back) the ban still holds.
+TEST(Sampling, AOneTokenBadWordIsNeverDrawn) {
+  const std::vector<float> x = logits_of(kProbs);
+  SamplingParams p = sampled();
+  p.bad_words_ids = {{0}};
+  const std::map<int32_t, int> counts = draw_counts(x, p, 5000);
+  EXPECT_EQ(counts.count(0), 0u);
+  EXPECT_NEAR(counts.at(1) / 5000.0, 0.6, 0.03);  // 0.3 of the 0.5 left
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.bad_words_ids = {{0}};
+  EXPECT_EQ(sample_token(x, greedy, 0, {}).id, 1);
+  greedy.logit_bias = {{0, 100.0f}};
+  EXPECT_EQ(sample_token(x, greedy, 0, {}).id, 1);
+  greedy.bad_words_ids = {{0}, {1}};
+  EXPECT_EQ(sample_token(x, greedy, 0, {}).id, 2);
+}
+
+// A two-token bad word bans its last token only right after its first was generated; the prompt
+// does not count, as in vLLM.
+TEST(Sampling, ATwoTokenBadWordBansItsLastTokenAfterItsFirst) {
+  const std::vector<float> x = logits_of(kProbs);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.bad_words_ids = {{2, 0}};
+  const std::vector<int32_t> after_first = {1, 2}, elsewhere = {2, 1}, prompt = {2};
+  EXPECT_EQ(sample_token(x, greedy, 0, {{}, after_first}).id, 1);
+  EXPECT_EQ(sample_token(x, greedy, 0, {{}, elsewhere}).id, 0);
+  EXPECT_EQ(sample_token(x, greedy, 0, {}).id, 0);
+  EXPECT_EQ(sample_token(x, greedy, 0, {prompt, {}}).id, 0);
+  SamplingParams p = sampled();
+  p.bad_words_ids = {{2, 0}};
+  for (int seed = 0; seed < 500; ++seed)
+    EXPECT_NE(sample_token(x, p, static_cast<uint64_t>(seed), {{}, after_first}).id, 0);
+  EXPECT_EQ(banned_by_bad_words(p.bad_words_ids, after_first), std::vector<int32_t>{0});
+  EXPECT_TRUE(banned_by_bad_words(p.bad_words_ids, elsewhere).empty());
+}
+
+// The ban meets a mask and allowed_token_ids; a ban that leaves no token is refused, and
+// any_token_drawable says so beforehand (the engine's check).
+TEST(Sampling, ABadWordBanThatLeavesNoTokenIsRefused) {
+  const std::vector<float> x = logits_of(kProbs);
+  SamplingParams p = sampled();
+  p.allowed_token_ids = {1, 3};
+  p.bad_words_ids = {{1}};
+  for (int seed = 0; seed < 100; ++seed) EXPECT_EQ(sample_token(x, p, static_cast<uint64_t>(seed), {}).id, 3);
+  EXPECT_TRUE(any_token_drawable(x.size(), {}, p, {}));
+  p.bad_words_ids = {{1}, {3}};
+  EXPECT_FALSE(any_token_drawable(x.size(), {}, p, {}));
+  EXPECT_THROW(sample_token(x, p, 0, {}), UsageError);
+  SamplingParams masked = sampled();
+  masked.bad_words_ids = {{2}};
+  const std::vector<uint8_t> only_2 = {0, 0, 1, 0};
+  EXPECT_FALSE(any_token_drawable(x.size(), only_2, masked, {}));
+  EXPECT_THROW(sample_token(x, masked, 0, {}, only_2), UsageError);
+  masked.bad_words_ids = {{4}};  // outside the logits
+  EXPECT_THROW(sample_token(x, masked, 0, {}), UsageError);
+}
+
 TEST(Sampling, ParamsOutOfRangeAreRefusedByName) {
   auto refused = [](auto change, const char* field) {
     SamplingParams p;
@@ -275,6 +335,8 @@ TEST(Sampling, ParamsOutOfRangeAreRefusedByName) {
   refused([](SamplingParams& p) { p.logit_bias = {{1, 101.0f}}; }, "logit_bias value");
   refused([](SamplingParams& p) { p.logit_bias = {{-1, 1.0f}}; }, "logit_bias token id");
   refused([](SamplingParams& p) { p.allowed_token_ids = {2, -1}; }, "allowed_token_ids token id");
+  refused([](SamplingParams& p) { p.bad_words_ids = {{2}, {}}; }, "bad_words_ids[1]");
+  refused([](SamplingParams& p) { p.bad_words_ids = {{2, -3}}; }, "bad_words_ids token id");
   SamplingParams ok;
   EXPECT_NO_THROW(ok.validate());
   EXPECT_THROW(sample_token(std::vector<float>{1.0f}, ok, 0, {std::vector<int32_t>{5}, {}}), UsageError);
