@@ -196,11 +196,12 @@ class Engine::Impl {
 
   // Whether the request's next token is sample_token's argmax of the raw logits and nothing
   // else is needed from them: temperature 0, no penalty, no logprobs, no constraint, no
-  // allowed_token_ids.
+  // allowed_token_ids, no bad_words_ids.
   static bool plain_greedy(const Request& r) {
     const SamplingParams& s = r.sampling;
     return s.temperature == 0.0f && !s.logprobs && s.presence_penalty == 0.0f && s.frequency_penalty == 0.0f &&
-           s.repetition_penalty == 1.0f && s.logit_bias.empty() && s.allowed_token_ids.empty() && !r.constraint;
+           s.repetition_penalty == 1.0f && s.logit_bias.empty() && s.allowed_token_ids.empty() &&
+           s.bad_words_ids.empty() && !r.constraint;
   }
 
   // The config with its defaults resolved and the caches sized; `sizing` says how.
@@ -466,6 +467,11 @@ RequestHandle Engine::Impl::submit(GenerateRequest request) {
     if (id < 0 || id >= vocab)
       throw UsageError("allowed_token_ids: token id " + std::to_string(id) + " is outside the vocabulary of " +
                        std::to_string(vocab));
+  for (const std::vector<int32_t>& word : request.sampling.bad_words_ids)
+    for (const int32_t id : word)
+      if (id < 0 || id >= vocab)
+        throw UsageError("bad_words: token id " + std::to_string(id) + " is outside the vocabulary of " +
+                         std::to_string(vocab));
   request.sampling.validate();
   if (request.prompt_logprobs && (*request.prompt_logprobs < 0 || *request.prompt_logprobs > 20))
     throw UsageError("prompt_logprobs = " + std::to_string(*request.prompt_logprobs) + ": must be in [0, 20]");
@@ -655,6 +661,17 @@ bool Engine::Impl::step() {
                     "allowed_token_ids: none of its tokens may be output token " +
                         std::to_string(c.sequence->num_output()) +
                         " (the output format or min_tokens allows none of them there)");
+          continue;
+        }
+        // bad_words can do the same: its ban may take the last tokens a mask or allowed_token_ids
+        // leaves (or, in a tiny vocabulary, every token).
+        if (!r.sampling.bad_words_ids.empty() &&
+            !any_token_drawable(static_cast<size_t>(V), d.allowed, r.sampling,
+                                std::span<const int32_t>(c.sequence->tokens)
+                                    .subspan(static_cast<size_t>(c.sequence->num_prompt_tokens)))) {
+          end_early(r, FinishReason::kError,
+                    "bad_words: no token is left for output token " + std::to_string(c.sequence->num_output()) +
+                        " (it bans the last ones the output format, min_tokens or allowed_token_ids allows there)");
           continue;
         }
         draws.push_back(std::move(d));

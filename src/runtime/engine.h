@@ -36,9 +36,11 @@
 // SamplingParams::allowed_token_ids meets these masks: only tokens both allow are drawn. When at
 // some step none is (a choice none of the listed tokens can continue, min_tokens holding back the
 // only listed token), the request ends there with kError and a message naming allowed_token_ids.
+// SamplingParams::bad_words_ids bans its tokens on top of both; when the ban leaves no token, the
+// request ends the same way with a message naming bad_words.
 //
 // Refused at submit (UsageError, message for the client): an empty prompt, an id outside the
-// vocabulary (prompt, stop ids, logit_bias, allowed_token_ids), prompt + max_tokens longer than
+// vocabulary (prompt, stop ids, logit_bias, allowed_token_ids, bad_words_ids), prompt + max_tokens longer than
 // max_model_len, sampling values out of range, stop strings or a constrained output format
 // without a tokenizer, choices without kChoice or kChoice without valid choices, a regex without
 // kRegex or kRegex without one.

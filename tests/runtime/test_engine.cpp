@@ -5,7 +5,7 @@
 // finishes; too-long requests are refused; stop ids, stop strings and max_tokens end streams;
 // JSON object requests write one JSON object (or a prefix of one), sampled or greedy; the engine
 // thread serves several submitting threads; allowed_token_ids restricts every draw, alone and beside a
-// choice constraint.
+// choice constraint; bad_words_ids keeps its sequences out of greedy and sampled outputs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -607,6 +607,67 @@ TEST_F(EngineTest, AllowedTokenIdsRestrictEveryDraw) {
   EXPECT_EQ(failed.finish, FinishReason::kError);
   EXPECT_TRUE(failed.tokens.empty());
   EXPECT_NE(failed.last.error.find("allowed_token_ids"), std::string::npos) << failed.last.error;
+}
+
+// bad_words_ids: greedy output with a bad word equal to its token k (the first not seen before it)
+// is the unbanned output up to k and differs from there, the word never drawn (the backend's argmax
+// shortcut must not skip the ban); a two-token word lets its first token through and bans its
+// second right after it; sampled requests (several seeds) with their own first two tokens as a
+// word never output the pair; an id outside the vocabulary is refused; a ban that leaves
+// allowed_token_ids no token ends the request with an error naming bad_words.
+TEST_F(EngineTest, BadWordsNeverComeOut) {
+  const std::vector<int32_t> prompt = ids(12, 81);
+  GenerateRequest plain = request(prompt, 6);
+  plain.sampling.logprobs = false;
+  const Result free = alone(plain);
+  ASSERT_EQ(free.tokens.size(), 6u);
+  size_t k = 1;
+  while (k < free.tokens.size() && std::count(free.tokens.begin(), free.tokens.begin() + k, free.tokens[k]) > 0) ++k;
+  ASSERT_LT(k, free.tokens.size());
+
+  for (const size_t banned_at : {size_t{0}, k}) {
+    GenerateRequest banned = plain;
+    banned.sampling.bad_words_ids = {{free.tokens[banned_at]}};
+    const Result got = alone(banned);
+    ASSERT_EQ(got.tokens.size(), 6u) << got.last.error;
+    EXPECT_TRUE(std::equal(free.tokens.begin(), free.tokens.begin() + banned_at, got.tokens.begin())) << banned_at;
+    EXPECT_NE(got.tokens[banned_at], free.tokens[banned_at]) << banned_at;
+    EXPECT_EQ(std::count(got.tokens.begin(), got.tokens.end(), free.tokens[banned_at]), 0) << banned_at;
+  }
+
+  GenerateRequest pair = plain;
+  pair.sampling.bad_words_ids = {{free.tokens[0], free.tokens[1]}};
+  const Result after_first = alone(pair);
+  ASSERT_EQ(after_first.tokens.size(), 6u) << after_first.last.error;
+  EXPECT_EQ(after_first.tokens[0], free.tokens[0]);
+  EXPECT_NE(after_first.tokens[1], free.tokens[1]);
+
+  for (uint32_t seed = 0; seed < 4; ++seed) {
+    GenerateRequest r = request(ids(9, 90 + seed), 8, 1.0f);
+    r.sampling.logprobs = false;
+    r.sampling.seed = seed;
+    const Result unbanned = alone(r);
+    ASSERT_EQ(unbanned.tokens.size(), 8u);
+    const std::vector<int32_t> word = {unbanned.tokens[0], unbanned.tokens[1]};
+    r.sampling.bad_words_ids = {word};
+    const Result got = alone(r);
+    ASSERT_EQ(got.tokens.size(), 8u) << got.last.error;
+    EXPECT_EQ(got.tokens[0], word[0]) << seed;  // the same draw for token 0: nothing is banned there
+    EXPECT_EQ(std::search(got.tokens.begin(), got.tokens.end(), word.begin(), word.end()), got.tokens.end()) << seed;
+  }
+
+  const auto V = static_cast<int32_t>(model_->config()->vocab_size);
+  GenerateRequest outside = plain;
+  outside.sampling.bad_words_ids = {{free.tokens[0]}, {1, V}};
+  expect_refused(*engine(), outside, "bad_words");
+
+  GenerateRequest emptied = plain;
+  emptied.sampling.allowed_token_ids = {free.tokens[0]};
+  emptied.sampling.bad_words_ids = {{free.tokens[0]}};
+  const Result failed = alone(emptied);
+  EXPECT_EQ(failed.finish, FinishReason::kError);
+  EXPECT_TRUE(failed.tokens.empty());
+  EXPECT_NE(failed.last.error.find("bad_words"), std::string::npos) << failed.last.error;
 }
 
 // cache_memory_bytes sizes the blocks: what is left after max_num_seqs sequences' fixed state, in
