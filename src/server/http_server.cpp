@@ -325,6 +325,34 @@ class OpenAiServer::Impl {
     }
   }
 
+  // vLLM's bad_words as the token sequences SamplingParams::bad_words_ids bans, as vLLM builds them:
+  // each word with its leading whitespace stripped (ASCII whitespace here; Python's lstrip also
+  // strips Unicode spaces, which a word rarely starts with), then " " + that word, since a byte-level
+  // BPE tokenizer such as DeepSeek-V4's spells a word after a space with other tokens than at the
+  // start of a text. The prefixed variant is kept only when it has as many tokens as the plain one
+  // and another first token; otherwise it is the plain ids behind a space token, which the plain
+  // sequence bans already. A word left with no token (only whitespace) is refused.
+  std::vector<std::vector<int32_t>> bad_words_ids(const std::vector<std::string>& words) const {
+    std::vector<std::vector<int32_t>> sequences;
+    for (size_t i = 0; i < words.size(); ++i) {
+      const std::string_view word = words[i];
+      const size_t start = word.find_first_not_of(" \t\n\v\f\r");
+      if (start == std::string_view::npos) {
+        const std::string at = "bad_words[" + std::to_string(i) + "]";
+        throw invalid_request("Invalid value for '" + at + "': " + ordered_json(words[i]).dump() +
+                                  " is only whitespace, which vLLM strips, leaving no token to ban.",
+                              at, "invalid_value");
+      }
+      const std::string_view stripped = word.substr(start);
+      std::vector<int32_t> plain = tokenizer_->encode(stripped);
+      std::vector<int32_t> prefixed = tokenizer_->encode(" " + std::string(stripped));
+      const bool distinct = prefixed.size() == plain.size() && prefixed.front() != plain.front();
+      sequences.push_back(std::move(plain));
+      if (distinct) sequences.push_back(std::move(prefixed));
+    }
+    return sequences;
+  }
+
   // The o.n choices of each prompt, each an engine request of its own (an open request each),
   // prompt by prompt. A seeded request's choice i (counted over all prompts) draws with seed + i, so
   // the choices differ and each is reproducible.
@@ -333,18 +361,20 @@ class OpenAiServer::Impl {
                              const std::shared_ptr<const JsonSchema>& json_schema = nullptr) {
     if (draining_) throw not_ready("The server is shutting down.");
     const ResponseHeader header{random_id(id_prefix), unix_seconds(), options_.served_model_name};
+    const std::vector<std::vector<int32_t>> bad_words = bad_words_ids(o.bad_words);
     std::vector<Choice> choices;
     for (const std::vector<int32_t>& prompt : prompts) {
       for (int32_t j = 0; j < o.n; ++j) {
         GenerationOptions choice = o;
         if (o.seed) choice.seed = *o.seed + static_cast<uint64_t>(choices.size());
-        choices.push_back({submit_one(prompt, choice, format, json_schema, header), std::nullopt, j == 0});
+        choices.push_back({submit_one(prompt, choice, bad_words, format, json_schema, header), std::nullopt, j == 0});
       }
     }
     return choices;
   }
 
-  Running submit_one(const std::vector<int32_t>& prompt, const GenerationOptions& o, OutputFormat format,
+  Running submit_one(const std::vector<int32_t>& prompt, const GenerationOptions& o,
+                     const std::vector<std::vector<int32_t>>& bad_words_ids, OutputFormat format,
                      const std::shared_ptr<const JsonSchema>& json_schema, const ResponseHeader& header) {
     ServingEngine& engine = ready();
     if (open_.fetch_add(1) >= options_.max_open_requests) {
@@ -367,6 +397,7 @@ class OpenAiServer::Impl {
     s.repetition_penalty = o.repetition_penalty;
     s.logit_bias = o.logit_bias;
     s.allowed_token_ids = o.allowed_token_ids;
+    s.bad_words_ids = bad_words_ids;
     s.logprobs = o.logprobs;
     s.top_logprobs = o.top_logprobs;
     request.stop.max_tokens = o.max_tokens;

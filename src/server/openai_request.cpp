@@ -281,6 +281,31 @@ std::shared_ptr<const RegexNfa> guided_regex(const Fields& fields) {
   return regex;
 }
 
+// vLLM's bad_words: an array of non-empty strings, at most kMaxBadWords of them.
+std::vector<std::string> bad_words(const Fields& fields) {
+  const ordered_json* words = fields.find("bad_words");
+  if (!words) return {};
+  if (!words->is_array()) fields.type_error("bad_words", "an array of strings", *words);
+  if (words->size() > kMaxBadWords) {
+    fields.value_error("bad_words", "at most " + std::to_string(kMaxBadWords) + " bad words are accepted, got " +
+                                        std::to_string(words->size()) + ".");
+  }
+  std::vector<std::string> strings;
+  for (size_t i = 0; i < words->size(); ++i) {
+    const std::string at = "bad_words[" + std::to_string(i) + "]";
+    const ordered_json& word = (*words)[i];
+    if (!word.is_string()) {
+      throw invalid_request("Invalid type for '" + at + "': expected a string, but got " + article_type(word) +
+                                " instead.",
+                            at, "invalid_type");
+    }
+    if (word.get_ref<const std::string&>().empty())
+      throw invalid_request("Invalid value for '" + at + "': a bad word must not be empty.", at, "invalid_value");
+    strings.push_back(word.get<std::string>());
+  }
+  return strings;
+}
+
 GenerationOptions generation_options(const Fields& fields) {
   GenerationOptions o;
   o.choices = guided_choices(fields);
@@ -302,6 +327,7 @@ GenerationOptions generation_options(const Fields& fields) {
     if (ids->empty()) fields.value_error("allowed_token_ids", "at least one token id is needed.");
     o.allowed_token_ids = token_id_list(*ids, "allowed_token_ids");
   }
+  o.bad_words = bad_words(fields);
   o.truncate_prompt_tokens = fields.integer("truncate_prompt_tokens", -1, std::numeric_limits<int64_t>::max());
   if (o.truncate_prompt_tokens == 0)
     fields.value_error("truncate_prompt_tokens", "0 keeps no prompt token; give k >= 1 (the last k tokens) or -1 "

@@ -44,6 +44,9 @@ struct GenerationOptions {
   // vLLM's extension: only these tokens may be drawn (not empty when given; the engine checks the
   // ids against the vocabulary).
   std::vector<int32_t> allowed_token_ids;
+  // vLLM's extension: words that may not be generated (non-empty strings, at most kMaxBadWords);
+  // the server tokenizes them into SamplingParams::bad_words_ids.
+  std::vector<std::string> bad_words;
   // vLLM's extension: only the prompt's last k tokens are used (for chat, of the encoded
   // conversation), k >= 1; -1 means the model's maximum length, as in vLLM. A k beyond that length
   // is refused when the prompt is tokenized (the length is the engine's).
@@ -71,6 +74,7 @@ struct GenerationOptions {
 
 inline constexpr size_t kMaxStopStrings = 16;
 inline constexpr size_t kMaxGuidedChoices = 1024;
+inline constexpr size_t kMaxBadWords = 1024;  // each is one or two token sequences checked per step
 inline constexpr int32_t kMaxChoices = 64;
 inline constexpr int32_t kMaxTopLogprobs = 20;
 

@@ -1,5 +1,5 @@
 """`dsv4 serve` driven by the official openai client: completions and chat, streamed and not,
-usage, logprobs, stop strings, logit_bias, allowed_token_ids, truncate_prompt_tokens, n choices, seeded
+usage, logprobs, stop strings, logit_bias, allowed_token_ids, bad_words, truncate_prompt_tokens, n choices, seeded
 sampling, response_format's JSON constraint, guided_choice and guided_regex, the bad-input answers (401,
 404, 400) with the server still serving afterwards, /ping and /version.
 Usage: openai_client_e2e.py BASE_URL API_KEY MODEL_NAME."""
@@ -84,6 +84,18 @@ try:
     check(False, "an allowed token id outside the vocabulary was accepted")
 except openai.BadRequestError as e:
     check("allowed_token_ids" in str(e) and str(10 ** 8) in str(e), f"allowed_token_ids error {e}")
+
+# bad_words (vLLM's): the ban holds against logit_bias's +100 on the same token, greedy or sampled; a
+# word of only whitespace is a 400 naming it.
+for temperature, seed in [(0, None), (1.0, 1)]:
+    r = client.completions.create(model=model, prompt=prompt, max_tokens=3, temperature=temperature, seed=seed,
+                                  logprobs=0, logit_bias={str(token): 100}, extra_body={"bad_words": [piece]})
+    check(piece not in r.choices[0].logprobs.tokens, f"bad_words {piece!r}: {r.choices[0].logprobs.tokens}")
+try:
+    client.completions.create(model=model, prompt=prompt, max_tokens=2, extra_body={"bad_words": ["ok", "  "]})
+    check(False, "a bad word of only whitespace was accepted")
+except openai.BadRequestError as e:
+    check("bad_words[1]" in str(e), f"bad_words error {e}")
 
 # truncate_prompt_tokens (vLLM's): the prompt's last k tokens, the same answer as sending them alone.
 prompt_ids = post("/tokenize", {"model": model, "prompt": prompt})["tokens"]

@@ -1,8 +1,8 @@
 // The HTTP server on 127.0.0.1 with a scripted engine behind it: every route, streamed and not;
 // response_format's JSON constraint reaching the engine; the bad-input list of issue 14 (each an
 // OpenAI error object with its status, the server still serving after it); a client that goes
-// away cancels its request; drain waits for open requests; /ping, /version, allowed_token_ids and
-// truncate_prompt_tokens.
+// away cancels its request; drain waits for open requests; /ping, /version, allowed_token_ids,
+// bad_words and truncate_prompt_tokens.
 #include <gtest/gtest.h>
 
 #include <httplib.h>
@@ -143,6 +143,7 @@ class HttpServerTest : public ::testing::Test {
   void SetUp() override {
     if (!std::filesystem::exists(kTokenizer)) GTEST_SKIP() << kTokenizer << " absent; run scripts/setup.sh";
     static const auto tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(kTokenizer));
+    tokenizer_ = tokenizer;
     ServerOptions options;
     options.port = 0;
     options.served_model_name = "tiny";
@@ -155,6 +156,8 @@ class HttpServerTest : public ::testing::Test {
     client_->set_bearer_token_auth("secret");
     client_->set_read_timeout(10, 0);
   }
+
+  std::shared_ptr<const Tokenizer> tokenizer_;
 
   httplib::Result post(const std::string& path, const std::string& body) {
     return client_->Post(path.c_str(), body, "application/json");
@@ -227,6 +230,28 @@ TEST_F(HttpServerTest, AllowedTokenIdsReachTheEngine) {
   EXPECT_EQ(engine_.last_request.sampling.allowed_token_ids, std::vector<int32_t>{4});
   EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": "hi", "allowed_token_ids": []})"), 400),
             "allowed_token_ids");
+}
+
+// bad_words reach the engine as vLLM's token sequences, on both routes: each word with its leading
+// whitespace stripped, then with a space before it when that spells it with as many tokens and
+// another first one (" Paris" does; " 12" is a space token then "12", which is left out); a
+// word of only whitespace is a 400 naming its index.
+TEST_F(HttpServerTest, BadWordsReachTheEngineAsTokenSequences) {
+  server_->set_engine(engine_);
+  EXPECT_EQ(post("/v1/completions", R"({"prompt": "hi", "bad_words": ["  Paris", "12"]})")->status, 200);
+  const std::vector<int32_t> paris = tokenizer_->encode("Paris"), spaced_paris = tokenizer_->encode(" Paris");
+  ASSERT_EQ(paris.size(), spaced_paris.size());
+  ASSERT_NE(paris, spaced_paris);
+  ASSERT_NE(tokenizer_->encode(" 12").size(), tokenizer_->encode("12").size());
+  const std::vector<std::vector<int32_t>> expected = {paris, spaced_paris, tokenizer_->encode("12")};
+  EXPECT_EQ(engine_.last_request.sampling.bad_words_ids, expected);
+  EXPECT_EQ(post("/v1/chat/completions",
+                 R"({"messages": [{"role": "user", "content": "hi"}], "bad_words": ["Paris"]})")->status,
+            200);
+  EXPECT_EQ(engine_.last_request.sampling.bad_words_ids, (std::vector<std::vector<int32_t>>{paris, spaced_paris}));
+  EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": "hi", "bad_words": ["a", " \n "]})"), 400),
+            "bad_words[1]");
+  EXPECT_EQ(expect_error(post("/v1/completions", R"({"prompt": "hi", "bad_words": "a"})"), 400), "bad_words");
 }
 
 // truncate_prompt_tokens: the engine gets the prompt's last k tokens (the encoded conversation's

@@ -383,6 +383,34 @@ TEST(OpenAiRequest, AllowedTokenIdsAndTruncatePromptTokens) {
   }
 }
 
+// vLLM's bad_words, on both endpoints: the strings as given (the server tokenizes them), and a
+// 400 naming the field, or the element, for anything but a list of at most kMaxBadWords non-empty
+// strings.
+TEST(OpenAiRequest, BadWords) {
+  const ChatCompletionRequest c = chat(with_user(R"("bad_words": ["Paris", " the end", "Paris"])"));
+  EXPECT_EQ(c.generation.bad_words, (std::vector<std::string>{"Paris", " the end", "Paris"}));
+  const CompletionRequest t = parse_completion_request(parse_request_body(R"({"prompt": "x", "bad_words": []})"));
+  EXPECT_TRUE(t.generation.bad_words.empty());
+  EXPECT_TRUE(chat(with_user(R"("bad_words": null)")).generation.bad_words.empty());
+
+  ordered_json many = ordered_json::array();
+  for (size_t i = 0; i <= kMaxBadWords; ++i) many.push_back("w" + std::to_string(i));
+  for (const auto parse : {+[](const ordered_json& b) { parse_chat_completion_request(b); },
+                           +[](const ordered_json& b) { parse_completion_request(b); }}) {
+    const auto body = [](std::string_view fields) {
+      return "{" + std::string(kUser) + R"(, "prompt": "x", )" + std::string(fields) + "}";
+    };
+    expect_refused(parse, body(R"("bad_words": "Paris")"), "bad_words");
+    expect_refused(parse, body(R"("bad_words": {"Paris": 1})"), "bad_words");
+    EXPECT_NE(expect_refused(parse, body(R"("bad_words": ["a", ""])"), "bad_words[1]").find("empty"),
+              std::string::npos);
+    expect_refused(parse, body(R"("bad_words": ["a", 3])"), "bad_words[1]");
+    expect_refused(parse, body(R"("bad_words": [["a"]])"), "bad_words[0]");
+    EXPECT_NE(expect_refused(parse, body(R"("bad_words": )" + many.dump()), "bad_words").find("at most 1024"),
+              std::string::npos);
+  }
+}
+
 TEST(OpenAiRequest, TokenizeAndDetokenize) {
   EXPECT_EQ(parse_tokenize_request(parse_request_body(R"({"prompt": "a"})")).prompt, "a");
   EXPECT_TRUE(parse_tokenize_request(parse_request_body(with_user(""))).chat.has_value());
