@@ -28,6 +28,13 @@ std::string article_type(const ordered_json& value) {
   return "null";
 }
 
+// The 400 for a value at `path` (a field, or an element such as "stop[2]") of the wrong type.
+[[noreturn]] void wrong_type(const std::string& path, const std::string& expected, const ordered_json& value) {
+  throw invalid_request("Invalid type for '" + path + "': expected " + expected + ", but got " + article_type(value) +
+                            " instead.",
+                        path, "invalid_type");
+}
+
 // Reads the typed fields of one JSON object; every error names the field with its path.
 class Fields {
  public:
@@ -45,9 +52,7 @@ class Fields {
 
   [[noreturn]] void type_error(const char* key, const char* expected,
                                const ordered_json& value) const {
-    throw invalid_request("Invalid type for '" + path(key) + "': expected " + expected +
-                              ", but got " + article_type(value) + " instead.",
-                          path(key), "invalid_type");
+    wrong_type(path(key), expected, value);
   }
 
   [[noreturn]] void missing(const char* key) const {
@@ -146,11 +151,7 @@ std::vector<int32_t> token_id_list(const ordered_json& list, const std::string& 
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string at = where + "[" + std::to_string(i) + "]";
     const ordered_json& id = list[i];
-    if (!id.is_number_integer()) {
-      throw invalid_request("Invalid type for '" + at + "': expected an integer token id, but got " +
-                                article_type(id) + " instead.",
-                            at, "invalid_type");
-    }
+    if (!id.is_number_integer()) wrong_type(at, "an integer token id", id);
     const bool in_range = id.is_number_unsigned()
                               ? id.get<uint64_t>() <= std::numeric_limits<int32_t>::max()
                               : id.get<int64_t>() >= 0 &&
@@ -176,12 +177,7 @@ std::vector<std::string> stop_strings(const Fields& fields) {
     strings.push_back(stop->get<std::string>());
   } else if (stop->is_array()) {
     for (size_t i = 0; i < stop->size(); ++i) {
-      if (!(*stop)[i].is_string()) {
-        const std::string at = "stop[" + std::to_string(i) + "]";
-        throw invalid_request("Invalid type for '" + at + "': expected a string, but got " +
-                                  article_type((*stop)[i]) + " instead.",
-                              at, "invalid_type");
-      }
+      if (!(*stop)[i].is_string()) wrong_type("stop[" + std::to_string(i) + "]", "a string", (*stop)[i]);
       strings.push_back((*stop)[i].get<std::string>());
     }
   } else {
@@ -213,11 +209,7 @@ std::vector<std::pair<int32_t, float>> logit_bias(const Fields& fields) {
       throw invalid_request("Invalid key in 'logit_bias': \"" + key + "\" is not a token id.", "logit_bias",
                             "invalid_value");
     }
-    if (!value.is_number()) {
-      throw invalid_request("Invalid type for '" + at + "': expected a number, but got " + article_type(value) +
-                                " instead.",
-                            at, "invalid_type");
-    }
+    if (!value.is_number()) wrong_type(at, "a number", value);
     const double bias = value.get<double>();
     if (!(bias >= -100 && bias <= 100)) {
       throw invalid_request("Invalid value for '" + at + "': " + Fields::format_number(bias) +
@@ -294,11 +286,7 @@ std::vector<std::string> bad_words(const Fields& fields) {
   for (size_t i = 0; i < words->size(); ++i) {
     const std::string at = "bad_words[" + std::to_string(i) + "]";
     const ordered_json& word = (*words)[i];
-    if (!word.is_string()) {
-      throw invalid_request("Invalid type for '" + at + "': expected a string, but got " + article_type(word) +
-                                " instead.",
-                            at, "invalid_type");
-    }
+    if (!word.is_string()) wrong_type(at, "a string", word);
     if (word.get_ref<const std::string&>().empty())
       throw invalid_request("Invalid value for '" + at + "': a bad word must not be empty.", at, "invalid_value");
     strings.push_back(word.get<std::string>());
@@ -669,9 +657,7 @@ CompletionRequest parse_completion_request(const ordered_json& body) {
     } else if (single.is_array()) {
       p.ids = token_id_list(single, at);
     } else {
-      throw invalid_request("Invalid type for '" + at + "': expected a string or an array of token ids, but got " +
-                                article_type(single) + " instead.",
-                            at, "invalid_type");
+      wrong_type(at, "a string or an array of token ids", single);
     }
     if (p.text ? p.text->empty() : p.ids.empty()) {
       throw invalid_request("Invalid value for '" + at + "': the prompt is empty.", at, "invalid_value");
