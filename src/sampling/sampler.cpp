@@ -38,14 +38,19 @@ void apply_penalties(std::vector<float>& x, const SamplingParams& params, const 
   }
 }
 
+// A constraint's mask is empty (no constraint) or has one entry per logit.
+void check_mask_size(std::span<const uint8_t> allowed, size_t vocab) {
+  if (!allowed.empty() && allowed.size() != vocab)
+    throw UsageError("sample_token: the allowed-token mask has " + std::to_string(allowed.size()) +
+                     " entries for " + std::to_string(vocab) + " logits");
+}
+
 // One entry per logit, non-zero for the tokens the step may draw: those `allowed` allows (when it
 // is not empty), listed in allowed_token_ids (when that is not empty) and not banned by
 // bad_words_ids now. Empty when every token may be drawn. Checks the sizes and ids against the vocabulary.
 std::vector<uint8_t> drawable_tokens(size_t vocab, std::span<const uint8_t> allowed, const SamplingParams& params,
                                      std::span<const int32_t> output) {
-  if (!allowed.empty() && allowed.size() != vocab)
-    throw UsageError("sample_token: the allowed-token mask has " + std::to_string(allowed.size()) +
-                     " entries for " + std::to_string(vocab) + " logits");
+  check_mask_size(allowed, vocab);
   std::vector<uint8_t> keep(allowed.begin(), allowed.end());
   if (!params.allowed_token_ids.empty()) {
     std::vector<uint8_t> listed(vocab, 0);
@@ -73,10 +78,18 @@ std::vector<uint8_t> drawable_tokens(size_t vocab, std::span<const uint8_t> allo
 }
 
 // Takes the tokens drawable_tokens leaves out of the choice: -inf logits, no probability at any
-// temperature.
+// temperature. A constraint's mask alone (every constrained request's step) is read where it is,
+// not copied.
 void apply_drawable(std::vector<float>& x, std::span<const uint8_t> allowed, const SamplingParams& params,
                     std::span<const int32_t> output) {
-  const std::vector<uint8_t> keep = drawable_tokens(x.size(), allowed, params, output);
+  std::vector<uint8_t> combined;
+  std::span<const uint8_t> keep = allowed;
+  if (params.allowed_token_ids.empty() && params.bad_words_ids.empty()) {
+    check_mask_size(allowed, x.size());
+  } else {
+    combined = drawable_tokens(x.size(), allowed, params, output);
+    keep = combined;
+  }
   if (keep.empty()) return;
   if (std::find_if(keep.begin(), keep.end(), [](uint8_t a) { return a != 0; }) == keep.end())
     throw UsageError("sample_token: no token is left to draw once the allowed-token mask, allowed_token_ids and "
