@@ -150,6 +150,20 @@ class EngineTest : public ::testing::Test {
     run_until_idle(*e);
     return drain(h);
   }
+  // The sampling-parameter tests' baseline: six greedy tokens after prompt ids(12, 81), without
+  // logprobs (so a plain request takes the backend's argmax shortcut), and that output alone.
+  struct GreedyBaseline {
+    std::vector<int32_t> prompt = ids(12, 81);
+    GenerateRequest plain;
+    Result free;
+  };
+  GreedyBaseline greedy_baseline() {
+    GreedyBaseline b;
+    b.plain = request(b.prompt, 6);
+    b.plain.sampling.logprobs = false;
+    b.free = alone(b.plain);
+    return b;
+  }
 
   static std::unique_ptr<cpu::CpuOps> ops_;
   static std::unique_ptr<Model> model_;
@@ -546,10 +560,7 @@ TEST_F(EngineTest, MinTokensHoldsBackEveryStop) {
 // vocabulary is refused; min_tokens holding back the only listed token ends the request with an
 // error naming allowed_token_ids.
 TEST_F(EngineTest, AllowedTokenIdsRestrictEveryDraw) {
-  const std::vector<int32_t> prompt = ids(12, 81);
-  GenerateRequest plain = request(prompt, 6);
-  plain.sampling.logprobs = false;
-  const Result free = alone(plain);
+  const auto [prompt, plain, free] = greedy_baseline();
   ASSERT_EQ(free.tokens.size(), 6u);
   std::vector<int32_t> listed;  // two tokens greedy decoding does not pick
   for (int32_t id = 1000; listed.size() < 2; id += 997)
@@ -616,10 +627,7 @@ TEST_F(EngineTest, AllowedTokenIdsRestrictEveryDraw) {
 // word never output the pair; an id outside the vocabulary is refused; a ban that leaves
 // allowed_token_ids no token ends the request with an error naming bad_words.
 TEST_F(EngineTest, BadWordsNeverComeOut) {
-  const std::vector<int32_t> prompt = ids(12, 81);
-  GenerateRequest plain = request(prompt, 6);
-  plain.sampling.logprobs = false;
-  const Result free = alone(plain);
+  const auto [prompt, plain, free] = greedy_baseline();
   ASSERT_EQ(free.tokens.size(), 6u);
   size_t k = 1;
   while (k < free.tokens.size() && std::count(free.tokens.begin(), free.tokens.begin() + k, free.tokens[k]) > 0) ++k;
