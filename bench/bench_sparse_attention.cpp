@@ -21,6 +21,7 @@
 #include "cuda_timing.h"
 #include "kernels/attention/sparse_attn_mma.h"
 #include "kernels/attention/sparse_attn_rows.h"
+#include "kernels/sm_count.h"
 
 namespace {
 
@@ -133,7 +134,7 @@ int main(int argc, char** argv) {
     p.ratio = c.ratio;
     p.k = c.ratio == 4 ? kTopk : 0;
     p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(kD));
-    const kernels::SparseAttnMmaPlan plan = kernels::sparse_attn_mma_plan(T, kHeads, max_entries, kernels::sparse_attn_mma_sm_count());
+    const kernels::SparseAttnMmaPlan plan = kernels::sparse_attn_mma_plan(T, kHeads, max_entries, kernels::current_device_sm_count());
     void* workspace = nullptr;
     DSV4_CUDA_CHECK(cudaMalloc(&workspace, std::max<size_t>(plan.workspace_bytes, 1)));
     const double tensor_us = bench::time_us([&] { kernels::sparse_attn_mma(p, plan, workspace, nullptr); }, iters);

@@ -18,6 +18,7 @@
 #include "kernels/gemm/fp8_mma_gemm.h"
 #include "kernels/init/dummy_weight.h"
 #include "kernels/mhc/mhc.h"
+#include "kernels/sm_count.h"
 #include "ops/param_checks.h"
 
 namespace dsv4::cuda {
@@ -41,7 +42,7 @@ CudaOps::CudaOps(CudaOptions options) : options_(options) {
   if (!device_available())
     throw CudaError("CudaOps: no CUDA device can be used (no driver, or the runtime reports no devices)");
   DSV4_CUDA_CHECK(cudaSetDevice(0));
-  DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, 0));
+  sm_count_ = kernels::current_device_sm_count();
   // alloc's pool keeps freed memory for reuse instead of handing it back to the driver at every
   // synchronisation (the default threshold of 0 would).
   cudaMemPool_t pool = nullptr;

@@ -409,13 +409,6 @@ void launch_sparse_attn_mma(dim3 grid, cudaStream_t stream, const SparseAttnRows
 
 }  // namespace
 
-int sparse_attn_mma_sm_count() {
-  int device = 0, sms = 0;
-  DSV4_CUDA_CHECK(cudaGetDevice(&device));
-  DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
-}
-
 void sparse_attn_mma(const SparseAttnRowsParams& p, const SparseAttnMmaPlan& plan, void* workspace,
                      cudaStream_t stream) {
   if (p.tokens <= 0 || p.heads <= 0) return;

@@ -31,11 +31,8 @@ struct SparseAttnMmaPlan {
 };
 
 // max_entries: the most entries any token of the batch has (window + compressed, valid or not);
-// sm_count: the GPU's SMs (sparse_attn_mma_sm_count()).
+// sm_count: the GPU's SMs.
 SparseAttnMmaPlan sparse_attn_mma_plan(int64_t tokens, int64_t heads, int64_t max_entries, int sm_count);
-
-// The current device's SM count.
-int sparse_attn_mma_sm_count();
 
 // p as for sparse_attn_rows, with q, kv, every window and compressed array and out in bf16,
 // d == kSparseAttnMmaHeadDim and every array 16-byte aligned (the caller checks). `workspace`

@@ -57,6 +57,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda_check.h"
+#include "kernels/sm_count.h"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
@@ -247,9 +248,7 @@ void indexer_mma_scores(const IndexerTopkParams& p, cudaStream_t stream) {
   if (p.tokens > 0x7fffffff)
     throw UsageError("indexer_mma_scores: " + std::to_string(p.tokens) + " tokens, at most 2^31 - 1 per launch");
 
-  int device = 0, sms = 0;
-  DSV4_CUDA_CHECK(cudaGetDevice(&device));
-  DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int sms = current_device_sm_count();
   // Split each token's keys into as many ranges as it takes to give the GPU kCtasPerSm CTAs per
   // SM (decode), down to one range per token when the tokens alone fill it (prefill).
   const int64_t max_tiles = (p.score_stride + kKeyTile - 1) / kKeyTile;
