@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "kernels/cuda_check.h"
+#include "kernels/sm_count.h"
 #include "kernels/gemm/e2m1_layout.h"
 #include "kernels/gemm/mma_lanes.cuh"
 #include "kernels/gemm/staged_tiles.cuh"
@@ -784,6 +785,11 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) fp8_wgmma_gemm_kernel(Fp8Mma
 // x rows per block of the streamed kernel.
 int32_t streamed_tile_rows(int64_t m) { return m <= 8 ? 8 : m <= 16 ? 16 : 32; }
 
+// A dense streamed call's blocks of 4 warps are latency-bound at decode sizes (a batch of 64's
+// calls kept DRAM 2-14% busy with 0.15-0.85 eligible warps a scheduler, docs/PERF.md session 15):
+// its x tiles are halved (down to 8 rows) until it has two blocks an SM.
+constexpr int64_t kDenseMinBlocksPerSm = 2;
+
 // The dense auto rule's grid size (an estimate until measured: bench_fp8_gemm prints both
 // kernels): a staged CTA runs on an SM of its own at ~1/132 of the kernel's full-GPU rate (hoped
 // 350+ TFLOP/s), the streamed kernel spreads any prefill GEMM over the whole GPU at ~100 TFLOP/s,
@@ -898,14 +904,18 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
     DSV4_CUDA_CHECK(cudaGetLastError());
     return;
   }
-  const int32_t tile_rows = grouped ? p.tile_rows : streamed_tile_rows(p.m);
-  const int64_t tiles = grouped ? p.max_tiles : (p.m + tile_rows - 1) / tile_rows;
   const int64_t row_blocks = (p.n + kRowsPerBlock - 1) / kRowsPerBlock + (p.second.n + kRowsPerBlock - 1) / kRowsPerBlock;
+  int32_t tile_rows = grouped ? p.tile_rows : streamed_tile_rows(p.m);
+  if (!grouped) {  // a row's bits do not depend on its tile: fewer rows a tile where that fills the GPU
+    const int64_t min_blocks = kDenseMinBlocksPerSm * current_device_sm_count();
+    while (tile_rows > 8 && row_blocks * ((p.m + tile_rows - 1) / tile_rows) < min_blocks) tile_rows /= 2;
+  }
+  const int64_t tiles = grouped ? p.max_tiles : (p.m + tile_rows - 1) / tile_rows;
   if (row_blocks == 0 || tiles == 0 || p.k == 0) return;
   check_grid_rows(tiles);
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(tiles));
-  // The piped kernel where it measured faster: dense 8-row tiles and K of 16+ blocks (a warp's
-  // four or more blocks fill 4 or 8 stages). Not for 16- and 32-row tiles: alone it took a batch-64
+  // The piped kernel where it measured faster: dense calls of up to 8 rows and K of 16+ blocks (a
+  // warp's four or more blocks fill 4 or 8 stages). Not for 16- and 32-row tiles: alone it took a batch-64
   // step's dense calls from 4.7 to 3.7 ms, but beside the routed experts' GEMM (the shared
   // expert's side stream) its 67-100 KB blocks slowed the step by 7 ms (docs/PERF.md, session 15).
   const int64_t kblocks = p.k / 128;
@@ -915,9 +925,9 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
       case 16: launch_pdl(fp8_mma_gemm_kernel<2, true>, grid, kWarps * 32, 0, stream, p); break;
       default: launch_pdl(fp8_mma_gemm_kernel<4, true>, grid, kWarps * 32, 0, stream, p); break;
     }
-  } else if (!grouped && tile_rows == 8 && kblocks >= 32) {
+  } else if (!grouped && p.m <= 8 && kblocks >= 32) {
     launch_piped<1, 8>(grid, stream, p);
-  } else if (!grouped && tile_rows == 8 && kblocks >= 16) {
+  } else if (!grouped && p.m <= 8 && kblocks >= 16) {
     launch_piped<1, 4>(grid, stream, p);
   } else {
     switch (tile_rows) {
