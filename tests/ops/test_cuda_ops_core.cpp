@@ -750,9 +750,10 @@ void CudaOpsCore::expect_grouped_linear_near_cpu(int64_t T, int64_t G, int64_t R
 
 // wo_a's geometry (8 groups of 1024 x 4096 FP8) on the bf16 tensor cores: near the CPU, and a
 // token's bits do not depend on how many tokens share the call (chunked prefill == one-shot),
-// whichever kernel runs it (streamed under 64 tokens, staged from 64 on, with a partial last tile).
+// whichever kernel and tile shape runs it (streamed up to 16 tokens, staged 32- and 64-token tiles
+// of 64 rows for decode batches, 128 x 128 from 384 tokens on, partial last tiles).
 TEST_F(CudaOpsCore, GroupedLinearOnTensorCoresAgreesAndGivesTheSameBitsForFewAndManyRows) {
-  const int64_t T = 300, G = 8, R = 1024, K = 4096;
+  const int64_t T = 600, G = 8, R = 1024, K = 4096;
   const auto [codes, scales] = random_fp8(G * R, K);
   const BothWeights w = load_both("wo_a", WeightFormat::kFp8, codes, &scales);
   const Tensor x = random_tensor(DType::kBF16, {T, G, K});
@@ -766,7 +767,7 @@ TEST_F(CudaOpsCore, GroupedLinearOnTensorCoresAgreesAndGivesTheSameBitsForFewAnd
   EXPECT_LT(c.rel_fro, 1e-6);
   const Tensor many = from_gpu(y.gpu);
   for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{9}, int64_t{17}, int64_t{63}, int64_t{64}, int64_t{130},
-                             int64_t{280}}) {
+                             int64_t{280}, int64_t{400}}) {
     const Both few = outputs(DType::kF32, {rows, G, R});
     gpu_->grouped_linear({slice_rows(ConstTensorView(xs.gpu.view()), 20, 20 + rows), &w.gpu, few.gpu.view()});
     Tensor part(DType::kF32, {rows, G, R});

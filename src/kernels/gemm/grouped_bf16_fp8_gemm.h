@@ -11,9 +11,10 @@
 // 16-deep MMAs in a fixed order; the four lanes q_j (j = b mod 4) each accumulate
 // q_j = fmaf(blk_b, sw[row / 128, b], q_j) over their blocks ascending; y = ((q_0 + q_1) + q_2) +
 // q_3, rounded to y's type. (kernels/gemm/fp8_mma_gemm's order, with bf16 x in place of scaled
-// FP8 codes.) Two kernels compute it, as in fp8_mma_gemm: one streams the weight into registers
-// (decode), one stages 128 x 128 tiles of both operands in shared memory (64 tokens or more, r a
-// multiple of 128), with the same bits.
+// FP8 codes.) Two kinds of kernel compute it, as in fp8_mma_gemm: one streams the weight into
+// registers (up to 16 tokens), the other stages tiles of both operands in shared memory (more
+// tokens, r a multiple of 64: 64 x 32 and 64 x 64 tiles for decode batches, 128 x 128 from 384
+// tokens on), with the same bits.
 #pragma once
 
 #include <cuda_runtime.h>
