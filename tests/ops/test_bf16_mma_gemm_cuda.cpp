@@ -153,11 +153,12 @@ TEST_P(Bf16MmaGemmCudaStaged, SameBitsAsStreamed) {
 }
 
 // Partial tiles in both directions, 1 to 33 K blocks (passes of unequal length, empty ones), x
-// with a wider row stride.
+// with a wider row stride; the 64-row x tiles (up to 64 rows) and the 128-row ones.
 INSTANTIATE_TEST_SUITE_P(Shapes, Bf16MmaGemmCudaStaged,
                          ::testing::Values(Shape4{64, 136, 1152, 1160}, Shape4{300, 520, 1152, 1152},
                                            Shape4{129, 264, 128, 136}, Shape4{1000, 64, 4224, 4224},
-                                           Shape4{77, 1032, 384, 392}, Shape4{256, 256, 512, 512}),
+                                           Shape4{77, 1032, 384, 392}, Shape4{256, 256, 512, 512},
+                                           Shape4{40, 264, 640, 648}),
                          [](const auto& info) {
                            return "m" + std::to_string(info.param.m) + "_n" + std::to_string(info.param.n) + "_k" +
                                   std::to_string(info.param.k) + "_ldx" + std::to_string(info.param.ldx);
@@ -174,6 +175,8 @@ TEST(Bf16MmaGemmCudaOutput, ChoosesTheStagedKernelForPrefillSizes) {
   };
   EXPECT_EQ(dense(1, 4096), Bf16MmaKernel::kStreamed);
   EXPECT_EQ(dense(63, 32768), Bf16MmaKernel::kStreamed);
+  EXPECT_EQ(dense(64, 129280), Bf16MmaKernel::kStaged);   // the LM head at a decode batch of 64 (64-row tiles)
+  EXPECT_EQ(dense(64, 4096), Bf16MmaKernel::kStreamed);   // 32 tiles
   EXPECT_EQ(dense(256, 2048), Bf16MmaKernel::kStreamed);  // 32 tiles of 128 x 128: too few for the GPU
   EXPECT_EQ(dense(8192, 64), Bf16MmaKernel::kStaged);     // the indexer's weights at an 8k prefill
   EXPECT_EQ(dense(8192, 256), Bf16MmaKernel::kStaged);    // the MoE gate

@@ -168,13 +168,14 @@ __global__ void __launch_bounds__(kSplitWarps * 32) bf16_mma_gemm_split_kernel(B
 
 // ---- The staged kernel (prefill) ----
 //
-// A CTA of 8 warps owns 128 weight rows [n0, n0 + 128) and 128 x rows. Each K block comes into
+// A CTA of 8 warps owns 128 weight rows [n0, n0 + 128) and 16 NJ x rows (128, or 64 for a
+// decode batch of up to 64, whose 128-row tiles would spend half the MMAs on padding). Each K block comes into
 // shared memory in two halves with cp.async, three halves ahead: half h holds, of every row, the
 // values 32t + 16h .. 32t + 16h + 15 for t = 0..3 (the values lane t feeds to MMA steps 4h ..
 // 4h + 3), as 8 chunks of 16 bytes, chunk 2t + u holding values 32t + 16h + 8u .. + 7, so every
 // operand byte crosses L2 once per CTA instead of once per warp. Warp (wm, wn) = (warp % 4,
-// warp / 4) computes weight rows 32 wm .. 32 wm + 31 (two m16 tiles i) against x rows 64 wn ..
-// 64 wn + 63 (eight n8 tiles j), issuing for every output the streamed kernel's eight MMAs per block
+// warp / 4) computes weight rows 32 wm .. 32 wm + 31 (two m16 tiles i) against x rows 8 NJ wn ..
+// 8 NJ wn + 8 NJ - 1 (NJ n8 tiles j), issuing for every output the streamed kernel's eight MMAs per block
 // with the same operands in the same fragment slots; the CTA walks the blocks in staged_block_at's
 // order (pass p accumulates lane q_p) with the running sum of the four lanes in shared memory:
 // the streamed kernel's bits. A half's row r keeps its chunk c at chunk c ^ (r % 8) of its 128
@@ -183,14 +184,21 @@ __global__ void __launch_bounds__(kSplitWarps * 32) bf16_mma_gemm_split_kernel(B
 constexpr int kStagedWarps = 8;
 constexpr int kStagedThreads = kStagedWarps * 32;
 constexpr int kStagedRows = 128;  // weight rows of a CTA
-constexpr int kStagedXRows = 128;  // x rows of a CTA
 constexpr int kHalfStages = 4;
-constexpr int kHalfTileBytes = 128 * 128;  // 128 rows x 64 bf16 values
-constexpr int kHalfStageBytes = 2 * kHalfTileBytes;  // weight, then x
-constexpr int kStagedOutputsPerLane = 2 * 8 * 4;  // m16 tiles x n8 tiles x accumulator registers
-constexpr int kStagedSumBytes = kStagedWarps * kStagedOutputsPerLane * 32 * static_cast<int>(sizeof(float));
-constexpr int kStagedSharedBytes = kHalfStages * kHalfStageBytes + kStagedSumBytes;  // 196608: one CTA per SM
-static_assert(kStagedSharedBytes <= 227 * 1024, "the staged kernel's shared memory exceeds Hopper's 227 KiB");
+constexpr int kHalfRowBytes = 128;  // a row's 64 bf16 values of a half
+constexpr int kWHalfBytes = kStagedRows * kHalfRowBytes;
+
+template <int NJ>  // n8 tiles a warp: x rows of a CTA 16 NJ
+struct StagedShape {
+  static constexpr int kXRows = 16 * NJ;
+  static constexpr int kHalfStageBytes = kWHalfBytes + kXRows * kHalfRowBytes;  // weight, then x
+  static constexpr int kOutputsPerLane = 2 * NJ * 4;  // m16 tiles x n8 tiles x accumulator registers
+  static constexpr int kSumBytes = kStagedWarps * kOutputsPerLane * 32 * static_cast<int>(sizeof(float));
+  static constexpr int kSharedBytes = kHalfStages * kHalfStageBytes + kSumBytes;  // 196608 for NJ = 8
+  static_assert(kSharedBytes <= 227 * 1024, "the staged kernel's shared memory exceeds Hopper's 227 KiB");
+};
+// x rows of the staged CTA for m rows.
+constexpr int64_t staged_x_rows(int64_t m) { return m <= 64 ? 64 : 128; }
 // The dense rule of kernels::fp8_mma_gemm: from 64 rows, when the grid has 40 tiles of 128 x 128.
 constexpr int64_t kStagedMinRows = 64;
 constexpr int64_t kStagedMinTiles = 40;
@@ -199,19 +207,22 @@ __device__ __forceinline__ uint32_t half_chunk_at(int r, int c) {
   return static_cast<uint32_t>(r * 128 + ((c ^ (r % 8)) << 4));
 }
 
+template <int NJ>
 __global__ void __launch_bounds__(kStagedThreads, 1) bf16_mma_gemm_staged_kernel(Bf16MmaGemmParams p) {
+  using Shape = StagedShape<NJ>;
+  constexpr int kHalfStageBytes = Shape::kHalfStageBytes;
   pdl_wait();
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
   const int wm = warp % 4, wn = warp / 4;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kStagedRows;
-  const int64_t x_row0 = static_cast<int64_t>(blockIdx.y) * kStagedXRows;
-  const int x_rows = static_cast<int>(min(static_cast<int64_t>(kStagedXRows), p.m - x_row0));
+  const int64_t x_row0 = static_cast<int64_t>(blockIdx.y) * Shape::kXRows;
+  const int x_rows = static_cast<int>(min(static_cast<int64_t>(Shape::kXRows), p.m - x_row0));
   const int kblocks = static_cast<int>(p.k / kKBlock);
 
   // This thread's copies per half: chunk c = tid % 8 (values 32 (c / 2) + 16h + 8 (c % 2) ..) of
-  // weight rows and x rows tid / 8 + 32 i (i = 0..3).
+  // weight rows tid / 8 + 32 i (i = 0..3) and x rows tid / 8 + 32 i (i < 16 NJ / 32).
   const int copy_row = tid / 8, copy_chunk = tid % 8;
   const int64_t copy_value = 32 * (copy_chunk / 2) + 8 * (copy_chunk % 2);
   const uint16_t* w_src = p.w + (n0 + copy_row) * p.k + copy_value;
@@ -228,23 +239,24 @@ __global__ void __launch_bounds__(kStagedThreads, 1) bf16_mma_gemm_staged_kernel
         const bool w_valid = n0 + row < p.n, x_valid = row < x_rows;
         const uint32_t dst = half_chunk_at(row, copy_chunk);
         cp_async16(stage + dst, w_valid ? w_src + (32 * i) * p.k + at : p.w, w_valid);
-        cp_async16(stage + kHalfTileBytes + dst, x_valid ? x_src + (32 * i) * p.ldx + at : p.x, x_valid);
+        if (32 * i < Shape::kXRows)
+          cp_async16(stage + kWHalfBytes + dst, x_valid ? x_src + (32 * i) * p.ldx + at : p.x, x_valid);
       }
     }
     cp_async_commit();
   };
-  float* sums = reinterpret_cast<float*>(smem + kHalfStages * kHalfStageBytes) + warp * kStagedOutputsPerLane * 32 + lane;
+  float* sums = reinterpret_cast<float*>(smem + kHalfStages * kHalfStageBytes) + warp * Shape::kOutputsPerLane * 32 + lane;
 
 #pragma unroll
   for (int hs = 0; hs < kHalfStages - 1; ++hs) load_half(hs);
 
   int step = 0;
   for (int pass = 0; pass < 4; ++pass) {
-    float q[2][8][4];
+    float q[2][NJ][4];
     zero_tiles(q);
 
     for (int b = pass; b < kblocks; b += 4, ++step) {
-      float blk[2][8][4];
+      float blk[2][NJ][4];
       zero_tiles(blk);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {  // MMA steps 4 half .. 4 half + 3
@@ -255,7 +267,7 @@ __global__ void __launch_bounds__(kStagedThreads, 1) bf16_mma_gemm_staged_kernel
         const uint8_t* stage = smem + (hs % kHalfStages) * kHalfStageBytes;
 #pragma unroll
         for (int u = 0; u < 2; ++u) {  // chunk 2t + u: steps 4 half + 2u and + 1
-          uint4 a_lo[2], a_hi[2], xb[8];
+          uint4 a_lo[2], a_hi[2], xb[NJ];
 #pragma unroll
           for (int i = 0; i < 2; ++i) {
             const int row = 32 * wm + 16 * i + g;
@@ -263,14 +275,14 @@ __global__ void __launch_bounds__(kStagedThreads, 1) bf16_mma_gemm_staged_kernel
             a_hi[i] = *reinterpret_cast<const uint4*>(stage + half_chunk_at(row + 8, 2 * t + u));
           }
 #pragma unroll
-          for (int j = 0; j < 8; ++j)
-            xb[j] = *reinterpret_cast<const uint4*>(stage + kHalfTileBytes + half_chunk_at(64 * wn + 8 * j + g, 2 * t + u));
+          for (int j = 0; j < NJ; ++j)
+            xb[j] = *reinterpret_cast<const uint4*>(stage + kWHalfBytes + half_chunk_at(8 * NJ * wn + 8 * j + g, 2 * t + u));
 #pragma unroll
           for (int sub = 0; sub < 2; ++sub)  // step 4 half + 2u + sub: values 32t + 4 step .. + 3
 #pragma unroll
             for (int i = 0; i < 2; ++i)
 #pragma unroll
-              for (int j = 0; j < 8; ++j)
+              for (int j = 0; j < NJ; ++j)
                 mma_bf16_f32(blk[i][j], word_of(a_lo[i], 2 * sub), word_of(a_hi[i], 2 * sub), word_of(a_lo[i], 2 * sub + 1),
                              word_of(a_hi[i], 2 * sub + 1), word_of(xb[j], 2 * sub), word_of(xb[j], 2 * sub + 1));
         }
@@ -278,7 +290,7 @@ __global__ void __launch_bounds__(kStagedThreads, 1) bf16_mma_gemm_staged_kernel
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
+        for (int j = 0; j < NJ; ++j)
 #pragma unroll
           for (int c = 0; c < 4; ++c) q[i][j][c] = __fadd_rn(q[i][j][c], blk[i][j][c]);
     }
@@ -287,11 +299,22 @@ __global__ void __launch_bounds__(kStagedThreads, 1) bf16_mma_gemm_staged_kernel
   }
   cp_async_wait<0>();  // no copy may still be landing when the block's shared memory is reused
 
-  for_each_sum<2, 8>(sums, [&](int i, int j, int c, const float& sum) {
-    const int r = 64 * wn + 8 * j + 2 * t + (c & 1);
+  for_each_sum<2, NJ>(sums, [&](int i, int j, int c, const float& sum) {
+    const int r = 8 * NJ * wn + 8 * j + 2 * t + (c & 1);
     const int64_t n = n0 + 32 * wm + 16 * i + g + (c >= 2 ? 8 : 0);
     if (r < x_rows && n < p.n) store_float(p.y, (x_row0 + r) * p.ldy + n, sum);
   });
+}
+
+template <int NJ>
+void launch_staged(const Bf16MmaGemmParams& p, cudaStream_t stream) {
+  using Shape = StagedShape<NJ>;
+  const int64_t tiles = (p.m + Shape::kXRows - 1) / Shape::kXRows;
+  if (tiles > 65535) throw UsageError("bf16_mma_gemm: " + std::to_string(p.m) + " rows exceed one launch (split the call)");
+  DSV4_CUDA_CHECK(cudaFuncSetAttribute(bf16_mma_gemm_staged_kernel<NJ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       Shape::kSharedBytes));
+  const dim3 grid(static_cast<unsigned>((p.n + kStagedRows - 1) / kStagedRows), static_cast<unsigned>(tiles));
+  launch_pdl(bf16_mma_gemm_staged_kernel<NJ>, grid, kStagedThreads, Shape::kSharedBytes, stream, p);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -308,7 +331,8 @@ Bf16MmaKernel bf16_mma_gemm_choice(const Bf16MmaGemmParams& p) {
   switch (p.kernel) {
     case Bf16MmaKernel::kAuto:
       return !paired && p.m >= kStagedMinRows &&
-                     (p.m + kStagedXRows - 1) / kStagedXRows * ((p.n + kStagedRows - 1) / kStagedRows) >= kStagedMinTiles
+                     (p.m + staged_x_rows(p.m) - 1) / staged_x_rows(p.m) * ((p.n + kStagedRows - 1) / kStagedRows) >=
+                         kStagedMinTiles
                  ? Bf16MmaKernel::kStaged
                  : Bf16MmaKernel::kStreamed;
     case Bf16MmaKernel::kStreamed: return p.kernel;
@@ -326,13 +350,11 @@ void bf16_mma_gemm(const Bf16MmaGemmParams& p, cudaStream_t stream) {
   const int64_t row_blocks = (p.n + kRowsPerBlock - 1) / kRowsPerBlock + (p.second.n + kRowsPerBlock - 1) / kRowsPerBlock;
   if (p.m == 0 || row_blocks == 0) return;
   if (bf16_mma_gemm_choice(p) == Bf16MmaKernel::kStaged) {
-    const int64_t tiles = (p.m + kStagedXRows - 1) / kStagedXRows;
-    if (tiles > 65535)
-      throw UsageError("bf16_mma_gemm: " + std::to_string(p.m) + " rows exceed one launch (split the call)");
-    DSV4_CUDA_CHECK(cudaFuncSetAttribute(bf16_mma_gemm_staged_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         kStagedSharedBytes));
-    const dim3 grid(static_cast<unsigned>((p.n + kStagedRows - 1) / kStagedRows), static_cast<unsigned>(tiles));
-    launch_pdl(bf16_mma_gemm_staged_kernel, grid, kStagedThreads, kStagedSharedBytes, stream, p);
+    if (staged_x_rows(p.m) == 64) {
+      launch_staged<4>(p, stream);
+    } else {
+      launch_staged<8>(p, stream);
+    }
     DSV4_CUDA_CHECK(cudaGetLastError());
     return;
   }
