@@ -166,19 +166,20 @@ __global__ void __launch_bounds__(kSplitWarps * 32) bf16_mma_gemm_split_kernel(B
   });
 }
 
-// ---- The staged kernel (prefill) ----
+// ---- The staged kernel (prefill, and the LM head of decode batches) ----
 //
-// A CTA of 8 warps owns 128 weight rows [n0, n0 + 128) and 16 NJ x rows (128, or 64 for a
-// decode batch of up to 64, whose 128-row tiles would spend half the MMAs on padding). Each K block comes into
+// A CTA of 8 warps owns 128 weight rows [n0, n0 + 128) and 16 NJ x rows: 128, or 64 for calls of
+// up to 64 rows, whose 128-row tiles would spend half the MMAs on padding (the LM head at batch
+// 64: 0.78 ms with 128, 0.55 ms with 64; docs/PERF.md, session 16). Each K block comes into
 // shared memory in two halves with cp.async, three halves ahead: half h holds, of every row, the
 // values 32t + 16h .. 32t + 16h + 15 for t = 0..3 (the values lane t feeds to MMA steps 4h ..
 // 4h + 3), as 8 chunks of 16 bytes, chunk 2t + u holding values 32t + 16h + 8u .. + 7, so every
 // operand byte crosses L2 once per CTA instead of once per warp. Warp (wm, wn) = (warp % 4,
 // warp / 4) computes weight rows 32 wm .. 32 wm + 31 (two m16 tiles i) against x rows 8 NJ wn ..
-// 8 NJ wn + 8 NJ - 1 (NJ n8 tiles j), issuing for every output the streamed kernel's eight MMAs per block
-// with the same operands in the same fragment slots; the CTA walks the blocks in staged_block_at's
-// order (pass p accumulates lane q_p) with the running sum of the four lanes in shared memory:
-// the streamed kernel's bits. A half's row r keeps its chunk c at chunk c ^ (r % 8) of its 128
+// 8 NJ wn + 8 NJ - 1 (NJ n8 tiles j), issuing for every output the streamed kernel's eight MMAs
+// per block with the same operands in the same fragment slots; the CTA walks the blocks in
+// staged_block_at's order (pass p accumulates lane q_p) with the running sum of the four lanes in
+// shared memory: the streamed kernel's bits. A half's row r keeps its chunk c at chunk c ^ (r % 8) of its 128
 // bytes: the eight lanes a 128-bit load serves at once (rows 2h', 2h' + 1, t = 0..3, chunk 2t + u)
 // hit eight distinct bank groups.
 constexpr int kStagedWarps = 8;

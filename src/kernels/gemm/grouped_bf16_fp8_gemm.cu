@@ -250,13 +250,17 @@ __global__ void __launch_bounds__(kStagedThreads, StagedShape<MI, NJ>::kMinBlock
   });
 }
 
+void check_grid(const GroupedBf16Fp8GemmParams& p, int64_t tiles) {
+  if (tiles > 65535 || p.groups > 65535)
+    throw UsageError("grouped_bf16_fp8_gemm: " + std::to_string(p.tokens) + " tokens in " + std::to_string(p.groups) +
+                     " groups exceed one launch (split the call)");
+}
+
 template <int MI, int NJ>
 void launch_staged(const GroupedBf16Fp8GemmParams& p, cudaStream_t stream) {
   using Shape = StagedShape<MI, NJ>;
   const int64_t tiles = (p.tokens + Shape::kTokens - 1) / Shape::kTokens;
-  if (tiles > 65535 || p.groups > 65535)
-    throw UsageError("grouped_bf16_fp8_gemm: " + std::to_string(p.tokens) + " tokens in " + std::to_string(p.groups) +
-                     " groups exceed one launch (split the call)");
+  check_grid(p, tiles);
   DSV4_CUDA_CHECK(cudaFuncSetAttribute(grouped_bf16_fp8_gemm_staged_kernel<MI, NJ>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSharedBytes));
   const dim3 grid(static_cast<unsigned>(p.r / Shape::kRows), static_cast<unsigned>(tiles), static_cast<unsigned>(p.groups));
@@ -269,8 +273,9 @@ void launch_staged(const GroupedBf16Fp8GemmParams& p, cudaStream_t stream) {
 constexpr int64_t kRowsPerDecodeShape = StagedShape<1, 2>::kRows;
 constexpr int64_t kStagedMinTokens = 17;
 
-// From this many tokens on the 128 x 128 tiles are at least 4 per group and 64 rows (the wo_a
-// geometry's 8 x 8 x 4 = 256 CTAs, two waves of one a SM).
+// From this many tokens on the 128 x 128 tiles give wo_a 8 row tiles x 3+ token tiles x 8 groups,
+// 192 CTAs or more (one an SM): enough to fill the GPU (an estimate; the 64 x 64 shape was not
+// measured against it at these sizes).
 constexpr int64_t kPrefillShapeMinTokens = 384;
 
 }  // namespace
@@ -297,9 +302,7 @@ void grouped_bf16_fp8_gemm(const GroupedBf16Fp8GemmParams& p, cudaStream_t strea
   }
   const int nt = p.tokens <= 8 ? 1 : p.tokens <= 16 ? 2 : 4;  // the streamed kernel's 8-token tiles
   const int64_t tiles = (p.tokens + 8 * nt - 1) / (8 * nt);
-  if (tiles > 65535 || p.groups > 65535)
-    throw UsageError("grouped_bf16_fp8_gemm: " + std::to_string(p.tokens) + " tokens in " + std::to_string(p.groups) +
-                     " groups exceed one launch (split the call)");
+  check_grid(p, tiles);
   const dim3 grid(static_cast<unsigned>(p.r / kRowsPerBlock), static_cast<unsigned>(tiles),
                   static_cast<unsigned>(p.groups));
   switch (nt) {
