@@ -179,9 +179,9 @@ __global__ void __launch_bounds__(kSplitWarps * 32) bf16_mma_gemm_split_kernel(B
 // 8 NJ wn + 8 NJ - 1 (NJ n8 tiles j), issuing for every output the streamed kernel's eight MMAs
 // per block with the same operands in the same fragment slots; the CTA walks the blocks in
 // staged_block_at's order (pass p accumulates lane q_p) with the running sum of the four lanes in
-// shared memory: the streamed kernel's bits. A half's row r keeps its chunk c at chunk c ^ (r % 8) of its 128
-// bytes: the eight lanes a 128-bit load serves at once (rows 2h', 2h' + 1, t = 0..3, chunk 2t + u)
-// hit eight distinct bank groups.
+// shared memory: the streamed kernel's bits. A half's row r keeps its chunk c at chunk c ^ (r % 8)
+// of its 128 bytes: the eight lanes a 128-bit load serves at once (rows 2h', 2h' + 1, t = 0..3,
+// chunk 2t + u) hit eight distinct bank groups.
 constexpr int kStagedWarps = 8;
 constexpr int kStagedThreads = kStagedWarps * 32;
 constexpr int kStagedRows = 128;  // weight rows of a CTA
@@ -198,8 +198,12 @@ struct StagedShape {
   static constexpr int kSharedBytes = kHalfStages * kHalfStageBytes + kSumBytes;  // 196608 for NJ = 8
   static_assert(kSharedBytes <= 227 * 1024, "the staged kernel's shared memory exceeds Hopper's 227 KiB");
 };
+using DecodeShape = StagedShape<4>;   // 64 x rows
+using PrefillShape = StagedShape<8>;  // 128 x rows
 // x rows of the staged CTA for m rows.
-constexpr int64_t staged_x_rows(int64_t m) { return m <= 64 ? 64 : 128; }
+constexpr int64_t staged_x_rows(int64_t m) {
+  return m <= DecodeShape::kXRows ? DecodeShape::kXRows : PrefillShape::kXRows;
+}
 // The dense rule of kernels::fp8_mma_gemm: from 64 rows, when the grid has 40 tiles of 128 x 128.
 constexpr int64_t kStagedMinRows = 64;
 constexpr int64_t kStagedMinTiles = 40;
@@ -351,7 +355,7 @@ void bf16_mma_gemm(const Bf16MmaGemmParams& p, cudaStream_t stream) {
   const int64_t row_blocks = (p.n + kRowsPerBlock - 1) / kRowsPerBlock + (p.second.n + kRowsPerBlock - 1) / kRowsPerBlock;
   if (p.m == 0 || row_blocks == 0) return;
   if (bf16_mma_gemm_choice(p) == Bf16MmaKernel::kStaged) {
-    if (staged_x_rows(p.m) == 64) {
+    if (staged_x_rows(p.m) == DecodeShape::kXRows) {
       launch_staged<4>(p, stream);
     } else {
       launch_staged<8>(p, stream);

@@ -25,11 +25,11 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "kernels/cuda_check.h"
-#include "kernels/sm_count.h"
 #include "kernels/gemm/e2m1_layout.h"
 #include "kernels/gemm/mma_lanes.cuh"
 #include "kernels/gemm/staged_tiles.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/sm_count.h"
 
 namespace dsv4::kernels {
 namespace {
@@ -906,7 +906,8 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   }
   const int64_t row_blocks = (p.n + kRowsPerBlock - 1) / kRowsPerBlock + (p.second.n + kRowsPerBlock - 1) / kRowsPerBlock;
   int32_t tile_rows = grouped ? p.tile_rows : streamed_tile_rows(p.m);
-  if (!grouped) {  // a row's bits do not depend on its tile: fewer rows a tile where that fills the GPU
+  // A row's bits do not depend on its tile: fewer rows a tile where that fills the GPU.
+  if (!grouped && tile_rows > 8) {
     const int64_t min_blocks = kDenseMinBlocksPerSm * current_device_sm_count();
     while (tile_rows > 8 && row_blocks * ((p.m + tile_rows - 1) / tile_rows) < min_blocks) tile_rows /= 2;
   }

@@ -57,8 +57,8 @@
 
 #include "core/error.h"
 #include "kernels/cuda_check.h"
-#include "kernels/sm_count.h"
 #include "kernels/launch.cuh"
+#include "kernels/sm_count.h"
 
 namespace dsv4::kernels {
 namespace {
