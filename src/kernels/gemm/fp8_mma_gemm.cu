@@ -126,77 +126,104 @@ __device__ __forceinline__ bool block_rows(const Fp8MmaGemmParams& p, int64_t ti
   return true;
 }
 
-// The routed experts' decode GEMM (e2m1, 8-row tiles) is held to 64 registers, 8 blocks an SM:
-// with 72 its batch-64 step took 0.3 ms longer (docs/PERF.md, session 15).
-template <int NT, bool kE2M1>  // 8-row x tiles per block; the weight's codes (Fp8MmaWeightCodes)
-__global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? 8 : 1) fp8_mma_gemm_kernel(Fp8MmaGemmParams p) {
+// The routed experts' decode GEMM (e2m1, 8-row x tiles) is held to 64 registers, 8 blocks an SM,
+// with one weight tile (with 72 its batch-64 step took 0.3 ms longer, docs/PERF.md, session 15) and
+// to 80, 6 blocks an SM, with two (8 blocks spilled and took 3 ms longer at batch 64, session 17).
+template <int NT, bool kE2M1, int MT = 1>  // 8-row x tiles, 16-row weight tiles a block; weight codes
+__global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? (MT == 1 ? 8 : 6) : 1) fp8_mma_gemm_kernel(Fp8MmaGemmParams p) {
   pdl_wait();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
 
   BlockRows rows;
-  if (!block_rows(p, 8 * NT, kRowsPerBlock, rows)) return;
+  if (!block_rows(p, 8 * NT, kRowsPerBlock * MT, rows)) return;
   const int64_t x_row0 = rows.x_row0;
   const int x_rows = rows.x_rows;
   const int64_t n0 = rows.n0;
   const int64_t kblocks = p.k / 128;
-  const bool row_a = n0 + g < rows.n, row_b = n0 + g + 8 < rows.n;
-  // The lane's 32 inputs of a block: 32 e4m3 bytes, or 16 bytes of e2m1 pairs and their shift.
-  const int64_t row_bytes = kE2M1 ? p.k / 2 : p.k;
-  const uint8_t* wa = rows.w + (n0 + g) * row_bytes + (kE2M1 ? 16 : 32) * t;
-  const uint8_t* wb = wa + 8 * row_bytes;
-  const uint8_t* shift_a = kE2M1 ? rows.w_shift + (n0 + g) * (p.k / 32) + t : nullptr;
-  const uint8_t* shift_b = kE2M1 ? shift_a + 8 * (p.k / 32) : nullptr;
+  // The lane's 32 inputs of a block: 32 e4m3 bytes, or 16 bytes of e2m1 pairs and their shift. In
+  // units of a row's shift bytes (K / 32 a row), the lane's inputs of K block 0 in a weight row n
+  // sit at unit n K / 32 + t: byte 32 unit (e4m3) or 16 unit (e2m1), shift byte unit; K block b
+  // adds 4b units. 32-bit units keep the loop's registers (and 64-bit address arithmetic) few. A
+  // weight row past the weight's end (or an x row past the tile's) reads the last one instead, so
+  // that the loop needs no bounds checks: its sums are never stored.
+  constexpr uint32_t kUnitBytes = kE2M1 ? 16 : 32;
+  uint32_t unit[MT][2];
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // rows g + 16m (h = 0, a0 / a2) and g + 16m + 8 (h = 1, a1 / a3)
+      const int64_t n = min(n0 + 16 * m + 8 * h + g, rows.n - 1);
+      unit[m][h] = static_cast<uint32_t>(n * (p.k / 32) + t);
+    }
+  const uint8_t* x_at[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) x_at[j] = p.x + (x_row0 + min(8 * j + g, x_rows - 1)) * p.k + 32 * t;
   const float* sw_row = rows.w_scale + (n0 / 128) * rows.w_scale_ld;
 
-  float q[NT][4];
+  float q[MT][NT][4];
 #pragma unroll
-  for (int j = 0; j < NT; ++j) q[j][0] = q[j][1] = q[j][2] = q[j][3] = 0.0f;
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) q[m][j][0] = q[m][j][1] = q[m][j][2] = q[m][j][3] = 0.0f;
 
   for (int64_t b = warp; b < kblocks; b += kWarps) {
-    RowBytes a_lo, a_hi;  // e4m3: the 32 codes; e2m1: the 16 bytes in lo, hi unused
-    uint32_t scale_a = 0, scale_b = 0;
-    if constexpr (kE2M1) {
-      const uint4 zero = make_uint4(0, 0, 0, 0);
-      a_lo.lo = row_a ? __ldg(reinterpret_cast<const uint4*>(wa + b * 64)) : zero;
-      a_hi.lo = row_b ? __ldg(reinterpret_cast<const uint4*>(wb + b * 64)) : zero;
-      scale_a = pow2_f16x2(row_a ? __ldg(shift_a + b * 4) : 0u);
-      scale_b = pow2_f16x2(row_b ? __ldg(shift_b + b * 4) : 0u);
-    } else {
-      a_lo = load_row_bytes(wa + b * 128, row_a);
-      a_hi = load_row_bytes(wb + b * 128, row_b);
-    }
+    // Weight tile m's rows g + 16m (w[m][0]) and g + 16m + 8 (w[m][1]); e4m3: the 32 codes; e2m1:
+    // the 16 bytes in lo, hi unused.
+    RowBytes w[MT][2];
+    uint32_t scale[MT][2];
+    const uint8_t* const w_block = rows.w + b * 4 * kUnitBytes;
+    const uint8_t* const shift_block = kE2M1 ? rows.w_shift + b * 4 : nullptr;
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* const w_at = w_block + static_cast<uint64_t>(unit[m][h]) * kUnitBytes;
+        if constexpr (kE2M1) {
+          w[m][h].lo = __ldg(reinterpret_cast<const uint4*>(w_at));
+          scale[m][h] = pow2_f16x2(__ldg(shift_block + unit[m][h]));
+        } else {
+          w[m][h] = load_row_bytes(w_at, true);
+        }
+      }
     RowBytes xb[NT];
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const int r = 8 * j + g;
-      xb[j] = load_row_bytes(p.x + (x_row0 + r) * p.k + b * 128 + 32 * t, r < x_rows);
-    }
-    float blk[NT][4];
+    for (int j = 0; j < NT; ++j) xb[j] = load_row_bytes(x_at[j] + b * 128, true);
+    float blk[MT][NT][4];
 #pragma unroll
-    for (int j = 0; j < NT; ++j) blk[j][0] = blk[j][1] = blk[j][2] = blk[j][3] = 0.0f;
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+      for (int j = 0; j < NT; ++j) blk[m][j][0] = blk[m][j][1] = blk[m][j][2] = blk[m][j][3] = 0.0f;
 #pragma unroll
     for (int s = 0; s < 8; ++s) {
-      // Step s takes the lane's inputs 4s .. 4s + 3: a0 / a1 (rows g / g + 8) the first two, a2 /
-      // a3 the last two. e2m1: those are slots 2 (s % 2) and 2 (s % 2) + 1 of the lane's word s / 2.
-      uint32_t a0, a1, a2, a3;
-      if constexpr (kE2M1) {
-        const uint32_t wa_w = a_lo.word(s / 2), wb_w = a_hi.word(s / 2);
-        a0 = e2m1_slot_to_f16x2(wa_w, 2 * (s % 2), scale_a);
-        a2 = e2m1_slot_to_f16x2(wa_w, 2 * (s % 2) + 1, scale_a);
-        a1 = e2m1_slot_to_f16x2(wb_w, 2 * (s % 2), scale_b);
-        a3 = e2m1_slot_to_f16x2(wb_w, 2 * (s % 2) + 1, scale_b);
-      } else {
-        const uint32_t wa_s = a_lo.word(s), wb_s = a_hi.word(s);
-        a0 = e4m3x2_to_f16x2(wa_s & 0xffff);
-        a2 = high_e4m3x2_to_f16x2(wa_s);
-        a1 = e4m3x2_to_f16x2(wb_s & 0xffff);
-        a3 = high_e4m3x2_to_f16x2(wb_s);
-      }
+      uint32_t x0[NT], x1[NT];  // step s's B operands, converted once for the MT weight tiles
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         const uint32_t x_s = xb[j].word(s);
-        mma_f16_f32(blk[j], a0, a1, a2, a3, e4m3x2_to_f16x2(x_s & 0xffff), high_e4m3x2_to_f16x2(x_s));
+        x0[j] = e4m3x2_to_f16x2(x_s & 0xffff);
+        x1[j] = high_e4m3x2_to_f16x2(x_s);
+      }
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        // Step s takes the lane's inputs 4s .. 4s + 3: a0 / a1 (rows g / g + 8) the first two, a2
+        // / a3 the last two. e2m1: those are slots 2 (s % 2) and 2 (s % 2) + 1 of the lane's word
+        // s / 2.
+        uint32_t a0, a1, a2, a3;
+        if constexpr (kE2M1) {
+          const uint32_t wa_w = w[m][0].word(s / 2), wb_w = w[m][1].word(s / 2);
+          a0 = e2m1_slot_to_f16x2(wa_w, 2 * (s % 2), scale[m][0]);
+          a2 = e2m1_slot_to_f16x2(wa_w, 2 * (s % 2) + 1, scale[m][0]);
+          a1 = e2m1_slot_to_f16x2(wb_w, 2 * (s % 2), scale[m][1]);
+          a3 = e2m1_slot_to_f16x2(wb_w, 2 * (s % 2) + 1, scale[m][1]);
+        } else {
+          const uint32_t wa_s = w[m][0].word(s), wb_s = w[m][1].word(s);
+          a0 = e4m3x2_to_f16x2(wa_s & 0xffff);
+          a2 = high_e4m3x2_to_f16x2(wa_s);
+          a1 = e4m3x2_to_f16x2(wb_s & 0xffff);
+          a3 = high_e4m3x2_to_f16x2(wb_s);
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) mma_f16_f32(blk[m][j], a0, a1, a2, a3, x0[j], x1[j]);
       }
     }
     const float sw = kE2M1 ? __ldg(sw_row + b) * kE2M1ScaleBack : __ldg(sw_row + b);
@@ -206,15 +233,21 @@ __global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? 8 : 1) fp8_mma
       const int r0 = 8 * j + 2 * t, r1 = r0 + 1;
       const float s0 = r0 < x_rows ? sw * __ldg(p.x_scale + b * p.x_scale_ld + x_row0 + r0) : 0.0f;
       const float s1 = r1 < x_rows ? sw * __ldg(p.x_scale + b * p.x_scale_ld + x_row0 + r1) : 0.0f;
-      q[j][0] = fmaf(blk[j][0], s0, q[j][0]);
-      q[j][1] = fmaf(blk[j][1], s1, q[j][1]);
-      q[j][2] = fmaf(blk[j][2], s0, q[j][2]);
-      q[j][3] = fmaf(blk[j][3], s1, q[j][3]);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        q[m][j][0] = fmaf(blk[m][j][0], s0, q[m][j][0]);
+        q[m][j][1] = fmaf(blk[m][j][1], s1, q[m][j][1]);
+        q[m][j][2] = fmaf(blk[m][j][2], s0, q[m][j][2]);
+        q[m][j][3] = fmaf(blk[m][j][3], s1, q[m][j][3]);
+      }
     }
   }
 
-  sum_lanes_and_store<kWarps, NT>(q, [&](int r, int row, float sum) {
-    const int64_t n = n0 + row;
+  // sum_lanes_and_store's tiles are the MT x NT accumulators, tile i = NT m + j at its x rows
+  // 8i .. 8i + 7.
+  sum_lanes_and_store<kWarps, MT * NT>(reinterpret_cast<const float(&)[MT * NT][4]>(q), [&](int tile_r, int row, float sum) {
+    const int tile = tile_r / 8, r = 8 * (tile % NT) + tile_r % 8;
+    const int64_t n = n0 + 16 * (tile / NT) + row;
     if (r < x_rows && n < rows.n) store_float(rows.y, (x_row0 + r) * rows.ldy + n, sum);
   });
 }
@@ -782,6 +815,14 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) fp8_wgmma_gemm_kernel(Fp8Mma
     }
 }
 
+// The routed experts' e2m1 GEMM with 8-row x tiles takes two 16-row weight tiles a block, which
+// convert each x operand once for both and have twice the weight loads in flight a warp, where one
+// tile a block would fill the GPU's 8 blocks an SM more than kE2M1WideMinWaves times (a batch-64
+// step 54.6 -> 47.9 ms, batch 16 24.7 -> 22.1; session 17 in docs/PERF.md). A batch of one's
+// calls, 1536 blocks of one tile, stay narrow.
+constexpr int kE2M1WideTiles = 2;
+constexpr int64_t kE2M1WideMinWaves = 2;
+
 // x rows per block of the streamed kernel.
 int32_t streamed_tile_rows(int64_t m) { return m <= 8 ? 8 : m <= 16 ? 16 : 32; }
 
@@ -904,14 +945,18 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
     DSV4_CUDA_CHECK(cudaGetLastError());
     return;
   }
-  const int64_t row_blocks = (p.n + kRowsPerBlock - 1) / kRowsPerBlock + (p.second.n + kRowsPerBlock - 1) / kRowsPerBlock;
+  const auto row_blocks_of = [&](int64_t w_rows) { return (p.n + w_rows - 1) / w_rows + (p.second.n + w_rows - 1) / w_rows; };
   int32_t tile_rows = grouped ? p.tile_rows : streamed_tile_rows(p.m);
   // A row's bits do not depend on its tile: fewer rows a tile where that fills the GPU.
   if (!grouped && tile_rows > 8) {
     const int64_t min_blocks = kDenseMinBlocksPerSm * current_device_sm_count();
-    while (tile_rows > 8 && row_blocks * ((p.m + tile_rows - 1) / tile_rows) < min_blocks) tile_rows /= 2;
+    while (tile_rows > 8 && row_blocks_of(kRowsPerBlock) * ((p.m + tile_rows - 1) / tile_rows) < min_blocks) tile_rows /= 2;
   }
   const int64_t tiles = grouped ? p.max_tiles : (p.m + tile_rows - 1) / tile_rows;
+  const bool e2m1 = p.w_codes == Fp8MmaWeightCodes::kE2M1;
+  const bool e2m1_wide = e2m1 && tile_rows == 8 &&
+                         row_blocks_of(kRowsPerBlock) * tiles > kE2M1WideMinWaves * 8 * current_device_sm_count();
+  const int64_t row_blocks = row_blocks_of(kRowsPerBlock * (e2m1_wide ? kE2M1WideTiles : 1));
   if (row_blocks == 0 || tiles == 0 || p.k == 0) return;
   check_grid_rows(tiles);
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(tiles));
@@ -920,9 +965,14 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   // step's dense calls from 4.7 to 3.7 ms, but beside the routed experts' GEMM (the shared
   // expert's side stream) its 67-100 KB blocks slowed the step by 7 ms (docs/PERF.md, session 15).
   const int64_t kblocks = p.k / 128;
-  if (p.w_codes == Fp8MmaWeightCodes::kE2M1) {  // registers only: the piped stages hold e4m3 rows
+  if (e2m1) {  // registers only: the piped stages hold e4m3 rows
     switch (tile_rows) {
-      case 8: launch_pdl(fp8_mma_gemm_kernel<1, true>, grid, kWarps * 32, 0, stream, p); break;
+      case 8:
+        if (e2m1_wide)
+          launch_pdl(fp8_mma_gemm_kernel<1, true, kE2M1WideTiles>, grid, kWarps * 32, 0, stream, p);
+        else
+          launch_pdl(fp8_mma_gemm_kernel<1, true>, grid, kWarps * 32, 0, stream, p);
+        break;
       case 16: launch_pdl(fp8_mma_gemm_kernel<2, true>, grid, kWarps * 32, 0, stream, p); break;
       default: launch_pdl(fp8_mma_gemm_kernel<4, true>, grid, kWarps * 32, 0, stream, p); break;
     }
