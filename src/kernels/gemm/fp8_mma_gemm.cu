@@ -157,8 +157,13 @@ __global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? (MT == 1 ? 8 :
       unit[m][h] = static_cast<uint32_t>(n * (p.k / 32) + t);
     }
   const uint8_t* x_at[NT];
+  int64_t xs_row[NT][2];  // the accumulator's columns: x rows 8j + 2t and 8j + 2t + 1, for their scales
 #pragma unroll
-  for (int j = 0; j < NT; ++j) x_at[j] = p.x + (x_row0 + min(8 * j + g, x_rows - 1)) * p.k + 32 * t;
+  for (int j = 0; j < NT; ++j) {
+    x_at[j] = p.x + (x_row0 + min(8 * j + g, x_rows - 1)) * p.k + 32 * t;
+    xs_row[j][0] = x_row0 + min(8 * j + 2 * t, x_rows - 1);
+    xs_row[j][1] = x_row0 + min(8 * j + 2 * t + 1, x_rows - 1);
+  }
   const float* sw_row = rows.w_scale + (n0 / 128) * rows.w_scale_ld;
 
   float q[MT][NT][4];
@@ -227,12 +232,10 @@ __global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? (MT == 1 ? 8 :
       }
     }
     const float sw = kE2M1 ? __ldg(sw_row + b) * kE2M1ScaleBack : __ldg(sw_row + b);
+    const float* const xs_block = p.x_scale + b * p.x_scale_ld;
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      // The accumulator's columns are x rows 8j + 2t and 8j + 2t + 1.
-      const int r0 = 8 * j + 2 * t, r1 = r0 + 1;
-      const float s0 = r0 < x_rows ? sw * __ldg(p.x_scale + b * p.x_scale_ld + x_row0 + r0) : 0.0f;
-      const float s1 = r1 < x_rows ? sw * __ldg(p.x_scale + b * p.x_scale_ld + x_row0 + r1) : 0.0f;
+      const float s0 = sw * __ldg(xs_block + xs_row[j][0]), s1 = sw * __ldg(xs_block + xs_row[j][1]);
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
         q[m][j][0] = fmaf(blk[m][j][0], s0, q[m][j][0]);
