@@ -510,6 +510,20 @@ TEST(Fp8MmaGemmCuda, RejectsKNotAMultipleOf128) {
   EXPECT_THROW(kernels::fp8_mma_gemm(p, nullptr), UsageError);
 }
 
+// The streamed kernel counts a weight's rows in 32-bit units of K / 32 bytes: a call past that
+// (here a second output of 2^30 rows x 8192) is refused before anything launches.
+TEST(Fp8MmaGemmCuda, RejectsAWeightTooLargeForOneCall) {
+  kernels::Fp8MmaGemmParams p;
+  p.m = 1;
+  p.n = 16;
+  p.k = 8192;
+  p.second.n = int64_t{1} << 30;
+  EXPECT_THROW(kernels::fp8_mma_gemm(p, nullptr), UsageError);
+  p.second.n = 16;
+  p.n = int64_t{1} << 30;
+  EXPECT_THROW(kernels::fp8_mma_gemm(p, nullptr), UsageError);
+}
+
 // ---- MXFP4 weights read as stored (Fp8MmaWeightCodes::kE2M1) --------------------------------
 
 // e2m1_mma_order with the streamed kernel's conversion (host code, no GPU needed): slot s of word

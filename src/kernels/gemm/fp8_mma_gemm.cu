@@ -20,6 +20,8 @@
 
 #include <cuda_fp8.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "core/error.h"
@@ -927,6 +929,9 @@ const char* fp8_mma_kernel_name(Fp8MmaKernel kernel) {
 
 void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   if (p.k % 128 != 0) throw UsageError("fp8_mma_gemm: k=" + std::to_string(p.k) + " is not a multiple of 128");
+  if (std::max(p.n, p.second.n) * (p.k / 32) > int64_t{UINT32_MAX})  // the streamed kernel's 32-bit row units
+    throw UsageError("fp8_mma_gemm: a weight of " + std::to_string(std::max(p.n, p.second.n)) + " x " +
+                     std::to_string(p.k) + " is too large for one call (split its rows)");
   const bool grouped = p.tiles != nullptr;
   const Fp8MmaKernel kernel = fp8_mma_gemm_choice(p);
   if (kernel != Fp8MmaKernel::kStreamed) {  // a CTA per 128 x 128 outputs
