@@ -1,7 +1,8 @@
 // The FP8 block-scaled GEMM on fp16 tensor cores (see fp8_mma_gemm.h for the summation order), in
 // two kernels of the same arithmetic: the streamed one for decode, the staged one for prefill.
 //
-// Streamed: a block of 4 warps owns 16 weight rows and up to 32 x rows; warp j takes the K blocks
+// Streamed: a block of 4 warps owns 16 weight rows (32, two MMA tiles sharing each x operand, for
+// the routed experts' e2m1 GEMM on a full GPU) and up to 32 x rows; warp j takes the K blocks
 // b with b mod 4 == j and the block adds the four partial sums in order at the end. mma.sync
 // m16n8k16 takes the weight rows as A and the x rows as B. Lane (g, t) feeds bytes
 // 32t + 4s .. 32t + 4s + 3 of its rows' block to MMA step s as the K positions 2t, 2t+1, 2t+8,
