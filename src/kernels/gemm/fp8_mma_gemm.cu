@@ -824,7 +824,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) fp8_wgmma_gemm_kernel(Fp8Mma
 // The routed experts' e2m1 GEMM with 8-row x tiles takes two 16-row weight tiles a block, which
 // convert each x operand once for both and have twice the weight loads in flight a warp, where one
 // tile a block would fill the GPU's 8 blocks an SM more than kE2M1WideMinWaves times (a batch-64
-// step 54.6 -> 47.9 ms, batch 16 24.7 -> 22.1; session 17 in docs/PERF.md). A batch of one's
+// step 54.6 -> 48.1 ms, batch 16 24.7 -> 22.1; session 17 in docs/PERF.md). A batch of one's
 // calls, 1536 blocks of one tile, stay narrow.
 constexpr int kE2M1WideTiles = 2;
 constexpr int64_t kE2M1WideMinWaves = 2;
