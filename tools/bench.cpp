@@ -4,8 +4,8 @@
 // measured copy rate, or the FLOPs of a prefill at the measured GEMM rates (ENV.md).
 // `dsv4 bench step`: the whole model (every layer and the head) the same way, a prefill of the
 // context and then whole decode steps, with layers of one kind sharing their weights.
-// `bench throughput` (bench_throughput.cpp) and `bench serve` (bench_serve.cpp) are registered
-// beside them.
+// `bench throughput` (bench_throughput.cpp), `bench sampling` (bench_sampling.cpp) and `bench
+// serve` (bench_serve.cpp) are registered beside them.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -555,6 +555,7 @@ void add_bench_command(CLI::App& app) {
                      "Under each row, the time of each op (ops waited for one by one, so the rows' times grow)");
   step_cmd->callback([step] { run_bench_step(*step); });
   add_bench_throughput_command(*bench);
+  add_bench_sampling_command(*bench);
   add_bench_serve_command(*bench);
 }
 

@@ -14,6 +14,8 @@ void add_generate_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 // `bench throughput`, registered under `bench` by add_bench_command.
 void add_bench_throughput_command(CLI::App& bench);
+// `bench sampling` (bench_sampling.cpp), registered under `bench` by add_bench_command.
+void add_bench_sampling_command(CLI::App& bench);
 // `bench serve`, registered under `bench` by add_bench_command: bench_serve.cpp, or
 // bench_serve_unavailable.cpp without cpp-httplib.
 void add_bench_serve_command(CLI::App& bench);

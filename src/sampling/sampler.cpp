@@ -107,42 +107,70 @@ int32_t argmax(const std::vector<float>& x) {
 
 // Draws from the temperature-scaled, filtered distribution of the penalised logits `x`. Tokens
 // of probability 0 (masked out, or too unlikely for a double) are never kept, so never drawn.
+// One pass computes the probabilities, the kept ids (ascending) and their total; top-k selects
+// in linear time and top-p sorts only the most likely tokens it needs (a strict order, so the
+// same prefix as a sort of all of them), so a draw costs O(V) rather than a sort of the vocabulary.
 int32_t draw(const std::vector<float>& x, const SamplingParams& params, uint64_t seed, uint64_t draw_index) {
   const double inv_t = 1.0 / static_cast<double>(params.temperature);
   const float top = *std::max_element(x.begin(), x.end());
-  std::vector<double> p(x.size());
-  for (size_t i = 0; i < x.size(); ++i) p[i] = std::exp((static_cast<double>(x[i]) - top) * inv_t);  // max 1
-
-  std::vector<int32_t> kept;
+  // The kept tokens with their probabilities side by side, so that selecting and sorting them
+  // reads contiguous memory.
+  struct Kept {
+    double p;
+    int32_t id;
+  };
+  std::vector<Kept> kept;
   kept.reserve(x.size());
-  for (size_t i = 0; i < x.size(); ++i)
-    if (p[i] > 0 && p[i] >= static_cast<double>(params.min_p)) kept.push_back(static_cast<int32_t>(i));
-  auto more_likely = [&p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); };
+  double kept_total = 0;  // over kept, ids ascending
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double p = std::exp((static_cast<double>(x[i]) - top) * inv_t);  // max 1
+    if (p > 0 && p >= static_cast<double>(params.min_p)) {
+      kept.push_back({p, static_cast<int32_t>(i)});
+      kept_total += p;
+    }
+  }
+  if (kept.empty())
+    throw UsageError("sample_token: no token has a probability (the logits' largest value is " + std::to_string(top) +
+                     ")");
+  auto more_likely = [](const Kept& a, const Kept& b) { return a.p > b.p || (a.p == b.p && a.id < b.id); };
+  auto total_of = [](const std::vector<Kept>& ks) {
+    double total = 0;
+    for (const Kept& k : ks) total += k.p;
+    return total;
+  };
+  auto at = [&kept](size_t i) { return kept.begin() + static_cast<std::ptrdiff_t>(i); };
   if (params.top_k > 0 && static_cast<size_t>(params.top_k) < kept.size()) {
-    std::nth_element(kept.begin(), kept.begin() + params.top_k - 1, kept.end(), more_likely);
+    std::nth_element(kept.begin(), at(static_cast<size_t>(params.top_k) - 1), kept.end(), more_likely);
     kept.resize(static_cast<size_t>(params.top_k));
-    std::sort(kept.begin(), kept.end());
+    std::sort(kept.begin(), kept.end(), [](const Kept& a, const Kept& b) { return a.id < b.id; });
+    kept_total = total_of(kept);
   }
   if (params.top_p < 1.0f) {
-    std::sort(kept.begin(), kept.end(), more_likely);
-    double total = 0;
-    for (int32_t id : kept) total += p[id];
+    // The smallest prefix of kept in likelihood order whose mass reaches top_p of kept_total:
+    // kept[0, sorted) is that order's start; each round sorts the next most likely tokens.
+    const double target = static_cast<double>(params.top_p) * kept_total;
+    constexpr size_t kFirstRound = 64;
     double mass = 0;
-    size_t n = 0;
-    while (n < kept.size() && mass < static_cast<double>(params.top_p) * total) mass += p[kept[n++]];
+    size_t n = 0, sorted = 0;
+    for (size_t want = std::min(kFirstRound, kept.size());; want = std::min(4 * want, kept.size())) {
+      if (want < kept.size()) std::nth_element(at(sorted), at(want), kept.end(), more_likely);
+      std::sort(at(sorted), at(want), more_likely);
+      sorted = want;
+      while (n < sorted && mass < target) mass += kept[n++].p;
+      if (mass >= target || sorted == kept.size()) break;
+    }
     kept.resize(std::max<size_t>(n, 1));
+    kept_total = total_of(kept);
   }
 
-  double total = 0;
-  for (int32_t id : kept) total += p[id];
   const double u = static_cast<double>(counter_bits(splitmix64_mix(seed), draw_index) >> 11) * 0x1.0p-53;  // [0, 1)
-  const double target = u * total;
+  const double target = u * kept_total;
   double mass = 0;
-  for (int32_t id : kept) {
-    mass += p[id];
-    if (mass > target) return id;
+  for (const Kept& k : kept) {
+    mass += k.p;
+    if (mass > target) return k.id;
   }
-  return kept.back();
+  return kept.back().id;
 }
 
 }  // namespace

@@ -32,8 +32,10 @@ struct TokenHistory {
 // vLLM: logit_bias, repetition penalty (prompt and output tokens), presence and frequency penalties (output
 // tokens), then greedy argmax (temperature 0) or: divide by temperature, min-p, top-k, top-p,
 // and one uniform draw from counter_bits(seed, output.size()) over the kept tokens in a fixed
-// order (ids ascending; probability descending, ties by id, when top-p needs the sort). Ties of
-// the argmax go to the lowest id.
+// order (ids ascending; probability descending, ties by id, when top-p needs the sort). Top-p
+// keeps the fewest most likely tokens whose probabilities, added in that order, reach top_p of
+// the kept tokens' total (added in id order). Ties of the argmax go to the lowest id. A draw costs
+// O(V): no filter sorts the whole vocabulary.
 //
 // `allowed` (a constraint such as json_token_mask.h's): empty, every token may be drawn; else one
 // entry per logit, and only tokens whose entry is non-zero are: the others get no probability
@@ -42,7 +44,8 @@ struct TokenHistory {
 // and params.bad_words_ids takes out the tokens banned_by_bad_words names for history.output; a
 // token must pass all three. The logprobs stay those of the raw logits. Throws UsageError for
 // empty logits, a history, logit_bias, allowed_token_ids or bad_words_ids id outside them, an
-// empty bad_words_ids sequence, an `allowed` of another size, or when no token is left to draw.
+// empty bad_words_ids sequence, an `allowed` of another size, when no token is left to draw, or
+// when no token has a probability at the temperature (NaN or infinite logits).
 TokenChoice sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
                          const TokenHistory& history, std::span<const uint8_t> allowed = {});
 

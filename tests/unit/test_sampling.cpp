@@ -3,11 +3,15 @@
 // range checks of SamplingParams.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <random>
 #include <set>
 #include <vector>
 
+#include "core/counter_bits.h"
 #include "core/error.h"
 #include "sampling/sampler.h"
 
@@ -312,6 +316,78 @@ TEST(Sampling, ABadWordBanThatLeavesNoTokenIsRefused) {
   EXPECT_THROW(sample_token(x, masked, 0, {}, only_2), UsageError);
   masked.bad_words_ids = {{4}};  // outside the logits
   EXPECT_THROW(sample_token(x, masked, 0, {}), UsageError);
+}
+
+// sampler.h's draw written the slow way: every filter sorts all the kept tokens. sample_token
+// selects and sorts only what it needs; the two must pick the same token.
+int32_t draw_sorting_everything(const std::vector<float>& x, const SamplingParams& params, uint64_t seed,
+                                uint64_t index) {
+  const float top = *std::max_element(x.begin(), x.end());
+  std::vector<double> p(x.size());
+  std::vector<int32_t> kept;
+  for (size_t i = 0; i < x.size(); ++i) {
+    p[i] = std::exp((static_cast<double>(x[i]) - top) * (1.0 / static_cast<double>(params.temperature)));
+    if (p[i] > 0 && p[i] >= static_cast<double>(params.min_p)) kept.push_back(static_cast<int32_t>(i));
+  }
+  auto more_likely = [&p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); };
+  if (params.top_k > 0 && static_cast<size_t>(params.top_k) < kept.size()) {
+    std::sort(kept.begin(), kept.end(), more_likely);
+    kept.resize(static_cast<size_t>(params.top_k));
+    std::sort(kept.begin(), kept.end());
+  }
+  if (params.top_p < 1.0f) {
+    double total = 0;  // in id order
+    for (int32_t id : kept) total += p[id];
+    std::sort(kept.begin(), kept.end(), more_likely);
+    double mass = 0;
+    size_t n = 0;
+    while (n < kept.size() && mass < static_cast<double>(params.top_p) * total) mass += p[kept[n++]];
+    kept.resize(std::max<size_t>(n, 1));
+  }
+  double total = 0;
+  for (int32_t id : kept) total += p[id];
+  const double target = static_cast<double>(counter_bits(splitmix64_mix(seed), index) >> 11) * 0x1.0p-53 * total;
+  double mass = 0;
+  for (int32_t id : kept)
+    if ((mass += p[id]) > target) return id;
+  return kept.back();
+}
+
+TEST(Sampling, FiltersPickWhatSortingTheWholeVocabularyPicks) {
+  // Vocabularies whose top-p sets hold from one token to thousands (so the sampler sorts in one
+  // round or several), with ties (logits on a coarse grid) and without.
+  std::mt19937 rng(7);
+  const int vocab = 6000;
+  int compared = 0;
+  for (const double spread : {0.3, 2.0, 8.0})
+    for (const bool ties : {false, true}) {
+      std::normal_distribution<float> normal(0.0f, static_cast<float>(spread));
+      std::vector<float> x(vocab);
+      for (float& v : x) v = ties ? std::round(normal(rng) * 2.0f) / 2.0f : normal(rng);
+      for (const float temperature : {0.5f, 1.0f, 1.7f})
+        for (const float top_p : {0.05f, 0.6f, 0.95f, 0.999f, 1.0f})
+          for (const int top_k : {0, 1, 40, 5000})
+            for (const float min_p : {0.0f, 0.02f}) {
+              SamplingParams p = sampled(temperature);
+              p.top_p = top_p;
+              p.top_k = top_k;
+              p.min_p = min_p;
+              for (uint64_t seed = 0; seed < 3; ++seed) {
+                const std::vector<int32_t> out(static_cast<size_t>(seed), 0);
+                ASSERT_EQ(sample_token(x, p, 11 + seed, {{}, out}).id, draw_sorting_everything(x, p, 11 + seed, seed))
+                    << "spread " << spread << " ties " << ties << " T " << temperature << " top_p " << top_p
+                    << " top_k " << top_k << " min_p " << min_p << " seed " << seed;
+                ++compared;
+              }
+            }
+    }
+  EXPECT_EQ(compared, 3 * 2 * 3 * 5 * 4 * 2 * 3);
+}
+
+TEST(Sampling, LogitsWithoutAFiniteMaximumAreRefused) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  EXPECT_THROW(sample_token(std::vector<float>{nan, nan}, sampled(), 0, {}), UsageError);
+  EXPECT_THROW(sample_token(std::vector<float>{inf, 1.0f}, sampled(), 0, {}), UsageError);
 }
 
 TEST(Sampling, ParamsOutOfRangeAreRefusedByName) {

@@ -1,0 +1,131 @@
+// `dsv4 bench sampling`: the host sampler (sampling/sampler.h) on vocabulary-sized logits, one
+// row at a time and as a step's rows on a pool of threads the size the engine gives its own
+// sampling pool, for the request settings servers see most. The engine samples on the host
+// whenever a step has a request that is not plain greedy, so this time adds to every such step.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "sampling/sampler.h"
+#include "tools/commands.h"
+
+namespace dsv4::tools {
+namespace {
+
+struct SamplingBenchOptions {
+  int64_t vocab = 129280;  // DeepSeek-V4's
+  int64_t batch = 64;
+  int64_t draws = 64;
+  int threads = 0;
+  uint64_t seed = 0;
+  std::string json_file;
+};
+
+struct SamplingCase {
+  const char* name;
+  SamplingParams params;
+};
+
+std::vector<SamplingCase> cases() {
+  auto with = [](float temperature, float top_p, int32_t top_k, float min_p, float repetition_penalty) {
+    SamplingParams p;
+    p.temperature = temperature;
+    p.top_p = top_p;
+    p.top_k = top_k;
+    p.min_p = min_p;
+    p.repetition_penalty = repetition_penalty;
+    return p;
+  };
+  return {{"temperature 1 (OpenAI's defaults)", with(1.0f, 1.0f, 0, 0.0f, 1.0f)},
+          {"temperature 0.7, top_p 0.95", with(0.7f, 0.95f, 0, 0.0f, 1.0f)},
+          {"temperature 1, top_k 50", with(1.0f, 1.0f, 50, 0.0f, 1.0f)},
+          {"temperature 0.6, top_p 0.95, top_k 20", with(0.6f, 0.95f, 20, 0.0f, 1.0f)},
+          {"temperature 1, min_p 0.05", with(1.0f, 1.0f, 0, 0.05f, 1.0f)},
+          {"temperature 0.8, top_p 0.9, repetition 1.1", with(0.8f, 0.9f, 0, 0.0f, 1.1f)}};
+}
+
+// Logits shaped like a language model's: a broad normal body and a few dozen far likelier tokens.
+std::vector<float> model_like_logits(int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> body(0.0f, 2.5f);
+  std::vector<float> x(static_cast<size_t>(vocab));
+  for (float& v : x) v = body(rng);
+  std::uniform_int_distribution<int64_t> pick(0, vocab - 1);
+  for (int i = 0; i < 32; ++i) x[static_cast<size_t>(pick(rng))] += 8.0f + static_cast<float>(i % 4);
+  return x;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void run_bench_sampling(const SamplingBenchOptions& o) {
+  const int threads = o.threads > 0 ? o.threads
+                                    : static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 16));
+  std::vector<std::vector<float>> rows;
+  for (int64_t r = 0; r < o.batch; ++r) rows.push_back(model_like_logits(o.vocab, o.seed + static_cast<uint64_t>(r)));
+  const std::vector<int32_t> prompt(1024, 1), output(256, 2);  // a history for the repetition penalty
+  ThreadPool pool(threads);
+  std::printf("host sampling of %lld logits a row; a step of %lld rows on %d threads\n",
+              static_cast<long long>(o.vocab), static_cast<long long>(o.batch), threads);
+  std::printf("%-46s %12s %12s\n", "settings", "ms / row", "ms / step");
+  nlohmann::json report = {{"vocab", o.vocab}, {"batch", o.batch}, {"threads", threads}, {"rows", nlohmann::json::array()}};
+  int64_t checksum = 0;
+  for (const SamplingCase& c : cases()) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int64_t d = 0; d < o.draws; ++d)
+      checksum += sample_token(rows[static_cast<size_t>(d % o.batch)], c.params, o.seed + static_cast<uint64_t>(d),
+                               {prompt, output})
+                      .id;
+    const double row_ms = ms_since(t0) / static_cast<double>(o.draws);
+    std::vector<int32_t> ids(static_cast<size_t>(o.batch));
+    t0 = std::chrono::steady_clock::now();
+    pool.parallel_for(o.batch, [&](int64_t r) {
+      ids[static_cast<size_t>(r)] = sample_token(rows[static_cast<size_t>(r)], c.params, o.seed, {prompt, output}).id;
+    });
+    const double step_ms = ms_since(t0);
+    for (int32_t id : ids) checksum += id;
+    std::printf("%-46s %12.3f %12.3f\n", c.name, row_ms, step_ms);
+    report["rows"].push_back({{"settings", c.name}, {"ms_per_row", row_ms}, {"ms_per_step", step_ms}});
+  }
+  std::printf("(token checksum %lld)\n", static_cast<long long>(checksum));
+  if (!o.json_file.empty()) {
+    std::ofstream out(o.json_file);
+    out << report.dump(2) << "\n";
+    if (!out) throw IoError(o.json_file + ": cannot write the report");
+  }
+}
+
+}  // namespace
+
+void add_bench_sampling_command(CLI::App& bench) {
+  auto opts = std::make_shared<SamplingBenchOptions>();
+  CLI::App* cmd = bench.add_subcommand(
+      "sampling",
+      "Time the host sampler (temperature, top-p, top-k, min-p, penalties) on vocabulary-sized logits: per row, and a "
+      "step's rows on the engine's sampling threads");
+  cmd->add_option("--vocab", opts->vocab, "Logits a row")->check(CLI::PositiveNumber)->default_str("129280");
+  cmd->add_option("--batch", opts->batch, "Rows a step (sequences sampled together)")
+      ->check(CLI::PositiveNumber)
+      ->default_str("64");
+  cmd->add_option("--draws", opts->draws, "Rows timed one at a time per setting")
+      ->check(CLI::PositiveNumber)
+      ->default_str("64");
+  cmd->add_option("--threads", opts->threads, "Sampling threads (0: the engine's default, all cores up to 16)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--seed", opts->seed, "Seed of the logits and the draws")->default_str("0");
+  cmd->add_option("--json", opts->json_file, "Also write the rows to this JSON file");
+  cmd->callback([opts] { run_bench_sampling(*opts); });
+}
+
+}  // namespace dsv4::tools
