@@ -631,13 +631,14 @@ bool Engine::Impl::step() {
         Request* request = nullptr;
         std::vector<uint8_t> allowed;  // a constrained request's mask; empty: every token
         TokenChoice choice;
+        std::string error;  // why sample_token refused the request's logits (the request then fails)
       };
       std::vector<Draw> draws;
       for (size_t i = 0; i < plan.chunks.size(); ++i) {
         const ScheduledChunk& c = plan.chunks[i];
         if (!c.samples()) continue;
         Request& r = requests_.at(c.sequence->id);
-        Draw d{i, &r, {}, {}};
+        Draw d{i, &r, {}, {}, {}};
         if (greedy_on_backend) {
           d.choice.id = greedy_ids_[i];
         } else if (r.constraint &&
@@ -683,11 +684,19 @@ bool Engine::Impl::step() {
           const std::span<const int32_t> tokens(seq.tokens);
           const TokenHistory history{tokens.first(static_cast<size_t>(seq.num_prompt_tokens)),
                                      tokens.subspan(static_cast<size_t>(seq.num_prompt_tokens))};
-          d.choice = sample_token(std::span<const float>(logits_).subspan(d.chunk * static_cast<size_t>(V), static_cast<size_t>(V)),
-                                  d.request->sampling, d.request->seed, history, d.allowed);
+          try {
+            d.choice = sample_token(std::span<const float>(logits_).subspan(d.chunk * static_cast<size_t>(V), static_cast<size_t>(V)),
+                                    d.request->sampling, d.request->seed, history, d.allowed);
+          } catch (const Error& e) {
+            d.error = e.what();
+          }
         });
       std::vector<SequenceId> finished;
       for (Draw& d : draws) {
+        if (!d.error.empty()) {  // logits no token can be drawn from (NaN or infinite): this request fails alone
+          end_early(*d.request, FinishReason::kError, "sampling failed: " + d.error);
+          continue;
+        }
         scheduler_.append_token(*plan.chunks[d.chunk].sequence, d.choice.id);
         emit(*d.request, d.choice, now, finished);
       }

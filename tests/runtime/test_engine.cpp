@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -794,6 +795,21 @@ class BiasedForward final : public ForwardRunner {
   float bias_;
 };
 
+// The model's logits, or all NaN while `poison` is set (a forward gone wrong).
+class PoisonableForward final : public ForwardRunner {
+ public:
+  bool poison = false;
+  ForwardResult forward(const Model& model, Ops& ops, const ForwardBatch& batch) override {
+    ForwardResult result = model.forward(ops, batch);
+    if (!poison) return result;
+    std::vector<float> nan(static_cast<size_t>(result.logits.dim(0) * result.logits.dim(1)),
+                           std::numeric_limits<float>::quiet_NaN());
+    ops.upload(TensorView(reinterpret_cast<std::byte*>(nan.data()), DType::kF32, result.logits.shape()),
+               result.logits.view());
+    return result;
+  }
+};
+
 // nlohmann reads all of `text` and then runs out: `text` is the start of a JSON document.
 void expect_json_prefix(const std::string& text) {
   try {
@@ -849,6 +865,29 @@ std::vector<int32_t> single_tokens(const Tokenizer& tokenizer, std::initializer_
     ids.push_back(one.at(0));
   }
   return ids;
+}
+
+// A sampled request whose logits hold no number to draw from ends with an error that says so,
+// gives its blocks back, and the engine serves the next request.
+TEST_F(EngineTest, ARequestWithoutDrawableLogitsFailsAloneAndTheEngineGoesOn) {
+  PoisonableForward forward;
+  EngineConfig config = small_config();
+  config.runner = &forward;
+  auto e = engine(config);
+  forward.poison = true;
+  RequestHandle poisoned = e->submit(request(ids(9, 3), 4, 1.0f));
+  run_until_idle(*e);
+  const Result failed = drain(poisoned);
+  EXPECT_EQ(failed.finish, FinishReason::kError);
+  EXPECT_TRUE(failed.tokens.empty());
+  EXPECT_NE(failed.last.error.find("sampling failed"), std::string::npos) << failed.last.error;
+  EXPECT_EQ(e->stats().cache_blocks_used, 0);
+  forward.poison = false;
+  RequestHandle next = e->submit(request(ids(9, 3), 4, 1.0f));
+  run_until_idle(*e);
+  const Result served = drain(next);
+  EXPECT_EQ(served.finish, FinishReason::kLength) << served.last.error;
+  EXPECT_EQ(served.tokens.size(), 4u);
 }
 
 TEST_F(EngineTest, JsonObjectRequestsWriteOneObjectWhenTheModelFavoursPunctuation) {
