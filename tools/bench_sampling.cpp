@@ -2,20 +2,19 @@
 // row at a time and as a step's rows on a pool of threads the size the engine gives its own
 // sampling pool, for the request settings servers see most. The engine samples on the host
 // whenever a step has a request that is not plain greedy, so this time adds to every such step.
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "runtime/engine.h"
 #include "sampling/sampler.h"
 #include "tools/commands.h"
 
@@ -70,8 +69,7 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }
 
 void run_bench_sampling(const SamplingBenchOptions& o) {
-  const int threads = o.threads > 0 ? o.threads
-                                    : static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 16));
+  const int threads = o.threads > 0 ? o.threads : default_sampling_threads();
   std::vector<std::vector<float>> rows;
   for (int64_t r = 0; r < o.batch; ++r) rows.push_back(model_like_logits(o.vocab, o.seed + static_cast<uint64_t>(r)));
   const std::vector<int32_t> prompt(1024, 1), output(256, 2);  // a history for the repetition penalty

@@ -302,8 +302,7 @@ EngineConfig Engine::Impl::resolve(EngineConfig c, const Model& model, Ops& ops,
   if (c.num_cache_blocks == 0) c.num_cache_blocks = c.max_num_seqs * blocks_per_sequence;
   if (c.sampling_threads < 0)
     throw UsageError("engine: sampling_threads = " + std::to_string(c.sampling_threads) + " must not be negative");
-  if (c.sampling_threads == 0)
-    c.sampling_threads = static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 16));
+  if (c.sampling_threads == 0) c.sampling_threads = default_sampling_threads();
   return c;
 }
 
@@ -884,5 +883,9 @@ const EngineConfig& Engine::config() const { return impl_->config(); }
 const CacheSizing& Engine::cache_sizing() const { return impl_->cache_sizing(); }
 int64_t Engine::cache_bytes() const { return impl_->cache_bytes(); }
 EngineStats Engine::stats() const { return impl_->stats(); }
+
+int default_sampling_threads() {
+  return static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 16));
+}
 
 }  // namespace dsv4

@@ -247,9 +247,13 @@ struct EngineConfig {
   // How steps run (CUDA graphs for decode steps, say); must outlive the engine. Null: eagerly.
   ForwardRunner* runner = nullptr;
   // Host threads drawing a step's tokens (sampling is per request, so any count gives the same
-  // tokens). 0: the machine's, up to 16.
+  // tokens). 0: default_sampling_threads().
   int sampling_threads = 0;
 };
+
+// The sampling threads an engine takes when EngineConfig::sampling_threads is 0: the machine's
+// hardware threads, up to 16.
+int default_sampling_threads();
 
 // How the engine sized its caches (Engine::cache_sizing), for the start-up report.
 struct CacheSizing {
