@@ -502,6 +502,20 @@ __global__ void __launch_bounds__(kThreads) hc_pre_fused_kernel(HcPreFusedParams
   const int64_t line = (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * kThreads + threadIdx.x;
   if (p.y_norm.data != nullptr && blockIdx.x == 0 && line < weight_lines)
     asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(p.y_norm.data) + 128 * line));
+  // Its rows of fn are no kernel's output either: their chunk comes into L2 while the kernel
+  // before it finishes (8.89 -> 8.79 ms a batch-1 step, docs/PERF.md session 19).
+  {
+    const HcMixPartialsParams& m = p.mix;
+    const int64_t chunk = (m.width + kHcChunks - 1) / kHcChunks;
+    const int64_t begin = blockIdx.y * chunk, end = begin + chunk < m.width ? begin + chunk : m.width;
+    const int64_t bytes = m.fn.bf16 ? 2 : 4, lines = ((end - begin) * bytes + 127) / 128;
+    for (int g = 0; g < kGroup; ++g) {
+      const int64_t row = static_cast<int64_t>(blockIdx.z) * kGroup + g;
+      if (row < m.mix && threadIdx.x < lines)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(m.fn.data) +
+                                                       (row * m.width + begin) * bytes + 128 * threadIdx.x));
+    }
+  }
   pdl_wait();
   extern __shared__ float ys[];  // [dim]
   __shared__ float scratch[32], pre[kHcMaxStreams], part[kHcChunks * (kHcMaxMix + 1)];
