@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 #include <functional>
 #include <memory>
@@ -21,11 +20,11 @@
 #include <nlohmann/json.hpp>
 
 #include "config/model_config.h"
-#include "core/error.h"
 #include "model/model.h"
 #include "ops/profiling_ops.h"
 #include "tools/backend.h"
 #include "tools/commands.h"
+#include "tools/json_file.h"
 #include "tools/model_source.h"
 
 namespace dsv4::tools {
@@ -238,6 +237,7 @@ Timing time_layer(const Model& model, Ops& ops, const ForwardBatch& batch, int64
 }
 
 void run_bench_layers(const BenchOptions& o) {
+  if (!o.json_file.empty()) expect_writable_json_file(o.json_file, "report");
   const std::unique_ptr<Ops> backend = make_backend(o.device, o.threads, o.gpu);
   // With --profile every op goes through ProfilingOps, which waits after each call.
   ProfilingOps profiler(*backend);
@@ -331,11 +331,7 @@ void run_bench_layers(const BenchOptions& o) {
           static_cast<double>(o.iters * o.repeats));
     }
   }
-  if (!o.json_file.empty()) {
-    std::ofstream out(o.json_file);
-    out << report.dump(1) << "\n";
-    if (!out) throw IoError(o.json_file + ": cannot write the report");
-  }
+  if (!o.json_file.empty()) write_json_file(o.json_file, report, 1, "report");
 }
 
 // Bytes a decode step of `batch` tokens at position `pos` must move: every layer's weights (the
@@ -353,6 +349,7 @@ double step_bytes(const Model& model, const std::vector<LayerCost>& costs, int64
 }
 
 void run_bench_step(const BenchOptions& o) {
+  if (!o.json_file.empty()) expect_writable_json_file(o.json_file, "report");
   const std::unique_ptr<Ops> backend = make_backend(o.device, o.threads, o.gpu);
   ProfilingOps profiler(*backend);
   Ops* const ops = o.profile ? static_cast<Ops*>(&profiler) : backend.get();
@@ -477,11 +474,7 @@ void run_bench_step(const BenchOptions& o) {
     std::printf("%-16s %12.3f ms of it on the host, inside forward (enqueue)\n", "", enqueue_ms);
     if (graphs) std::printf("%-16s %12zu nodes in the step's graph (kernels, copies, allocations)\n", "", nodes);
   }
-  if (!o.json_file.empty()) {
-    std::ofstream out(o.json_file);
-    out << report.dump(1) << "\n";
-    if (!out) throw IoError(o.json_file + ": cannot write the report");
-  }
+  if (!o.json_file.empty()) write_json_file(o.json_file, report, 1, "report");
 }
 
 // The options bench layers and bench step share.

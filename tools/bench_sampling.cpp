@@ -4,7 +4,6 @@
 // whenever a step has a request that is not plain greedy, so this time adds to every such step.
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -12,11 +11,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
 #include "core/thread_pool.h"
 #include "runtime/engine.h"
 #include "sampling/sampler.h"
 #include "tools/commands.h"
+#include "tools/json_file.h"
 
 namespace dsv4::tools {
 namespace {
@@ -69,6 +68,7 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }
 
 void run_bench_sampling(const SamplingBenchOptions& o) {
+  if (!o.json_file.empty()) expect_writable_json_file(o.json_file, "report");
   const int threads = o.threads > 0 ? o.threads : default_sampling_threads();
   std::vector<std::vector<float>> rows;
   for (int64_t r = 0; r < o.batch; ++r) rows.push_back(model_like_logits(o.vocab, o.seed + static_cast<uint64_t>(r)));
@@ -97,11 +97,7 @@ void run_bench_sampling(const SamplingBenchOptions& o) {
     report["rows"].push_back({{"settings", c.name}, {"ms_per_row", row_ms}, {"ms_per_step", step_ms}});
   }
   std::printf("(token checksum %lld)\n", static_cast<long long>(checksum));
-  if (!o.json_file.empty()) {
-    std::ofstream out(o.json_file);
-    out << report.dump(2) << "\n";
-    if (!out) throw IoError(o.json_file + ": cannot write the report");
-  }
+  if (!o.json_file.empty()) write_json_file(o.json_file, report, 2, "report");
 }
 
 }  // namespace

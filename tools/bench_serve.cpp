@@ -13,7 +13,6 @@
 #include <ctime>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -28,6 +27,7 @@
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/commands.h"
+#include "tools/json_file.h"
 #include "tools/serving_report.h"
 
 namespace dsv4::tools {
@@ -683,9 +683,7 @@ void run_bench_serve(const ServeBenchOptions& o) {
     if (o.save_result) {
       const std::filesystem::path path = result_path(o, result, concurrency);
       if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-      std::ofstream out(path);
-      out << result.dump() << "\n";
-      if (!out) throw IoError(path.string() + ": cannot write the result");
+      write_json_file(path.string(), result, -1, "result");
       std::printf("Results saved to %s\n", path.string().c_str());
     }
   }

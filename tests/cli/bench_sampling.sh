@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `dsv4 bench sampling` end to end: a row per request setting with positive per-row and per-step
-# times in the JSON report, the requested geometry echoed; bad arguments are refused.
+# times in the JSON report, the requested geometry echoed; bad arguments and a report file that
+# cannot be written are refused, naming the problem, before the benchmark runs.
 set -euo pipefail
 dsv4=$1
 work=$(mktemp -d)
@@ -21,4 +22,9 @@ PY
 grep -q "ms / row" "$work/out.txt" || fail "no table header in: $(cat "$work/out.txt")"
 if "$dsv4" bench sampling --vocab 0 >"$work/bad.txt" 2>&1; then fail "--vocab 0 was accepted"; fi
 grep -q -- "--vocab" "$work/bad.txt" || fail "the refusal does not name --vocab: $(cat "$work/bad.txt")"
+if "$dsv4" bench sampling --vocab 500 --batch 2 --draws 1 --json "$work/no/such/dir/s.json" >"$work/io.txt" 2>&1; then
+  fail "an unwritable --json file was accepted"
+fi
+grep -q "no/such/dir/s.json: cannot write the report" "$work/io.txt" || fail "the refusal does not name the file: $(cat "$work/io.txt")"
+if grep -q "ms / row" "$work/io.txt"; then fail "the benchmark ran before the unwritable file was refused"; fi
 echo "bench sampling: ok"
