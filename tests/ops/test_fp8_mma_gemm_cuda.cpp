@@ -424,6 +424,27 @@ TEST(Fp8MmaGemmStagedCuda, SameBitsAsStreamedGrouped) {
   }
 }
 
+// A dense call's x and weight codes as e4m3_to_f16_mma_order writes them and x's scales copied to
+// a row stride that is a multiple of 4 (TMA's 16-byte rule), set in `p` for a kF16Wgmma call.
+struct F16Operands {
+  explicit F16Operands(const kernels::Fp8MmaGemmParams& in)
+      : x16(static_cast<size_t>(in.m * in.k)), w16(static_cast<size_t>(in.n * in.k)),
+        xs(static_cast<size_t>((in.m + 3) / 4 * 4 * (in.k / 128))), p(in) {
+    kernels::e4m3_to_f16_mma_order(in.x, x16.get(), in.m, in.k, nullptr);
+    kernels::e4m3_to_f16_mma_order(in.w, w16.get(), in.n, in.k, nullptr);
+    const int64_t ld = (in.m + 3) / 4 * 4;
+    DSV4_CUDA_CHECK(cudaMemcpy2D(xs.get(), static_cast<size_t>(ld) * 4, in.x_scale, static_cast<size_t>(in.x_scale_ld) * 4,
+                                 static_cast<size_t>(in.m) * 4, static_cast<size_t>(in.k / 128), cudaMemcpyDeviceToDevice));
+    p.x16 = x16.get();
+    p.w16 = w16.get();
+    p.x_scale = xs.get();
+    p.x_scale_ld = ld;
+  }
+  DeviceBuffer<uint16_t> x16, w16;
+  DeviceBuffer<float> xs;
+  kernels::Fp8MmaGemmParams p;
+};
+
 // NaN codes (0x7F, 0xFF) in x and in the weight: the outputs they reach are NaN, with the same bits
 // from every kernel (the integer conversion's fp16 NaN differs from the conversion unit's, the
 // MMA's and the fmaf's NaN results do not).
@@ -456,7 +477,117 @@ TEST(Fp8MmaGemmStagedCuda, NanCodesGiveTheSameBits) {
       EXPECT_EQ(first_difference(run_forced(p, kernel, m, bf16), streamed, n, bf16), "")
           << (bf16 ? "bf16" : "fp32") << " output, got = " << kernels::fp8_mma_kernel_name(kernel)
           << " kernel, want = streamed kernel";
+    const F16Operands f16(p);
+    EXPECT_EQ(first_difference(run_forced(f16.p, kernels::Fp8MmaKernel::kF16Wgmma, m, bf16), streamed, n, bf16), "")
+        << (bf16 ? "bf16" : "fp32") << " output, got = f16-wgmma kernel, want = streamed kernel";
   }
+}
+
+// ---- kF16Wgmma: the staged kernel's bits on WGMMA over operands converted to fp16 ---------------
+
+class Fp8MmaGemmF16WgmmaCuda : public ::testing::TestWithParam<Shape3> {};
+
+// Dense, fp32 and bf16 outputs with 3 spare columns and a spare row: the f16 WGMMA kernel's bytes
+// are the staged kernel's (which SameBitsAsStreamedDense ties to the streamed kernel's, spares
+// included), over ragged m, n and 1 to 56 K blocks, partial raster groups (m of 9 tiles) included.
+TEST_P(Fp8MmaGemmF16WgmmaCuda, SameBitsAsStaged) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const auto [m, n, k] = GetParam();
+  const Operands ops(m, n, k, 1, static_cast<uint32_t>(m * 7 + n * 3 + k));
+  kernels::Fp8MmaGemmParams p = ops.inputs(0, m, 0);
+  p.ldy = n + 3;
+  const F16Operands f16(p);
+  for (const bool bf16 : {false, true})
+    EXPECT_EQ(first_difference(run_forced(f16.p, kernels::Fp8MmaKernel::kF16Wgmma, m + 1, bf16),
+                               run_forced(p, kernels::Fp8MmaKernel::kStaged, m + 1, bf16), p.ldy, bf16),
+              "")
+        << (bf16 ? "bf16" : "fp32") << " output, got = f16-wgmma kernel, want = staged kernel";
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Fp8MmaGemmF16WgmmaCuda,
+                         ::testing::Values(Shape3{1, 136, 256}, Shape3{64, 512, 1024}, Shape3{65, 1536, 2048},
+                                           Shape3{128, 4096, 4096}, Shape3{300, 520, 1152}, Shape3{77, 136, 384},
+                                           Shape3{200, 264, 128}, Shape3{129, 4100, 2048}, Shape3{1100, 1544, 1024},
+                                           Shape3{1024, 1536, 4096}, Shape3{512, 7168, 7168}),
+                         testing::gemm_shape_name);
+
+// e4m3_to_f16_mma_order: every output position holds the fp16 value of the code the layout names
+// (code 32 t + 4 s + i of a block at 16 s + 2 t + (i % 2) + 8 (i / 2)), over all 256 codes.
+TEST(E4m3ToF16MmaOrder, PlacesEveryCodeAtItsStepSlot) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const int64_t rows = 3, k = 384;
+  std::vector<uint8_t> codes(static_cast<size_t>(rows * k));
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>((i * 97 + i / 256) % 256);
+  DeviceBuffer<uint8_t> dcodes(codes.size());
+  DeviceBuffer<uint16_t> dout(codes.size());
+  dcodes.upload(codes);
+  kernels::e4m3_to_f16_mma_order(dcodes.get(), dout.get(), rows, k, nullptr);
+  DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<uint16_t> out = dout.download();
+  const auto fp16_value = [](uint16_t h) {  // fp16 bits -> float (exact)
+    const int exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+    const float magnitude = exponent == 0    ? std::ldexp(static_cast<float>(mantissa), -24)
+                            : exponent == 31 ? (mantissa ? NAN : INFINITY)
+                                             : std::ldexp(static_cast<float>(1024 + mantissa), exponent - 25);
+    return (h & 0x8000) ? -magnitude : magnitude;
+  };
+  for (int64_t block = 0; block < rows * k / 128; ++block)
+    for (int t = 0; t < 4; ++t)
+      for (int s = 0; s < 8; ++s)
+        for (int i = 0; i < 4; ++i) {
+          const uint8_t code = codes[static_cast<size_t>(block * 128 + 32 * t + 4 * s + i)];
+          const float got = fp16_value(out[static_cast<size_t>(block * 128 + 16 * s + 2 * t + i % 2 + 8 * (i / 2))]);
+          const float want = e4m3_to_float(code);
+          if (std::isnan(want)) ASSERT_TRUE(std::isnan(got)) << "code 0x" << std::hex << int{code};
+          else ASSERT_EQ(got, want) << "block " << block << " t " << t << " s " << s << " i " << i;
+        }
+}
+
+// What kF16Wgmma cannot take is refused by name before anything launches.
+TEST(Fp8MmaGemmCuda, F16WgmmaRefusesWhatItCannotTake) {
+  using kernels::Fp8MmaKernel;
+  alignas(16) static uint16_t operand[8];
+  alignas(16) static float scale[4];
+  kernels::Fp8MmaGemmParams valid;
+  valid.m = 300;
+  valid.n = 512;
+  valid.k = 1024;
+  valid.x16 = operand;
+  valid.w16 = operand;
+  valid.x_scale = scale;
+  valid.x_scale_ld = 300;
+  valid.kernel = Fp8MmaKernel::kF16Wgmma;
+  EXPECT_EQ(kernels::fp8_mma_gemm_choice(valid), Fp8MmaKernel::kF16Wgmma);
+  const auto expect_refused = [](kernels::Fp8MmaGemmParams p, const char* what) {
+    EXPECT_THROW(kernels::fp8_mma_gemm_choice(p), UsageError) << what;
+    EXPECT_THROW(kernels::fp8_mma_gemm(p, nullptr), UsageError) << what;
+  };
+  kernels::Fp8MmaGemmParams p = valid;
+  kernels::Fp8MmaTile tile;
+  p.tiles = &tile;
+  p.tile_rows = 128;
+  expect_refused(p, "grouped");
+  p = valid;
+  p.w_codes = kernels::Fp8MmaWeightCodes::kE2M1;
+  expect_refused(p, "e2m1 weights");
+  p = valid;
+  p.second.n = 16;
+  expect_refused(p, "a second output");
+  p = valid;
+  p.x16 = nullptr;
+  expect_refused(p, "no x16");
+  p = valid;
+  p.w16 = operand + 1;
+  expect_refused(p, "w16 not 16-byte aligned");
+  p = valid;
+  p.x_scale_ld = 302;
+  expect_refused(p, "x_scale_ld not a multiple of 4");
+  p = valid;
+  p.x_scale_ld = 296;
+  expect_refused(p, "x_scale_ld under m");
+  p = valid;
+  p.kernel = Fp8MmaKernel::kAuto;
+  EXPECT_NE(kernels::fp8_mma_gemm_choice(p), Fp8MmaKernel::kF16Wgmma) << "kAuto does not pick it";
 }
 
 TEST(Fp8MmaGemmCuda, ChoosesTheStagedKernelForPrefillSizes) {

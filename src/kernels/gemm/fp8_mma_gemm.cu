@@ -29,8 +29,10 @@
 #include "core/numeric.h"
 #include "kernels/cuda_check.h"
 #include "kernels/gemm/e2m1_layout.h"
+#include "kernels/gemm/f16_wgmma_gemm.h"
 #include "kernels/gemm/mma_lanes.cuh"
 #include "kernels/gemm/staged_tiles.cuh"
+#include "kernels/gemm/wgmma.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/sm_count.h"
 
@@ -691,61 +693,11 @@ __global__ void __launch_bounds__(kStagedThreads, 1) fp8_mma_gemm_staged_kernel(
 // kWgmmaStages blocks ahead. Not the default numerics: Hopper's FP8 MMA keeps fewer bits while it
 // sums a block's products (against fp64, a relative error of 1.4e-4 on random GEMMs; on the tiny
 // model cuBLASLt's agreement with the CPU), which is why it is Fp8Gemm::kWgmma's, an option.
-//
-// Accumulator layout (PTX ISA, wgmma D for m64nN): warp w of the warpgroup holds rows 16 w ..
-// 16 w + 15; lane (g, t) holds, for each n8 slice j, d[4j] = (row g, column 8j + 2t), d[4j + 1] =
-// (g, 8j + 2t + 1), d[4j + 2] = (g + 8, 8j + 2t), d[4j + 3] = (g + 8, 8j + 2t + 1). Rows are weight
-// rows, columns x rows.
+// The accumulators (wgmma.cuh's layout): rows are weight rows, columns x rows.
 constexpr int kWgmmaThreads = 256;
 constexpr int kWgmmaStages = 4;
 constexpr int kWgmmaStageBytes = 2 * kTileBytes + 1024;  // w, x, x scales (512 B, padded to 1 KiB)
 constexpr int kWgmmaSharedBytes = kWgmmaStages * kWgmmaStageBytes + 1024;  // + room to align to 1 KiB
-constexpr int kWgmmaAccumulators = 64;  // 128 columns / 8 x 4
-
-// A shared-memory matrix descriptor of a K-major operand in 128-byte-swizzled rows: the start
-// address, no leading-dimension offset (one swizzle atom spans the instruction's K), 1024 bytes
-// between groups of 8 rows, layout "128B swizzle".
-__device__ __forceinline__ uint64_t wgmma_descriptor(uint32_t smem_address) {
-  uint64_t desc = 0;
-  desc |= static_cast<uint64_t>((smem_address & 0x3FFFF) >> 4);
-  desc |= static_cast<uint64_t>(1) << 16;
-  desc |= static_cast<uint64_t>(1024 >> 4) << 32;
-  desc |= static_cast<uint64_t>(1) << 62;
-  return desc;
-}
-
-// Pins the accumulator registers at this point of the program: the compiler may not move their
-// reads or writes across it (WGMMA writes them asynchronously, outside what it can see).
-__device__ __forceinline__ void fence_accumulators(float (&d)[kWgmmaAccumulators]) {
-#pragma unroll
-  for (float& r : d) asm volatile("" : "+f"(r)::"memory");
-}
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-
-// d (+)= A (64 x 32 e4m3, desc_a) x B (128 x 32 e4m3, desc_b)^T; accumulate = false overwrites d.
-__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[kWgmmaAccumulators], uint64_t desc_a, uint64_t desc_b,
-                                                      bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0));
-}
 
 __global__ void __launch_bounds__(kWgmmaThreads, 1) fp8_wgmma_gemm_kernel(Fp8MmaGemmParams p) {
   pdl_wait();
@@ -765,10 +717,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) fp8_wgmma_gemm_kernel(Fp8Mma
   const uint32_t smem0 = shared_address(smem);
   auto load_stage = [&](int b) { copy(smem0 + static_cast<uint32_t>((b % kWgmmaStages) * kWgmmaStageBytes), b); };
 
-  float q[kWgmmaAccumulators];
+  float q[kWgmmaN128Accumulators];
 #pragma unroll
   for (float& v : q) v = 0.0f;
-  float blk[kWgmmaAccumulators];
+  float blk[kWgmmaN128Accumulators];
 #pragma unroll
   for (float& v : blk) v = 0.0f;
 
@@ -887,13 +839,15 @@ Fp8MmaKernel fp8_mma_gemm_choice(const Fp8MmaGemmParams& p) {
                      std::to_string(kFp8MmaStagedTileRows));
   const bool streamable = !grouped || p.tile_rows == 8 || p.tile_rows == 16 || p.tile_rows == 32;
   const bool paired = p.second.n > 0;
-  if (paired && ((grouped ? !streamable : p.m >= kFp8MmaStagedMinRows) || p.kernel == Fp8MmaKernel::kStaged ||
-                 p.kernel == Fp8MmaKernel::kStagedIntegerX || p.kernel == Fp8MmaKernel::kWgmmaFp8))
+  const bool forced_cta = p.kernel == Fp8MmaKernel::kStaged || p.kernel == Fp8MmaKernel::kStagedIntegerX ||
+                          p.kernel == Fp8MmaKernel::kWgmmaFp8 || p.kernel == Fp8MmaKernel::kF16Wgmma;
+  if (paired && ((grouped ? !streamable : p.m >= kFp8MmaStagedMinRows) || forced_cta))
     throw UsageError("fp8_mma_gemm: a second output takes the streamed kernel: dense under " +
                      std::to_string(kFp8MmaStagedMinRows) + " rows (m=" + std::to_string(p.m) +
                      ") or grouped tiles of 8, 16 or 32 rows (tile_rows=" + std::to_string(p.tile_rows) + ")");
-  if (p.w_codes == Fp8MmaWeightCodes::kE2M1 &&
-      (p.kernel == Fp8MmaKernel::kStagedIntegerX || p.kernel == Fp8MmaKernel::kWgmmaFp8))
+  if (p.w_codes == Fp8MmaWeightCodes::kE2M1 && (p.kernel == Fp8MmaKernel::kStagedIntegerX ||
+                                                p.kernel == Fp8MmaKernel::kWgmmaFp8 ||
+                                                p.kernel == Fp8MmaKernel::kF16Wgmma))
     throw UsageError(std::string("fp8_mma_gemm: e2m1 weights take the streamed or the staged kernel, not ") +
                      fp8_mma_kernel_name(p.kernel) + " (it reads e4m3 weight tiles only)");
   switch (p.kernel) {
@@ -913,6 +867,9 @@ Fp8MmaKernel fp8_mma_gemm_choice(const Fp8MmaGemmParams& p) {
     case Fp8MmaKernel::kStaged:
     case Fp8MmaKernel::kStagedIntegerX:
     case Fp8MmaKernel::kWgmmaFp8: return p.kernel;
+    case Fp8MmaKernel::kF16Wgmma:
+      check_f16_wgmma_gemm(p);
+      return p.kernel;
   }
   throw UsageError("fp8_mma_gemm: unknown kernel " + std::to_string(static_cast<int>(p.kernel)));
 }
@@ -924,6 +881,7 @@ const char* fp8_mma_kernel_name(Fp8MmaKernel kernel) {
     case Fp8MmaKernel::kStaged: return "staged";
     case Fp8MmaKernel::kStagedIntegerX: return "staged-integer-x";
     case Fp8MmaKernel::kWgmmaFp8: return "wgmma-fp8";
+    case Fp8MmaKernel::kF16Wgmma: return "f16-wgmma";
   }
   return "unknown";
 }
@@ -935,6 +893,10 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
                      std::to_string(p.k) + " is too large for one call (split its rows)");
   const bool grouped = p.tiles != nullptr;
   const Fp8MmaKernel kernel = fp8_mma_gemm_choice(p);
+  if (kernel == Fp8MmaKernel::kF16Wgmma) {
+    f16_wgmma_gemm(p, stream);
+    return;
+  }
   if (kernel != Fp8MmaKernel::kStreamed) {  // a CTA per 128 x 128 outputs
     const int64_t tiles = grouped ? p.max_tiles : (p.m + kStagedXRows - 1) / kStagedXRows;
     if (p.n == 0 || tiles == 0 || p.k == 0) return;

@@ -71,6 +71,11 @@ enum class Fp8MmaKernel : uint8_t {
   // bits; dense or grouped with tiles of up to 128 rows, no second output. Only when asked for
   // (the CUDA backend's Fp8Gemm::kWgmma, `--fp8-gemm wgmma`).
   kWgmmaFp8,
+  // The staged kernel's bits from Hopper's fp16 tensor cores through WGMMA, on operands converted
+  // beforehand (e4m3_to_f16_mma_order: x and the weight as fp16 in the MMA steps' K order), which
+  // TMA brings into shared memory while the two warpgroups only multiply (f16_wgmma_gemm.cu).
+  // Dense e4m3 weights, no second output; the caller converts and sets x16, w16 and asks for it.
+  kF16Wgmma,
 };
 
 // The x rows of one staged CTA (the most a grouped tile for it may hold), and the smallest batch
@@ -134,6 +139,10 @@ struct Fp8MmaGemmParams {
   const float* const* group_w_scale = nullptr;
   const uint8_t* const* group_w_shift = nullptr;  // kE2M1 (each 4-byte aligned)
   Fp8MmaKernel kernel = Fp8MmaKernel::kAuto;
+  // kF16Wgmma: x's and the weight's codes as e4m3_to_f16_mma_order writes them ([m, k] and [n, k]
+  // fp16, 16-byte aligned); x_scale_ld a multiple of 4 and x_scale 16-byte aligned (TMA's rules).
+  const uint16_t* x16 = nullptr;
+  const uint16_t* w16 = nullptr;
   // A second linear of the same x in the same launch (n > 0; the streamed kernel: dense with m <
   // kFp8MmaStagedMinRows, or grouped with tiles of 8, 16 or 32 rows): its rows get the bits they
   // get alone.
@@ -151,10 +160,18 @@ int32_t fp8_mma_tile_rows(int64_t m);
 // 40 tiles of 128 x 128 (estimated, fp8_mma_gemm.cu), else the streamed kernel. A forced
 // kStreamed throws UsageError for grouped tiles of other than 8, 16 or 32 rows; a grouped
 // tile_rows outside 1..128 always throws. kE2M1 weights follow the same rules; a forced
-// kStagedIntegerX or kWgmmaFp8 throws UsageError for them.
+// kStagedIntegerX or kWgmmaFp8 throws UsageError for them. kAuto never picks kF16Wgmma; forced, it
+// throws UsageError unless the call is dense, of e4m3 weights, with no second output, with x16 and
+// w16 set and the alignments it needs.
 Fp8MmaKernel fp8_mma_gemm_choice(const Fp8MmaGemmParams& p);
 
 const char* fp8_mma_kernel_name(Fp8MmaKernel kernel);
+
+// kF16Wgmma's operands: `rows` rows of k e4m3 codes (k a multiple of 128) as fp16 values (exact),
+// each 128-wide K block re-laid so that MMA step s (16 K positions, 16 s .. 16 s + 15) holds what
+// the other kernels' step s holds in the same K positions: code 32 t + 4 s + i of a block (t =
+// 0..3, i = 0..3) goes to position 16 s + 2 t + (i % 2) + 8 (i / 2). codes and out 16-byte aligned.
+void e4m3_to_f16_mma_order(const uint8_t* codes, uint16_t* out, int64_t rows, int64_t k, cudaStream_t stream);
 
 // A dense streamed GEMM starts loading its weight before it waits for the kernel launched before
 // it (programmatic dependent launch), so that kernel must not write the weight; weights are

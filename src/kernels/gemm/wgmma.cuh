@@ -1,0 +1,78 @@
+// Hopper's warpgroup MMA (WGMMA) pieces shared by the GEMMs that use it (fp8_mma_gemm's FP8
+// kernel, f16_wgmma_gemm): shared-memory matrix descriptors of 128-byte-swizzled K-major tiles,
+// the fences and waits around the asynchronous MMAs, and one m64n128 MMA per operand type.
+//
+// Accumulator layout (PTX ISA, wgmma D for m64nN): warp w of the warpgroup holds rows 16 w ..
+// 16 w + 15; lane (g, t) holds, for each n8 slice j, d[4j] = (row g, column 8j + 2t), d[4j + 1] =
+// (g, 8j + 2t + 1), d[4j + 2] = (g + 8, 8j + 2t), d[4j + 3] = (g + 8, 8j + 2t + 1).
+#pragma once
+
+#include <cstdint>
+
+namespace dsv4::kernels {
+
+constexpr int kWgmmaN128Accumulators = 64;  // 128 columns / 8 x 4 per lane
+
+// A shared-memory matrix descriptor of a K-major operand in 128-byte-swizzled rows (chunk c of
+// row r at chunk c ^ (r % 8), the tile starting on a 1024-byte boundary): the start address, no
+// leading-dimension offset (one swizzle atom spans the instruction's K), 1024 bytes between groups
+// of 8 rows, layout "128B swizzle". Adding i to the descriptor moves its start 16 i bytes along K.
+__device__ __forceinline__ uint64_t wgmma_descriptor(uint32_t smem_address) {
+  uint64_t desc = 0;
+  desc |= static_cast<uint64_t>((smem_address & 0x3FFFF) >> 4);
+  desc |= static_cast<uint64_t>(1) << 16;
+  desc |= static_cast<uint64_t>(1024 >> 4) << 32;
+  desc |= static_cast<uint64_t>(1) << 62;
+  return desc;
+}
+
+// Pins the accumulator registers at this point of the program: the compiler may not move their
+// reads or writes across it (WGMMA writes them asynchronously, outside what it can see).
+template <int N>
+__device__ __forceinline__ void fence_accumulators(float (&d)[N]) {
+#pragma unroll
+  for (float& r : d) asm volatile("" : "+f"(r)::"memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+#define DSV4_WGMMA_N128_OUTPUTS                                                                                  \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),    \
+      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),     \
+      "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),    \
+      "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),    \
+      "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),    \
+      "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),    \
+      "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),    \
+      "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define DSV4_WGMMA_N128_REGISTERS                                                                                \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                      \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                             \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                              \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+
+// d (+)= A (64 x 32 e4m3, desc_a) x B (128 x 32 e4m3, desc_b)^T; accumulate = false overwrites d.
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[kWgmmaN128Accumulators], uint64_t desc_a,
+                                                      uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " DSV4_WGMMA_N128_REGISTERS "%64, %65, p, 1, 1;\n}\n"
+      : DSV4_WGMMA_N128_OUTPUTS
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0));
+}
+
+// d += A (64 x 16 fp16, desc_a) x B (128 x 16 fp16, desc_b)^T, both K-major.
+__device__ __forceinline__ void wgmma_m64n128k16_f16(float (&d)[kWgmmaN128Accumulators], uint64_t desc_a,
+                                                     uint64_t desc_b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " DSV4_WGMMA_N128_REGISTERS
+               "%64, %65, 1, 1, 1, 0, 0;\n"
+               : DSV4_WGMMA_N128_OUTPUTS
+               : "l"(desc_a), "l"(desc_b));
+}
+
+#undef DSV4_WGMMA_N128_OUTPUTS
+#undef DSV4_WGMMA_N128_REGISTERS
+
+}  // namespace dsv4::kernels
