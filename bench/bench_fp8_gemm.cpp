@@ -1,6 +1,7 @@
 // Times the GPU FP8 block-scaled linear (activation quantisation + the GEMM) at V4-Flash shapes,
-// with cuBLASLt's FP8 GEMM and with kernels::fp8_mma_gemm's kernels (streamed, staged and staged
-// with integer x conversions, each forced, plus which one the default picks), and prints time,
+// with cuBLASLt's FP8 GEMM and with kernels::fp8_mma_gemm's kernels (streamed, staged, staged
+// with integer x conversions, FP8 WGMMA and f16 WGMMA, each forced; f16 WGMMA with and without
+// its operands' conversions; plus which one the default picks), and prints time,
 // TFLOP/s and weight GB/s (of the default) beside the H200's memory floor (4.28 TB/s).
 // Usage: bench_fp8_gemm [iterations]
 #include <cuda_runtime.h>
@@ -38,10 +39,9 @@ int main(int argc, char** argv) {
                         {"shared/expert w1", 2048, 4096}, {"shared/expert w2", 4096, 2048},
                         {"N=4096 K=7168", 4096, 7168}};
   const int64_t ms[] = {1, 16, 64, 512, 2048, 4096, 8192};
-  std::printf("%-18s %6s %12s %8s %12s %8s %10s %8s %12s %8s %10s %8s %8s %9s %10s\n", "gemm", "M", "cuBLASLt us",
-              "TFLOP/s", "streamed us", "TFLOP/s", "staged us", "TFLOP/s", "staged-ix us", "TFLOP/s", "wgmma us",
-              "TFLOP/s", "default",
-              "GB/s", "floor us");
+  std::printf("%-18s %6s %12s %8s %12s %8s %10s %8s %12s %8s %10s %8s %10s %8s %10s %8s %8s %9s %10s\n", "gemm", "M",
+              "cuBLASLt us", "TFLOP/s", "streamed us", "TFLOP/s", "staged us", "TFLOP/s", "staged-ix us", "TFLOP/s",
+              "wgmma us", "TFLOP/s", "f16w us", "TFLOP/s", "f16w+cv us", "TFLOP/s", "default", "GB/s", "floor us");
   cuda::Fp8BlockGemm gemm;
   for (const Case& c : cases) {
     for (int64_t m : ms) {
@@ -56,6 +56,9 @@ int main(int argc, char** argv) {
       DSV4_CUDA_CHECK(cudaMalloc(&w, c.n * c.k));
       DSV4_CUDA_CHECK(cudaMalloc(&ws, nb * kbp * 4));
       DSV4_CUDA_CHECK(cudaMalloc(&out, mp * c.n * 2));
+      uint16_t *x16, *w16;
+      DSV4_CUDA_CHECK(cudaMalloc(&x16, mp * c.k * 2));
+      DSV4_CUDA_CHECK(cudaMalloc(&w16, c.n * c.k * 2));
       DSV4_CUDA_CHECK(cudaMemset(x, 0x3c, m * c.k * 2));
       DSV4_CUDA_CHECK(cudaMemset(w, 0x38, c.n * c.k));
       const std::vector<float> ones(static_cast<size_t>(nb * kbp), 1.0f);
@@ -86,16 +89,40 @@ int main(int argc, char** argv) {
       const double staged_us = bench::time_us([&] { mma_step(kernels::Fp8MmaKernel::kStaged); }, iters);
       const double staged_ix_us = bench::time_us([&] { mma_step(kernels::Fp8MmaKernel::kStagedIntegerX); }, iters);
       const double wgmma_us = bench::time_us([&] { mma_step(kernels::Fp8MmaKernel::kWgmmaFp8); }, iters);
+      // f16 WGMMA: x's scales at a row stride of mp (a multiple of 4), the operands converted once
+      // (f16w), or x quantised straight to fp16 and the weight converted every call (f16w+cv, what
+      // a linear pays; like the other columns it includes the quantisation).
+      kernels::act_quant_fp8({x, xq, xs, m, mp, c.k}, nullptr);
+      kernels::e4m3_to_f16_mma_order(xq, x16, m, c.k, nullptr);
+      kernels::e4m3_to_f16_mma_order(w, w16, c.n, c.k, nullptr);
+      p.x_scale_ld = mp;
+      p.x16 = x16;
+      p.w16 = w16;
+      p.kernel = kernels::Fp8MmaKernel::kF16Wgmma;
+      const double f16_us = bench::time_us([&] { kernels::fp8_mma_gemm(p, nullptr); }, iters);
+      kernels::ActQuantParams quant_f16{x, nullptr, xs, m, mp, c.k};
+      quant_f16.q16 = x16;
+      const double f16_converting_us = bench::time_us(
+          [&] {
+            kernels::act_quant_fp8(quant_f16, nullptr);
+            kernels::e4m3_to_f16_mma_order(w, w16, c.n, c.k, nullptr);
+            kernels::fp8_mma_gemm(p, nullptr);
+          },
+          iters);
+      p.x_scale_ld = m;
+      p.x16 = p.w16 = nullptr;
       p.kernel = kernels::Fp8MmaKernel::kAuto;
       const kernels::Fp8MmaKernel chosen = kernels::fp8_mma_gemm_choice(p);
       const double mma_us = chosen == kernels::Fp8MmaKernel::kStaged ? staged_us : streamed_us;
       const double flops = 2.0 * m * c.n * c.k;
       const double weight_bytes = static_cast<double>(c.n) * c.k;
-      std::printf("%-18s %6ld %12.2f %8.1f %12.2f %8.1f %10.2f %8.1f %12.2f %8.1f %10.2f %8.1f %8s %9.0f %10.2f\n", c.name,
-                  static_cast<long>(m), us, flops / us * 1e-6, streamed_us, flops / streamed_us * 1e-6, staged_us,
-                  flops / staged_us * 1e-6, staged_ix_us, flops / staged_ix_us * 1e-6, wgmma_us, flops / wgmma_us * 1e-6,
-                  kernels::fp8_mma_kernel_name(chosen), weight_bytes / mma_us * 1e-3,
-                  weight_bytes / kMemoryBandwidth * 1e6);
+      std::printf(
+          "%-18s %6ld %12.2f %8.1f %12.2f %8.1f %10.2f %8.1f %12.2f %8.1f %10.2f %8.1f %10.2f %8.1f %10.2f %8.1f %8s %9.0f "
+          "%10.2f\n",
+          c.name, static_cast<long>(m), us, flops / us * 1e-6, streamed_us, flops / streamed_us * 1e-6, staged_us,
+          flops / staged_us * 1e-6, staged_ix_us, flops / staged_ix_us * 1e-6, wgmma_us, flops / wgmma_us * 1e-6, f16_us,
+          flops / f16_us * 1e-6, f16_converting_us, flops / f16_converting_us * 1e-6, kernels::fp8_mma_kernel_name(chosen),
+          weight_bytes / mma_us * 1e-3, weight_bytes / kMemoryBandwidth * 1e6);
       std::fflush(stdout);
       cudaFree(x);
       cudaFree(xq);
@@ -103,6 +130,8 @@ int main(int argc, char** argv) {
       cudaFree(w);
       cudaFree(ws);
       cudaFree(out);
+      cudaFree(x16);
+      cudaFree(w16);
     }
   }
   return 0;

@@ -1,6 +1,7 @@
-// kernels::act_quant_fp8's two fused sources against the kernels they replace, bit for bit: rows
-// gathered through src_row quantise as the gathered copy (kernels::gather_rows) would, and a
-// SwiGLU source as kernels::swiglu's bf16 output would (clamps, row weights, padding rows).
+// kernels::act_quant_fp8's two fused sources and its fp16 output against the kernels they replace,
+// bit for bit: rows gathered through src_row quantise as the gathered copy (kernels::gather_rows)
+// would, a SwiGLU source as kernels::swiglu's bf16 output would (clamps, row weights, padding
+// rows), and the fp16 output (q16) is e4m3_to_f16_mma_order of the codes.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -8,6 +9,7 @@
 
 #include "core/numeric.h"
 #include "kernels/gemm/act_quant.h"
+#include "kernels/gemm/fp8_mma_gemm.h"
 #include "kernels/moe/expert_rows.h"
 #include "kernels/moe/swiglu.h"
 #include "tests/ops/cuda_test_util.h"
@@ -89,6 +91,30 @@ TEST(ActQuantCuda, SwigluSourceQuantisesAsSwigluThenQuantise) {
   check_swiglu_source(true, 7.0f);
   check_swiglu_source(false, 7.0f);
   check_swiglu_source(true, 0.0f);
+}
+
+// q16: the same scales, and the codes as e4m3_to_f16_mma_order writes them, padding rows included.
+TEST(ActQuantCuda, Fp16OutputIsTheCodesInTheF16WgmmaLayout) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const int64_t m = 13, m_padded = 16, k = 640;
+  DeviceBuffer<uint16_t> x(static_cast<size_t>(m * k));
+  x.upload(random_bf16(x.size(), 2.0f, 4));
+  const Quantised codes = quantise({x.get(), nullptr, nullptr, m, m_padded, k});
+  DeviceBuffer<uint8_t> dcodes(codes.codes.size());
+  dcodes.upload(codes.codes);
+  DeviceBuffer<uint16_t> converted(codes.codes.size()), q16(codes.codes.size());
+  kernels::e4m3_to_f16_mma_order(dcodes.get(), converted.get(), m_padded, k, nullptr);
+  DeviceBuffer<float> scales(codes.scales.size());
+  q16.poison();
+  scales.poison();
+  kernels::ActQuantParams p{x.get(), nullptr, scales.get(), m, m_padded, k};
+  p.q16 = q16.get();
+  kernels::act_quant_fp8(p, nullptr);
+  DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<uint16_t> want = converted.download(), got = q16.download();
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "fp16 value " << i;
+  const std::vector<float> got_scales = scales.download();
+  for (size_t i = 0; i < got_scales.size(); ++i) ASSERT_EQ(got_scales[i], codes.scales[i]) << "scale " << i;
 }
 
 }  // namespace

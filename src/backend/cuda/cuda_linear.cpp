@@ -1,7 +1,8 @@
 // CudaOps linears. FP8 weights with FP8 activation quantisation (the default mode's FP8/FP4
 // linears) take kernels::act_quant_fp8 and then the GEMM CudaOptions::fp8_gemm names: by default
-// kernels::fp8_mma_gemm (fp16 tensor cores, fp32 sums; with kWgmma its FP8 tensor-core kernel at
-// prefill sizes), or cuBLASLt's block-scaled FP8 GEMM.
+// kernels::fp8_mma_gemm (fp16 tensor cores, fp32 sums; dense prefill-sized calls on its f16 WGMMA
+// kernel over operands converted to fp16 first; with kWgmma its FP8 tensor-core kernel at prefill
+// sizes), or cuBLASLt's block-scaled FP8 GEMM.
 // bf16 weights with bf16 activations (the compressors, the indexer's weights_proj, the MoE gate,
 // the head) take kernels::bf16_mma_gemm (bf16 tensor cores, fp32 sums) unless fp8_gemm is kSimple,
 // which keeps every linear in the CPU's arithmetic. Everything else takes kernels::simple_gemm,
@@ -32,15 +33,22 @@ namespace {
 
 constexpr int64_t kActQuantBlock = 128;
 
+// From this many rows a dense e4m3 GEMM that kernels::fp8_mma_gemm would run on its staged kernel
+// takes its f16 WGMMA kernel instead (the same bits): the activation quantisation writes x's codes
+// as fp16 and the weight's codes are converted into fp16 scratch first (3 bytes moved per code),
+// which the faster kernel repays from below 512 rows at V4-Flash's shapes (bench_fp8_gemm,
+// docs/PERF.md session 20). The rows of x's scales are then padded to 4 (TMA's rule).
+constexpr int64_t kF16WgmmaMinRows = 512;
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // kernels::fp8_mma_gemm of x's e4m3 codes xq and block scales xs (act_quant_fp8's, rows padded to
-// x_scale_ld) against the FP8 weight w [n, k], into y [m, n].
-kernels::Fp8MmaGemmParams fp8_mma_params(const StreamBuffer& xq, const StreamBuffer& xs, int64_t x_scale_ld,
+// x_scale_ld; either may be null until the caller sets it) against the FP8 weight w [n, k], into y [m, n].
+kernels::Fp8MmaGemmParams fp8_mma_params(const uint8_t* xq, const float* xs, int64_t x_scale_ld,
                                          const GemmWeightView& w, TensorView y, int64_t m, int64_t n, int64_t k) {
   kernels::Fp8MmaGemmParams g;
-  g.x = xq.get<uint8_t>();
-  g.x_scale = xs.get<float>();
+  g.x = xq;
+  g.x_scale = xs;
   g.x_scale_ld = x_scale_ld;
   g.w = static_cast<const uint8_t*>(w.data);
   g.w_scale = w.scale;
@@ -71,12 +79,29 @@ void CudaOps::linear(const LinearParams& p) {
   const bool on_cublaslt = fp8_codes && options_.fp8_gemm == Fp8Gemm::kCublasLt && p.y.dtype() == DType::kBF16 &&
                            N % 8 == 0;
   if (on_mma || on_cublaslt) {
-    const int64_t mp = on_cublaslt ? fp8_gemm_padded_m(M) : M;  // cuBLASLt wants padded rows
-    StreamBuffer xq(static_cast<size_t>(mp * K), stream_, arena());
+    kernels::Fp8MmaGemmParams g = fp8_mma_params(nullptr, nullptr, M, w, p.y, M, N, K);
+    const bool f16 = on_mma && takes_f16_wgmma(g);
+    // cuBLASLt wants padded rows; so does the f16 WGMMA kernel's TMA (x's scales).
+    const int64_t mp = on_cublaslt ? fp8_gemm_padded_m(M) : f16 ? (M + 3) / 4 * 4 : M;
+    StreamBuffer xq(static_cast<size_t>(mp * K) * (f16 ? sizeof(uint16_t) : 1), stream_, arena());
     StreamBuffer xs(static_cast<size_t>(K / kActQuantBlock * mp) * sizeof(float), stream_, arena());
-    kernels::act_quant_fp8({p.x.data<uint16_t>(), xq.get<uint8_t>(), xs.get<float>(), M, mp, K}, stream_);
+    kernels::ActQuantParams quant{p.x.data<uint16_t>(), xq.get<uint8_t>(), xs.get<float>(), M, mp, K};
+    if (f16) quant.q16 = xq.get<uint16_t>();
+    kernels::act_quant_fp8(quant, stream_);
+    g.x_scale = xs.get<float>();
+    g.x_scale_ld = mp;
+    if (f16) {
+      const StreamBuffer w16(static_cast<size_t>(N * K) * sizeof(uint16_t), stream_, arena());
+      kernels::e4m3_to_f16_mma_order(g.w, w16.get<uint16_t>(), N, K, stream_);
+      g.x16 = xq.get<uint16_t>();
+      g.w16 = w16.get<uint16_t>();
+      g.kernel = kernels::Fp8MmaKernel::kF16Wgmma;
+      kernels::fp8_mma_gemm(g, stream_);
+      return;
+    }
     if (on_mma) {
-      run_fp8_mma(fp8_mma_params(xq, xs, mp, w, p.y, M, N, K));
+      g.x = xq.get<uint8_t>();
+      run_fp8_mma(g);
       return;
     }
     const bool direct = mp == M && aligned16(p.y.bytes());
@@ -113,6 +138,12 @@ void CudaOps::linear(const LinearParams& p) {
   kernels::simple_gemm({x, K, w.data, w.type, w.scale, w.scale_ld, float_ptr(p.y), N, M, N, K}, stream_);
 }
 
+bool CudaOps::takes_f16_wgmma(const kernels::Fp8MmaGemmParams& g) const {
+  return options_.fp8_gemm == Fp8Gemm::kFp16Mma && g.tiles == nullptr && g.m >= kF16WgmmaMinRows &&
+         g.w_codes == kernels::Fp8MmaWeightCodes::kE4M3 && aligned16(g.w) &&
+         kernels::fp8_mma_gemm_choice(g) == kernels::Fp8MmaKernel::kStaged;
+}
+
 void CudaOps::run_fp8_mma(kernels::Fp8MmaGemmParams g) {
   // --fp8-gemm wgmma: the GEMMs the default would give the staged kernel take the WGMMA one, except
   // on FP4 experts kept as stored (e2m1 weights: WGMMA reads e4m3 tiles only), which keep the
@@ -147,7 +178,7 @@ bool CudaOps::linear_pair(const LinearsParams& p) {
     StreamBuffer xq(static_cast<size_t>(M * K), stream_, arena());
     StreamBuffer xs(static_cast<size_t>(K / kActQuantBlock * M) * sizeof(float), stream_, arena());
     kernels::act_quant_fp8({p.x.data<uint16_t>(), xq.get<uint8_t>(), xs.get<float>(), M, M, K}, stream_);
-    kernels::Fp8MmaGemmParams g = fp8_mma_params(xq, xs, M, wa, a.y, M, a.w->shape[0], K);
+    kernels::Fp8MmaGemmParams g = fp8_mma_params(xq.get<uint8_t>(), xs.get<float>(), M, wa, a.y, M, a.w->shape[0], K);
     g.second = {.w = static_cast<const uint8_t*>(wb.data), .w_scale = wb.scale, .w_scale_ld = wb.scale_ld,
                 .y = float_ptr(b.y), .ldy = b.w->shape[0], .n = b.w->shape[0]};
     run_fp8_mma(g);

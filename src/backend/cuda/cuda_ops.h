@@ -165,6 +165,8 @@ class CudaOps final : public Ops {
   bool linear_pair(const LinearsParams& p);
   // kernels::fp8_mma_gemm of `g` on the current stream, with the kernel options_.fp8_gemm picks.
   void run_fp8_mma(kernels::Fp8MmaGemmParams g);
+  // Whether linear() runs the dense call `g` (its x not yet quantised) on the f16 WGMMA kernel.
+  bool takes_f16_wgmma(const kernels::Fp8MmaGemmParams& g) const;
 
   // Shared with the deleters of alloc's storage, so tensors that outlive this object still find
   // out how to free their memory.

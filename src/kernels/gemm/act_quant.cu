@@ -1,12 +1,14 @@
 // Half a warp per (row, 128-wide K block), eight elements a thread: amax by shuffle, pow2 scale,
-// e4m3 codes. Each half-warp takes kTasksPerHalfWarp blocks and loads them all before it uses any,
-// so more bytes are in flight (the block's max is exact in any order, so the codes are the same
-// however the block is split). The scalar rounding is core/numeric.h's, identical to the CPU
-// reference; a SwiGLU source computes each value as kernels::swiglu does (swiglu_value.cuh).
+// e4m3 codes (or their fp16 values in the f16 WGMMA GEMM's layout). Each half-warp takes
+// kTasksPerHalfWarp blocks and loads them all before it uses any, so more bytes are in flight
+// (the block's max is exact in any order, so the codes are the same however the block is split).
+// The scalar rounding is core/numeric.h's, identical to the CPU reference; a SwiGLU source
+// computes each value as kernels::swiglu does (swiglu_value.cuh).
 #include "kernels/gemm/act_quant.h"
 
 #include "core/numeric.h"
 #include "kernels/cuda_check.h"
+#include "kernels/gemm/mma_lanes.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/moe/swiglu_value.cuh"
 
@@ -65,17 +67,26 @@ __global__ void __launch_bounds__(kThreadsPerBlock) act_quant_fp8_kernel(ActQuan
     for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
     for (int off = 8; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
     if (task >= tasks) continue;
-    uint8_t* q = p.q + row * p.k + kb * 128 + sub * 8;
-    if (row >= p.m) {  // padding rows: zeros with a unit scale
-      *reinterpret_cast<uint2*>(q) = make_uint2(0, 0);
-      if (sub == 0) p.scale[kb * p.m_padded + row] = 1.0f;
-      continue;
-    }
-    const int e = pow2_scale_exponent(amax, kFp8AmaxFloor, kE4M3Max);
+    const bool padding = row >= p.m;  // padding rows: zeros with a unit scale
+    const int e = padding ? 0 : pow2_scale_exponent(amax, kFp8AmaxFloor, kE4M3Max);
     uint32_t packed[2] = {0, 0};
+    if (!padding)
 #pragma unroll
-    for (int i = 0; i < 8; ++i) packed[i / 4] |= static_cast<uint32_t>(float_to_e4m3(ldexpf(v[i], -e))) << (8 * (i % 4));
-    *reinterpret_cast<uint2*>(q) = make_uint2(packed[0], packed[1]);
+      for (int i = 0; i < 8; ++i) packed[i / 4] |= static_cast<uint32_t>(float_to_e4m3(ldexpf(v[i], -e))) << (8 * (i % 4));
+    if (p.q16 != nullptr) {
+      // Code word (t, s) = 8 sub .. 8 sub + 7 / 4 of the block, t = sub / 4, s = 2 (sub % 4) + j,
+      // to fp16 words 8 s + t (its low two codes) and 8 s + 4 + t (its high two).
+      auto* const out = reinterpret_cast<uint32_t*>(p.q16 + row * p.k + kb * 128);
+      const int t = sub / 4;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int s = 2 * (sub % 4) + j;
+        out[8 * s + t] = e4m3x2_to_f16x2(packed[j] & 0xffffu);
+        out[8 * s + 4 + t] = e4m3x2_to_f16x2(packed[j] >> 16);
+      }
+    } else {
+      *reinterpret_cast<uint2*>(p.q + row * p.k + kb * 128 + sub * 8) = make_uint2(packed[0], packed[1]);
+    }
     if (sub == 0) p.scale[kb * p.m_padded + row] = ldexpf(1.0f, e);
   }
 }

@@ -24,6 +24,9 @@ struct ActQuantParams {
   const uint16_t* swiglu_up = nullptr;
   const float* swiglu_row_weight = nullptr;
   float swiglu_limit = 0;
+  // Set: the codes go here instead of q (which is then unused), as the fp16 values
+  // e4m3_to_f16_mma_order would write ([m_padded, k] fp16 in fp8_mma_gemm.h's kF16Wgmma layout).
+  uint16_t* q16 = nullptr;
 };
 
 void act_quant_fp8(const ActQuantParams& p, cudaStream_t stream);
