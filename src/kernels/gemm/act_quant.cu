@@ -74,8 +74,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock) act_quant_fp8_kernel(ActQuan
 #pragma unroll
       for (int i = 0; i < 8; ++i) packed[i / 4] |= static_cast<uint32_t>(float_to_e4m3(ldexpf(v[i], -e))) << (8 * (i % 4));
     if (p.q16 != nullptr) {
-      // Code word (t, s) = 8 sub .. 8 sub + 7 / 4 of the block, t = sub / 4, s = 2 (sub % 4) + j,
-      // to fp16 words 8 s + t (its low two codes) and 8 s + 4 + t (its high two).
+      // The thread's codes (bytes 8 sub .. 8 sub + 7 of the block) are the block's code words
+      // (t, s) = (sub / 4, 2 (sub % 4) + j), j = 0, 1 (word 8 t + s); word (t, s) goes to fp16
+      // words 8 s + t (its low two codes) and 8 s + 4 + t (its high two), e4m3_to_f16_mma_order's layout.
       auto* const out = reinterpret_cast<uint32_t*>(p.q16 + row * p.k + kb * 128);
       const int t = sub / 4;
 #pragma unroll

@@ -8,21 +8,26 @@
 // converted once per call into fp16 (e4m3_to_f16_mma_order: exact values, each 128-wide K block
 // re-laid so that the 16 K positions of MMA step s hold what the other kernels' step s holds in
 // the same positions), so the loop only waits for TMA copies, issues WGMMAs and adds each K
-// block's sum into the running sums: the conversions cost a pass over x and the weight
-// (a few percent of a prefill GEMM's time) instead of work in every CTA.
+// block's sum into the running sums: the conversions cost a pass over the weight (act_quant
+// writes x's fp16 values itself; 3.8 ms of an 8k prefill's 151 ms of these GEMMs) instead of work
+// in every CTA.
 //
 // The bits: wgmma.m64n128k16 f32 += f16 x f16 sums a k16 step as mma.sync.m16n8k16 does (session
 // 10's f16 WGMMA kernel gave the staged kernel's bits on 36 tests), each output's eight steps of a
 // block run in the same order from a zeroed accumulator, and the block sums go through the same
 // fmaf into four lanes walked pass by pass (staged_tiles.cuh) and the same three additions.
 //
-// A CTA: 128 weight rows x 128 x rows, two warpgroups (weight rows 64 wg .. 64 wg + 63 against
-// all 128 x rows); thread 0 also issues the copies. A stage is half a K block (64 K: one
-// 128-byte swizzled row per operand row, as TMA's 128-byte swizzle and the WGMMA descriptor
-// agree on) of both operands, and the block's 128 x scales with its second half; kStages stages
-// keep three blocks in flight. Full barriers (TMA's transaction counts) say a stage landed, empty
-// barriers (one arrival per warp) that every warp is done with it. Each thread keeps three sets
-// of 64 fp32 registers: the block's sum, its pass's lane sum and the running sum of the passes.
+// A CTA: 128 weight rows x 128 x rows, two consumer warpgroups (weight rows 64 wg .. 64 wg + 63
+// against all 128 x rows) and a producer warpgroup, one lane of which issues the copies, so that
+// no consumer waits on the copies' behalf (thread 0 of the consumers issuing them, the kernel was
+// 1.5-2x slower). A stage is half a K block (64 K: one 128-byte swizzled row per operand row, as
+// TMA's 128-byte swizzle and the WGMMA descriptor agree on) of both operands, and the block's 128
+// x scales with its second half; kStages stages keep three blocks in flight. Full barriers (TMA's
+// transaction counts) say a stage landed, empty barriers (one arrival per consumer warp) that
+// every consumer is done with it. Each consumer thread keeps three sets of 64 fp32 registers: the
+// block's sum, its pass's lane sum and the running sum of the passes, which setmaxnreg makes room
+// for by taking the producer's registers (a producer warp alone, 288 threads, capped ptxas at 168
+// registers a thread and spilled).
 // The grid is persistent (a CTA an SM, taking tiles in turn, so that the next tile's first copies
 // overlap a tile's last blocks and its stores); tiles are rasterised in groups of kRasterGroup x
 // tiles, so that the CTAs at work share a few x tiles and weight tiles in L2.
