@@ -1,6 +1,6 @@
 // The backend factory behind `--device`, `--multi-stream`, `--fp8-gemm`, `--attention`,
-// `--cuda-graphs` and `--fp4-experts`. The CUDA backend exists only in builds configured with CUDA (DSV4_WITH_CUDA);
-// the tools are the one place that may branch on that.
+// `--cuda-graphs`, `--fp4-experts` and the parallel flags. The CUDA backend exists only in builds
+// configured with CUDA (DSV4_WITH_CUDA); the tools are the one place that may branch on that.
 #include "tools/backend.h"
 
 #include <string>
@@ -64,8 +64,8 @@ void add_gpu_options(CLI::App* cmd, GpuOptions& gpu) {
              if (fp8_gemm_choice_name(c) == name) gpu.fp8_gemm = c;
          },
          "--device cuda: the GEMM of the FP8 linears: mma (fp16 tensor cores with fp32 sums, the same "
-         "bits for any batch, the closest to the CPU reference), wgmma (as mma, with the prefill-sized GEMMs "
-         "on FP8 tensor cores: faster, less precise sums inside each 128-wide block), cublaslt (cuBLASLt's FP8 tensor cores: "
+         "bits for any batch, the closest to the CPU reference), wgmma (as mma, with the prefill-sized e4m3 "
+         "GEMMs on FP8 tensor cores: less precise sums inside each 128-wide block, about mma's speed), cublaslt (cuBLASLt's FP8 tensor cores: "
          "up to 8x faster at prefill sizes, less precise sums) or simple (CUDA cores, slow; the bf16 "
          "linears then leave their tensor cores too: every linear in the CPU's arithmetic)")
       ->check(CLI::IsMember({"mma", "wgmma", "cublaslt", "simple"}))
@@ -100,7 +100,39 @@ void add_gpu_options(CLI::App* cmd, GpuOptions& gpu) {
          "H200 FP4 decodes 5-14% faster and prefills 8% slower than the cast (docs/PERF.md)")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->default_str("auto");
+  cmd->add_option("--tensor-parallel-size", gpu.tensor_parallel_size,
+                  "Devices each layer is split over (vLLM's flag). Only 1: DeepSeek-V4 has one KV head, so "
+                  "tensor-parallel attention would keep the whole KV cache on every device; several GPUs are "
+                  "to run data-parallel attention with expert parallelism, which is not built yet")
+      ->check(CLI::PositiveNumber)
+      ->default_str("1");
+  cmd->add_option("--data-parallel-size", gpu.data_parallel_size,
+                  "Devices that each run attention for their own requests (vLLM's flag). Only 1 so far: "
+                  "dsv4 runs on one device")
+      ->check(CLI::PositiveNumber)
+      ->default_str("1");
+  cmd->add_flag("--enable-expert-parallel", gpu.expert_parallel,
+                "Spread the routed experts over the data-parallel devices (vLLM's flag); with one device, "
+                "the only size dsv4 runs, every expert stays on it and the flag changes nothing");
 }
+
+namespace {
+
+// Refuses what the parallel flags ask beyond one device, naming the flag and what to use.
+void check_parallel_sizes(const GpuOptions& gpu) {
+  if (gpu.tensor_parallel_size > 1)
+    throw UsageError("--tensor-parallel-size " + std::to_string(gpu.tensor_parallel_size) +
+                     ": dsv4 does not split layers over devices: DeepSeek-V4 has one KV head, so every device "
+                     "would hold the whole KV cache; several GPUs are to run data-parallel attention with "
+                     "expert parallelism (--data-parallel-size N --enable-expert-parallel), which is not built "
+                     "yet: dsv4 runs on one device");
+  if (gpu.data_parallel_size > 1)
+    throw UsageError("--data-parallel-size " + std::to_string(gpu.data_parallel_size) +
+                     ": serving over several devices (data-parallel attention with expert parallelism) is not "
+                     "built yet: dsv4 runs on one device");
+}
+
+}  // namespace
 
 bool fp4_experts_for(const GpuOptions& gpu, bool exact_math) {
   switch (gpu.fp4_experts) {
@@ -136,6 +168,7 @@ std::optional<GraphRunStats> graph_stats(const ForwardRunner& runner) {
 }
 
 std::unique_ptr<Ops> make_backend(Device device, int threads, const GpuOptions& gpu, bool exact_math) {
+  check_parallel_sizes(gpu);
   if (device == Device::kCpu) return std::make_unique<cpu::CpuOps>(threads);
 #if defined(DSV4_WITH_CUDA)
   cuda::CudaOptions options;

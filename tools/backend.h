@@ -32,13 +32,17 @@ std::string_view attention_choice_name(AttentionChoice choice);
 enum class Fp4ExpertsChoice { kAuto, kOn, kOff };
 
 // The CUDA backend's options (the CPU backend ignores them: it runs fork/joins in order and has
-// one GEMM).
+// one GEMM), and how many devices a command would spread the model over (vLLM's flags; dsv4 runs
+// on one device so far, and make_backend refuses more by name).
 struct GpuOptions {
   MultiStreamPolicy multi_stream;
   Fp8GemmChoice fp8_gemm = Fp8GemmChoice::kMma;
   AttentionChoice attention = AttentionChoice::kTensorCores;
   bool cuda_graphs = true;
   Fp4ExpertsChoice fp4_experts = Fp4ExpertsChoice::kAuto;
+  int tensor_parallel_size = 1;  // --tensor-parallel-size
+  int data_parallel_size = 1;    // --data-parallel-size
+  bool expert_parallel = false;  // --enable-expert-parallel
 };
 
 // Whether MXFP4 experts stay as stored: on and off as asked; auto: on where the experts' GEMMs read
@@ -50,12 +54,14 @@ bool fp4_experts_for(const GpuOptions& gpu, bool exact_math);
 // Adds `--multi-stream off|on|auto` (default auto: whether the CUDA backend overlaps the attention
 // layer's independent input chains on side streams), `--fp8-gemm mma|wgmma|cublaslt|simple` (default
 // mma), `--attention tensor-cores|cpu-order` (default tensor-cores), `--cuda-graphs on|off`
-// (default on) and `--fp4-experts auto|on|off` (default auto) to `cmd`.
+// (default on), `--fp4-experts auto|on|off` (default auto), `--tensor-parallel-size N`,
+// `--data-parallel-size N` (default 1 each) and `--enable-expert-parallel` to `cmd`.
 void add_gpu_options(CLI::App* cmd, GpuOptions& gpu);
 
 // The backend for `device`; `threads` is the CPU backend's thread count (0: all cores);
 // `exact_math`: whether the command runs exact math (which reads no FP4 weights as stored).
-// Throws UsageError for cuda when this build has no CUDA backend, CudaError when no GPU can be used.
+// Throws UsageError for a tensor- or data-parallel size above 1 (naming the flag and why), for cuda
+// when this build has no CUDA backend, and CudaError when no GPU can be used.
 std::unique_ptr<Ops> make_backend(Device device, int threads, const GpuOptions& gpu = {}, bool exact_math = false);
 
 // How forwards on `backend` run: CUDA graphs for decode steps on the CUDA backend when
