@@ -1,7 +1,7 @@
 // Times the GPU FP8 block-scaled linear (activation quantisation + the GEMM) at V4-Flash shapes,
 // with cuBLASLt's FP8 GEMM and with kernels::fp8_mma_gemm's kernels (streamed, staged, staged
 // with integer x conversions, FP8 WGMMA and f16 WGMMA, each forced; f16 WGMMA with and without
-// its operands' conversions; plus which one the default picks), and prints time,
+// its operands' conversions; plus which one a default linear runs), and prints time,
 // TFLOP/s and weight GB/s (of the default) beside the H200's memory floor (4.28 TB/s).
 // Usage: bench_fp8_gemm [iterations]
 #include <cuda_runtime.h>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/cuda/device.h"
+#include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/fp8_gemm.h"
 #include "kernels/cuda_check.h"
 #include "kernels/gemm/act_quant.h"
@@ -112,8 +113,13 @@ int main(int argc, char** argv) {
       p.x_scale_ld = m;
       p.x16 = p.w16 = nullptr;
       p.kernel = kernels::Fp8MmaKernel::kAuto;
-      const kernels::Fp8MmaKernel chosen = kernels::fp8_mma_gemm_choice(p);
-      const double mma_us = chosen == kernels::Fp8MmaKernel::kStaged ? staged_us : streamed_us;
+      // What a default linear runs (CudaOps::linear): the f16 WGMMA kernel where the staged one
+      // would run from cuda::kF16WgmmaMinRows rows on.
+      kernels::Fp8MmaKernel chosen = kernels::fp8_mma_gemm_choice(p);
+      if (chosen == kernels::Fp8MmaKernel::kStaged && m >= cuda::kF16WgmmaMinRows) chosen = kernels::Fp8MmaKernel::kF16Wgmma;
+      const double mma_us = chosen == kernels::Fp8MmaKernel::kF16Wgmma ? f16_converting_us
+                            : chosen == kernels::Fp8MmaKernel::kStaged ? staged_us
+                                                                        : streamed_us;
       const double flops = 2.0 * m * c.n * c.k;
       const double weight_bytes = static_cast<double>(c.n) * c.k;
       std::printf(

@@ -33,13 +33,6 @@ namespace {
 
 constexpr int64_t kActQuantBlock = 128;
 
-// From this many rows a dense e4m3 GEMM that kernels::fp8_mma_gemm would run on its staged kernel
-// takes its f16 WGMMA kernel instead (the same bits): the activation quantisation writes x's codes
-// as fp16 and the weight's codes are converted into fp16 scratch first (3 bytes moved per code),
-// which the faster kernel repays from below 512 rows at V4-Flash's shapes (bench_fp8_gemm,
-// docs/PERF.md session 20). The rows of x's scales are then padded to 4 (TMA's rule).
-constexpr int64_t kF16WgmmaMinRows = 512;
-
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // kernels::fp8_mma_gemm of x's e4m3 codes xq and block scales xs (act_quant_fp8's, rows padded to

@@ -43,6 +43,14 @@ enum class Fp8Gemm {
 // Whether `g` computes the FP8 linears with kernels::fp8_mma_gemm (kFp16Mma and kWgmma).
 constexpr bool uses_fp8_mma(Fp8Gemm g) { return g == Fp8Gemm::kFp16Mma || g == Fp8Gemm::kWgmma; }
 
+// With kFp16Mma, from this many rows a dense e4m3 linear that kernels::fp8_mma_gemm would run on
+// its staged kernel takes its f16 WGMMA kernel instead (the same bits): the activation
+// quantisation writes x's codes as fp16 and the weight's codes are converted into fp16 scratch
+// first (3 bytes moved per code), which the faster kernel repays from below 512 rows at
+// V4-Flash's shapes (bench_fp8_gemm, docs/PERF.md session 20). x's scales' rows are then padded
+// to 4 (its TMA's rule).
+constexpr int64_t kF16WgmmaMinRows = 512;
+
 // How the default numerics' sparse attention (bf16 rows) is computed; exact math (f32) always takes
 // the CPU's operation order.
 enum class SparseAttention {
