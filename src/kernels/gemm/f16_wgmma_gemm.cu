@@ -201,16 +201,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         fence_accumulators(blk);
 
         const int scale_stage = (step + 1) % kStages;
-        const auto* sx = reinterpret_cast<const float*>(smem + scale_stage * kStageBytes + 2 * kOperandBytes);
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          const float2 sx01 = *reinterpret_cast<const float2*>(sx + 8 * j + 2 * t);
-          const float s0 = sw * sx01.x, s1 = sw * sx01.y;
-          q[4 * j + 0] = fmaf(blk[4 * j + 0], s0, q[4 * j + 0]);
-          q[4 * j + 1] = fmaf(blk[4 * j + 1], s1, q[4 * j + 1]);
-          q[4 * j + 2] = fmaf(blk[4 * j + 2], s0, q[4 * j + 2]);
-          q[4 * j + 3] = fmaf(blk[4 * j + 3], s1, q[4 * j + 3]);
-        }
+        add_scaled_block(q, blk, reinterpret_cast<const float*>(smem + scale_stage * kStageBytes + 2 * kOperandBytes),
+                         sw, t);
         __syncwarp();
         if (lane == 0) {
           barrier_arrive(empty0 + 8 * (step % kStages));

@@ -750,16 +750,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) fp8_wgmma_gemm_kernel(Fp8Mma
     fence_accumulators(blk);
 
     const float sw = __ldg(sw_row + b);
-    const auto* sx = reinterpret_cast<const float*>(smem + (b % kWgmmaStages) * kWgmmaStageBytes + 2 * kTileBytes);
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const float2 sx01 = *reinterpret_cast<const float2*>(sx + 8 * j + 2 * t);
-      const float s0 = sw * sx01.x, s1 = sw * sx01.y;
-      q[4 * j + 0] = fmaf(blk[4 * j + 0], s0, q[4 * j + 0]);
-      q[4 * j + 1] = fmaf(blk[4 * j + 1], s1, q[4 * j + 1]);
-      q[4 * j + 2] = fmaf(blk[4 * j + 2], s0, q[4 * j + 2]);
-      q[4 * j + 3] = fmaf(blk[4 * j + 3], s1, q[4 * j + 3]);
-    }
+    add_scaled_block(q, blk,
+                     reinterpret_cast<const float*>(smem + (b % kWgmmaStages) * kWgmmaStageBytes + 2 * kTileBytes), sw, t);
   }
   cp_async_wait<0>();
 

@@ -1,6 +1,7 @@
 // Hopper's warpgroup MMA (WGMMA) pieces shared by the GEMMs that use it (fp8_mma_gemm's FP8
 // kernel, f16_wgmma_gemm): shared-memory matrix descriptors of 128-byte-swizzled K-major tiles,
-// the fences and waits around the asynchronous MMAs, and one m64n128 MMA per operand type.
+// the fences and waits around the asynchronous MMAs, one m64n128 MMA per operand type, and adding a
+// K block's sums into the running lane sums.
 //
 // Accumulator layout (PTX ISA, wgmma D for m64nN): warp w of the warpgroup holds rows 16 w ..
 // 16 w + 15; lane (g, t) holds, for each n8 slice j, d[4j] = (row g, column 8j + 2t), d[4j + 1] =
@@ -70,6 +71,23 @@ __device__ __forceinline__ void wgmma_m64n128k16_f16(float (&d)[kWgmmaN128Accumu
                "%64, %65, 1, 1, 1, 0, 0;\n"
                : DSV4_WGMMA_N128_OUTPUTS
                : "l"(desc_a), "l"(desc_b));
+}
+
+// Adds a K block's sums blk (an m64n128 accumulator: columns are x rows) into the lane sums q of
+// fp8_mma_gemm.h's summation order: q = fmaf(blk, sw * sx[column], q), sw the block's weight scale
+// and sx (shared memory) its 128 x scales; t is the lane's lane % 4.
+__device__ __forceinline__ void add_scaled_block(float (&q)[kWgmmaN128Accumulators],
+                                                 const float (&blk)[kWgmmaN128Accumulators], const float* sx, float sw,
+                                                 int t) {
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const float2 sx01 = *reinterpret_cast<const float2*>(sx + 8 * j + 2 * t);
+    const float s0 = sw * sx01.x, s1 = sw * sx01.y;
+    q[4 * j + 0] = fmaf(blk[4 * j + 0], s0, q[4 * j + 0]);
+    q[4 * j + 1] = fmaf(blk[4 * j + 1], s1, q[4 * j + 1]);
+    q[4 * j + 2] = fmaf(blk[4 * j + 2], s0, q[4 * j + 2]);
+    q[4 * j + 3] = fmaf(blk[4 * j + 3], s1, q[4 * j + 3]);
+  }
 }
 
 #undef DSV4_WGMMA_N128_OUTPUTS
