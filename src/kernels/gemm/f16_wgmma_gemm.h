@@ -12,7 +12,8 @@ namespace dsv4::kernels {
 // Throws UsageError naming the first thing kF16Wgmma cannot take in p (see fp8_mma_gemm.h).
 void check_f16_wgmma_gemm(const Fp8MmaGemmParams& p);
 
-// y = the staged kernel's result for p, from p.x16 and p.w16 (checked as above).
+// y = the staged kernel's result for p, from p.x16 and p.w16; p must have passed
+// check_f16_wgmma_gemm (fp8_mma_gemm's choice checks it before it calls this).
 void f16_wgmma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream);
 
 }  // namespace dsv4::kernels
