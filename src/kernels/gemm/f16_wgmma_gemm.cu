@@ -62,6 +62,14 @@ constexpr int kScaleBytes = kTileRows * 4;
 constexpr int kStageBytes = 2 * kOperandBytes + 1024;  // w, x, x scales (512 B, padded: tiles stay 1024-aligned)
 constexpr int kSharedBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8;  // + alignment, full and empty barriers
 constexpr int kRasterGroup = 8;
+// setmaxnreg's registers a thread: the producer warpgroup gives up what the consumers take. The CTA
+// holds kThreads x 168 registers (ptxas's cap for 384 threads), and a setmaxnreg.inc asking for
+// more than the CTA holds waits for ever (the grouped e2m1 experiment's 80 / 216 hung: PERF.md
+// session 21), so the two must fit in it.
+constexpr int kProducerRegisters = 40;
+constexpr int kConsumerRegisters = 232;
+static_assert(128 * kProducerRegisters + kWarps * 32 * kConsumerRegisters <= kThreads * 168,
+              "f16_wgmma_gemm: setmaxnreg asks for more registers than the CTA holds");
 static_assert(kSharedBytes <= 227 * 1024, "f16_wgmma_gemm's shared memory exceeds Hopper's 227 KiB");
 
 struct F16WgmmaArgs {
@@ -145,7 +153,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   if (warp >= kWarps) {  // the producer warpgroup: its first lane issues every step's copies once the stage is free
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters) : "memory");
     if (warp == kWarps && lane == 0) {
       int local = 0;
       int64_t tile = 0, m0 = 0, n0 = 0;
@@ -169,7 +177,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters) : "memory");
   int step = 0;
   for (int64_t i = 0; i < my_tiles; ++i) {
     int64_t m0, n0;
