@@ -17,6 +17,16 @@ __device__ float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
 constexpr int kWarps = kThreads / 32;
 constexpr int kTokensPerBlock = 4;
 
+// Chunk `index` of kHcChunks equal chunks (the last one shorter) of a row `width` wide: [begin, end).
+struct HcChunk {
+  int64_t begin, end;
+};
+__device__ __forceinline__ HcChunk hc_chunk(int64_t width, int64_t index) {
+  const int64_t chunk = (width + kHcChunks - 1) / kHcChunks;
+  const int64_t begin = index * chunk;
+  return {begin, begin + chunk < width ? begin + chunk : width};
+}
+
 // Block (token group, chunk, mix group): the dots of mixes [k0, k0 + kGroup) over the chunk, and
 // in mix group 0 the sum of squares too. Each dot is accumulated by the same threads in the same
 // order whatever the grouping (thread-strided FMAs, a warp's xor reduction, warps added in
@@ -28,8 +38,8 @@ __device__ __forceinline__ void mix_partials_block(const HcMixPartialsParams& p)
   constexpr int kSums = kGroup + 1;  // the group's dots, then the sum of squares
   __shared__ float warp_sums[kWarps][kTokens][kSums];
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTokens;
-  const int64_t chunk = (p.width + kHcChunks - 1) / kHcChunks;
-  const int64_t begin = blockIdx.y * chunk, end = begin + chunk < p.width ? begin + chunk : p.width;
+  const HcChunk range = hc_chunk(p.width, blockIdx.y);
+  const int64_t begin = range.begin, end = range.end;
   const int64_t k0 = static_cast<int64_t>(blockIdx.z) * kGroup;
   const bool squares = blockIdx.z == 0;
   float acc[kTokens][kSums];
@@ -201,8 +211,8 @@ __global__ void __launch_bounds__(kThreads) hc_mix_scan_kernel(HcMixPartialsPara
   float* xs = scan_smem;                 // [tile][kScanTokens + 1]: x of the block's tokens
   float* fs = scan_smem + tile * (kScanTokens + 1);  // [mix][tile]
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kScanTokens;
-  const int64_t chunk = (p.width + kHcChunks - 1) / kHcChunks;
-  const int64_t begin = blockIdx.y * chunk, end = begin + chunk < p.width ? begin + chunk : p.width;
+  const HcChunk range = hc_chunk(p.width, blockIdx.y);
+  const int64_t begin = range.begin, end = range.end;
   const int64_t length = end - begin;
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const int sum0 = warp * kScanSumsPerWarp;
@@ -506,8 +516,8 @@ __global__ void __launch_bounds__(kThreads) hc_pre_fused_kernel(HcPreFusedParams
   // before it finishes (8.89 -> 8.79 ms a batch-1 step, docs/PERF.md session 19).
   {
     const HcMixPartialsParams& m = p.mix;
-    const int64_t chunk = (m.width + kHcChunks - 1) / kHcChunks;
-    const int64_t begin = blockIdx.y * chunk, end = begin + chunk < m.width ? begin + chunk : m.width;
+    const HcChunk range = hc_chunk(m.width, blockIdx.y);
+    const int64_t begin = range.begin, end = range.end;
     const int64_t bytes = m.fn.bf16 ? 2 : 4, lines = ((end - begin) * bytes + 127) / 128;
     for (int g = 0; g < kGroup; ++g) {
       const int64_t row = static_cast<int64_t>(blockIdx.z) * kGroup + g;
