@@ -113,10 +113,9 @@ int main(int argc, char** argv) {
       p.x_scale_ld = m;
       p.x16 = p.w16 = nullptr;
       p.kernel = kernels::Fp8MmaKernel::kAuto;
-      // What a default linear runs (CudaOps::linear): the f16 WGMMA kernel where the staged one
-      // would run from cuda::kF16WgmmaMinRows rows on.
-      kernels::Fp8MmaKernel chosen = kernels::fp8_mma_gemm_choice(p);
-      if (chosen == kernels::Fp8MmaKernel::kStaged && m >= cuda::kF16WgmmaMinRows) chosen = kernels::Fp8MmaKernel::kF16Wgmma;
+      // What a default linear runs (CudaOps::linear).
+      const kernels::Fp8MmaKernel chosen =
+          cuda::linear_takes_f16_wgmma(p) ? kernels::Fp8MmaKernel::kF16Wgmma : kernels::fp8_mma_gemm_choice(p);
       const double mma_us = chosen == kernels::Fp8MmaKernel::kF16Wgmma ? f16_converting_us
                             : chosen == kernels::Fp8MmaKernel::kStaged ? staged_us
                                                                         : streamed_us;

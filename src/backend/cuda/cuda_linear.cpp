@@ -73,7 +73,7 @@ void CudaOps::linear(const LinearParams& p) {
                            N % 8 == 0;
   if (on_mma || on_cublaslt) {
     kernels::Fp8MmaGemmParams g = fp8_mma_params(nullptr, nullptr, M, w, p.y, M, N, K);
-    const bool f16 = on_mma && takes_f16_wgmma(g);
+    const bool f16 = on_mma && options_.fp8_gemm == Fp8Gemm::kFp16Mma && linear_takes_f16_wgmma(g);
     // cuBLASLt wants padded rows; so does the f16 WGMMA kernel's TMA (x's scales).
     const int64_t mp = on_cublaslt ? fp8_gemm_padded_m(M) : f16 ? (M + 3) / 4 * 4 : M;
     StreamBuffer xq(static_cast<size_t>(mp * K) * (f16 ? sizeof(uint16_t) : 1), stream_, arena());
@@ -131,10 +131,9 @@ void CudaOps::linear(const LinearParams& p) {
   kernels::simple_gemm({x, K, w.data, w.type, w.scale, w.scale_ld, float_ptr(p.y), N, M, N, K}, stream_);
 }
 
-bool CudaOps::takes_f16_wgmma(const kernels::Fp8MmaGemmParams& g) const {
-  return options_.fp8_gemm == Fp8Gemm::kFp16Mma && g.tiles == nullptr && g.m >= kF16WgmmaMinRows &&
-         g.w_codes == kernels::Fp8MmaWeightCodes::kE4M3 && aligned16(g.w) &&
-         kernels::fp8_mma_gemm_choice(g) == kernels::Fp8MmaKernel::kStaged;
+bool linear_takes_f16_wgmma(const kernels::Fp8MmaGemmParams& g) {
+  return g.tiles == nullptr && g.m >= kF16WgmmaMinRows && g.w_codes == kernels::Fp8MmaWeightCodes::kE4M3 &&
+         aligned16(g.w) && kernels::fp8_mma_gemm_choice(g) == kernels::Fp8MmaKernel::kStaged;
 }
 
 void CudaOps::run_fp8_mma(kernels::Fp8MmaGemmParams g) {

@@ -51,6 +51,11 @@ constexpr bool uses_fp8_mma(Fp8Gemm g) { return g == Fp8Gemm::kFp16Mma || g == F
 // to 4 (its TMA's rule).
 constexpr int64_t kF16WgmmaMinRows = 512;
 
+// Whether a kFp16Mma linear runs the dense call `g` (its x not yet quantised) on the f16 WGMMA
+// kernel, by the rule above (its weight e4m3 and 16-byte aligned). bench_fp8_gemm reports the
+// kernel a linear runs by it too.
+bool linear_takes_f16_wgmma(const kernels::Fp8MmaGemmParams& g);
+
 // How the default numerics' sparse attention (bf16 rows) is computed; exact math (f32) always takes
 // the CPU's operation order.
 enum class SparseAttention {
@@ -173,8 +178,6 @@ class CudaOps final : public Ops {
   bool linear_pair(const LinearsParams& p);
   // kernels::fp8_mma_gemm of `g` on the current stream, with the kernel options_.fp8_gemm picks.
   void run_fp8_mma(kernels::Fp8MmaGemmParams g);
-  // Whether linear() runs the dense call `g` (its x not yet quantised) on the f16 WGMMA kernel.
-  bool takes_f16_wgmma(const kernels::Fp8MmaGemmParams& g) const;
 
   // Shared with the deleters of alloc's storage, so tensors that outlive this object still find
   // out how to free their memory.
