@@ -566,10 +566,12 @@ TEST(Fp8MmaGemmCuda, F16WgmmaRefusesWhatItCannotTake) {
   kernels::Fp8MmaTile tile;
   p.tiles = &tile;
   p.tile_rows = 128;
-  expect_refused(p, "grouped");
+  expect_refused(p, "grouped e4m3 weights");
+  p.w_codes = kernels::Fp8MmaWeightCodes::kE2M1;
+  expect_refused(p, "grouped e2m1 weights with no tile count or tables");
   p = valid;
   p.w_codes = kernels::Fp8MmaWeightCodes::kE2M1;
-  expect_refused(p, "e2m1 weights");
+  expect_refused(p, "dense e2m1 weights");
   p = valid;
   p.second.n = 16;
   expect_refused(p, "a second output");
@@ -986,6 +988,50 @@ TEST(Fp8MmaGemmE2m1StagedCuda, GivesTheFp8CastBitsGrouped) {
       EXPECT_EQ(first_difference(run(true, tile_rows, bf16), want, n, bf16), "")
           << (bf16 ? "bf16" : "fp32") << " output, got = the stored FP4 weights over tiles of " << tile_rows
           << " rows, want = their FP8 casts on the staged kernel";
+  }
+}
+
+// Grouped on the f16 WGMMA kernel (the routed experts at prefill): the stored FP4 weights, which
+// its producer converts as it goes, over tiles of 128 and of 100 rows give the bits of their FP8
+// casts on the staged kernel, in fp32 and bf16, with the groups above (partial and empty ones), a
+// ragged n and 9 K blocks, and with larger groups at an expert's n and K; tiles past tile_count
+// don't run.
+TEST(Fp8MmaGemmE2m1StagedCuda, F16WgmmaGivesTheFp8CastBitsGrouped) {
+  DSV4_SKIP_WITHOUT_GPU();
+  struct Case {
+    std::vector<int64_t> rows;
+    int64_t n, k;
+  };
+  const Case cases[] = {{{1, 130, 0, 257, 64, 128}, 264, 1152}, {{192, 181, 0, 205, 1, 320}, 2048, 1024}};
+  for (const Case& c : cases) {
+    std::vector<int64_t> begin = {0}, groups;
+    for (const int64_t r : c.rows) {
+      groups.push_back(static_cast<int64_t>(groups.size()));
+      begin.push_back(begin.back() + r);
+    }
+    const int64_t m = begin.back(), n = c.n, k = c.k;
+    const Operands x(m, n, k, 1, static_cast<uint32_t>(45 + n));
+    const Fp4Weights w(n, k, static_cast<int64_t>(groups.size()), static_cast<uint32_t>(46 + k));
+    const Fp4Tables cast_tables(w, x, groups, false), stored_tables(w, x, groups, true);
+    const F16Operands f16(w.dense(x, 0, false));  // x's fp16 values and padded scales
+    const auto run = [&](bool e2m1, int32_t tile_rows, bool bf16) {
+      const DeviceTiles tiles = group_tiles(begin, tile_rows);
+      const Fp4Tables& t = e2m1 ? stored_tables : cast_tables;
+      kernels::Fp8MmaGemmParams p = grouped_params(w.dense(x, 0, e2m1), tiles, tile_rows, t.w_of.get(),
+                                                   t.scale_of.get(), e2m1 ? t.shift_of.get() : nullptr);
+      if (!e2m1) return run_forced(p, kernels::Fp8MmaKernel::kStaged, m, bf16);
+      p.x16 = f16.p.x16;
+      p.x_scale = f16.p.x_scale;
+      p.x_scale_ld = f16.p.x_scale_ld;
+      return run_forced(p, kernels::Fp8MmaKernel::kF16Wgmma, m, bf16);
+    };
+    for (const bool bf16 : {false, true}) {
+      const std::vector<uint8_t> want = run(false, 128, bf16);
+      for (const int32_t tile_rows : {128, 100})
+        EXPECT_EQ(first_difference(run(true, tile_rows, bf16), want, n, bf16), "")
+            << (bf16 ? "bf16" : "fp32") << " output, n " << n << ", got = the stored FP4 weights on the f16-wgmma "
+            << "kernel over tiles of " << tile_rows << " rows, want = their FP8 casts on the staged kernel";
+    }
   }
 }
 

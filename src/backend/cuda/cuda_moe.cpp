@@ -259,14 +259,21 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
   plan.max_tiles = max_tiles;
   plan.fault = fault_device_;
 
+  // Prefill-sized groups of FP4 experts take the f16 WGMMA kernel (the staged kernel's bits,
+  // converting the e2m1 weights as it goes): the quantisations then write the codes' fp16 values,
+  // with the scales' rows padded to 4 (its TMA's rule).
+  const bool f16 = fp4 && options_.fp8_gemm == Fp8Gemm::kFp16Mma && tile_rows == kernels::kFp8MmaStagedTileRows;
+  const int64_t quant_rows = f16 ? (N + 3) / 4 * 4 : N;
+  const size_t code_bytes = f16 ? sizeof(uint16_t) : 1;
+
   // The gathered inputs, quantised; gate and up; h = swiglu(gate, up), quantised; the experts'
   // outputs. The quantisation reads x's rows through the plan and computes h itself.
-  const StreamBuffer xq(static_cast<size_t>(N * D), stream_, arena());
-  const StreamBuffer x_scale(static_cast<size_t>(D / 128 * N) * sizeof(float), stream_, arena());
+  const StreamBuffer xq(static_cast<size_t>(quant_rows * D) * code_bytes, stream_, arena());
+  const StreamBuffer x_scale(static_cast<size_t>(D / 128 * quant_rows) * sizeof(float), stream_, arena());
   const StreamBuffer gate(static_cast<size_t>(N * I) * sizeof(uint16_t), stream_, arena());
   const StreamBuffer up(static_cast<size_t>(N * I) * sizeof(uint16_t), stream_, arena());
-  const StreamBuffer hq(static_cast<size_t>(N * I), stream_, arena());
-  const StreamBuffer h_scale(static_cast<size_t>(I / 128 * N) * sizeof(float), stream_, arena());
+  const StreamBuffer hq(static_cast<size_t>(quant_rows * I) * code_bytes, stream_, arena());
+  const StreamBuffer h_scale(static_cast<size_t>(I / 128 * quant_rows) * sizeof(float), stream_, arena());
   const StreamBuffer ys(static_cast<size_t>(N * D) * sizeof(uint16_t), stream_, arena());
 
   // The routed experts (plan, quantisation, grouped GEMMs) on this stream and the shared expert
@@ -278,8 +285,9 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
   tasks.tokens = T;
   tasks.main = [&] {
     kernels::expert_plan(plan, stream_);
-    kernels::ActQuantParams x_quant{p.x.data<uint16_t>(), xq.get<uint8_t>(), x_scale.get<float>(), N, N, D};
+    kernels::ActQuantParams x_quant{p.x.data<uint16_t>(), xq.get<uint8_t>(), x_scale.get<float>(), N, quant_rows, D};
     x_quant.src_row = plan.src_token;
+    if (f16) x_quant.q16 = xq.get<uint16_t>();
     kernels::act_quant_fp8(x_quant, stream_);
 
     auto grouped = [&](const uint8_t* x, const float* x_scale_of, int64_t in, int64_t out, int which, int64_t ld,
@@ -287,7 +295,11 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
       kernels::Fp8MmaGemmParams g;
       g.x = x;
       g.x_scale = x_scale_of;
-      g.x_scale_ld = N;
+      g.x_scale_ld = quant_rows;
+      if (f16) {
+        g.x16 = reinterpret_cast<const uint16_t*>(x);
+        g.kernel = kernels::Fp8MmaKernel::kF16Wgmma;
+      }
       g.w_scale_ld = ld;
       g.y = {y, true};
       g.ldy = out;
@@ -314,7 +326,8 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
       run_fp8_mma(gate_up);
       run_fp8_mma(grouped(xq.get<uint8_t>(), x_scale.get<float>(), D, I, 1, ld_in, up.get<void>()));
     }
-    kernels::ActQuantParams h_quant{gate.get<uint16_t>(), hq.get<uint8_t>(), h_scale.get<float>(), N, N, I};
+    kernels::ActQuantParams h_quant{gate.get<uint16_t>(), hq.get<uint8_t>(), h_scale.get<float>(), N, quant_rows, I};
+    if (f16) h_quant.q16 = hq.get<uint16_t>();
     h_quant.swiglu_up = up.get<uint16_t>();
     h_quant.swiglu_row_weight = plan.row_weight;
     h_quant.swiglu_limit = p.swiglu_limit;

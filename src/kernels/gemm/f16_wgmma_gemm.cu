@@ -1,5 +1,6 @@
 // fp8_mma_gemm's kF16Wgmma: the staged kernel's arithmetic (fp8_mma_gemm.h's summation order) on
-// Hopper's fp16 WGMMA, fed by TMA, for prefill-sized dense GEMMs.
+// Hopper's fp16 WGMMA, fed by TMA, for prefill-sized dense GEMMs and the routed experts' grouped
+// GEMMs of MXFP4 weights.
 //
 // Why a kernel of its own. The staged kernel converts e4m3 codes to fp16 in every warp's MMA
 // loop and copies tiles with cp.async from every thread; ncu showed those instructions, not the
@@ -31,6 +32,20 @@
 // The grid is persistent (a CTA an SM, taking tiles in turn, so that the next tile's first copies
 // overlap a tile's last blocks and its stores); tiles are rasterised in groups of kRasterGroup x
 // tiles, so that the CTAs at work share a few x tiles and weight tiles in L2.
+//
+// Grouped e2m1 weights (the E2M1 kernel; the routed experts at prefill): a tile is one of the
+// plan's x tiles (one expert's rows) against 128 rows of that expert's weight. A per-call fp16
+// copy of all experts' weights would be 13 GB a layer (tried: the 8k prefill took 2.5 s), so the
+// producer warpgroup converts the weight as it goes: each of its 128 threads copies one weight
+// row's codes and shifts of a K block (and one x row's scale) into a ring of raw blocks with
+// cp.async, two blocks ahead, and writes the row's fp16 values, the cast's values times 2^-14
+// (e2m1_fp16.cuh, exact), into each stage's swizzled w tile; TMA brings x alone. What it took to
+// not be bound by the conversions (docs/PERF.md session 22): all 128 threads converting, the raw
+// ring swizzled (a row each thread, 64 bytes apart, met 2 bank groups), shared memory reached as
+// shared (LDS / STS, not generic accesses), and no global load in the converters' loop, whose
+// fence.proxy.async waits for every outstanding load (MEMBAR.ALL.CTA): the scales come by cp.async
+// (a TMA of them from the producer stopped at an illegal instruction on the H200, not understood)
+// and the group tables are read once a tile.
 #include "kernels/gemm/f16_wgmma_gemm.h"
 
 #include <cuda.h>
@@ -43,6 +58,7 @@
 #include "core/error.h"
 #include "kernels/cuda_check.h"
 #include "kernels/float_ptr.h"
+#include "kernels/gemm/e2m1_fp16.cuh"
 #include "kernels/gemm/mma_lanes.cuh"
 #include "kernels/gemm/staged_tiles.cuh"
 #include "kernels/gemm/wgmma.cuh"
@@ -60,28 +76,63 @@ constexpr int kStages = 6;
 constexpr int kOperandBytes = kTileRows * kStageK * 2;
 constexpr int kScaleBytes = kTileRows * 4;
 constexpr int kStageBytes = 2 * kOperandBytes + 1024;  // w, x, x scales (512 B, padded: tiles stay 1024-aligned)
-constexpr int kSharedBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8;  // + alignment, full and empty barriers
 constexpr int kRasterGroup = 8;
-// setmaxnreg's registers a thread: the producer warpgroup gives up what the consumers take. The CTA
-// holds kThreads x 168 registers (ptxas's cap for 384 threads), and a setmaxnreg.inc asking for
-// more than the CTA holds waits for ever (the grouped e2m1 experiment's 80 / 216 hung: PERF.md
-// session 21), so the two must fit in it.
-constexpr int kProducerRegisters = 40;
-constexpr int kConsumerRegisters = 232;
-static_assert(128 * kProducerRegisters + kWarps * 32 * kConsumerRegisters <= kThreads * 168,
-              "f16_wgmma_gemm: setmaxnreg asks for more registers than the CTA holds");
-static_assert(kSharedBytes <= 227 * 1024, "f16_wgmma_gemm's shared memory exceeds Hopper's 227 KiB");
+
+// setmaxnreg's registers a thread: the producer warpgroup gives up what the consumers take. A CTA
+// holds kThreads x 168 registers (ptxas's cap for 384 threads), and a setmaxnreg.inc that asks for
+// more than the CTA holds waits for ever (80 / 216 hung: PERF.md session 21), so the two must fit
+// in it. The E2M1 producer converts, and needs more than the dense one's copies.
+template <bool E2M1>
+struct F16WgmmaRegisters {
+  static constexpr int kProducer = E2M1 ? 72 : 40;
+  static constexpr int kConsumer = E2M1 ? 216 : 232;
+  static_assert(128 * kProducer + kWarps * 32 * kConsumer <= kThreads * 168,
+                "f16_wgmma_gemm: setmaxnreg asks for more registers than the CTA holds");
+};
 
 struct F16WgmmaArgs {
-  const float* w_scale = nullptr;
+  const float* w_scale = nullptr;  // dense
   int64_t w_scale_ld = 0;
   MutFloatPtr y;
   int64_t ldy = 0;
   int64_t m = 0;
   int64_t n = 0;
-  int64_t m_tiles = 0;
+  int64_t k = 0;
+  int64_t m_tiles = 0;  // dense: x tiles of 128 rows; grouped: read from *tile_count
   int64_t n_tiles = 0;
   int kblocks = 0;
+  // Grouped (E2M1 kernel): tile t covers tiles[t] with group tiles[t].group's e2m1 weight.
+  const Fp8MmaTile* tiles = nullptr;
+  const int32_t* tile_count = nullptr;
+  const uint8_t* const* group_w = nullptr;
+  const uint8_t* const* group_w_shift = nullptr;
+  const float* const* group_w_scale = nullptr;
+  const float* x_scale = nullptr;  // E2M1: the converters copy x's scales (x_scale[b * x_scale_ld + row])
+  int64_t x_scale_ld = 0;
+};
+
+// A work item of a CTA: 128 weight rows from n0 against x rows [m0, m0 + rows) (grouped: of one
+// group's weight).
+struct WorkItem {
+  int64_t m0 = 0, n0 = 0;
+  int rows = 0;
+  int group = 0;
+};
+
+// The kernel's shared memory: kStages stages of [w][x][x scales], (E2M1) a ring of kRawBlocks K
+// blocks of the weight rows' e2m1 codes, their shifts and the x rows' scales, then the full and
+// empty barriers.
+template <bool E2M1>
+struct F16WgmmaLayout {
+  static constexpr int kRawRowBytes = 64;  // a row's e2m1 codes of a K block
+  static constexpr int kRawShifts = kTileRows * kRawRowBytes;
+  static constexpr int kRawScales = kRawShifts + kTileRows * 4;
+  static constexpr int kRawBlockBytes = kRawScales + kTileRows * 4;
+  static constexpr int kRawBlocks = E2M1 ? 3 : 0;
+  static constexpr int kRaw = kStages * kStageBytes;
+  static constexpr int kBarriers = kRaw + kRawBlocks * kRawBlockBytes;
+  static constexpr int kSharedBytes = 1024 + kBarriers + 2 * kStages * 8;  // + alignment
+  static_assert(kSharedBytes <= 227 * 1024, "f16_wgmma_gemm's shared memory exceeds Hopper's 227 KiB");
 };
 
 __device__ __forceinline__ void barrier_init(uint32_t bar, uint32_t count) {
@@ -116,79 +167,188 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap& map, i
       : "memory");
 }
 
+// E2M1: the producer thread of weight row `row` converts its e2m1 codes of half `half` of a K
+// block (raw: the row's 64 bytes, 4 groups of 32 inputs in e2m1_mma_order's layout; shifts: the
+// groups' 4 shift bytes) into the stage's swizzled fp16 w tile, as the cast's values times 2^-14
+// (e2m1_fp16.cuh; the consumers take the 2^14 back in the block scale). K position p = 16 s + 2 t
+// + (i % 2) + 8 (i / 2) holds input 32 t + 4 s + i (fp8_mma_gemm.h): 16-byte chunk c of the
+// half's row holds, for MMA step s = 4 half + c / 2 and j = c % 2, the pairs of slot 2 (s % 2) + j
+// of word s / 2 of groups t = 0..3.
+// The raw ring's 16-byte chunk c of row r sits at chunk c ^ raw_swizzle(r) of the row, so that
+// the 32 rows of a warp's converters (two to 128 bytes) meet 8 distinct bank groups, not 2 (a
+// 16-way conflict on every read).
+__device__ __forceinline__ int raw_swizzle(int row) { return (row / 2) % 4; }
+
+__device__ __forceinline__ void convert_e2m1_half_row(const uint8_t* raw, uint32_t shifts, uint8_t* w_tile, int row,
+                                                      int half) {
+  uint2 groups[4];  // words 2 half and 2 half + 1 of each group: the ones this half's MMA steps take
+#pragma unroll
+  for (int t = 0; t < 4; ++t) groups[t] = *reinterpret_cast<const uint2*>(raw + 16 * (t ^ raw_swizzle(row)) + 8 * half);
+  uint32_t scale[4];
+#pragma unroll
+  for (int t = 0; t < 4; ++t) scale[t] = pow2_f16x2((shifts >> (8 * t)) & 0xffu);
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    const int s = 4 * half + c / 2, slot = 2 * (s % 2) + c % 2;
+    uint32_t out[4];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) out[t] = e2m1_slot_to_f16x2((c / 4) ? groups[t].y : groups[t].x, slot, scale[t]);
+    *reinterpret_cast<uint4*>(w_tile + row * 128 + ((c ^ (row % 8)) << 4)) = make_uint4(out[0], out[1], out[2], out[3]);
+  }
+}
+
+template <bool E2M1>
 __global__ void __launch_bounds__(kThreads, 1)
     f16_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                           const __grid_constant__ CUtensorMap scale_map, const F16WgmmaArgs a) {
+  using Layout = F16WgmmaLayout<E2M1>;
   pdl_wait();
   extern __shared__ uint8_t f16_wgmma_smem_raw[];
-  uint8_t* const smem =
-      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(f16_wgmma_smem_raw) + 1023) & ~uintptr_t{1023});
+  // Aligned by an offset from the shared array itself, so that the compiler knows the pointer is
+  // shared memory (LDS / STS: through an integer cast it issued generic accesses).
+  uint8_t* const smem = f16_wgmma_smem_raw + (1024u - shared_address(f16_wgmma_smem_raw) % 1024u) % 1024u;
   const uint32_t smem0 = shared_address(smem);
-  const uint32_t full0 = smem0 + kStages * kStageBytes, empty0 = full0 + kStages * 8;
+  const uint32_t full0 = smem0 + Layout::kBarriers, empty0 = full0 + kStages * 8;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wg = warp / 4, warp_in_group = warp % 4;
   const int g = lane / 4, t = lane % 4;
 
-  const int kblocks = a.kblocks, steps = 2 * kblocks;  // a tile's half blocks, in the walk's order
-  const int64_t tiles = a.m_tiles * a.n_tiles;
-  // The CTA's tiles are blockIdx.x + i gridDim.x; its steps run on across them (step i steps + j
-  // is step j of tile i), so the copies of a tile's first stages overlap the last tile's end.
-  const int64_t my_tiles = (tiles - blockIdx.x + gridDim.x - 1) / gridDim.x;
-  const int my_steps = static_cast<int>(my_tiles * steps);  // the host keeps it under 2^31
-  const auto tile_origin = [&](int64_t i, int64_t& m0, int64_t& n0) {
+  const int kblocks = a.kblocks, steps = 2 * kblocks;  // an item's half blocks, in the walk's order
+  const int64_t m_tiles = E2M1 ? *a.tile_count : a.m_tiles, items = m_tiles * a.n_tiles;
+  // The CTA's items are blockIdx.x + i gridDim.x; its steps run on across them (step i steps + j
+  // is step j of item i), so the copies of an item's first stages overlap the last item's end.
+  const int64_t my_items = items > blockIdx.x ? (items - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+  const int my_steps = static_cast<int>(my_items * steps);  // the host keeps it under 2^31
+  // Items in groups of kRasterGroup x tiles, n tiles outermost within a group.
+  const auto item_at = [&](int64_t i) {
     const int64_t id = blockIdx.x + i * gridDim.x, per_group = kRasterGroup * a.n_tiles;
     const int64_t first_m = id / per_group * kRasterGroup, in_group = id % per_group;
-    const int64_t group_m = min(a.m_tiles - first_m, static_cast<int64_t>(kRasterGroup));
-    m0 = (first_m + in_group % group_m) * kTileRows;
-    n0 = in_group / group_m * kTileRows;
+    const int64_t group_m = min(m_tiles - first_m, static_cast<int64_t>(kRasterGroup));
+    const int64_t m_tile = first_m + in_group % group_m;
+    WorkItem item;
+    item.n0 = in_group / group_m * kTileRows;
+    if constexpr (E2M1) {
+      const Fp8MmaTile tile = a.tiles[m_tile];
+      item.m0 = tile.row_begin;
+      item.rows = tile.rows;
+      item.group = tile.group;
+    } else {
+      item.m0 = m_tile * kTileRows;
+      item.rows = static_cast<int>(min(static_cast<int64_t>(kTileRows), a.m - item.m0));
+    }
+    return item;
   };
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      barrier_init(full0 + 8 * s, 1);
+      barrier_init(full0 + 8 * s, E2M1 ? 1 + kTileRows : 1);  // E2M1: the copies' arrival and each converter's
       barrier_init(empty0 + 8 * s, kWarps);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
-  if (warp >= kWarps) {  // the producer warpgroup: its first lane issues every step's copies once the stage is free
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters) : "memory");
-    if (warp == kWarps && lane == 0) {
-      int local = 0;
-      int64_t tile = 0, m0 = 0, n0 = 0;
-      tile_origin(0, m0, n0);
-      for (int step = 0; step < my_steps; ++step) {
-        const int s = step % kStages;
-        if (step >= kStages) barrier_wait(empty0 + 8 * s, static_cast<uint32_t>(step / kStages - 1) & 1u);
-        const int b = staged_block_at(local / 2, kblocks), half = local % 2;
-        const uint32_t stage = smem0 + static_cast<uint32_t>(s * kStageBytes), full = full0 + 8 * s;
-        const int k0 = b * 128 + half * kStageK;
-        barrier_expect_bytes(full, 2 * kOperandBytes + (half == 1 ? kScaleBytes : 0));
-        tma_load(stage, w_map, k0, static_cast<int>(n0), full);
-        tma_load(stage + kOperandBytes, x_map, k0, static_cast<int>(m0), full);
-        if (half == 1) tma_load(stage + 2 * kOperandBytes, scale_map, static_cast<int>(m0), b, full);
-        if (++local == steps) {
-          local = 0;
-          if (++tile < my_tiles) tile_origin(tile, m0, n0);
+  if (warp >= kWarps) {  // the producer warpgroup
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(F16WgmmaRegisters<E2M1>::kProducer) : "memory");
+    // Its first lane issues the TMA loads; E2M1: thread `row` converts weight row `row` of every
+    // stage and copies x row `row`'s scale.
+    const int row = tid - kWarps * 32;
+    const bool copies = row == 0, converts = E2M1;
+    if (!copies && !converts) return;
+    constexpr int kRawRing = E2M1 ? Layout::kRawBlocks : 1;
+    // E2M1: K block `block` of the CTA (its walk over items) into raw ring slot block % kRawBlocks
+    // (this thread's row only: it alone reads it). The row's codes and shifts of the item being
+    // copied (nullptr past n) and its x rows are found once an item, not once a block.
+    int raw_local = 0;
+    int64_t raw_item_i = 0;
+    const uint8_t* row_codes = nullptr;
+    const uint8_t* row_shifts = nullptr;
+    int64_t raw_m0 = 0;
+    const auto start_raw_item = [&](int64_t i) {
+      const WorkItem it = item_at(i);
+      raw_m0 = it.m0;
+      const int64_t w_row = it.n0 + row;
+      row_codes = w_row < a.n ? a.group_w[it.group] + w_row * (a.k / 2) : nullptr;
+      row_shifts = w_row < a.n ? a.group_w_shift[it.group] + w_row * (a.k / 32) : nullptr;
+    };
+    if (converts && my_items > 0) start_raw_item(0);
+    const auto* const unread = reinterpret_cast<const uint8_t*>(a.group_w);  // a source the copies that fill zeros name
+    const auto copy_raw = [&](int block) {
+      if (E2M1 && block < my_steps / 2) {
+        const uint32_t slot =
+            smem0 + Layout::kRaw + static_cast<uint32_t>((block % kRawRing) * Layout::kRawBlockBytes);
+        const int b = staged_block_at(raw_local, kblocks);
+        const bool valid = row_codes != nullptr, x_valid = raw_m0 + row < a.m;
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          cp_async16(slot + static_cast<uint32_t>(row * Layout::kRawRowBytes + 16 * (c ^ raw_swizzle(row))),
+                     valid ? row_codes + b * Layout::kRawRowBytes + 16 * c : unread, valid);
+        cp_async4(slot + static_cast<uint32_t>(Layout::kRawShifts + 4 * row), valid ? row_shifts + 4 * b : unread,
+                  valid);
+        cp_async4(slot + static_cast<uint32_t>(Layout::kRawScales + 4 * row),
+                  x_valid ? reinterpret_cast<const uint8_t*>(a.x_scale + b * a.x_scale_ld + raw_m0 + row) : unread,
+                  x_valid);
+        if (++raw_local == kblocks) {
+          raw_local = 0;
+          if (++raw_item_i < my_items) start_raw_item(raw_item_i);
         }
       }
+      cp_async_commit();
+    };
+    if (converts) {
+      copy_raw(0);
+      copy_raw(1);
     }
+    int local = 0;
+    int64_t item_i = 0;
+    WorkItem item = my_items > 0 ? item_at(0) : WorkItem{};
+    for (int step = 0; step < my_steps; ++step) {
+      const int s = step % kStages, b = staged_block_at(local / 2, kblocks), half = local % 2;
+      if (converts && half == 0) {  // this block's rows landed; the one two ahead starts
+        copy_raw(step / 2 + 2);
+        cp_async_wait<2>();
+      }
+      if (step >= kStages) barrier_wait(empty0 + 8 * s, static_cast<uint32_t>(step / kStages - 1) & 1u);
+      const uint32_t stage = smem0 + static_cast<uint32_t>(s * kStageBytes), full = full0 + 8 * s;
+      const int k0 = b * 128 + half * kStageK;
+      if (copies) {  // E2M1: x only (the converters write the w tile and the scales)
+        barrier_expect_bytes(full, E2M1 ? kOperandBytes : 2 * kOperandBytes + (half == 1 ? kScaleBytes : 0));
+        if constexpr (!E2M1) tma_load(stage, w_map, k0, static_cast<int>(item.n0), full);
+        tma_load(stage + kOperandBytes, x_map, k0, static_cast<int>(item.m0), full);
+        if (!E2M1 && half == 1) tma_load(stage + 2 * kOperandBytes, scale_map, static_cast<int>(item.m0), b, full);
+      }
+      if (converts) {
+        const uint8_t* raw = smem + Layout::kRaw + ((step / 2) % kRawRing) * Layout::kRawBlockBytes;
+        const uint32_t shifts = *reinterpret_cast<const uint32_t*>(raw + Layout::kRawShifts + 4 * row);
+        convert_e2m1_half_row(raw + row * Layout::kRawRowBytes, shifts, smem + s * kStageBytes, row, half);
+        if (half == 1)
+          reinterpret_cast<float*>(smem + s * kStageBytes + 2 * kOperandBytes)[row] =
+              reinterpret_cast<const float*>(raw + Layout::kRawScales)[row];
+        // The tile was written through the generic proxy; the consumers' WGMMAs read through the async one.
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        barrier_arrive(full);
+      }
+      if (++local == steps) {
+        local = 0;
+        if (++item_i < my_items) item = item_at(item_i);
+      }
+    }
+    if (converts) cp_async_wait<0>();
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters) : "memory");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(F16WgmmaRegisters<E2M1>::kConsumer) : "memory");
   int step = 0;
-  for (int64_t i = 0; i < my_tiles; ++i) {
-    int64_t m0, n0;
-    tile_origin(i, m0, n0);
-    const float* sw_row = a.w_scale + (n0 / kTileRows) * a.w_scale_ld;
+  for (int64_t i = 0; i < my_items; ++i) {
+    const WorkItem item = item_at(i);
+    const float* sw_row = (E2M1 ? a.group_w_scale[item.group] : a.w_scale) + (item.n0 / kTileRows) * a.w_scale_ld;
     float sum[kWgmmaN128Accumulators], q[kWgmmaN128Accumulators], blk[kWgmmaN128Accumulators];
     for (int pass = 0; pass < 4; ++pass) {
 #pragma unroll
       for (float& v : q) v = 0.0f;
       for (int b = pass; b < kblocks; b += 4, step += 2) {
-        const float sw = __ldg(sw_row + b);
+        // E2M1: the w tile holds the cast's values times 2^-14, exactly; the scale takes it back.
+        const float sw = E2M1 ? __ldg(sw_row + b) * kE2M1ScaleBack : __ldg(sw_row + b);
 #pragma unroll
         for (float& v : blk) v = 0.0f;
         fence_accumulators(blk);
@@ -225,9 +385,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int j = 0; j < 16; ++j)
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const int64_t r = m0 + 8 * j + 2 * t + (c & 1);
-        const int64_t n = n0 + 64 * wg + 16 * warp_in_group + g + (c >= 2 ? 8 : 0);
-        if (r < a.m && n < a.n) store_float(a.y, r * a.ldy + n, sum[4 * j + c]);
+        const int r = 8 * j + 2 * t + (c & 1);
+        const int64_t n = item.n0 + 64 * wg + 16 * warp_in_group + g + (c >= 2 ? 8 : 0);
+        if (r < item.rows && n < a.n) store_float(a.y, (item.m0 + r) * a.ldy + n, sum[4 * j + c]);
       }
   }
 }
@@ -297,10 +457,15 @@ CUtensorMap tensor_map_2d(const char* what, const void* base, CUtensorMapDataTyp
 
 void check_f16_wgmma_gemm(const Fp8MmaGemmParams& p) {
   const auto refuse = [](const std::string& why) { throw UsageError("fp8_mma_gemm: the f16-wgmma kernel " + why); };
-  if (p.tiles != nullptr) refuse("takes dense calls only, not grouped tiles");
-  if (p.w_codes != Fp8MmaWeightCodes::kE4M3) refuse("takes e4m3 weights only");
+  const bool grouped = p.tiles != nullptr;
+  if (grouped && p.w_codes != Fp8MmaWeightCodes::kE2M1) refuse("takes grouped tiles of e2m1 weights only");
+  if (!grouped && p.w_codes != Fp8MmaWeightCodes::kE4M3) refuse("takes dense calls of e4m3 weights only");
+  if (grouped && (p.tile_count == nullptr || p.group_w == nullptr || p.group_w_shift == nullptr ||
+                  p.group_w_scale == nullptr || p.tile_rows < 1 || p.tile_rows > kTileRows))
+    refuse("needs a grouped call's tile count, weights, shifts, scales and tiles of 1 to 128 rows");
   if (p.second.n > 0) refuse("takes no second output");
-  if (p.x16 == nullptr || p.w16 == nullptr) refuse("needs x16 and w16 (e4m3_to_f16_mma_order's operands)");
+  if (p.x16 == nullptr || (!grouped && p.w16 == nullptr))
+    refuse("needs x16 and (dense) w16 (the operands e4m3_to_f16_mma_order writes)");
   if (!aligned16(p.x16) || !aligned16(p.w16) || !aligned16(p.x_scale))
     refuse("needs x16, w16 and x_scale 16-byte aligned");
   if (p.x_scale_ld % 4 != 0 || p.x_scale_ld < p.m)
@@ -310,12 +475,16 @@ void check_f16_wgmma_gemm(const Fp8MmaGemmParams& p) {
 }
 
 void f16_wgmma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
-  if (p.m == 0 || p.n == 0 || p.k == 0) return;
+  const bool grouped = p.tiles != nullptr;
+  if (p.m == 0 || p.n == 0 || p.k == 0 || (grouped && p.max_tiles == 0)) return;
   const auto k = static_cast<uint64_t>(p.k);
-  const CUtensorMap w_map = tensor_map_2d("w16", p.w16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, k, static_cast<uint64_t>(p.n),
-                                          2 * k, kStageK, kTileRows, CU_TENSOR_MAP_SWIZZLE_128B);
   const CUtensorMap x_map = tensor_map_2d("x16", p.x16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, k, static_cast<uint64_t>(p.m),
                                           2 * k, kStageK, kTileRows, CU_TENSOR_MAP_SWIZZLE_128B);
+  // Grouped calls convert their e2m1 weights in the kernel; their w map is never read.
+  const CUtensorMap w_map = grouped ? x_map
+                                    : tensor_map_2d("w16", p.w16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, k,
+                                                    static_cast<uint64_t>(p.n), 2 * k, kStageK, kTileRows,
+                                                    CU_TENSOR_MAP_SWIZZLE_128B);
   const CUtensorMap scale_map =
       tensor_map_2d("x_scale", p.x_scale, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, static_cast<uint64_t>(p.m), k / 128,
                     4 * static_cast<uint64_t>(p.x_scale_ld), kTileRows, 1, CU_TENSOR_MAP_SWIZZLE_NONE);
@@ -326,17 +495,27 @@ void f16_wgmma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   a.ldy = p.ldy;
   a.m = p.m;
   a.n = p.n;
-  a.m_tiles = (p.m + kTileRows - 1) / kTileRows;
+  a.k = p.k;
+  a.m_tiles = grouped ? p.max_tiles : (p.m + kTileRows - 1) / kTileRows;  // grouped: the most there may be
   a.n_tiles = (p.n + kTileRows - 1) / kTileRows;
   a.kblocks = static_cast<int>(p.k / 128);
+  a.tiles = p.tiles;
+  a.tile_count = p.tile_count;
+  a.group_w = p.group_w;
+  a.group_w_shift = p.group_w_shift;
+  a.group_w_scale = p.group_w_scale;
+  a.x_scale = p.x_scale;
+  a.x_scale_ld = p.x_scale_ld;
   const int64_t ctas = std::min<int64_t>(a.m_tiles * a.n_tiles, current_device_sm_count());
   if ((a.m_tiles * a.n_tiles + ctas - 1) / ctas * 2 * a.kblocks > INT32_MAX)
     throw UsageError("fp8_mma_gemm: " + std::to_string(p.m) + " x " + std::to_string(p.n) + " x " +
                      std::to_string(p.k) + " is too large for one f16-wgmma call (split its rows)");
-  DSV4_CUDA_CHECK(
-      cudaFuncSetAttribute(f16_wgmma_gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
-  launch_pdl(f16_wgmma_gemm_kernel, dim3(static_cast<unsigned>(ctas)), kThreads, kSharedBytes, stream, w_map, x_map,
-             scale_map, a);
+  const auto launch = [&](auto* kernel, int shared_bytes) {
+    DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes));
+    launch_pdl(kernel, dim3(static_cast<unsigned>(ctas)), kThreads, shared_bytes, stream, w_map, x_map, scale_map, a);
+  };
+  if (grouped) launch(f16_wgmma_gemm_kernel<true>, F16WgmmaLayout<true>::kSharedBytes);
+  else launch(f16_wgmma_gemm_kernel<false>, F16WgmmaLayout<false>::kSharedBytes);
 }
 
 void e4m3_to_f16_mma_order(const uint8_t* codes, uint16_t* out, int64_t rows, int64_t k, cudaStream_t stream) {

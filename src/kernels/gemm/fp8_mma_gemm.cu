@@ -28,6 +28,7 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "kernels/cuda_check.h"
+#include "kernels/gemm/e2m1_fp16.cuh"
 #include "kernels/gemm/e2m1_layout.h"
 #include "kernels/gemm/f16_wgmma_gemm.h"
 #include "kernels/gemm/mma_lanes.cuh"
@@ -60,23 +61,6 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2_on_alu(uint32_t four_codes, 
   asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(h) : "r"(over_256), "r"(0x5C005C00u));  // * 256.0
   return h;
 }
-
-// Slot `slot` (a constant once the caller's loop unrolls) of a word of e2m1_mma_order's codes as
-// an fp16x2 operand, each value e2m1 x 2^-14 x `scale` (fp16x2 2^shift, 2^0..2^6), exactly.
-__device__ __forceinline__ uint32_t e2m1_slot_to_f16x2(uint32_t word, int slot, uint32_t scale) {
-  const uint32_t bits = e2m1_slot_f16x2_bits(word, slot);
-  uint32_t h;
-  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(h) : "r"(bits), "r"(scale));
-  return h;
-}
-
-// The streamed kernel's block scale factor for kE2M1 weights: e2m1_slot_to_f16x2's 2^-14 taken
-// back (exact: every scale is a power of two).
-constexpr float kE2M1ScaleBack = 16384.0f;
-
-// 2^shift (0..6) in both halves of an fp16x2 register: (15 + shift) << 10 in each, as one
-// multiply-add, which runs on the FMA pipe, not on the integer pipe that the conversions keep busy.
-__device__ __forceinline__ uint32_t pow2_f16x2(uint32_t shift) { return shift * 0x04000400u + 0x3C003C00u; }
 
 __device__ __forceinline__ void mma_f16_f32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                             uint32_t b0, uint32_t b1) {
@@ -837,9 +821,8 @@ Fp8MmaKernel fp8_mma_gemm_choice(const Fp8MmaGemmParams& p) {
     throw UsageError("fp8_mma_gemm: a second output takes the streamed kernel: dense under " +
                      std::to_string(kFp8MmaStagedMinRows) + " rows (m=" + std::to_string(p.m) +
                      ") or grouped tiles of 8, 16 or 32 rows (tile_rows=" + std::to_string(p.tile_rows) + ")");
-  if (p.w_codes == Fp8MmaWeightCodes::kE2M1 && (p.kernel == Fp8MmaKernel::kStagedIntegerX ||
-                                                p.kernel == Fp8MmaKernel::kWgmmaFp8 ||
-                                                p.kernel == Fp8MmaKernel::kF16Wgmma))
+  if (p.w_codes == Fp8MmaWeightCodes::kE2M1 &&
+      (p.kernel == Fp8MmaKernel::kStagedIntegerX || p.kernel == Fp8MmaKernel::kWgmmaFp8))
     throw UsageError(std::string("fp8_mma_gemm: e2m1 weights take the streamed or the staged kernel, not ") +
                      fp8_mma_kernel_name(p.kernel) + " (it reads e4m3 weight tiles only)");
   switch (p.kernel) {

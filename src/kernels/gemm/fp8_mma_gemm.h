@@ -74,7 +74,9 @@ enum class Fp8MmaKernel : uint8_t {
   // The staged kernel's bits from Hopper's fp16 tensor cores through WGMMA, on operands converted
   // beforehand (e4m3_to_f16_mma_order: x and the weight as fp16 in the MMA steps' K order), which
   // TMA brings into shared memory while the two warpgroups only multiply (f16_wgmma_gemm.cu).
-  // Dense e4m3 weights, no second output; the caller converts and sets x16, w16 and asks for it.
+  // Dense e4m3 weights (the caller converts them and sets w16) or grouped e2m1 weights in tiles of
+  // up to 128 rows (the kernel's producer warpgroup converts them as it goes); x16 set, no second
+  // output; only when asked for.
   kF16Wgmma,
 };
 
@@ -139,8 +141,8 @@ struct Fp8MmaGemmParams {
   const float* const* group_w_scale = nullptr;
   const uint8_t* const* group_w_shift = nullptr;  // kE2M1 (each 4-byte aligned)
   Fp8MmaKernel kernel = Fp8MmaKernel::kAuto;
-  // kF16Wgmma: x's and the weight's codes as e4m3_to_f16_mma_order writes them ([m, k] and [n, k]
-  // fp16, 16-byte aligned); x_scale_ld a multiple of 4 and x_scale 16-byte aligned (TMA's rules).
+  // kF16Wgmma: x's and (dense) the weight's codes as e4m3_to_f16_mma_order writes them ([m, k] and
+  // [n, k] fp16, 16-byte aligned); x_scale_ld a multiple of 4 and x_scale 16-byte aligned (TMA's rules).
   const uint16_t* x16 = nullptr;
   const uint16_t* w16 = nullptr;
   // A second linear of the same x in the same launch (n > 0; the streamed kernel: dense with m <
@@ -161,8 +163,8 @@ int32_t fp8_mma_tile_rows(int64_t m);
 // kStreamed throws UsageError for grouped tiles of other than 8, 16 or 32 rows; a grouped
 // tile_rows outside 1..128 always throws. kE2M1 weights follow the same rules; a forced
 // kStagedIntegerX or kWgmmaFp8 throws UsageError for them. kAuto never picks kF16Wgmma; forced, it
-// throws UsageError unless the call is dense, of e4m3 weights, with no second output, with x16 and
-// w16 set and the alignments it needs.
+// throws UsageError unless the call is dense of e4m3 weights with w16 set or grouped of e2m1
+// weights, with no second output, with x16 set and the alignments it needs.
 Fp8MmaKernel fp8_mma_gemm_choice(const Fp8MmaGemmParams& p);
 
 const char* fp8_mma_kernel_name(Fp8MmaKernel kernel);
