@@ -37,15 +37,16 @@
 // plan's x tiles (one expert's rows) against 128 rows of that expert's weight. A per-call fp16
 // copy of all experts' weights would be 13 GB a layer (tried: the 8k prefill took 2.5 s), so the
 // producer warpgroup converts the weight as it goes: each of its 128 threads copies one weight
-// row's codes and shifts of a K block (and one x row's scale) into a ring of raw blocks with
-// cp.async, two blocks ahead, and writes the row's fp16 values, the cast's values times 2^-14
-// (e2m1_fp16.cuh, exact), into each stage's swizzled w tile; TMA brings x alone. What it took to
-// not be bound by the conversions (docs/PERF.md session 22): all 128 threads converting, the raw
-// ring swizzled (a row each thread, 64 bytes apart, met 2 bank groups), shared memory reached as
-// shared (LDS / STS, not generic accesses), and no global load in the converters' loop, whose
-// fence.proxy.async waits for every outstanding load (MEMBAR.ALL.CTA): the scales come by cp.async
-// (a TMA of them from the producer stopped at an illegal instruction on the H200, not understood)
-// and the group tables are read once a tile.
+// row's codes and shifts of a K block into a ring of raw blocks with cp.async, two blocks ahead,
+// and writes the row's fp16 values, the cast's values times 2^-14 (e2m1_fp16.cuh, exact), into
+// each stage's swizzled w tile; TMA brings x and its scales (a tile starts at any row, and a TMA
+// box must start 16 bytes into a row of scales: an unaligned start is an illegal instruction, so
+// the box starts up to 3 rows early and holds 4 more). What it took to not be bound by the
+// conversions (docs/PERF.md session 22): all 128 threads converting, the raw ring swizzled (a row
+// each thread, 64 bytes apart, met 2 bank groups), shared memory reached as shared (LDS / STS, not
+// generic accesses), and no global load in the converters' loop, whose fence.proxy.async waits for
+// every outstanding load (MEMBAR.ALL.CTA): the scales come by TMA and the group tables are read
+// once a tile.
 #include "kernels/gemm/f16_wgmma_gemm.h"
 
 #include <cuda.h>
@@ -75,6 +76,9 @@ constexpr int kStageK = 64;     // K of a stage: 128 bytes of fp16 a row
 constexpr int kStages = 6;
 constexpr int kOperandBytes = kTileRows * kStageK * 2;
 constexpr int kScaleBytes = kTileRows * 4;
+// E2M1: a grouped tile starts at any x row, and the TMA box of its x scales at the multiple of 4
+// rows (16 bytes) at or before it, so the box holds 4 rows more.
+constexpr int kGroupedScaleRows = kTileRows + 4;
 constexpr int kStageBytes = 2 * kOperandBytes + 1024;  // w, x, x scales (512 B, padded: tiles stay 1024-aligned)
 constexpr int kRasterGroup = 8;
 
@@ -107,8 +111,6 @@ struct F16WgmmaArgs {
   const uint8_t* const* group_w = nullptr;
   const uint8_t* const* group_w_shift = nullptr;
   const float* const* group_w_scale = nullptr;
-  const float* x_scale = nullptr;  // E2M1: the converters copy x's scales (x_scale[b * x_scale_ld + row])
-  int64_t x_scale_ld = 0;
 };
 
 // A work item of a CTA: 128 weight rows from n0 against x rows [m0, m0 + rows) (grouped: of one
@@ -120,14 +122,12 @@ struct WorkItem {
 };
 
 // The kernel's shared memory: kStages stages of [w][x][x scales], (E2M1) a ring of kRawBlocks K
-// blocks of the weight rows' e2m1 codes, their shifts and the x rows' scales, then the full and
-// empty barriers.
+// blocks of the weight rows' e2m1 codes and shifts, then the full and empty barriers.
 template <bool E2M1>
 struct F16WgmmaLayout {
   static constexpr int kRawRowBytes = 64;  // a row's e2m1 codes of a K block
   static constexpr int kRawShifts = kTileRows * kRawRowBytes;
-  static constexpr int kRawScales = kRawShifts + kTileRows * 4;
-  static constexpr int kRawBlockBytes = kRawScales + kTileRows * 4;
+  static constexpr int kRawBlockBytes = kRawShifts + kTileRows * 4;
   static constexpr int kRawBlocks = E2M1 ? 3 : 0;
   static constexpr int kRaw = kStages * kStageBytes;
   static constexpr int kBarriers = kRaw + kRawBlocks * kRawBlockBytes;
@@ -251,22 +251,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warp >= kWarps) {  // the producer warpgroup
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(F16WgmmaRegisters<E2M1>::kProducer) : "memory");
     // Its first lane issues the TMA loads; E2M1: thread `row` converts weight row `row` of every
-    // stage and copies x row `row`'s scale.
+    // stage.
     const int row = tid - kWarps * 32;
     const bool copies = row == 0, converts = E2M1;
     if (!copies && !converts) return;
     constexpr int kRawRing = E2M1 ? Layout::kRawBlocks : 1;
     // E2M1: K block `block` of the CTA (its walk over items) into raw ring slot block % kRawBlocks
     // (this thread's row only: it alone reads it). The row's codes and shifts of the item being
-    // copied (nullptr past n) and its x rows are found once an item, not once a block.
+    // copied (nullptr past n) are found once an item, not once a block.
     int raw_local = 0;
     int64_t raw_item_i = 0;
     const uint8_t* row_codes = nullptr;
     const uint8_t* row_shifts = nullptr;
-    int64_t raw_m0 = 0;
     const auto start_raw_item = [&](int64_t i) {
       const WorkItem it = item_at(i);
-      raw_m0 = it.m0;
       const int64_t w_row = it.n0 + row;
       row_codes = w_row < a.n ? a.group_w[it.group] + w_row * (a.k / 2) : nullptr;
       row_shifts = w_row < a.n ? a.group_w_shift[it.group] + w_row * (a.k / 32) : nullptr;
@@ -278,16 +276,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t slot =
             smem0 + Layout::kRaw + static_cast<uint32_t>((block % kRawRing) * Layout::kRawBlockBytes);
         const int b = staged_block_at(raw_local, kblocks);
-        const bool valid = row_codes != nullptr, x_valid = raw_m0 + row < a.m;
+        const bool valid = row_codes != nullptr;
 #pragma unroll
         for (int c = 0; c < 4; ++c)
           cp_async16(slot + static_cast<uint32_t>(row * Layout::kRawRowBytes + 16 * (c ^ raw_swizzle(row))),
                      valid ? row_codes + b * Layout::kRawRowBytes + 16 * c : unread, valid);
         cp_async4(slot + static_cast<uint32_t>(Layout::kRawShifts + 4 * row), valid ? row_shifts + 4 * b : unread,
                   valid);
-        cp_async4(slot + static_cast<uint32_t>(Layout::kRawScales + 4 * row),
-                  x_valid ? reinterpret_cast<const uint8_t*>(a.x_scale + b * a.x_scale_ld + raw_m0 + row) : unread,
-                  x_valid);
         if (++raw_local == kblocks) {
           raw_local = 0;
           if (++raw_item_i < my_items) start_raw_item(raw_item_i);
@@ -311,19 +306,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (step >= kStages) barrier_wait(empty0 + 8 * s, static_cast<uint32_t>(step / kStages - 1) & 1u);
       const uint32_t stage = smem0 + static_cast<uint32_t>(s * kStageBytes), full = full0 + 8 * s;
       const int k0 = b * 128 + half * kStageK;
-      if (copies) {  // E2M1: x only (the converters write the w tile and the scales)
-        barrier_expect_bytes(full, E2M1 ? kOperandBytes : 2 * kOperandBytes + (half == 1 ? kScaleBytes : 0));
+      if (copies) {  // E2M1: x and its scales (the converters write the w tile)
+        barrier_expect_bytes(full, (E2M1 ? kOperandBytes : 2 * kOperandBytes) +
+                                       (half == 1 ? (E2M1 ? 4 * kGroupedScaleRows : kScaleBytes) : 0));
         if constexpr (!E2M1) tma_load(stage, w_map, k0, static_cast<int>(item.n0), full);
         tma_load(stage + kOperandBytes, x_map, k0, static_cast<int>(item.m0), full);
-        if (!E2M1 && half == 1) tma_load(stage + 2 * kOperandBytes, scale_map, static_cast<int>(item.m0), b, full);
+        if (half == 1)
+          tma_load(stage + 2 * kOperandBytes, scale_map, static_cast<int>(E2M1 ? item.m0 & ~int64_t{3} : item.m0), b,
+                   full);
       }
       if (converts) {
         const uint8_t* raw = smem + Layout::kRaw + ((step / 2) % kRawRing) * Layout::kRawBlockBytes;
         const uint32_t shifts = *reinterpret_cast<const uint32_t*>(raw + Layout::kRawShifts + 4 * row);
         convert_e2m1_half_row(raw + row * Layout::kRawRowBytes, shifts, smem + s * kStageBytes, row, half);
-        if (half == 1)
-          reinterpret_cast<float*>(smem + s * kStageBytes + 2 * kOperandBytes)[row] =
-              reinterpret_cast<const float*>(raw + Layout::kRawScales)[row];
         // The tile was written through the generic proxy; the consumers' WGMMAs read through the async one.
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         barrier_arrive(full);
@@ -369,8 +364,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         fence_accumulators(blk);
 
         const int scale_stage = (step + 1) % kStages;
-        add_scaled_block(q, blk, reinterpret_cast<const float*>(smem + scale_stage * kStageBytes + 2 * kOperandBytes),
-                         sw, t);
+        add_scaled_block<!E2M1>(
+            q, blk,
+            reinterpret_cast<const float*>(smem + scale_stage * kStageBytes + 2 * kOperandBytes) + (E2M1 ? item.m0 % 4 : 0),
+            sw, t);
         __syncwarp();
         if (lane == 0) {
           barrier_arrive(empty0 + 8 * (step % kStages));
@@ -487,7 +484,8 @@ void f16_wgmma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
                                                     CU_TENSOR_MAP_SWIZZLE_128B);
   const CUtensorMap scale_map =
       tensor_map_2d("x_scale", p.x_scale, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, static_cast<uint64_t>(p.m), k / 128,
-                    4 * static_cast<uint64_t>(p.x_scale_ld), kTileRows, 1, CU_TENSOR_MAP_SWIZZLE_NONE);
+                    4 * static_cast<uint64_t>(p.x_scale_ld), grouped ? kGroupedScaleRows : kTileRows, 1,
+                    CU_TENSOR_MAP_SWIZZLE_NONE);
   F16WgmmaArgs a;
   a.w_scale = p.w_scale;
   a.w_scale_ld = p.w_scale_ld;
@@ -504,8 +502,6 @@ void f16_wgmma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   a.group_w = p.group_w;
   a.group_w_shift = p.group_w_shift;
   a.group_w_scale = p.group_w_scale;
-  a.x_scale = p.x_scale;
-  a.x_scale_ld = p.x_scale_ld;
   const int64_t ctas = std::min<int64_t>(a.m_tiles * a.n_tiles, current_device_sm_count());
   if ((a.m_tiles * a.n_tiles + ctas - 1) / ctas * 2 * a.kblocks > INT32_MAX)
     throw UsageError("fp8_mma_gemm: " + std::to_string(p.m) + " x " + std::to_string(p.n) + " x " +

@@ -75,13 +75,16 @@ __device__ __forceinline__ void wgmma_m64n128k16_f16(float (&d)[kWgmmaN128Accumu
 
 // Adds a K block's sums blk (an m64n128 accumulator: columns are x rows) into the lane sums q of
 // fp8_mma_gemm.h's summation order: q = fmaf(blk, sw * sx[column], q), sw the block's weight scale
-// and sx (shared memory) its 128 x scales; t is the lane's lane % 4.
+// and sx (shared memory) its 128 x scales, read in pairs where kPairs (sx 8-byte aligned); t is
+// the lane's lane % 4.
+template <bool kPairs = true>
 __device__ __forceinline__ void add_scaled_block(float (&q)[kWgmmaN128Accumulators],
                                                  const float (&blk)[kWgmmaN128Accumulators], const float* sx, float sw,
                                                  int t) {
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
-    const float2 sx01 = *reinterpret_cast<const float2*>(sx + 8 * j + 2 * t);
+    const float2 sx01 =
+        kPairs ? *reinterpret_cast<const float2*>(sx + 8 * j + 2 * t) : make_float2(sx[8 * j + 2 * t], sx[8 * j + 2 * t + 1]);
     const float s0 = sw * sx01.x, s1 = sw * sx01.y;
     q[4 * j + 0] = fmaf(blk[4 * j + 0], s0, q[4 * j + 0]);
     q[4 * j + 1] = fmaf(blk[4 * j + 1], s1, q[4 * j + 1]);
