@@ -364,10 +364,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         fence_accumulators(blk);
 
         const int scale_stage = (step + 1) % kStages;
-        add_scaled_block<!E2M1>(
-            q, blk,
-            reinterpret_cast<const float*>(smem + scale_stage * kStageBytes + 2 * kOperandBytes) + (E2M1 ? item.m0 % 4 : 0),
-            sw, t);
+        // E2M1: the stage's scales start at the aligned row at or before the tile's first.
+        const float* scales = reinterpret_cast<const float*>(smem + scale_stage * kStageBytes + 2 * kOperandBytes);
+        add_scaled_block<!E2M1>(q, blk, scales + (E2M1 ? item.m0 % 4 : 0), sw, t);
         __syncwarp();
         if (lane == 0) {
           barrier_arrive(empty0 + 8 * (step % kStages));

@@ -83,8 +83,8 @@ __device__ __forceinline__ void add_scaled_block(float (&q)[kWgmmaN128Accumulato
                                                  int t) {
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
-    const float2 sx01 =
-        kPairs ? *reinterpret_cast<const float2*>(sx + 8 * j + 2 * t) : make_float2(sx[8 * j + 2 * t], sx[8 * j + 2 * t + 1]);
+    const float* pair = sx + 8 * j + 2 * t;
+    const float2 sx01 = kPairs ? *reinterpret_cast<const float2*>(pair) : make_float2(pair[0], pair[1]);
     const float s0 = sw * sx01.x, s1 = sw * sx01.y;
     q[4 * j + 0] = fmaf(blk[4 * j + 0], s0, q[4 * j + 0]);
     q[4 * j + 1] = fmaf(blk[4 * j + 1], s1, q[4 * j + 1]);
