@@ -18,8 +18,9 @@ __device__ __forceinline__ uint32_t e2m1_slot_to_f16x2(uint32_t word, int slot, 
   return h;
 }
 
-// The streamed kernel's block scale factor for kE2M1 weights: e2m1_slot_to_f16x2's 2^-14 taken
-// back (exact: every scale is a power of two).
+// The factor a block scale of kE2M1 weights takes where e2m1_slot_to_f16x2 converted them (the
+// streamed kernel, the f16 WGMMA kernel's producer): its 2^-14 taken back (exact: every scale is a
+// power of two).
 constexpr float kE2M1ScaleBack = 16384.0f;
 
 // 2^shift (0..6) in both halves of an fp16x2 register: (15 + shift) << 10 in each, as one

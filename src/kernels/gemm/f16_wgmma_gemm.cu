@@ -307,8 +307,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint32_t stage = smem0 + static_cast<uint32_t>(s * kStageBytes), full = full0 + 8 * s;
       const int k0 = b * 128 + half * kStageK;
       if (copies) {  // E2M1: x and its scales (the converters write the w tile)
-        barrier_expect_bytes(full, (E2M1 ? kOperandBytes : 2 * kOperandBytes) +
-                                       (half == 1 ? (E2M1 ? 4 * kGroupedScaleRows : kScaleBytes) : 0));
+        constexpr int kOperandsBytes = (E2M1 ? 1 : 2) * kOperandBytes;
+        constexpr int kScalesBytes = E2M1 ? 4 * kGroupedScaleRows : kScaleBytes;
+        barrier_expect_bytes(full, kOperandsBytes + (half == 1 ? kScalesBytes : 0));
         if constexpr (!E2M1) tma_load(stage, w_map, k0, static_cast<int>(item.n0), full);
         tma_load(stage + kOperandBytes, x_map, k0, static_cast<int>(item.m0), full);
         if (half == 1)
