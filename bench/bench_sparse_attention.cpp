@@ -1,10 +1,11 @@
 // Times sparse attention (MODEL.md §3.6) at V4-Flash geometry (64 heads of 512, window 128,
 // top-512 compressed entries for CSA, all 64 of an 8k context for HCA, none for SWA): the
 // tensor-core kernel of the default numerics (kernels::sparse_attn_mma, its splits' merge
-// included) against the CPU-order kernel (kernels::sparse_attn_rows), for decode batches and an
+// included; where its plan takes WGMMA, also forced onto mma.sync) against the CPU-order kernel
+// (kernels::sparse_attn_rows), for decode batches and an
 // 8k prefill, beside the floors: the entries' bytes read once at 4.43 TB/s, and the FLOPs at the
 // measured 792 TFLOP/s of bf16 tensor cores. Kernel time only (the per-call table upload of
-// CudaOps is left out). Usage: bench_sparse_attention [iterations]
+// CudaOps is left out). Usage: bench_sparse_attention [iterations] [case name part, e.g. "csa prefill"]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/device.h"
@@ -50,6 +52,7 @@ std::vector<uint16_t> random_bf16(size_t n, float scale, std::mt19937& rng) {
 int main(int argc, char** argv) {
   using namespace dsv4;
   const int iters = argc > 1 ? std::atoi(argv[1]) : 20;
+  const std::string only = argc > 2 ? argv[2] : "";
   if (!cuda::device_available()) {
     std::printf("bench_sparse_attention: no CUDA device\n");
     return 0;
@@ -59,9 +62,10 @@ int main(int argc, char** argv) {
                         {"hca decode b=64 8k", 128, 64, 1, 8192}, {"swa decode b=1 8k", 0, 1, 1, 8192},
                         {"csa prefill 8192", 4, 1, 8192, 0},     {"hca prefill 8192", 128, 1, 8192, 0}};
   std::mt19937 rng(7);
-  std::printf("%-22s %8s %12s %12s %10s %10s\n", "case", "tokens", "tensor us", "cpu-order us", "bytes us",
-              "flops us");
+  std::printf("%-22s %8s %12s %12s %12s %10s %10s\n", "case", "tokens", "tensor us", "mma.sync us", "cpu-order us",
+              "bytes us", "flops us");
   for (const Case& c : cases) {
+    if (std::string(c.name).find(only) == std::string::npos) continue;
     const int64_t T = c.batch * c.tokens, capacity = c.ratio > 0 ? (c.start_pos + c.tokens) / c.ratio + 1 : 1;
     uint16_t* q = bench::device_copy(random_bf16(static_cast<size_t>(T * kHeads * kD), 2.0f, rng));
     uint16_t* kv = bench::device_copy(random_bf16(static_cast<size_t>(T * kD), 1.0f, rng));
@@ -134,16 +138,22 @@ int main(int argc, char** argv) {
     p.ratio = c.ratio;
     p.k = c.ratio == 4 ? kTopk : 0;
     p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(kD));
-    const kernels::SparseAttnMmaPlan plan = kernels::sparse_attn_mma_plan(T, kHeads, max_entries, kernels::current_device_sm_count());
+    kernels::SparseAttnMmaPlan plan =
+        kernels::sparse_attn_mma_plan(T, kHeads, max_entries, kernels::current_device_sm_count());
     void* workspace = nullptr;
     DSV4_CUDA_CHECK(cudaMalloc(&workspace, std::max<size_t>(plan.workspace_bytes, 1)));
     const double tensor_us = bench::time_us([&] { kernels::sparse_attn_mma(p, plan, workspace, nullptr); }, iters);
+    const bool took_wgmma = plan.wgmma && plan.pairs == 4;
+    plan.wgmma = false;
+    const double mma_sync_us =
+        took_wgmma ? bench::time_us([&] { kernels::sparse_attn_mma(p, plan, workspace, nullptr); }, iters) : tensor_us;
     // The CPU-order kernel is three passes in fp32 on CUDA cores: a few runs suffice at prefill.
     const double rows_us = bench::time_us([&] { kernels::sparse_attn_rows(p, nullptr); }, c.tokens > 1 ? 2 : iters);
     // Decode: every sequence's entries; prefill: the sequence's distinct entries, read once.
     const double bytes = (c.tokens > 1 ? static_cast<double>(std::min(kWindow, c.tokens) + capacity)
                                        : entries_read) * kD * 2.0;
-    std::printf("%-22s %8lld %12.2f %12.2f %10.2f %10.2f\n", c.name, static_cast<long long>(T), tensor_us, rows_us,
+    std::printf("%-22s %8lld %12.2f %12.2f %12.2f %10.2f %10.2f\n", c.name, static_cast<long long>(T), tensor_us,
+                mma_sync_us, rows_us,
                 1e6 * bytes / kMemoryBandwidth, 1e6 * flops / kBf16Flops);
     for (void* ptr : {static_cast<void*>(q), static_cast<void*>(kv), static_cast<void*>(window),
                       static_cast<void*>(compressed), static_cast<void*>(pages_of_compressed),

@@ -3,11 +3,12 @@
 // dimension of mma.sync m16n8k16 (bf16 in, fp32 accumulators) and each entry is read once per CTA:
 //   - 2 x Pairs warps; warp w owns heads 16*(w/2) .. +15 (its "pair" w/2) and half h = w%2. A
 //     pair's arithmetic never involves another pair, so Pairs (4: 64 heads a CTA; 1 or 2 when the
-//     launch has too few CTAs to fill the GPU, as at decode) changes no bit;
+//     launch has too few CTAs to fill the GPU, as at decode) changes no bit; launches of 64 heads a
+//     CTA take sparse_attn_wgmma.cu's kernel, the same bits on warpgroup MMAs;
 //   - per tile of 64 entries (double-buffered with cp.async): warp (pair, h) computes the scores
 //     of its 16 heads against entries 32h .. 32h+31, the pair agrees on the running row maximum
-//     through shared memory (named barrier of 64 threads), writes its probabilities as bf16
-//     hi/lo pairs, and then multiplies all 64 entries' probabilities into output dims
+//     through shared memory (named barrier of 64 threads), writes its probabilities as three bf16
+//     terms, and then multiplies all 64 entries' probabilities into output dims
 //     256h .. 256h+255 (32 accumulator tiles of 16x8 per warp);
 //   - a token's entries are cut into splits of kTilesPerSplit tiles, a CTA each; a token with
 //     several splits has each CTA store its unnormalised output with its row max and sum, and
@@ -25,21 +26,20 @@
 #include <cmath>
 
 #include "core/numeric.h"
-#include "kernels/attention/sparse_attn_entries.cuh"
+#include "kernels/attention/sparse_attn_softmax.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
 namespace {
 
-constexpr int kD = static_cast<int>(kSparseAttnMmaHeadDim);
+using namespace sparse_attn_tc;
+
 constexpr int kMaxPairs = 4;        // pairs of warps of a CTA: 64 heads (the MMA's M, 4 x 16)
-constexpr int kTile = 64;           // entries per tile
 constexpr int kRow = kD + 8;        // q / kv row stride in shared memory (bf16): 1040 bytes, so the
                                     // 8 rows one ldmatrix reads start 16 bytes apart (no conflicts)
 constexpr int kPRow = kTile + 8;    // probability row stride (bf16): 144 bytes, same reason
 constexpr int kChunksPerRow = kD / 8;  // 16-byte chunks of a 512-d bf16 row
-constexpr int64_t kTilesPerSplit = 2;  // a split: 128 entries (CSA decode: 5 CTAs per token)
 // Scratch for the splits' partial outputs is bounded by launching the batch in groups of tokens.
 constexpr size_t kWorkspaceCap = size_t{512} << 20;
 
@@ -59,21 +59,6 @@ struct Smem {
   const uint16_t* row_of[kTilesPerSplit * kTile];
 };
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src) : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-// Waits until at most one committed group (the newest) is still in flight.
-__device__ __forceinline__ void cp_async_wait_all_but_newest() {
-  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-}
-
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const uint16_t* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -87,33 +72,10 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const uint16_t*
 }
 
 // c += a * b over one m16n8k16 tile, bf16 operands, fp32 accumulators.
-__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma_bf16(float* c, const uint32_t a[4], uint32_t b0, uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// The two warps of a pair (64 threads) meet; barrier 0 stays __syncthreads'.
-__device__ __forceinline__ void pair_barrier(int pair) {
-  asm volatile("bar.sync %0, 64;\n" ::"r"(pair + 1) : "memory");
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(uint16_t lo, uint16_t hi) {
-  return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
-}
-
-// Partial results of the splits of the launch's tokens token0, token0 + 1, ...: rows of 512
-// floats at out[((token - token0) * heads + head) * max_splits + split], and (max, sum) pairs at
-// the same index.
-struct SplitWorkspace {
-  float* out = nullptr;
-  float2* max_sum = nullptr;
-  int64_t token0 = 0;
-  int max_splits = 1;
-};
-
-__device__ __forceinline__ int64_t split_count(int64_t entries) {
-  return ((entries + kTile - 1) / kTile + kTilesPerSplit - 1) / kTilesPerSplit;
 }
 
 template <int Pairs>
@@ -126,15 +88,16 @@ __global__ void __launch_bounds__(64 * Pairs, 1)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int pair = warp / 2, half = warp % 2;
   const int g = lane / 4, t = lane % 4;
-  const int64_t i = ws.token0 + blockIdx.x;  // the batch token
+  const CtaWork work = cta_work(ws);
+  const int64_t i = work.token;  // the batch token
   const int64_t head0 = static_cast<int64_t>(blockIdx.y) * kHeads;
   const SparseAttnSeq seq = p.seqs[p.seq_of_token[i]];
   const int64_t pos = p.positions[i];
   const int64_t entries = entry_count(p, pos);
   const int64_t splits = split_count(entries);
-  if (blockIdx.z >= splits) return;  // the whole CTA: this token has fewer splits than the batch's most
+  if (work.split >= splits) return;  // the whole CTA: this token has fewer splits than the batch's most
   const int64_t tiles = (entries + kTile - 1) / kTile;
-  const int64_t tile_begin = blockIdx.z * kTilesPerSplit;
+  const int64_t tile_begin = work.split * kTilesPerSplit;
   const int64_t tile_end = tile_begin + kTilesPerSplit < tiles ? tile_begin + kTilesPerSplit : tiles;
 
   // The 64 heads' queries (zeros past the last head), in the first cp.async group with tile 0.
@@ -163,14 +126,10 @@ __global__ void __launch_bounds__(64 * Pairs, 1)
     }
   };
 
-  float o[32][4];  // output dims 256*half + 8j + 2t (+1), rows g (c0, c1) and g + 8 (c2, c3)
-  #pragma unroll
-  for (auto& tile_acc : o)
-    #pragma unroll
-    for (float& v : tile_acc) v = 0.0f;
-  float row_max[2] = {-INFINITY, -INFINITY};  // rows g, g + 8 of the pair's 16 heads
-  float row_sum[2] = {0.0f, 0.0f};            // over this thread's columns only
-  const int row0 = pair * 16 + g;
+  float o[kOutputs];
+#pragma unroll
+  for (float& v : o) v = 0.0f;
+  SoftmaxLane sl{pair, half, g, t, pair * 16 + g};
 
   if (tile_begin < tile_end) load_tile(tile_begin, 0);
   cp_async_commit();
@@ -183,103 +142,42 @@ __global__ void __launch_bounds__(64 * Pairs, 1)
     const uint16_t* kv = sm.kv[buf];
 
     // Scores of heads row0 (+8) against entries 32*half + 8j + 2t (+1).
-    float s[4][4];
-    #pragma unroll
-    for (auto& tile_acc : s)
-      #pragma unroll
-      for (float& v : tile_acc) v = 0.0f;
-    #pragma unroll 2
+    float s[kScores];
+#pragma unroll
+    for (float& v : s) v = 0.0f;
+#pragma unroll 2
     for (int k0 = 0; k0 < kD; k0 += 16) {
       uint32_t a[4];
       ldmatrix_x4(a, sm.q + (pair * 16 + lane % 16) * kRow + k0 + (lane / 16) * 8);
-      #pragma unroll
+#pragma unroll
       for (int nn = 0; nn < 2; ++nn) {
         // Matrices: entries +0..7 at k0 (b0 of n-tile 2nn), +0..7 at k0+8 (its b1), +8..15 at
         // k0 (b0 of n-tile 2nn+1), +8..15 at k0+8 (its b1).
         uint32_t b[4];
         const int entry = half * 32 + nn * 16 + lane % 8 + (lane / 16) * 8;
         ldmatrix_x4(b, kv + entry * kRow + k0 + ((lane / 8) % 2) * 8);
-        mma_bf16(s[2 * nn], a, b[0], b[1]);
-        mma_bf16(s[2 * nn + 1], a, b[2], b[3]);
+        mma_bf16(s + 8 * nn, a, b[0], b[1]);
+        mma_bf16(s + 8 * nn + 4, a, b[2], b[3]);
       }
     }
-    float tile_max[2] = {-INFINITY, -INFINITY};
-    #pragma unroll
-    for (int j = 0; j < 4; ++j)
-      #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int entry = half * 32 + j * 8 + 2 * t + (c & 1);
-        s[j][c] = sm.row_of[(tile - tile_begin) * kTile + entry] != nullptr ? s[j][c] * p.softmax_scale : -INFINITY;
-        tile_max[c / 2] = fmaxf(tile_max[c / 2], s[j][c]);
-      }
-    #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-    }
-    if (t == 0) {
-      sm.max_part[half][row0] = tile_max[0];
-      sm.max_part[half][row0 + 8] = tile_max[1];
-    }
-    pair_barrier(pair);
     float correction[2];
-    #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float m_new = fmaxf(row_max[r], fmaxf(tile_max[r], sm.max_part[half ^ 1][row0 + 8 * r]));
-      correction[r] = m_new == -INFINITY ? 1.0f : expf(row_max[r] - m_new);  // 0 after -inf
-      row_max[r] = m_new;
-    }
-    #pragma unroll
-    for (int j = 0; j < 4; ++j)
-      #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int r = c / 2;
-        s[j][c] = row_max[r] == -INFINITY ? 0.0f : expf(s[j][c] - row_max[r]);  // 0 for missing entries
-      }
-    #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      row_sum[r] *= correction[r];
-      #pragma unroll
-      for (int j = 0; j < 4; ++j) row_sum[r] += s[j][2 * r] + s[j][2 * r + 1];
-    }
-    // Probabilities as three bf16 terms: hi = bf16(p), mid = bf16(p - hi), lo = bf16(p - hi - mid)
-    // (each difference exact in fp32).
-    #pragma unroll
-    for (int j = 0; j < 4; ++j)
-      #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        uint16_t terms[3][2];
-        #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          float rest = s[j][2 * r + c];
-          #pragma unroll
-          for (int k = 0; k < 3; ++k) {
-            terms[k][c] = float_to_bf16(rest);
-            rest -= bf16_to_float(terms[k][c]);
-          }
-        }
-        const int at = (row0 + 8 * r) * kPRow + half * 32 + j * 8 + 2 * t;
-        *reinterpret_cast<uint32_t*>(sm.p_hi + at) = pack_bf16(terms[0][0], terms[0][1]);
-        *reinterpret_cast<uint32_t*>(sm.p_mid + at) = pack_bf16(terms[1][0], terms[1][1]);
-        *reinterpret_cast<uint32_t*>(sm.p_lo + at) = pack_bf16(terms[2][0], terms[2][1]);
-      }
+    softmax_tile<kHeads>(s, sl, sm.row_of + (tile - tile_begin) * kTile, p.softmax_scale, sm.max_part, correction,
+                         [&](int row, int col, uint32_t lo, uint32_t mid, uint32_t hi) {
+                           const int at = row * kPRow + col;
+                           *reinterpret_cast<uint32_t*>(sm.p_lo + at) = lo;
+                           *reinterpret_cast<uint32_t*>(sm.p_mid + at) = mid;
+                           *reinterpret_cast<uint32_t*>(sm.p_hi + at) = hi;
+                         });
     pair_barrier(pair);
-
-    #pragma unroll
-    for (auto& acc : o) {
-      acc[0] *= correction[0];
-      acc[1] *= correction[0];
-      acc[2] *= correction[1];
-      acc[3] *= correction[1];
-    }
-    #pragma unroll 1
+    rescale_outputs(o, correction);
+#pragma unroll 1
     for (int k0 = 0; k0 < kTile; k0 += 16) {
       uint32_t a_hi[4], a_mid[4], a_lo[4];
       const int a_at = (pair * 16 + lane % 16) * kPRow + k0 + (lane / 16) * 8;
       ldmatrix_x4(a_hi, sm.p_hi + a_at);
       ldmatrix_x4(a_mid, sm.p_mid + a_at);
       ldmatrix_x4(a_lo, sm.p_lo + a_at);
-      #pragma unroll
+#pragma unroll
       for (int nn = 0; nn < 16; ++nn) {
         // Transposed matrices: entries k0+0..7 at dims +0..7 (b0 of n-tile 2nn), k0+8..15 at
         // +0..7 (its b1), k0+0..7 at +8..15 (b0 of n-tile 2nn+1), k0+8..15 at +8..15 (its b1).
@@ -288,53 +186,19 @@ __global__ void __launch_bounds__(64 * Pairs, 1)
         const int dim = half * 256 + nn * 16 + (lane / 16) * 8;
         ldmatrix_x4_trans(b, kv + entry * kRow + dim);
         // Smallest term first, so the larger ones are added last.
-        mma_bf16(o[2 * nn], a_lo, b[0], b[1]);
-        mma_bf16(o[2 * nn], a_mid, b[0], b[1]);
-        mma_bf16(o[2 * nn], a_hi, b[0], b[1]);
-        mma_bf16(o[2 * nn + 1], a_lo, b[2], b[3]);
-        mma_bf16(o[2 * nn + 1], a_mid, b[2], b[3]);
-        mma_bf16(o[2 * nn + 1], a_hi, b[2], b[3]);
+        float* o_even = o + 8 * nn;
+        float* o_odd = o + 8 * nn + 4;
+        mma_bf16(o_even, a_lo, b[0], b[1]);
+        mma_bf16(o_even, a_mid, b[0], b[1]);
+        mma_bf16(o_even, a_hi, b[0], b[1]);
+        mma_bf16(o_odd, a_lo, b[2], b[3]);
+        mma_bf16(o_odd, a_mid, b[2], b[3]);
+        mma_bf16(o_odd, a_hi, b[2], b[3]);
       }
     }
     __syncthreads();  // this buffer is consumed before the next iteration refills it
   }
-
-  // Row sums over the quad, then over the pair.
-  #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
-    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
-  }
-  if (t == 0) {
-    sm.sum_part[half][row0] = row_sum[0];
-    sm.sum_part[half][row0 + 8] = row_sum[1];
-  }
-  pair_barrier(pair);
-  #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t head = head0 + row0 + 8 * r;
-    if (head >= p.heads) continue;
-    const float sum = row_sum[r] + sm.sum_part[half ^ 1][row0 + 8 * r];
-    const int64_t row = i * p.heads + head;
-    if (splits == 1) {
-      const float den = sum + expf(load_float(p.sink, head) - row_max[r]);
-      auto* out = static_cast<uint16_t*>(p.out.data) + row * kD;
-      #pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        const int dim = half * 256 + j * 8 + 2 * t;
-        const float v0 = row_max[r] == -INFINITY ? 0.0f : o[j][2 * r] / den;
-        const float v1 = row_max[r] == -INFINITY ? 0.0f : o[j][2 * r + 1] / den;
-        *reinterpret_cast<uint32_t*>(out + dim) = pack_bf16(float_to_bf16(v0), float_to_bf16(v1));
-      }
-    } else {
-      const int64_t at = ((i - ws.token0) * p.heads + head) * ws.max_splits + blockIdx.z;
-      float* out = ws.out + at * kD;
-      #pragma unroll
-      for (int j = 0; j < 32; ++j)
-        *reinterpret_cast<float2*>(out + half * 256 + j * 8 + 2 * t) = make_float2(o[j][2 * r], o[j][2 * r + 1]);
-      if (half == 0 && t == 0) ws.max_sum[at] = make_float2(row_max[r], sum);
-    }
-  }
+  finish_split<kHeads>(p, ws, work, head0, splits, sl, o, sm.sum_part);
 }
 
 constexpr int kCombineThreads = kD / 4;
@@ -416,23 +280,27 @@ void sparse_attn_mma(const SparseAttnRowsParams& p, const SparseAttnMmaPlan& pla
     throw UsageError("sparse_attn_mma: plan.pairs=" + std::to_string(plan.pairs) + ", expected 1, 2 or 4");
   SplitWorkspace ws;
   ws.max_splits = plan.max_splits;
+  const int64_t heads_per_cta = 16 * plan.pairs;
+  const auto head_blocks = static_cast<unsigned>((p.heads + heads_per_cta - 1) / heads_per_cta);
   if (plan.max_splits > 1) {
     ws.out = static_cast<float*>(workspace);
     ws.max_sum = reinterpret_cast<float2*>(ws.out + plan.tokens_per_launch * p.heads * plan.max_splits * kD);
   }
-  const int64_t heads_per_cta = 16 * plan.pairs;
-  const auto head_blocks = static_cast<unsigned>((p.heads + heads_per_cta - 1) / heads_per_cta);
   for (ws.token0 = 0; ws.token0 < p.tokens; ws.token0 += plan.tokens_per_launch) {
-    const auto tokens = static_cast<unsigned>(std::min(plan.tokens_per_launch, p.tokens - ws.token0));
-    const dim3 grid(tokens, head_blocks, static_cast<unsigned>(plan.max_splits));
+    const int64_t tokens = std::min(plan.tokens_per_launch, p.tokens - ws.token0);
+    const dim3 grid(static_cast<unsigned>(tokens * plan.max_splits), head_blocks);
     switch (plan.pairs) {
       case 1: launch_sparse_attn_mma<1>(grid, stream, p, ws); break;
       case 2: launch_sparse_attn_mma<2>(grid, stream, p, ws); break;
-      default: launch_sparse_attn_mma<kMaxPairs>(grid, stream, p, ws); break;
+      default:
+        if (plan.wgmma) launch_sparse_attn_wgmma(grid, stream, p, ws);
+        else launch_sparse_attn_mma<kMaxPairs>(grid, stream, p, ws);
+        break;
     }
     DSV4_CUDA_CHECK(cudaGetLastError());
     if (plan.max_splits == 1) continue;
-    launch_pdl(sparse_attn_mma_combine, dim3(tokens, static_cast<unsigned>(p.heads)), kCombineThreads, 0, stream, p, ws);
+    launch_pdl(sparse_attn_mma_combine, dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(p.heads)),
+               kCombineThreads, 0, stream, p, ws);
     DSV4_CUDA_CHECK(cudaGetLastError());
   }
 }

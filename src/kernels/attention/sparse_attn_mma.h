@@ -26,6 +26,9 @@ constexpr int64_t kSparseAttnMmaHeadDim = 512;
 struct SparseAttnMmaPlan {
   int max_splits = 1;
   int pairs = 4;
+  // 64 heads a CTA run on Hopper's warpgroup MMA (kernels/attention/sparse_attn_wgmma.cu), fewer
+  // on mma.sync: the same bits either way (F16/SparseAttnWgmma tests); false forces mma.sync.
+  bool wgmma = true;
   int64_t tokens_per_launch = 0;
   size_t workspace_bytes = 0;  // device scratch the launches need (0 when max_splits == 1)
 };

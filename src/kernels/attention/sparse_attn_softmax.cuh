@@ -1,0 +1,211 @@
+// What the two tensor-core sparse attention kernels (sparse_attn_mma.cu on mma.sync, and
+// sparse_attn_wgmma.cu on WGMMA) share so that they give the same bits: the cut of a token's
+// entries into 64-entry tiles and splits, the splits' scratch, one tile's online-softmax step on a
+// lane's scores, and the finish of a lane's output rows. Both kernels give a lane the same scores
+// and output dims (the m16n8 accumulator layout: lane (g, t) of warp `pair` of half `half` holds
+// heads 16 pair + g and + 8, entries 32 half + 8j + 2t (+1) of a tile, and output dims
+// 256 half + 8j + 2t (+1)), so every fp32 operation happens in the same order.
+#pragma once
+
+#include <cstdint>
+
+#include "core/numeric.h"
+#include "kernels/attention/sparse_attn_entries.cuh"
+#include "kernels/attention/sparse_attn_mma.h"
+
+namespace dsv4::kernels::sparse_attn_tc {
+
+constexpr int kD = static_cast<int>(kSparseAttnMmaHeadDim);
+constexpr int kTile = 64;              // entries per tile
+constexpr int64_t kTilesPerSplit = 2;  // a split: 128 entries (CSA decode: 5 CTAs per token)
+constexpr int kScores = 16;            // a lane's scores of a tile: 4 n8 slices x 2 rows x 2 entries
+constexpr int kOutputs = 128;          // a lane's output sums: 32 n8 slices x 2 rows x 2 dims
+
+// Partial results of the splits of the launch's tokens token0, token0 + 1, ...: rows of 512
+// floats at out[((token - token0) * heads + head) * max_splits + split], and (max, sum) pairs at
+// the same index.
+struct SplitWorkspace {
+  float* out = nullptr;
+  float2* max_sum = nullptr;
+  int64_t token0 = 0;
+  int max_splits = 1;
+};
+
+// A launch's grid: x = (token - token0) * max_splits + split, so that a token's splits run side by
+// side (its queries are read from memory once, then from L2); y = the head block.
+struct CtaWork {
+  int64_t token;
+  int64_t split;
+};
+
+__device__ __forceinline__ CtaWork cta_work(const SplitWorkspace& ws) {
+  return {ws.token0 + blockIdx.x / ws.max_splits, static_cast<int64_t>(blockIdx.x % ws.max_splits)};
+}
+
+__device__ __forceinline__ int64_t split_count(int64_t entries) {
+  return ((entries + kTile - 1) / kTile + kTilesPerSplit - 1) / kTilesPerSplit;
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Waits until at most one committed group (the newest) is still in flight.
+__device__ __forceinline__ void cp_async_wait_all_but_newest() {
+  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+}
+
+// The two warps of a pair (64 threads) meet; barrier 0 stays __syncthreads'.
+__device__ __forceinline__ void pair_barrier(int pair) {
+  asm volatile("bar.sync %0, 64;\n" ::"r"(pair + 1) : "memory");
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(uint16_t lo, uint16_t hi) {
+  return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+}
+
+// pack_bf16(float_to_bf16(lo), float_to_bf16(hi)) in one instruction: the same round to nearest
+// even, so the same bits for every value but NaN (whose payload may differ).
+__device__ __forceinline__ uint32_t bf16x2_rn(float lo, float hi) {
+  uint32_t packed;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(packed) : "f"(hi), "f"(lo));
+  return packed;
+}
+
+// A lane's place in the accumulator layout and its running softmax state.
+struct SoftmaxLane {
+  int pair, half, g, t;
+  int row0;                                   // 16 pair + g: the first of the lane's two heads
+  float row_max[2] = {-INFINITY, -INFINITY};  // heads row0, row0 + 8
+  float row_sum[2] = {0.0f, 0.0f};            // over this lane's entries only
+};
+
+// One tile's step on the lane's scores s (s[4j + c]: head row0 + 8 (c / 2), entry
+// 32 half + 8j + 2t + (c & 1)): masks the missing entries (row_of[entry] == nullptr), scales,
+// agrees with the other half of its pair on the running maxima through `max_part` (the pair's
+// rows of both halves, [2][heads]), turns the scores into probabilities and adds them to the row
+// sums. Returns in `correction` what the output sums must be multiplied by, and hands each
+// probability as three bf16 terms (hi = bf16(p), mid = bf16(p - hi), lo = bf16(p - hi - mid): all
+// 24 bits of fp32, each difference exact) to store(head row, entry column, lo pair, mid pair, hi
+// pair), two entries at a time.
+template <int kHeads, typename StoreTerms>
+__device__ __forceinline__ void softmax_tile(float (&s)[kScores], SoftmaxLane& lane, const uint16_t* const* row_of,
+                                             float softmax_scale, float (*max_part)[kHeads], float (&correction)[2],
+                                             StoreTerms&& store) {
+  float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int entry = lane.half * 32 + j * 8 + 2 * lane.t + (c & 1);
+      float& v = s[4 * j + c];
+      v = row_of[entry] != nullptr ? v * softmax_scale : -INFINITY;
+      tile_max[c / 2] = fmaxf(tile_max[c / 2], v);
+    }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+  }
+  if (lane.t == 0) {
+    max_part[lane.half][lane.row0] = tile_max[0];
+    max_part[lane.half][lane.row0 + 8] = tile_max[1];
+  }
+  pair_barrier(lane.pair);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float m_new =
+        fmaxf(lane.row_max[r], fmaxf(tile_max[r], max_part[lane.half ^ 1][lane.row0 + 8 * r]));
+    correction[r] = m_new == -INFINITY ? 1.0f : expf(lane.row_max[r] - m_new);  // 0 after -inf
+    lane.row_max[r] = m_new;
+  }
+#pragma unroll
+  for (int i = 0; i < kScores; ++i) {
+    const float m = lane.row_max[(i % 4) / 2];
+    s[i] = m == -INFINITY ? 0.0f : expf(s[i] - m);  // 0 for missing entries
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    lane.row_sum[r] *= correction[r];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) lane.row_sum[r] += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float rest0 = s[4 * j + 2 * r], rest1 = s[4 * j + 2 * r + 1];
+      uint32_t terms[3];  // hi, mid, lo: each a bf16 pair (entries 2t, 2t + 1)
+#pragma unroll
+      for (int k = 0; k < 3; ++k) {
+        terms[k] = bf16x2_rn(rest0, rest1);
+        rest0 -= __uint_as_float(terms[k] << 16);
+        rest1 -= __uint_as_float(terms[k] & 0xffff0000u);
+      }
+      store(lane.row0 + 8 * r, lane.half * 32 + j * 8 + 2 * lane.t, terms[2], terms[1], terms[0]);
+    }
+}
+
+// The output sums o (o[4j + c]: head row0 + 8 (c / 2), dim 256 half + 8j + 2t + (c & 1)) times
+// the tile's correction.
+__device__ __forceinline__ void rescale_outputs(float (&o)[kOutputs], const float (&correction)[2]) {
+#pragma unroll
+  for (int i = 0; i < kOutputs; ++i) o[i] *= correction[(i % 4) / 2];
+}
+
+// The end of a split: row sums over the quad, then over the pair (`sum_part` as max_part above);
+// a token of one split gets its output (with the sink) in bf16, a split of several its partial
+// output, row max and sum in the workspace for sparse_attn_mma_combine.
+template <int kHeads>
+__device__ __forceinline__ void finish_split(const SparseAttnRowsParams& p, const SplitWorkspace& ws,
+                                             const CtaWork& work, int64_t head0, int64_t splits, SoftmaxLane& lane,
+                                             const float (&o)[kOutputs], float (*sum_part)[kHeads]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    lane.row_sum[r] += __shfl_xor_sync(0xffffffffu, lane.row_sum[r], 1);
+    lane.row_sum[r] += __shfl_xor_sync(0xffffffffu, lane.row_sum[r], 2);
+  }
+  if (lane.t == 0) {
+    sum_part[lane.half][lane.row0] = lane.row_sum[0];
+    sum_part[lane.half][lane.row0 + 8] = lane.row_sum[1];
+  }
+  pair_barrier(lane.pair);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t head = head0 + lane.row0 + 8 * r;
+    if (head >= p.heads) continue;
+    const float sum = lane.row_sum[r] + sum_part[lane.half ^ 1][lane.row0 + 8 * r];
+    const float m = lane.row_max[r];
+    const int64_t row = work.token * p.heads + head;
+    if (splits == 1) {
+      const float den = sum + expf(load_float(p.sink, head) - m);
+      auto* out = static_cast<uint16_t*>(p.out.data) + row * kD;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const int dim = lane.half * 256 + j * 8 + 2 * lane.t;
+        const float v0 = m == -INFINITY ? 0.0f : o[4 * j + 2 * r] / den;
+        const float v1 = m == -INFINITY ? 0.0f : o[4 * j + 2 * r + 1] / den;
+        *reinterpret_cast<uint32_t*>(out + dim) = pack_bf16(float_to_bf16(v0), float_to_bf16(v1));
+      }
+    } else {
+      const int64_t at = ((work.token - ws.token0) * p.heads + head) * ws.max_splits + work.split;
+      float* out = ws.out + at * kD;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<float2*>(out + lane.half * 256 + j * 8 + 2 * lane.t) =
+            make_float2(o[4 * j + 2 * r], o[4 * j + 2 * r + 1]);
+      if (lane.half == 0 && lane.t == 0) ws.max_sum[at] = make_float2(m, sum);
+    }
+  }
+}
+
+// The WGMMA kernel (64 heads a CTA, grid as sparse_attn_mma's: tokens x splits, head blocks).
+void launch_sparse_attn_wgmma(dim3 grid, cudaStream_t stream, const SparseAttnRowsParams& p, const SplitWorkspace& ws);
+
+}  // namespace dsv4::kernels::sparse_attn_tc

@@ -1,0 +1,170 @@
+// Tensor-core sparse attention on Hopper's warpgroup MMA (WGMMA) for launches of 64 heads a CTA
+// (prefill, large decode batches): the same grid, entry tiles, splits and bits as
+// sparse_attn_mma's mma.sync kernel (sparse_attn_softmax.cuh says what they share), with the
+// MMAs issued by a warpgroup from shared memory instead of by each warp from registers:
+//   - 2 warpgroups; warpgroup `half` computes the 64 heads' scores against entries 32 half ..
+//     32 half + 31 of a tile (m64n32k16, 32 K steps: q and the tile from shared memory), so a
+//     lane holds the scores the mma.sync kernel's warp (pair, half) holds, and runs the same
+//     softmax step;
+//   - the probabilities' three bf16 terms go to shared memory (64 heads x 64 entries each), and
+//     warpgroup `half` multiplies them into output dims 256 half .. 256 half + 255 (m64n256k16,
+//     the tile's rows as the MN-major B operand), per 16 entries lo, mid, then hi, as the mma.sync
+//     kernel does;
+//   - q, the double-buffered entry tiles and the probabilities sit in shared memory as WGMMA's
+//     128-byte-swizzled tiles: a 64-row operand of 512 dims is 8 column blocks of 64 rows x 128
+//     bytes, chunk c of row r at chunk c ^ (r % 8). An entry row is both the scores' K-major B row
+//     (K = dims) and the value product's MN-major B row (K = entries, N = dims).
+#include <cstdint>
+
+#include "kernels/attention/sparse_attn_softmax.cuh"
+#include "kernels/cuda_check.h"
+#include "kernels/gemm/wgmma.cuh"
+#include "kernels/launch.cuh"
+
+namespace dsv4::kernels::sparse_attn_tc {
+namespace {
+
+constexpr int kHeads = 64;                     // the MMA's M: a warpgroup's rows
+constexpr int kThreads = 256;                  // two warpgroups
+constexpr int kBlockBytes = 64 * 128;          // a column block: 64 rows x 64 bf16
+constexpr int kOperandBytes = 8 * kBlockBytes;  // 64 rows x 512 dims
+constexpr int kChunks = kD / 8;                // 16-byte chunks of a 512-d bf16 row
+
+struct Smem {
+  uint8_t q[kOperandBytes];
+  uint8_t kv[2][kOperandBytes];
+  uint8_t p[3][kBlockBytes];  // the probabilities' terms lo, mid, hi: 64 heads x 64 entries each
+  float max_part[2][kHeads];  // per half: the tile's row maxima
+  float sum_part[2][kHeads];  // per half: the final row sums
+  const uint16_t* row_of[kTilesPerSplit * kTile];  // as in sparse_attn_mma.cu
+};
+// The tiles need 1024-byte alignment, which the dynamic shared memory's start does not promise.
+constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
+
+// Byte offset of 16-byte chunk c (of kChunks) of row r in a swizzled 64-row operand.
+__device__ __forceinline__ int swizzled(int r, int c) {
+  return (c / 8) * kBlockBytes + r * 128 + ((c % 8) ^ (r % 8)) * 16;
+}
+
+__device__ __forceinline__ void fence_async_proxy() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+__global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAttnRowsParams p, SplitWorkspace ws) {
+  pdl_wait();
+  extern __shared__ unsigned char smem_raw[];
+  Smem& sm = *reinterpret_cast<Smem*>(smem_raw + ((1024 - smem_addr(smem_raw) % 1024) % 1024));
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int half = warp / 4, pair = warp % 4;  // the warpgroup, and the warp's 16 heads within it
+  const CtaWork work = cta_work(ws);
+  const int64_t i = work.token;  // the batch token
+  const int64_t head0 = static_cast<int64_t>(blockIdx.y) * kHeads;
+  const SparseAttnSeq seq = p.seqs[p.seq_of_token[i]];
+  const int64_t pos = p.positions[i];
+  const int64_t entries = entry_count(p, pos);
+  const int64_t splits = split_count(entries);
+  if (work.split >= splits) return;  // the whole CTA: this token has fewer splits than the batch's most
+  const int64_t tiles = (entries + kTile - 1) / kTile;
+  const int64_t tile_begin = work.split * kTilesPerSplit;
+  const int64_t tile_end = tile_begin + kTilesPerSplit < tiles ? tile_begin + kTilesPerSplit : tiles;
+
+  // The 64 heads' queries (zeros past the last head), in the first cp.async group with tile 0.
+  const auto* q = static_cast<const uint16_t*>(p.q.data);
+  for (int c = tid; c < kHeads * kChunks; c += kThreads) {
+    const int h = c / kChunks, chunk = c % kChunks;
+    uint8_t* dst = sm.q + swizzled(h, chunk);
+    if (head0 + h < p.heads) cp_async16(dst, q + (i * p.heads + head0 + h) * kD + chunk * 8);
+    else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+  }
+  for (int e = tid; e < kTilesPerSplit * kTile; e += kThreads) {
+    const int64_t entry = tile_begin * kTile + e;
+    const EntrySource src = entry < entries ? entry_source(p, seq, i, pos, entry) : EntrySource{};
+    sm.row_of[e] = src.valid ? static_cast<const uint16_t*>(src.rows.data) + src.row * kD : nullptr;
+  }
+  __syncthreads();
+  // Thread tid copies chunk tid%64 of entries tid/64, tid/64 + 4, ... (a warp: half a row, 8
+  // lanes a 128-byte swizzled row segment); missing entries are zeros.
+  auto load_tile = [&](int64_t tile, int buf) {
+    const int chunk = tid % kChunks;
+    for (int e = tid / kChunks; e < kTile; e += kThreads / kChunks) {
+      const uint16_t* row = sm.row_of[(tile - tile_begin) * kTile + e];
+      uint8_t* dst = sm.kv[buf] + swizzled(e, chunk);
+      if (row != nullptr) cp_async16(dst, row + chunk * 8);
+      else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    }
+  };
+
+  float o[kOutputs];
+#pragma unroll
+  for (float& v : o) v = 0.0f;
+  SoftmaxLane sl{pair, half, lane / 4, lane % 4, pair * 16 + lane / 4};
+  const uint32_t q_at = smem_addr(sm.q);
+
+  if (tile_begin < tile_end) load_tile(tile_begin, 0);
+  cp_async_commit();
+  for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
+    const int buf = static_cast<int>((tile - tile_begin) & 1);
+    if (tile + 1 < tile_end) load_tile(tile + 1, buf ^ 1);
+    cp_async_commit();
+    cp_async_wait_all_but_newest();
+    fence_async_proxy();  // the copies and zero stores are seen by the MMAs (the async proxy)
+    __syncthreads();
+    const uint32_t kv_at = smem_addr(sm.kv[buf]);
+
+    // Scores of the 64 heads against entries 32 half .. + 31, K steps of 16 dims in order.
+    float s[kScores];
+#pragma unroll
+    for (float& v : s) v = 0.0f;
+    fence_accumulators(s);
+    wgmma_fence();
+#pragma unroll
+    for (int k0 = 0; k0 < kD; k0 += 16) {
+      const uint32_t k_bytes = (k0 / 64) * kBlockBytes + (k0 % 64) * 2;
+      wgmma_m64n32k16_bf16(s, wgmma_descriptor(q_at + k_bytes), wgmma_descriptor(kv_at + half * 32 * 128 + k_bytes));
+    }
+    wgmma_commit();
+    wgmma_wait_all();
+    fence_accumulators(s);
+
+    float correction[2];
+    softmax_tile<kHeads>(s, sl, sm.row_of + (tile - tile_begin) * kTile, p.softmax_scale, sm.max_part, correction,
+                         [&](int row, int col, uint32_t lo, uint32_t mid, uint32_t hi) {
+                           const int at = swizzled(row, col / 8) + (col % 8) * 2;
+                           *reinterpret_cast<uint32_t*>(sm.p[0] + at) = lo;
+                           *reinterpret_cast<uint32_t*>(sm.p[1] + at) = mid;
+                           *reinterpret_cast<uint32_t*>(sm.p[2] + at) = hi;
+                         });
+    rescale_outputs(o, correction);
+    fence_async_proxy();  // the probabilities are seen by the MMAs
+    __syncthreads();      // every head's probabilities (both warpgroups' entries) are written
+
+    // Output dims 256 half .. + 255 += the probabilities x the tile's rows, 16 entries a step,
+    // smallest term first.
+    fence_accumulators(o);
+    wgmma_fence();
+#pragma unroll
+    for (int k0 = 0; k0 < kTile; k0 += 16) {
+      const uint64_t desc_b = wgmma_descriptor_mn_major(kv_at + 4 * half * kBlockBytes + k0 * 128, kBlockBytes);
+#pragma unroll
+      for (int term = 0; term < 3; ++term)
+        wgmma_m64n256k16_bf16_mn_b(o, wgmma_descriptor(smem_addr(sm.p[term]) + k0 * 2), desc_b);
+    }
+    wgmma_commit();
+    wgmma_wait_all();
+    fence_accumulators(o);
+    __syncthreads();  // this buffer and the probabilities are consumed before they are refilled
+  }
+  finish_split<kHeads>(p, ws, work, head0, splits, sl, o, sm.sum_part);
+}
+
+}  // namespace
+
+void launch_sparse_attn_wgmma(dim3 grid, cudaStream_t stream, const SparseAttnRowsParams& p, const SplitWorkspace& ws) {
+  static const bool configured = [] {
+    DSV4_CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(kSmemBytes)));
+    return true;
+  }();
+  (void)configured;
+  launch_pdl(sparse_attn_wgmma_kernel, grid, kThreads, kSmemBytes, stream, p, ws);
+}
+
+}  // namespace dsv4::kernels::sparse_attn_tc

@@ -1,0 +1,139 @@
+// The default numerics' two sparse attention kernels (kernels::sparse_attn_mma: WGMMA for 64 heads
+// a CTA, mma.sync otherwise) give the same bits for the same launch: window entries from the ring
+// and from the batch, compressed entries valid, -1, not yet visible and without a page, one split
+// or several, a partial head block and two head blocks. Skips where no GPU exists.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/numeric.h"
+#include "kernels/attention/sparse_attn_mma.h"
+#include "kernels/sm_count.h"
+#include "tests/ops/cuda_test_util.h"
+
+namespace dsv4 {
+namespace {
+
+using testing::DeviceBuffer;
+
+struct WgmmaCase {
+  const char* name;
+  int64_t heads;
+  int64_t ratio;  // 0: window only; 4 with top-k; 128 all visible compressed entries
+  int64_t tokens;
+  int64_t start_pos;
+};
+
+class SparseAttnWgmmaTest : public ::testing::TestWithParam<WgmmaCase> {};
+
+std::vector<uint16_t> random_bf16(size_t n, float scale, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<uint16_t> v(n);
+  for (uint16_t& x : v) x = float_to_bf16(dist(rng));
+  return v;
+}
+
+TEST_P(SparseAttnWgmmaTest, GivesTheMmaSyncBits) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const WgmmaCase c = GetParam();
+  constexpr int64_t d = kernels::kSparseAttnMmaHeadDim, W = 128, k = 512, kPageRows = 64;
+  const int64_t T = c.tokens, H = c.heads;
+  std::mt19937 rng(7);
+  DeviceBuffer<uint16_t> q(T * H * d), kv(T * d), window(W * d), out(T * H * d);
+  q.upload(random_bf16(q.size(), 2.0f, rng));
+  kv.upload(random_bf16(kv.size(), 1.0f, rng));
+  window.upload(random_bf16(window.size(), 1.0f, rng));
+  // The compressed pool in pages listed backwards, the third page missing (-1).
+  const int64_t visible = c.ratio > 0 ? (c.start_pos + T) / c.ratio : 0;
+  const int64_t pages = visible / kPageRows + 1;
+  DeviceBuffer<uint16_t> pool(pages * kPageRows * d);
+  pool.upload(random_bf16(pool.size(), 1.0f, rng));
+  std::vector<int32_t> page_ids(static_cast<size_t>(pages));
+  for (int64_t i = 0; i < pages; ++i) page_ids[i] = static_cast<int32_t>(pages - 1 - i);
+  if (pages > 2) page_ids[2] = -1;
+  DeviceBuffer<int32_t> page_table(pages);
+  page_table.upload(page_ids);
+
+  kernels::SparseAttnSeq seq;
+  seq.token_begin = 0;
+  seq.window = {window.get(), true};
+  seq.compressed = {pool.get(), true};
+  seq.compressed_pages = {page_table.get(), pages, kPageRows, pages};
+  DeviceBuffer<kernels::SparseAttnSeq> seqs(1);
+  seqs.upload({seq});
+  DeviceBuffer<int32_t> seq_of_token(T), positions(T);
+  seq_of_token.upload(std::vector<int32_t>(static_cast<size_t>(T), 0));
+  std::vector<int32_t> pos(static_cast<size_t>(T));
+  std::iota(pos.begin(), pos.end(), static_cast<int32_t>(c.start_pos));
+  positions.upload(pos);
+  // Top-k lists: visible ids, -1 and ids not yet visible.
+  std::vector<int32_t> ids(static_cast<size_t>(T * k));
+  for (int64_t t = 0; t < T; ++t) {
+    std::uniform_int_distribution<int32_t> id(-1, static_cast<int32_t>((pos[t] + 1) / 4 + 8));
+    for (int64_t j = 0; j < k; ++j) ids[t * k + j] = id(rng);
+  }
+  DeviceBuffer<int32_t> topk(T * k);
+  topk.upload(ids);
+  std::vector<float> sink_values(static_cast<size_t>(H));
+  std::normal_distribution<float> sink_dist(0.0f, 1.0f);
+  for (float& v : sink_values) v = sink_dist(rng);
+  DeviceBuffer<float> sink(H);
+  sink.upload(sink_values);
+
+  kernels::SparseAttnRowsParams p;
+  p.q = {q.get(), true};
+  p.kv = {kv.get(), true};
+  p.seqs = seqs.get();
+  p.seq_of_token = seq_of_token.get();
+  p.positions = positions.get();
+  p.topk = c.ratio == 4 ? topk.get() : nullptr;
+  p.sink = {sink.get(), false};
+  p.out = {out.get(), true};
+  p.tokens = T;
+  p.heads = H;
+  p.d = d;
+  p.window_size = W;
+  p.ratio = c.ratio;
+  p.k = k;
+  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const int64_t last = c.start_pos + T - 1;
+  const int64_t max_entries = std::min(W, last + 1) + (c.ratio == 4 ? k : c.ratio > 0 ? (last + 1) / c.ratio : 0);
+  kernels::SparseAttnMmaPlan plan =
+      kernels::sparse_attn_mma_plan(T, H, max_entries, kernels::current_device_sm_count());
+  plan.pairs = 4;  // 64 heads a CTA, as large launches take
+  DeviceBuffer<uint8_t> workspace(plan.workspace_bytes);
+
+  std::vector<std::vector<uint16_t>> results;
+  for (const bool wgmma : {true, false}) {
+    plan.wgmma = wgmma;
+    out.poison();
+    kernels::sparse_attn_mma(p, plan, workspace.get(), nullptr);
+    DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+    results.push_back(out.download());
+  }
+  const std::vector<uint16_t>& wgmma = results[0];
+  const std::vector<uint16_t>& mma = results[1];
+  int64_t differ = 0, nonzero = 0;
+  for (size_t i = 0; i < mma.size(); ++i) {
+    differ += wgmma[i] != mma[i];
+    nonzero += (mma[i] & 0x7fff) != 0;
+  }
+  EXPECT_EQ(differ, 0) << c.name << ": of " << mma.size() << " values, first at "
+                       << std::distance(mma.begin(), std::mismatch(mma.begin(), mma.end(), wgmma.begin()).first);
+  EXPECT_GT(nonzero, static_cast<int64_t>(mma.size()) / 2) << c.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, SparseAttnWgmmaTest,
+                         ::testing::Values(WgmmaCase{"CsaDeep", 64, 4, 96, 3000}, WgmmaCase{"CsaFirst", 64, 4, 80, 0},
+                                           WgmmaCase{"HcaProHeads", 128, 128, 40, 8000},
+                                           WgmmaCase{"SwaPartialHeads", 40, 0, 72, 50}),
+                         [](const ::testing::TestParamInfo<WgmmaCase>& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace dsv4
