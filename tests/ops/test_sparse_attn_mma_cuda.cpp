@@ -1,7 +1,8 @@
 // The default numerics' two sparse attention kernels (kernels::sparse_attn_mma: WGMMA for 64 heads
-// a CTA, mma.sync otherwise) give the same bits for the same launch: window entries from the ring
-// and from the batch, compressed entries valid, -1, not yet visible and without a page, one split
-// or several, a partial head block and two head blocks. Skips where no GPU exists.
+// a CTA, its splits merged by a kernel after it or by their last CTA; mma.sync otherwise) give the
+// same bits for the same launch: window entries from the ring and from the batch, compressed
+// entries valid, -1, not yet visible and without a page, one split or several, a partial head
+// block and two head blocks. Skips where no GPU exists.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -109,24 +110,26 @@ TEST_P(SparseAttnWgmmaTest, GivesTheMmaSyncBits) {
   plan.pairs = 4;  // 64 heads a CTA, as large launches take
   DeviceBuffer<uint8_t> workspace(plan.workspace_bytes);
 
-  std::vector<std::vector<uint16_t>> results;
-  for (const bool wgmma : {true, false}) {
+  const auto run = [&](bool wgmma, bool merge_in_kernel) {
     plan.wgmma = wgmma;
+    plan.merge_in_kernel = merge_in_kernel;
     out.poison();
     kernels::sparse_attn_mma(p, plan, workspace.get(), nullptr);
     DSV4_CUDA_CHECK(cudaDeviceSynchronize());
-    results.push_back(out.download());
-  }
-  const std::vector<uint16_t>& wgmma = results[0];
-  const std::vector<uint16_t>& mma = results[1];
-  int64_t differ = 0, nonzero = 0;
-  for (size_t i = 0; i < mma.size(); ++i) {
-    differ += wgmma[i] != mma[i];
-    nonzero += (mma[i] & 0x7fff) != 0;
-  }
-  EXPECT_EQ(differ, 0) << c.name << ": of " << mma.size() << " values, first at "
-                       << std::distance(mma.begin(), std::mismatch(mma.begin(), mma.end(), wgmma.begin()).first);
+    return out.download();
+  };
+  const std::vector<uint16_t> mma = run(false, false);
+  int64_t nonzero = 0;
+  for (const uint16_t v : mma) nonzero += (v & 0x7fff) != 0;
   EXPECT_GT(nonzero, static_cast<int64_t>(mma.size()) / 2) << c.name;
+  for (const bool merge_in_kernel : {false, true}) {
+    const std::vector<uint16_t> wgmma = run(true, merge_in_kernel);
+    int64_t differ = 0;
+    for (size_t i = 0; i < mma.size(); ++i) differ += wgmma[i] != mma[i];
+    EXPECT_EQ(differ, 0) << c.name << (merge_in_kernel ? " (splits merged in the kernel)" : "") << ": of "
+                         << mma.size() << " values, first at "
+                         << std::distance(mma.begin(), std::mismatch(mma.begin(), mma.end(), wgmma.begin()).first);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, SparseAttnWgmmaTest,

@@ -12,9 +12,10 @@
 //     256h .. 256h+255 (32 accumulator tiles of 16x8 per warp);
 //   - a token's entries are cut into splits of kTilesPerSplit tiles, a CTA each; a token with
 //     several splits has each CTA store its unnormalised output with its row max and sum, and
-//     sparse_attn_mma_combine merges them with the sink. The cut depends only on the token's own
-//     entry count, never on the batch, so a token gets the same bits alone, in any batch, in a
-//     prefill chunk or at decode (chunked prefill equals one-shot prefill).
+//     sparse_attn_mma_combine merges them with the sink (the WGMMA kernel's last split of a token
+//     does, the same arithmetic). The cut depends only on the token's own entry count, never on
+//     the batch, so a token gets the same bits alone, in any batch, in a prefill chunk or at
+//     decode (chunked prefill equals one-shot prefill).
 // Fragment layouts (PTX ISA, mma.m16n8k16 .bf16, g = lane/4, t = lane%4): A regs a0..a3 hold
 // (row g, cols 2t,2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..); B regs b0, b1 hold
 // (k 2t,2t+1, col g), (k 2t+8,2t+9, col g); C holds (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
@@ -42,6 +43,10 @@ constexpr int kPRow = kTile + 8;    // probability row stride (bf16): 144 bytes,
 constexpr int kChunksPerRow = kD / 8;  // 16-byte chunks of a 512-d bf16 row
 // Scratch for the splits' partial outputs is bounded by launching the batch in groups of tokens.
 constexpr size_t kWorkspaceCap = size_t{512} << 20;
+// Launches of at least this many waves of CTAs merge the splits in the kernel (measured on the
+// H200, docs/PERF.md session 23: CSA decode at batch 64, 2.4 waves, is 9% slower so, an 8k
+// prefill's 31 waves 4% faster).
+constexpr int64_t kMergeInKernelWaves = 8;
 
 template <int Pairs>
 struct Smem {
@@ -198,7 +203,7 @@ __global__ void __launch_bounds__(64 * Pairs, 1)
     }
     __syncthreads();  // this buffer is consumed before the next iteration refills it
   }
-  finish_split<kHeads>(p, ws, work, head0, splits, sl, o, sm.sum_part);
+  finish_split<kHeads, kThreads>(p, ws, work, head0, splits, sl, o, sm.sum_part, reinterpret_cast<float*>(sm.kv[0]));
 }
 
 constexpr int kCombineThreads = kD / 4;
@@ -251,9 +256,15 @@ SparseAttnMmaPlan sparse_attn_mma_plan(int64_t tokens, int64_t heads, int64_t ma
     }
   plan.tokens_per_launch = std::max<int64_t>(tokens, 1);
   if (plan.max_splits == 1) return plan;
-  const size_t per_token = static_cast<size_t>(heads * plan.max_splits) * (kD * sizeof(float) + sizeof(float2));
+  // Partial rows and (max, sum) pairs of every head's splits, and an arrival count per block of
+  // heads (as many as 16 heads a CTA make).
+  const size_t per_token = static_cast<size_t>(heads * plan.max_splits) * (kD * sizeof(float) + sizeof(float2)) +
+                           static_cast<size_t>((heads + 15) / 16) * sizeof(int);
   plan.tokens_per_launch = std::clamp<int64_t>(static_cast<int64_t>(kWorkspaceCap / per_token), 1, plan.tokens_per_launch);
   plan.workspace_bytes = static_cast<size_t>(plan.tokens_per_launch) * per_token;
+  const int64_t ctas_per_launch = plan.tokens_per_launch * plan.max_splits * ((heads + 63) / 64);
+  plan.merge_in_kernel = plan.pairs == kMaxPairs && plan.max_splits <= kMaxMergedSplits &&
+                         ctas_per_launch >= kMergeInKernelWaves * sm_count;
   return plan;
 }
 
@@ -282,23 +293,29 @@ void sparse_attn_mma(const SparseAttnRowsParams& p, const SparseAttnMmaPlan& pla
   ws.max_splits = plan.max_splits;
   const int64_t heads_per_cta = 16 * plan.pairs;
   const auto head_blocks = static_cast<unsigned>((p.heads + heads_per_cta - 1) / heads_per_cta);
+  const bool wgmma = plan.pairs == kMaxPairs && plan.wgmma;
+  const bool merge_in_kernel = wgmma && plan.merge_in_kernel && plan.max_splits <= kMaxMergedSplits;
   if (plan.max_splits > 1) {
     ws.out = static_cast<float*>(workspace);
     ws.max_sum = reinterpret_cast<float2*>(ws.out + plan.tokens_per_launch * p.heads * plan.max_splits * kD);
+    if (merge_in_kernel)
+      ws.arrivals = reinterpret_cast<int*>(ws.max_sum + plan.tokens_per_launch * p.heads * plan.max_splits);
   }
   for (ws.token0 = 0; ws.token0 < p.tokens; ws.token0 += plan.tokens_per_launch) {
     const int64_t tokens = std::min(plan.tokens_per_launch, p.tokens - ws.token0);
+    if (ws.arrivals != nullptr)
+      DSV4_CUDA_CHECK(cudaMemsetAsync(ws.arrivals, 0, static_cast<size_t>(tokens) * head_blocks * sizeof(int), stream));
     const dim3 grid(static_cast<unsigned>(tokens * plan.max_splits), head_blocks);
     switch (plan.pairs) {
       case 1: launch_sparse_attn_mma<1>(grid, stream, p, ws); break;
       case 2: launch_sparse_attn_mma<2>(grid, stream, p, ws); break;
       default:
-        if (plan.wgmma) launch_sparse_attn_wgmma(grid, stream, p, ws);
+        if (wgmma) launch_sparse_attn_wgmma(grid, stream, p, ws);
         else launch_sparse_attn_mma<kMaxPairs>(grid, stream, p, ws);
         break;
     }
     DSV4_CUDA_CHECK(cudaGetLastError());
-    if (plan.max_splits == 1) continue;
+    if (plan.max_splits == 1 || merge_in_kernel) continue;
     launch_pdl(sparse_attn_mma_combine, dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(p.heads)),
                kCombineThreads, 0, stream, p, ws);
     DSV4_CUDA_CHECK(cudaGetLastError());

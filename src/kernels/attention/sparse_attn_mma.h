@@ -29,6 +29,10 @@ struct SparseAttnMmaPlan {
   // 64 heads a CTA run on Hopper's warpgroup MMA (kernels/attention/sparse_attn_wgmma.cu), fewer
   // on mma.sync: the same bits either way (F16/SparseAttnWgmma tests); false forces mma.sync.
   bool wgmma = true;
+  // With wgmma: the last CTA of a token's splits merges them (the partials still in L2), not a
+  // merge kernel after the launch: the same bits, faster where a launch is many waves of CTAs
+  // (prefill), slower in a short one, whose last CTAs' merges become its tail (decode batches).
+  bool merge_in_kernel = false;
   int64_t tokens_per_launch = 0;
   size_t workspace_bytes = 0;  // device scratch the launches need (0 when max_splits == 1)
 };

@@ -23,10 +23,13 @@ constexpr int kOutputs = 128;          // a lane's output sums: 32 n8 slices x 2
 
 // Partial results of the splits of the launch's tokens token0, token0 + 1, ...: rows of 512
 // floats at out[((token - token0) * heads + head) * max_splits + split], and (max, sum) pairs at
-// the same index.
+// the same index. With `arrivals` (zeroed before the launch: a count per (token - token0, head
+// block)) the last split of a token to store its partials merges them (merge_if_last); without,
+// sparse_attn_mma_combine does.
 struct SplitWorkspace {
   float* out = nullptr;
   float2* max_sum = nullptr;
+  int* arrivals = nullptr;
   int64_t token0 = 0;
   int max_splits = 1;
 };
@@ -159,13 +162,90 @@ __device__ __forceinline__ void rescale_outputs(float (&o)[kOutputs], const floa
   for (int i = 0; i < kOutputs; ++i) o[i] *= correction[(i % 4) / 2];
 }
 
+// The most splits merge_if_last takes: their weights fill 64 KB of shared memory for 64 heads.
+constexpr int64_t kMaxMergedSplits = 256;
+
+// Called by every thread of a split's CTA (kThreads) after it stored its partials, with ws.arrivals
+// set: the last of the token's splits to arrive merges them all into the output of its kHeads
+// heads, sparse_attn_mma_combine's arithmetic in its order, so the same bits. First each head's
+// max m over the splits, den = e^(sink - m) + sum_z sum_z w_z and weights w_z = e^(m_z - m) (in
+// `scratch`, kHeads x (splits + 1) floats of shared memory), then a warp a head: lane l sums dims
+// 4l + 128c .. + 3 (c < 4) over the splits, sixteen 16-byte loads in flight, so the partials
+// (stored by other CTAs, read through L2) stream at L2's rate.
+template <int kHeads, int kThreads>
+__device__ __forceinline__ void merge_if_last(const SparseAttnRowsParams& p, const SplitWorkspace& ws,
+                                              const CtaWork& work, int64_t head0, int64_t splits, float* scratch) {
+  __shared__ int merges;
+  __threadfence();  // this CTA's partials are visible to every CTA before it counts itself
+  __syncthreads();
+  if (threadIdx.x == 0)
+    merges = atomicAdd(ws.arrivals + (work.token - ws.token0) * gridDim.y + blockIdx.y, 1) == splits - 1;
+  __syncthreads();
+  if (!merges) return;
+  __threadfence();
+  const int64_t row0 = (work.token - ws.token0) * p.heads;  // the launch's partial rows of head 0
+  float* dens = scratch;                                      // [kHeads]: 0 where no entry was valid
+  float* weights = scratch + kHeads;                          // [kHeads][splits]
+  for (int h = threadIdx.x; h < kHeads; h += kThreads) {
+    const int64_t head = head0 + h;
+    if (head >= p.heads) continue;
+    const float2* ms = ws.max_sum + (row0 + head) * ws.max_splits;
+    float m = -INFINITY;
+    for (int64_t z = 0; z < splits; ++z) m = fmaxf(m, __ldcg(ms + z).x);
+    float den = 0.0f;
+    if (m != -INFINITY) {
+      den = expf(load_float(p.sink, head) - m);
+      for (int64_t z = 0; z < splits; ++z) {
+        const float2 max_sum = __ldcg(ms + z);
+        const float w = expf(max_sum.x - m);  // 0 for a split without valid entries (max -inf)
+        den += max_sum.y * w;
+        weights[h * splits + z] = w;
+      }
+    }
+    dens[h] = den;
+  }
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int h = warp; h < kHeads; h += kThreads / 32) {
+    const int64_t head = head0 + h;
+    if (head >= p.heads) continue;
+    const float den = dens[h];
+    const float* part = ws.out + (row0 + head) * ws.max_splits * kD + 4 * lane;
+    float acc[4][4] = {};
+    if (den != 0.0f) {
+#pragma unroll 4
+      for (int64_t z = 0; z < splits; ++z) {
+        const float w = weights[h * splits + z];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const float4 v = __ldcg(reinterpret_cast<const float4*>(part + z * kD + 128 * c));
+          acc[c][0] += v.x * w;
+          acc[c][1] += v.y * w;
+          acc[c][2] += v.z * w;
+          acc[c][3] += v.w * w;
+        }
+      }
+    }
+    auto* out = static_cast<uint16_t*>(p.out.data) + (work.token * p.heads + head) * kD + 4 * lane;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const float* a = acc[c];
+      *reinterpret_cast<uint2*>(out + 128 * c) =
+          den == 0.0f ? make_uint2(0, 0)
+                      : make_uint2(pack_bf16(float_to_bf16(a[0] / den), float_to_bf16(a[1] / den)),
+                                   pack_bf16(float_to_bf16(a[2] / den), float_to_bf16(a[3] / den)));
+    }
+  }
+}
+
 // The end of a split: row sums over the quad, then over the pair (`sum_part` as max_part above);
 // a token of one split gets its output (with the sink) in bf16, a split of several its partial
-// output, row max and sum in the workspace for sparse_attn_mma_combine.
-template <int kHeads>
+// output, row max and sum in the workspace, merged by merge_if_last (with ws.arrivals; `scratch`
+// as it says) or by sparse_attn_mma_combine. Every thread of the CTA (kThreads) calls it.
+template <int kHeads, int kThreads>
 __device__ __forceinline__ void finish_split(const SparseAttnRowsParams& p, const SplitWorkspace& ws,
                                              const CtaWork& work, int64_t head0, int64_t splits, SoftmaxLane& lane,
-                                             const float (&o)[kOutputs], float (*sum_part)[kHeads]) {
+                                             const float (&o)[kOutputs], float (*sum_part)[kHeads], float* scratch) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     lane.row_sum[r] += __shfl_xor_sync(0xffffffffu, lane.row_sum[r], 1);
@@ -203,6 +283,7 @@ __device__ __forceinline__ void finish_split(const SparseAttnRowsParams& p, cons
       if (lane.half == 0 && lane.t == 0) ws.max_sum[at] = make_float2(m, sum);
     }
   }
+  if (splits > 1 && ws.arrivals != nullptr) merge_if_last<kHeads, kThreads>(p, ws, work, head0, splits, scratch);
 }
 
 // The WGMMA kernel (64 heads a CTA, grid as sparse_attn_mma's: tokens x splits, head blocks).
