@@ -43,9 +43,9 @@ constexpr int kPRow = kTile + 8;    // probability row stride (bf16): 144 bytes,
 constexpr int kChunksPerRow = kD / 8;  // 16-byte chunks of a 512-d bf16 row
 // Scratch for the splits' partial outputs is bounded by launching the batch in groups of tokens.
 constexpr size_t kWorkspaceCap = size_t{512} << 20;
-// Launches of at least this many waves of CTAs merge the splits in the kernel (measured on the
-// H200, docs/PERF.md session 23: CSA decode at batch 64, 2.4 waves, is 9% slower so, an 8k
-// prefill's 31 waves 4% faster).
+// Launches of at least this many waves of CTAs merge the splits in the WGMMA kernel (measured on
+// the H200, docs/PERF.md session 23: CSA decode at batch 64, 2.4 waves, is 9% slower so, an 8k
+// prefill's CSA launches of 31 waves 3.5% faster).
 constexpr int64_t kMergeInKernelWaves = 8;
 
 template <int Pairs>

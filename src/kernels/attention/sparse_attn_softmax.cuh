@@ -168,8 +168,9 @@ constexpr int64_t kMaxMergedSplits = 256;
 // Called by every thread of a split's CTA (kThreads) after it stored its partials, with ws.arrivals
 // set: the last of the token's splits to arrive merges them all into the output of its kHeads
 // heads, sparse_attn_mma_combine's arithmetic in its order, so the same bits. First each head's
-// max m over the splits, den = e^(sink - m) + sum_z sum_z w_z and weights w_z = e^(m_z - m) (in
-// `scratch`, kHeads x (splits + 1) floats of shared memory), then a warp a head: lane l sums dims
+// max m over the splits, its weights w_z = e^(m_z - m) and den = e^(sink - m) + sum over z of
+// s_z w_z, s_z split z's sum (in `scratch`, kHeads x (splits + 1) floats of shared memory), then
+// a warp a head: lane l sums dims
 // 4l + 128c .. + 3 (c < 4) over the splits, sixteen 16-byte loads in flight, so the partials
 // (stored by other CTAs, read through L2) stream at L2's rate.
 template <int kHeads, int kThreads>
@@ -240,8 +241,9 @@ __device__ __forceinline__ void merge_if_last(const SparseAttnRowsParams& p, con
 
 // The end of a split: row sums over the quad, then over the pair (`sum_part` as max_part above);
 // a token of one split gets its output (with the sink) in bf16, a split of several its partial
-// output, row max and sum in the workspace, merged by merge_if_last (with ws.arrivals; `scratch`
-// as it says) or by sparse_attn_mma_combine. Every thread of the CTA (kThreads) calls it.
+// output, row max and sum in the workspace, merged by merge_if_last (with ws.arrivals, which only
+// the WGMMA kernel's launches set; `scratch` as it says) or by sparse_attn_mma_combine. Every
+// thread of the CTA (kThreads) calls it.
 template <int kHeads, int kThreads>
 __device__ __forceinline__ void finish_split(const SparseAttnRowsParams& p, const SplitWorkspace& ws,
                                              const CtaWork& work, int64_t head0, int64_t splits, SoftmaxLane& lane,
