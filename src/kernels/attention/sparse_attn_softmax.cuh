@@ -170,9 +170,8 @@ constexpr int64_t kMaxMergedSplits = 256;
 // heads, sparse_attn_mma_combine's arithmetic in its order, so the same bits. First each head's
 // max m over the splits, its weights w_z = e^(m_z - m) and den = e^(sink - m) + sum over z of
 // s_z w_z, s_z split z's sum (in `scratch`, kHeads x (splits + 1) floats of shared memory), then
-// a warp a head: lane l sums dims
-// 4l + 128c .. + 3 (c < 4) over the splits, sixteen 16-byte loads in flight, so the partials
-// (stored by other CTAs, read through L2) stream at L2's rate.
+// a warp a head: lane l sums dims 4l + 128c .. + 3 (c < 4) over the splits, sixteen 16-byte loads
+// in flight, so the partials (stored by other CTAs, read through L2) stream at L2's rate.
 template <int kHeads, int kThreads>
 __device__ __forceinline__ void merge_if_last(const SparseAttnRowsParams& p, const SplitWorkspace& ws,
                                               const CtaWork& work, int64_t head0, int64_t splits, float* scratch) {
