@@ -162,7 +162,8 @@ __device__ __forceinline__ void rescale_outputs(float (&o)[kOutputs], const floa
   for (int i = 0; i < kOutputs; ++i) o[i] *= correction[(i % 4) / 2];
 }
 
-// The most splits merge_if_last takes: their weights fill 64 KB of shared memory for 64 heads.
+// The most splits merge_if_last takes: 64 heads' weights fill 64 KB of scratch (the WGMMA
+// kernel's two entry tiles hold 128 KB).
 constexpr int64_t kMaxMergedSplits = 256;
 
 // Called by every thread of a split's CTA (kThreads) after it stored its partials, with ws.arrivals

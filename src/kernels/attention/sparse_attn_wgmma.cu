@@ -40,6 +40,8 @@ struct Smem {
 };
 // The tiles need 1024-byte alignment, which the dynamic shared memory's start does not promise.
 constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
+static_assert(kHeads * (kMaxMergedSplits + 1) * sizeof(float) <= sizeof(Smem::kv),
+              "sparse_attn_wgmma: merge_if_last's scratch (the entry tiles, consumed) is too small");
 
 // Byte offset of 16-byte chunk c (of kChunks) of row r in a swizzled 64-row operand.
 __device__ __forceinline__ int swizzled(int r, int c) {
