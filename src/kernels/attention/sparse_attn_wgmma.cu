@@ -48,8 +48,6 @@ __device__ __forceinline__ int swizzled(int r, int c) {
   return (c / 8) * kBlockBytes + r * 128 + ((c % 8) ^ (r % 8)) * 16;
 }
 
-__device__ __forceinline__ void fence_async_proxy() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
 __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAttnRowsParams p, SplitWorkspace ws) {
   pdl_wait();
   extern __shared__ unsigned char smem_raw[];

@@ -321,7 +321,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t shifts = *reinterpret_cast<const uint32_t*>(raw + Layout::kRawShifts + 4 * row);
         convert_e2m1_half_row(raw + row * Layout::kRawRowBytes, shifts, smem + s * kStageBytes, row, half);
         // The tile was written through the generic proxy; the consumers' WGMMAs read through the async one.
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        fence_async_proxy();
         barrier_arrive(full);
       }
       if (++local == steps) {

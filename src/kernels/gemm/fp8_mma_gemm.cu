@@ -716,7 +716,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) fp8_wgmma_gemm_kernel(Fp8Mma
   for (int b = 0; b < kblocks; ++b) {
     cp_async_wait<kWgmmaStages - 2>();
     // The copies were generic-proxy writes; WGMMA reads through the async proxy.
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    fence_async_proxy();
     __syncthreads();  // block b's stage is in; every warp is done with b - 1's, which the next load takes
     if (b + kWgmmaStages - 1 < kblocks) load_stage(b + kWgmmaStages - 1);
     cp_async_commit();

@@ -52,6 +52,10 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[N]) {
   fence_each(d, std::make_integer_sequence<int, N>{});
 }
 
+// Orders this thread's generic-proxy shared-memory writes (plain stores, cp.async) before the
+// async proxy's reads (WGMMA operands) that follow a barrier.
+__device__ __forceinline__ void fence_async_proxy() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
