@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
     void* workspace = nullptr;
     DSV4_CUDA_CHECK(cudaMalloc(&workspace, std::max<size_t>(plan.workspace_bytes, 1)));
     const double tensor_us = bench::time_us([&] { kernels::sparse_attn_mma(p, plan, workspace, nullptr); }, iters);
-    const bool took_wgmma = plan.wgmma && plan.pairs == 4;
+    const bool took_wgmma = kernels::sparse_attn_mma_takes_wgmma(plan);
     plan.wgmma = false;
     const double mma_sync_us =
         took_wgmma ? bench::time_us([&] { kernels::sparse_attn_mma(p, plan, workspace, nullptr); }, iters) : tensor_us;

@@ -284,6 +284,8 @@ void launch_sparse_attn_mma(dim3 grid, cudaStream_t stream, const SparseAttnRows
 
 }  // namespace
 
+bool sparse_attn_mma_takes_wgmma(const SparseAttnMmaPlan& plan) { return plan.pairs == kMaxPairs && plan.wgmma; }
+
 void sparse_attn_mma(const SparseAttnRowsParams& p, const SparseAttnMmaPlan& plan, void* workspace,
                      cudaStream_t stream) {
   if (p.tokens <= 0 || p.heads <= 0) return;
@@ -293,7 +295,7 @@ void sparse_attn_mma(const SparseAttnRowsParams& p, const SparseAttnMmaPlan& pla
   ws.max_splits = plan.max_splits;
   const int64_t heads_per_cta = 16 * plan.pairs;
   const auto head_blocks = static_cast<unsigned>((p.heads + heads_per_cta - 1) / heads_per_cta);
-  const bool wgmma = plan.pairs == kMaxPairs && plan.wgmma;
+  const bool wgmma = sparse_attn_mma_takes_wgmma(plan);
   const bool merge_in_kernel = wgmma && plan.merge_in_kernel && plan.max_splits <= kMaxMergedSplits;
   if (plan.max_splits > 1) {
     ws.out = static_cast<float*>(workspace);

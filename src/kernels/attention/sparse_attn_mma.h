@@ -41,6 +41,9 @@ struct SparseAttnMmaPlan {
 // sm_count: the GPU's SMs.
 SparseAttnMmaPlan sparse_attn_mma_plan(int64_t tokens, int64_t heads, int64_t max_entries, int sm_count);
 
+// Whether sparse_attn_mma runs `plan` on the WGMMA kernel (64 heads a CTA and wgmma set).
+bool sparse_attn_mma_takes_wgmma(const SparseAttnMmaPlan& plan);
+
 // p as for sparse_attn_rows, with q, kv, every window and compressed array and out in bf16,
 // d == kSparseAttnMmaHeadDim and every array 16-byte aligned (the caller checks). `workspace`
 // holds plan.workspace_bytes of device memory.
