@@ -1,8 +1,9 @@
 // The default numerics' two sparse attention kernels (kernels::sparse_attn_mma: WGMMA for 64 heads
-// a CTA, its splits merged by a kernel after it or by their last CTA; mma.sync otherwise) give the
-// same bits for the same launch: window entries from the ring and from the batch, compressed
-// entries valid, -1, not yet visible and without a page, one split or several, a partial head
-// block and two head blocks. Skips where no GPU exists.
+// a CTA, its splits merged by a kernel after it or by their last CTA; mma.sync otherwise, with 16,
+// 32 or 64 heads a CTA and the output dims in 1, 2 or 4 parts) give the same bits for the same
+// launch: window entries from the ring and from the batch, compressed entries valid, -1, not yet
+// visible and without a page, one split or several, a partial head block and two head blocks.
+// Skips where no GPU exists.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -107,12 +108,13 @@ TEST_P(SparseAttnWgmmaTest, GivesTheMmaSyncBits) {
   const int64_t max_entries = std::min(W, last + 1) + (c.ratio == 4 ? k : c.ratio > 0 ? (last + 1) / c.ratio : 0);
   kernels::SparseAttnMmaPlan plan =
       kernels::sparse_attn_mma_plan(T, H, max_entries, kernels::current_device_sm_count());
-  plan.pairs = 4;  // 64 heads a CTA, as large launches take
   DeviceBuffer<uint8_t> workspace(plan.workspace_bytes);
 
-  const auto run = [&](bool wgmma, bool merge_in_kernel) {
+  const auto run = [&](bool wgmma, bool merge_in_kernel, int pairs = 4, int dim_parts = 1) {
     plan.wgmma = wgmma;
     plan.merge_in_kernel = merge_in_kernel;
+    plan.pairs = pairs;
+    plan.dim_parts = dim_parts;
     out.poison();
     kernels::sparse_attn_mma(p, plan, workspace.get(), nullptr);
     DSV4_CUDA_CHECK(cudaDeviceSynchronize());
@@ -130,12 +132,20 @@ TEST_P(SparseAttnWgmmaTest, GivesTheMmaSyncBits) {
                          << mma.size() << " values, first at "
                          << std::distance(mma.begin(), std::mismatch(mma.begin(), mma.end(), wgmma.begin()).first);
   }
+  for (const int pairs : {1, 2})
+    for (const int dim_parts : {1, 2, 4}) {
+      const std::vector<uint16_t> small = run(false, false, pairs, dim_parts);
+      int64_t differ = 0;
+      for (size_t i = 0; i < mma.size(); ++i) differ += small[i] != mma[i];
+      EXPECT_EQ(differ, 0) << c.name << ": " << 16 * pairs << " heads a CTA, " << dim_parts << " dim parts";
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, SparseAttnWgmmaTest,
                          ::testing::Values(WgmmaCase{"CsaDeep", 64, 4, 96, 3000}, WgmmaCase{"CsaFirst", 64, 4, 80, 0},
                                            WgmmaCase{"HcaProHeads", 128, 128, 40, 8000},
-                                           WgmmaCase{"SwaPartialHeads", 40, 0, 72, 50}),
+                                           WgmmaCase{"SwaPartialHeads", 40, 0, 72, 50},
+                                           WgmmaCase{"CsaDecodeOneToken", 64, 4, 1, 8191}),
                          [](const ::testing::TestParamInfo<WgmmaCase>& info) { return std::string(info.param.name); });
 
 }  // namespace

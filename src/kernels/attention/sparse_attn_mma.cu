@@ -10,6 +10,11 @@
 //     through shared memory (named barrier of 64 threads), writes its probabilities as three bf16
 //     terms, and then multiplies all 64 entries' probabilities into output dims
 //     256h .. 256h+255 (32 accumulator tiles of 16x8 per warp);
+//   - in a launch too small to fill the GPU (decode at small batches), the 512 output dims are
+//     cut into Parts (2 or 4) parts, a CTA each (grid z): every part computes the same scores and
+//     softmax, and warp h of part z the dims 512z/Parts + 256h/Parts onwards, so the value product,
+//     three quarters of the MMAs, is spread over Parts times the SMs. Every output is the same
+//     fp32 operations in the same order, so Parts changes no bit either;
 //   - a token's entries are cut into splits of kTilesPerSplit tiles, a CTA each; a token with
 //     several splits has each CTA store its unnormalised output with its row max and sum, and
 //     sparse_attn_mma_combine merges them with the sink (the WGMMA kernel's last split of a token
@@ -83,10 +88,11 @@ __device__ __forceinline__ void mma_bf16(float* c, const uint32_t a[4], uint32_t
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <int Pairs>
+template <int Pairs, int Parts>
 __global__ void __launch_bounds__(64 * Pairs, 1)
     sparse_attn_mma_kernel(SparseAttnRowsParams p, SplitWorkspace ws) {
   constexpr int kHeads = 16 * Pairs, kThreads = 64 * Pairs;
+  constexpr int kPartDims = kD / Parts, kHalfDims = kPartDims / 2;  // output dims of the CTA, of a warp
   pdl_wait();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem<Pairs>& sm = *reinterpret_cast<Smem<Pairs>*>(smem_raw);
@@ -131,9 +137,10 @@ __global__ void __launch_bounds__(64 * Pairs, 1)
     }
   };
 
-  float o[kOutputs];
+  float o[kOutputs / Parts];
 #pragma unroll
   for (float& v : o) v = 0.0f;
+  const int dim0 = static_cast<int>(blockIdx.z) * kPartDims + half * kHalfDims;  // the warp's first output dim
   SoftmaxLane sl{pair, half, g, t, pair * 16 + g};
 
   if (tile_begin < tile_end) load_tile(tile_begin, 0);
@@ -183,12 +190,12 @@ __global__ void __launch_bounds__(64 * Pairs, 1)
       ldmatrix_x4(a_mid, sm.p_mid + a_at);
       ldmatrix_x4(a_lo, sm.p_lo + a_at);
 #pragma unroll
-      for (int nn = 0; nn < 16; ++nn) {
+      for (int nn = 0; nn < kHalfDims / 16; ++nn) {
         // Transposed matrices: entries k0+0..7 at dims +0..7 (b0 of n-tile 2nn), k0+8..15 at
         // +0..7 (its b1), k0+0..7 at +8..15 (b0 of n-tile 2nn+1), k0+8..15 at +8..15 (its b1).
         uint32_t b[4];
         const int entry = k0 + lane % 8 + ((lane / 8) % 2) * 8;
-        const int dim = half * 256 + nn * 16 + (lane / 16) * 8;
+        const int dim = dim0 + nn * 16 + (lane / 16) * 8;
         ldmatrix_x4_trans(b, kv + entry * kRow + dim);
         // Smallest term first, so the larger ones are added last.
         float* o_even = o + 8 * nn;
@@ -203,7 +210,8 @@ __global__ void __launch_bounds__(64 * Pairs, 1)
     }
     __syncthreads();  // this buffer is consumed before the next iteration refills it
   }
-  finish_split<kHeads, kThreads>(p, ws, work, head0, splits, sl, o, sm.sum_part, reinterpret_cast<float*>(sm.kv[0]));
+  finish_split<kHeads, kThreads>(p, ws, work, head0, splits, sl, o, dim0, blockIdx.z == 0, sm.sum_part,
+                                 reinterpret_cast<float*>(sm.kv[0]));
 }
 
 constexpr int kCombineThreads = kD / 4;
@@ -249,11 +257,19 @@ SparseAttnMmaPlan sparse_attn_mma_plan(int64_t tokens, int64_t heads, int64_t ma
   // The fewest heads a CTA (so the most CTAs) for which the launch still fits one wave.
   const int64_t token_splits = std::max<int64_t>(tokens, 1) * plan.max_splits;
   plan.pairs = kMaxPairs;
-  for (int pairs = 1; pairs < kMaxPairs; pairs *= 2)
-    if (token_splits * ((heads + 16 * pairs - 1) / (16 * pairs)) <= sm_count) {
+  for (int pairs = 1; pairs < kMaxPairs; pairs *= 2) {
+    const int64_t ctas = token_splits * ((heads + 16 * pairs - 1) / (16 * pairs));
+    if (ctas <= sm_count) {
       plan.pairs = pairs;
+      // And the most dim parts that still fit one wave.
+      for (int parts = 4; parts > 1; parts /= 2)
+        if (ctas * parts <= sm_count) {
+          plan.dim_parts = parts;
+          break;
+        }
       break;
     }
+  }
   plan.tokens_per_launch = std::max<int64_t>(tokens, 1);
   if (plan.max_splits == 1) return plan;
   // Partial rows and (max, sum) pairs of every head's splits, and an arrival count per block of
@@ -271,15 +287,28 @@ SparseAttnMmaPlan sparse_attn_mma_plan(int64_t tokens, int64_t heads, int64_t ma
 namespace {
 
 // The main kernel of `pairs` pairs of warps a CTA, its shared memory attribute set once.
-template <int Pairs>
+template <int Pairs, int Parts>
 void launch_sparse_attn_mma(dim3 grid, cudaStream_t stream, const SparseAttnRowsParams& p, const SplitWorkspace& ws) {
   static const bool configured = [] {
-    DSV4_CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_mma_kernel<Pairs>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    DSV4_CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_mma_kernel<Pairs, Parts>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(sizeof(Smem<Pairs>))));
     return true;
   }();
   (void)configured;
-  launch_pdl(sparse_attn_mma_kernel<Pairs>, grid, 64 * Pairs, sizeof(Smem<Pairs>), stream, p, ws);
+  grid.z = Parts;
+  launch_pdl(sparse_attn_mma_kernel<Pairs, Parts>, grid, 64 * Pairs, sizeof(Smem<Pairs>), stream, p, ws);
+}
+
+// The kernel of `Pairs` pairs of warps with the plan's dim parts.
+template <int Pairs>
+void launch_sparse_attn_mma_parts(int dim_parts, dim3 grid, cudaStream_t stream, const SparseAttnRowsParams& p,
+                                  const SplitWorkspace& ws) {
+  switch (dim_parts) {
+    case 1: launch_sparse_attn_mma<Pairs, 1>(grid, stream, p, ws); break;
+    case 2: launch_sparse_attn_mma<Pairs, 2>(grid, stream, p, ws); break;
+    default: launch_sparse_attn_mma<Pairs, 4>(grid, stream, p, ws); break;
+  }
 }
 
 }  // namespace
@@ -291,6 +320,9 @@ void sparse_attn_mma(const SparseAttnRowsParams& p, const SparseAttnMmaPlan& pla
   if (p.tokens <= 0 || p.heads <= 0) return;
   if (plan.pairs != 1 && plan.pairs != 2 && plan.pairs != kMaxPairs)
     throw UsageError("sparse_attn_mma: plan.pairs=" + std::to_string(plan.pairs) + ", expected 1, 2 or 4");
+  if (plan.dim_parts != 1 && (plan.pairs == kMaxPairs || (plan.dim_parts != 2 && plan.dim_parts != 4)))
+    throw UsageError("sparse_attn_mma: plan.dim_parts=" + std::to_string(plan.dim_parts) +
+                     ", expected 1, or 2 or 4 with plan.pairs 1 or 2 (pairs=" + std::to_string(plan.pairs) + ")");
   SplitWorkspace ws;
   ws.max_splits = plan.max_splits;
   const int64_t heads_per_cta = 16 * plan.pairs;
@@ -309,11 +341,11 @@ void sparse_attn_mma(const SparseAttnRowsParams& p, const SparseAttnMmaPlan& pla
       DSV4_CUDA_CHECK(cudaMemsetAsync(ws.arrivals, 0, static_cast<size_t>(tokens) * head_blocks * sizeof(int), stream));
     const dim3 grid(static_cast<unsigned>(tokens * plan.max_splits), head_blocks);
     switch (plan.pairs) {
-      case 1: launch_sparse_attn_mma<1>(grid, stream, p, ws); break;
-      case 2: launch_sparse_attn_mma<2>(grid, stream, p, ws); break;
+      case 1: launch_sparse_attn_mma_parts<1>(plan.dim_parts, grid, stream, p, ws); break;
+      case 2: launch_sparse_attn_mma_parts<2>(plan.dim_parts, grid, stream, p, ws); break;
       default:
         if (wgmma) launch_sparse_attn_wgmma(grid, stream, p, ws);
-        else launch_sparse_attn_mma<kMaxPairs>(grid, stream, p, ws);
+        else launch_sparse_attn_mma<kMaxPairs, 1>(grid, stream, p, ws);
         break;
     }
     DSV4_CUDA_CHECK(cudaGetLastError());

@@ -22,10 +22,14 @@ constexpr int64_t kSparseAttnMmaHeadDim = 512;
 // alone (so batching never changes its numbers); `max_splits` is the batch's most, and the batch
 // runs in launches of `tokens_per_launch` tokens so the splits' scratch stays bounded. A CTA takes
 // 16 x `pairs` heads (1, 2 or 4), which changes no number: 4 unless fewer fill no more than one
-// wave of CTAs (decode), so that small launches spread over more SMs.
+// wave of CTAs (decode), so that small launches spread over more SMs (and `dim_parts` below).
 struct SparseAttnMmaPlan {
   int max_splits = 1;
   int pairs = 4;
+  // With pairs 1 or 2: the 512 output dims cut into 1, 2 or 4 parts, a CTA each (each recomputes
+  // the scores): no number changes; as many as still fit one wave, so that a decode launch's value
+  // products spread over more SMs.
+  int dim_parts = 1;
   // 64 heads a CTA run on Hopper's warpgroup MMA (kernels/attention/sparse_attn_wgmma.cu), fewer
   // on mma.sync: the same bits either way (F16/SparseAttnWgmma tests); false forces mma.sync.
   bool wgmma = true;

@@ -19,7 +19,7 @@ constexpr int kD = static_cast<int>(kSparseAttnMmaHeadDim);
 constexpr int kTile = 64;              // entries per tile
 constexpr int64_t kTilesPerSplit = 2;  // a split: 128 entries (CSA decode: 5 CTAs per token)
 constexpr int kScores = 16;            // a lane's scores of a tile: 4 n8 slices x 2 rows x 2 entries
-constexpr int kOutputs = 128;          // a lane's output sums: 32 n8 slices x 2 rows x 2 dims
+constexpr int kOutputs = 128;          // a lane's output sums over 256 dims: 32 n8 slices x 2 rows x 2 dims
 
 // Partial results of the splits of the launch's tokens token0, token0 + 1, ...: rows of 512
 // floats at out[((token - token0) * heads + head) * max_splits + split], and (max, sum) pairs at
@@ -155,11 +155,12 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kScores], SoftmaxLane& l
     }
 }
 
-// The output sums o (o[4j + c]: head row0 + 8 (c / 2), dim 256 half + 8j + 2t + (c & 1)) times
-// the tile's correction.
-__device__ __forceinline__ void rescale_outputs(float (&o)[kOutputs], const float (&correction)[2]) {
+// The output sums o (o[4j + c]: head row0 + 8 (c / 2), dim dim0 + 8j + 2t + (c & 1), dim0 the
+// lane's first output dim) times the tile's correction.
+template <int kLaneOutputs>
+__device__ __forceinline__ void rescale_outputs(float (&o)[kLaneOutputs], const float (&correction)[2]) {
 #pragma unroll
-  for (int i = 0; i < kOutputs; ++i) o[i] *= correction[(i % 4) / 2];
+  for (int i = 0; i < kLaneOutputs; ++i) o[i] *= correction[(i % 4) / 2];
 }
 
 // The most splits merge_if_last takes: 64 heads' weights fill 64 KB of scratch (the WGMMA
@@ -242,12 +243,16 @@ __device__ __forceinline__ void merge_if_last(const SparseAttnRowsParams& p, con
 // The end of a split: row sums over the quad, then over the pair (`sum_part` as max_part above);
 // a token of one split gets its output (with the sink) in bf16, a split of several its partial
 // output, row max and sum in the workspace, merged by merge_if_last (with ws.arrivals, which only
-// the WGMMA kernel's launches set; `scratch` as it says) or by sparse_attn_mma_combine. Every
-// thread of the CTA (kThreads) calls it.
-template <int kHeads, int kThreads>
+// the WGMMA kernel's launches set; `scratch` as it says) or by sparse_attn_mma_combine. The lane's
+// outputs o are dims dim0 + 8j + 2t (+1), j < kLaneOutputs / 4 (a CTA may own a part of the 512
+// dims, sparse_attn_mma.cu's dim parts; `writes_max_sum`: the CTA of the split that stores its max
+// and sum, every part holding the same). Every thread of the CTA (kThreads) calls it.
+template <int kHeads, int kThreads, int kLaneOutputs>
 __device__ __forceinline__ void finish_split(const SparseAttnRowsParams& p, const SplitWorkspace& ws,
                                              const CtaWork& work, int64_t head0, int64_t splits, SoftmaxLane& lane,
-                                             const float (&o)[kOutputs], float (*sum_part)[kHeads], float* scratch) {
+                                             const float (&o)[kLaneOutputs], int dim0, bool writes_max_sum,
+                                             float (*sum_part)[kHeads], float* scratch) {
+  constexpr int kSlices = kLaneOutputs / 4;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     lane.row_sum[r] += __shfl_xor_sync(0xffffffffu, lane.row_sum[r], 1);
@@ -269,8 +274,8 @@ __device__ __forceinline__ void finish_split(const SparseAttnRowsParams& p, cons
       const float den = sum + expf(load_float(p.sink, head) - m);
       auto* out = static_cast<uint16_t*>(p.out.data) + row * kD;
 #pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        const int dim = lane.half * 256 + j * 8 + 2 * lane.t;
+      for (int j = 0; j < kSlices; ++j) {
+        const int dim = dim0 + j * 8 + 2 * lane.t;
         const float v0 = m == -INFINITY ? 0.0f : o[4 * j + 2 * r] / den;
         const float v1 = m == -INFINITY ? 0.0f : o[4 * j + 2 * r + 1] / den;
         *reinterpret_cast<uint32_t*>(out + dim) = pack_bf16(float_to_bf16(v0), float_to_bf16(v1));
@@ -279,10 +284,10 @@ __device__ __forceinline__ void finish_split(const SparseAttnRowsParams& p, cons
       const int64_t at = ((work.token - ws.token0) * p.heads + head) * ws.max_splits + work.split;
       float* out = ws.out + at * kD;
 #pragma unroll
-      for (int j = 0; j < 32; ++j)
-        *reinterpret_cast<float2*>(out + lane.half * 256 + j * 8 + 2 * lane.t) =
+      for (int j = 0; j < kSlices; ++j)
+        *reinterpret_cast<float2*>(out + dim0 + j * 8 + 2 * lane.t) =
             make_float2(o[4 * j + 2 * r], o[4 * j + 2 * r + 1]);
-      if (lane.half == 0 && lane.t == 0) ws.max_sum[at] = make_float2(m, sum);
+      if (writes_max_sum && lane.half == 0 && lane.t == 0) ws.max_sum[at] = make_float2(m, sum);
     }
   }
   if (splits > 1 && ws.arrivals != nullptr) merge_if_last<kHeads, kThreads>(p, ws, work, head0, splits, scratch);
