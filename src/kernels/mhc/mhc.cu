@@ -314,26 +314,43 @@ __device__ const float* token_partials(const HcPreFinishParams& p, int64_t t) {
   return p.partials + t * kHcChunks * ((2 + p.n) * p.n + 1);
 }
 
+// The weights lane k of post_and_comb's warp reads: no kernel's output, so they can be loaded
+// before the partials are known (hc_pre_fused does, so that their latency is not on its chain).
+struct PostCombWeights {
+  float post_scale = 0, post_base = 0, comb_scale = 0, comb_base = 0;
+};
+
+__device__ PostCombWeights post_comb_weights(const HcPreFinishParams& p) {
+  const int64_t n = p.n, k = threadIdx.x % 32;
+  PostCombWeights w;
+  if (k < n) {
+    w.post_scale = load_float(p.scale, 1);
+    w.post_base = load_float(p.base, n + k);
+  }
+  if (k < n * n) {
+    w.comb_scale = load_float(p.scale, 2);
+    w.comb_base = load_float(p.base, 2 * n + k);
+  }
+  return w;
+}
+
 // post[t, :] and comb[t] of token t from its partials, on one warp (lane k: post k, comb element k).
-__device__ void post_and_comb(const HcPreFinishParams& p, int64_t t, const float* part) {
+__device__ void post_and_comb(const HcPreFinishParams& p, int64_t t, const float* part, const PostCombWeights& w) {
   const int64_t n = p.n, mix = (2 + n) * n, k = threadIdx.x % 32;
   if (k < n)
-    p.post[t * n + k] = __fmul_rn(2.0f, sigmoid(affine(finish_mix(part, n + k, mix, n * p.dim, p.norm_eps),
-                                                       load_float(p.scale, 1), load_float(p.base, n + k))));
+    p.post[t * n + k] = __fmul_rn(
+        2.0f, sigmoid(affine(finish_mix(part, n + k, mix, n * p.dim, p.norm_eps), w.post_scale, w.post_base)));
   const bool element = k < n * n;
-  const float c0 = element ? affine(finish_mix(part, 2 * n + k, mix, n * p.dim, p.norm_eps), load_float(p.scale, 2),
-                                    load_float(p.base, 2 * n + k))
-                           : 0.0f;
+  const float c0 =
+      element ? affine(finish_mix(part, 2 * n + k, mix, n * p.dim, p.norm_eps), w.comb_scale, w.comb_base) : 0.0f;
   const float c = warp_sinkhorn(c0, static_cast<int>(n), p.sinkhorn_iters, p.hc_eps);
   if (element) p.comb[t * n * n + k] = c;
 }
 
-// pre[k] of a token from its partials.
-__device__ float pre_mix(const HcPreFinishParams& p, int64_t k, const float* part) {
+// pre[k] of a token from its partials and the weights scale[0] and base[k].
+__device__ float pre_mix(const HcPreFinishParams& p, int64_t k, const float* part, float scale, float base) {
   const int64_t n = p.n, mix = (2 + n) * n;
-  return __fadd_rn(
-      sigmoid(affine(finish_mix(part, k, mix, n * p.dim, p.norm_eps), load_float(p.scale, 0), load_float(p.base, k))),
-      p.hc_eps);
+  return __fadd_rn(sigmoid(affine(finish_mix(part, k, mix, n * p.dim, p.norm_eps), scale, base)), p.hc_eps);
 }
 
 // Block (t, 0): post and comb of token t, on warp 0 (the Sinkhorn's latency is its alone).
@@ -344,10 +361,10 @@ __global__ void hc_pre_finish_kernel(HcPreFinishParams p) {
   const int64_t t = blockIdx.x, n = p.n;
   const auto k = static_cast<int64_t>(threadIdx.x);
   if (blockIdx.y == 0) {
-    if (k < 32) post_and_comb(p, t, token_partials(p, t));
+    if (k < 32) post_and_comb(p, t, token_partials(p, t), post_comb_weights(p));
     return;
   }
-  if (k < n) pre[k] = pre_mix(p, k, token_partials(p, t));
+  if (k < n) pre[k] = pre_mix(p, k, token_partials(p, t), load_float(p.scale, 0), load_float(p.base, k));
   __syncthreads();
   const int64_t begin = (blockIdx.y - 1) * kStreamSumSlice;
   weighted_stream_sum(pre, p.x, p.y, t, n, p.dim, begin, begin + kStreamSumSlice < p.dim ? begin + kStreamSumSlice : p.dim);
@@ -400,7 +417,9 @@ __global__ void __launch_bounds__(kPostMixThreads) hc_post_mix_kernel(HcPostMixP
 // 1) take virtual warps in turn. Then y[t] = weight * (ys * inv) as rms_norm_rows has it.
 constexpr int kFinishYThreads = kThreads - 32;
 
-__device__ void norm_row_of_ys(const HcPreFusedParams& p, int64_t t, const float* ys, float* scratch) {
+// `weight`: the norm's weight (p.y_norm, or its copy in shared memory that the calling thread's
+// cp.async groups bring: each thread waits for its own before the block's barrier).
+__device__ void norm_row_of_ys(const HcPreFusedParams& p, int64_t t, const float* ys, float* scratch, FloatPtr weight) {
   const HcPreFinishParams& f = p.finish;
   constexpr int y_threads = kFinishYThreads, y_warps = kFinishYThreads / 32;
   const int lane = static_cast<int>(threadIdx.x % 32), y_warp = static_cast<int>(threadIdx.x / 32) - 1;
@@ -412,6 +431,7 @@ __device__ void norm_row_of_ys(const HcPreFusedParams& p, int64_t t, const float
     for (int off = 16; off > 0; off /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, off);
     if (lane == 0) scratch[vw] = ss;
   }
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
   asm volatile("bar.sync 1, %0;" ::"r"(y_threads) : "memory");
   float total = 0;
   for (int w = 0; w < threads / 32; ++w) total += scratch[w];
@@ -419,7 +439,7 @@ __device__ void norm_row_of_ys(const HcPreFusedParams& p, int64_t t, const float
   const float inv = 1.0f / sqrtf(mean + f.norm_eps);
   const auto normed = [&](int64_t d) {
     const float v = __fmul_rn(ys[d], inv);
-    return p.y_norm.data ? __fmul_rn(load_float(p.y_norm, d), v) : v;
+    return weight.data ? __fmul_rn(load_float(weight, d), v) : v;
   };
   if (!f.y.bf16 || f.dim % 8 != 0) {
     for (int64_t d = y_thread; d < f.dim; d += y_threads) store_float(f.y, t * f.dim + d, normed(d));
@@ -487,21 +507,43 @@ __device__ void stream_sum_into(const HcPreFinishParams& f, int64_t t, const flo
 // The last block of token t's blocks: the token's partials come into shared memory (`part`, one
 // load each, from L2: other blocks wrote them); warp 0 computes post and comb, the other warps pre,
 // y (ys, rounded to y's type as hc_pre_finish stores it) and its norm.
-__device__ void finish_token(const HcPreFusedParams& p, int64_t t, float* ys, float* scratch, float* pre, float* part) {
+// The weights come first: they are no kernel's output, so their loads (scale and base for both
+// chains, the norm's weight copied into shared memory `staged_weight` where its rows allow, by
+// cp.async) go out before the partials' and arrive while the block waits for those (loaded where
+// they were used, they added their latency to both chains: PERF.md session 24).
+__device__ void finish_token(const HcPreFusedParams& p, int64_t t, float* ys, void* staged_weight, float* scratch,
+                             float* pre, float* part) {
   const HcPreFinishParams& f = p.finish;
+  const int y_thread = static_cast<int>(threadIdx.x) - 32;
+  PostCombWeights comb_weights;
+  float pre_scale = 0, pre_base = 0;
+  if (threadIdx.x < 32) {
+    comb_weights = post_comb_weights(f);
+  } else if (y_thread < f.n) {
+    pre_scale = load_float(f.scale, 0);
+    pre_base = load_float(f.base, y_thread);
+  }
+  const int64_t weight_bytes = f.dim * (p.y_norm.bf16 ? 2 : 4);
+  const bool stage = p.y_norm.data != nullptr && reinterpret_cast<uintptr_t>(p.y_norm.data) % 16 == 0 &&
+                     weight_bytes % 16 == 0 && f.dim % 4 == 0;
+  if (stage && y_thread >= 0)
+    for (int64_t c = y_thread; c < weight_bytes / 16; c += kFinishYThreads)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(static_cast<uint32_t>(
+                       __cvta_generic_to_shared(static_cast<char*>(staged_weight) + 16 * c))),
+                   "l"(static_cast<const char*>(p.y_norm.data) + 16 * c)
+                   : "memory");
   const int64_t token_floats = kHcChunks * ((2 + f.n) * f.n + 1);
   for (int64_t i = threadIdx.x; i < token_floats; i += blockDim.x) part[i] = __ldcg(token_partials(f, t) + i);
   __syncthreads();
   if (threadIdx.x < 32) {
-    post_and_comb(f, t, part);
+    post_and_comb(f, t, part, comb_weights);
     return;
   }
-  const int y_thread = static_cast<int>(threadIdx.x) - 32;
-  if (y_thread < f.n) pre[y_thread] = pre_mix(f, y_thread, part);
+  if (y_thread < f.n) pre[y_thread] = pre_mix(f, y_thread, part, pre_scale, pre_base);
   asm volatile("bar.sync 1, %0;" ::"r"(kFinishYThreads) : "memory");
   stream_sum_into(f, t, pre, ys, y_thread, kFinishYThreads);
   asm volatile("bar.sync 1, %0;" ::"r"(kFinishYThreads) : "memory");
-  norm_row_of_ys(p, t, ys, scratch);
+  norm_row_of_ys(p, t, ys, scratch, stage ? FloatPtr{staged_weight, p.y_norm.bf16} : p.y_norm);
 }
 
 // Block (t, chunk, mix group), one token a block so that each token's last block finishes it alone.
@@ -527,7 +569,7 @@ __global__ void __launch_bounds__(kThreads) hc_pre_fused_kernel(HcPreFusedParams
     }
   }
   pdl_wait();
-  extern __shared__ float ys[];  // [dim]
+  extern __shared__ float ys[];  // [dim], then room for the norm's weight (finish_token)
   __shared__ float scratch[32], pre[kHcMaxStreams], part[kHcChunks * (kHcMaxMix + 1)];
   __shared__ bool last;
   mix_partials_block<kGroup, 1>(p.mix);
@@ -537,7 +579,7 @@ __global__ void __launch_bounds__(kThreads) hc_pre_fused_kernel(HcPreFusedParams
   __syncthreads();
   if (!last) return;
   __threadfence();
-  finish_token(p, blockIdx.x, ys, scratch, pre, part);
+  finish_token(p, blockIdx.x, ys, ys + p.finish.dim, scratch, pre, part);
   if (threadIdx.x == 0) p.done[blockIdx.x] = 0;  // for the next call
 }
 
@@ -610,8 +652,16 @@ void hc_pre_fused(const HcPreFusedParams& p, cudaStream_t stream) {
                      std::to_string(f.dim) + " streams; it takes at most " + std::to_string(kHcPreFusedMaxTokens) +
                      " tokens, 4 streams, dim " + std::to_string(kHcPreFusedMaxDim));
   const auto groups = static_cast<unsigned>((p.mix.mix + 1) / 2);
-  launch_pdl(hc_pre_fused_kernel<2>, dim3(static_cast<unsigned>(f.tokens), kHcChunks, groups), kThreads,
-             static_cast<size_t>(f.dim) * sizeof(float), stream, p);
+  // ys, and the norm's weight as finish_token copies it (up to 64 KiB: fp32 weights of the widest rows).
+  static const bool configured = [] {
+    DSV4_CUDA_CHECK(cudaFuncSetAttribute(hc_pre_fused_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(kHcPreFusedMaxDim * 2 * sizeof(float))));
+    return true;
+  }();
+  (void)configured;
+  const size_t shared_bytes = static_cast<size_t>(f.dim) * (sizeof(float) + (p.y_norm.bf16 ? 2 : 4));
+  launch_pdl(hc_pre_fused_kernel<2>, dim3(static_cast<unsigned>(f.tokens), kHcChunks, groups), kThreads, shared_bytes,
+             stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
