@@ -262,8 +262,11 @@ __device__ float finish_mix(const float* part, int64_t k, int64_t mix, int64_t w
 }
 
 // Element (i, k) = lane i * n + k of a warp's n x n matrix: the sum of row i (from_row) or column
-// k, added in index order from 0 as the CPU's loops add them. Every lane calls it.
-__device__ float line_sum(float v, int n, bool from_row) {
+// k, added in index order from 0 as the CPU's loops add them. Every lane calls it. kN: n as a
+// constant (0: the runtime n), so that the loops unroll and the lanes' sources are constants.
+template <int kN>
+__device__ float line_sum(float v, int runtime_n, bool from_row) {
+  const int n = kN > 0 ? kN : runtime_n;
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int i = lane / n, k = lane % n;
   float sum = 0.0f;
@@ -278,18 +281,20 @@ __device__ float line_sum(float v, int n, bool from_row) {
 // The n x n Sinkhorn of MODEL.md §2.4, one element per lane of a warp (lanes >= n*n carry
 // nothing), with every element seeing the CPU's sinkhorn() operations in its order: a row
 // softmax plus eps, a column normalisation, then iters - 1 row and column normalisations. Called
-// by a whole warp; returns the lane's element.
-__device__ float warp_sinkhorn(float v, int n, int64_t iters, float eps) {
+// by a whole warp; returns the lane's element. kN as for line_sum.
+template <int kN>
+__device__ float warp_sinkhorn(float v, int runtime_n, int64_t iters, float eps) {
+  const int n = kN > 0 ? kN : runtime_n;
   const int lane = static_cast<int>(threadIdx.x % 32), i = lane / n;
   float mx = __shfl_sync(0xffffffffu, v, i * n < 32 ? i * n : 31);
 #pragma unroll 3
   for (int e = 1; e < n; ++e) mx = fmaxf(mx, __shfl_sync(0xffffffffu, v, i * n + e < 32 ? i * n + e : 31));
   v = expf(__fsub_rn(v, mx));
-  v = __fadd_rn(__fdiv_rn(v, line_sum(v, n, true)), eps);
-  v = __fdiv_rn(v, __fadd_rn(line_sum(v, n, false), eps));
+  v = __fadd_rn(__fdiv_rn(v, line_sum<kN>(v, n, true)), eps);
+  v = __fdiv_rn(v, __fadd_rn(line_sum<kN>(v, n, false), eps));
   for (int64_t it = 1; it < iters; ++it) {
-    v = __fdiv_rn(v, __fadd_rn(line_sum(v, n, true), eps));
-    v = __fdiv_rn(v, __fadd_rn(line_sum(v, n, false), eps));
+    v = __fdiv_rn(v, __fadd_rn(line_sum<kN>(v, n, true), eps));
+    v = __fdiv_rn(v, __fadd_rn(line_sum<kN>(v, n, false), eps));
   }
   return v;
 }
@@ -343,7 +348,9 @@ __device__ void post_and_comb(const HcPreFinishParams& p, int64_t t, const float
   const bool element = k < n * n;
   const float c0 =
       element ? affine(finish_mix(part, 2 * n + k, mix, n * p.dim, p.norm_eps), w.comb_scale, w.comb_base) : 0.0f;
-  const float c = warp_sinkhorn(c0, static_cast<int>(n), p.sinkhorn_iters, p.hc_eps);
+  // V4's n = 4 (MODEL.md §2) as a constant: the Sinkhorn is the longer of hc_pre_fused's two chains.
+  const float c = n == 4 ? warp_sinkhorn<4>(c0, 4, p.sinkhorn_iters, p.hc_eps)
+                         : warp_sinkhorn<0>(c0, static_cast<int>(n), p.sinkhorn_iters, p.hc_eps);
   if (element) p.comb[t * n * n + k] = c;
 }
 
