@@ -286,7 +286,8 @@ SparseAttnMmaPlan sparse_attn_mma_plan(int64_t tokens, int64_t heads, int64_t ma
 
 namespace {
 
-// The main kernel of `pairs` pairs of warps a CTA, its shared memory attribute set once.
+// The main kernel of `Pairs` pairs of warps a CTA and `Parts` dim parts (grid z), its shared
+// memory attribute set once.
 template <int Pairs, int Parts>
 void launch_sparse_attn_mma(dim3 grid, cudaStream_t stream, const SparseAttnRowsParams& p, const SplitWorkspace& ws) {
   static const bool configured = [] {

@@ -4,7 +4,8 @@
 // lane's scores, and the finish of a lane's output rows. Both kernels give a lane the same scores
 // and output dims (the m16n8 accumulator layout: lane (g, t) of warp `pair` of half `half` holds
 // heads 16 pair + g and + 8, entries 32 half + 8j + 2t (+1) of a tile, and output dims
-// 256 half + 8j + 2t (+1)), so every fp32 operation happens in the same order.
+// 256 half + 8j + 2t (+1), or the same walk over a part of them), so every fp32 operation happens
+// in the same order.
 #pragma once
 
 #include <cstdint>

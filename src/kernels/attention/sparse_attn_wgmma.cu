@@ -152,7 +152,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAt
     fence_accumulators(o);
     __syncthreads();  // this buffer and the probabilities are consumed before they are refilled
   }
-  finish_split<kHeads, kThreads>(p, ws, work, head0, splits, sl, o, 256 * sl.half, true, sm.sum_part, reinterpret_cast<float*>(sm.kv[0]));
+  finish_split<kHeads, kThreads>(p, ws, work, head0, splits, sl, o, 256 * sl.half, true, sm.sum_part,
+                                 reinterpret_cast<float*>(sm.kv[0]));
 }
 
 }  // namespace
