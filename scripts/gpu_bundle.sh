@@ -30,8 +30,9 @@ for bin in "$build"/tests/ops/test_indexer_cuda "$build"/bench/bench_indexer "$b
   [ -x "$bin" ] || continue
   cp "$bin" "$out/" && strip "$out/$(basename "$bin")"
 done
-# The kernel tracer (CUPTI injection library) and its summary, for profiling graph replays there.
-for file in "$build"/bench/libdsv4_kernel_trace.so scripts/trace_summary.py; do
+# The kernel tracer (CUPTI injection library) and its summary, for profiling graph replays there,
+# and the A/B timing of two builds (ab_step.sh).
+for file in "$build"/bench/libdsv4_kernel_trace.so scripts/trace_summary.py scripts/ab_step.sh; do
   [ -e "$file" ] || continue
   cp "$file" "$out/"
 done
