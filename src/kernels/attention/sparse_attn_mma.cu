@@ -72,13 +72,13 @@ struct Smem {
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const uint16_t* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
+               : "r"(shared_address(p)));
 }
 
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const uint16_t* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
+               : "r"(shared_address(p)));
 }
 
 // c += a * b over one m16n8k16 tile, bf16 operands, fp32 accumulators.
@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(64 * Pairs, 1)
     const int buf = static_cast<int>((tile - tile_begin) & 1);
     if (tile + 1 < tile_end) load_tile(tile + 1, buf ^ 1);
     cp_async_commit();
-    cp_async_wait_all_but_newest();
+    cp_async_wait<1>();  // all but the newest group (the next tile) have landed
     __syncthreads();
     const uint16_t* kv = sm.kv[buf];
 

@@ -13,6 +13,7 @@
 #include "core/numeric.h"
 #include "kernels/attention/sparse_attn_entries.cuh"
 #include "kernels/attention/sparse_attn_mma.h"
+#include "kernels/cp_async.cuh"
 
 namespace dsv4::kernels::sparse_attn_tc {
 
@@ -48,21 +49,6 @@ __device__ __forceinline__ CtaWork cta_work(const SplitWorkspace& ws) {
 
 __device__ __forceinline__ int64_t split_count(int64_t entries) {
   return ((entries + kTile - 1) / kTile + kTilesPerSplit - 1) / kTilesPerSplit;
-}
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src) : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-// Waits until at most one committed group (the newest) is still in flight.
-__device__ __forceinline__ void cp_async_wait_all_but_newest() {
-  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
 }
 
 // The two warps of a pair (64 threads) meet; barrier 0 stays __syncthreads'.

@@ -51,7 +51,7 @@ __device__ __forceinline__ int swizzled(int r, int c) {
 __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAttnRowsParams p, SplitWorkspace ws) {
   pdl_wait();
   extern __shared__ unsigned char smem_raw[];
-  Smem& sm = *reinterpret_cast<Smem*>(smem_raw + ((1024 - smem_addr(smem_raw) % 1024) % 1024));
+  Smem& sm = *reinterpret_cast<Smem*>(smem_raw + ((1024 - shared_address(smem_raw) % 1024) % 1024));
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int half = warp / 4, pair = warp % 4;  // the warpgroup, and the warp's 16 heads within it
   const CtaWork work = cta_work(ws);
@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAt
 #pragma unroll
   for (float& v : o) v = 0.0f;
   SoftmaxLane sl{pair, half, lane / 4, lane % 4, pair * 16 + lane / 4};
-  const uint32_t q_at = smem_addr(sm.q);
+  const uint32_t q_at = shared_address(sm.q);
 
   if (tile_begin < tile_end) load_tile(tile_begin, 0);
   cp_async_commit();
@@ -104,10 +104,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAt
     const int buf = static_cast<int>((tile - tile_begin) & 1);
     if (tile + 1 < tile_end) load_tile(tile + 1, buf ^ 1);
     cp_async_commit();
-    cp_async_wait_all_but_newest();
+    cp_async_wait<1>();  // all but the newest group (the next tile) have landed
     fence_async_proxy();  // the copies and zero stores are seen by the MMAs (the async proxy)
     __syncthreads();
-    const uint32_t kv_at = smem_addr(sm.kv[buf]);
+    const uint32_t kv_at = shared_address(sm.kv[buf]);
 
     // Scores of the 64 heads against entries 32 half .. + 31, K steps of 16 dims in order.
     float s[kScores];
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAt
       const uint64_t desc_b = wgmma_descriptor_mn_major(kv_at + 4 * half * kBlockBytes + k0 * 128, kBlockBytes);
 #pragma unroll
       for (int term = 0; term < 3; ++term)
-        wgmma_m64n256k16_bf16_mn_b(o, wgmma_descriptor(smem_addr(sm.p[term]) + k0 * 2), desc_b);
+        wgmma_m64n256k16_bf16_mn_b(o, wgmma_descriptor(shared_address(sm.p[term]) + k0 * 2), desc_b);
     }
     wgmma_commit();
     wgmma_wait_all();

@@ -56,6 +56,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "kernels/cp_async.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
 #include "kernels/sm_count.h"
@@ -72,22 +73,6 @@ constexpr int kPitch = kDh + 8;           // bf16 per shared row of q or keys (2
 constexpr int kTermPitch = kKeyTile + 8;  // floats per shared row of terms (see the epilogue)
 constexpr int kChunksPerRow = kDh * 2 / 16;  // 16-byte cp.async pieces of a row
 constexpr int kCtasPerSm = 4;             // CTAs a launch aims for per SM (4 x 54 KB of shared memory fit)
-
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes from global to shared memory, or 16 zero bytes when !valid (a source size of 0 reads
-// nothing; src must still be a valid address).
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)), "l"(src),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -151,20 +136,20 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkPa
       const int r = i / kChunksPerRow, piece = i % kChunksPerRow;
       const int64_t j = tile_begin + r;
       const int64_t row = j < key_end ? pool_row(seq.key_pages, j) : -1;
-      cp_async_16(dst + r * kPitch + piece * 8, (row >= 0 ? keys + row * kDh : q) + piece * 8, row >= 0);
+      cp_async16(dst + r * kPitch + piece * 8, (row >= 0 ? keys + row * kDh : q) + piece * 8, row >= 0);
     }
   };
 
   for (int i = static_cast<int>(threadIdx.x); i < rows * kChunksPerRow; i += static_cast<int>(blockDim.x)) {
     const int r = i / kChunksPerRow, piece = i % kChunksPerRow;
     const bool valid = r < heads;
-    cp_async_16(q_s + r * kPitch + piece * 8, q + (valid ? r : 0) * kDh + piece * 8, valid);
+    cp_async16(q_s + r * kPitch + piece * 8, q + (valid ? r : 0) * kDh + piece * 8, valid);
   }
   for (int r = static_cast<int>(threadIdx.x); r < rows; r += static_cast<int>(blockDim.x))
     w_s[r] = r < heads ? __fmul_rn(load_float(p.weights, t * p.heads + r), p.weight_scale) : 0.0f;
   stage_keys(0, key_begin);
   cp_async_commit();
-  cp_async_wait_all();
+  cp_async_wait<0>();
   __syncthreads();
 
   // This warp's A fragments (head rows 16 warp .. 16 warp + 15) for every k-step, kept for all tiles.
@@ -225,7 +210,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkPa
       for (int h = 0; h < heads; ++h) sum = __fadd_rn(sum, term_s[h * kTermPitch + n]);
       score_row[j] = isnan(sum) || pool_row(seq.key_pages, j) < 0 ? -INFINITY : sum;
     }
-    cp_async_wait_all();  // the next tile's keys, staged by this thread
+    cp_async_wait<0>();  // the next tile's keys, staged by this thread
     __syncthreads();      // ... and by every thread; term_s and this stage are free again
   }
 }

@@ -3,6 +3,7 @@
 #include "kernels/mhc/mhc.h"
 
 #include "core/numeric.h"
+#include "kernels/cp_async.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/launch.cuh"
@@ -438,7 +439,7 @@ __device__ void norm_row_of_ys(const HcPreFusedParams& p, int64_t t, const float
     for (int off = 16; off > 0; off /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, off);
     if (lane == 0) scratch[vw] = ss;
   }
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
+  cp_async_wait_all();
   asm volatile("bar.sync 1, %0;" ::"r"(y_threads) : "memory");
   float total = 0;
   for (int w = 0; w < threads / 32; ++w) total += scratch[w];
@@ -535,10 +536,7 @@ __device__ void finish_token(const HcPreFusedParams& p, int64_t t, float* ys, vo
                      weight_bytes % 16 == 0 && f.dim % 4 == 0;
   if (stage && y_thread >= 0)
     for (int64_t c = y_thread; c < weight_bytes / 16; c += kFinishYThreads)
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(static_cast<uint32_t>(
-                       __cvta_generic_to_shared(static_cast<char*>(staged_weight) + 16 * c))),
-                   "l"(static_cast<const char*>(p.y_norm.data) + 16 * c)
-                   : "memory");
+      cp_async16(static_cast<char*>(staged_weight) + 16 * c, static_cast<const char*>(p.y_norm.data) + 16 * c);
   const int64_t token_floats = kHcChunks * ((2 + f.n) * f.n + 1);
   for (int64_t i = threadIdx.x; i < token_floats; i += blockDim.x) part[i] = __ldcg(token_partials(f, t) + i);
   __syncthreads();
