@@ -1,6 +1,7 @@
 // Asynchronous copies from global to shared memory (cp.async) and their commit groups, for the
 // kernels that stage operands through shared memory without TMA: one definition for the GEMMs,
-// the indexer, sparse attention and mHC.
+// the indexer, sparse attention and mHC. Their completion is waited for by commit group or, where
+// a barrier hands the data to other threads, announced on an mbarrier.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +40,12 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int Pending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+}
+
+// One arrival on the mbarrier at `bar`, counted among those it was initialised to expect, made
+// once every cp.async this thread issued before has landed (the thread itself goes on at once).
+__device__ __forceinline__ void cp_async_arrive_on(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
 // Waits for every copy this thread issued, committed to a group or not.

@@ -1,6 +1,6 @@
 // MXFP4 weights (e2m1_mma_order's layout, e2m1_layout.h) as fp16 MMA operands on the device: a
 // slot's pair of codes times 2^shift, scaled by 2^-14 (exact), and the factor that takes it back.
-// Shared by the FP8 GEMM's streamed kernel and the f16 WGMMA kernel's converting producer.
+// Shared by the FP8 GEMM's streamed kernel and the f16 WGMMA kernel's e2m1 consumers.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +19,7 @@ __device__ __forceinline__ uint32_t e2m1_slot_to_f16x2(uint32_t word, int slot, 
 }
 
 // The factor a block scale of kE2M1 weights takes where e2m1_slot_to_f16x2 converted them (the
-// streamed kernel, the f16 WGMMA kernel's producer): its 2^-14 taken back (exact: every scale is a
+// streamed kernel, the f16 WGMMA kernel's e2m1 consumers): its 2^-14 taken back (exact: every scale is a
 // power of two).
 constexpr float kE2M1ScaleBack = 16384.0f;
 

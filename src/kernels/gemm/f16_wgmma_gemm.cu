@@ -19,34 +19,37 @@
 // fmaf into four lanes walked pass by pass (staged_tiles.cuh) and the same three additions.
 //
 // A CTA: 128 weight rows x 128 x rows, two consumer warpgroups (weight rows 64 wg .. 64 wg + 63
-// against all 128 x rows) and a producer warpgroup, one lane of which issues the copies, so that
-// no consumer waits on the copies' behalf (thread 0 of the consumers issuing them, the kernel was
-// 1.5-2x slower). A stage is half a K block (64 K: one 128-byte swizzled row per operand row, as
-// TMA's 128-byte swizzle and the WGMMA descriptor agree on) of both operands, and the block's 128
-// x scales with its second half; kStages stages keep three blocks in flight. Full barriers (TMA's
-// transaction counts) say a stage landed, empty barriers (one arrival per consumer warp) that
-// every consumer is done with it. Each consumer thread keeps three sets of 64 fp32 registers: the
-// block's sum, its pass's lane sum and the running sum of the passes, which setmaxnreg makes room
-// for by taking the producer's registers (a producer warp alone, 288 threads, capped ptxas at 168
-// registers a thread and spilled).
-// The grid is persistent (a CTA an SM, taking tiles in turn, so that the next tile's first copies
-// overlap a tile's last blocks and its stores); tiles are rasterised in groups of kRasterGroup x
-// tiles, so that the CTAs at work share a few x tiles and weight tiles in L2.
+// against all 128 x rows) and a producer warpgroup, one lane of which issues the TMA copies, so
+// that no consumer waits on the copies' behalf (thread 0 of the consumers issuing them, the kernel
+// was 1.5-2x slower). Full barriers (TMA's transaction counts) say a stage landed, empty barriers
+// (one arrival per consumer warp) that every consumer is done with it. Each consumer thread keeps
+// three sets of 64 fp32 registers: the block's sum, its pass's lane sum and the running sum of the
+// passes, which setmaxnreg makes room for by taking the producer's registers (a producer warp
+// alone, 288 threads, capped ptxas at 168 registers a thread and spilled). The grid is persistent
+// (a CTA an SM, taking tiles in turn, so that the next tile's first copies overlap a tile's last
+// blocks and its stores); tiles are rasterised in groups of kRasterGroup x tiles, so that the CTAs
+// at work share a few x tiles and weight tiles in L2.
 //
-// Grouped e2m1 weights (the E2M1 kernel; the routed experts at prefill): a tile is one of the
-// plan's x tiles (one expert's rows) against 128 rows of that expert's weight. A per-call fp16
+// Dense e4m3 weights (f16_wgmma_dense_kernel): a stage is half a K block (64 K: one 128-byte
+// swizzled row per operand row, as TMA's 128-byte swizzle and the WGMMA descriptor agree on) of
+// both operands, and the block's 128 x scales with its second half; kDenseStages stages keep
+// three blocks in flight.
+//
+// Grouped e2m1 weights (f16_wgmma_e2m1_kernel; the routed experts at prefill): a tile is one of
+// the plan's x tiles (one expert's rows) against 128 rows of that expert's weight. A per-call fp16
 // copy of all experts' weights would be 13 GB a layer (tried: the 8k prefill took 2.5 s), so the
-// producer warpgroup converts the weight as it goes: each of its 128 threads copies one weight
-// row's codes and shifts of a K block into a ring of raw blocks with cp.async, two blocks ahead,
-// and writes the row's fp16 values, the cast's values times 2^-14 (e2m1_fp16.cuh, exact), into
-// each stage's swizzled w tile; TMA brings x and its scales (a tile starts at any row, and a TMA
-// box must start 16 bytes into a row of scales: an unaligned start is an illegal instruction, so
-// the box starts up to 3 rows early and holds 4 more). What it took to not be bound by the
-// conversions (docs/PERF.md session 22): all 128 threads converting, the raw ring swizzled (a row
-// each thread, 64 bytes apart, met 2 bank groups), shared memory reached as shared (LDS / STS, not
-// generic accesses), and no global load in the converters' loop, whose fence.proxy.async waits for
-// every outstanding load (MEMBAR.ALL.CTA): the scales come by TMA and the group tables are read
-// once a tile.
+// weight is converted in the kernel, by the consumers into their WGMMAs' A registers: lane (g, t)
+// of a warp needs, for MMA step s, inputs 32 t + 4 s .. 32 t + 4 s + 3 of its rows g and g + 8
+// (K position 16 s + 2 t + (i % 2) + 8 (i / 2) holds input 32 t + 4 s + i, fp8_mma_gemm.h), which
+// are slots 2 (s % 2) and 2 (s % 2) + 1 of word s / 2 of the row's group t in e2m1_mma_order's
+// layout: one 16-byte load a row gives a lane its whole block. A stage is a whole K block: x (two
+// 64-K TMA boxes), its scales (TMA), and the 128 weight rows' e2m1 codes and shifts, which the
+// producer warpgroup's thread `row` copies with cp.async and announces on the stage's full barrier
+// as they land. Session 22's kernel converted in the producer warpgroup into an fp16 w tile; ncu
+// (session 24) showed those 128 threads, one warp a scheduler, bounding it while the consumers
+// waited for their tiles. x's scales: a tile starts at any row, and a TMA box must start 16 bytes
+// into a row of scales (an unaligned start is an illegal instruction), so the box starts up to 3
+// rows early and holds 4 more.
 #include "kernels/gemm/f16_wgmma_gemm.h"
 
 #include <cuda.h>
@@ -70,29 +73,43 @@ namespace dsv4::kernels {
 namespace {
 
 constexpr int kWarps = 8;                   // two consumer warpgroups
-constexpr int kThreads = kWarps * 32 + 128;  // and the producer warpgroup (one lane of it issues the copies)
+constexpr int kThreads = kWarps * 32 + 128;  // and the producer warpgroup
 constexpr int kTileRows = 128;  // weight rows and x rows of a CTA
-constexpr int kStageK = 64;     // K of a stage: 128 bytes of fp16 a row
-constexpr int kStages = 6;
-constexpr int kOperandBytes = kTileRows * kStageK * 2;
-constexpr int kScaleBytes = kTileRows * 4;
-// E2M1: a grouped tile starts at any x row, and the TMA box of its x scales at the multiple of 4
-// rows (16 bytes) at or before it, so the box holds 4 rows more.
-constexpr int kGroupedScaleRows = kTileRows + 4;
-constexpr int kStageBytes = 2 * kOperandBytes + 1024;  // w, x, x scales (512 B, padded: tiles stay 1024-aligned)
+constexpr int kBoxK = 64;       // K of a TMA box: 128 bytes of fp16 a row
+constexpr int kOperandBytes = kTileRows * kBoxK * 2;
 constexpr int kRasterGroup = 8;
+
+// Dense: a stage is half a K block, [w][x][x scales (512 B, padded: tiles stay 1024-aligned)].
+constexpr int kDenseStages = 6;
+constexpr int kDenseScaleBytes = kTileRows * 4;
+constexpr int kDenseStageBytes = 2 * kOperandBytes + 1024;
+
+// E2M1: a stage is a K block, [x (two boxes)][codes][shifts][x scales], 1024-aligned. A grouped
+// tile starts at any x row, and the TMA box of its x scales at the multiple of 4 rows (16 bytes)
+// at or before it, so the box holds 4 rows more.
+constexpr int kE2m1Stages = 5;
+constexpr int kGroupedScaleRows = kTileRows + 4;
+constexpr int kCodesRowBytes = 64;  // a weight row's e2m1 codes of a K block: groups t = 0..3 of 16 bytes
+constexpr int kE2m1Codes = 2 * kOperandBytes;
+constexpr int kE2m1Shifts = kE2m1Codes + kTileRows * kCodesRowBytes;
+constexpr int kE2m1Scales = kE2m1Shifts + kTileRows * 4;
+constexpr int kE2m1StageBytes = (kE2m1Scales + 4 * kGroupedScaleRows + 1023) / 1024 * 1024;
+
+// Shared memory: the stages, then the full and empty barriers, + 1024 for the alignment.
+constexpr int shared_bytes(int stages, int stage_bytes) { return 1024 + stages * stage_bytes + 2 * stages * 8; }
+static_assert(shared_bytes(kDenseStages, kDenseStageBytes) <= 227 * 1024 &&
+                  shared_bytes(kE2m1Stages, kE2m1StageBytes) <= 227 * 1024,
+              "f16_wgmma_gemm's shared memory exceeds Hopper's 227 KiB");
+static_assert(kE2m1Scales % 128 == 0, "a TMA destination must be 128-byte aligned");
 
 // setmaxnreg's registers a thread: the producer warpgroup gives up what the consumers take. A CTA
 // holds kThreads x 168 registers (ptxas's cap for 384 threads), and a setmaxnreg.inc that asks for
 // more than the CTA holds waits for ever (80 / 216 hung: PERF.md session 21), so the two must fit
-// in it. The E2M1 producer converts, and needs more than the dense one's copies.
-template <bool E2M1>
-struct F16WgmmaRegisters {
-  static constexpr int kProducer = E2M1 ? 72 : 40;
-  static constexpr int kConsumer = E2M1 ? 216 : 232;
-  static_assert(128 * kProducer + kWarps * 32 * kConsumer <= kThreads * 168,
-                "f16_wgmma_gemm: setmaxnreg asks for more registers than the CTA holds");
-};
+// in it. Both producers only copy.
+constexpr int kProducerRegisters = 40;
+constexpr int kConsumerRegisters = 232;
+static_assert(128 * kProducerRegisters + kWarps * 32 * kConsumerRegisters <= kThreads * 168,
+              "f16_wgmma_gemm: setmaxnreg asks for more registers than the CTA holds");
 
 struct F16WgmmaArgs {
   const float* w_scale = nullptr;  // dense
@@ -121,19 +138,39 @@ struct WorkItem {
   int group = 0;
 };
 
-// The kernel's shared memory: kStages stages of [w][x][x scales], (E2M1) a ring of kRawBlocks K
-// blocks of the weight rows' e2m1 codes and shifts, then the full and empty barriers.
-template <bool E2M1>
-struct F16WgmmaLayout {
-  static constexpr int kRawRowBytes = 64;  // a row's e2m1 codes of a K block
-  static constexpr int kRawShifts = kTileRows * kRawRowBytes;
-  static constexpr int kRawBlockBytes = kRawShifts + kTileRows * 4;
-  static constexpr int kRawBlocks = E2M1 ? 3 : 0;
-  static constexpr int kRaw = kStages * kStageBytes;
-  static constexpr int kBarriers = kRaw + kRawBlocks * kRawBlockBytes;
-  static constexpr int kSharedBytes = 1024 + kBarriers + 2 * kStages * 8;  // + alignment
-  static_assert(kSharedBytes <= 227 * 1024, "f16_wgmma_gemm's shared memory exceeds Hopper's 227 KiB");
+// The CTA's items are blockIdx.x + i gridDim.x of the m_tiles x n_tiles, in groups of
+// kRasterGroup x tiles, n tiles outermost within a group.
+struct ItemWalk {
+  int64_t m_tiles = 0, my_items = 0;
 };
+
+__device__ __forceinline__ ItemWalk item_walk(const F16WgmmaArgs& a, bool grouped) {
+  ItemWalk w;
+  w.m_tiles = grouped ? *a.tile_count : a.m_tiles;
+  const int64_t items = w.m_tiles * a.n_tiles;
+  w.my_items = items > blockIdx.x ? (items - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+  return w;
+}
+
+template <bool kGrouped>
+__device__ __forceinline__ WorkItem item_at(const F16WgmmaArgs& a, const ItemWalk& walk, int64_t i) {
+  const int64_t id = blockIdx.x + i * gridDim.x, per_group = kRasterGroup * a.n_tiles;
+  const int64_t first_m = id / per_group * kRasterGroup, in_group = id % per_group;
+  const int64_t group_m = min(walk.m_tiles - first_m, static_cast<int64_t>(kRasterGroup));
+  const int64_t m_tile = first_m + in_group % group_m;
+  WorkItem item;
+  item.n0 = in_group / group_m * kTileRows;
+  if constexpr (kGrouped) {
+    const Fp8MmaTile tile = a.tiles[m_tile];
+    item.m0 = tile.row_begin;
+    item.rows = tile.rows;
+    item.group = tile.group;
+  } else {
+    item.m0 = m_tile * kTileRows;
+    item.rows = static_cast<int>(min(static_cast<int64_t>(kTileRows), a.m - item.m0));
+  }
+  return item;
+}
 
 __device__ __forceinline__ void barrier_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -167,212 +204,60 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap& map, i
       : "memory");
 }
 
-// E2M1: the producer thread of weight row `row` converts its e2m1 codes of half `half` of a K
-// block (raw: the row's 64 bytes, 4 groups of 32 inputs in e2m1_mma_order's layout; shifts: the
-// groups' 4 shift bytes) into the stage's swizzled fp16 w tile, as the cast's values times 2^-14
-// (e2m1_fp16.cuh; the consumers take the 2^14 back in the block scale). K position p = 16 s + 2 t
-// + (i % 2) + 8 (i / 2) holds input 32 t + 4 s + i (fp8_mma_gemm.h): 16-byte chunk c of the
-// half's row holds, for MMA step s = 4 half + c / 2 and j = c % 2, the pairs of slot 2 (s % 2) + j
-// of word s / 2 of groups t = 0..3.
-// The raw ring's 16-byte chunk c of row r sits at chunk c ^ raw_swizzle(r) of the row, so that
-// the 32 rows of a warp's converters (two to 128 bytes) meet 8 distinct bank groups, not 2 (a
-// 16-way conflict on every read).
-__device__ __forceinline__ int raw_swizzle(int row) { return (row / 2) % 4; }
+// The kernels' shared memory, aligned by an offset from the shared array itself, so that the
+// compiler knows the pointer is shared memory (LDS / STS: through an integer cast it issued
+// generic accesses), and its barriers: `stages` full ones, then as many empty ones.
+struct SharedStages {
+  uint8_t* smem;
+  uint32_t smem0, full0, empty0;
+};
 
-__device__ __forceinline__ void convert_e2m1_half_row(const uint8_t* raw, uint32_t shifts, uint8_t* w_tile, int row,
-                                                      int half) {
-  uint2 groups[4];  // words 2 half and 2 half + 1 of each group: the ones this half's MMA steps take
-#pragma unroll
-  for (int t = 0; t < 4; ++t) groups[t] = *reinterpret_cast<const uint2*>(raw + 16 * (t ^ raw_swizzle(row)) + 8 * half);
-  uint32_t scale[4];
-#pragma unroll
-  for (int t = 0; t < 4; ++t) scale[t] = pow2_f16x2((shifts >> (8 * t)) & 0xffu);
-#pragma unroll
-  for (int c = 0; c < 8; ++c) {
-    const int s = 4 * half + c / 2, slot = 2 * (s % 2) + c % 2;
-    uint32_t out[4];
-#pragma unroll
-    for (int t = 0; t < 4; ++t) out[t] = e2m1_slot_to_f16x2((c / 4) ? groups[t].y : groups[t].x, slot, scale[t]);
-    *reinterpret_cast<uint4*>(w_tile + row * 128 + ((c ^ (row % 8)) << 4)) = make_uint4(out[0], out[1], out[2], out[3]);
-  }
+__device__ __forceinline__ SharedStages shared_stages(uint8_t* raw, int stages, int stage_bytes) {
+  SharedStages s;
+  s.smem = raw + (1024u - shared_address(raw) % 1024u) % 1024u;
+  s.smem0 = shared_address(s.smem);
+  s.full0 = s.smem0 + static_cast<uint32_t>(stages * stage_bytes);
+  s.empty0 = s.full0 + static_cast<uint32_t>(stages * 8);
+  return s;
 }
 
-template <bool E2M1>
-__global__ void __launch_bounds__(kThreads, 1)
-    f16_wgmma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
-                          const __grid_constant__ CUtensorMap scale_map, const F16WgmmaArgs a) {
-  using Layout = F16WgmmaLayout<E2M1>;
-  pdl_wait();
-  extern __shared__ uint8_t f16_wgmma_smem_raw[];
-  // Aligned by an offset from the shared array itself, so that the compiler knows the pointer is
-  // shared memory (LDS / STS: through an integer cast it issued generic accesses).
-  uint8_t* const smem = f16_wgmma_smem_raw + (1024u - shared_address(f16_wgmma_smem_raw) % 1024u) % 1024u;
-  const uint32_t smem0 = shared_address(smem);
-  const uint32_t full0 = smem0 + Layout::kBarriers, empty0 = full0 + kStages * 8;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int wg = warp / 4, warp_in_group = warp % 4;
-  const int g = lane / 4, t = lane % 4;
-
-  const int kblocks = a.kblocks, steps = 2 * kblocks;  // an item's half blocks, in the walk's order
-  const int64_t m_tiles = E2M1 ? *a.tile_count : a.m_tiles, items = m_tiles * a.n_tiles;
-  // The CTA's items are blockIdx.x + i gridDim.x; its steps run on across them (step i steps + j
-  // is step j of item i), so the copies of an item's first stages overlap the last item's end.
-  const int64_t my_items = items > blockIdx.x ? (items - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
-  const int my_steps = static_cast<int>(my_items * steps);  // the host keeps it under 2^31
-  // Items in groups of kRasterGroup x tiles, n tiles outermost within a group.
-  const auto item_at = [&](int64_t i) {
-    const int64_t id = blockIdx.x + i * gridDim.x, per_group = kRasterGroup * a.n_tiles;
-    const int64_t first_m = id / per_group * kRasterGroup, in_group = id % per_group;
-    const int64_t group_m = min(m_tiles - first_m, static_cast<int64_t>(kRasterGroup));
-    const int64_t m_tile = first_m + in_group % group_m;
-    WorkItem item;
-    item.n0 = in_group / group_m * kTileRows;
-    if constexpr (E2M1) {
-      const Fp8MmaTile tile = a.tiles[m_tile];
-      item.m0 = tile.row_begin;
-      item.rows = tile.rows;
-      item.group = tile.group;
-    } else {
-      item.m0 = m_tile * kTileRows;
-      item.rows = static_cast<int>(min(static_cast<int64_t>(kTileRows), a.m - item.m0));
-    }
-    return item;
-  };
-
-  if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      barrier_init(full0 + 8 * s, E2M1 ? 1 + kTileRows : 1);  // E2M1: the copies' arrival and each converter's
-      barrier_init(empty0 + 8 * s, kWarps);
+// Thread 0 sets up the barriers: full ones expect `full_arrivals`, empty ones `empty_arrivals`.
+__device__ __forceinline__ void init_barriers(const SharedStages& s, int stages, uint32_t full_arrivals,
+                                              uint32_t empty_arrivals) {
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < stages; ++i) {
+      barrier_init(s.full0 + 8 * i, full_arrivals);
+      barrier_init(s.empty0 + 8 * i, empty_arrivals);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
+}
 
-  if (warp >= kWarps) {  // the producer warpgroup
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(F16WgmmaRegisters<E2M1>::kProducer) : "memory");
-    // Its first lane issues the TMA loads; E2M1: thread `row` converts weight row `row` of every
-    // stage.
-    const int row = tid - kWarps * 32;
-    const bool copies = row == 0, converts = E2M1;
-    if (!copies && !converts) return;
-    constexpr int kRawRing = E2M1 ? Layout::kRawBlocks : 1;
-    // E2M1: K block `block` of the CTA (its walk over items) into raw ring slot block % kRawBlocks
-    // (this thread's row only: it alone reads it). The row's codes and shifts of the item being
-    // copied (nullptr past n) are found once an item, not once a block.
-    int raw_local = 0;
-    int64_t raw_item_i = 0;
-    const uint8_t* row_codes = nullptr;
-    const uint8_t* row_shifts = nullptr;
-    const auto start_raw_item = [&](int64_t i) {
-      const WorkItem it = item_at(i);
-      const int64_t w_row = it.n0 + row;
-      row_codes = w_row < a.n ? a.group_w[it.group] + w_row * (a.k / 2) : nullptr;
-      row_shifts = w_row < a.n ? a.group_w_shift[it.group] + w_row * (a.k / 32) : nullptr;
-    };
-    if (converts && my_items > 0) start_raw_item(0);
-    const auto* const unread = reinterpret_cast<const uint8_t*>(a.group_w);  // a source the copies that fill zeros name
-    const auto copy_raw = [&](int block) {
-      if (E2M1 && block < my_steps / 2) {
-        const uint32_t slot =
-            smem0 + Layout::kRaw + static_cast<uint32_t>((block % kRawRing) * Layout::kRawBlockBytes);
-        const int b = staged_block_at(raw_local, kblocks);
-        const bool valid = row_codes != nullptr;
-#pragma unroll
-        for (int c = 0; c < 4; ++c)
-          cp_async16(slot + static_cast<uint32_t>(row * Layout::kRawRowBytes + 16 * (c ^ raw_swizzle(row))),
-                     valid ? row_codes + b * Layout::kRawRowBytes + 16 * c : unread, valid);
-        cp_async4(slot + static_cast<uint32_t>(Layout::kRawShifts + 4 * row), valid ? row_shifts + 4 * b : unread,
-                  valid);
-        if (++raw_local == kblocks) {
-          raw_local = 0;
-          if (++raw_item_i < my_items) start_raw_item(raw_item_i);
-        }
-      }
-      cp_async_commit();
-    };
-    if (converts) {
-      copy_raw(0);
-      copy_raw(1);
-    }
-    int local = 0;
-    int64_t item_i = 0;
-    WorkItem item = my_items > 0 ? item_at(0) : WorkItem{};
-    for (int step = 0; step < my_steps; ++step) {
-      const int s = step % kStages, b = staged_block_at(local / 2, kblocks), half = local % 2;
-      if (converts && half == 0) {  // this block's rows landed; the one two ahead starts
-        copy_raw(step / 2 + 2);
-        cp_async_wait<2>();
-      }
-      if (step >= kStages) barrier_wait(empty0 + 8 * s, static_cast<uint32_t>(step / kStages - 1) & 1u);
-      const uint32_t stage = smem0 + static_cast<uint32_t>(s * kStageBytes), full = full0 + 8 * s;
-      const int k0 = b * 128 + half * kStageK;
-      if (copies) {  // E2M1: x and its scales (the converters write the w tile)
-        constexpr int kOperandsBytes = (E2M1 ? 1 : 2) * kOperandBytes;
-        constexpr int kScalesBytes = E2M1 ? 4 * kGroupedScaleRows : kScaleBytes;
-        barrier_expect_bytes(full, kOperandsBytes + (half == 1 ? kScalesBytes : 0));
-        if constexpr (!E2M1) tma_load(stage, w_map, k0, static_cast<int>(item.n0), full);
-        tma_load(stage + kOperandBytes, x_map, k0, static_cast<int>(item.m0), full);
-        if (half == 1)
-          tma_load(stage + 2 * kOperandBytes, scale_map, static_cast<int>(E2M1 ? item.m0 & ~int64_t{3} : item.m0), b,
-                   full);
-      }
-      if (converts) {
-        const uint8_t* raw = smem + Layout::kRaw + ((step / 2) % kRawRing) * Layout::kRawBlockBytes;
-        const uint32_t shifts = *reinterpret_cast<const uint32_t*>(raw + Layout::kRawShifts + 4 * row);
-        convert_e2m1_half_row(raw + row * Layout::kRawRowBytes, shifts, smem + s * kStageBytes, row, half);
-        // The tile was written through the generic proxy; the consumers' WGMMAs read through the async one.
-        fence_async_proxy();
-        barrier_arrive(full);
-      }
-      if (++local == steps) {
-        local = 0;
-        if (++item_i < my_items) item = item_at(item_i);
-      }
-    }
-    if (converts) cp_async_wait<0>();
-    return;
-  }
-
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(F16WgmmaRegisters<E2M1>::kConsumer) : "memory");
-  int step = 0;
-  for (int64_t i = 0; i < my_items; ++i) {
-    const WorkItem item = item_at(i);
-    const float* sw_row = (E2M1 ? a.group_w_scale[item.group] : a.w_scale) + (item.n0 / kTileRows) * a.w_scale_ld;
+// The consumers' walk over the CTA's items: per item, four passes over its K blocks b = pass,
+// pass + 4, ... (staged_tiles.cuh's order, which the producers' copies follow);
+// block_sums(blk, q, item, b, sw) computes block b's sums into blk (zeroed and fenced) and adds
+// them, scaled by sw and x's scales, into the pass's lane sums q; the passes' sums add in order,
+// and the item's outputs are stored.
+template <bool kGrouped, class BlockSums>
+__device__ __forceinline__ void consume_items(const F16WgmmaArgs& a, const ItemWalk& walk, BlockSums&& block_sums) {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters) : "memory");
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wg = warp / 4, warp_in_group = warp % 4, g = lane / 4, t = lane % 4;
+  for (int64_t i = 0; i < walk.my_items; ++i) {
+    const WorkItem item = item_at<kGrouped>(a, walk, i);
+    const float* sw_row = (kGrouped ? a.group_w_scale[item.group] : a.w_scale) + (item.n0 / kTileRows) * a.w_scale_ld;
     float sum[kWgmmaN128Accumulators], q[kWgmmaN128Accumulators], blk[kWgmmaN128Accumulators];
     for (int pass = 0; pass < 4; ++pass) {
 #pragma unroll
       for (float& v : q) v = 0.0f;
-      for (int b = pass; b < kblocks; b += 4, step += 2) {
-        // E2M1: the w tile holds the cast's values times 2^-14, exactly; the scale takes it back.
-        const float sw = E2M1 ? __ldg(sw_row + b) * kE2M1ScaleBack : __ldg(sw_row + b);
+      for (int b = pass; b < a.kblocks; b += 4) {
+        // E2M1: the A operand holds the cast's values times 2^-14, exactly; the scale takes it back.
+        const float sw = kGrouped ? __ldg(sw_row + b) * kE2M1ScaleBack : __ldg(sw_row + b);
 #pragma unroll
         for (float& v : blk) v = 0.0f;
         fence_accumulators(blk);
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int s = (step + half) % kStages;
-          barrier_wait(full0 + 8 * s, static_cast<uint32_t>((step + half) / kStages) & 1u);
-          const uint32_t stage = smem0 + static_cast<uint32_t>(s * kStageBytes);
-          const uint64_t desc_a = wgmma_descriptor(stage + static_cast<uint32_t>(wg * 64 * 128));
-          const uint64_t desc_b = wgmma_descriptor(stage + kOperandBytes);
-          wgmma_fence();
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk)  // MMA step 4 half + kk: 32 bytes of K, the descriptors move 2 x 16 bytes
-            wgmma_m64n128k16_f16(blk, desc_a + 2 * kk, desc_b + 2 * kk);
-          wgmma_commit();
-        }
-        wgmma_wait_all();
-        fence_accumulators(blk);
-
-        const int scale_stage = (step + 1) % kStages;
-        // E2M1: the stage's scales start at the aligned row at or before the tile's first.
-        const float* scales = reinterpret_cast<const float*>(smem + scale_stage * kStageBytes + 2 * kOperandBytes);
-        add_scaled_block<!E2M1>(q, blk, scales + (E2M1 ? item.m0 % 4 : 0), sw, t);
-        __syncwarp();
-        if (lane == 0) {
-          barrier_arrive(empty0 + 8 * (step % kStages));
-          barrier_arrive(empty0 + 8 * scale_stage);
-        }
+        block_sums(blk, q, item, b, sw);
       }
 #pragma unroll
       for (int r = 0; r < kWgmmaN128Accumulators; ++r) sum[r] = pass == 0 ? q[r] : __fadd_rn(sum[r], q[r]);
@@ -387,6 +272,178 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (r < item.rows && n < a.n) store_float(a.y, (item.m0 + r) * a.ldy + n, sum[4 * j + c]);
       }
   }
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    f16_wgmma_dense_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
+                           const __grid_constant__ CUtensorMap scale_map, const F16WgmmaArgs a) {
+  pdl_wait();
+  extern __shared__ uint8_t f16_wgmma_smem_raw[];
+  const SharedStages sh = shared_stages(f16_wgmma_smem_raw, kDenseStages, kDenseStageBytes);
+  const ItemWalk walk = item_walk(a, false);
+  const int kblocks = a.kblocks, steps = 2 * kblocks;  // an item's half blocks, in the walk's order
+  // The CTA's steps run on across its items (step i steps + j is step j of item i), so the copies
+  // of an item's first stages overlap the last item's end.
+  const int my_steps = static_cast<int>(walk.my_items * steps);  // the host keeps it under 2^31
+  init_barriers(sh, kDenseStages, 1, kWarps);  // empty: an arrival a consumer warp
+
+  if (threadIdx.x >= kWarps * 32) {  // the producer warpgroup: its first lane issues the copies
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters) : "memory");
+    if (threadIdx.x != kWarps * 32) return;
+    int local = 0;
+    int64_t item_i = 0;
+    WorkItem item = walk.my_items > 0 ? item_at<false>(a, walk, 0) : WorkItem{};
+    for (int step = 0; step < my_steps; ++step) {
+      const int s = step % kDenseStages, b = staged_block_at(local / 2, kblocks), half = local % 2;
+      if (step >= kDenseStages) barrier_wait(sh.empty0 + 8 * s, static_cast<uint32_t>(step / kDenseStages - 1) & 1u);
+      const uint32_t stage = sh.smem0 + static_cast<uint32_t>(s * kDenseStageBytes), full = sh.full0 + 8 * s;
+      const int k0 = b * 128 + half * kBoxK;
+      barrier_expect_bytes(full, 2 * kOperandBytes + (half == 1 ? kDenseScaleBytes : 0));
+      tma_load(stage, w_map, k0, static_cast<int>(item.n0), full);
+      tma_load(stage + kOperandBytes, x_map, k0, static_cast<int>(item.m0), full);
+      if (half == 1) tma_load(stage + 2 * kOperandBytes, scale_map, static_cast<int>(item.m0), b, full);
+      if (++local == steps) {
+        local = 0;
+        if (++item_i < walk.my_items) item = item_at<false>(a, walk, item_i);
+      }
+    }
+    return;
+  }
+
+  const int wg = threadIdx.x / 128, t = threadIdx.x % 4;
+  int step = 0;
+  consume_items<false>(a, walk, [&](float (&blk)[kWgmmaN128Accumulators], float (&q)[kWgmmaN128Accumulators],
+                                    const WorkItem&, int, float sw) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int s = (step + half) % kDenseStages;
+      barrier_wait(sh.full0 + 8 * s, static_cast<uint32_t>((step + half) / kDenseStages) & 1u);
+      const uint32_t stage = sh.smem0 + static_cast<uint32_t>(s * kDenseStageBytes);
+      const uint64_t desc_a = wgmma_descriptor(stage + static_cast<uint32_t>(wg * 64 * 128));
+      const uint64_t desc_b = wgmma_descriptor(stage + kOperandBytes);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)  // MMA step 4 half + kk: 32 bytes of K, the descriptors move 2 x 16 bytes
+        wgmma_m64n128k16_f16(blk, desc_a + 2 * kk, desc_b + 2 * kk);
+      wgmma_commit();
+    }
+    wgmma_wait_all();
+    fence_accumulators(blk);
+    const int scale_stage = (step + 1) % kDenseStages;
+    add_scaled_block(q, blk, reinterpret_cast<const float*>(sh.smem + scale_stage * kDenseStageBytes + 2 * kOperandBytes),
+                     sw, t);
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) {
+      barrier_arrive(sh.empty0 + 8 * (step % kDenseStages));
+      barrier_arrive(sh.empty0 + 8 * scale_stage);
+    }
+    step += 2;
+  });
+}
+
+// The raw codes' 16-byte chunk c of weight row r sits at chunk c ^ codes_swizzle(r) of the row,
+// so that the producers' copies (a row a thread, rows 64 bytes apart) meet 8 distinct bank groups,
+// not 2; a warp's consumers still read 512 contiguous bytes (eight whole rows).
+__device__ __forceinline__ int codes_swizzle(int row) { return (row / 2) % 4; }
+
+__global__ void __launch_bounds__(kThreads, 1)
+    f16_wgmma_e2m1_kernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap scale_map,
+                          const F16WgmmaArgs a) {
+  pdl_wait();
+  extern __shared__ uint8_t f16_wgmma_smem_raw[];
+  const SharedStages sh = shared_stages(f16_wgmma_smem_raw, kE2m1Stages, kE2m1StageBytes);
+  const ItemWalk walk = item_walk(a, true);
+  const int kblocks = a.kblocks;
+  const int my_blocks = static_cast<int>(walk.my_items * kblocks);  // the host keeps it under 2^31
+  // The full barriers: the TMA copies' arrival and each weight row's copier's.
+  // Empty ones: every consumer thread's, each having read its weight rows' codes.
+  init_barriers(sh, kE2m1Stages, 1 + kTileRows, kWarps * 32);
+
+  if (threadIdx.x >= kWarps * 32) {  // the producer warpgroup: thread `row` copies weight row `row`
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters) : "memory");
+    const int row = static_cast<int>(threadIdx.x) - kWarps * 32;
+    const auto* const unread = reinterpret_cast<const uint8_t*>(a.group_w);  // a source the zero fills name
+    int local = 0;
+    int64_t item_i = 0;
+    WorkItem item;
+    const uint8_t* row_codes = nullptr;  // the row's codes and shifts in the item's weight (nullptr past n)
+    const uint8_t* row_shifts = nullptr;
+    const auto start_item = [&](int64_t i) {
+      item = item_at<true>(a, walk, i);
+      const int64_t w_row = item.n0 + row;
+      row_codes = w_row < a.n ? a.group_w[item.group] + w_row * (a.k / 2) : nullptr;
+      row_shifts = w_row < a.n ? a.group_w_shift[item.group] + w_row * (a.k / 32) : nullptr;
+    };
+    if (walk.my_items > 0) start_item(0);
+    for (int j = 0; j < my_blocks; ++j) {
+      const int s = j % kE2m1Stages, b = staged_block_at(local, kblocks);
+      if (j >= kE2m1Stages) barrier_wait(sh.empty0 + 8 * s, static_cast<uint32_t>(j / kE2m1Stages - 1) & 1u);
+      const uint32_t stage = sh.smem0 + static_cast<uint32_t>(s * kE2m1StageBytes), full = sh.full0 + 8 * s;
+      const bool valid = row_codes != nullptr;
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        cp_async16(stage + static_cast<uint32_t>(kE2m1Codes + row * kCodesRowBytes + 16 * (c ^ codes_swizzle(row))),
+                   valid ? row_codes + b * kCodesRowBytes + 16 * c : unread, valid);
+      cp_async4(stage + static_cast<uint32_t>(kE2m1Shifts + 4 * row), valid ? row_shifts + 4 * b : unread, valid);
+      cp_async_arrive_on(full);
+      if (row == 0) {
+        barrier_expect_bytes(full, 2 * kOperandBytes + 4 * kGroupedScaleRows);
+        tma_load(stage, x_map, b * 128, static_cast<int>(item.m0), full);
+        tma_load(stage + kOperandBytes, x_map, b * 128 + kBoxK, static_cast<int>(item.m0), full);
+        tma_load(stage + kE2m1Scales, scale_map, static_cast<int>(item.m0 & ~int64_t{3}), b, full);
+      }
+      if (++local == kblocks) {
+        local = 0;
+        if (++item_i < walk.my_items) start_item(item_i);
+      }
+    }
+    cp_async_wait_all();
+    return;
+  }
+
+  const int lane = threadIdx.x % 32, t = lane % 4;
+  // The lane's weight rows of the tile: row0 and row0 + 8.
+  const int row0 = 64 * (threadIdx.x / 128) + 16 * (threadIdx.x / 32 % 4) + lane / 4, row1 = row0 + 8;
+  int j = 0;
+  consume_items<true>(a, walk, [&](float (&blk)[kWgmmaN128Accumulators], float (&q)[kWgmmaN128Accumulators],
+                                   const WorkItem& item, int, float sw) {
+    const int s = j % kE2m1Stages;
+    barrier_wait(sh.full0 + 8 * s, static_cast<uint32_t>(j / kE2m1Stages) & 1u);
+    const uint8_t* stage = sh.smem + s * kE2m1StageBytes;
+    // Group t of each row: words w = 0..3 hold MMA steps 2 w and 2 w + 1.
+    const uint4 codes0 = *reinterpret_cast<const uint4*>(stage + kE2m1Codes + row0 * kCodesRowBytes +
+                                                         16 * (t ^ codes_swizzle(row0)));
+    const uint4 codes1 = *reinterpret_cast<const uint4*>(stage + kE2m1Codes + row1 * kCodesRowBytes +
+                                                         16 * (t ^ codes_swizzle(row1)));
+    const uint32_t scale0 = pow2_f16x2(stage[kE2m1Shifts + 4 * row0 + t]);
+    const uint32_t scale1 = pow2_f16x2(stage[kE2m1Shifts + 4 * row1 + t]);
+    const uint32_t words0[4] = {codes0.x, codes0.y, codes0.z, codes0.w};
+    const uint32_t words1[4] = {codes1.x, codes1.y, codes1.z, codes1.w};
+    const uint32_t x_tile = sh.smem0 + static_cast<uint32_t>(s * kE2m1StageBytes);
+    // Two sets of A registers: step i's are written once step i - 2's MMA is done.
+    uint32_t frag[2][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      if (i >= 2) wgmma_wait<1>();
+      uint32_t(&f)[4] = frag[i % 2];
+      const int slot = 2 * (i % 2);
+      f[0] = e2m1_slot_to_f16x2(words0[i / 2], slot, scale0);
+      f[1] = e2m1_slot_to_f16x2(words1[i / 2], slot, scale1);
+      f[2] = e2m1_slot_to_f16x2(words0[i / 2], slot + 1, scale0);
+      f[3] = e2m1_slot_to_f16x2(words1[i / 2], slot + 1, scale1);
+      wgmma_fence();
+      // Step i's 16 K: box i / 4, 32 bytes a step along its rows (the descriptor moves 16 bytes a unit).
+      wgmma_m64n128k16_f16_a_regs(blk, f, wgmma_descriptor(x_tile + static_cast<uint32_t>((i / 4) * kOperandBytes)) +
+                                              2 * (i % 4));
+      wgmma_commit();
+    }
+    wgmma_wait_all();
+    fence_accumulators(blk);
+    // The box of scales starts at the aligned row at or before the tile's first.
+    add_scaled_block<false>(q, blk, reinterpret_cast<const float*>(stage + kE2m1Scales) + item.m0 % 4, sw, t);
+    barrier_arrive(sh.empty0 + 8 * s);
+    ++j;
+  });
 }
 
 // kConvertBlocks K blocks a CTA: their codes into shared memory in 16-byte chunks (thread i,
@@ -476,12 +533,7 @@ void f16_wgmma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0 || p.k == 0 || (grouped && p.max_tiles == 0)) return;
   const auto k = static_cast<uint64_t>(p.k);
   const CUtensorMap x_map = tensor_map_2d("x16", p.x16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, k, static_cast<uint64_t>(p.m),
-                                          2 * k, kStageK, kTileRows, CU_TENSOR_MAP_SWIZZLE_128B);
-  // Grouped calls convert their e2m1 weights in the kernel; their w map is never read.
-  const CUtensorMap w_map = grouped ? x_map
-                                    : tensor_map_2d("w16", p.w16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, k,
-                                                    static_cast<uint64_t>(p.n), 2 * k, kStageK, kTileRows,
-                                                    CU_TENSOR_MAP_SWIZZLE_128B);
+                                          2 * k, kBoxK, kTileRows, CU_TENSOR_MAP_SWIZZLE_128B);
   const CUtensorMap scale_map =
       tensor_map_2d("x_scale", p.x_scale, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, static_cast<uint64_t>(p.m), k / 128,
                     4 * static_cast<uint64_t>(p.x_scale_ld), grouped ? kGroupedScaleRows : kTileRows, 1,
@@ -506,12 +558,20 @@ void f16_wgmma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   if ((a.m_tiles * a.n_tiles + ctas - 1) / ctas * 2 * a.kblocks > INT32_MAX)
     throw UsageError("fp8_mma_gemm: " + std::to_string(p.m) + " x " + std::to_string(p.n) + " x " +
                      std::to_string(p.k) + " is too large for one f16-wgmma call (split its rows)");
-  const auto launch = [&](auto* kernel, int shared_bytes) {
-    DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes));
-    launch_pdl(kernel, dim3(static_cast<unsigned>(ctas)), kThreads, shared_bytes, stream, w_map, x_map, scale_map, a);
+  const auto set_shared = [](auto* kernel, int bytes) {
+    DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    return bytes;
   };
-  if (grouped) launch(f16_wgmma_gemm_kernel<true>, F16WgmmaLayout<true>::kSharedBytes);
-  else launch(f16_wgmma_gemm_kernel<false>, F16WgmmaLayout<false>::kSharedBytes);
+  const dim3 grid(static_cast<unsigned>(ctas));
+  if (grouped) {  // the e2m1 weights are converted in the kernel: no w map
+    const int bytes = set_shared(f16_wgmma_e2m1_kernel, shared_bytes(kE2m1Stages, kE2m1StageBytes));
+    launch_pdl(f16_wgmma_e2m1_kernel, grid, kThreads, bytes, stream, x_map, scale_map, a);
+  } else {
+    const CUtensorMap w_map = tensor_map_2d("w16", p.w16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, k, static_cast<uint64_t>(p.n),
+                                            2 * k, kBoxK, kTileRows, CU_TENSOR_MAP_SWIZZLE_128B);
+    const int bytes = set_shared(f16_wgmma_dense_kernel, shared_bytes(kDenseStages, kDenseStageBytes));
+    launch_pdl(f16_wgmma_dense_kernel, grid, kThreads, bytes, stream, w_map, x_map, scale_map, a);
+  }
 }
 
 void e4m3_to_f16_mma_order(const uint8_t* codes, uint16_t* out, int64_t rows, int64_t k, cudaStream_t stream) {

@@ -75,8 +75,8 @@ enum class Fp8MmaKernel : uint8_t {
   // beforehand (e4m3_to_f16_mma_order: x and the weight as fp16 in the MMA steps' K order), which
   // TMA brings into shared memory while the two warpgroups only multiply (f16_wgmma_gemm.cu).
   // Dense e4m3 weights (the caller converts them and sets w16) or grouped e2m1 weights in tiles of
-  // up to 128 rows (the kernel's producer warpgroup converts them as it goes); x16 set, no second
-  // output; only when asked for.
+  // up to 128 rows (the kernel's consumers convert them into their MMAs' A registers); x16 set, no
+  // second output; only when asked for.
   kF16Wgmma,
 };
 

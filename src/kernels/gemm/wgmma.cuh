@@ -59,6 +59,11 @@ __device__ __forceinline__ void fence_async_proxy() { asm volatile("fence.proxy.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Waits until at most `Pending` of the warpgroup's committed WGMMA groups are still running.
+template <int Pending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending) : "memory");
+}
 
 #define DSV4_WGMMA_N128_OUTPUTS                                                                                  \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),    \
@@ -92,6 +97,19 @@ __device__ __forceinline__ void wgmma_m64n128k16_f16(float (&d)[kWgmmaN128Accumu
                "%64, %65, 1, 1, 1, 0, 0;\n"
                : DSV4_WGMMA_N128_OUTPUTS
                : "l"(desc_a), "l"(desc_b));
+}
+
+// d += A (64 x 16 fp16, from registers) x B (128 x 16 fp16, desc_b, K-major)^T. Warp w of the
+// warpgroup gives rows 16 w .. 16 w + 15 of A in mma.sync.m16n8k16's fragment layout: lane (g, t)
+// holds a[0] = (row g, columns 2t, 2t + 1), a[1] = (g + 8, 2t..), a[2] = (g, 2t + 8..), a[3] =
+// (g + 8, 2t + 8..), low column in the low half. The registers must keep their values until a
+// wgmma_wait shows the MMA done.
+__device__ __forceinline__ void wgmma_m64n128k16_f16_a_regs(float (&d)[kWgmmaN128Accumulators], const uint32_t (&a)[4],
+                                                            uint64_t desc_b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " DSV4_WGMMA_N128_REGISTERS
+               "{%64, %65, %66, %67}, %68, 1, 1, 1, 0;\n"
+               : DSV4_WGMMA_N128_OUTPUTS
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
 }
 
 // d += A (64 x 16 bf16, desc_a) x B (32 x 16 bf16, desc_b)^T, both K-major.
