@@ -43,13 +43,13 @@
 // (K position 16 s + 2 t + (i % 2) + 8 (i / 2) holds input 32 t + 4 s + i, fp8_mma_gemm.h), which
 // are slots 2 (s % 2) and 2 (s % 2) + 1 of word s / 2 of the row's group t in e2m1_mma_order's
 // layout: one 16-byte load a row gives a lane its whole block. A stage is a whole K block: x (two
-// 64-K TMA boxes), its scales (TMA), and the 128 weight rows' e2m1 codes and shifts, which the
-// producer warpgroup's thread `row` copies with cp.async and announces on the stage's full barrier
-// as they land. Session 22's kernel converted in the producer warpgroup into an fp16 w tile; ncu
-// (session 24) showed those 128 threads, one warp a scheduler, bounding it while the consumers
-// waited for their tiles. x's scales: a tile starts at any row, and a TMA box must start 16 bytes
-// into a row of scales (an unaligned start is an illegal instruction), so the box starts up to 3
-// rows early and holds 4 more.
+// 64-K TMA boxes), the 128 weight rows' e2m1 codes and shifts, which the producer warpgroup's
+// thread `row` copies with cp.async and announces on the stage's full barrier as they land, and
+// the block's scale factors of the 128 x rows (weight scale x x scale, the product the consumers'
+// fmaf takes), which thread `row` computes for x row `row`. Session 22's kernel converted in the
+// producer warpgroup into an fp16 w tile; ncu (session 24) showed those 128 threads, one warp a
+// scheduler, bounding it while the consumers waited for their tiles. The factors come multiplied
+// so that the consumers' per-block work is the fmaf alone (no global load of the weight scale).
 #include "kernels/gemm/f16_wgmma_gemm.h"
 
 #include <cuda.h>
@@ -84,23 +84,20 @@ constexpr int kDenseStages = 6;
 constexpr int kDenseScaleBytes = kTileRows * 4;
 constexpr int kDenseStageBytes = 2 * kOperandBytes + 1024;
 
-// E2M1: a stage is a K block, [x (two boxes)][codes][shifts][x scales], 1024-aligned. A grouped
-// tile starts at any x row, and the TMA box of its x scales at the multiple of 4 rows (16 bytes)
-// at or before it, so the box holds 4 rows more.
+// E2M1: a stage is a K block, [x (two boxes)][codes][shifts][the block's scale factors of the 128
+// x rows], 1024-aligned.
 constexpr int kE2m1Stages = 5;
-constexpr int kGroupedScaleRows = kTileRows + 4;
 constexpr int kCodesRowBytes = 64;  // a weight row's e2m1 codes of a K block: groups t = 0..3 of 16 bytes
 constexpr int kE2m1Codes = 2 * kOperandBytes;
 constexpr int kE2m1Shifts = kE2m1Codes + kTileRows * kCodesRowBytes;
-constexpr int kE2m1Scales = kE2m1Shifts + kTileRows * 4;
-constexpr int kE2m1StageBytes = (kE2m1Scales + 4 * kGroupedScaleRows + 1023) / 1024 * 1024;
+constexpr int kE2m1Factors = kE2m1Shifts + kTileRows * 4;
+constexpr int kE2m1StageBytes = (kE2m1Factors + 4 * kTileRows + 1023) / 1024 * 1024;
 
 // Shared memory: the stages, then the full and empty barriers, + 1024 for the alignment.
 constexpr int shared_bytes(int stages, int stage_bytes) { return 1024 + stages * stage_bytes + 2 * stages * 8; }
 static_assert(shared_bytes(kDenseStages, kDenseStageBytes) <= 227 * 1024 &&
                   shared_bytes(kE2m1Stages, kE2m1StageBytes) <= 227 * 1024,
               "f16_wgmma_gemm's shared memory exceeds Hopper's 227 KiB");
-static_assert(kE2m1Scales % 128 == 0, "a TMA destination must be 128-byte aligned");
 
 // setmaxnreg's registers a thread: the producer warpgroup gives up what the consumers take. A CTA
 // holds kThreads x 168 registers (ptxas's cap for 384 threads), and a setmaxnreg.inc that asks for
@@ -122,7 +119,10 @@ struct F16WgmmaArgs {
   int64_t m_tiles = 0;  // dense: x tiles of 128 rows; grouped: read from *tile_count
   int64_t n_tiles = 0;
   int kblocks = 0;
-  // Grouped (E2M1 kernel): tile t covers tiles[t] with group tiles[t].group's e2m1 weight.
+  // Grouped (E2M1 kernel): tile t covers tiles[t] with group tiles[t].group's e2m1 weight; x's
+  // scales are read by the producers (the dense kernel's come by TMA).
+  const float* x_scale = nullptr;
+  int64_t x_scale_ld = 0;
   const Fp8MmaTile* tiles = nullptr;
   const int32_t* tile_count = nullptr;
   const uint8_t* const* group_w = nullptr;
@@ -236,9 +236,9 @@ __device__ __forceinline__ void init_barriers(const SharedStages& s, int stages,
 
 // The consumers' walk over the CTA's items: per item, four passes over its K blocks b = pass,
 // pass + 4, ... (staged_tiles.cuh's order, which the producers' copies follow);
-// block_sums(blk, q, item, b, sw) computes block b's sums into blk (zeroed and fenced) and adds
-// them, scaled by sw and x's scales, into the pass's lane sums q; the passes' sums add in order,
-// and the item's outputs are stored.
+// block_sums(blk, q, item, b) computes block b's sums into blk (zeroed and fenced) and adds them,
+// scaled by the block's weight scale and x's scales, into the pass's lane sums q; the passes' sums
+// add in order, and the item's outputs are stored.
 template <bool kGrouped, class BlockSums>
 __device__ __forceinline__ void consume_items(const F16WgmmaArgs& a, const ItemWalk& walk, BlockSums&& block_sums) {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters) : "memory");
@@ -246,18 +246,15 @@ __device__ __forceinline__ void consume_items(const F16WgmmaArgs& a, const ItemW
   const int wg = warp / 4, warp_in_group = warp % 4, g = lane / 4, t = lane % 4;
   for (int64_t i = 0; i < walk.my_items; ++i) {
     const WorkItem item = item_at<kGrouped>(a, walk, i);
-    const float* sw_row = (kGrouped ? a.group_w_scale[item.group] : a.w_scale) + (item.n0 / kTileRows) * a.w_scale_ld;
     float sum[kWgmmaN128Accumulators], q[kWgmmaN128Accumulators], blk[kWgmmaN128Accumulators];
     for (int pass = 0; pass < 4; ++pass) {
 #pragma unroll
       for (float& v : q) v = 0.0f;
       for (int b = pass; b < a.kblocks; b += 4) {
-        // E2M1: the A operand holds the cast's values times 2^-14, exactly; the scale takes it back.
-        const float sw = kGrouped ? __ldg(sw_row + b) * kE2M1ScaleBack : __ldg(sw_row + b);
 #pragma unroll
         for (float& v : blk) v = 0.0f;
         fence_accumulators(blk);
-        block_sums(blk, q, item, b, sw);
+        block_sums(blk, q, item, b);
       }
 #pragma unroll
       for (int r = 0; r < kWgmmaN128Accumulators; ++r) sum[r] = pass == 0 ? q[r] : __fadd_rn(sum[r], q[r]);
@@ -313,7 +310,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = threadIdx.x / 128, t = threadIdx.x % 4;
   int step = 0;
   consume_items<false>(a, walk, [&](float (&blk)[kWgmmaN128Accumulators], float (&q)[kWgmmaN128Accumulators],
-                                    const WorkItem&, int, float sw) {
+                                    const WorkItem& item, int b) {
+    const float sw = __ldg(a.w_scale + (item.n0 / kTileRows) * a.w_scale_ld + b);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int s = (step + half) % kDenseStages;
@@ -347,17 +345,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 __device__ __forceinline__ int codes_swizzle(int row) { return (row / 2) % 4; }
 
 __global__ void __launch_bounds__(kThreads, 1)
-    f16_wgmma_e2m1_kernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap scale_map,
-                          const F16WgmmaArgs a) {
+    f16_wgmma_e2m1_kernel(const __grid_constant__ CUtensorMap x_map, const F16WgmmaArgs a) {
   pdl_wait();
   extern __shared__ uint8_t f16_wgmma_smem_raw[];
   const SharedStages sh = shared_stages(f16_wgmma_smem_raw, kE2m1Stages, kE2m1StageBytes);
   const ItemWalk walk = item_walk(a, true);
   const int kblocks = a.kblocks;
   const int my_blocks = static_cast<int>(walk.my_items * kblocks);  // the host keeps it under 2^31
-  // The full barriers: the TMA copies' arrival and each weight row's copier's.
-  // Empty ones: every consumer thread's, each having read its weight rows' codes.
-  init_barriers(sh, kE2m1Stages, 1 + kTileRows, kWarps * 32);
+  // The full barriers: the TMA copy's arrival and two of each producer thread (its row's codes
+  // landed, its x row's factor stored). Empty ones: every consumer thread's, each having read its
+  // weight rows' codes.
+  init_barriers(sh, kE2m1Stages, 1 + 2 * kTileRows, kWarps * 32);
 
   if (threadIdx.x >= kWarps * 32) {  // the producer warpgroup: thread `row` copies weight row `row`
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters) : "memory");
@@ -368,15 +366,24 @@ __global__ void __launch_bounds__(kThreads, 1)
     WorkItem item;
     const uint8_t* row_codes = nullptr;  // the row's codes and shifts in the item's weight (nullptr past n)
     const uint8_t* row_shifts = nullptr;
+    const float* w_scales = nullptr;  // the item's weight scales of its 128 rows, a K block each
+    const float* x_scales = nullptr;  // x row item.m0 + row's scales, x_scale_ld apart (nullptr past the tile)
     const auto start_item = [&](int64_t i) {
       item = item_at<true>(a, walk, i);
       const int64_t w_row = item.n0 + row;
       row_codes = w_row < a.n ? a.group_w[item.group] + w_row * (a.k / 2) : nullptr;
       row_shifts = w_row < a.n ? a.group_w_shift[item.group] + w_row * (a.k / 32) : nullptr;
+      w_scales = a.group_w_scale[item.group] + (item.n0 / kTileRows) * a.w_scale_ld;
+      x_scales = row < item.rows ? a.x_scale + item.m0 + row : nullptr;
     };
     if (walk.my_items > 0) start_item(0);
     for (int j = 0; j < my_blocks; ++j) {
       const int s = j % kE2m1Stages, b = staged_block_at(local, kblocks);
+      // x row item.m0 + row's factor of the block, sw x sx as the consumers would multiply them (the
+      // A operand holds the cast's values times 2^-14, exactly; sw takes it back); the loads are
+      // issued before the wait for the stage.
+      const float sw = __ldg(w_scales + b) * kE2M1ScaleBack;
+      const float sx = x_scales != nullptr ? __ldg(x_scales + b * a.x_scale_ld) : 0.0f;
       if (j >= kE2m1Stages) barrier_wait(sh.empty0 + 8 * s, static_cast<uint32_t>(j / kE2m1Stages - 1) & 1u);
       const uint32_t stage = sh.smem0 + static_cast<uint32_t>(s * kE2m1StageBytes), full = sh.full0 + 8 * s;
       const bool valid = row_codes != nullptr;
@@ -386,11 +393,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                    valid ? row_codes + b * kCodesRowBytes + 16 * c : unread, valid);
       cp_async4(stage + static_cast<uint32_t>(kE2m1Shifts + 4 * row), valid ? row_shifts + 4 * b : unread, valid);
       cp_async_arrive_on(full);
+      reinterpret_cast<float*>(sh.smem + s * kE2m1StageBytes + kE2m1Factors)[row] = sw * sx;
+      barrier_arrive(full);
       if (row == 0) {
-        barrier_expect_bytes(full, 2 * kOperandBytes + 4 * kGroupedScaleRows);
+        barrier_expect_bytes(full, 2 * kOperandBytes);
         tma_load(stage, x_map, b * 128, static_cast<int>(item.m0), full);
         tma_load(stage + kOperandBytes, x_map, b * 128 + kBoxK, static_cast<int>(item.m0), full);
-        tma_load(stage + kE2m1Scales, scale_map, static_cast<int>(item.m0 & ~int64_t{3}), b, full);
       }
       if (++local == kblocks) {
         local = 0;
@@ -406,7 +414,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int row0 = 64 * (threadIdx.x / 128) + 16 * (threadIdx.x / 32 % 4) + lane / 4, row1 = row0 + 8;
   int j = 0;
   consume_items<true>(a, walk, [&](float (&blk)[kWgmmaN128Accumulators], float (&q)[kWgmmaN128Accumulators],
-                                   const WorkItem& item, int, float sw) {
+                                   const WorkItem&, int) {
     const int s = j % kE2m1Stages;
     barrier_wait(sh.full0 + 8 * s, static_cast<uint32_t>(j / kE2m1Stages) & 1u);
     const uint8_t* stage = sh.smem + s * kE2m1StageBytes;
@@ -433,14 +441,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       f[3] = e2m1_slot_to_f16x2(words1[i / 2], slot + 1, scale1);
       wgmma_fence();
       // Step i's 16 K: box i / 4, 32 bytes a step along its rows (the descriptor moves 16 bytes a unit).
-      wgmma_m64n128k16_f16_a_regs(blk, f, wgmma_descriptor(x_tile + static_cast<uint32_t>((i / 4) * kOperandBytes)) +
-                                              2 * (i % 4));
+      const uint64_t desc_x = wgmma_descriptor(x_tile + static_cast<uint32_t>((i / 4) * kOperandBytes)) + 2 * (i % 4);
+      wgmma_m64n128k16_f16_a_regs(blk, f, desc_x);
       wgmma_commit();
     }
     wgmma_wait_all();
     fence_accumulators(blk);
-    // The box of scales starts at the aligned row at or before the tile's first.
-    add_scaled_block<false>(q, blk, reinterpret_cast<const float*>(stage + kE2m1Scales) + item.m0 % 4, sw, t);
+    add_scaled_block_factors(q, blk, reinterpret_cast<const float*>(stage + kE2m1Factors), t);
     barrier_arrive(sh.empty0 + 8 * s);
     ++j;
   });
@@ -534,10 +541,6 @@ void f16_wgmma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   const auto k = static_cast<uint64_t>(p.k);
   const CUtensorMap x_map = tensor_map_2d("x16", p.x16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, k, static_cast<uint64_t>(p.m),
                                           2 * k, kBoxK, kTileRows, CU_TENSOR_MAP_SWIZZLE_128B);
-  const CUtensorMap scale_map =
-      tensor_map_2d("x_scale", p.x_scale, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, static_cast<uint64_t>(p.m), k / 128,
-                    4 * static_cast<uint64_t>(p.x_scale_ld), grouped ? kGroupedScaleRows : kTileRows, 1,
-                    CU_TENSOR_MAP_SWIZZLE_NONE);
   F16WgmmaArgs a;
   a.w_scale = p.w_scale;
   a.w_scale_ld = p.w_scale_ld;
@@ -549,6 +552,8 @@ void f16_wgmma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   a.m_tiles = grouped ? p.max_tiles : (p.m + kTileRows - 1) / kTileRows;  // grouped: the most there may be
   a.n_tiles = (p.n + kTileRows - 1) / kTileRows;
   a.kblocks = static_cast<int>(p.k / 128);
+  a.x_scale = p.x_scale;
+  a.x_scale_ld = p.x_scale_ld;
   a.tiles = p.tiles;
   a.tile_count = p.tile_count;
   a.group_w = p.group_w;
@@ -565,8 +570,12 @@ void f16_wgmma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(ctas));
   if (grouped) {  // the e2m1 weights are converted in the kernel: no w map
     const int bytes = set_shared(f16_wgmma_e2m1_kernel, shared_bytes(kE2m1Stages, kE2m1StageBytes));
-    launch_pdl(f16_wgmma_e2m1_kernel, grid, kThreads, bytes, stream, x_map, scale_map, a);
+    launch_pdl(f16_wgmma_e2m1_kernel, grid, kThreads, bytes, stream, x_map, a);
   } else {
+    const CUtensorMap scale_map = tensor_map_2d("x_scale", p.x_scale, CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+                                                static_cast<uint64_t>(p.m), k / 128,
+                                                4 * static_cast<uint64_t>(p.x_scale_ld), kTileRows, 1,
+                                                CU_TENSOR_MAP_SWIZZLE_NONE);
     const CUtensorMap w_map = tensor_map_2d("w16", p.w16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, k, static_cast<uint64_t>(p.n),
                                             2 * k, kBoxK, kTileRows, CU_TENSOR_MAP_SWIZZLE_128B);
     const int bytes = set_shared(f16_wgmma_dense_kernel, shared_bytes(kDenseStages, kDenseStageBytes));

@@ -157,23 +157,37 @@ __device__ __forceinline__ void wgmma_m64n256k16_bf16_mn_b(float (&d)[128], uint
 }
 
 // Adds a K block's sums blk (an m64n128 accumulator: columns are x rows) into the lane sums q of
-// fp8_mma_gemm.h's summation order: q = fmaf(blk, sw * sx[column], q), sw the block's weight scale
-// and sx (shared memory) its 128 x scales, read in pairs where kPairs (sx 8-byte aligned); t is
-// the lane's lane % 4.
-template <bool kPairs = true>
+// fp8_mma_gemm.h's summation order: q = fmaf(blk, f, q), f the factor of blk's column, which
+// factor_pair(j) gives for columns 8 j + 2 t and 8 j + 2 t + 1 (t the lane's lane % 4).
+template <class FactorPair>
+__device__ __forceinline__ void add_block_times(float (&q)[kWgmmaN128Accumulators],
+                                                const float (&blk)[kWgmmaN128Accumulators], FactorPair&& factor_pair) {
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const float2 f = factor_pair(j);
+    q[4 * j + 0] = fmaf(blk[4 * j + 0], f.x, q[4 * j + 0]);
+    q[4 * j + 1] = fmaf(blk[4 * j + 1], f.y, q[4 * j + 1]);
+    q[4 * j + 2] = fmaf(blk[4 * j + 2], f.x, q[4 * j + 2]);
+    q[4 * j + 3] = fmaf(blk[4 * j + 3], f.y, q[4 * j + 3]);
+  }
+}
+
+// The factors sw * sx[column]: sw the block's weight scale and sx (shared memory, 8-byte aligned)
+// its 128 x scales.
 __device__ __forceinline__ void add_scaled_block(float (&q)[kWgmmaN128Accumulators],
                                                  const float (&blk)[kWgmmaN128Accumulators], const float* sx, float sw,
                                                  int t) {
-#pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    const float* pair = sx + 8 * j + 2 * t;
-    const float2 sx01 = kPairs ? *reinterpret_cast<const float2*>(pair) : make_float2(pair[0], pair[1]);
-    const float s0 = sw * sx01.x, s1 = sw * sx01.y;
-    q[4 * j + 0] = fmaf(blk[4 * j + 0], s0, q[4 * j + 0]);
-    q[4 * j + 1] = fmaf(blk[4 * j + 1], s1, q[4 * j + 1]);
-    q[4 * j + 2] = fmaf(blk[4 * j + 2], s0, q[4 * j + 2]);
-    q[4 * j + 3] = fmaf(blk[4 * j + 3], s1, q[4 * j + 3]);
-  }
+  add_block_times(q, blk, [&](int j) {
+    const float2 sx01 = *reinterpret_cast<const float2*>(sx + 8 * j + 2 * t);
+    return make_float2(sw * sx01.x, sw * sx01.y);
+  });
+}
+
+// The factors already multiplied (shared memory, 8-byte aligned: factors[c] for column c).
+__device__ __forceinline__ void add_scaled_block_factors(float (&q)[kWgmmaN128Accumulators],
+                                                         const float (&blk)[kWgmmaN128Accumulators],
+                                                         const float* factors, int t) {
+  add_block_times(q, blk, [&](int j) { return *reinterpret_cast<const float2*>(factors + 8 * j + 2 * t); });
 }
 
 #undef DSV4_WGMMA_N128_OUTPUTS
