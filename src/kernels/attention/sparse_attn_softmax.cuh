@@ -51,6 +51,38 @@ __device__ __forceinline__ int64_t split_count(int64_t entries) {
   return ((entries + kTile - 1) / kTile + kTilesPerSplit - 1) / kTilesPerSplit;
 }
 
+// A CTA's batch token: its sequence, position, entry count and the splits those make.
+struct TokenSplits {
+  SparseAttnSeq seq;
+  int64_t pos, entries, splits;
+};
+
+__device__ __forceinline__ TokenSplits token_splits(const SparseAttnRowsParams& p, int64_t token) {
+  const SparseAttnSeq seq = p.seqs[p.seq_of_token[token]];
+  const int64_t pos = p.positions[token];
+  const int64_t entries = entry_count(p, pos);
+  return {seq, pos, entries, split_count(entries)};
+}
+
+// The end of the split's tiles [tile_begin, end) of a token's `entries`, the split starting at
+// tile_begin = split * kTilesPerSplit.
+__device__ __forceinline__ int64_t split_tile_end(int64_t entries, int64_t tile_begin) {
+  const int64_t tiles = (entries + kTile - 1) / kTile;
+  return tile_begin + kTilesPerSplit < tiles ? tile_begin + kTilesPerSplit : tiles;
+}
+
+// The rows of the split's entries from tile `tile_begin` on, for the tiles' copies: row_of[e] for
+// entry tile_begin * kTile + e, nullptr where it is missing or invalid (thread tid of kThreads).
+template <int kThreads>
+__device__ __forceinline__ void find_entry_rows(const SparseAttnRowsParams& p, const TokenSplits& ts, int64_t token,
+                                                int64_t tile_begin, int tid, const uint16_t** row_of) {
+  for (int e = tid; e < kTilesPerSplit * kTile; e += kThreads) {
+    const int64_t entry = tile_begin * kTile + e;
+    const EntrySource src = entry < ts.entries ? entry_source(p, ts.seq, token, ts.pos, entry) : EntrySource{};
+    row_of[e] = src.valid ? static_cast<const uint16_t*>(src.rows.data) + src.row * kD : nullptr;
+  }
+}
+
 // The two warps of a pair (64 threads) meet; barrier 0 stays __syncthreads'.
 __device__ __forceinline__ void pair_barrier(int pair) {
   asm volatile("bar.sync %0, 64;\n" ::"r"(pair + 1) : "memory");

@@ -57,14 +57,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAt
   const CtaWork work = cta_work(ws);
   const int64_t i = work.token;  // the batch token
   const int64_t head0 = static_cast<int64_t>(blockIdx.y) * kHeads;
-  const SparseAttnSeq seq = p.seqs[p.seq_of_token[i]];
-  const int64_t pos = p.positions[i];
-  const int64_t entries = entry_count(p, pos);
-  const int64_t splits = split_count(entries);
+  const TokenSplits ts = token_splits(p, i);
+  const int64_t splits = ts.splits;
   if (work.split >= splits) return;  // the whole CTA: this token has fewer splits than the batch's most
-  const int64_t tiles = (entries + kTile - 1) / kTile;
-  const int64_t tile_begin = work.split * kTilesPerSplit;
-  const int64_t tile_end = tile_begin + kTilesPerSplit < tiles ? tile_begin + kTilesPerSplit : tiles;
+  const int64_t tile_begin = work.split * kTilesPerSplit, tile_end = split_tile_end(ts.entries, tile_begin);
 
   // The 64 heads' queries (zeros past the last head), in the first cp.async group with tile 0.
   const auto* q = static_cast<const uint16_t*>(p.q.data);
@@ -74,11 +70,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAt
     if (head0 + h < p.heads) cp_async16(dst, q + (i * p.heads + head0 + h) * kD + chunk * 8);
     else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
   }
-  for (int e = tid; e < kTilesPerSplit * kTile; e += kThreads) {
-    const int64_t entry = tile_begin * kTile + e;
-    const EntrySource src = entry < entries ? entry_source(p, seq, i, pos, entry) : EntrySource{};
-    sm.row_of[e] = src.valid ? static_cast<const uint16_t*>(src.rows.data) + src.row * kD : nullptr;
-  }
+  find_entry_rows<kThreads>(p, ts, i, tile_begin, tid, sm.row_of);
   __syncthreads();
   // Thread tid copies chunk tid%64 of entries tid/64, tid/64 + 4, ... (a warp: half a row, 8
   // lanes a 128-byte swizzled row segment); missing entries are zeros.

@@ -516,9 +516,10 @@ __device__ void stream_sum_into(const HcPreFinishParams& f, int64_t t, const flo
 // load each, from L2: other blocks wrote them); warp 0 computes post and comb, the other warps pre,
 // y (ys, rounded to y's type as hc_pre_finish stores it) and its norm.
 // The weights come first: they are no kernel's output, so their loads (scale and base for both
-// chains, the norm's weight copied into shared memory `staged_weight` where its rows allow, by
-// cp.async) go out before the partials' and arrive while the block waits for those (loaded where
-// they were used, they added their latency to both chains: PERF.md session 24).
+// chains, the norm's weight copied into shared memory `staged_weight` by cp.async where the host
+// found its rows fit that, else nullptr) go out before the partials' and arrive while the block
+// waits for those (loaded where they were used, they added their latency to both chains: PERF.md
+// session 24).
 __device__ void finish_token(const HcPreFusedParams& p, int64_t t, float* ys, void* staged_weight, float* scratch,
                              float* pre, float* part) {
   const HcPreFinishParams& f = p.finish;
@@ -531,11 +532,8 @@ __device__ void finish_token(const HcPreFusedParams& p, int64_t t, float* ys, vo
     pre_scale = load_float(f.scale, 0);
     pre_base = load_float(f.base, y_thread);
   }
-  const int64_t weight_bytes = f.dim * (p.y_norm.bf16 ? 2 : 4);
-  const bool stage = p.y_norm.data != nullptr && reinterpret_cast<uintptr_t>(p.y_norm.data) % 16 == 0 &&
-                     weight_bytes % 16 == 0 && f.dim % 4 == 0;
-  if (stage && y_thread >= 0)
-    for (int64_t c = y_thread; c < weight_bytes / 16; c += kFinishYThreads)
+  if (staged_weight != nullptr && y_thread >= 0)
+    for (int64_t c = y_thread; c < f.dim * (p.y_norm.bf16 ? 2 : 4) / 16; c += kFinishYThreads)
       cp_async16(static_cast<char*>(staged_weight) + 16 * c, static_cast<const char*>(p.y_norm.data) + 16 * c);
   const int64_t token_floats = kHcChunks * ((2 + f.n) * f.n + 1);
   for (int64_t i = threadIdx.x; i < token_floats; i += blockDim.x) part[i] = __ldcg(token_partials(f, t) + i);
@@ -548,12 +546,12 @@ __device__ void finish_token(const HcPreFusedParams& p, int64_t t, float* ys, vo
   asm volatile("bar.sync 1, %0;" ::"r"(kFinishYThreads) : "memory");
   stream_sum_into(f, t, pre, ys, y_thread, kFinishYThreads);
   asm volatile("bar.sync 1, %0;" ::"r"(kFinishYThreads) : "memory");
-  norm_row_of_ys(p, t, ys, scratch, stage ? FloatPtr{staged_weight, p.y_norm.bf16} : p.y_norm);
+  norm_row_of_ys(p, t, ys, scratch, staged_weight != nullptr ? FloatPtr{staged_weight, p.y_norm.bf16} : p.y_norm);
 }
 
 // Block (t, chunk, mix group), one token a block so that each token's last block finishes it alone.
 template <int kGroup>
-__global__ void __launch_bounds__(kThreads) hc_pre_fused_kernel(HcPreFusedParams p) {
+__global__ void __launch_bounds__(kThreads) hc_pre_fused_kernel(HcPreFusedParams p, bool stage_weight) {
   // The norm's weight is no kernel's output: the first blocks bring it into L2 for the last ones.
   const int64_t weight_lines = (p.finish.dim * (p.y_norm.bf16 ? 2 : 4) + 127) / 128;
   const int64_t line = (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * kThreads + threadIdx.x;
@@ -574,7 +572,7 @@ __global__ void __launch_bounds__(kThreads) hc_pre_fused_kernel(HcPreFusedParams
     }
   }
   pdl_wait();
-  extern __shared__ float ys[];  // [dim], then room for the norm's weight (finish_token)
+  extern __shared__ float ys[];  // [dim], then (stage_weight) the norm's weight (finish_token)
   __shared__ float scratch[32], pre[kHcMaxStreams], part[kHcChunks * (kHcMaxMix + 1)];
   __shared__ bool last;
   mix_partials_block<kGroup, 1>(p.mix);
@@ -584,7 +582,7 @@ __global__ void __launch_bounds__(kThreads) hc_pre_fused_kernel(HcPreFusedParams
   __syncthreads();
   if (!last) return;
   __threadfence();
-  finish_token(p, blockIdx.x, ys, ys + p.finish.dim, scratch, pre, part);
+  finish_token(p, blockIdx.x, ys, stage_weight ? ys + p.finish.dim : nullptr, scratch, pre, part);
   if (threadIdx.x == 0) p.done[blockIdx.x] = 0;  // for the next call
 }
 
@@ -664,9 +662,14 @@ void hc_pre_fused(const HcPreFusedParams& p, cudaStream_t stream) {
     return true;
   }();
   (void)configured;
-  const size_t shared_bytes = static_cast<size_t>(f.dim) * (sizeof(float) + (p.y_norm.bf16 ? 2 : 4));
+  // The norm's weight is staged when its rows are whole 16-byte chunks from a 16-byte boundary
+  // (and land 16-byte aligned after ys).
+  const int64_t weight_bytes = f.dim * (p.y_norm.bf16 ? 2 : 4);
+  const bool stage_weight = p.y_norm.data != nullptr && reinterpret_cast<uintptr_t>(p.y_norm.data) % 16 == 0 &&
+                            weight_bytes % 16 == 0 && f.dim % 4 == 0;
+  const size_t shared_bytes = static_cast<size_t>(f.dim) * sizeof(float) + (stage_weight ? weight_bytes : 0);
   launch_pdl(hc_pre_fused_kernel<2>, dim3(static_cast<unsigned>(f.tokens), kHcChunks, groups), kThreads, shared_bytes,
-             stream, p);
+             stream, p, stage_weight);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
