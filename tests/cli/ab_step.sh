@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/ab_step.sh end to end on the CPU backend with the tiny preset: the same binary as base and
 # new, two rounds, a table row per bench step row with each round's time and the change, each
-# run's JSON kept with --out; bad arguments are refused with the reason.
+# run's JSON kept with --out; two new binaries named new1 and new2, a change each; bad arguments
+# are refused with the reason.
 set -euo pipefail
 dsv4=$1
 script=$2
@@ -21,6 +22,18 @@ for f in base-1 base-2 new-1 new-2; do
   [[ -s "$work/runs/$f.json" && -s "$work/runs/$f.txt" ]] || fail "run $f not kept in --out"
 done
 grep -q "round 2 of 2, new" "$work/err.txt" || fail "progress: $(cat "$work/err.txt")"
+
+bash "$script" --rounds 1 --out "$work/three" "$dsv4" "$dsv4" "$dsv4" -- --model tiny --context 40 --batch 1 \
+  --iters 1 --repeats 1 --threads 2 >"$work/out.txt" 2>"$work/err.txt" || fail "three binaries: $(cat "$work/err.txt")"
+grep -q "new1 ms (each round).*best new1/base.*new2 ms (each round).*best new2/base" "$work/out.txt" ||
+  fail "three binaries' header: $(cat "$work/out.txt")"
+line=$(grep "^decode b=1 " "$work/out.txt") || fail "no decode row: $(cat "$work/out.txt")"
+# One round a binary, and a change for each new one.
+[[ $(echo "$line" | grep -oE '[0-9]+\.[0-9]{3}' | wc -l) -eq 3 ]] || fail "three binaries' row: $line"
+[[ $(echo "$line" | grep -oE '[+-][0-9]+\.[0-9]{2}%' | wc -l) -eq 2 ]] || fail "three binaries' changes: $line"
+for f in base-1 new1-1 new2-1; do
+  [[ -s "$work/three/$f.json" ]] || fail "run $f not kept in --out"
+done
 
 expect_refusal() {  # expect_refusal WHAT PATTERN ARGS...
   local what=$1 pattern=$2
