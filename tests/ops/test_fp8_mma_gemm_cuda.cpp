@@ -1002,7 +1002,9 @@ TEST(Fp8MmaGemmE2m1StagedCuda, F16WgmmaGivesTheFp8CastBitsGrouped) {
     std::vector<int64_t> rows;
     int64_t n, k;
   };
-  const Case cases[] = {{{1, 130, 0, 257, 64, 128}, 264, 1152}, {{192, 181, 0, 205, 1, 320}, 2048, 1024}};
+  const Case cases[] = {{{1, 130, 0, 257, 64, 128}, 264, 1152}, {{192, 181, 0, 205, 1, 320}, 2048, 1024},
+                         // 1 and 3 K blocks: passes without a block
+                         {{64, 3, 200}, 256, 128}, {{130, 0, 70}, 136, 384}};
   for (const Case& c : cases) {
     std::vector<int64_t> begin = {0}, groups;
     for (const int64_t r : c.rows) {
