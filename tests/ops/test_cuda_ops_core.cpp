@@ -751,9 +751,11 @@ void CudaOpsCore::expect_grouped_linear_near_cpu(int64_t T, int64_t G, int64_t R
 // wo_a's geometry (8 groups of 1024 x 4096 FP8) on the bf16 tensor cores: near the CPU, and a
 // token's bits do not depend on how many tokens share the call (chunked prefill == one-shot),
 // whichever kernel and tile shape runs it (streamed up to 16 tokens, staged 32- and 64-token tiles
-// of 64 rows for decode batches, 128 x 128 from 384 tokens on, partial last tiles).
+// of 64 rows for decode batches, 128 x 128 from 384 tokens on, bf16 WGMMA from kF16WgmmaMinRows
+// (the whole call and the 530-row slice), partial last tiles), with fp32 and bf16 outputs.
 TEST_F(CudaOpsCore, GroupedLinearOnTensorCoresAgreesAndGivesTheSameBitsForFewAndManyRows) {
   const int64_t T = 600, G = 8, R = 1024, K = 4096;
+  ASSERT_GE(T, cuda::kF16WgmmaMinRows) << "the whole call should take the WGMMA kernel";
   const auto [codes, scales] = random_fp8(G * R, K);
   const BothWeights w = load_both("wo_a", WeightFormat::kFp8, codes, &scales);
   const Tensor x = random_tensor(DType::kBF16, {T, G, K});
@@ -765,14 +767,19 @@ TEST_F(CudaOpsCore, GroupedLinearOnTensorCoresAgreesAndGivesTheSameBitsForFewAnd
   const Comparison c = compare(want, got, [](int64_t) { return 1.0; });
   std::printf("[measure] grouped_linear wo_a geometry, tensor cores: rel_fro %.3g, max|d| %.3g\n", c.rel_fro, c.max_abs);
   EXPECT_LT(c.rel_fro, 1e-6);
-  const Tensor many = from_gpu(y.gpu);
-  for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{9}, int64_t{17}, int64_t{63}, int64_t{64}, int64_t{130},
-                             int64_t{280}, int64_t{400}}) {
-    const Both few = outputs(DType::kF32, {rows, G, R});
-    gpu_->grouped_linear({slice_rows(ConstTensorView(xs.gpu.view()), 20, 20 + rows), &w.gpu, few.gpu.view()});
-    Tensor part(DType::kF32, {rows, G, R});
-    std::memcpy(part.data<float>(), many.data<float>() + 20 * G * R, part.nbytes());
-    expect_same_bits("grouped_linear, " + std::to_string(rows) + " rows", part, from_gpu(few.gpu));
+  for (const DType dt : {DType::kF32, DType::kBF16}) {
+    const Both all = outputs(dt, {T, G, R});
+    gpu_->grouped_linear({xs.gpu.view(), &w.gpu, all.gpu.view()});
+    const Tensor many = from_gpu(all.gpu);
+    for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{9}, int64_t{17}, int64_t{63}, int64_t{64},
+                               int64_t{130}, int64_t{280}, int64_t{400}, int64_t{530}}) {
+      const Both few = outputs(dt, {rows, G, R});
+      gpu_->grouped_linear({slice_rows(ConstTensorView(xs.gpu.view()), 20, 20 + rows), &w.gpu, few.gpu.view()});
+      Tensor part(dt, {rows, G, R});
+      std::memcpy(part.data<std::byte>(), many.data<std::byte>() + 20 * G * R * dtype_size(dt), part.nbytes());
+      expect_same_bits("grouped_linear, " + dtype_tag(dt) + ", " + std::to_string(rows) + " rows", part,
+                       from_gpu(few.gpu));
+    }
   }
 }
 

@@ -16,6 +16,7 @@
 #include "core/numeric.h"
 #include "kernels/gemm/act_quant.h"
 #include "kernels/gemm/e2m1_layout.h"
+#include "kernels/gemm/f16_wgmma_gemm.h"
 #include "kernels/gemm/fp8_mma_gemm.h"
 #include "loader/weights.h"
 #include "tests/ops/cuda_test_util.h"
@@ -540,6 +541,38 @@ TEST(E4m3ToF16MmaOrder, PlacesEveryCodeAtItsStepSlot) {
           const float want = e4m3_to_float(code);
           if (std::isnan(want)) ASSERT_TRUE(std::isnan(got)) << "code 0x" << std::hex << int{code};
           else ASSERT_EQ(got, want) << "block " << block << " t " << t << " s " << s << " i " << i;
+        }
+}
+
+// bf16_to_mma_order and e4m3_to_bf16_mma_order: the same positions, holding the bf16 value's bits
+// as they were, and each code's value exactly as bf16.
+TEST(ToBf16MmaOrder, PlacesEveryValueAtItsStepSlot) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const int64_t rows = 3, k = 384, n = rows * k;
+  std::vector<uint16_t> x(static_cast<size_t>(n));
+  std::vector<uint8_t> codes(static_cast<size_t>(n));
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = static_cast<uint16_t>(i * 40503u + 17);
+    codes[i] = static_cast<uint8_t>((i * 97 + i / 256) % 256);
+  }
+  DeviceBuffer<uint16_t> dx(x.size()), dx_out(x.size()), dw_out(x.size());
+  DeviceBuffer<uint8_t> dcodes(codes.size());
+  dx.upload(x);
+  dcodes.upload(codes);
+  kernels::bf16_to_mma_order(dx.get(), dx_out.get(), rows, k, nullptr);
+  kernels::e4m3_to_bf16_mma_order(dcodes.get(), dw_out.get(), rows, k, nullptr);
+  DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<uint16_t> x_out = dx_out.download(), w_out = dw_out.download();
+  for (int64_t block = 0; block < n / 128; ++block)
+    for (int t = 0; t < 4; ++t)
+      for (int s = 0; s < 8; ++s)
+        for (int i = 0; i < 4; ++i) {
+          const auto from = static_cast<size_t>(block * 128 + 32 * t + 4 * s + i);
+          const auto to = static_cast<size_t>(block * 128 + 16 * s + 2 * t + i % 2 + 8 * (i / 2));
+          ASSERT_EQ(x_out[to], x[from]) << "bf16: block " << block << " t " << t << " s " << s << " i " << i;
+          const float got = bf16_to_float(w_out[to]), want = e4m3_to_float(codes[from]);
+          if (std::isnan(want)) ASSERT_TRUE(std::isnan(got)) << "code 0x" << std::hex << int{codes[from]};
+          else ASSERT_EQ(got, want) << "e4m3: block " << block << " t " << t << " s " << s << " i " << i;
         }
 }
 

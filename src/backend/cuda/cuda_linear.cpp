@@ -10,7 +10,8 @@
 // weights in exact-math mode (ActQuant::kNone: the e4m3 codes times their pow2 scales, dequantised
 // exactly on the fly, so no fp32 copy of the weight is kept). The grouped wo_a with bf16
 // activations and FP8 weights takes kernels::grouped_bf16_fp8_gemm (bf16 tensor cores, fp32 sums)
-// unless fp8_gemm is kSimple. The tensor-core paths also need a bf16 x and K a multiple of 128
+// unless fp8_gemm is kSimple; by default its prefill-sized calls take the same bits on bf16 WGMMAs
+// (kernels::grouped_bf16_wgmma_gemm, x and the weight re-laid in the MMA steps' K order first). The tensor-core paths also need a bf16 x and K a multiple of 128
 // (cuBLASLt: a bf16 y and N a multiple of 8); other FP8-quantised linears quantise x to fp32 values
 // in scratch and use simple_gemm.
 #include <memory>
@@ -22,6 +23,7 @@
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/gemm/act_quant.h"
 #include "kernels/gemm/bf16_mma_gemm.h"
+#include "kernels/gemm/f16_wgmma_gemm.h"
 #include "kernels/gemm/fp8_mma_gemm.h"
 #include "kernels/gemm/grouped_bf16_fp8_gemm.h"
 #include "kernels/gemm/simple_gemm.h"
@@ -196,9 +198,17 @@ void CudaOps::grouped_linear(const GroupedLinearParams& p) {
   // the FP8 linears were asked to run on CUDA cores.
   if (options_.fp8_gemm != Fp8Gemm::kSimple && w.type == kernels::GemmWeight::kE4M3 &&
       p.x.dtype() == DType::kBF16 && aligned16(p.x.bytes()) && kernels::grouped_bf16_fp8_gemm_supports(R, K)) {
-    kernels::grouped_bf16_fp8_gemm({p.x.data<uint16_t>(), static_cast<const uint8_t*>(w.data), w.scale, w.scale_ld,
-                                    float_ptr(p.y), T, G, R, K},
-                                   stream_);
+    const kernels::GroupedBf16Fp8GemmParams g{p.x.data<uint16_t>(), static_cast<const uint8_t*>(w.data), w.scale,
+                                              w.scale_ld, float_ptr(p.y), T, G, R, K};
+    if (options_.fp8_gemm == Fp8Gemm::kFp16Mma && T >= kF16WgmmaMinRows && kernels::grouped_bf16_wgmma_takes(g)) {
+      const StreamBuffer x_mma(static_cast<size_t>(T * G * K) * sizeof(uint16_t), stream_, arena());
+      const StreamBuffer w_mma(static_cast<size_t>(G * R * K) * sizeof(uint16_t), stream_, arena());
+      kernels::bf16_to_mma_order(g.x, x_mma.get<uint16_t>(), T, G * K, stream_);
+      kernels::e4m3_to_bf16_mma_order(g.w, w_mma.get<uint16_t>(), G * R, K, stream_);
+      kernels::grouped_bf16_wgmma_gemm(g, x_mma.get<uint16_t>(), w_mma.get<uint16_t>(), stream_);
+      return;
+    }
+    kernels::grouped_bf16_fp8_gemm(g, stream_);
     return;
   }
   kernels::SimpleGemmParams g{float_ptr(p.x), G * K, w.data, w.type, w.scale, w.scale_ld, float_ptr(p.y), G * R,

@@ -128,6 +128,9 @@ struct F16WgmmaArgs {
   const uint8_t* const* group_w = nullptr;
   const uint8_t* const* group_w_shift = nullptr;
   const float* const* group_w_scale = nullptr;
+  // Grouped dense rows (wo_a): the weight rows of a group; x's columns for weight row n start at
+  // n / group_rows * k (0: one group, x's columns from 0).
+  int64_t group_rows = 0;
 };
 
 // A work item of a CTA: 128 weight rows from n0 against x rows [m0, m0 + rows) (grouped: of one
@@ -271,6 +274,9 @@ __device__ __forceinline__ void consume_items(const F16WgmmaArgs& a, const ItemW
   }
 }
 
+// kBf16: wo_a's operands (bf16 x and the weight's bf16 values, the MMAs bf16, no x scales: the
+// block's factor is its weight scale alone, and scale_map is not read).
+template <bool kBf16>
 __global__ void __launch_bounds__(kThreads, 1)
     f16_wgmma_dense_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                            const __grid_constant__ CUtensorMap scale_map, const F16WgmmaArgs a) {
@@ -290,18 +296,25 @@ __global__ void __launch_bounds__(kThreads, 1)
     int local = 0;
     int64_t item_i = 0;
     WorkItem item = walk.my_items > 0 ? item_at<false>(a, walk, 0) : WorkItem{};
+    // x's first column for the item's weight rows (their group's, for grouped rows).
+    const auto x_column = [&] { return a.group_rows > 0 ? static_cast<int>(item.n0 / a.group_rows * a.k) : 0; };
+    int x_k0 = x_column();
     for (int step = 0; step < my_steps; ++step) {
       const int s = step % kDenseStages, b = staged_block_at(local / 2, kblocks), half = local % 2;
       if (step >= kDenseStages) barrier_wait(sh.empty0 + 8 * s, static_cast<uint32_t>(step / kDenseStages - 1) & 1u);
       const uint32_t stage = sh.smem0 + static_cast<uint32_t>(s * kDenseStageBytes), full = sh.full0 + 8 * s;
       const int k0 = b * 128 + half * kBoxK;
-      barrier_expect_bytes(full, 2 * kOperandBytes + (half == 1 ? kDenseScaleBytes : 0));
+      const bool scales = !kBf16 && half == 1;
+      barrier_expect_bytes(full, 2 * kOperandBytes + (scales ? kDenseScaleBytes : 0));
       tma_load(stage, w_map, k0, static_cast<int>(item.n0), full);
-      tma_load(stage + kOperandBytes, x_map, k0, static_cast<int>(item.m0), full);
-      if (half == 1) tma_load(stage + 2 * kOperandBytes, scale_map, static_cast<int>(item.m0), b, full);
+      tma_load(stage + kOperandBytes, x_map, x_k0 + k0, static_cast<int>(item.m0), full);
+      if (scales) tma_load(stage + 2 * kOperandBytes, scale_map, static_cast<int>(item.m0), b, full);
       if (++local == steps) {
         local = 0;
-        if (++item_i < walk.my_items) item = item_at<false>(a, walk, item_i);
+        if (++item_i < walk.my_items) {
+          item = item_at<false>(a, walk, item_i);
+          x_k0 = x_column();
+        }
       }
     }
     return;
@@ -322,14 +335,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)  // MMA step 4 half + kk: 32 bytes of K, the descriptors move 2 x 16 bytes
-        wgmma_m64n128k16_f16(blk, desc_a + 2 * kk, desc_b + 2 * kk);
+        if constexpr (kBf16) wgmma_m64n128k16_bf16(blk, desc_a + 2 * kk, desc_b + 2 * kk);
+        else wgmma_m64n128k16_f16(blk, desc_a + 2 * kk, desc_b + 2 * kk);
       wgmma_commit();
     }
     wgmma_wait_all();
     fence_accumulators(blk);
     const int scale_stage = (step + 1) % kDenseStages;
-    add_scaled_block(q, blk, reinterpret_cast<const float*>(sh.smem + scale_stage * kDenseStageBytes + 2 * kOperandBytes),
-                     sw, t);
+    if constexpr (kBf16)
+      add_block_times(q, blk, [&](int) { return make_float2(sw, sw); });
+    else
+      add_scaled_block(q, blk, reinterpret_cast<const float*>(sh.smem + scale_stage * kDenseStageBytes + 2 * kOperandBytes),
+                       sw, t);
     __syncwarp();
     if (threadIdx.x % 32 == 0) {
       barrier_arrive(sh.empty0 + 8 * (step % kDenseStages));
@@ -480,6 +497,26 @@ __global__ void __launch_bounds__(kConvertThreads) e4m3_to_f16_mma_order_kernel(
   reinterpret_cast<uint4*>(out + first * 128)[tid] = make_uint4(o[0], o[1], o[2], o[3]);
 }
 
+// bf16 values in the same layout, from bf16 values (x of wo_a) or e4m3 codes (its weight): thread
+// i writes 16-byte output chunk c = i % 16 of block i / 16, which holds inputs 32 t + 4 s +
+// 2 (c % 2) and the one after, s = c / 2, t = 0..3: input pair 16 t + 2 s + c % 2 of the block.
+template <bool kE4m3>
+__global__ void __launch_bounds__(kConvertThreads) to_bf16_mma_order_kernel(const void* src, uint16_t* out,
+                                                                            int64_t blocks) {
+  pdl_wait();
+  const int64_t chunk = static_cast<int64_t>(blockIdx.x) * kConvertThreads + threadIdx.x, block = chunk / 16;
+  if (block >= blocks) return;
+  const int c = static_cast<int>(chunk % 16), pair0 = 2 * (c / 2) + c % 2;
+  uint32_t o[4];
+#pragma unroll
+  for (int t = 0; t < 4; ++t) {
+    const int64_t pair = block * 64 + 16 * t + pair0;
+    if constexpr (kE4m3) o[t] = e4m3x2_to_bf16x2(static_cast<const uint16_t*>(src)[pair]);
+    else o[t] = static_cast<const uint32_t*>(src)[pair];
+  }
+  reinterpret_cast<uint4*>(out)[chunk] = make_uint4(o[0], o[1], o[2], o[3]);
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // The driver's cuTensorMapEncodeTiled, found through the runtime so that nothing links libcuda.
@@ -535,12 +572,52 @@ void check_f16_wgmma_gemm(const Fp8MmaGemmParams& p) {
   if (p.k % 128 != 0) refuse("needs k a multiple of 128 (k=" + std::to_string(p.k) + ")");
 }
 
+namespace {
+
+// The persistent grid for a's items: a CTA an SM at most. `what` names the call in the error for
+// one too large (a CTA's steps must stay under 2^31).
+dim3 persistent_grid(const F16WgmmaArgs& a, const std::string& what) {
+  const int64_t ctas = std::min<int64_t>(a.m_tiles * a.n_tiles, current_device_sm_count());
+  if ((a.m_tiles * a.n_tiles + ctas - 1) / ctas * 2 * a.kblocks > INT32_MAX)
+    throw UsageError(what + ": " + std::to_string(a.m) + " x " + std::to_string(a.n) + " x " + std::to_string(a.k) +
+                     " is too large for one f16-wgmma call (split its rows)");
+  return dim3(static_cast<unsigned>(ctas));
+}
+
+int set_shared(const void* kernel, int bytes) {
+  DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  return bytes;
+}
+
+// The dense kernel over the weight w [a.n, a.k] and x [a.m, x_columns] (16-bit values in the MMA
+// steps' K order; a.group_rows says which columns of x a weight row meets) and, for fp16 operands,
+// x's scales.
+template <bool kBf16>
+void launch_dense(const F16WgmmaArgs& a, const void* w, const void* x, int64_t x_columns, const float* x_scale,
+                  int64_t x_scale_ld, const std::string& what, cudaStream_t stream) {
+  const CUtensorMapDataType type = kBf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const auto k = static_cast<uint64_t>(a.k), xk = static_cast<uint64_t>(x_columns);
+  const CUtensorMap x_map = tensor_map_2d("x16", x, type, xk, static_cast<uint64_t>(a.m), 2 * xk, kBoxK, kTileRows,
+                                          CU_TENSOR_MAP_SWIZZLE_128B);
+  const CUtensorMap w_map = tensor_map_2d("w16", w, type, k, static_cast<uint64_t>(a.n), 2 * k, kBoxK, kTileRows,
+                                          CU_TENSOR_MAP_SWIZZLE_128B);
+  // bf16 operands carry no x scales: the kernel never reads this map.
+  const CUtensorMap scale_map = kBf16 ? CUtensorMap{}
+                                      : tensor_map_2d("x_scale", x_scale, CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+                                                      static_cast<uint64_t>(a.m), k / 128,
+                                                      4 * static_cast<uint64_t>(x_scale_ld), kTileRows, 1,
+                                                      CU_TENSOR_MAP_SWIZZLE_NONE);
+  const int bytes = set_shared(reinterpret_cast<const void*>(f16_wgmma_dense_kernel<kBf16>),
+                               shared_bytes(kDenseStages, kDenseStageBytes));
+  launch_pdl(f16_wgmma_dense_kernel<kBf16>, persistent_grid(a, what), kThreads, bytes, stream, w_map, x_map, scale_map,
+             a);
+}
+
+}  // namespace
+
 void f16_wgmma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   const bool grouped = p.tiles != nullptr;
   if (p.m == 0 || p.n == 0 || p.k == 0 || (grouped && p.max_tiles == 0)) return;
-  const auto k = static_cast<uint64_t>(p.k);
-  const CUtensorMap x_map = tensor_map_2d("x16", p.x16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, k, static_cast<uint64_t>(p.m),
-                                          2 * k, kBoxK, kTileRows, CU_TENSOR_MAP_SWIZZLE_128B);
   F16WgmmaArgs a;
   a.w_scale = p.w_scale;
   a.w_scale_ld = p.w_scale_ld;
@@ -559,28 +636,43 @@ void f16_wgmma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   a.group_w = p.group_w;
   a.group_w_shift = p.group_w_shift;
   a.group_w_scale = p.group_w_scale;
-  const int64_t ctas = std::min<int64_t>(a.m_tiles * a.n_tiles, current_device_sm_count());
-  if ((a.m_tiles * a.n_tiles + ctas - 1) / ctas * 2 * a.kblocks > INT32_MAX)
-    throw UsageError("fp8_mma_gemm: " + std::to_string(p.m) + " x " + std::to_string(p.n) + " x " +
-                     std::to_string(p.k) + " is too large for one f16-wgmma call (split its rows)");
-  const auto set_shared = [](auto* kernel, int bytes) {
-    DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    return bytes;
-  };
-  const dim3 grid(static_cast<unsigned>(ctas));
-  if (grouped) {  // the e2m1 weights are converted in the kernel: no w map
-    const int bytes = set_shared(f16_wgmma_e2m1_kernel, shared_bytes(kE2m1Stages, kE2m1StageBytes));
-    launch_pdl(f16_wgmma_e2m1_kernel, grid, kThreads, bytes, stream, x_map, a);
-  } else {
-    const CUtensorMap scale_map = tensor_map_2d("x_scale", p.x_scale, CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
-                                                static_cast<uint64_t>(p.m), k / 128,
-                                                4 * static_cast<uint64_t>(p.x_scale_ld), kTileRows, 1,
-                                                CU_TENSOR_MAP_SWIZZLE_NONE);
-    const CUtensorMap w_map = tensor_map_2d("w16", p.w16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, k, static_cast<uint64_t>(p.n),
-                                            2 * k, kBoxK, kTileRows, CU_TENSOR_MAP_SWIZZLE_128B);
-    const int bytes = set_shared(f16_wgmma_dense_kernel, shared_bytes(kDenseStages, kDenseStageBytes));
-    launch_pdl(f16_wgmma_dense_kernel, grid, kThreads, bytes, stream, w_map, x_map, scale_map, a);
+  if (!grouped) {
+    launch_dense<false>(a, p.w16, p.x16, p.k, p.x_scale, p.x_scale_ld, "fp8_mma_gemm", stream);
+    return;
   }
+  // The e2m1 weights are converted in the kernel: no w map.
+  const auto k = static_cast<uint64_t>(p.k);
+  const CUtensorMap x_map = tensor_map_2d("x16", p.x16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, k, static_cast<uint64_t>(p.m),
+                                          2 * k, kBoxK, kTileRows, CU_TENSOR_MAP_SWIZZLE_128B);
+  const int bytes = set_shared(reinterpret_cast<const void*>(f16_wgmma_e2m1_kernel),
+                               shared_bytes(kE2m1Stages, kE2m1StageBytes));
+  launch_pdl(f16_wgmma_e2m1_kernel, persistent_grid(a, "fp8_mma_gemm"), kThreads, bytes, stream, x_map, a);
+}
+
+bool grouped_bf16_wgmma_takes(const GroupedBf16Fp8GemmParams& p) {
+  return p.r % kTileRows == 0 && p.k % 128 == 0 && p.tokens > 0 && p.groups > 0;
+}
+
+void grouped_bf16_wgmma_gemm(const GroupedBf16Fp8GemmParams& p, const uint16_t* x_mma, const uint16_t* w_mma,
+                             cudaStream_t stream) {
+  if (!grouped_bf16_wgmma_takes(p))
+    throw UsageError("grouped_bf16_wgmma_gemm: r=" + std::to_string(p.r) + ", k=" + std::to_string(p.k) +
+                     ": r must be a multiple of 128 and k of 128, with tokens and groups");
+  if (!aligned16(x_mma) || !aligned16(w_mma))
+    throw UsageError("grouped_bf16_wgmma_gemm: x_mma and w_mma must be 16-byte aligned");
+  F16WgmmaArgs a;
+  a.w_scale = p.w_scale;
+  a.w_scale_ld = p.w_scale_ld;
+  a.y = p.y;
+  a.ldy = p.groups * p.r;
+  a.m = p.tokens;
+  a.n = p.groups * p.r;
+  a.k = p.k;
+  a.m_tiles = (a.m + kTileRows - 1) / kTileRows;
+  a.n_tiles = a.n / kTileRows;
+  a.kblocks = static_cast<int>(p.k / 128);
+  a.group_rows = p.r;
+  launch_dense<true>(a, w_mma, x_mma, p.groups * p.k, nullptr, 0, "grouped_bf16_wgmma_gemm", stream);
 }
 
 void e4m3_to_f16_mma_order(const uint8_t* codes, uint16_t* out, int64_t rows, int64_t k, cudaStream_t stream) {
@@ -590,6 +682,31 @@ void e4m3_to_f16_mma_order(const uint8_t* codes, uint16_t* out, int64_t rows, in
   if (blocks == 0) return;
   launch_pdl(e4m3_to_f16_mma_order_kernel, dim3(static_cast<unsigned>((blocks + kConvertBlocks - 1) / kConvertBlocks)),
              kConvertThreads, 0, stream, codes, out, blocks);
+}
+
+namespace {
+
+template <bool kE4m3>
+void to_bf16_mma_order(const char* what, const void* src, size_t src_alignment, uint16_t* out, int64_t rows, int64_t k,
+                       cudaStream_t stream) {
+  if (k % 128 != 0) throw UsageError(std::string(what) + ": k=" + std::to_string(k) + " is not a multiple of 128");
+  if (reinterpret_cast<uintptr_t>(src) % src_alignment != 0 || !aligned16(out))
+    throw UsageError(std::string(what) + ": the source must be " + std::to_string(src_alignment) +
+                     "-byte aligned and out 16-byte aligned");
+  const int64_t chunks = rows * (k / 128) * 16;
+  if (chunks == 0) return;
+  launch_pdl(to_bf16_mma_order_kernel<kE4m3>, dim3(static_cast<unsigned>((chunks + kConvertThreads - 1) / kConvertThreads)),
+             kConvertThreads, 0, stream, src, out, chunks / 16);
+}
+
+}  // namespace
+
+void bf16_to_mma_order(const uint16_t* x, uint16_t* out, int64_t rows, int64_t k, cudaStream_t stream) {
+  to_bf16_mma_order<false>("bf16_to_mma_order", x, 4, out, rows, k, stream);
+}
+
+void e4m3_to_bf16_mma_order(const uint8_t* codes, uint16_t* out, int64_t rows, int64_t k, cudaStream_t stream) {
+  to_bf16_mma_order<true>("e4m3_to_bf16_mma_order", codes, 2, out, rows, k, stream);
 }
 
 }  // namespace dsv4::kernels

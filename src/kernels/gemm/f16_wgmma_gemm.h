@@ -1,11 +1,15 @@
 // fp8_mma_gemm's kF16Wgmma kernel (the staged kernel's bits on WGMMA over operands converted to
 // fp16 beforehand, fed by TMA), called by fp8_mma_gemm; e4m3_to_f16_mma_order (fp8_mma_gemm.h)
-// writes its operands.
+// writes its operands. The same dense kernel on bf16 operands takes wo_a at prefill sizes
+// (grouped_bf16_fp8_gemm.h's numerics and bits).
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "kernels/gemm/fp8_mma_gemm.h"
+#include "kernels/gemm/grouped_bf16_fp8_gemm.h"
 
 namespace dsv4::kernels {
 
@@ -15,5 +19,20 @@ void check_f16_wgmma_gemm(const Fp8MmaGemmParams& p);
 // y = the staged kernel's result for p, from p.x16 and p.w16; p must have passed
 // check_f16_wgmma_gemm (fp8_mma_gemm's choice checks it before it calls this).
 void f16_wgmma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream);
+
+// Whether grouped_bf16_wgmma_gemm takes p's shape: r and k multiples of 128.
+bool grouped_bf16_wgmma_takes(const GroupedBf16Fp8GemmParams& p);
+
+// grouped_bf16_fp8_gemm(p) with its bits, on bf16 WGMMAs: x_mma is p.x ([tokens, groups * k])
+// and w_mma p.w's values ([groups * r, k]) as bf16_to_mma_order and e4m3_to_bf16_mma_order write
+// them (p.x and p.w are not read). Both 16-byte aligned.
+void grouped_bf16_wgmma_gemm(const GroupedBf16Fp8GemmParams& p, const uint16_t* x_mma, const uint16_t* w_mma,
+                             cudaStream_t stream);
+
+// The bf16 values of x [rows, k] (4-byte aligned), or of e4m3 codes [rows, k] (2-byte aligned),
+// in e4m3_to_f16_mma_order's K order: position 32 t + 4 s + i of each 128-wide block goes to
+// 16 s + 2 t + (i % 2) + 8 (i / 2). k a multiple of 128; out 16-byte aligned.
+void bf16_to_mma_order(const uint16_t* x, uint16_t* out, int64_t rows, int64_t k, cudaStream_t stream);
+void e4m3_to_bf16_mma_order(const uint8_t* codes, uint16_t* out, int64_t rows, int64_t k, cudaStream_t stream);
 
 }  // namespace dsv4::kernels

@@ -30,15 +30,6 @@ constexpr int kWarps = 4;          // K lanes of a block
 constexpr int kRowsPerBlock = 16;  // weight rows of a block (one MMA's M)
 constexpr int64_t kKBlock = 128;
 
-// Two e4m3 codes (low byte first) as a bf16x2 register, exactly (e4m3 -> fp16 -> fp32 -> bf16
-// are all exact for e4m3's values).
-__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two_codes) {
-  const uint32_t h = e4m3x2_to_f16x2(two_codes);
-  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-  const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
-  return *reinterpret_cast<const uint32_t*>(&b);
-}
-
 template <int NT>  // 8-row x tiles per block
 __global__ void __launch_bounds__(kWarps * 32) grouped_bf16_fp8_gemm_kernel(GroupedBf16Fp8GemmParams p) {
   pdl_wait();

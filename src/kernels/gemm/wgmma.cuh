@@ -99,6 +99,15 @@ __device__ __forceinline__ void wgmma_m64n128k16_f16(float (&d)[kWgmmaN128Accumu
                : "l"(desc_a), "l"(desc_b));
 }
 
+// d += A (64 x 16 bf16, desc_a) x B (128 x 16 bf16, desc_b)^T, both K-major.
+__device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[kWgmmaN128Accumulators], uint64_t desc_a,
+                                                      uint64_t desc_b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " DSV4_WGMMA_N128_REGISTERS
+               "%64, %65, 1, 1, 1, 0, 0;\n"
+               : DSV4_WGMMA_N128_OUTPUTS
+               : "l"(desc_a), "l"(desc_b));
+}
+
 // d += A (64 x 16 fp16, from registers) x B (128 x 16 fp16, desc_b, K-major)^T. Warp w of the
 // warpgroup gives rows 16 w .. 16 w + 15 of A in mma.sync.m16n8k16's fragment layout: lane (g, t)
 // holds a[0] = (row g, columns 2t, 2t + 1), a[1] = (g + 8, 2t..), a[2] = (g, 2t + 8..), a[3] =
