@@ -1,18 +1,24 @@
-// kernels::act_quant_fp8's two fused sources and its fp16 output against the kernels they replace,
-// bit for bit: rows gathered through src_row quantise as the gathered copy (kernels::gather_rows)
-// would, a SwiGLU source as kernels::swiglu's bf16 output would (clamps, row weights, padding
-// rows), and the fp16 output (q16) is e4m3_to_f16_mma_order of the codes.
+// kernels::act_quant_fp8 against the CPU's quantisation (core/quant.h) bit for bit, its hardware
+// e4m3 conversion against float_to_e4m3 over every float, and its two fused sources and its fp16
+// output against the kernels they replace, bit for bit: rows gathered through src_row quantise as
+// the gathered copy (kernels::gather_rows) would, a SwiGLU source as kernels::swiglu's bf16 output
+// would (clamps, row weights, padding rows), and the fp16 output (q16) is e4m3_to_f16_mma_order of
+// the codes.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
 #include "core/numeric.h"
+#include "core/quant.h"
 #include "kernels/gemm/act_quant.h"
 #include "kernels/gemm/fp8_mma_gemm.h"
 #include "kernels/moe/expert_rows.h"
 #include "kernels/moe/swiglu.h"
 #include "tests/ops/cuda_test_util.h"
+#include "tests/ops/e4m3_cast_check.h"
 
 namespace dsv4 {
 namespace {
@@ -50,6 +56,54 @@ void expect_same(const Quantised& a, const Quantised& b) {
   for (size_t i = 0; i < a.codes.size(); ++i) ASSERT_EQ(a.codes[i], b.codes[i]) << "code " << i;
   ASSERT_EQ(a.scales.size(), b.scales.size());
   for (size_t i = 0; i < a.scales.size(); ++i) ASSERT_EQ(a.scales[i], b.scales[i]) << "scale " << i;
+}
+
+// The hardware conversion act_quant_fp8 rounds with gives float_to_e4m3's code for every float, in
+// either byte of the pair.
+TEST(E4m3CastCuda, HardwareConversionGivesTheCpuCodeForEveryFloat) {
+  DSV4_SKIP_WITHOUT_GPU();
+  DeviceBuffer<unsigned long long> mismatches(1);
+  DeviceBuffer<uint32_t> first_bad(1);
+  mismatches.upload({0});
+  first_bad.upload({0});
+  testing::launch_e4m3_cast_check(mismatches.get(), first_bad.get());
+  DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(mismatches.download()[0], 0u) << "e.g. float bits 0x" << std::hex << first_bad.download()[0];
+}
+
+// Codes and scales are core/quant.h's quantize_block_e4m3 of each 1 x 128 block, over values from
+// 2^-40 to 2^20 (codes down to e4m3's subnormals and zero), a block under the amax floor, and
+// blocks holding a NaN or an infinity.
+TEST(ActQuantCuda, CodesAndScalesAreTheCpuQuantisation) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const int64_t m = 37, k = 512;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::vector<uint16_t> x(static_cast<size_t>(m * k));
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t c = 0; c < k; ++c) {
+      const int spread = static_cast<int>(rng() % 60) - 40;  // a value's own magnitude, 2^-40 .. 2^19
+      x[static_cast<size_t>(r * k + c)] = float_to_bf16(std::ldexp(unit(rng), r == 3 ? -30 : spread));
+    }
+  x[5 * k + 7] = float_to_bf16(std::numeric_limits<float>::quiet_NaN());
+  x[9 * k + 300] = float_to_bf16(-std::numeric_limits<float>::infinity());
+  DeviceBuffer<uint16_t> dx(x.size());
+  dx.upload(x);
+  const Quantised got = quantise({dx.get(), nullptr, nullptr, m, m + 3, k});
+  for (int64_t r = 0; r < m + 3; ++r)
+    for (int64_t b = 0; b < k / 128; ++b) {
+      float values[128];
+      for (int i = 0; i < 128; ++i) values[i] = r < m ? bf16_to_float(x[static_cast<size_t>(r * k + b * 128 + i)]) : 0.0f;
+      uint8_t codes[128];
+      quantize_block_e4m3(values, 128, codes);
+      float amax = 0.0f;
+      for (const float v : values) amax = fmaxf(amax, fabsf(v));
+      const float scale = r < m ? std::ldexp(1.0f, pow2_scale_exponent(amax, kFp8AmaxFloor, kE4M3Max)) : 1.0f;
+      ASSERT_EQ(got.scales[static_cast<size_t>(b * (m + 3) + r)], scale) << "row " << r << " block " << b;
+      for (int i = 0; i < 128; ++i)
+        ASSERT_EQ(got.codes[static_cast<size_t>(r * k + b * 128 + i)], r < m ? codes[i] : 0)
+            << "row " << r << " column " << b * 128 + i << " value " << values[i];
+    }
 }
 
 TEST(ActQuantCuda, GatheredRowsQuantiseAsTheGatheredCopy) {

@@ -1,6 +1,7 @@
 // kernels::bf16_mma_gemm (bf16 x bf16 on tensor cores with fp32 sums) against an fp64 host
 // reference, and its summation-order contract: a row's result is the same bits whether it runs
-// alone, in a batch of any size (any x tile) or as a slice of one, on either kernel.
+// alone, in a batch of any size (any x tile) or as a slice of one, on either kernel, and the same
+// bits again from kernels::bf16_wgmma_gemm (the prefill linears' WGMMA form).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "kernels/gemm/bf16_mma_gemm.h"
+#include "kernels/gemm/f16_wgmma_gemm.h"
 #include "tests/ops/cuda_test_util.h"
 
 namespace dsv4 {
@@ -132,8 +134,20 @@ std::vector<uint8_t> run_forced(kernels::Bf16MmaGemmParams p, kernels::Bf16MmaKe
 
 class Bf16MmaGemmCudaStaged : public ::testing::TestWithParam<Shape4> {};
 
-// The staged kernel gives the streamed kernel's bits in fp32 and bf16, and writes nothing outside
-// [m, n] (3 spare columns and a spare row keep their poison in both).
+// y of p on bf16_wgmma_gemm (x and w re-laid by bf16_to_mma_order first), as run_forced gives it.
+std::vector<uint8_t> run_wgmma(const kernels::Bf16MmaGemmParams& p, int64_t rows, bool bf16) {
+  DeviceBuffer<uint8_t> y(static_cast<size_t>(rows * p.ldy) * (bf16 ? 2 : 4));
+  DeviceBuffer<uint16_t> x_mma(static_cast<size_t>(p.m * p.k)), w_mma(static_cast<size_t>(p.n * p.k));
+  y.poison();
+  kernels::bf16_to_mma_order(p.x, p.ldx, x_mma.get(), p.m, p.k, nullptr);
+  kernels::bf16_to_mma_order(p.w, p.k, w_mma.get(), p.n, p.k, nullptr);
+  kernels::bf16_wgmma_gemm(x_mma.get(), w_mma.get(), {y.get(), bf16}, p.ldy, p.m, p.n, p.k, nullptr);
+  DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+  return y.download();
+}
+
+// The staged kernel, and the WGMMA one, give the streamed kernel's bits in fp32 and bf16, and
+// write nothing outside [m, n] (3 spare columns and a spare row keep their poison in all three).
 TEST_P(Bf16MmaGemmCudaStaged, SameBitsAsStreamed) {
   DSV4_SKIP_WITHOUT_GPU();
   const auto [m, n, k, ldx] = GetParam();
@@ -142,13 +156,16 @@ TEST_P(Bf16MmaGemmCudaStaged, SameBitsAsStreamed) {
   p.ldy = n + 3;
   for (const bool bf16 : {false, true}) {
     const std::vector<uint8_t> streamed = run_forced(p, kernels::Bf16MmaKernel::kStreamed, m + 1, bf16);
-    const std::vector<uint8_t> staged = run_forced(p, kernels::Bf16MmaKernel::kStaged, m + 1, bf16);
-    ASSERT_EQ(staged.size(), streamed.size());
-    const size_t elem = bf16 ? 2 : 4;
-    for (size_t i = 0; i < staged.size(); i += elem)
-      ASSERT_EQ(std::memcmp(&staged[i], &streamed[i], elem), 0)
-          << (bf16 ? "bf16" : "fp32") << " y[" << i / elem / p.ldy << ", " << i / elem % p.ldy
-          << "]: staged and streamed kernels differ";
+    const std::pair<const char*, std::vector<uint8_t>> others[] = {
+        {"staged", run_forced(p, kernels::Bf16MmaKernel::kStaged, m + 1, bf16)}, {"wgmma", run_wgmma(p, m + 1, bf16)}};
+    for (const auto& [name, got] : others) {
+      ASSERT_EQ(got.size(), streamed.size());
+      const size_t elem = bf16 ? 2 : 4;
+      for (size_t i = 0; i < got.size(); i += elem)
+        ASSERT_EQ(std::memcmp(&got[i], &streamed[i], elem), 0)
+            << (bf16 ? "bf16" : "fp32") << " y[" << i / elem / p.ldy << ", " << i / elem % p.ldy << "]: " << name
+            << " and streamed kernels differ";
+    }
   }
 }
 

@@ -559,7 +559,7 @@ TEST(ToBf16MmaOrder, PlacesEveryValueAtItsStepSlot) {
   DeviceBuffer<uint8_t> dcodes(codes.size());
   dx.upload(x);
   dcodes.upload(codes);
-  kernels::bf16_to_mma_order(dx.get(), dx_out.get(), rows, k, nullptr);
+  kernels::bf16_to_mma_order(dx.get(), k, dx_out.get(), rows, k, nullptr);
   kernels::e4m3_to_bf16_mma_order(dcodes.get(), dw_out.get(), rows, k, nullptr);
   DSV4_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<uint16_t> x_out = dx_out.download(), w_out = dw_out.download();

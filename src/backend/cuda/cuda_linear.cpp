@@ -11,7 +11,8 @@
 // exactly on the fly, so no fp32 copy of the weight is kept). The grouped wo_a with bf16
 // activations and FP8 weights takes kernels::grouped_bf16_fp8_gemm (bf16 tensor cores, fp32 sums)
 // unless fp8_gemm is kSimple; by default its prefill-sized calls take the same bits on bf16 WGMMAs
-// (kernels::grouped_bf16_wgmma_gemm, x and the weight re-laid in the MMA steps' K order first). The tensor-core paths also need a bf16 x and K a multiple of 128
+// (kernels::grouped_bf16_wgmma_gemm, x and the weight re-laid in the MMA steps' K order first), as
+// do the bf16 linears' (kernels::bf16_wgmma_gemm). The tensor-core paths also need a bf16 x and K a multiple of 128
 // (cuBLASLt: a bf16 y and N a multiple of 8); other FP8-quantised linears quantise x to fp32 values
 // in scratch and use simple_gemm.
 #include <memory>
@@ -116,6 +117,16 @@ void CudaOps::linear(const LinearParams& p) {
     const kernels::Bf16MmaGemmParams b{p.x.data<uint16_t>(), K, static_cast<const uint16_t*>(w.data), float_ptr(p.y),
                                        N, M, N, K, {}};
     if (kernels::bf16_mma_gemm_supports(b)) {
+      if (options_.fp8_gemm == Fp8Gemm::kFp16Mma && M >= kF16WgmmaMinRows &&
+          kernels::bf16_mma_gemm_choice(b) == kernels::Bf16MmaKernel::kStaged) {
+        // The same bits on bf16 WGMMAs, x and the weight re-laid in the MMA steps' K order first.
+        const StreamBuffer x_mma(static_cast<size_t>(M * K) * sizeof(uint16_t), stream_, arena());
+        const StreamBuffer w_mma(static_cast<size_t>(N * K) * sizeof(uint16_t), stream_, arena());
+        kernels::bf16_to_mma_order(b.x, K, x_mma.get<uint16_t>(), M, K, stream_);
+        kernels::bf16_to_mma_order(b.w, K, w_mma.get<uint16_t>(), N, K, stream_);
+        kernels::bf16_wgmma_gemm(x_mma.get<uint16_t>(), w_mma.get<uint16_t>(), b.y, N, M, N, K, stream_);
+        return;
+      }
       kernels::bf16_mma_gemm(b, stream_);
       return;
     }
@@ -203,7 +214,7 @@ void CudaOps::grouped_linear(const GroupedLinearParams& p) {
     if (options_.fp8_gemm == Fp8Gemm::kFp16Mma && T >= kF16WgmmaMinRows && kernels::grouped_bf16_wgmma_takes(g)) {
       const StreamBuffer x_mma(static_cast<size_t>(T * G * K) * sizeof(uint16_t), stream_, arena());
       const StreamBuffer w_mma(static_cast<size_t>(G * R * K) * sizeof(uint16_t), stream_, arena());
-      kernels::bf16_to_mma_order(g.x, x_mma.get<uint16_t>(), T, G * K, stream_);
+      kernels::bf16_to_mma_order(g.x, G * K, x_mma.get<uint16_t>(), T, G * K, stream_);
       kernels::e4m3_to_bf16_mma_order(g.w, w_mma.get<uint16_t>(), G * R, K, stream_);
       kernels::grouped_bf16_wgmma_gemm(g, x_mma.get<uint16_t>(), w_mma.get<uint16_t>(), stream_);
       return;

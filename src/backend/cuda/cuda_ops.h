@@ -48,9 +48,9 @@ constexpr bool uses_fp8_mma(Fp8Gemm g) { return g == Fp8Gemm::kFp16Mma || g == F
 // quantisation writes x's codes as fp16 and the weight's codes are converted into fp16 scratch
 // first (3 bytes moved per code), which the faster kernel repays from below 512 rows at
 // V4-Flash's shapes (bench_fp8_gemm, docs/PERF.md session 20). x's scales' rows are then padded
-// to 4 (its TMA's rule). wo_a's grouped bf16 x FP8 calls take the bf16 WGMMA form of that kernel
-// from the same row count (an estimate: their conversions move x's and the weight's bytes once
-// more, as the dense ones do).
+// to 4 (its TMA's rule). wo_a's grouped bf16 x FP8 calls and the bf16 linears that would take
+// their staged kernels take the bf16 WGMMA form of that kernel from the same row count (an
+// estimate: their conversions move x's and the weight's bytes once more, as the dense ones do).
 constexpr int64_t kF16WgmmaMinRows = 512;
 
 // Whether a kFp16Mma linear runs the dense call `g` (its x not yet quantised) on the f16 WGMMA

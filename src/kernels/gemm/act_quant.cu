@@ -2,12 +2,18 @@
 // e4m3 codes (or their fp16 values in the f16 WGMMA GEMM's layout). Each half-warp takes
 // kTasksPerHalfWarp blocks and loads them all before it uses any, so more bytes are in flight
 // (the block's max is exact in any order, so the codes are the same however the block is split).
-// The scalar rounding is core/numeric.h's, identical to the CPU reference; a SwiGLU source
-// computes each value as kernels::swiglu does (swiglu_value.cuh).
+// The rounding is core/numeric.h's, identical to the CPU reference: the hardware's e4m3x2
+// conversion where it gives float_to_e4m3's codes (e4m3_cast.cuh), and the scaling by 2^-e a
+// multiply (exact, as ldexpf is, where 2^-e is a normal float); a SwiGLU source computes each value
+// as kernels::swiglu does (swiglu_value.cuh). Task indices are 32-bit (the host checks).
 #include "kernels/gemm/act_quant.h"
 
+#include <string>
+
+#include "core/error.h"
 #include "core/numeric.h"
 #include "kernels/cuda_check.h"
+#include "kernels/e4m3_cast.cuh"
 #include "kernels/gemm/mma_lanes.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/moe/swiglu_value.cuh"
@@ -29,26 +35,46 @@ __device__ __forceinline__ void unpack_bf16x8(const uint4& raw, float (&v)[8]) {
   }
 }
 
+// The codes of v[0..7] / 2^e, low byte first: with 2^-e a normal float (every block whose amax is
+// finite) a multiply by it, which is ldexpf(v, -e) exactly; otherwise ldexpf itself.
+__device__ __forceinline__ uint2 e4m3_codes(const float (&v)[8], int e) {
+  uint32_t packed[2] = {0, 0};
+  if (e > -127 && e < 127) {
+    const float down = __uint_as_float(static_cast<uint32_t>(127 - e) << 23);
+#pragma unroll
+    for (int i = 0; i < 8; i += 2) packed[i / 4] |= float2_to_e4m3x2(v[i] * down, v[i + 1] * down) << (8 * (i % 4));
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; i += 2)
+      packed[i / 4] |= float2_to_e4m3x2(ldexpf(v[i], -e), ldexpf(v[i + 1], -e)) << (8 * (i % 4));
+  }
+  return make_uint2(packed[0], packed[1]);
+}
+
 template <bool kSwiglu>
 __global__ void __launch_bounds__(kThreadsPerBlock) act_quant_fp8_kernel(ActQuantParams p) {
   pdl_wait();
   const int sub = threadIdx.x % 16;  // elements 8 sub .. 8 sub + 7 of a block
-  const int64_t kblocks = p.k / 128, tasks = p.m_padded * kblocks;
-  const int64_t half_warp = blockIdx.x * static_cast<int64_t>(kHalfWarpsPerBlock) + threadIdx.x / 16;
-  const int64_t half_warps = static_cast<int64_t>(gridDim.x) * kHalfWarpsPerBlock;
+  const auto kblocks = static_cast<uint32_t>(p.k / 128), tasks = static_cast<uint32_t>(p.m_padded) * kblocks;
+  const uint32_t half_warp = blockIdx.x * kHalfWarpsPerBlock + threadIdx.x / 16;
+  const uint32_t half_warps = gridDim.x * kHalfWarpsPerBlock;
   // Task j of this half-warp: block (row, kb) = half_warp + j * half_warps in row-major order.
   uint4 raw[kTasksPerHalfWarp], raw_up[kTasksPerHalfWarp];
+  uint32_t rows[kTasksPerHalfWarp], kbs[kTasksPerHalfWarp];
 #pragma unroll
   for (int j = 0; j < kTasksPerHalfWarp; ++j) {
-    const int64_t task = half_warp + j * half_warps, row = task / kblocks;
-    const bool real = task < tasks && row < p.m;
-    const int64_t at = real ? (p.src_row != nullptr ? p.src_row[row] : row) * p.k + (task % kblocks) * 128 + sub * 8 : 0;
+    const uint32_t task = half_warp + j * half_warps;
+    rows[j] = task / kblocks;
+    kbs[j] = task - rows[j] * kblocks;
+    const bool real = task < tasks && rows[j] < p.m;
+    const int64_t at = real ? (p.src_row != nullptr ? p.src_row[rows[j]] : int64_t{rows[j]}) * p.k + kbs[j] * 128 + sub * 8 : 0;
     raw[j] = real ? *reinterpret_cast<const uint4*>(p.x + at) : make_uint4(0, 0, 0, 0);
     if constexpr (kSwiglu) raw_up[j] = real ? *reinterpret_cast<const uint4*>(p.swiglu_up + at) : make_uint4(0, 0, 0, 0);
   }
 #pragma unroll
   for (int j = 0; j < kTasksPerHalfWarp; ++j) {
-    const int64_t task = half_warp + j * half_warps, row = task / kblocks, kb = task % kblocks;
+    const uint32_t task = half_warp + j * half_warps;
+    const int64_t row = rows[j], kb = kbs[j];
     float v[8];
     unpack_bf16x8(raw[j], v);
     if constexpr (kSwiglu) {
@@ -69,10 +95,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock) act_quant_fp8_kernel(ActQuan
     if (task >= tasks) continue;
     const bool padding = row >= p.m;  // padding rows: zeros with a unit scale
     const int e = padding ? 0 : pow2_scale_exponent(amax, kFp8AmaxFloor, kE4M3Max);
-    uint32_t packed[2] = {0, 0};
-    if (!padding)
-#pragma unroll
-      for (int i = 0; i < 8; ++i) packed[i / 4] |= static_cast<uint32_t>(float_to_e4m3(ldexpf(v[i], -e))) << (8 * (i % 4));
+    const uint2 codes = padding ? make_uint2(0, 0) : e4m3_codes(v, e);
+    const uint32_t packed[2] = {codes.x, codes.y};
     if (p.q16 != nullptr) {
       // The thread's codes (bytes 8 sub .. 8 sub + 7 of the block) are the block's code words
       // (t, s) = (sub / 4, 2 (sub % 4) + j), j = 0, 1 (word 8 t + s); word (t, s) goes to fp16
@@ -96,6 +120,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock) act_quant_fp8_kernel(ActQuan
 
 void act_quant_fp8(const ActQuantParams& p, cudaStream_t stream) {
   const int64_t tasks = p.m_padded * (p.k / 128);
+  // The kernel's task indices, and the grid's half-warps past the last task, stay in 32 bits.
+  if (tasks + int64_t{kHalfWarpsPerBlock} * kTasksPerHalfWarp * kThreadsPerBlock >= (int64_t{1} << 32))
+    throw UsageError("act_quant_fp8: " + std::to_string(p.m_padded) + " rows of " + std::to_string(p.k) +
+                     " are too many for one call (split the rows)");
   constexpr int64_t kTasksPerBlock = int64_t{kHalfWarpsPerBlock} * kTasksPerHalfWarp;
   const auto blocks = static_cast<unsigned>((tasks + kTasksPerBlock - 1) / kTasksPerBlock);
   if (blocks == 0) return;

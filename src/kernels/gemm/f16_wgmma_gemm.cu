@@ -274,8 +274,9 @@ __device__ __forceinline__ void consume_items(const F16WgmmaArgs& a, const ItemW
   }
 }
 
-// kBf16: wo_a's operands (bf16 x and the weight's bf16 values, the MMAs bf16, no x scales: the
-// block's factor is its weight scale alone, and scale_map is not read).
+// kBf16: bf16 operands (x and the weight's bf16 values, the MMAs bf16) and no x scales: the
+// block's factor is its weight scale alone (1 without weight scales: a plain sum, fmaf(blk, 1, q)
+// being blk + q), and scale_map is not read.
 template <bool kBf16>
 __global__ void __launch_bounds__(kThreads, 1)
     f16_wgmma_dense_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
@@ -324,7 +325,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   int step = 0;
   consume_items<false>(a, walk, [&](float (&blk)[kWgmmaN128Accumulators], float (&q)[kWgmmaN128Accumulators],
                                     const WorkItem& item, int b) {
-    const float sw = __ldg(a.w_scale + (item.n0 / kTileRows) * a.w_scale_ld + b);
+    const float sw = a.w_scale != nullptr ? __ldg(a.w_scale + (item.n0 / kTileRows) * a.w_scale_ld + b) : 1.0f;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int s = (step + half) % kDenseStages;
@@ -500,17 +501,20 @@ __global__ void __launch_bounds__(kConvertThreads) e4m3_to_f16_mma_order_kernel(
 // bf16 values in the same layout, from bf16 values (x of wo_a) or e4m3 codes (its weight): thread
 // i writes 16-byte output chunk c = i % 16 of block i / 16, which holds inputs 32 t + 4 s +
 // 2 (c % 2) and the one after, s = c / 2, t = 0..3: input pair 16 t + 2 s + c % 2 of the block.
+// Source rows are `ld` elements apart (out's are contiguous).
 template <bool kE4m3>
-__global__ void __launch_bounds__(kConvertThreads) to_bf16_mma_order_kernel(const void* src, uint16_t* out,
-                                                                            int64_t blocks) {
+__global__ void __launch_bounds__(kConvertThreads) to_bf16_mma_order_kernel(const void* src, int64_t ld,
+                                                                            uint16_t* out, int64_t blocks,
+                                                                            int64_t row_blocks) {
   pdl_wait();
   const int64_t chunk = static_cast<int64_t>(blockIdx.x) * kConvertThreads + threadIdx.x, block = chunk / 16;
   if (block >= blocks) return;
+  const int64_t row = block / row_blocks, first_pair = (row * ld + (block - row * row_blocks) * 128) / 2;
   const int c = static_cast<int>(chunk % 16), pair0 = 2 * (c / 2) + c % 2;
   uint32_t o[4];
 #pragma unroll
   for (int t = 0; t < 4; ++t) {
-    const int64_t pair = block * 64 + 16 * t + pair0;
+    const int64_t pair = first_pair + 16 * t + pair0;
     if constexpr (kE4m3) o[t] = e4m3x2_to_bf16x2(static_cast<const uint16_t*>(src)[pair]);
     else o[t] = static_cast<const uint32_t*>(src)[pair];
   }
@@ -675,6 +679,26 @@ void grouped_bf16_wgmma_gemm(const GroupedBf16Fp8GemmParams& p, const uint16_t* 
   launch_dense<true>(a, w_mma, x_mma, p.groups * p.k, nullptr, 0, "grouped_bf16_wgmma_gemm", stream);
 }
 
+void bf16_wgmma_gemm(const uint16_t* x_mma, const uint16_t* w_mma, MutFloatPtr y, int64_t ldy, int64_t m, int64_t n,
+                     int64_t k, cudaStream_t stream) {
+  if (k % 128 != 0 || ldy < n)
+    throw UsageError("bf16_wgmma_gemm: k=" + std::to_string(k) + " must be a multiple of 128 and ldy=" +
+                     std::to_string(ldy) + " at least n=" + std::to_string(n));
+  if (!aligned16(x_mma) || !aligned16(w_mma))
+    throw UsageError("bf16_wgmma_gemm: x_mma and w_mma must be 16-byte aligned");
+  if (m == 0 || n == 0) return;
+  F16WgmmaArgs a;
+  a.y = y;
+  a.ldy = ldy;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.m_tiles = (m + kTileRows - 1) / kTileRows;
+  a.n_tiles = (n + kTileRows - 1) / kTileRows;
+  a.kblocks = static_cast<int>(k / 128);
+  launch_dense<true>(a, w_mma, x_mma, k, nullptr, 0, "bf16_wgmma_gemm", stream);
+}
+
 void e4m3_to_f16_mma_order(const uint8_t* codes, uint16_t* out, int64_t rows, int64_t k, cudaStream_t stream) {
   if (k % 128 != 0) throw UsageError("e4m3_to_f16_mma_order: k=" + std::to_string(k) + " is not a multiple of 128");
   if (!aligned16(codes) || !aligned16(out)) throw UsageError("e4m3_to_f16_mma_order: codes and out must be 16-byte aligned");
@@ -687,26 +711,29 @@ void e4m3_to_f16_mma_order(const uint8_t* codes, uint16_t* out, int64_t rows, in
 namespace {
 
 template <bool kE4m3>
-void to_bf16_mma_order(const char* what, const void* src, size_t src_alignment, uint16_t* out, int64_t rows, int64_t k,
-                       cudaStream_t stream) {
+void to_bf16_mma_order(const char* what, const void* src, size_t src_alignment, int64_t ld, uint16_t* out,
+                       int64_t rows, int64_t k, cudaStream_t stream) {
   if (k % 128 != 0) throw UsageError(std::string(what) + ": k=" + std::to_string(k) + " is not a multiple of 128");
+  if (ld < k || ld % 2 != 0)
+    throw UsageError(std::string(what) + ": the row stride " + std::to_string(ld) + " must be even and at least k=" +
+                     std::to_string(k));
   if (reinterpret_cast<uintptr_t>(src) % src_alignment != 0 || !aligned16(out))
     throw UsageError(std::string(what) + ": the source must be " + std::to_string(src_alignment) +
                      "-byte aligned and out 16-byte aligned");
   const int64_t chunks = rows * (k / 128) * 16;
   if (chunks == 0) return;
   launch_pdl(to_bf16_mma_order_kernel<kE4m3>, dim3(static_cast<unsigned>((chunks + kConvertThreads - 1) / kConvertThreads)),
-             kConvertThreads, 0, stream, src, out, chunks / 16);
+             kConvertThreads, 0, stream, src, ld, out, chunks / 16, k / 128);
 }
 
 }  // namespace
 
-void bf16_to_mma_order(const uint16_t* x, uint16_t* out, int64_t rows, int64_t k, cudaStream_t stream) {
-  to_bf16_mma_order<false>("bf16_to_mma_order", x, 4, out, rows, k, stream);
+void bf16_to_mma_order(const uint16_t* x, int64_t ldx, uint16_t* out, int64_t rows, int64_t k, cudaStream_t stream) {
+  to_bf16_mma_order<false>("bf16_to_mma_order", x, 4, ldx, out, rows, k, stream);
 }
 
 void e4m3_to_bf16_mma_order(const uint8_t* codes, uint16_t* out, int64_t rows, int64_t k, cudaStream_t stream) {
-  to_bf16_mma_order<true>("e4m3_to_bf16_mma_order", codes, 2, out, rows, k, stream);
+  to_bf16_mma_order<true>("e4m3_to_bf16_mma_order", codes, 2, k, out, rows, k, stream);
 }
 
 }  // namespace dsv4::kernels

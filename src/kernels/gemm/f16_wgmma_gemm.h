@@ -1,7 +1,7 @@
 // fp8_mma_gemm's kF16Wgmma kernel (the staged kernel's bits on WGMMA over operands converted to
 // fp16 beforehand, fed by TMA), called by fp8_mma_gemm; e4m3_to_f16_mma_order (fp8_mma_gemm.h)
-// writes its operands. The same dense kernel on bf16 operands takes wo_a at prefill sizes
-// (grouped_bf16_fp8_gemm.h's numerics and bits).
+// writes its operands. The same dense kernel on bf16 operands takes wo_a (grouped_bf16_fp8_gemm.h's
+// numerics and bits) and the bf16 linears (bf16_mma_gemm.h's) at prefill sizes.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,10 +29,15 @@ bool grouped_bf16_wgmma_takes(const GroupedBf16Fp8GemmParams& p);
 void grouped_bf16_wgmma_gemm(const GroupedBf16Fp8GemmParams& p, const uint16_t* x_mma, const uint16_t* w_mma,
                              cudaStream_t stream);
 
-// The bf16 values of x [rows, k] (4-byte aligned), or of e4m3 codes [rows, k] (2-byte aligned),
-// in e4m3_to_f16_mma_order's K order: position 32 t + 4 s + i of each 128-wide block goes to
-// 16 s + 2 t + (i % 2) + 8 (i / 2). k a multiple of 128; out 16-byte aligned.
-void bf16_to_mma_order(const uint16_t* x, uint16_t* out, int64_t rows, int64_t k, cudaStream_t stream);
+// bf16_mma_gemm's y [m, n] (row stride ldy) = x [m, k] . w [n, k]^T with its bits, on bf16
+// WGMMAs, from x and w as bf16_to_mma_order writes them (16-byte aligned, k a multiple of 128).
+void bf16_wgmma_gemm(const uint16_t* x_mma, const uint16_t* w_mma, MutFloatPtr y, int64_t ldy, int64_t m, int64_t n,
+                     int64_t k, cudaStream_t stream);
+
+// The bf16 values of x [rows, k] (row stride ldx, even; 4-byte aligned), or of e4m3 codes [rows, k]
+// (2-byte aligned), contiguous in e4m3_to_f16_mma_order's K order: position 32 t + 4 s + i of each
+// 128-wide block goes to 16 s + 2 t + (i % 2) + 8 (i / 2). k a multiple of 128; out 16-byte aligned.
+void bf16_to_mma_order(const uint16_t* x, int64_t ldx, uint16_t* out, int64_t rows, int64_t k, cudaStream_t stream);
 void e4m3_to_bf16_mma_order(const uint8_t* codes, uint16_t* out, int64_t rows, int64_t k, cudaStream_t stream);
 
 }  // namespace dsv4::kernels
