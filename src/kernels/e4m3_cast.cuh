@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "core/numeric.h"
+
 namespace dsv4::kernels {
 
 // The codes of lo (low byte) and hi (high byte).
@@ -19,5 +21,13 @@ __device__ __forceinline__ uint32_t float2_to_e4m3x2(float lo, float hi) {
   if (isnan(hi)) codes = (codes & 0x00ffu) | nan_code(hi) << 8;
   return codes;
 }
+
+// round_e4m3 (core/numeric.h): the value of float_to_e4m3's code, the code from the hardware.
+__device__ __forceinline__ float round_e4m3_fast(float f) {
+  return e4m3_to_float(static_cast<uint8_t>(float2_to_e4m3x2(f, 0.0f) & 0xffu));
+}
+
+// 2^n for n in (-127, 128): a normal float, so x * pow2(n) is ldexpf(x, n) exactly.
+__device__ __forceinline__ float pow2(int n) { return __uint_as_float(static_cast<uint32_t>(127 + n) << 23); }
 
 }  // namespace dsv4::kernels

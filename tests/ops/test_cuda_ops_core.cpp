@@ -15,6 +15,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
@@ -533,7 +534,8 @@ TEST_F(CudaOpsCore, QuantSimIsBitExact) {
                        Case{QuantFormat::kE4M3, 384, 384, 128}})
     for (DType dt : {DType::kF32, DType::kBF16}) {
       Tensor x = random_tensor(dt, {9, c.width}, 4.0f);
-      // A block of tiny values exercises the amax floor; one of zeros the zero block.
+      // A block of tiny values exercises the amax floor; one of zeros the zero block; row 3 spans
+      // 2^-40 .. 2^19 (codes down to the subnormals and zero).
       for (int64_t i = 0; i < c.block; ++i) {
         const float tiny = 1e-7f * static_cast<float>(i % 7);
         if (dt == DType::kBF16) {
@@ -543,6 +545,11 @@ TEST_F(CudaOpsCore, QuantSimIsBitExact) {
           x.data<float>()[c.width + i] = tiny;
           x.data<float>()[2 * c.width + i] = 0;
         }
+      }
+      for (int64_t i = 0; i < c.width; ++i) {
+        const float wide = std::ldexp(i % 2 ? -1.5f : 1.25f, static_cast<int>(i * 37 % 60) - 40);
+        if (dt == DType::kBF16) x.data<uint16_t>()[3 * c.width + i] = float_to_bf16(wide);
+        else x.data<float>()[3 * c.width + i] = wide;
       }
       const Both xs = upload_both(x);
       cpu_.quant_sim({xs.cpu.view(), c.cols, c.block, c.format});
@@ -906,10 +913,14 @@ TEST_F(CudaOpsMhc, HcPreWithTheNormIsHcPreThenRmsNorm) {
   }
 }
 
+// D a multiple of 4 takes the kernel's 4-column accesses, D = 702 its one-column ones.
 TEST_F(CudaOpsMhc, HcPostIsBitExact) {
-  for (const auto& [T, dt] : {std::pair{int64_t{5}, DType::kF32}, std::pair{int64_t{5}, DType::kBF16},
-                              std::pair{int64_t{300}, DType::kBF16}}) {
-    const int64_t n = 4, D = 700;
+  for (const auto& [T, dt, D] : {std::tuple{int64_t{5}, DType::kF32, int64_t{700}},
+                                 std::tuple{int64_t{5}, DType::kBF16, int64_t{700}},
+                                 std::tuple{int64_t{300}, DType::kBF16, int64_t{700}},
+                                 std::tuple{int64_t{7}, DType::kF32, int64_t{702}},
+                                 std::tuple{int64_t{7}, DType::kBF16, int64_t{702}}}) {
+    const int64_t n = 4;
     const Both a = upload_both(random_tensor(dt, {T, D}));
     const Both x = upload_both(random_tensor(dt, {T, n, D}));
     const Both post = upload_both(random_tensor(DType::kF32, {T, n}));

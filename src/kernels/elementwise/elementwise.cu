@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.h"
+#include "kernels/e4m3_cast.cuh"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
@@ -153,9 +154,20 @@ __global__ void quant_sim_kernel(QuantSimRowsParams p) {
     for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
     const int e = p.e2m1 ? pow2_scale_exponent(amax, kFp4AmaxFloor, kE2M1Max)
                          : pow2_scale_exponent(amax, kFp8AmaxFloor, kE4M3Max);
-    for (int64_t i = lane; i < len; i += 32) {
-      const float scaled = ldexpf(load_float(p.x, base + i), -e);
-      store_float(p.x, base + i, ldexpf(p.e2m1 ? round_e2m1(scaled) : round_e4m3(scaled), e));
+    // The CPU's ldexpf scalings as multiplies by exact powers of two where 2^-e and 2^e are normal
+    // floats (every block whose amax is finite; decided once a block, not predicated in every
+    // element), and e4m3's rounding on the hardware conversion (e4m3_cast.cuh): the CPU's bits.
+    if (e > -127 && e < 127) {
+      const float down = pow2(-e), up = pow2(e);
+      for (int64_t i = lane; i < len; i += 32) {
+        const float scaled = load_float(p.x, base + i) * down;
+        store_float(p.x, base + i, (p.e2m1 ? round_e2m1(scaled) : round_e4m3_fast(scaled)) * up);
+      }
+    } else {
+      for (int64_t i = lane; i < len; i += 32) {
+        const float scaled = ldexpf(load_float(p.x, base + i), -e);
+        store_float(p.x, base + i, ldexpf(p.e2m1 ? round_e2m1(scaled) : round_e4m3(scaled), e));
+      }
     }
   }
 }

@@ -40,7 +40,7 @@ __device__ __forceinline__ void unpack_bf16x8(const uint4& raw, float (&v)[8]) {
 __device__ __forceinline__ uint2 e4m3_codes(const float (&v)[8], int e) {
   uint32_t packed[2] = {0, 0};
   if (e > -127 && e < 127) {
-    const float down = __uint_as_float(static_cast<uint32_t>(127 - e) << 23);
+    const float down = pow2(-e);
 #pragma unroll
     for (int i = 0; i < 8; i += 2) packed[i / 4] |= float2_to_e4m3x2(v[i] * down, v[i + 1] * down) << (8 * (i % 4));
   } else {

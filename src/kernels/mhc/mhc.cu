@@ -393,28 +393,81 @@ __global__ void hc_head_finish_kernel(HcHeadFinishParams p) {
   weighted_stream_sum(g, p.x, p.y, t, p.n, p.dim, begin, begin + kStreamSumSlice < p.dim ? begin + kStreamSumSlice : p.dim);
 }
 
-// Grid (column blocks, tokens): thread d of token t reads x[t, :, d] once and writes out[t, j, d]
-// for every j, looping past the grid's tokens.
+// Grid (column groups, tokens): thread g of token t reads x[t, :, d] once for its kVec columns d
+// = kVec g .. kVec g + kVec - 1 and writes out[t, j, d] for every j, looping past the grid's tokens.
+// kVec 4 (dim a multiple of 4, arrays aligned to 4 elements) makes each access one 16-byte (fp32)
+// or 8-byte (bf16) load or store; every element sees the same operations either way.
 constexpr int kPostMixThreads = 128;
 
+template <int kVec>
+__device__ __forceinline__ void load_columns(FloatPtr p, int64_t i, float (&v)[kVec]) {
+  if constexpr (kVec == 4) {
+    if (p.bf16) {
+      const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(p.data) + i);
+      v[0] = bf16_to_float(raw.x & 0xffffu);
+      v[1] = bf16_to_float(raw.x >> 16);
+      v[2] = bf16_to_float(raw.y & 0xffffu);
+      v[3] = bf16_to_float(raw.y >> 16);
+    } else {
+      const float4 raw = *reinterpret_cast<const float4*>(static_cast<const float*>(p.data) + i);
+      v[0] = raw.x;
+      v[1] = raw.y;
+      v[2] = raw.z;
+      v[3] = raw.w;
+    }
+  } else {
+    v[0] = load_float(p, i);
+  }
+}
+
+template <int kVec>
+__device__ __forceinline__ void store_columns(MutFloatPtr p, int64_t i, const float (&v)[kVec]) {
+  if constexpr (kVec == 4) {
+    if (p.bf16) {
+      const uint32_t lo = float_to_bf16(v[0]) | static_cast<uint32_t>(float_to_bf16(v[1])) << 16;
+      const uint32_t hi = float_to_bf16(v[2]) | static_cast<uint32_t>(float_to_bf16(v[3])) << 16;
+      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p.data) + i) = make_uint2(lo, hi);
+    } else {
+      *reinterpret_cast<float4*>(static_cast<float*>(p.data) + i) = make_float4(v[0], v[1], v[2], v[3]);
+    }
+  } else {
+    store_float(p, i, v[0]);
+  }
+}
+
+template <int kVec>
 __global__ void __launch_bounds__(kPostMixThreads) hc_post_mix_kernel(HcPostMixParams p) {
   pdl_wait();
-  const int64_t d = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t d = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) * kVec;
   if (d >= p.dim) return;
   for (int64_t t = blockIdx.y; t < p.tokens; t += gridDim.y) {
-    float x[kHcMaxStreams];
+    float x[kHcMaxStreams][kVec];
 #pragma unroll
-    for (int i = 0; i < kHcMaxStreams; ++i) x[i] = i < p.n ? load_float(p.x, (t * p.n + i) * p.dim + d) : 0.0f;
-    const float a = load_float(p.a, t * p.dim + d);
+    for (int i = 0; i < kHcMaxStreams; ++i) {
+      if (i < p.n) {
+        load_columns<kVec>(p.x, (t * p.n + i) * p.dim + d, x[i]);
+      } else {
+#pragma unroll
+        for (float& v : x[i]) v = 0.0f;
+      }
+    }
+    float a[kVec];
+    load_columns<kVec>(p.a, t * p.dim + d, a);
     const float* c = p.comb + t * p.n * p.n;
 #pragma unroll
     for (int j = 0; j < kHcMaxStreams; ++j) {
       if (j >= p.n) break;
-      float o = __fmul_rn(c[j], x[0]);
+      const float post = p.post[t * p.n + j];
+      float out[kVec];
 #pragma unroll
-      for (int i = 1; i < kHcMaxStreams; ++i)
-        if (i < p.n) o = __fadd_rn(o, __fmul_rn(c[i * p.n + j], x[i]));
-      store_float(p.out, (t * p.n + j) * p.dim + d, __fadd_rn(__fmul_rn(p.post[t * p.n + j], a), o));
+      for (int v = 0; v < kVec; ++v) {
+        float o = __fmul_rn(c[j], x[0][v]);
+#pragma unroll
+        for (int i = 1; i < kHcMaxStreams; ++i)
+          if (i < p.n) o = __fadd_rn(o, __fmul_rn(c[i * p.n + j], x[i][v]));
+        out[v] = __fadd_rn(__fmul_rn(post, a[v]), o);
+      }
+      store_columns<kVec>(p.out, (t * p.n + j) * p.dim + d, out);
     }
   }
 }
@@ -684,9 +737,14 @@ void hc_head_finish(const HcHeadFinishParams& p, cudaStream_t stream) {
 void hc_post_mix(const HcPostMixParams& p, cudaStream_t stream) {
   if (p.tokens == 0 || p.n == 0 || p.dim == 0) return;
   if (p.n > kHcMaxStreams) throw UsageError("hc_post_mix: " + std::to_string(p.n) + " streams, at most 4");
-  const dim3 grid(static_cast<unsigned>((p.dim + kPostMixThreads - 1) / kPostMixThreads),
+  const auto aligned = [](const void* ptr, bool bf16) { return reinterpret_cast<uintptr_t>(ptr) % (bf16 ? 8 : 16) == 0; };
+  const bool vec4 = p.dim % 4 == 0 && aligned(p.x.data, p.x.bf16) && aligned(p.a.data, p.a.bf16) &&
+                    aligned(p.out.data, p.out.bf16);
+  const int64_t columns_per_block = kPostMixThreads * (vec4 ? 4 : 1);
+  const dim3 grid(static_cast<unsigned>((p.dim + columns_per_block - 1) / columns_per_block),
                   static_cast<unsigned>(p.tokens < 65535 ? p.tokens : 65535));
-  launch_pdl(hc_post_mix_kernel, grid, kPostMixThreads, 0, stream, p);
+  if (vec4) launch_pdl(hc_post_mix_kernel<4>, grid, kPostMixThreads, 0, stream, p);
+  else launch_pdl(hc_post_mix_kernel<1>, grid, kPostMixThreads, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
