@@ -33,7 +33,11 @@
 // Dense e4m3 weights (f16_wgmma_dense_kernel): a stage is half a K block (64 K: one 128-byte
 // swizzled row per operand row, as TMA's 128-byte swizzle and the WGMMA descriptor agree on) of
 // both operands, and the block's 128 x scales with its second half; kDenseStages stages keep
-// three blocks in flight.
+// three blocks in flight. Its kBf16 form takes bf16 operands without x scales for the GEMMs of
+// bf16 activations at prefill sizes (wo_a's grouped x FP8 weight, whose 128-row weight tiles each
+// read their group's columns of x, and the bf16 linears), both operands re-laid by
+// to_bf16_mma_order_kernel in the same K order as the fp16 ones, so each k16 step sums what the
+// staged mma.sync kernels' step sums.
 //
 // Grouped e2m1 weights (f16_wgmma_e2m1_kernel; the routed experts at prefill): a tile is one of
 // the plan's x tiles (one expert's rows) against 128 rows of that expert's weight. A per-call fp16
@@ -336,8 +340,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)  // MMA step 4 half + kk: 32 bytes of K, the descriptors move 2 x 16 bytes
-        if constexpr (kBf16) wgmma_m64n128k16_bf16(blk, desc_a + 2 * kk, desc_b + 2 * kk);
-        else wgmma_m64n128k16_f16(blk, desc_a + 2 * kk, desc_b + 2 * kk);
+        wgmma_m64n128k16_16bit<kBf16>(blk, desc_a + 2 * kk, desc_b + 2 * kk);
       wgmma_commit();
     }
     wgmma_wait_all();

@@ -90,23 +90,20 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[kWgmmaN128Accum
       : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0));
 }
 
-// d += A (64 x 16 fp16, desc_a) x B (128 x 16 fp16, desc_b)^T, both K-major.
-__device__ __forceinline__ void wgmma_m64n128k16_f16(float (&d)[kWgmmaN128Accumulators], uint64_t desc_a,
-                                                     uint64_t desc_b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " DSV4_WGMMA_N128_REGISTERS
-               "%64, %65, 1, 1, 1, 0, 0;\n"
-               : DSV4_WGMMA_N128_OUTPUTS
-               : "l"(desc_a), "l"(desc_b));
+// d += A (64 x 16, desc_a) x B (128 x 16, desc_b)^T, both K-major, of fp16 values (kBf16 false)
+// or bf16 ones.
+#define DSV4_WGMMA_M64N128K16_SS(type)                                                              \
+  "wgmma.mma_async.sync.aligned.m64n128k16.f32." type "." type " " DSV4_WGMMA_N128_REGISTERS \
+  "%64, %65, 1, 1, 1, 0, 0;\n"
+template <bool kBf16>
+__device__ __forceinline__ void wgmma_m64n128k16_16bit(float (&d)[kWgmmaN128Accumulators], uint64_t desc_a,
+                                                       uint64_t desc_b) {
+  if constexpr (kBf16)
+    asm volatile(DSV4_WGMMA_M64N128K16_SS("bf16") : DSV4_WGMMA_N128_OUTPUTS : "l"(desc_a), "l"(desc_b));
+  else
+    asm volatile(DSV4_WGMMA_M64N128K16_SS("f16") : DSV4_WGMMA_N128_OUTPUTS : "l"(desc_a), "l"(desc_b));
 }
-
-// d += A (64 x 16 bf16, desc_a) x B (128 x 16 bf16, desc_b)^T, both K-major.
-__device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[kWgmmaN128Accumulators], uint64_t desc_a,
-                                                      uint64_t desc_b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " DSV4_WGMMA_N128_REGISTERS
-               "%64, %65, 1, 1, 1, 0, 0;\n"
-               : DSV4_WGMMA_N128_OUTPUTS
-               : "l"(desc_a), "l"(desc_b));
-}
+#undef DSV4_WGMMA_M64N128K16_SS
 
 // d += A (64 x 16 fp16, from registers) x B (128 x 16 fp16, desc_b, K-major)^T. Warp w of the
 // warpgroup gives rows 16 w .. 16 w + 15 of A in mma.sync.m16n8k16's fragment layout: lane (g, t)
