@@ -67,7 +67,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock) act_quant_fp8_kernel(ActQuan
     rows[j] = task / kblocks;
     kbs[j] = task - rows[j] * kblocks;
     const bool real = task < tasks && rows[j] < p.m;
-    const int64_t at = real ? (p.src_row != nullptr ? p.src_row[rows[j]] : int64_t{rows[j]}) * p.k + kbs[j] * 128 + sub * 8 : 0;
+    const int64_t src = real ? (p.src_row != nullptr ? p.src_row[rows[j]] : int64_t{rows[j]}) : 0;
+    const int64_t at = real ? src * p.k + kbs[j] * 128 + sub * 8 : 0;
     raw[j] = real ? *reinterpret_cast<const uint4*>(p.x + at) : make_uint4(0, 0, 0, 0);
     if constexpr (kSwiglu) raw_up[j] = real ? *reinterpret_cast<const uint4*>(p.swiglu_up + at) : make_uint4(0, 0, 0, 0);
   }
