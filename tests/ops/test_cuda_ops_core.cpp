@@ -704,20 +704,30 @@ TEST_F(CudaOpsCore, LinearPairsGiveTheBitsOfSeparateLinears) {
 
 // A row's bits do not depend on how many rows share the call, also with a K that is not a multiple
 // of the kernel's K slice (the zero-padded tail).
+// A bf16 linear's rows: simple_gemm (k 200), the bf16 tensor-core kernels (k 4096; streamed for
+// few rows, and with 600 x 1100 outputs the bf16 WGMMA kernel for the whole call and the 530-row
+// slice): a row's bits do not depend on how many rows share the call.
 TEST_F(CudaOpsCore, PlainGemmGivesTheSameBitsForFewAndManyRows) {
-  for (const int64_t k : {int64_t{200}, int64_t{4096}}) {
-    const BothWeights w = load_both("w", WeightFormat::kPlain, random_tensor(DType::kBF16, {130, k}));
-    const Tensor x = random_tensor(DType::kBF16, {40, k});
+  struct Case {
+    int64_t k, n, m;
+    std::vector<int64_t> slices;  // rows of the calls from row 20 on
+  };
+  for (const Case& c : {Case{200, 130, 40, {1, 3, 8}}, Case{4096, 130, 40, {1, 3, 8}},
+                        Case{4096, 1100, 600, {1, 3, 8, 530}}}) {
+    const BothWeights w = load_both("w", WeightFormat::kPlain, random_tensor(DType::kBF16, {c.n, c.k}));
+    const Tensor x = random_tensor(DType::kBF16, {c.m, c.k});
     const Both xs = upload_both(x);
-    const Both all = outputs(DType::kF32, {40, 130});
+    const Both all = outputs(DType::kF32, {c.m, c.n});
     gpu_->linear({xs.gpu.view(), &w.gpu, ActQuant::kNone, all.gpu.view()});
     const Tensor many = from_gpu(all.gpu);
-    for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{8}}) {
-      const Both few = outputs(DType::kF32, {rows, 130});
+    for (const int64_t rows : c.slices) {
+      const Both few = outputs(DType::kF32, {rows, c.n});
       gpu_->linear({slice_rows(ConstTensorView(xs.gpu.view()), 20, 20 + rows), &w.gpu, ActQuant::kNone, few.gpu.view()});
-      Tensor want(DType::kF32, {rows, 130});
-      std::memcpy(want.data<float>(), many.data<float>() + 20 * 130, want.nbytes());
-      expect_same_bits("k " + std::to_string(k) + ", " + std::to_string(rows) + " rows", want, from_gpu(few.gpu));
+      Tensor want(DType::kF32, {rows, c.n});
+      std::memcpy(want.data<float>(), many.data<float>() + 20 * c.n, want.nbytes());
+      expect_same_bits("k " + std::to_string(c.k) + ", n " + std::to_string(c.n) + ", " + std::to_string(rows) +
+                           " rows",
+                       want, from_gpu(few.gpu));
     }
   }
 }
