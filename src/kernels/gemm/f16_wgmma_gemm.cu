@@ -656,6 +656,33 @@ void f16_wgmma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   launch_pdl(f16_wgmma_e2m1_kernel, persistent_grid(a, "fp8_mma_gemm"), kThreads, bytes, stream, x_map, a);
 }
 
+namespace {
+
+// The dense kernel's bf16 form: y [m, n] (row stride ldy) from x_mma [m, x_columns] and w_mma
+// [n, k] (16-byte aligned), with weight scales (or none: w_scale null) and weight rows in groups
+// of group_rows (0: one group). `what` names the caller in errors.
+void launch_bf16_dense(const uint16_t* x_mma, int64_t x_columns, const uint16_t* w_mma, const float* w_scale,
+                       int64_t w_scale_ld, MutFloatPtr y, int64_t ldy, int64_t m, int64_t n, int64_t k,
+                       int64_t group_rows, const std::string& what, cudaStream_t stream) {
+  if (!aligned16(x_mma) || !aligned16(w_mma)) throw UsageError(what + ": x_mma and w_mma must be 16-byte aligned");
+  if (m == 0 || n == 0) return;
+  F16WgmmaArgs a;
+  a.w_scale = w_scale;
+  a.w_scale_ld = w_scale_ld;
+  a.y = y;
+  a.ldy = ldy;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.m_tiles = (m + kTileRows - 1) / kTileRows;
+  a.n_tiles = (n + kTileRows - 1) / kTileRows;
+  a.kblocks = static_cast<int>(k / 128);
+  a.group_rows = group_rows;
+  launch_dense<true>(a, w_mma, x_mma, x_columns, nullptr, 0, what, stream);
+}
+
+}  // namespace
+
 bool grouped_bf16_wgmma_takes(const GroupedBf16Fp8GemmParams& p) {
   return p.r % kTileRows == 0 && p.k % 128 == 0 && p.tokens > 0 && p.groups > 0;
 }
@@ -665,21 +692,8 @@ void grouped_bf16_wgmma_gemm(const GroupedBf16Fp8GemmParams& p, const uint16_t* 
   if (!grouped_bf16_wgmma_takes(p))
     throw UsageError("grouped_bf16_wgmma_gemm: r=" + std::to_string(p.r) + ", k=" + std::to_string(p.k) +
                      ": r must be a multiple of 128 and k of 128, with tokens and groups");
-  if (!aligned16(x_mma) || !aligned16(w_mma))
-    throw UsageError("grouped_bf16_wgmma_gemm: x_mma and w_mma must be 16-byte aligned");
-  F16WgmmaArgs a;
-  a.w_scale = p.w_scale;
-  a.w_scale_ld = p.w_scale_ld;
-  a.y = p.y;
-  a.ldy = p.groups * p.r;
-  a.m = p.tokens;
-  a.n = p.groups * p.r;
-  a.k = p.k;
-  a.m_tiles = (a.m + kTileRows - 1) / kTileRows;
-  a.n_tiles = a.n / kTileRows;
-  a.kblocks = static_cast<int>(p.k / 128);
-  a.group_rows = p.r;
-  launch_dense<true>(a, w_mma, x_mma, p.groups * p.k, nullptr, 0, "grouped_bf16_wgmma_gemm", stream);
+  launch_bf16_dense(x_mma, p.groups * p.k, w_mma, p.w_scale, p.w_scale_ld, p.y, p.groups * p.r, p.tokens,
+                    p.groups * p.r, p.k, p.r, "grouped_bf16_wgmma_gemm", stream);
 }
 
 void bf16_wgmma_gemm(const uint16_t* x_mma, const uint16_t* w_mma, MutFloatPtr y, int64_t ldy, int64_t m, int64_t n,
@@ -687,19 +701,7 @@ void bf16_wgmma_gemm(const uint16_t* x_mma, const uint16_t* w_mma, MutFloatPtr y
   if (k % 128 != 0 || ldy < n)
     throw UsageError("bf16_wgmma_gemm: k=" + std::to_string(k) + " must be a multiple of 128 and ldy=" +
                      std::to_string(ldy) + " at least n=" + std::to_string(n));
-  if (!aligned16(x_mma) || !aligned16(w_mma))
-    throw UsageError("bf16_wgmma_gemm: x_mma and w_mma must be 16-byte aligned");
-  if (m == 0 || n == 0) return;
-  F16WgmmaArgs a;
-  a.y = y;
-  a.ldy = ldy;
-  a.m = m;
-  a.n = n;
-  a.k = k;
-  a.m_tiles = (m + kTileRows - 1) / kTileRows;
-  a.n_tiles = (n + kTileRows - 1) / kTileRows;
-  a.kblocks = static_cast<int>(k / 128);
-  launch_dense<true>(a, w_mma, x_mma, k, nullptr, 0, "bf16_wgmma_gemm", stream);
+  launch_bf16_dense(x_mma, k, w_mma, nullptr, 0, y, ldy, m, n, k, 0, "bf16_wgmma_gemm", stream);
 }
 
 void e4m3_to_f16_mma_order(const uint8_t* codes, uint16_t* out, int64_t rows, int64_t k, cudaStream_t stream) {
