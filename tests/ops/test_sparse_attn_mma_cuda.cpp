@@ -1,9 +1,9 @@
 // The default numerics' two sparse attention kernels (kernels::sparse_attn_mma: WGMMA for 64 heads
-// a CTA, its splits merged by a kernel after it or by their last CTA; mma.sync otherwise, with 16,
-// 32 or 64 heads a CTA and the output dims in 1, 2 or 4 parts) give the same bits for the same
-// launch: window entries from the ring and from the batch, compressed entries valid, -1, not yet
-// visible and without a page, one split or several, a partial head block and two head blocks.
-// Skips where no GPU exists.
+// a CTA, its splits merged by a kernel after it or by their last CTA, or a CTA running a token's
+// splits in turn; mma.sync otherwise, with 16, 32 or 64 heads a CTA and the output dims in 1, 2 or
+// 4 parts) give the same bits for the same launch: window entries from the ring and from the
+// batch, compressed entries valid, -1, not yet visible and without a page, one split or several, a
+// partial head block and two head blocks. Skips where no GPU exists.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -110,9 +110,10 @@ TEST_P(SparseAttnWgmmaTest, GivesTheMmaSyncBits) {
       kernels::sparse_attn_mma_plan(T, H, max_entries, kernels::current_device_sm_count());
   DeviceBuffer<uint8_t> workspace(plan.workspace_bytes);
 
-  const auto run = [&](bool wgmma, bool merge_in_kernel, int pairs = 4, int dim_parts = 1) {
+  using Splits = kernels::SparseAttnMmaPlan::Splits;
+  const auto run = [&](bool wgmma, Splits splits, int pairs = 4, int dim_parts = 1) {
     plan.wgmma = wgmma;
-    plan.merge_in_kernel = merge_in_kernel;
+    plan.splits = splits;
     plan.pairs = pairs;
     plan.dim_parts = dim_parts;
     out.poison();
@@ -120,21 +121,21 @@ TEST_P(SparseAttnWgmmaTest, GivesTheMmaSyncBits) {
     DSV4_CUDA_CHECK(cudaDeviceSynchronize());
     return out.download();
   };
-  const std::vector<uint16_t> mma = run(false, false);
+  const std::vector<uint16_t> mma = run(false, Splits::kMergeKernel);
   int64_t nonzero = 0;
   for (const uint16_t v : mma) nonzero += (v & 0x7fff) != 0;
   EXPECT_GT(nonzero, static_cast<int64_t>(mma.size()) / 2) << c.name;
-  for (const bool merge_in_kernel : {false, true}) {
-    const std::vector<uint16_t> wgmma = run(true, merge_in_kernel);
+  for (const Splits splits : {Splits::kMergeKernel, Splits::kLastCtaMerges, Splits::kCtaPerToken}) {
+    const std::vector<uint16_t> wgmma = run(true, splits);
     int64_t differ = 0;
     for (size_t i = 0; i < mma.size(); ++i) differ += wgmma[i] != mma[i];
-    EXPECT_EQ(differ, 0) << c.name << (merge_in_kernel ? " (splits merged in the kernel)" : "") << ": of "
+    EXPECT_EQ(differ, 0) << c.name << " (WGMMA, splits schedule " << static_cast<int>(splits) << "): of "
                          << mma.size() << " values, first at "
                          << std::distance(mma.begin(), std::mismatch(mma.begin(), mma.end(), wgmma.begin()).first);
   }
   for (const int pairs : {1, 2})
     for (const int dim_parts : {1, 2, 4}) {
-      const std::vector<uint16_t> small = run(false, false, pairs, dim_parts);
+      const std::vector<uint16_t> small = run(false, Splits::kMergeKernel, pairs, dim_parts);
       int64_t differ = 0;
       for (size_t i = 0; i < mma.size(); ++i) differ += small[i] != mma[i];
       EXPECT_EQ(differ, 0) << c.name << ": " << 16 * pairs << " heads a CTA, " << dim_parts << " dim parts";

@@ -52,6 +52,10 @@ constexpr size_t kWorkspaceCap = size_t{512} << 20;
 // the H200, docs/PERF.md session 23: CSA decode at batch 64, 2.4 waves, is 9% slower so, an 8k
 // prefill's CSA launches of 31 waves 3.5% faster).
 constexpr int64_t kMergeInKernelWaves = 8;
+// WGMMA launches of at least this many waves of tokens (a CTA a token's head block) run a token's
+// splits in one CTA (SparseAttnMmaPlan::Splits::kCtaPerToken; an 8k prefill's HCA launches 9%
+// faster so, its CSA launches 1%: docs/PERF.md session 27).
+constexpr int64_t kCtaPerTokenWaves = 4;
 
 template <int Pairs>
 struct Smem {
@@ -269,10 +273,19 @@ SparseAttnMmaPlan sparse_attn_mma_plan(int64_t tokens, int64_t heads, int64_t ma
   const size_t per_token = static_cast<size_t>(heads * plan.max_splits) * (kD * sizeof(float) + sizeof(float2)) +
                            static_cast<size_t>((heads + 15) / 16) * sizeof(int);
   plan.tokens_per_launch = std::clamp<int64_t>(static_cast<int64_t>(kWorkspaceCap / per_token), 1, plan.tokens_per_launch);
+  const int64_t head_blocks = (heads + 63) / 64;
+  if (plan.pairs == kMaxPairs && plan.max_splits <= kMaxMergedSplits) {
+    if (plan.tokens_per_launch * head_blocks >= kCtaPerTokenWaves * sm_count) {
+      plan.splits = SparseAttnMmaPlan::Splits::kCtaPerToken;
+      // Whole waves a launch where the scratch bounds it, so no launch but the last ends in a
+      // part-filled wave.
+      if (plan.tokens_per_launch < tokens)
+        plan.tokens_per_launch = plan.tokens_per_launch * head_blocks / sm_count * sm_count / head_blocks;
+    } else if (plan.tokens_per_launch * plan.max_splits * head_blocks >= kMergeInKernelWaves * sm_count) {
+      plan.splits = SparseAttnMmaPlan::Splits::kLastCtaMerges;
+    }
+  }
   plan.workspace_bytes = static_cast<size_t>(plan.tokens_per_launch) * per_token;
-  const int64_t ctas_per_launch = plan.tokens_per_launch * plan.max_splits * ((heads + 63) / 64);
-  plan.merge_in_kernel = plan.pairs == kMaxPairs && plan.max_splits <= kMaxMergedSplits &&
-                         ctas_per_launch >= kMergeInKernelWaves * sm_count;
   return plan;
 }
 
@@ -320,29 +333,32 @@ void sparse_attn_mma(const SparseAttnRowsParams& p, const SparseAttnMmaPlan& pla
   ws.max_splits = plan.max_splits;
   const int64_t heads_per_cta = 16 * plan.pairs;
   const auto head_blocks = static_cast<unsigned>((p.heads + heads_per_cta - 1) / heads_per_cta);
+  using Splits = SparseAttnMmaPlan::Splits;
   const bool wgmma = sparse_attn_mma_takes_wgmma(plan);
-  const bool merge_in_kernel = wgmma && plan.merge_in_kernel && plan.max_splits <= kMaxMergedSplits;
+  // The WGMMA kernel's own merges take at most kMaxMergedSplits splits; other launches merge by kernel.
+  const Splits splits = wgmma && plan.max_splits <= kMaxMergedSplits ? plan.splits : Splits::kMergeKernel;
   if (plan.max_splits > 1) {
     ws.out = static_cast<float*>(workspace);
     ws.max_sum = reinterpret_cast<float2*>(ws.out + plan.tokens_per_launch * p.heads * plan.max_splits * kD);
-    if (merge_in_kernel)
+    if (splits == Splits::kLastCtaMerges)
       ws.arrivals = reinterpret_cast<int*>(ws.max_sum + plan.tokens_per_launch * p.heads * plan.max_splits);
   }
   for (ws.token0 = 0; ws.token0 < p.tokens; ws.token0 += plan.tokens_per_launch) {
     const int64_t tokens = std::min(plan.tokens_per_launch, p.tokens - ws.token0);
     if (ws.arrivals != nullptr)
       DSV4_CUDA_CHECK(cudaMemsetAsync(ws.arrivals, 0, static_cast<size_t>(tokens) * head_blocks * sizeof(int), stream));
-    const dim3 grid(static_cast<unsigned>(tokens * plan.max_splits), head_blocks);
+    const int64_t ctas_a_token = splits == Splits::kCtaPerToken ? 1 : plan.max_splits;
+    const dim3 grid(static_cast<unsigned>(tokens * ctas_a_token), head_blocks);
     switch (plan.pairs) {
       case 1: launch_sparse_attn_mma_parts<1>(plan.dim_parts, grid, stream, p, ws); break;
       case 2: launch_sparse_attn_mma_parts<2>(plan.dim_parts, grid, stream, p, ws); break;
       default:
-        if (wgmma) launch_sparse_attn_wgmma(grid, stream, p, ws);
+        if (wgmma) launch_sparse_attn_wgmma(grid, splits == Splits::kCtaPerToken, stream, p, ws);
         else launch_sparse_attn_mma<kMaxPairs, 1>(grid, stream, p, ws);
         break;
     }
     DSV4_CUDA_CHECK(cudaGetLastError());
-    if (plan.max_splits == 1 || merge_in_kernel) continue;
+    if (plan.max_splits == 1 || splits != Splits::kMergeKernel) continue;
     launch_pdl(sparse_attn_mma_combine, dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(p.heads)),
                kCombineThreads, 0, stream, p, ws);
     DSV4_CUDA_CHECK(cudaGetLastError());

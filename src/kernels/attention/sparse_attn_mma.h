@@ -33,10 +33,15 @@ struct SparseAttnMmaPlan {
   // 64 heads a CTA run on Hopper's warpgroup MMA (kernels/attention/sparse_attn_wgmma.cu), fewer
   // on mma.sync: the same bits either way (F16/SparseAttnWgmma tests); false forces mma.sync.
   bool wgmma = true;
-  // With wgmma: the last CTA of a token's splits merges them (the partials still in L2), not a
-  // merge kernel after the launch: the same bits, faster where a launch is many waves of CTAs
-  // (prefill), slower in a short one, whose last CTAs' merges become its tail (decode batches).
-  bool merge_in_kernel = false;
+  // Who runs and merges a token's splits (the same bits every way). kMergeKernel: a CTA a split,
+  // merged by a kernel after the launch. With wgmma also kLastCtaMerges: a CTA a split, the last
+  // to finish merges them (the partials still in L2), faster where a launch is many waves of
+  // CTAs, slower in a short one, whose last CTAs' merges become its tail (decode batches); and
+  // kCtaPerToken: one CTA runs a token's splits in turn, its queries copied and the next split's
+  // entry rows found and first tile copied while the current split computes, then merges them
+  // (prefill launches of many waves of tokens).
+  enum class Splits { kMergeKernel, kLastCtaMerges, kCtaPerToken };
+  Splits splits = Splits::kMergeKernel;
   int64_t tokens_per_launch = 0;
   size_t workspace_bytes = 0;  // device scratch the launches need (0 when max_splits == 1)
 };

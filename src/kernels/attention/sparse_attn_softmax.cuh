@@ -186,25 +186,17 @@ __device__ __forceinline__ void rescale_outputs(float (&o)[kLaneOutputs], const 
 // kernel's two entry tiles hold 128 KB).
 constexpr int64_t kMaxMergedSplits = 256;
 
-// Called by every thread of a split's CTA (kThreads) after it stored its partials, with ws.arrivals
-// set: the last of the token's splits to arrive merges them all into the output of its kHeads
-// heads, sparse_attn_mma_combine's arithmetic in its order, so the same bits. First each head's
-// max m over the splits, its weights w_z = e^(m_z - m) and den = e^(sink - m) + sum over z of
-// s_z w_z, s_z split z's sum (in `scratch`, kHeads x (splits + 1) floats of shared memory), then
-// a warp a head: lane l sums dims 4l + 128c .. + 3 (c < 4) over the splits, sixteen 16-byte loads
-// in flight, so the partials (stored by other CTAs, read through L2) stream at L2's rate.
+// Merges a token's splits into the output of its kHeads heads from head0 on, every thread of the
+// CTA (kThreads) calling it once the splits' partials are visible to it: sparse_attn_mma_combine's
+// arithmetic in its order, so the same bits. First each head's max m over the splits, its weights
+// w_z = e^(m_z - m) and den = e^(sink - m) + sum over z of s_z w_z, s_z split z's sum (in
+// `scratch`, kHeads x (splits + 1) floats of shared memory), then a warp a head: lane l sums dims
+// 4l + 128c .. + 3 (c < 4) over the splits, sixteen 16-byte loads in flight, so the partials
+// (read through L2) stream at L2's rate.
 template <int kHeads, int kThreads>
-__device__ __forceinline__ void merge_if_last(const SparseAttnRowsParams& p, const SplitWorkspace& ws,
-                                              const CtaWork& work, int64_t head0, int64_t splits, float* scratch) {
-  __shared__ int merges;
-  __threadfence();  // this CTA's partials are visible to every CTA before it counts itself
-  __syncthreads();
-  if (threadIdx.x == 0)
-    merges = atomicAdd(ws.arrivals + (work.token - ws.token0) * gridDim.y + blockIdx.y, 1) == splits - 1;
-  __syncthreads();
-  if (!merges) return;
-  __threadfence();
-  const int64_t row0 = (work.token - ws.token0) * p.heads;  // the launch's partial rows of head 0
+__device__ __forceinline__ void merge_splits(const SparseAttnRowsParams& p, const SplitWorkspace& ws, int64_t token,
+                                             int64_t head0, int64_t splits, float* scratch) {
+  const int64_t row0 = (token - ws.token0) * p.heads;  // the launch's partial rows of head 0
   float* dens = scratch;                                      // [kHeads]: 0 where no entry was valid
   float* weights = scratch + kHeads;                          // [kHeads][splits]
   for (int h = threadIdx.x; h < kHeads; h += kThreads) {
@@ -247,7 +239,7 @@ __device__ __forceinline__ void merge_if_last(const SparseAttnRowsParams& p, con
         }
       }
     }
-    auto* out = static_cast<uint16_t*>(p.out.data) + (work.token * p.heads + head) * kD + 4 * lane;
+    auto* out = static_cast<uint16_t*>(p.out.data) + (token * p.heads + head) * kD + 4 * lane;
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const float* a = acc[c];
@@ -257,6 +249,22 @@ __device__ __forceinline__ void merge_if_last(const SparseAttnRowsParams& p, con
                                    pack_bf16(float_to_bf16(a[2] / den), float_to_bf16(a[3] / den)));
     }
   }
+}
+
+// Called by every thread of a split's CTA (kThreads) after it stored its partials, with ws.arrivals
+// set: the last of the token's splits to arrive merges them all (merge_splits).
+template <int kHeads, int kThreads>
+__device__ __forceinline__ void merge_if_last(const SparseAttnRowsParams& p, const SplitWorkspace& ws,
+                                              const CtaWork& work, int64_t head0, int64_t splits, float* scratch) {
+  __shared__ int merges;
+  __threadfence();  // this CTA's partials are visible to every CTA before it counts itself
+  __syncthreads();
+  if (threadIdx.x == 0)
+    merges = atomicAdd(ws.arrivals + (work.token - ws.token0) * gridDim.y + blockIdx.y, 1) == splits - 1;
+  __syncthreads();
+  if (!merges) return;
+  __threadfence();
+  merge_splits<kHeads, kThreads>(p, ws, work.token, head0, splits, scratch);
 }
 
 // The end of a split: row sums over the quad, then over the pair (`sum_part` as max_part above);
@@ -312,7 +320,9 @@ __device__ __forceinline__ void finish_split(const SparseAttnRowsParams& p, cons
   if (splits > 1 && ws.arrivals != nullptr) merge_if_last<kHeads, kThreads>(p, ws, work, head0, splits, scratch);
 }
 
-// The WGMMA kernel (64 heads a CTA, grid as sparse_attn_mma's: tokens x splits, head blocks).
-void launch_sparse_attn_wgmma(dim3 grid, cudaStream_t stream, const SparseAttnRowsParams& p, const SplitWorkspace& ws);
+// The WGMMA kernel (64 heads a CTA, grid as sparse_attn_mma's: tokens x splits, head blocks; with
+// cta_per_token, tokens x head blocks, a CTA running all of its token's splits).
+void launch_sparse_attn_wgmma(dim3 grid, bool cta_per_token, cudaStream_t stream, const SparseAttnRowsParams& p,
+                              const SplitWorkspace& ws);
 
 }  // namespace dsv4::kernels::sparse_attn_tc

@@ -13,7 +13,11 @@
 //   - q, the double-buffered entry tiles and the probabilities sit in shared memory as WGMMA's
 //     128-byte-swizzled tiles: a 64-row operand of 512 dims is 8 column blocks of 64 rows x 128
 //     bytes, chunk c of row r at chunk c ^ (r % 8). An entry row is both the scores' K-major B row
-//     (K = dims) and the value product's MN-major B row (K = entries, N = dims).
+//     (K = dims) and the value product's MN-major B row (K = entries, N = dims);
+//   - a CTA a split, or (kCtaPerToken, prefill) a CTA a token that runs its splits in turn: the
+//     queries copied once, the next split's entry rows found while the current split's first
+//     scores are on the tensor cores and its first tile copied during the current split's last,
+//     each split's partials stored as a split's CTA stores them and merged at the end.
 #include <cstdint>
 
 #include "kernels/attention/sparse_attn_softmax.cuh"
@@ -36,8 +40,10 @@ struct Smem {
   uint8_t p[3][kBlockBytes];  // the probabilities' terms lo, mid, hi: 64 heads x 64 entries each
   float max_part[2][kHeads];  // per half: the tile's row maxima
   float sum_part[2][kHeads];  // per half: the final row sums
-  const uint16_t* row_of[kTilesPerSplit * kTile];  // as in sparse_attn_mma.cu
+  // As in sparse_attn_mma.cu, for the current split and (kCtaPerToken) the next.
+  const uint16_t* row_of[2][kTilesPerSplit * kTile];
 };
+static_assert(kTilesPerSplit >= 2, "sparse_attn_wgmma: the next split's rows are found a tile before they are read");
 // The tiles need 1024-byte alignment, which the dynamic shared memory's start does not promise.
 constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
 static_assert(kHeads * (kMaxMergedSplits + 1) * sizeof(float) <= sizeof(Smem::kv),
@@ -48,19 +54,22 @@ __device__ __forceinline__ int swizzled(int r, int c) {
   return (c / 8) * kBlockBytes + r * 128 + ((c % 8) ^ (r % 8)) * 16;
 }
 
+template <bool kCtaPerToken>
 __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAttnRowsParams p, SplitWorkspace ws) {
   pdl_wait();
   extern __shared__ unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw + ((1024 - shared_address(smem_raw) % 1024) % 1024));
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int half = warp / 4, pair = warp % 4;  // the warpgroup, and the warp's 16 heads within it
-  const CtaWork work = cta_work(ws);
+  const CtaWork work = kCtaPerToken ? CtaWork{ws.token0 + blockIdx.x, 0} : cta_work(ws);
   const int64_t i = work.token;  // the batch token
   const int64_t head0 = static_cast<int64_t>(blockIdx.y) * kHeads;
   const TokenSplits ts = token_splits(p, i);
   const int64_t splits = ts.splits;
   if (work.split >= splits) return;  // the whole CTA: this token has fewer splits than the batch's most
-  const int64_t tile_begin = work.split * kTilesPerSplit, tile_end = split_tile_end(ts.entries, tile_begin);
+  const int64_t split_end = kCtaPerToken ? splits : work.split + 1;
+  // The row_of buffer of split z.
+  auto rows_of = [&](int64_t z) { return sm.row_of[(z - work.split) & 1]; };
 
   // The 64 heads' queries (zeros past the last head), in the first cp.async group with tile 0.
   const auto* q = static_cast<const uint16_t*>(p.q.data);
@@ -70,94 +79,114 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAt
     if (head0 + h < p.heads) cp_async16(dst, q + (i * p.heads + head0 + h) * kD + chunk * 8);
     else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
   }
-  find_entry_rows<kThreads>(p, ts, i, tile_begin, tid, sm.row_of);
+  find_entry_rows<kThreads>(p, ts, i, work.split * kTilesPerSplit, tid, rows_of(work.split));
   __syncthreads();
   // Thread tid copies chunk tid%64 of entries tid/64, tid/64 + 4, ... (a warp: half a row, 8
-  // lanes a 128-byte swizzled row segment); missing entries are zeros.
-  auto load_tile = [&](int64_t tile, int buf) {
+  // lanes a 128-byte swizzled row segment) of the tile whose entry rows are `rows`; missing
+  // entries are zeros.
+  auto load_tile = [&](const uint16_t* const* rows, int buf) {
     const int chunk = tid % kChunks;
     for (int e = tid / kChunks; e < kTile; e += kThreads / kChunks) {
-      const uint16_t* row = sm.row_of[(tile - tile_begin) * kTile + e];
+      const uint16_t* row = rows[e];
       uint8_t* dst = sm.kv[buf] + swizzled(e, chunk);
       if (row != nullptr) cp_async16(dst, row + chunk * 8);
       else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
     }
   };
-
-  float o[kOutputs];
-#pragma unroll
-  for (float& v : o) v = 0.0f;
-  SoftmaxLane sl{pair, half, lane / 4, lane % 4, pair * 16 + lane / 4};
   const uint32_t q_at = shared_address(sm.q);
 
-  if (tile_begin < tile_end) load_tile(tile_begin, 0);
+  if (work.split * kTilesPerSplit < split_tile_end(ts.entries, work.split * kTilesPerSplit))
+    load_tile(rows_of(work.split), 0);
   cp_async_commit();
-  for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
-    const int buf = static_cast<int>((tile - tile_begin) & 1);
-    if (tile + 1 < tile_end) load_tile(tile + 1, buf ^ 1);
-    cp_async_commit();
-    cp_async_wait<1>();  // all but the newest group (the next tile) have landed
-    fence_async_proxy();  // the copies and zero stores are seen by the MMAs (the async proxy)
-    __syncthreads();
-    const uint32_t kv_at = shared_address(sm.kv[buf]);
+  int buf = 0;  // the buffer of the CTA's current tile: its tiles alternate, across splits too
+  for (int64_t split = work.split; split < split_end; ++split) {
+    const int64_t tile_begin = split * kTilesPerSplit, tile_end = split_tile_end(ts.entries, tile_begin);
+    const uint16_t* const* rows = rows_of(split);
+    const bool next_split = split + 1 < split_end;
+    float o[kOutputs];
+#pragma unroll
+    for (float& v : o) v = 0.0f;
+    SoftmaxLane sl{pair, half, lane / 4, lane % 4, pair * 16 + lane / 4};
+    for (int64_t tile = tile_begin; tile < tile_end; ++tile, buf ^= 1) {
+      // The next tile: this split's, or the next split's first (its rows found a tile before).
+      if (tile + 1 < tile_end) load_tile(rows + (tile + 1 - tile_begin) * kTile, buf ^ 1);
+      else if (next_split) load_tile(rows_of(split + 1), buf ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();  // all but the newest group (the next tile) have landed
+      fence_async_proxy();  // the copies and zero stores are seen by the MMAs (the async proxy)
+      __syncthreads();
+      const uint32_t kv_at = shared_address(sm.kv[buf]);
 
-    // Scores of the 64 heads against entries 32 half .. + 31, K steps of 16 dims in order.
-    float s[kScores];
+      // Scores of the 64 heads against entries 32 half .. + 31, K steps of 16 dims in order.
+      float s[kScores];
 #pragma unroll
-    for (float& v : s) v = 0.0f;
-    fence_accumulators(s);
-    wgmma_fence();
+      for (float& v : s) v = 0.0f;
+      fence_accumulators(s);
+      wgmma_fence();
 #pragma unroll
-    for (int k0 = 0; k0 < kD; k0 += 16) {
-      const uint32_t k_bytes = (k0 / 64) * kBlockBytes + (k0 % 64) * 2;
-      wgmma_m64n32k16_bf16(s, wgmma_descriptor(q_at + k_bytes), wgmma_descriptor(kv_at + half * 32 * 128 + k_bytes));
+      for (int k0 = 0; k0 < kD; k0 += 16) {
+        const uint32_t k_bytes = (k0 / 64) * kBlockBytes + (k0 % 64) * 2;
+        wgmma_m64n32k16_bf16(s, wgmma_descriptor(q_at + k_bytes), wgmma_descriptor(kv_at + half * 32 * 128 + k_bytes));
+      }
+      wgmma_commit();
+      // The next split's entry rows, their dependent loads under the scores' MMAs (its buffer's
+      // last reader, the split before this one, is done).
+      if (next_split && tile == tile_begin)
+        find_entry_rows<kThreads>(p, ts, i, (split + 1) * kTilesPerSplit, tid, rows_of(split + 1));
+      wgmma_wait_all();
+      fence_accumulators(s);
+
+      float correction[2];
+      softmax_tile<kHeads>(s, sl, rows + (tile - tile_begin) * kTile, p.softmax_scale, sm.max_part, correction,
+                           [&](int row, int col, uint32_t lo, uint32_t mid, uint32_t hi) {
+                             const int at = swizzled(row, col / 8) + (col % 8) * 2;
+                             *reinterpret_cast<uint32_t*>(sm.p[0] + at) = lo;
+                             *reinterpret_cast<uint32_t*>(sm.p[1] + at) = mid;
+                             *reinterpret_cast<uint32_t*>(sm.p[2] + at) = hi;
+                           });
+      rescale_outputs(o, correction);
+      fence_async_proxy();  // the probabilities are seen by the MMAs
+      __syncthreads();      // every head's probabilities (both warpgroups' entries) are written
+
+      // Output dims 256 half .. + 255 += the probabilities x the tile's rows, 16 entries a step,
+      // smallest term first.
+      fence_accumulators(o);
+      wgmma_fence();
+#pragma unroll
+      for (int k0 = 0; k0 < kTile; k0 += 16) {
+        const uint64_t desc_b = wgmma_descriptor_mn_major(kv_at + 4 * half * kBlockBytes + k0 * 128, kBlockBytes);
+#pragma unroll
+        for (int term = 0; term < 3; ++term)
+          wgmma_m64n256k16_bf16_mn_b(o, wgmma_descriptor(shared_address(sm.p[term]) + k0 * 2), desc_b);
+      }
+      wgmma_commit();
+      wgmma_wait_all();
+      fence_accumulators(o);
+      __syncthreads();  // this buffer and the probabilities are consumed before they are refilled
     }
-    wgmma_commit();
-    wgmma_wait_all();
-    fence_accumulators(s);
-
-    float correction[2];
-    softmax_tile<kHeads>(s, sl, sm.row_of + (tile - tile_begin) * kTile, p.softmax_scale, sm.max_part, correction,
-                         [&](int row, int col, uint32_t lo, uint32_t mid, uint32_t hi) {
-                           const int at = swizzled(row, col / 8) + (col % 8) * 2;
-                           *reinterpret_cast<uint32_t*>(sm.p[0] + at) = lo;
-                           *reinterpret_cast<uint32_t*>(sm.p[1] + at) = mid;
-                           *reinterpret_cast<uint32_t*>(sm.p[2] + at) = hi;
-                         });
-    rescale_outputs(o, correction);
-    fence_async_proxy();  // the probabilities are seen by the MMAs
-    __syncthreads();      // every head's probabilities (both warpgroups' entries) are written
-
-    // Output dims 256 half .. + 255 += the probabilities x the tile's rows, 16 entries a step,
-    // smallest term first.
-    fence_accumulators(o);
-    wgmma_fence();
-#pragma unroll
-    for (int k0 = 0; k0 < kTile; k0 += 16) {
-      const uint64_t desc_b = wgmma_descriptor_mn_major(kv_at + 4 * half * kBlockBytes + k0 * 128, kBlockBytes);
-#pragma unroll
-      for (int term = 0; term < 3; ++term)
-        wgmma_m64n256k16_bf16_mn_b(o, wgmma_descriptor(shared_address(sm.p[term]) + k0 * 2), desc_b);
-    }
-    wgmma_commit();
-    wgmma_wait_all();
-    fence_accumulators(o);
-    __syncthreads();  // this buffer and the probabilities are consumed before they are refilled
+    finish_split<kHeads, kThreads>(p, ws, CtaWork{i, split}, head0, splits, sl, o, 256 * sl.half, true, sm.sum_part,
+                                   reinterpret_cast<float*>(sm.kv[0]));
   }
-  finish_split<kHeads, kThreads>(p, ws, work, head0, splits, sl, o, 256 * sl.half, true, sm.sum_part,
-                                 reinterpret_cast<float*>(sm.kv[0]));
+  if (kCtaPerToken && splits > 1) {
+    __syncthreads();  // the CTA's partials are stored (and the entry tiles consumed: the scratch)
+    merge_splits<kHeads, kThreads>(p, ws, i, head0, splits, reinterpret_cast<float*>(sm.kv[0]));
+  }
 }
 
 }  // namespace
 
-void launch_sparse_attn_wgmma(dim3 grid, cudaStream_t stream, const SparseAttnRowsParams& p, const SplitWorkspace& ws) {
+void launch_sparse_attn_wgmma(dim3 grid, bool cta_per_token, cudaStream_t stream, const SparseAttnRowsParams& p,
+                              const SplitWorkspace& ws) {
   static const bool configured = [] {
-    DSV4_CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(kSmemBytes)));
+    for (const void* kernel : {reinterpret_cast<const void*>(sparse_attn_wgmma_kernel<false>),
+                               reinterpret_cast<const void*>(sparse_attn_wgmma_kernel<true>)})
+      DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(kSmemBytes)));
     return true;
   }();
   (void)configured;
-  launch_pdl(sparse_attn_wgmma_kernel, grid, kThreads, kSmemBytes, stream, p, ws);
+  if (cta_per_token) launch_pdl(sparse_attn_wgmma_kernel<true>, grid, kThreads, kSmemBytes, stream, p, ws);
+  else launch_pdl(sparse_attn_wgmma_kernel<false>, grid, kThreads, kSmemBytes, stream, p, ws);
 }
 
 }  // namespace dsv4::kernels::sparse_attn_tc
