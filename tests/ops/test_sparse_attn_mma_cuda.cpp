@@ -142,6 +142,49 @@ TEST_P(SparseAttnWgmmaTest, GivesTheMmaSyncBits) {
     }
 }
 
+// The plan is host arithmetic (no GPU needed): decode launches spread a token over CTAs, mid-sized
+// ones merge in their last CTA, prefill-sized ones run a token's splits in one CTA, in launches of
+// whole waves where the splits' scratch bounds them.
+TEST(SparseAttnMmaPlan, PicksTheSplitScheduleByTheLaunchsWaves) {
+  using Splits = kernels::SparseAttnMmaPlan::Splits;
+  constexpr int kSms = 132;
+  constexpr int64_t kCsaEntries = 128 + 512, kWindowEntries = 128;
+
+  const kernels::SparseAttnMmaPlan decode = kernels::sparse_attn_mma_plan(1, 64, kCsaEntries, kSms);
+  EXPECT_EQ(decode.max_splits, 5);
+  EXPECT_EQ(decode.pairs, 1);
+  EXPECT_EQ(decode.dim_parts, 4);
+  EXPECT_EQ(decode.splits, Splits::kMergeKernel);
+
+  const kernels::SparseAttnMmaPlan batch64 = kernels::sparse_attn_mma_plan(64, 64, kCsaEntries, kSms);
+  EXPECT_EQ(batch64.pairs, 4);
+  EXPECT_EQ(batch64.splits, Splits::kMergeKernel);  // 320 CTAs: under 8 waves
+
+  const kernels::SparseAttnMmaPlan mid = kernels::sparse_attn_mma_plan(300, 64, kCsaEntries, kSms);
+  EXPECT_EQ(mid.splits, Splits::kLastCtaMerges);  // 1,500 CTAs a split each, 300 tokens under 4 waves
+  EXPECT_EQ(mid.tokens_per_launch, 300);
+
+  const kernels::SparseAttnMmaPlan chunk = kernels::sparse_attn_mma_plan(600, 64, kCsaEntries, kSms);
+  EXPECT_EQ(chunk.splits, Splits::kCtaPerToken);
+  EXPECT_EQ(chunk.tokens_per_launch, 600);  // one launch: not cut to whole waves
+
+  for (const int64_t heads : {64, 128}) {
+    const kernels::SparseAttnMmaPlan prefill = kernels::sparse_attn_mma_plan(8192, heads, kCsaEntries, kSms);
+    const int64_t head_blocks = heads / 64;
+    EXPECT_EQ(prefill.splits, Splits::kCtaPerToken) << heads << " heads";
+    EXPECT_LT(prefill.tokens_per_launch, 8192) << heads << " heads";  // the scratch bounds it
+    EXPECT_EQ(prefill.tokens_per_launch * head_blocks % kSms, 0) << heads << " heads: launches of whole waves";
+    EXPECT_GE(prefill.tokens_per_launch * head_blocks, 4 * kSms) << heads << " heads";
+    EXPECT_LE(prefill.workspace_bytes, size_t{512} << 20) << heads << " heads";
+  }
+
+  const kernels::SparseAttnMmaPlan window = kernels::sparse_attn_mma_plan(8192, 64, kWindowEntries, kSms);
+  EXPECT_EQ(window.max_splits, 1);
+  EXPECT_EQ(window.splits, Splits::kMergeKernel);  // nothing to merge
+  EXPECT_EQ(window.workspace_bytes, 0u);
+  EXPECT_EQ(window.tokens_per_launch, 8192);
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, SparseAttnWgmmaTest,
                          ::testing::Values(WgmmaCase{"CsaDeep", 64, 4, 96, 3000}, WgmmaCase{"CsaFirst", 64, 4, 80, 0},
                                            WgmmaCase{"HcaProHeads", 128, 128, 40, 8000},
