@@ -193,9 +193,9 @@ void add_bench_throughput_command(CLI::App& bench) {
   cmd->add_option("--max-num-seqs", opts->engine.max_num_seqs, "Sequences in one engine step")
       ->check(CLI::PositiveNumber)
       ->default_str("64");
-  cmd->add_option("--max-num-batched-tokens", opts->engine.max_num_batched_tokens, "Tokens in one engine step")
-      ->check(CLI::PositiveNumber)
-      ->default_str("2048");
+  cmd->add_option("--max-num-batched-tokens", opts->engine.max_num_batched_tokens,
+                  "Tokens in one step (default: 8192 on a GPU of 70 GiB or more, as vLLM's server on H100-class GPUs; else 2048)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--max-model-len", opts->engine.max_model_len,
                   "Longest prompt + output (0: the model's max_position_embeddings)")
       ->check(CLI::NonNegativeNumber)

@@ -105,9 +105,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-num-seqs", o->engine.max_num_seqs, "Sequences in one step")
       ->check(CLI::PositiveNumber)
       ->default_str("64");
-  cmd->add_option("--max-num-batched-tokens", o->engine.max_num_batched_tokens, "Tokens in one step")
-      ->check(CLI::PositiveNumber)
-      ->default_str("2048");
+  cmd->add_option("--max-num-batched-tokens", o->engine.max_num_batched_tokens,
+                  "Tokens in one step (default: 8192 on a GPU of 70 GiB or more, as vLLM's server on H100-class GPUs; else 2048)")
+      ->check(CLI::PositiveNumber);
   add_cache_options(cmd, o->cache);
   cmd->add_option("--kv-cache-dtype", o->kv_cache_dtype, "KV-cache dtype; only auto (the model's own layout)")
       ->check(CLI::IsMember({"auto"}))
@@ -125,8 +125,10 @@ void add_serve_command(CLI::App& app) {
   cmd->footer(
       "response_format {\"type\": \"json_object\"} constrains decoding: the chat answer is one "
       "syntactically valid JSON object (or its start, when max_tokens cuts it), ending as the object "
-      "closes, with thinking off. {\"type\": \"json_schema\"} gets the same; its schema is shown to "
-      "the model, not enforced.");
+      "closes, with thinking off. {\"type\": \"json_schema\"} (and vLLM's guided_json) gets the same, "
+      "the object matching its schema in the keywords README lists (the schema is also shown to the "
+      "model; one it cannot take is a 400 naming the part); vLLM's guided_choice and guided_regex "
+      "constrain the answer too.");
   cmd->callback([o] { run_serve(*o); });
 }
 

@@ -260,6 +260,13 @@ class Engine::Impl {
 
 EngineConfig Engine::Impl::resolve(EngineConfig c, const Model& model, Ops& ops, CacheSizing& sizing) {
   if (c.max_model_len == 0) c.max_model_len = model.config()->max_position_embeddings;
+  if (c.max_num_batched_tokens < 0)
+    throw UsageError("engine: max_num_batched_tokens = " + std::to_string(c.max_num_batched_tokens) +
+                     " must not be negative (0: the device's default)");
+  if (c.max_num_batched_tokens == 0) {
+    const std::optional<DeviceMemory> device = ops.device_memory();
+    c.max_num_batched_tokens = default_max_num_batched_tokens(device ? device->total_bytes : 0);
+  }
   if (c.block_size <= 0) throw UsageError("engine: block_size = " + std::to_string(c.block_size) + " must be positive");
   if (c.cache_memory_bytes < 0)
     throw UsageError("engine: cache_memory_bytes = " + std::to_string(c.cache_memory_bytes) + " must not be negative");
@@ -886,6 +893,11 @@ EngineStats Engine::stats() const { return impl_->stats(); }
 
 int default_sampling_threads() {
   return static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 16));
+}
+
+int64_t default_max_num_batched_tokens(int64_t device_total_bytes) {
+  constexpr int64_t kLargeDevice = int64_t{70} << 30;
+  return device_total_bytes >= kLargeDevice ? 8192 : 2048;
 }
 
 }  // namespace dsv4

@@ -194,7 +194,9 @@ class RequestHandle {
 struct EngineConfig {
   int64_t max_model_len = 0;            // prompt + output tokens; 0: the model's max_position_embeddings
   int64_t max_num_seqs = 64;            // sequences in one step
-  int64_t max_num_batched_tokens = 2048;  // tokens in one step (decode first, then prefill chunks)
+  // Tokens in one step (decode first, then prefill chunks); 0: default_max_num_batched_tokens for
+  // the backend's device.
+  int64_t max_num_batched_tokens = 0;
   // Cache accounting in blocks of block_size tokens (src/scheduler/block_manager.h). 0 blocks: as
   // many as cache_memory_bytes holds; without it, as many as gpu_memory_utilization leaves room
   // for on a backend with device memory; otherwise enough for max_num_seqs sequences of
@@ -254,6 +256,12 @@ struct EngineConfig {
 // The sampling threads an engine takes when EngineConfig::sampling_threads is 0: the machine's
 // hardware threads, up to 16.
 int default_sampling_threads();
+
+// The tokens of a step when EngineConfig::max_num_batched_tokens is 0, by the device's memory
+// (device_total_bytes; 0 on a backend without device memory): vLLM's defaults for its OpenAI
+// server, 8192 on a device of 70 GiB or more (H100 / H200 class: an 8k prompt in one chunk,
+// prefill's kernels at their best rate), else 2048.
+int64_t default_max_num_batched_tokens(int64_t device_total_bytes);
 
 // How the engine sized its caches (Engine::cache_sizing), for the start-up report.
 struct CacheSizing {

@@ -704,6 +704,30 @@ TEST_F(EngineTest, CacheMemoryBytesSizeTheBlocks) {
   }
 }
 
+// vLLM's server defaults by device memory; the CPU backend has none, so 2048.
+TEST(EngineDefaults, MaxNumBatchedTokensFollowTheDevicesMemory) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  EXPECT_EQ(default_max_num_batched_tokens(0), 2048);
+  EXPECT_EQ(default_max_num_batched_tokens(40 * kGiB), 2048);
+  EXPECT_EQ(default_max_num_batched_tokens(70 * kGiB - 1), 2048);
+  EXPECT_EQ(default_max_num_batched_tokens(70 * kGiB), 8192);
+  EXPECT_EQ(default_max_num_batched_tokens(141 * kGiB), 8192);  // the H200
+}
+
+TEST_F(EngineTest, MaxNumBatchedTokensOfZeroTakeTheDevicesDefault) {
+  EngineConfig c = small_config();
+  c.max_num_batched_tokens = 0;
+  EXPECT_EQ(engine(c)->config().max_num_batched_tokens, 2048);
+  c.max_num_batched_tokens = -1;
+  try {
+    engine(c);
+    FAIL() << "max_num_batched_tokens -1 accepted";
+  } catch (const UsageError& err) {
+    EXPECT_NE(std::string(err.what()).find("max_num_batched_tokens = -1 must not be negative"), std::string::npos)
+        << err.what();
+  }
+}
+
 TEST_F(EngineTest, TooLongRequestsAreRefusedWithTheLimits) {
   auto e = engine();
   expect_refused(*e, request(ids(500, 7), 20), "maximum context length is 512");  // 520 tokens
