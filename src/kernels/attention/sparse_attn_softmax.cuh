@@ -197,8 +197,8 @@ template <int kHeads, int kThreads>
 __device__ __forceinline__ void merge_splits(const SparseAttnRowsParams& p, const SplitWorkspace& ws, int64_t token,
                                              int64_t head0, int64_t splits, float* scratch) {
   const int64_t row0 = (token - ws.token0) * p.heads;  // the launch's partial rows of head 0
-  float* dens = scratch;                                      // [kHeads]: 0 where no entry was valid
-  float* weights = scratch + kHeads;                          // [kHeads][splits]
+  float* dens = scratch;                                 // [kHeads]: 0 where no entry was valid
+  float* weights = scratch + kHeads;                     // [kHeads][splits]
   for (int h = threadIdx.x; h < kHeads; h += kThreads) {
     const int64_t head = head0 + h;
     if (head >= p.heads) continue;
