@@ -54,7 +54,7 @@ def shares(intervals, key):
         if running:
             for a, c in active.items():
                 share[a] += (t - t0) * c / running
-        else:
+        elif t > t0:
             share["(idle)"] += t - t0
         active[k] += d
         if active[k] == 0:
