@@ -97,7 +97,8 @@ void add_gpu_options(CLI::App* cmd, GpuOptions& gpu) {
          "lossless FP8 cast and the same results, read by the experts' GEMMs of the default numerics "
          "(on; --exact-math and --fp8-gemm cublaslt or simple refuse them), or cast them to FP8 at "
          "load (off); auto: on with --fp8-gemm mma or wgmma without --exact-math, else off. On the "
-         "H200 FP4 decodes 5-14% faster and prefills 8% slower than the cast (docs/PERF.md)")
+         "H200 in session 14 FP4 decoded 5-14% faster and prefilled 8% slower than the cast; the "
+         "prefill's FP4 GEMM has been rebuilt since (docs/PERF.md, sessions 22-25)")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->default_str("auto");
   cmd->add_option("--tensor-parallel-size", gpu.tensor_parallel_size,
