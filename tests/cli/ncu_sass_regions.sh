@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # scripts/ncu_sass_regions.py on a small SASS source page in ncu's CSV form (written here): the
 # totals, the regions cut after barriers with their shares and stall reasons, the opcodes and the
-# hottest instruction; a gzipped page reads the same; a file that is not the SASS page, or lacks
-# the source counters, is refused with the reason.
+# hottest instruction; --min-share and --split-at; a gzipped page reads the same; a file that is not
+# the SASS page, or lacks the source counters, is refused with the reason.
 set -euo pipefail
 script=$1
 work=$(mktemp -d)
@@ -41,6 +41,12 @@ echo "$hottest" | grep -qE "^ +5 +50\.0% +100  WARPGROUP\.DEPBAR\.LE gsb0, 0x0  
 # Regions under --min-share are left out.
 python3 "$script" "$work/page.csv" --min-share 25 >"$work/out25.txt" || fail "--min-share run"
 [[ $(grep -cE "^ +[0-9]+-[0-9]+ " "$work/out25.txt") -eq 1 ]] || fail "--min-share 25: $(cat "$work/out25.txt")"
+
+# --split-at cuts after its matches too: the store region's FMUL becomes a region of its own.
+python3 "$script" "$work/page.csv" --split-at '^FMUL' --min-share 0 >"$work/split.txt" || fail "--split-at run"
+grep -qE "^ +6-6 +0\.0% +80\.0% +400  ends FMUL; -; -$" "$work/split.txt" || fail "--split-at: $(cat "$work/split.txt")"
+grep -qE "^ +7-9 +20\.0% +100\.0% +300  ends EXIT; STG x2; long_sb 100%$" "$work/split.txt" ||
+  fail "--split-at: $(cat "$work/split.txt")"
 
 gzip -c "$work/page.csv" >"$work/page.csv.gz"
 python3 "$script" "$work/page.csv.gz" >"$work/out_gz.txt" || fail "gzipped page"
