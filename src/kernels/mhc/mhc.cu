@@ -140,66 +140,99 @@ __device__ __forceinline__ void scan_load_rows(FloatPtr src, int rows, int w, in
   }
 }
 
+// Asks L2 for the rows scan_load_rows will load for warp group w (one 32-element segment per row
+// and j), so that the next group's loads, which the scan waits for, find them there: the kernel's
+// loads from memory were a third of its stalls (ncu, docs/PERF.md session 28).
+template <int kDeep, typename RowStart>
+__device__ __forceinline__ void scan_prefetch_rows(FloatPtr src, int rows, int w, int64_t length, RowStart row_start) {
+  const size_t element_bytes = src.bf16 ? 2 : 4;
+  for (int at = static_cast<int>(threadIdx.x); at < rows * kDeep; at += static_cast<int>(blockDim.x)) {
+    const int r = at / kDeep, j = at % kDeep;
+    const int64_t start = row_start(r), offset = 32 * w + 256 * j;
+    if (start < 0 || offset >= length) continue;
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(src.data) + (start + offset) * element_bytes));
+  }
+}
+
 __device__ __forceinline__ int bit_reversed_lane(int k) { return static_cast<int>(__brev(static_cast<unsigned>(k)) >> 27); }
 
 // Which sums a warp of hc_mix_scan_kernel owns, so that the common cases carry no per-sum tests:
-// five mixes, four mixes and the squares (V4's last warp, and hc_head's one), or anything else.
-enum class ScanRole { kFiveMixes, kFourMixesAndSquares, kAnySums };
+// five sums, the last of them a mix or (V4's last warp, and hc_head's one) the squares, or
+// anything else. One code path serves both five-sum warps: the kernel's instruction fetch is one
+// of its bounds (ncu, docs/PERF.md session 28), so two hot copies of the loop cost more than the
+// select the squares take.
+enum class ScanRole { kFiveSums, kAnySums };
 
-// One warp group's part of a warp's sums (sums sum0.., fn's rows at fw): see hc_mix_scan_kernel.
+// The walk's positions come kScanUnroll at a time (unrolled: the binary counter's lowest levels
+// are known at compile time), the groups of them in a loop (their levels tested at run time), so
+// that the loop's code stays small enough for the instruction cache.
+constexpr int kScanUnroll = 8;
+constexpr int kScanUnrollLevels = 3;  // log2(kScanUnroll)
+static_assert(kScanUnroll == 1 << kScanUnrollLevels && 32 % kScanUnroll == 0);
+
+// One warp group's part of a warp's sums (sums sum0.., fn's rows at fw; with kFiveSums,
+// last_is_squares says whether sum0 + 4 is the squares): see hc_mix_scan_kernel.
 template <int kDeep, ScanRole kRole>
-__device__ __forceinline__ void scan_warp_group(const float* xs, const float* fw, int sum0, int64_t mix, int w,
-                                                int64_t length, int lane,
+__device__ __forceinline__ void scan_warp_group(const float* xs, const float* fw, int sum0, int64_t mix,
+                                                bool last_is_squares, int w, int64_t length, int lane,
                                                 float (&total)[kScanTokensPerLane][kScanSumsPerWarp]) {
   constexpr int tile = 32 * kDeep;
   float pending[kScanLevels][kScanTokensPerLane][kScanSumsPerWarp];
+#pragma unroll 1
+  for (int group = 0; group < 32 / kScanUnroll; ++group) {
 #pragma unroll
-  for (int k = 0; k < 32; ++k) {
-    const int l = bit_reversed_lane(k);
-    float chain[kScanTokensPerLane][kScanSumsPerWarp];
+    for (int i = 0; i < kScanUnroll; ++i) {
+      const int k = group * kScanUnroll + i;
+      const int l = bit_reversed_lane(k);
+      float chain[kScanTokensPerLane][kScanSumsPerWarp];
 #pragma unroll
-    for (auto& row : chain)
+      for (auto& row : chain)
 #pragma unroll
-      for (float& v : row) v = 0.0f;
+        for (float& v : row) v = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kDeep; ++j) {
-      if (32 * w + l + 256 * j >= length) break;
-      const int q = 32 * j + l;
-      float x[kScanTokensPerLane];
+      for (int j = 0; j < kDeep; ++j) {
+        if (32 * w + l + 256 * j >= length) break;
+        const int q = 32 * j + l;
+        float x[kScanTokensPerLane];
 #pragma unroll
-      for (int tt = 0; tt < kScanTokensPerLane; ++tt) x[tt] = xs[q * (kScanTokens + 1) + lane + 32 * tt];
+        for (int tt = 0; tt < kScanTokensPerLane; ++tt) x[tt] = xs[q * (kScanTokens + 1) + lane + 32 * tt];
 #pragma unroll
-      for (int s = 0; s < kScanSumsPerWarp; ++s) {
-        // The squares: the last sum of kFourMixesAndSquares, sum `mix` of kAnySums.
-        const bool squares = kRole == ScanRole::kFourMixesAndSquares ? s == kScanSumsPerWarp - 1
-                                                                      : kRole == ScanRole::kAnySums && sum0 + s == mix;
-        if (kRole == ScanRole::kAnySums && sum0 + s > mix) break;
-        const float f = squares ? 0.0f : fw[s * tile + q];
+        for (int s = 0; s < kScanSumsPerWarp; ++s) {
+          // The squares: the last sum where last_is_squares (kFiveSums), sum `mix` (kAnySums).
+          const bool squares = kRole == ScanRole::kFiveSums ? s == kScanSumsPerWarp - 1 && last_is_squares
+                                                            : sum0 + s == mix;
+          if (kRole == ScanRole::kAnySums && sum0 + s > mix) break;
+          const float f = squares ? 0.0f : fw[s * tile + q];
 #pragma unroll
-        for (int tt = 0; tt < kScanTokensPerLane; ++tt) chain[tt][s] = fmaf(x[tt], squares ? x[tt] : f, chain[tt][s]);
+          for (int tt = 0; tt < kScanTokensPerLane; ++tt)
+            chain[tt][s] = fmaf(x[tt], squares ? x[tt] : f, chain[tt][s]);
+        }
       }
-    }
-    // Carry the chain up the binary counter: level d holds the pending sum of 2^d positions.
+      // Carry the chain up the binary counter: level d holds the pending sum of 2^d positions;
+      // bit d of k is i's below kScanUnrollLevels (known here), the group's above.
+      bool carrying = true;
 #pragma unroll
-    for (int d = 0; d <= kScanLevels; ++d) {
-      if (d == kScanLevels) {
+      for (int d = 0; d < kScanLevels; ++d) {
+        const int bit = d < kScanUnrollLevels ? (i >> d) & 1 : (group >> (d - kScanUnrollLevels)) & 1;
+        if (!carrying) continue;
+        if (bit == 0) {
+#pragma unroll
+          for (int tt = 0; tt < kScanTokensPerLane; ++tt)
+#pragma unroll
+            for (int s = 0; s < kScanSumsPerWarp; ++s) pending[d][tt][s] = chain[tt][s];
+          carrying = false;
+        } else {
+#pragma unroll
+          for (int tt = 0; tt < kScanTokensPerLane; ++tt)
+#pragma unroll
+            for (int s = 0; s < kScanSumsPerWarp; ++s) chain[tt][s] = pending[d][tt][s] + chain[tt][s];
+        }
+      }
+      if (carrying)
 #pragma unroll
         for (int tt = 0; tt < kScanTokensPerLane; ++tt)
 #pragma unroll
           for (int s = 0; s < kScanSumsPerWarp; ++s) total[tt][s] += chain[tt][s];
-        break;
-      }
-      if (((k >> d) & 1) == 0) {
-#pragma unroll
-        for (int tt = 0; tt < kScanTokensPerLane; ++tt)
-#pragma unroll
-          for (int s = 0; s < kScanSumsPerWarp; ++s) pending[d][tt][s] = chain[tt][s];
-        break;
-      }
-#pragma unroll
-      for (int tt = 0; tt < kScanTokensPerLane; ++tt)
-#pragma unroll
-        for (int s = 0; s < kScanSumsPerWarp; ++s) chain[tt][s] = pending[d][tt][s] + chain[tt][s];
     }
   }
 }
@@ -225,20 +258,20 @@ __global__ void __launch_bounds__(kThreads) hc_mix_scan_kernel(HcMixPartialsPara
   for (int w = 0; w < kThreads / 32; ++w) {
     __syncthreads();  // the previous group's tiles are read
     // Row r = (token, j) of x's tile and (sum, j) of fn's: lane l loads element 32 w + l + 256 j.
-    scan_load_rows<kDeep>(
-        p.x, kScanTokens, w, length, [&](int r) { return t0 + r < p.tokens ? (t0 + r) * p.width + begin : int64_t{-1}; },
-        [&](int r, int q, float v) { xs[q * (kScanTokens + 1) + r] = v; });
+    const auto x_row_start = [&](int r) { return t0 + r < p.tokens ? (t0 + r) * p.width + begin : int64_t{-1}; };
+    scan_load_rows<kDeep>(p.x, kScanTokens, w, length, x_row_start,
+                          [&](int r, int q, float v) { xs[q * (kScanTokens + 1) + r] = v; });
     scan_load_rows<kDeep>(
         p.fn, static_cast<int>(p.mix), w, length, [&](int r) { return r * p.width + begin; },
         [&](int r, int q, float v) { fs[r * tile + q] = v; });
     __syncthreads();
+    if (w + 1 < kThreads / 32) scan_prefetch_rows<kDeep>(p.x, kScanTokens, w + 1, length, x_row_start);
     const float* fw = fs + sum0 * tile;
-    if (sum0 + kScanSumsPerWarp <= p.mix)
-      scan_warp_group<kDeep, ScanRole::kFiveMixes>(xs, fw, sum0, p.mix, w, length, lane, total);
-    else if (sum0 + kScanSumsPerWarp - 1 == p.mix)
-      scan_warp_group<kDeep, ScanRole::kFourMixesAndSquares>(xs, fw, sum0, p.mix, w, length, lane, total);
+    if (sum0 + kScanSumsPerWarp - 1 <= p.mix)
+      scan_warp_group<kDeep, ScanRole::kFiveSums>(xs, fw, sum0, p.mix, sum0 + kScanSumsPerWarp - 1 == p.mix, w, length,
+                                                  lane, total);
     else
-      scan_warp_group<kDeep, ScanRole::kAnySums>(xs, fw, sum0, p.mix, w, length, lane, total);
+      scan_warp_group<kDeep, ScanRole::kAnySums>(xs, fw, sum0, p.mix, false, w, length, lane, total);
   }
 #pragma unroll
   for (int tt = 0; tt < kScanTokensPerLane; ++tt) {
