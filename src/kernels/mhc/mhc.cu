@@ -333,13 +333,58 @@ __device__ float warp_sinkhorn(float v, int runtime_n, int64_t iters, float eps)
   return v;
 }
 
-// y[t, begin:end] = sum_j g[j] * x[t, j, begin:end], j ascending, rounded to y's type.
+// y[t, begin:end] = sum_j g[j] * x[t, j, begin:end], j ascending, rounded to y's type, by a
+// block whose threads below n fill g (shared memory) in set_weights(), which every thread calls
+// and which ends with __syncthreads. x's loads do not wait for the weights: with bf16 streams in
+// whole 16-byte groups, thread i loads its 8 columns begin + 8 i .. of every stream first (the
+// slice is at most 8 x the block's threads), so the loads are in flight while the weights are
+// computed, and stores its 8 outputs at once; otherwise a thread a column, after the weights.
+// Either way every output is the same operations in the same order.
+template <typename SetWeights>
 __device__ void weighted_stream_sum(const float* g, FloatPtr x, MutFloatPtr y, int64_t t, int64_t n, int64_t dim,
-                                    int64_t begin, int64_t end) {
-  for (int64_t d = begin + threadIdx.x; d < end; d += blockDim.x) {
-    float acc = __fmul_rn(g[0], load_float(x, t * n * dim + d));
-    for (int64_t j = 1; j < n; ++j) acc = __fadd_rn(acc, __fmul_rn(g[j], load_float(x, (t * n + j) * dim + d)));
-    store_float(y, t * dim + d, acc);
+                                    int64_t begin, int64_t end, SetWeights&& set_weights) {
+  const bool grouped = x.bf16 && dim % 8 == 0 && begin % 8 == 0 && end - begin <= 8 * int64_t{blockDim.x} &&
+                       reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && reinterpret_cast<uintptr_t>(y.data) % 16 == 0;
+  if (!grouped) {
+    set_weights();
+    for (int64_t d = begin + threadIdx.x; d < end; d += blockDim.x) {
+      float acc = __fmul_rn(g[0], load_float(x, t * n * dim + d));
+      for (int64_t j = 1; j < n; ++j) acc = __fadd_rn(acc, __fmul_rn(g[j], load_float(x, (t * n + j) * dim + d)));
+      store_float(y, t * dim + d, acc);
+    }
+    return;
+  }
+  const int64_t d = begin + 8 * static_cast<int64_t>(threadIdx.x);
+  const bool mine = d < end;  // end - d is then a multiple of 8 too
+  const auto* xs = static_cast<const uint16_t*>(x.data) + t * n * dim + d;
+  uint4 raw[kHcMaxStreams];
+#pragma unroll
+  for (int j = 0; j < kHcMaxStreams; ++j)
+    if (mine && j < n) raw[j] = *reinterpret_cast<const uint4*>(xs + j * dim);
+  set_weights();
+  if (!mine) return;
+  float acc[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const auto element = [&](int j) {
+      const uint32_t word = e / 2 == 0 ? raw[j].x : e / 2 == 1 ? raw[j].y : e / 2 == 2 ? raw[j].z : raw[j].w;
+      return bf16_to_float(static_cast<uint16_t>(e % 2 == 0 ? word & 0xffffu : word >> 16));
+    };
+    acc[e] = __fmul_rn(g[0], element(0));
+#pragma unroll
+    for (int j = 1; j < kHcMaxStreams; ++j)
+      if (j < n) acc[e] = __fadd_rn(acc[e], __fmul_rn(g[j], element(j)));
+  }
+  if (y.bf16) {
+    uint32_t words[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      words[e] = static_cast<uint32_t>(float_to_bf16(acc[2 * e])) | static_cast<uint32_t>(float_to_bf16(acc[2 * e + 1])) << 16;
+    *reinterpret_cast<uint4*>(static_cast<uint16_t*>(y.data) + t * dim + d) = make_uint4(words[0], words[1], words[2], words[3]);
+  } else {
+    auto* out = reinterpret_cast<float4*>(static_cast<float*>(y.data) + t * dim + d);
+    out[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    out[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
   }
 }
 
@@ -405,10 +450,12 @@ __global__ void hc_pre_finish_kernel(HcPreFinishParams p) {
     if (k < 32) post_and_comb(p, t, token_partials(p, t), post_comb_weights(p));
     return;
   }
-  if (k < n) pre[k] = pre_mix(p, k, token_partials(p, t), load_float(p.scale, 0), load_float(p.base, k));
-  __syncthreads();
   const int64_t begin = (blockIdx.y - 1) * kStreamSumSlice;
-  weighted_stream_sum(pre, p.x, p.y, t, n, p.dim, begin, begin + kStreamSumSlice < p.dim ? begin + kStreamSumSlice : p.dim);
+  weighted_stream_sum(pre, p.x, p.y, t, n, p.dim, begin, begin + kStreamSumSlice < p.dim ? begin + kStreamSumSlice : p.dim,
+                      [&] {
+                        if (k < n) pre[k] = pre_mix(p, k, token_partials(p, t), load_float(p.scale, 0), load_float(p.base, k));
+                        __syncthreads();
+                      });
 }
 
 // Block (t, s): g of token t (every block computes it, the same way) and slice s of y.
@@ -417,13 +464,15 @@ __global__ void hc_head_finish_kernel(HcHeadFinishParams p) {
   __shared__ float g[kHcMaxStreams];
   const int64_t t = blockIdx.x;
   const auto j = static_cast<int64_t>(threadIdx.x);
-  if (j < p.n) {
-    const float m = finish_mix(p.partials + t * kHcChunks * (p.n + 1), j, p.n, p.n * p.dim, p.norm_eps);
-    g[j] = __fadd_rn(sigmoid(affine(m, load_float(p.scale, 0), load_float(p.base, j))), p.hc_eps);
-  }
-  __syncthreads();
   const int64_t begin = blockIdx.y * kStreamSumSlice;
-  weighted_stream_sum(g, p.x, p.y, t, p.n, p.dim, begin, begin + kStreamSumSlice < p.dim ? begin + kStreamSumSlice : p.dim);
+  weighted_stream_sum(g, p.x, p.y, t, p.n, p.dim, begin, begin + kStreamSumSlice < p.dim ? begin + kStreamSumSlice : p.dim,
+                      [&] {
+                        if (j < p.n) {
+                          const float m = finish_mix(p.partials + t * kHcChunks * (p.n + 1), j, p.n, p.n * p.dim, p.norm_eps);
+                          g[j] = __fadd_rn(sigmoid(affine(m, load_float(p.scale, 0), load_float(p.base, j))), p.hc_eps);
+                        }
+                        __syncthreads();
+                      });
 }
 
 // Grid (column groups, tokens): thread g of token t reads x[t, :, d] once for its kVec columns d
