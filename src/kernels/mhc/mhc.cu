@@ -333,6 +333,31 @@ __device__ float warp_sinkhorn(float v, int runtime_n, int64_t iters, float eps)
   return v;
 }
 
+// Column d of y's token t: sum_j g[j] * x[t, j, d], j ascending, each product and sum rounded
+// to fp32 as the CPU rounds them.
+__device__ __forceinline__ float weighted_column(const float* g, FloatPtr x, int64_t t, int64_t n, int64_t dim,
+                                                 int64_t d) {
+  float acc = __fmul_rn(g[0], load_float(x, t * n * dim + d));
+  for (int64_t j = 1; j < n; ++j) acc = __fadd_rn(acc, __fmul_rn(g[j], load_float(x, (t * n + j) * dim + d)));
+  return acc;
+}
+
+// weighted_column of 8 columns at once from their bf16 values: raw[j] holds stream j's 8 (j < n).
+__device__ __forceinline__ void weighted_columns8(const float* g, const uint4 (&raw)[kHcMaxStreams], int64_t n,
+                                                  float (&acc)[8]) {
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const auto element = [&](int j) {
+      const uint32_t word = e / 2 == 0 ? raw[j].x : e / 2 == 1 ? raw[j].y : e / 2 == 2 ? raw[j].z : raw[j].w;
+      return bf16_to_float(static_cast<uint16_t>(e % 2 == 0 ? word & 0xffffu : word >> 16));
+    };
+    acc[e] = __fmul_rn(g[0], element(0));
+#pragma unroll
+    for (int j = 1; j < kHcMaxStreams; ++j)
+      if (j < n) acc[e] = __fadd_rn(acc[e], __fmul_rn(g[j], element(j)));
+  }
+}
+
 // y[t, begin:end] = sum_j g[j] * x[t, j, begin:end], j ascending, rounded to y's type, by a
 // block whose threads below n fill g (shared memory) in set_weights(), which every thread calls
 // and which ends with __syncthreads. x's loads do not wait for the weights: with bf16 streams in
@@ -347,11 +372,8 @@ __device__ void weighted_stream_sum(const float* g, FloatPtr x, MutFloatPtr y, i
                        reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && reinterpret_cast<uintptr_t>(y.data) % 16 == 0;
   if (!grouped) {
     set_weights();
-    for (int64_t d = begin + threadIdx.x; d < end; d += blockDim.x) {
-      float acc = __fmul_rn(g[0], load_float(x, t * n * dim + d));
-      for (int64_t j = 1; j < n; ++j) acc = __fadd_rn(acc, __fmul_rn(g[j], load_float(x, (t * n + j) * dim + d)));
-      store_float(y, t * dim + d, acc);
-    }
+    for (int64_t d = begin + threadIdx.x; d < end; d += blockDim.x)
+      store_float(y, t * dim + d, weighted_column(g, x, t, n, dim, d));
     return;
   }
   const int64_t d = begin + 8 * static_cast<int64_t>(threadIdx.x);
@@ -364,17 +386,7 @@ __device__ void weighted_stream_sum(const float* g, FloatPtr x, MutFloatPtr y, i
   set_weights();
   if (!mine) return;
   float acc[8];
-#pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    const auto element = [&](int j) {
-      const uint32_t word = e / 2 == 0 ? raw[j].x : e / 2 == 1 ? raw[j].y : e / 2 == 2 ? raw[j].z : raw[j].w;
-      return bf16_to_float(static_cast<uint16_t>(e % 2 == 0 ? word & 0xffffu : word >> 16));
-    };
-    acc[e] = __fmul_rn(g[0], element(0));
-#pragma unroll
-    for (int j = 1; j < kHcMaxStreams; ++j)
-      if (j < n) acc[e] = __fadd_rn(acc[e], __fmul_rn(g[j], element(j)));
-  }
+  weighted_columns8(g, raw, n, acc);
   if (y.bf16) {
     uint32_t words[4];
 #pragma unroll
@@ -609,11 +621,7 @@ __device__ void stream_sum_into(const HcPreFinishParams& f, int64_t t, const flo
                                 int y_threads) {
   const auto finish = [&](float acc) { return f.y.bf16 ? round_bf16(acc) : acc; };
   if (!f.x.bf16 || f.dim % 8 != 0) {
-    for (int64_t d = y_thread; d < f.dim; d += y_threads) {
-      float acc = __fmul_rn(pre[0], load_float(f.x, t * f.n * f.dim + d));
-      for (int64_t j = 1; j < f.n; ++j) acc = __fadd_rn(acc, __fmul_rn(pre[j], load_float(f.x, (t * f.n + j) * f.dim + d)));
-      ys[d] = finish(acc);
-    }
+    for (int64_t d = y_thread; d < f.dim; d += y_threads) ys[d] = finish(weighted_column(pre, f.x, t, f.n, f.dim, d));
     return;
   }
   const auto* x = static_cast<const uint16_t*>(f.x.data) + t * f.n * f.dim;
@@ -631,18 +639,10 @@ __device__ void stream_sum_into(const HcPreFinishParams& f, int64_t t, const flo
     for (int v = 0; v < kVecInFlight; ++v) {
       const int64_t g = g0 + v * y_threads;
       if (g >= groups) break;
+      float acc[8];
+      weighted_columns8(pre, raw[v], f.n, acc);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const auto element = [&](int j) {
-          const uint32_t word = (&raw[v][j].x)[e / 2];
-          return bf16_to_float(static_cast<uint16_t>(e % 2 == 0 ? word & 0xffffu : word >> 16));
-        };
-        float acc = __fmul_rn(pre[0], element(0));
-#pragma unroll
-        for (int j = 1; j < kHcMaxStreams; ++j)
-          if (j < f.n) acc = __fadd_rn(acc, __fmul_rn(pre[j], element(j)));
-        ys[8 * g + e] = finish(acc);
-      }
+      for (int e = 0; e < 8; ++e) ys[8 * g + e] = finish(acc[e]);
     }
   }
 }
