@@ -473,12 +473,13 @@ TEST_F(CudaOpsCore, WriteCacheRowsSkipsEntriesWithoutAPoolRow) {
   EXPECT_THROW(cpu_.write_cache_rows({src.cpu.view(), dst_rows.cpu.view(), cpu_seqs}), UsageError);
 }
 
-// Shapes: rows of 1000, of 512 (the indexer's and kv norms') and of 9000 (over a block's 1024
-// threads, so more than four values a thread), few (a block per row) and many (a warp per row);
-// the last row alone (on a block) gets the bits it gets in the batch.
+// Shapes: rows of 1000, of 512 (the indexer's and kv norms') and of 7000 and 9000 (over a block's
+// 1024 threads, so more than four values a thread), few (a block per row, values in registers up
+// to 8 a thread), more (a block per row, 300) and many (a warp per row); the last row alone (on a
+// block, values in registers but for 9000) gets the bits it gets in the batch.
 TEST_F(CudaOpsCore, RmsNormMatchesWithinTheLastBit) {
-  for (const auto& [rows, dim] :
-       {std::pair<int64_t, int64_t>{7, 1000}, {19, 512}, {3, 9000}, {4096, 1000}, {4100, 512}}) {
+  for (const auto& [rows, dim] : {std::pair<int64_t, int64_t>{7, 1000}, {19, 512}, {2, 7000}, {3, 9000}, {300, 1000},
+                                  {4096, 1000}, {4100, 512}}) {
     const BothWeights w = load_both("norm", WeightFormat::kPlain, random_tensor(DType::kBF16, {dim}, 0.5f));
     for (DType dt : {DType::kF32, DType::kBF16})
       for (bool weighted : {true, false}) {
@@ -509,20 +510,23 @@ TEST_F(CudaOpsCore, RmsNormMatchesWithinTheLastBit) {
   }
 }
 
+// 3 heads (fewer pairs than a block's threads) and 128 (V4-Pro's: 16 pairs a thread).
 TEST_F(CudaOpsCore, RopeIsBitExact) {
-  const int64_t rows = 6, heads = 3, hd = 192, rd = 64;
+  const int64_t rows = 6, hd = 192, rd = 64;
   Tensor freq(DType::kF32, {rd / 2});
   for (int64_t i = 0; i < rd / 2; ++i)
     freq.data<float>()[i] = static_cast<float>(std::pow(10000.0, -2.0 * static_cast<double>(i) / rd));
   const Both f = upload_both(freq);
   const Both pos = upload_both(int_tensor({rows}, 0, 200000));
-  for (DType dt : {DType::kF32, DType::kBF16})
-    for (bool inverse : {false, true}) {
-      const Both x = upload_both(random_tensor(dt, {rows, heads, hd}, 2.0f));
-      cpu_.rope({x.cpu.view(), pos.cpu.view(), f.cpu.view(), rd, inverse});
-      gpu_->rope({x.gpu.view(), pos.gpu.view(), f.gpu.view(), rd, inverse});
-      expect_same_bits("rope " + dtype_tag(dt) + (inverse ? " inverse" : ""), from_cpu(x.cpu), from_gpu(x.gpu));
-    }
+  for (int64_t heads : {3, 128})
+    for (DType dt : {DType::kF32, DType::kBF16})
+      for (bool inverse : {false, true}) {
+        const Both x = upload_both(random_tensor(dt, {rows, heads, hd}, 2.0f));
+        cpu_.rope({x.cpu.view(), pos.cpu.view(), f.cpu.view(), rd, inverse});
+        gpu_->rope({x.gpu.view(), pos.gpu.view(), f.gpu.view(), rd, inverse});
+        expect_same_bits("rope " + std::to_string(heads) + " heads " + dtype_tag(dt) + (inverse ? " inverse" : ""),
+                         from_cpu(x.cpu), from_gpu(x.gpu));
+      }
 }
 
 TEST_F(CudaOpsCore, QuantSimIsBitExact) {
@@ -530,8 +534,9 @@ TEST_F(CudaOpsCore, QuantSimIsBitExact) {
     QuantFormat format;
     int64_t width, cols, block;
   };
+  // Blocks of up to 128 keep a lane's values in registers; 256 reads them twice.
   for (const Case c : {Case{QuantFormat::kE4M3, 512, 448, 64}, Case{QuantFormat::kE2M1, 128, 128, 32},
-                       Case{QuantFormat::kE4M3, 384, 384, 128}})
+                       Case{QuantFormat::kE4M3, 384, 384, 128}, Case{QuantFormat::kE4M3, 512, 512, 256}})
     for (DType dt : {DType::kF32, DType::kBF16}) {
       Tensor x = random_tensor(dt, {9, c.width}, 4.0f);
       // A block of tiny values exercises the amax floor; one of zeros the zero block; row 3 spans

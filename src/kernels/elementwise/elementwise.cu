@@ -65,6 +65,49 @@ __global__ void rms_norm_kernel(RmsNormRowsParams p) {
   }
 }
 
+// rms_norm_kernel's arithmetic for the few rows of a decode step, where each norm is a chain of
+// dependent memory round trips: a thread's V values of the row (and the weight's, which no kernel
+// writes, fetched before the wait) are loaded at once and kept in registers, instead of one value
+// a loop iteration, read twice. The same operations in the same order: rms_norm_kernel's bits.
+// Held to few rows: at 1,024 threads a block its registers allow one block an SM, which made the
+// 8k prefill's norms 57% slower (docs/PERF.md, session 28).
+constexpr int64_t kNormRegsMaxRows = 256;
+constexpr int kNormRegsMaxValues = 8;
+
+template <int V>
+__global__ void rms_norm_regs_kernel(RmsNormRowsParams p) {
+  const auto tid = static_cast<int64_t>(threadIdx.x), threads = static_cast<int64_t>(blockDim.x);
+  float w[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    const int64_t i = tid + v * threads;
+    w[v] = p.weight.data != nullptr && i < p.dim ? load_float(p.weight, i) : 1.0f;
+  }
+  pdl_wait();
+  __shared__ float scratch[32];
+  const int64_t base = blockIdx.x * p.dim;
+  float x[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    const int64_t i = tid + v * threads;
+    x[v] = i < p.dim ? load_float(p.x, base + i) : 0.0f;
+  }
+  float ss = 0;
+#pragma unroll
+  for (int v = 0; v < V; ++v)
+    if (tid + v * threads < p.dim) ss = fmaf(x[v], x[v], ss);
+  ss = block_sum(ss, scratch);
+  const float mean = ss / static_cast<float>(p.dim);
+  const float inv = 1.0f / sqrtf(mean + p.eps);
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    const int64_t i = tid + v * threads;
+    if (i >= p.dim) continue;
+    const float y = __fmul_rn(x[v], inv);
+    store_float(p.y, base + i, p.weight.data != nullptr ? __fmul_rn(w[v], y) : y);
+  }
+}
+
 // Rows whose rms_norm_kernel block would have V * 32 <= 256 threads with at most four values each
 // (the per-head q norm's hundreds of thousands of 512-wide rows, the kv and q norms): a warp per
 // row does that block's arithmetic, lane l standing in for threads w * 32 + l (w < V). Each of
@@ -138,36 +181,55 @@ __global__ void rope_kernel(RopeRowsParams p) {
   }
 }
 
+// A warp per (row, block); a lane's values of a block of up to kQuantSimValues * 32 are loaded at
+// once and kept in registers for the rounding (wider blocks are read again, a value an iteration).
+constexpr int kQuantSimValues = 4;
+
 __global__ void quant_sim_kernel(QuantSimRowsParams p) {
   pdl_wait();
   const int lane = threadIdx.x % 32;
   const int64_t blocks_per_row = (p.cols + p.block - 1) / p.block;
   const int64_t tasks = p.rows * blocks_per_row;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
+  const bool in_registers = p.block <= kQuantSimValues * 32;
   for (int64_t task = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32; task < tasks;
        task += warps) {
     const int64_t r = task / blocks_per_row, b0 = (task % blocks_per_row) * p.block;
     const int64_t len = min(p.block, p.cols - b0);
     const int64_t base = r * p.width + b0;
+    float v[kQuantSimValues];
     float amax = 0;
-    for (int64_t i = lane; i < len; i += 32) amax = fmaxf(amax, fabsf(load_float(p.x, base + i)));
+    if (in_registers) {
+#pragma unroll
+      for (int c = 0; c < kQuantSimValues; ++c) v[c] = lane + 32 * c < len ? load_float(p.x, base + lane + 32 * c) : 0.0f;
+#pragma unroll
+      for (int c = 0; c < kQuantSimValues; ++c)
+        if (lane + 32 * c < len) amax = fmaxf(amax, fabsf(v[c]));
+    } else {
+      for (int64_t i = lane; i < len; i += 32) amax = fmaxf(amax, fabsf(load_float(p.x, base + i)));
+    }
     for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
     const int e = p.e2m1 ? pow2_scale_exponent(amax, kFp4AmaxFloor, kE2M1Max)
                          : pow2_scale_exponent(amax, kFp8AmaxFloor, kE4M3Max);
     // The CPU's ldexpf scalings as multiplies by exact powers of two where 2^-e and 2^e are normal
     // floats (every block whose amax is finite; decided once a block, not predicated in every
     // element), and e4m3's rounding on the hardware conversion (e4m3_cast.cuh): the CPU's bits.
-    if (e > -127 && e < 127) {
-      const float down = pow2(-e), up = pow2(e);
-      for (int64_t i = lane; i < len; i += 32) {
-        const float scaled = load_float(p.x, base + i) * down;
-        store_float(p.x, base + i, (p.e2m1 ? round_e2m1(scaled) : round_e4m3_fast(scaled)) * up);
+    const bool normal = e > -127 && e < 127;
+    const float down = normal ? pow2(-e) : 0.0f, up = normal ? pow2(e) : 0.0f;
+    const auto rounded = [&](float x) {
+      if (normal) {
+        const float scaled = x * down;
+        return (p.e2m1 ? round_e2m1(scaled) : round_e4m3_fast(scaled)) * up;
       }
+      const float scaled = ldexpf(x, -e);
+      return ldexpf(p.e2m1 ? round_e2m1(scaled) : round_e4m3(scaled), e);
+    };
+    if (in_registers) {
+#pragma unroll
+      for (int c = 0; c < kQuantSimValues; ++c)
+        if (lane + 32 * c < len) store_float(p.x, base + lane + 32 * c, rounded(v[c]));
     } else {
-      for (int64_t i = lane; i < len; i += 32) {
-        const float scaled = ldexpf(load_float(p.x, base + i), -e);
-        store_float(p.x, base + i, ldexpf(p.e2m1 ? round_e2m1(scaled) : round_e4m3(scaled), e));
-      }
+      for (int64_t i = lane; i < len; i += 32) store_float(p.x, base + i, rounded(load_float(p.x, base + i)));
     }
   }
 }
@@ -364,6 +426,22 @@ void rms_norm_rows(const RmsNormRowsParams& p, cudaStream_t stream) {
       case 6: launch_pdl(rms_norm_warp_kernel<6>, blocks, block_threads, 0, stream, p); break;
       case 7: launch_pdl(rms_norm_warp_kernel<7>, blocks, block_threads, 0, stream, p); break;
       default: launch_pdl(rms_norm_warp_kernel<8>, blocks, block_threads, 0, stream, p); break;
+    }
+    DSV4_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
+  const int64_t values = (p.dim + threads - 1) / threads;
+  if (p.rows <= kNormRegsMaxRows && values <= kNormRegsMaxValues) {
+    const auto blocks = static_cast<unsigned>(p.rows), block_threads = static_cast<unsigned>(threads);
+    switch (values) {
+      case 1: launch_pdl(rms_norm_regs_kernel<1>, blocks, block_threads, 0, stream, p); break;
+      case 2: launch_pdl(rms_norm_regs_kernel<2>, blocks, block_threads, 0, stream, p); break;
+      case 3: launch_pdl(rms_norm_regs_kernel<3>, blocks, block_threads, 0, stream, p); break;
+      case 4: launch_pdl(rms_norm_regs_kernel<4>, blocks, block_threads, 0, stream, p); break;
+      case 5: launch_pdl(rms_norm_regs_kernel<5>, blocks, block_threads, 0, stream, p); break;
+      case 6: launch_pdl(rms_norm_regs_kernel<6>, blocks, block_threads, 0, stream, p); break;
+      case 7: launch_pdl(rms_norm_regs_kernel<7>, blocks, block_threads, 0, stream, p); break;
+      default: launch_pdl(rms_norm_regs_kernel<8>, blocks, block_threads, 0, stream, p); break;
     }
     DSV4_CUDA_CHECK(cudaGetLastError());
     return;

@@ -91,7 +91,9 @@ void broadcast_add(const BroadcastAddParams& p, cudaStream_t stream);
 // squares is a block reduction (fixed order per row, not the CPU's order: last-bit differences).
 struct RmsNormRowsParams {
   FloatPtr x;        // [rows, dim]
-  FloatPtr weight;   // [dim], or data nullptr for the weight-free norm
+  // [dim], or data nullptr for the weight-free norm. Decode-sized calls read it before they wait
+  // for the kernel launched before them (programmatic dependent launch): that kernel must not write it.
+  FloatPtr weight;
   MutFloatPtr y;     // [rows, dim]; may alias x
   int64_t rows = 0;
   int64_t dim = 0;

@@ -547,18 +547,26 @@ __global__ void __launch_bounds__(kPostMixThreads) hc_post_mix_kernel(HcPostMixP
     }
     float a[kVec];
     load_columns<kVec>(p.a, t * p.dim + d, a);
-    const float* c = p.comb + t * p.n * p.n;
+    // The token's post and comb, loaded with x and a: read inside the loop below, after each j's
+    // stores (which the compiler must assume may alias them), they cost a round trip a stream.
+    float c[kHcMaxStreams][kHcMaxStreams], post_of[kHcMaxStreams];  // c[i][j]: comb[t, i, j]
+#pragma unroll
+    for (int i = 0; i < kHcMaxStreams; ++i)
+#pragma unroll
+      for (int j = 0; j < kHcMaxStreams; ++j) c[i][j] = i < p.n && j < p.n ? p.comb[(t * p.n + i) * p.n + j] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < kHcMaxStreams; ++j) post_of[j] = j < p.n ? p.post[t * p.n + j] : 0.0f;
 #pragma unroll
     for (int j = 0; j < kHcMaxStreams; ++j) {
       if (j >= p.n) break;
-      const float post = p.post[t * p.n + j];
+      const float post = post_of[j];
       float out[kVec];
 #pragma unroll
       for (int v = 0; v < kVec; ++v) {
-        float o = __fmul_rn(c[j], x[0][v]);
+        float o = __fmul_rn(c[0][j], x[0][v]);
 #pragma unroll
         for (int i = 1; i < kHcMaxStreams; ++i)
-          if (i < p.n) o = __fadd_rn(o, __fmul_rn(c[i * p.n + j], x[i][v]));
+          if (i < p.n) o = __fadd_rn(o, __fmul_rn(c[i][j], x[i][v]));
         out[v] = __fadd_rn(__fmul_rn(post, a[v]), o);
       }
       store_columns<kVec>(p.out, (t * p.n + j) * p.dim + d, out);

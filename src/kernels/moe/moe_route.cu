@@ -16,6 +16,7 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kLaneExperts = 16;  // experts per lane of the selecting warp: up to 512
+constexpr int kScoresPerThread = 32 * kLaneExperts / kThreads;  // of the block's scores, for up to 512 experts
 
 // torch.nn.functional.softplus with beta 1 and threshold 20.
 __device__ float softplus(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
@@ -33,13 +34,24 @@ __global__ void moe_route_kernel(MoeRouteParams p) {
   float* s = smem;       // [E] scores
   float* biased = s + E; // [E] selection scores
   const float* logits = p.logits + t * E;
-  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
-    const float v = logits[e];
-    float sc = v;
-    if (p.scoring == RouteScoring::kSqrtSoftplus) sc = sqrtf(softplus(v));
-    else if (p.scoring == RouteScoring::kSigmoid) sc = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-v)));
+  // A thread's logits and biases are loaded together before any score is stored (stored first,
+  // each next load had to wait for the store it might alias).
+  float v[kScoresPerThread], bias[kScoresPerThread];
+#pragma unroll
+  for (int j = 0; j < kScoresPerThread; ++j) {
+    const int64_t e = threadIdx.x + j * kThreads;
+    v[j] = e < E ? logits[e] : 0.0f;
+    bias[j] = e < E && p.bias.data != nullptr ? load_float(p.bias, e) : 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < kScoresPerThread; ++j) {
+    const int64_t e = threadIdx.x + j * kThreads;
+    if (e >= E) break;
+    float sc = v[j];
+    if (p.scoring == RouteScoring::kSqrtSoftplus) sc = sqrtf(softplus(v[j]));
+    else if (p.scoring == RouteScoring::kSigmoid) sc = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-v[j])));
     s[e] = sc;
-    biased[e] = p.bias.data != nullptr ? __fadd_rn(sc, load_float(p.bias, e)) : sc;
+    biased[e] = p.bias.data != nullptr ? __fadd_rn(sc, bias[j]) : sc;
   }
   __syncthreads();
   if (p.scoring == RouteScoring::kSoftmax && threadIdx.x == 0) {
