@@ -2,6 +2,7 @@
 // rounds one by one use the _rn intrinsics, which nvcc never fuses into an FMA.
 #include "kernels/elementwise/elementwise.h"
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -159,10 +160,18 @@ __global__ void rms_norm_warp_kernel(RmsNormRowsParams p) {
     }
 }
 
-__global__ void rope_kernel(RopeRowsParams p) {
+// Block (r, g) rotates heads [g * heads_per_block, ..) of row r, each block computing the row's
+// angles. A decode step's rows take groups of heads that give each thread one pair (a 64-head row
+// in one block was 8 pairs a thread, one after another); prefill rows keep a block a row, which
+// computes each row's sines once.
+constexpr int64_t kRopeSplitMaxRows = 256;
+
+__global__ void rope_kernel(RopeRowsParams p, int64_t heads_per_block) {
   pdl_wait();
   extern __shared__ float trig[];  // cos[half], then sin[half]
   const int64_t half = p.rope_dim / 2, r = blockIdx.x;
+  const int64_t first_head = blockIdx.y * heads_per_block;
+  const int64_t end_head = first_head + heads_per_block < p.heads ? first_head + heads_per_block : p.heads;
   for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
     const float angle = __fmul_rn(static_cast<float>(p.positions[r]), p.inv_freq[i]);
     double s, c;
@@ -171,7 +180,7 @@ __global__ void rope_kernel(RopeRowsParams p) {
     trig[half + i] = p.inverse ? -static_cast<float>(s) : static_cast<float>(s);
   }
   __syncthreads();
-  for (int64_t q = threadIdx.x; q < p.heads * half; q += blockDim.x) {
+  for (int64_t q = first_head * half + threadIdx.x; q < end_head * half; q += blockDim.x) {
     const int64_t h = q / half, i = q % half;
     const int64_t off = (r * p.heads + h) * p.head_dim + p.head_dim - p.rope_dim + 2 * i;
     const float a = load_float(p.x, off), b = load_float(p.x, off + 1);
@@ -453,7 +462,10 @@ void rms_norm_rows(const RmsNormRowsParams& p, cudaStream_t stream) {
 void rope_rows(const RopeRowsParams& p, cudaStream_t stream) {
   if (p.rows == 0 || p.heads == 0 || p.rope_dim == 0) return;
   const size_t smem = static_cast<size_t>(p.rope_dim) * sizeof(float);
-  launch_pdl(rope_kernel, static_cast<unsigned>(p.rows), kThreads, smem, stream, p);
+  const int64_t half = p.rope_dim / 2;
+  const int64_t heads_per_block = p.rows <= kRopeSplitMaxRows ? std::max<int64_t>(1, kThreads / half) : p.heads;
+  const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>((p.heads + heads_per_block - 1) / heads_per_block));
+  launch_pdl(rope_kernel, grid, kThreads, smem, stream, p, heads_per_block);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
