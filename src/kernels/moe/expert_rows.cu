@@ -30,37 +30,18 @@ __global__ void gather_rows_kernel(GatherRowsParams p) {
   }
 }
 
-// A token's slots are read kSlotsInFlight at a time: their rows first, then the values of every
-// slot with a row, then the sums in slot order (one slot a loop iteration, each a row load and
-// then a value load, was a chain of dependent round trips at decode sizes).
-constexpr int kSlotsInFlight = 8;
-
-// The rows of slots s0 .. s0 + kSlotsInFlight - 1 of token t (-1 past the token's k slots).
-__device__ __forceinline__ void slot_rows(const CombineExpertsParams& p, int64_t t, int64_t s0,
-                                          int32_t (&rows)[kSlotsInFlight]) {
-#pragma unroll
-  for (int i = 0; i < kSlotsInFlight; ++i) rows[i] = s0 + i < p.k ? p.row_of[t * p.k + s0 + i] : -1;
-}
-
 __global__ void combine_experts_kernel(CombineExpertsParams p) {
   pdl_wait();
   const int64_t c = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
   if (c >= p.dim) return;
   for (int64_t t = blockIdx.y; t < p.tokens; t += gridDim.y) {
-    const int64_t x = t * p.dim + c;
-    const float shared = p.shared.data != nullptr ? load_float(p.shared, x) : 0.0f;
     float acc = 0.0f;
-    for (int64_t s0 = 0; s0 < p.k; s0 += kSlotsInFlight) {
-      int32_t rows[kSlotsInFlight];
-      slot_rows(p, t, s0, rows);
-      float v[kSlotsInFlight];
-#pragma unroll
-      for (int i = 0; i < kSlotsInFlight; ++i) v[i] = rows[i] >= 0 ? load_float(p.expert_out, rows[i] * p.dim + c) : 0.0f;
-#pragma unroll
-      for (int i = 0; i < kSlotsInFlight; ++i)
-        if (rows[i] >= 0) acc = __fadd_rn(acc, v[i]);
+    for (int64_t s = 0; s < p.k; ++s) {
+      const int32_t row = p.row_of[t * p.k + s];
+      if (row >= 0) acc = __fadd_rn(acc, load_float(p.expert_out, row * p.dim + c));
     }
-    store_float(p.out, x, p.shared.data != nullptr ? __fadd_rn(acc, shared) : acc);
+    const int64_t x = t * p.dim + c;
+    store_float(p.out, x, p.shared.data != nullptr ? __fadd_rn(acc, load_float(p.shared, x)) : acc);
   }
 }
 
@@ -70,24 +51,17 @@ __global__ void combine_experts_x8_kernel(CombineExpertsParams p) {
   pdl_wait();
   const int64_t c0 = (blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x) * 8;
   if (c0 >= p.dim) return;
-  const auto* expert_rows = static_cast<const uint16_t*>(p.expert_out.data);
+  const auto* rows = static_cast<const uint16_t*>(p.expert_out.data);
   for (int64_t t = blockIdx.y; t < p.tokens; t += gridDim.y) {
     float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    for (int64_t s0 = 0; s0 < p.k; s0 += kSlotsInFlight) {
-      int32_t rows[kSlotsInFlight];
-      slot_rows(p, t, s0, rows);
-      uint4 v[kSlotsInFlight];
+    for (int64_t s = 0; s < p.k; ++s) {
+      const int32_t row = p.row_of[t * p.k + s];
+      if (row < 0) continue;
+      const uint4 v = *reinterpret_cast<const uint4*>(rows + row * p.dim + c0);
+      const uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-      for (int i = 0; i < kSlotsInFlight; ++i)
-        v[i] = rows[i] >= 0 ? *reinterpret_cast<const uint4*>(expert_rows + rows[i] * p.dim + c0) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-      for (int s = 0; s < kSlotsInFlight; ++s) {
-        if (rows[s] < 0) continue;
-        const uint32_t words[4] = {v[s].x, v[s].y, v[s].z, v[s].w};
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-          acc[i] = __fadd_rn(acc[i], bf16_to_float(static_cast<uint16_t>(words[i / 2] >> (16 * (i % 2)))));
-      }
+      for (int i = 0; i < 8; ++i)
+        acc[i] = __fadd_rn(acc[i], bf16_to_float(static_cast<uint16_t>(words[i / 2] >> (16 * (i % 2)))));
     }
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
