@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "core/error.h"
 #include "kernels/block_reduce.cuh"
@@ -417,45 +418,46 @@ void broadcast_add(const BroadcastAddParams& p, cudaStream_t stream) {
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
+namespace {
+
+// launch(std::integral_constant<int, V>{}) for the runtime v clamped to 1..8: the norm kernels'
+// per-thread value (or virtual warp) counts as template arguments.
+template <typename Launch>
+void with_count_1_to_8(int64_t v, Launch&& launch) {
+  switch (v) {
+    case 1: launch(std::integral_constant<int, 1>{}); break;
+    case 2: launch(std::integral_constant<int, 2>{}); break;
+    case 3: launch(std::integral_constant<int, 3>{}); break;
+    case 4: launch(std::integral_constant<int, 4>{}); break;
+    case 5: launch(std::integral_constant<int, 5>{}); break;
+    case 6: launch(std::integral_constant<int, 6>{}); break;
+    case 7: launch(std::integral_constant<int, 7>{}); break;
+    default: launch(std::integral_constant<int, 8>{}); break;
+  }
+}
+
+}  // namespace
+
 void rms_norm_rows(const RmsNormRowsParams& p, cudaStream_t stream) {
   if (p.rows == 0 || p.dim == 0) return;
   // About four elements per thread: a decode step's single rows of 4096 are latency-bound, so
   // they take whole 1024-thread blocks. The block size fixes the summation order, and it depends
   // on dim alone, so a row's result never depends on how many rows the batch has.
   const int64_t threads = rms_norm_block_threads(p.dim);
-  if (p.rows >= kNormWarpMinRows && threads <= 32 * 8 && (p.dim + threads - 1) / threads <= kNormValuesPerThread) {
-    const auto blocks = static_cast<unsigned>((p.rows + kNormWarpRowsPerBlock - 1) / kNormWarpRowsPerBlock);
-    const unsigned block_threads = 32 * kNormWarpRowsPerBlock;
-    switch (threads / 32) {
-      case 1: launch_pdl(rms_norm_warp_kernel<1>, blocks, block_threads, 0, stream, p); break;
-      case 2: launch_pdl(rms_norm_warp_kernel<2>, blocks, block_threads, 0, stream, p); break;
-      case 3: launch_pdl(rms_norm_warp_kernel<3>, blocks, block_threads, 0, stream, p); break;
-      case 4: launch_pdl(rms_norm_warp_kernel<4>, blocks, block_threads, 0, stream, p); break;
-      case 5: launch_pdl(rms_norm_warp_kernel<5>, blocks, block_threads, 0, stream, p); break;
-      case 6: launch_pdl(rms_norm_warp_kernel<6>, blocks, block_threads, 0, stream, p); break;
-      case 7: launch_pdl(rms_norm_warp_kernel<7>, blocks, block_threads, 0, stream, p); break;
-      default: launch_pdl(rms_norm_warp_kernel<8>, blocks, block_threads, 0, stream, p); break;
-    }
-    DSV4_CUDA_CHECK(cudaGetLastError());
-    return;
-  }
   const int64_t values = (p.dim + threads - 1) / threads;
-  if (p.rows <= kNormRegsMaxRows && values <= kNormRegsMaxValues) {
-    const auto blocks = static_cast<unsigned>(p.rows), block_threads = static_cast<unsigned>(threads);
-    switch (values) {
-      case 1: launch_pdl(rms_norm_regs_kernel<1>, blocks, block_threads, 0, stream, p); break;
-      case 2: launch_pdl(rms_norm_regs_kernel<2>, blocks, block_threads, 0, stream, p); break;
-      case 3: launch_pdl(rms_norm_regs_kernel<3>, blocks, block_threads, 0, stream, p); break;
-      case 4: launch_pdl(rms_norm_regs_kernel<4>, blocks, block_threads, 0, stream, p); break;
-      case 5: launch_pdl(rms_norm_regs_kernel<5>, blocks, block_threads, 0, stream, p); break;
-      case 6: launch_pdl(rms_norm_regs_kernel<6>, blocks, block_threads, 0, stream, p); break;
-      case 7: launch_pdl(rms_norm_regs_kernel<7>, blocks, block_threads, 0, stream, p); break;
-      default: launch_pdl(rms_norm_regs_kernel<8>, blocks, block_threads, 0, stream, p); break;
-    }
-    DSV4_CUDA_CHECK(cudaGetLastError());
-    return;
+  if (p.rows >= kNormWarpMinRows && threads <= 32 * 8 && values <= kNormValuesPerThread) {
+    const auto blocks = static_cast<unsigned>((p.rows + kNormWarpRowsPerBlock - 1) / kNormWarpRowsPerBlock);
+    with_count_1_to_8(threads / 32, [&](auto warps) {
+      launch_pdl(rms_norm_warp_kernel<warps>, blocks, 32 * kNormWarpRowsPerBlock, 0, stream, p);
+    });
+  } else if (p.rows <= kNormRegsMaxRows && values <= kNormRegsMaxValues) {
+    with_count_1_to_8(values, [&](auto per_thread) {
+      launch_pdl(rms_norm_regs_kernel<per_thread>, static_cast<unsigned>(p.rows), static_cast<unsigned>(threads), 0,
+                 stream, p);
+    });
+  } else {
+    launch_pdl(rms_norm_kernel, static_cast<unsigned>(p.rows), static_cast<unsigned>(threads), 0, stream, p);
   }
-  launch_pdl(rms_norm_kernel, static_cast<unsigned>(p.rows), static_cast<unsigned>(threads), 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
