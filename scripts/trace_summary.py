@@ -14,7 +14,11 @@ stream, grid and time (from its stream's previous kernel's end), to read one lay
 --gaps N lists the N longest idle gaps of the summarised kernels (no kernel running), each with
 the kernels that end before it and start after it, to tell host waits from launch overhead.
 
+--against BASE.csv summarises BASE the same way and lists each kernel's time in both and the
+change, largest changes first (two builds' traces of the same step: which kernels a change moved).
+
 Usage: trace_summary.py TRACE.csv[.gz] [--replays N] [--by-grid] [--eager] [--top N] [--gaps N] [--sequence N]
+                        [--against BASE.csv[.gz]]
 """
 import argparse
 import collections
@@ -75,29 +79,22 @@ def gaps(intervals):
     return out
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("trace")
-    ap.add_argument("--replays", type=int, default=5, help="graph replays to average (the last ones)")
-    ap.add_argument("--by-grid", action="store_true", help="one row per kernel and grid size")
-    ap.add_argument("--eager", action="store_true", help="the kernels outside graphs (e.g. a prefill)")
-    ap.add_argument("--top", type=int, default=40)
-    ap.add_argument("--gaps", type=int, default=0, help="list the N longest idle gaps")
-    ap.add_argument("--sequence", type=int, default=0, help="list the first N kernels of the last replay")
-    args = ap.parse_args()
-    rows = read(args.trace)
-    key = (lambda r: f"{r['name']} ({r['gx']},{r['gy']},{r['gz']})") if args.by_grid else (lambda r: r["name"])
-    if args.eager:
-        groups = [[r for r in rows if r["graph"] == "0"]]
-    else:
-        replays = collections.defaultdict(list)
-        for r in rows:
-            if r["graph"] != "0":
-                replays[int(r["correlation"])].append(r)
-        if not replays:
-            raise SystemExit("no graph replays in the trace")
-        biggest = max(len(v) for v in replays.values())
-        groups = [replays[c] for c in sorted(replays) if len(replays[c]) == biggest][-args.replays:]
+def summary_groups(rows, eager, replays):
+    """The kernel sets to summarise: the eager kernels, or the last `replays` replays of the largest graph."""
+    if eager:
+        return [[r for r in rows if r["graph"] == "0"]]
+    by_launch = collections.defaultdict(list)
+    for r in rows:
+        if r["graph"] != "0":
+            by_launch[int(r["correlation"])].append(r)
+    if not by_launch:
+        raise SystemExit("no graph replays in the trace")
+    biggest = max(len(v) for v in by_launch.values())
+    return [by_launch[c] for c in sorted(by_launch) if len(by_launch[c]) == biggest][-replays:]
+
+
+def summarise(groups, key):
+    """(span ns, {key: ns}, {key: calls}, idle gaps) per group, averaged over the groups (gaps: all)."""
     total = collections.defaultdict(float)
     calls = collections.Counter()
     span = 0
@@ -112,11 +109,40 @@ def main():
         for _, _, r in intervals:
             calls[key(r)] += 1
     n = len(groups)
+    return span / n, {k: v / n for k, v in total.items()}, {k: c / n for k, c in calls.items()}, idle
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("trace")
+    ap.add_argument("--replays", type=int, default=5, help="graph replays to average (the last ones)")
+    ap.add_argument("--by-grid", action="store_true", help="one row per kernel and grid size")
+    ap.add_argument("--eager", action="store_true", help="the kernels outside graphs (e.g. a prefill)")
+    ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--gaps", type=int, default=0, help="list the N longest idle gaps")
+    ap.add_argument("--sequence", type=int, default=0, help="list the first N kernels of the last replay")
+    ap.add_argument("--against", help="a base trace: each kernel's time in both and the change")
+    args = ap.parse_args()
+    key = (lambda r: f"{r['name']} ({r['gx']},{r['gy']},{r['gz']})") if args.by_grid else (lambda r: r["name"])
+    groups = summary_groups(read(args.trace), args.eager, args.replays)
+    span, total, calls, idle = summarise(groups, key)
+    n = len(groups)
     what = "eager kernels" if args.eager else f"{n} replays of {len(groups[0])} kernels"
-    print(f"{what}: {span / n / 1e6:.3f} ms each")
+    print(f"{what}: {span / 1e6:.3f} ms each")
     print(f"{'kernel':64s} {'calls':>6s} {'ms':>8s} {'share':>6s}")
     for k, v in sorted(total.items(), key=lambda kv: -kv[1])[: args.top]:
-        print(f"{k[:64]:64s} {calls[k] / n:6.0f} {v / n / 1e6:8.3f} {v / span * 100:5.1f}%")
+        print(f"{k[:64]:64s} {calls.get(k, 0):6.0f} {v / 1e6:8.3f} {v / span * 100:5.1f}%")
+    if args.against:
+        base_span, base_total, base_calls, _ = summarise(
+            summary_groups(read(args.against), args.eager, args.replays), key)
+        print(f"\nagainst {args.against}: {base_span / 1e6:.3f} -> {span / 1e6:.3f} ms each "
+              f"({(span - base_span) / 1e6:+.3f})")
+        print(f"{'kernel':64s} {'calls':>6s} {'base ms':>8s} {'ms':>8s} {'change':>8s}")
+        kernels = set(total) | set(base_total)
+        changes = sorted(kernels, key=lambda k: -abs(total.get(k, 0) - base_total.get(k, 0)))
+        for k in changes[: args.top]:
+            was, now = base_total.get(k, 0) / 1e6, total.get(k, 0) / 1e6
+            print(f"{k[:64]:64s} {calls.get(k, base_calls.get(k, 0)):6.0f} {was:8.3f} {now:8.3f} {now - was:+8.3f}")
     if args.gaps:
         print(f"\n{len(idle) / n:.0f} idle gaps, {sum(g[0] for g in idle) / n / 1e6:.3f} ms in all; the longest:")
         print(f"{'gap us':>9s}  {'kernel before':40s}  kernel after")

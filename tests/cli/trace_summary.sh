@@ -2,7 +2,8 @@
 # scripts/trace_summary.py on a small kernel trace in bench/kernel_trace's CSV form (written here):
 # eager kernels counted from their stream's previous kernel's end (programmatic dependent launch),
 # overlapping streams splitting the time, idle time, --by-grid, --gaps; graph replays grouped by
-# their launch's correlation id, --sequence; a trace without replays is refused with the reason.
+# their launch's correlation id, --sequence, --against a base trace; a trace without replays is
+# refused with the reason.
 set -euo pipefail
 script=$1
 work=$(mktemp -d)
@@ -47,6 +48,20 @@ grep -qE "^ +0\.0 +200\.00 +1  kG1 \(1,1,1\)$" "$work/graph.txt" || fail "sequen
 grep -qE "^ +200\.0 +800\.00 +1  kG2 \(4,1,1\)$" "$work/graph.txt" || fail "sequence: $(cat "$work/graph.txt")"
 python3 "$script" "$work/trace.csv" --replays 1 >"$work/last.txt" || fail "--replays 1 run"
 row kG1 1 0.200 20.0 "$work/last.txt"
+
+# --against: a base trace of the same graph with both kernels longer (kG1 0.5 ms, kG2 1.0 ms a
+# replay): each kernel's time in both and the change, the largest change first.
+cat >"$work/base.csv" <<'CSV'
+start,end,stream,graph,correlation,gx,gy,gz,name
+0,500000,1,3,7,1,1,1,kG1
+500000,1500000,1,3,7,1,1,1,kG2
+2000000,2500000,1,3,9,1,1,1,kG1
+2500000,3500000,1,3,9,1,1,1,kG2
+CSV
+python3 "$script" "$work/trace.csv" --against "$work/base.csv" >"$work/against.txt" || fail "--against run"
+grep -qE "^against .*base.csv: 1.500 -> 1.000 ms each \(-0.500\)$" "$work/against.txt" || fail "spans: $(cat "$work/against.txt")"
+changes=$(grep -E "^kG[12] +1 +[0-9.]+ +[0-9.]+ +-[0-9.]+$" "$work/against.txt" | awk '{print $1, $3, $4, $5}' | paste -sd';')
+[[ "$changes" == "kG2 1.000 0.650 -0.350;kG1 0.500 0.350 -0.150" ]] || fail "the changes: $changes"
 
 grep -v ",3,[79]," "$work/trace.csv" >"$work/eager_only.csv"
 if python3 "$script" "$work/eager_only.csv" >/dev/null 2>"$work/err.txt"; then fail "a trace without replays was summarised"; fi
