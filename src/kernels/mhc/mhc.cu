@@ -143,6 +143,12 @@ __device__ __forceinline__ void scan_load_rows(FloatPtr src, int rows, int w, in
 // Asks L2 for the rows scan_load_rows will load for warp group w (one 32-element segment per row
 // and j), so that the next group's loads, which the scan waits for, find them there: the kernel's
 // loads from memory were a third of its stalls (ncu, docs/PERF.md session 28).
+// Asks L2 for the 128-byte line holding `address` (the kernels below prefetch what no kernel
+// writes, or what the scan loads next).
+__device__ __forceinline__ void prefetch_l2_line(const void* address) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(address));
+}
+
 template <int kDeep, typename RowStart>
 __device__ __forceinline__ void scan_prefetch_rows(FloatPtr src, int rows, int w, int64_t length, RowStart row_start) {
   const size_t element_bytes = src.bf16 ? 2 : 4;
@@ -150,7 +156,7 @@ __device__ __forceinline__ void scan_prefetch_rows(FloatPtr src, int rows, int w
     const int r = at / kDeep, j = at % kDeep;
     const int64_t start = row_start(r), offset = 32 * w + 256 * j;
     if (start < 0 || offset >= length) continue;
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(src.data) + (start + offset) * element_bytes));
+    prefetch_l2_line(static_cast<const char*>(src.data) + (start + offset) * element_bytes);
   }
 }
 
@@ -699,7 +705,7 @@ __global__ void __launch_bounds__(kThreads) hc_pre_fused_kernel(HcPreFusedParams
   const int64_t weight_lines = (p.finish.dim * (p.y_norm.bf16 ? 2 : 4) + 127) / 128;
   const int64_t line = (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * kThreads + threadIdx.x;
   if (p.y_norm.data != nullptr && blockIdx.x == 0 && line < weight_lines)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(p.y_norm.data) + 128 * line));
+    prefetch_l2_line(static_cast<const char*>(p.y_norm.data) + 128 * line);
   // Its rows of fn are no kernel's output either: their chunk comes into L2 while the kernel
   // before it finishes (8.89 -> 8.79 ms a batch-1 step, docs/PERF.md session 19).
   {
@@ -710,8 +716,7 @@ __global__ void __launch_bounds__(kThreads) hc_pre_fused_kernel(HcPreFusedParams
     for (int g = 0; g < kGroup; ++g) {
       const int64_t row = static_cast<int64_t>(blockIdx.z) * kGroup + g;
       if (row < m.mix && threadIdx.x < lines)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(m.fn.data) +
-                                                       (row * m.width + begin) * bytes + 128 * threadIdx.x));
+        prefetch_l2_line(static_cast<const char*>(m.fn.data) + (row * m.width + begin) * bytes + 128 * threadIdx.x);
     }
   }
   pdl_wait();
