@@ -1,5 +1,5 @@
 // The MoE block: gate logits in fp32, routing, the shared expert, then the routed experts summed
-// with it.
+// with it, all in one op (moe_experts with its gate).
 #include "model/moe.h"
 
 #include <string>
@@ -11,14 +11,17 @@ DeviceTensor moe(const ForwardContext& ctx, const MoeWeights& w, int64_t layer, 
   const ModelParams& p = ctx.cfg.params();
   const int64_t T = ctx.T, k = p.num_experts_per_tok;
 
-  // s = x.float() @ gate.float()^T; the op scores, selects and weights.
-  const DeviceTensor logits = linear(ctx, x, w.gate, DType::kF32);
+  // s = x.float() @ gate.float()^T, then the scores, selection and weights: the first thing the
+  // experts' op does, so that a backend can overlap the shared expert with it.
   DeviceTensor experts = ctx.alloc(DType::kI32, {T, k});
   DeviceTensor weights = ctx.alloc(DType::kF32, {T, k});
-  ctx.ops.moe_route({logits.view(), w.bias ? &*w.bias : nullptr, w.tid2eid ? &*w.tid2eid : nullptr, ctx.token_ids.view(),
-                     p.scoring_func, static_cast<float>(p.routed_scaling_factor), experts.view(), weights.view()});
-  ctx.observe("layers." + std::to_string(layer) + ".experts", experts);
-  ctx.observe("layers." + std::to_string(layer) + ".expert_weights", weights);
+  const MoeGate gate{.weight = &w.gate,
+                     .act_quant = act_quant_for(ctx, w.gate),
+                     .bias = w.bias ? &*w.bias : nullptr,
+                     .tid2eid = w.tid2eid ? &*w.tid2eid : nullptr,
+                     .token_ids = ctx.token_ids.view(),
+                     .scoring = p.scoring_func,
+                     .route_scale = static_cast<float>(p.routed_scaling_factor)};
 
   // The routed experts and the shared expert (silu(min(w1 x, limit)) * clamp(w3 x, -limit, limit),
   // then w2, weight 1), summed in one op.
@@ -28,7 +31,9 @@ DeviceTensor moe(const ForwardContext& ctx, const MoeWeights& w, int64_t layer, 
   const ActQuant routed_quant = w.experts.empty() ? ActQuant::kNone : act_quant_for(ctx, w.experts.front().w1);
   DeviceTensor out = ctx.alloc(ctx.act, x.shape());
   ctx.ops.moe_experts({x.view(), experts.view(), weights.view(), routed, &shared, static_cast<float>(p.swiglu_limit),
-                       routed_quant, act_quant_for(ctx, w.shared.w1), out.view()});
+                       routed_quant, act_quant_for(ctx, w.shared.w1), out.view(), &gate});
+  ctx.observe("layers." + std::to_string(layer) + ".experts", experts);
+  ctx.observe("layers." + std::to_string(layer) + ".expert_weights", weights);
   return out;
 }
 

@@ -62,4 +62,12 @@ DeviceTensor Ops::moe_shared_expert(const MoeExpertsParams& p) {
   return y;
 }
 
+void Ops::moe_gate_route(const MoeExpertsParams& p) {
+  if (p.gate == nullptr) return;
+  const MoeGate& g = *p.gate;
+  DeviceTensor logits = alloc_output(DType::kF32, {p.x.dim(0), g.weight->shape.at(0)});
+  linear({p.x, g.weight, g.act_quant, logits.view()});
+  moe_route({logits.view(), g.bias, g.tid2eid, g.token_ids, g.scoring, g.route_scale, p.experts, p.weights});
+}
+
 }  // namespace dsv4

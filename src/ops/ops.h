@@ -399,21 +399,35 @@ struct ExpertWeights {
   const Weight* w3;            // [I, D] up
 };
 
+// The routing moe_experts does first when it is given one (MODEL.md §6.1): logits = x gate^T in
+// f32 through linear(), then moe_route() into the op's experts and weights (Ops::moe_gate_route).
+struct MoeGate {
+  const Weight* weight;        // [E, D]
+  ActQuant act_quant = ActQuant::kNone;
+  const Weight* bias;          // as MoeRouteParams
+  const Weight* tid2eid;
+  ConstTensorView token_ids;
+  ScoringFunc scoring = ScoringFunc::kSqrtSoftplus;
+  float route_scale = 1;
+};
+
 // out[t] = sum over t's experts e (ascending) of w2_e(swiglu(w1_e x, w3_e x) * weight) in fp32,
 // plus the shared expert's s[t], rounded to out's dtype. Each routed expert's linears quantise
 // like LinearParams with act_quant. s = w2(swiglu(w1 x, w3 x)) is what Ops::moe_shared_expert
 // computes (linears(), swiglu() and linear(), each rounded to x's dtype), so a backend may run it
-// beside the routed experts (on another stream) or among them, with the same bits.
+// beside the routed experts (on another stream) or among them, with the same bits; with a gate,
+// beside the routing too (it reads only x).
 struct MoeExpertsParams {
   ConstTensorView x;           // [T, D]
-  ConstTensorView experts;     // [T, k] i32
-  ConstTensorView weights;     // [T, k] f32
+  TensorView experts;          // [T, k] i32: read, or written first by the gate's routing
+  TensorView weights;          // [T, k] f32: likewise
   std::span<const ExpertWeights> routed;  // [E]
   const ExpertWeights* shared = nullptr;  // the shared expert (w1, w3 [I_s, D], w2 [D, I_s]), or none
   float swiglu_limit = 0;
   ActQuant act_quant = ActQuant::kNone;         // the routed experts' linears
   ActQuant shared_act_quant = ActQuant::kNone;  // the shared expert's linears
   TensorView out;              // [T, D]
+  const MoeGate* gate = nullptr;  // routing the op does first, or none (experts and weights given)
 };
 
 // ---- the interface ----------------------------------------------------------------------------
@@ -477,6 +491,9 @@ class Ops {
   // The shared expert's output of p (MoeExpertsParams), [T, D] in x's dtype, through this
   // backend's linears(), swiglu() and linear(): what moe_experts adds for it.
   DeviceTensor moe_shared_expert(const MoeExpertsParams& p);
+  // p.gate's routing (none without a gate), through this backend's linear() and moe_route(): what
+  // moe_experts does before its routed experts.
+  void moe_gate_route(const MoeExpertsParams& p);
 
   // Runs the tasks of one fork/join (ops/fork_join.h). The default is the sequential contract
   // (run_in_order); a backend with several streams overrides it to overlap the side tasks.

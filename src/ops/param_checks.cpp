@@ -257,6 +257,14 @@ void check_params(const MoeExpertsParams& p) {
   }
   expect_shape("moe_experts", "out", p.out, {T, D});
   expect_float("moe_experts", "out", p.out);
+  if (p.gate != nullptr) {
+    const Weight* g = p.gate->weight;
+    const Shape shape{static_cast<int64_t>(p.routed.size()), D};
+    if (g == nullptr) throw UsageError("moe_experts: the gate has no weight");
+    if (g->shape != shape)
+      throw UsageError("moe_experts: gate weight " + g->name + " has shape " + shape_str(g->shape) + ", expected " +
+                       shape_str(shape) + " (one row per routed expert)");
+  }
 }
 
 void check_params(const MoeRouteParams& p) {

@@ -625,6 +625,26 @@ TEST_P(MoeExpertsTest, MatchesCpu) {
     // Exact math differs from the CPU only by the GEMMs' summation order; with bf16 rounding and
     // FP8 activation quantisation a rounding flip moves an element by one step of its grid.
     EXPECT_LT(measure(what, gpu_floats(out), cpu_floats(out)), mode == ExpertMode::kExact ? 1e-5 : 1e-2) << what;
+
+    // With a gate the op routes first, on the device beside the shared expert (side streams at
+    // these sizes): the bits of linear(), moe_route() and the op given their experts.
+    const BothWeights gate_weight = plain_weight("gate.weight", random_tensor(DType::kBF16, {E, D}, 0.05f));
+    const BothWeights bias = plain_weight("gate.bias", random_tensor(DType::kF32, {E}, 0.1f));
+    const Both token_ids = both(int_tensor({T}, std::vector<int32_t>(static_cast<size_t>(T), 0)));
+    Both logits = output(DType::kF32, {T, E}), routed_ids = output(DType::kI32, {T, k}), routed_weights = output(DType::kF32, {T, k});
+    gpu_->linear({x.gpu.view(), &gate_weight.gpu, ActQuant::kNone, logits.gpu.view()});
+    gpu_->moe_route({logits.gpu.view(), &bias.gpu, nullptr, token_ids.gpu.view(), ScoringFunc::kSqrtSoftplus, 1.5f,
+                     routed_ids.gpu.view(), routed_weights.gpu.view()});
+    gpu_->moe_experts({x.gpu.view(), routed_ids.gpu.view(), routed_weights.gpu.view(), groutes, &gshared, limit, aq, aq,
+                       out.gpu.view()});
+    const MoeGate gate{.weight = &gate_weight.gpu, .bias = &bias.gpu, .tid2eid = nullptr, .token_ids = token_ids.gpu.view(),
+                       .route_scale = 1.5f};
+    Both gated = output(act, {T, D}), gated_ids = output(DType::kI32, {T, k}), gated_weights = output(DType::kF32, {T, k});
+    gpu_->moe_experts({x.gpu.view(), gated_ids.gpu.view(), gated_weights.gpu.view(), groutes, &gshared, limit, aq, aq,
+                       gated.gpu.view(), &gate});
+    EXPECT_EQ(ints(*gpu_, gated_ids.gpu), ints(*gpu_, routed_ids.gpu)) << what;
+    EXPECT_TRUE(same_bits(gpu_floats(gated_weights), gpu_floats(routed_weights))) << what;
+    EXPECT_TRUE(same_bits(gpu_floats(gated), gpu_floats(out))) << what << " with a gate";
   }
 }
 

@@ -913,6 +913,51 @@ TEST_F(CpuOpsTest, ExpertsSumWeightedSwigluOutputsPlusShared) {
   for (int64_t c = 0; c < D; ++c) EXPECT_EQ(both[c], r[c] + sh[c]) << c;
 }
 
+// With a gate the op routes first: its experts, weights and output are those of linear(),
+// moe_route() and the op without a gate, bit for bit; a gate of another shape is refused by name.
+TEST_F(CpuOpsTest, ExpertsWithAGateRouteFirst) {
+  const int64_t T = 4, D = 16, I = 8, E = 4, k = 2;
+  std::vector<Weight> weights;
+  for (int64_t e = 0; e <= E; ++e)
+    for (const auto& [rows, cols] : {std::pair{I, D}, std::pair{D, I}, std::pair{I, D}})
+      weights.push_back(make_weight(ops, random_floats(rows * cols, 80 + weights.size(), 0.3f), {rows, cols}));
+  std::vector<ExpertWeights> routed;
+  for (int64_t e = 0; e < E; ++e) routed.push_back({&weights[3 * e], &weights[3 * e + 1], &weights[3 * e + 2]});
+  const ExpertWeights shared{&weights[3 * E], &weights[3 * E + 1], &weights[3 * E + 2]};
+  const Weight gate_weight = make_weight(ops, random_floats(E * D, 90, 0.5f), {E, D});
+  const Weight bias = make_weight(ops, {0.1f, -0.2f, 0.0f, 0.3f}, {E});
+  const DeviceTensor x = make_tensor(ops, DType::kF32, {T, D}, random_floats(T * D, 91));
+  const DeviceTensor ids = make_ints(ops, {T}, {0, 1, 2, 3});
+
+  DeviceTensor logits = ops.alloc(DType::kF32, {T, E});
+  ops.linear({x.view(), &gate_weight, ActQuant::kNone, logits.view()});
+  DeviceTensor experts = ops.alloc(DType::kI32, {T, k}), expert_weights = ops.alloc(DType::kF32, {T, k});
+  ops.moe_route({logits.view(), &bias, nullptr, ids.view(), ScoringFunc::kSqrtSoftplus, 1.5f, experts.view(),
+                 expert_weights.view()});
+  DeviceTensor out = ops.alloc(DType::kF32, {T, D});
+  ops.moe_experts({x.view(), experts.view(), expert_weights.view(), routed, &shared, 10.0f, ActQuant::kNone,
+                   ActQuant::kNone, out.view()});
+
+  const MoeGate gate{.weight = &gate_weight, .bias = &bias, .tid2eid = nullptr, .token_ids = ids.view(), .route_scale = 1.5f};
+  DeviceTensor gated_experts = ops.alloc(DType::kI32, {T, k}), gated_weights = ops.alloc(DType::kF32, {T, k});
+  DeviceTensor gated = ops.alloc(DType::kF32, {T, D});
+  ops.moe_experts({x.view(), gated_experts.view(), gated_weights.view(), routed, &shared, 10.0f, ActQuant::kNone,
+                   ActQuant::kNone, gated.view(), &gate});
+  EXPECT_EQ(to_ints(gated_experts.view()), to_ints(experts.view()));
+  EXPECT_TRUE(same_bits(to_floats(gated_weights.view()), to_floats(expert_weights.view())));
+  EXPECT_TRUE(same_bits(to_floats(gated.view()), to_floats(out.view())));
+
+  const Weight narrow = make_weight(ops, random_floats((E - 1) * D, 92), {E - 1, D});
+  const MoeGate bad{.weight = &narrow, .bias = &bias, .tid2eid = nullptr, .token_ids = ids.view()};
+  try {
+    ops.moe_experts({x.view(), gated_experts.view(), gated_weights.view(), routed, &shared, 10.0f, ActQuant::kNone,
+                     ActQuant::kNone, gated.view(), &bad});
+    FAIL() << "a gate of 3 rows for 4 experts was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("gate weight"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(CpuOpsTest, EmbedRepeatsTheRowIntoEveryStream) {
   const Weight table = make_weight(ops, {1, 2, 3, 4, 5, 6}, {3, 2});
   const DeviceTensor ids = make_ints(ops, {2}, {2, 0});

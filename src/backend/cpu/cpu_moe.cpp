@@ -127,6 +127,7 @@ void CpuOps::swiglu(const SwigluParams& p) {
 
 void CpuOps::moe_experts(const MoeExpertsParams& p) {
   check_params(p);
+  moe_gate_route(p);
   const int64_t T = p.x.dim(0), D = p.x.dim(1);
   const int64_t k = p.experts.dim(1), E = static_cast<int64_t>(p.routed.size());
   const DType act = p.x.dtype();

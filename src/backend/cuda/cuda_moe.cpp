@@ -101,12 +101,14 @@ void CudaOps::moe_experts(const MoeExpertsParams& p) {
   const int64_t k = p.experts.dim(1), E = static_cast<int64_t>(p.routed.size());
   const int64_t N = T * k;
   if (N == 0) {
+    moe_gate_route(p);
     const DeviceTensor shared = p.shared != nullptr ? moe_shared_expert(p) : DeviceTensor();
     kernels::combine_experts({float_ptr(p.x), nullptr, shared_ptr(shared), float_ptr(p.out), T, 0, D}, stream_);
     return;
   }
   if (moe_experts_on_device(p)) return;
   refuse_while_capturing("moe_experts (experts grouped on the host)");
+  moe_gate_route(p);
   const DeviceTensor shared = p.shared != nullptr ? moe_shared_expert(p) : DeviceTensor();
 
   // The routing, on the host: each expert's rows (token * k + slot) in token order.
@@ -276,14 +278,16 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
   const StreamBuffer h_scale(static_cast<size_t>(I / 128 * quant_rows) * sizeof(float), stream_, arena());
   const StreamBuffer ys(static_cast<size_t>(N * D) * sizeof(uint16_t), stream_, arena());
 
-  // The routed experts (plan, quantisation, grouped GEMMs) on this stream and the shared expert
-  // as a side task, so that a backend with side streams overlaps them (its small kernels under the
-  // routed experts' at decode); they meet in the combine.
+  // The routing and the routed experts (plan, quantisation, grouped GEMMs) on this stream and the
+  // shared expert as a side task, so that a backend with side streams overlaps them (at decode the
+  // shared expert's weights stream while the routing's small kernels run, and its small kernels
+  // run under the routed experts'); they meet in the combine.
   DeviceTensor shared;
   ForkJoinTasks tasks;
   tasks.chain = "moe";
   tasks.tokens = T;
   tasks.main = [&] {
+    moe_gate_route(p);
     kernels::expert_plan(plan, stream_);
     kernels::ActQuantParams x_quant{p.x.data<uint16_t>(), xq.get<uint8_t>(), x_scale.get<float>(), N, quant_rows, D};
     x_quant.src_row = plan.src_token;
