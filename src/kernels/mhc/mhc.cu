@@ -140,15 +140,15 @@ __device__ __forceinline__ void scan_load_rows(FloatPtr src, int rows, int w, in
   }
 }
 
-// Asks L2 for the rows scan_load_rows will load for warp group w (one 32-element segment per row
-// and j), so that the next group's loads, which the scan waits for, find them there: the kernel's
-// loads from memory were a third of its stalls (ncu, docs/PERF.md session 28).
 // Asks L2 for the 128-byte line holding `address` (the kernels below prefetch what no kernel
 // writes, or what the scan loads next).
 __device__ __forceinline__ void prefetch_l2_line(const void* address) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(address));
 }
 
+// Asks L2 for the rows scan_load_rows will load for warp group w (one 32-element segment per row
+// and j), so that the next group's loads, which the scan waits for, find them there: the kernel's
+// loads from memory were a third of its stalls (ncu, docs/PERF.md session 28).
 template <int kDeep, typename RowStart>
 __device__ __forceinline__ void scan_prefetch_rows(FloatPtr src, int rows, int w, int64_t length, RowStart row_start) {
   const size_t element_bytes = src.bf16 ? 2 : 4;
