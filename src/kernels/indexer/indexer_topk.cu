@@ -22,6 +22,11 @@ namespace {
 constexpr int kScoreThreads = 128;
 constexpr int kTopkThreads = 512;
 constexpr int kRadixBins = 256;
+// A thread's first keys, kept in registers from one read of the scores: rows of up to 3,072
+// visible entries (12k tokens at ratio 4) are read once, not once per radix pass and twice more.
+// Six keep the kernel within 64 registers, two blocks an SM (eight held 71, one block an SM, and
+// took an 8k prefill's top-k from 162 to 226 us, docs/PERF.md session 30).
+constexpr int kRegisterKeys = 6;
 
 __device__ float dot8(const float* a, FloatPtr b, int64_t b_off, int64_t n) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -62,7 +67,7 @@ __device__ uint32_t order_key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-__global__ void __launch_bounds__(kTopkThreads) topk_kernel(IndexerTopkParams p) {
+__global__ void __launch_bounds__(kTopkThreads, 2) topk_kernel(IndexerTopkParams p) {
   pdl_wait();
   using CountScan = cub::BlockScan<int, kTopkThreads>;
   using PairScan = cub::BlockScan<unsigned long long, kTopkThreads>;
@@ -86,6 +91,39 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(IndexerTopkParams p)
   }
   const float* score = p.scores + t * p.score_stride;
 
+  // Each thread takes a contiguous run of ids (so thread order is id order, for the placing scan at
+  // the end), its first kRegisterKeys keys read once into registers, any after them read again
+  // where used. visit(key, j) runs for each of the thread's ids j in order; a warp's lanes run
+  // the same number of rounds (for __match_any_sync), with j = -1 past a thread's run. The radix
+  // passes visit the keys in any order: runs longer than the registers hold are read in strided
+  // rounds there instead, so that a warp's loads are coalesced (runs of 32 at 64k tokens, read
+  // lane by lane, took a batch-16 top-k from 48 to 52 us).
+  const auto per_thread = static_cast<int>((visible + kTopkThreads - 1) / kTopkThreads);
+  const auto begin = static_cast<int>(min(visible, int64_t{tid} * per_thread));
+  const auto end = static_cast<int>(min(visible, int64_t{begin} + per_thread));
+  uint32_t keys[kRegisterKeys];
+#pragma unroll
+  for (int c = 0; c < kRegisterKeys; ++c) keys[c] = begin + c < end ? order_key(__ldg(score + begin + c)) : 0u;
+  const auto for_each_key = [&](auto&& visit) {
+#pragma unroll
+    for (int c = 0; c < kRegisterKeys; ++c)
+      if (c < per_thread) visit(keys[c], begin + c < end ? begin + c : -1);
+    for (int c = kRegisterKeys; c < per_thread; ++c) {
+      const int j = begin + c;
+      visit(j < end ? order_key(__ldg(score + j)) : 0u, j < end ? j : -1);
+    }
+  };
+  const auto for_each_key_any_order = [&](auto&& visit) {
+    if (per_thread <= kRegisterKeys) {
+      for_each_key(visit);
+      return;
+    }
+    for (int64_t base = 0; base < visible; base += kTopkThreads) {
+      const int64_t j = base + tid;
+      visit(j < visible ? order_key(__ldg(score + j)) : 0u, j < visible ? static_cast<int>(j) : -1);
+    }
+  };
+
   // Radix select from the top, 8 bits per pass. After each pass the k-th largest key has the bits
   // `prefix` under `mask`; the keys above it under the mask are k - remaining, all chosen, and
   // `remaining` more are chosen among those equal to it under the mask.
@@ -94,16 +132,14 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(IndexerTopkParams p)
   for (int shift = 24; shift >= 0; shift -= 8) {
     if (tid < kRadixBins) hist[tid] = 0;
     __syncthreads();
-    // Whole warps run every round (for __match_any_sync); a key's bin is counted once per warp by
-    // the lowest lane holding it, so lanes of one warp never collide on a bin.
-    for (int64_t base = 0; base < visible; base += kTopkThreads) {
-      const int64_t j = base + tid;
-      const uint32_t key = j < visible ? order_key(__ldg(score + j)) : 0u;
-      const bool counted = j < visible && (key & mask) == prefix;
+    // A key's bin is counted once per warp round by the lowest lane holding it, so lanes of one
+    // warp never collide on a bin.
+    for_each_key_any_order([&](uint32_t key, int j) {
+      const bool counted = j >= 0 && (key & mask) == prefix;
       const int bin = counted ? static_cast<int>((key >> shift) & 255u) : -1;
       const unsigned peers = __match_any_sync(0xffffffffu, bin);
       if (counted && __ffs(peers) - 1 == lane) atomicAdd(&hist[bin], __popc(peers));
-    }
+    });
     __syncthreads();
     // Thread i < 256 takes bin 255 - i, so its inclusive prefix sum counts the keys at or above its
     // bin; the bin holding the remaining-th of them is the one whose count first reaches it.
@@ -122,31 +158,27 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(IndexerTopkParams p)
     if (s_settled) break;  // read by every thread before any writes it again (two barriers on)
   }
 
-  // Each thread takes a contiguous run of ids, so thread order is id order: one exclusive scan of
-  // (above, equal) counts gives every chosen id its place, #above before it plus
-  // min(#equal before it, remaining).
-  const int64_t per_thread = (visible + kTopkThreads - 1) / kTopkThreads;
-  const int64_t begin = min(visible, tid * per_thread), end = min(visible, begin + per_thread);
+  // One exclusive scan of the threads' (above, equal) counts gives every chosen id its place,
+  // #above before it plus min(#equal before it, remaining).
   uint32_t above = 0, equal = 0;
-  for (int64_t j = begin; j < end; ++j) {
-    const uint32_t key = order_key(__ldg(score + j)) & mask;
-    above += key > prefix ? 1u : 0u;
-    equal += key == prefix ? 1u : 0u;
-  }
+  for_each_key([&](uint32_t key, int j) {
+    above += j >= 0 && (key & mask) > prefix ? 1u : 0u;
+    equal += j >= 0 && (key & mask) == prefix ? 1u : 0u;
+  });
   unsigned long long before = 0;  // #equal before in the high half, #above before in the low half
   PairScan(scan_storage.pair).ExclusiveSum((static_cast<unsigned long long>(equal) << 32) | above, before);
   uint32_t above_before = static_cast<uint32_t>(before), equal_before = static_cast<uint32_t>(before >> 32);
   const auto take_equal = static_cast<uint32_t>(remaining);
-  for (int64_t j = begin; j < end; ++j) {
-    const uint32_t key = order_key(__ldg(score + j)) & mask;
-    if (key > prefix) {
+  for_each_key([&](uint32_t key, int j) {
+    if (j < 0) return;
+    if ((key & mask) > prefix) {
       out[above_before + min(equal_before, take_equal)] = static_cast<int32_t>(j);
       ++above_before;
-    } else if (key == prefix) {
+    } else if ((key & mask) == prefix) {
       if (equal_before < take_equal) out[above_before + equal_before] = static_cast<int32_t>(j);
       ++equal_before;
     }
-  }
+  });
 }
 
 }  // namespace
