@@ -399,13 +399,13 @@ struct ExpertWeights {
   const Weight* w3;            // [I, D] up
 };
 
-// The routing moe_experts does first when it is given one (MODEL.md §6.1): logits = x gate^T in
-// f32 through linear(), then moe_route() into the op's experts and weights (Ops::moe_gate_route).
+// The routing moe_experts does first when it is given one (docs/MODEL.md §6.2): logits = x gate^T
+// in f32 through linear(), then moe_route() into the op's experts and weights (Ops::moe_gate_route).
 struct MoeGate {
-  const Weight* weight;        // [E, D]
+  const Weight* weight = nullptr;   // [E, D]
   ActQuant act_quant = ActQuant::kNone;
-  const Weight* bias;          // as MoeRouteParams
-  const Weight* tid2eid;
+  const Weight* bias = nullptr;     // as MoeRouteParams
+  const Weight* tid2eid = nullptr;
   ConstTensorView token_ids;
   ScoringFunc scoring = ScoringFunc::kSqrtSoftplus;
   float route_scale = 1;
