@@ -113,6 +113,7 @@ class ProfilingOps final : public Ops {
   void swiglu(const SwigluParams& p) override {
     return timed("swiglu", [&] { return inner_.swiglu(p); });
   }
+  // With a gate (the model's MoE), its linear and moe_route are inside this op's time.
   void moe_experts(const MoeExpertsParams& p) override {
     return timed("moe_experts", [&] { return inner_.moe_experts(p); });
   }
