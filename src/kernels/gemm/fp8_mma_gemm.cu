@@ -2,12 +2,12 @@
 // two kernels of the same arithmetic: the streamed one for decode, the staged one for prefill.
 //
 // Streamed: a block of 4 warps owns 16 weight rows (32, two MMA tiles sharing each x operand, for
-// the routed experts' e2m1 GEMM on a full GPU) and up to 32 x rows; warp j takes the K blocks
-// b with b mod 4 == j and the block adds the four partial sums in order at the end. mma.sync
-// m16n8k16 takes the weight rows as A and the x rows as B. Lane (g, t) feeds bytes
-// 32t + 4s .. 32t + 4s + 3 of its rows' block to MMA step s as the K positions 2t, 2t+1, 2t+8,
-// 2t+9 the fragment layout gives it: any permutation of K applied to both operands leaves the
-// products' sum unchanged. Two ways to feed the warps, the same arithmetic:
+// the routed experts' e2m1 GEMM on a full GPU and dense calls of 16- and 32-row x tiles) and up to
+// 32 x rows; warp j takes the K blocks b with b mod 4 == j and the block adds the four partial
+// sums in order at the end. mma.sync m16n8k16 takes the weight rows as A and the x rows as B. Lane
+// (g, t) feeds bytes 32t + 4s .. 32t + 4s + 3 of its rows' block to MMA step s as the K positions
+// 2t, 2t+1, 2t+8, 2t+9 the fragment layout gives it: any permutation of K applied to both operands
+// leaves the products' sum unchanged. Two ways to feed the warps, the same arithmetic:
 // - registers: each lane loads its 32 bytes of a K block straight from global memory, one block
 //   at a time; many small blocks per SM keep the HBM busy (grids of thousands of blocks, short K);
 // - piped (8 x rows): each warp streams its blocks through a pipeline of its own in shared
@@ -902,7 +902,12 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   const bool e2m1 = p.w_codes == Fp8MmaWeightCodes::kE2M1;
   const bool e2m1_wide = e2m1 && tile_rows == 8 &&
                          row_blocks_of(kRowsPerBlock) * tiles > kE2M1WideMinWaves * 8 * current_device_sm_count();
-  const int64_t row_blocks = row_blocks_of(kRowsPerBlock * (e2m1_wide ? kE2M1WideTiles : 1));
+  // Dense calls with x tiles of 16 or 32 rows (decode batches of 9 to 63 rows) take two weight
+  // tiles a block too: each x operand, whose conversions are one to two times the weight's at
+  // those tiles, converted once for both (a batch-64 step -0.46%, batch 16 unchanged: PERF.md
+  // session 31); each output's MMAs and sums are the one-tile block's, so the same bits.
+  const bool dense_wide = !e2m1 && !grouped && tile_rows >= 16;
+  const int64_t row_blocks = row_blocks_of(kRowsPerBlock * (e2m1_wide || dense_wide ? kE2M1WideTiles : 1));
   if (row_blocks == 0 || tiles == 0 || p.k == 0) return;
   check_grid_rows(tiles);
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(tiles));
@@ -929,8 +934,14 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   } else {
     switch (tile_rows) {
       case 8: launch_pdl(fp8_mma_gemm_kernel<1, false>, grid, kWarps * 32, 0, stream, p); break;
-      case 16: launch_pdl(fp8_mma_gemm_kernel<2, false>, grid, kWarps * 32, 0, stream, p); break;
-      default: launch_pdl(fp8_mma_gemm_kernel<4, false>, grid, kWarps * 32, 0, stream, p); break;
+      case 16:
+        if (dense_wide) launch_pdl(fp8_mma_gemm_kernel<2, false, 2>, grid, kWarps * 32, 0, stream, p);
+        else launch_pdl(fp8_mma_gemm_kernel<2, false>, grid, kWarps * 32, 0, stream, p);
+        break;
+      default:
+        if (dense_wide) launch_pdl(fp8_mma_gemm_kernel<4, false, 2>, grid, kWarps * 32, 0, stream, p);
+        else launch_pdl(fp8_mma_gemm_kernel<4, false>, grid, kWarps * 32, 0, stream, p);
+        break;
     }
   }
   DSV4_CUDA_CHECK(cudaGetLastError());

@@ -58,7 +58,7 @@ struct Fp8MmaTile {
 
 enum class Fp8MmaKernel : uint8_t {
   kAuto,      // see fp8_mma_gemm_choice
-  kStreamed,  // 16 (e2m1 on a full GPU: 32) weight rows x 8/16/32 x rows per block, operands into registers or a per-warp pipeline: decode
+  kStreamed,  // 16 (e2m1 on a full GPU, dense 16/32-row x tiles: 32) weight rows x 8/16/32 x rows per block, operands into registers or a per-warp pipeline: decode
   kStaged,    // 128 weight rows x 128 x rows per CTA, tiles staged in shared memory: prefill
   // kStaged with the x fragments' e4m3 -> fp16 conversions on integer operations and an fp16
   // multiply instead of the conversion unit, which may bound kStaged; the same bits. Only when
