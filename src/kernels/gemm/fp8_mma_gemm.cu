@@ -753,8 +753,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) fp8_wgmma_gemm_kernel(Fp8Mma
 // convert each x operand once for both and have twice the weight loads in flight a warp, where one
 // tile a block would fill the GPU's 8 blocks an SM more than kE2M1WideMinWaves times (a batch-64
 // step 54.6 -> 48.1 ms, batch 16 24.7 -> 22.1; session 17 in docs/PERF.md). A batch of one's
-// calls, 1536 blocks of one tile, stay narrow.
-constexpr int kE2M1WideTiles = 2;
+// calls, 1536 blocks of one tile, stay narrow. Dense calls of 16- and 32-row x tiles take the same
+// two tiles a block (fp8_mma_gemm below).
+constexpr int kWideWeightTiles = 2;
 constexpr int64_t kE2M1WideMinWaves = 2;
 
 // x rows per block of the streamed kernel.
@@ -907,7 +908,7 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   // those tiles, converted once for both (a batch-64 step -0.46%, batch 16 unchanged: PERF.md
   // session 31); each output's MMAs and sums are the one-tile block's, so the same bits.
   const bool dense_wide = !e2m1 && !grouped && tile_rows >= 16;
-  const int64_t row_blocks = row_blocks_of(kRowsPerBlock * (e2m1_wide || dense_wide ? kE2M1WideTiles : 1));
+  const int64_t row_blocks = row_blocks_of(kRowsPerBlock * (e2m1_wide || dense_wide ? kWideWeightTiles : 1));
   if (row_blocks == 0 || tiles == 0 || p.k == 0) return;
   check_grid_rows(tiles);
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(tiles));
@@ -920,7 +921,7 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
     switch (tile_rows) {
       case 8:
         if (e2m1_wide)
-          launch_pdl(fp8_mma_gemm_kernel<1, true, kE2M1WideTiles>, grid, kWarps * 32, 0, stream, p);
+          launch_pdl(fp8_mma_gemm_kernel<1, true, kWideWeightTiles>, grid, kWarps * 32, 0, stream, p);
         else
           launch_pdl(fp8_mma_gemm_kernel<1, true>, grid, kWarps * 32, 0, stream, p);
         break;
