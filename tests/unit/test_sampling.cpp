@@ -355,16 +355,21 @@ int32_t draw_sorting_everything(const std::vector<float>& x, const SamplingParam
 
 TEST(Sampling, FiltersPickWhatSortingTheWholeVocabularyPicks) {
   // Vocabularies whose top-p sets hold from one token to thousands (so the sampler sorts in one
-  // round or several), with ties (logits on a coarse grid) and without.
+  // round or several), with ties (logits on a coarse grid) and without, some with every third
+  // token masked out (-inf); temperature 0.004 leaves most probabilities 0 or subnormal, where
+  // top-k by logit hands over to the full pass.
   std::mt19937 rng(7);
   const int vocab = 6000;
   int compared = 0;
   for (const double spread : {0.3, 2.0, 8.0})
-    for (const bool ties : {false, true}) {
+    for (const int kind : {0, 1, 2}) {  // no ties; ties; ties with a mask
+      const bool ties = kind > 0;
       std::normal_distribution<float> normal(0.0f, static_cast<float>(spread));
       std::vector<float> x(vocab);
       for (float& v : x) v = ties ? std::round(normal(rng) * 2.0f) / 2.0f : normal(rng);
-      for (const float temperature : {0.5f, 1.0f, 1.7f})
+      if (kind == 2)
+        for (size_t i = 0; i < x.size(); i += 3) x[i] = -std::numeric_limits<float>::infinity();
+      for (const float temperature : {0.004f, 0.5f, 1.0f, 1.7f})
         for (const float top_p : {0.05f, 0.6f, 0.95f, 0.999f, 1.0f})
           for (const int top_k : {0, 1, 40, 5000})
             for (const float min_p : {0.0f, 0.02f}) {
@@ -375,13 +380,13 @@ TEST(Sampling, FiltersPickWhatSortingTheWholeVocabularyPicks) {
               for (uint64_t seed = 0; seed < 3; ++seed) {
                 const std::vector<int32_t> out(static_cast<size_t>(seed), 0);
                 ASSERT_EQ(sample_token(x, p, 11 + seed, {{}, out}).id, draw_sorting_everything(x, p, 11 + seed, seed))
-                    << "spread " << spread << " ties " << ties << " T " << temperature << " top_p " << top_p
+                    << "spread " << spread << " kind " << kind << " T " << temperature << " top_p " << top_p
                     << " top_k " << top_k << " min_p " << min_p << " seed " << seed;
                 ++compared;
               }
             }
     }
-  EXPECT_EQ(compared, 3 * 2 * 3 * 5 * 4 * 2 * 3);
+  EXPECT_EQ(compared, 3 * 3 * 4 * 5 * 4 * 2 * 3);
 }
 
 TEST(Sampling, LogitsWithoutAFiniteMaximumAreRefused) {
