@@ -1025,10 +1025,10 @@ TEST(Fp8MmaGemmE2m1StagedCuda, GivesTheFp8CastBitsGrouped) {
 }
 
 // Grouped on the f16 WGMMA kernel (the routed experts at prefill): the stored FP4 weights, which
-// its producer converts as it goes, over tiles of 128 and of 100 rows give the bits of their FP8
-// casts on the staged kernel, in fp32 and bf16, with the groups above (partial and empty ones), a
-// ragged n and 9 K blocks, and with larger groups at an expert's n and K; tiles past tile_count
-// don't run.
+// its consumers convert as they go, over tiles of 128, 100, 80, 48 and 20 rows (items whose MMAs
+// cover 32, 64, 96 or 128 columns) give the bits of their FP8 casts on the staged kernel, in fp32
+// and bf16, with the groups above (partial and empty ones), a ragged n and 9 K blocks, and with
+// larger groups at an expert's n and K; tiles past tile_count don't run.
 TEST(Fp8MmaGemmE2m1StagedCuda, F16WgmmaGivesTheFp8CastBitsGrouped) {
   DSV4_SKIP_WITHOUT_GPU();
   struct Case {
@@ -1062,7 +1062,7 @@ TEST(Fp8MmaGemmE2m1StagedCuda, F16WgmmaGivesTheFp8CastBitsGrouped) {
     };
     for (const bool bf16 : {false, true}) {
       const std::vector<uint8_t> want = run(false, 128, bf16);
-      for (const int32_t tile_rows : {128, 100})
+      for (const int32_t tile_rows : {128, 100, 80, 48, 20})
         EXPECT_EQ(first_difference(run(true, tile_rows, bf16), want, n, bf16), "")
             << (bf16 ? "bf16" : "fp32") << " output, n " << n << ", got = the stored FP4 weights on the f16-wgmma "
             << "kernel over tiles of " << tile_rows << " rows, want = their FP8 casts on the staged kernel";

@@ -240,7 +240,12 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
   const auto* const* shift_of = w_of + 6 * E;
 
   // The plan: rows grouped by expert and their tiles.
-  const int32_t tile_rows = kernels::fp8_mma_tile_rows((N + std::min<int64_t>(E, N) - 1) / std::min<int64_t>(E, N));
+  // Prefill-sized groups of FP4 experts take the f16 WGMMA kernel (the staged kernel's bits,
+  // converting the e2m1 weights as it goes) over tiles of up to 128 rows; the quantisations then
+  // write the codes' fp16 values, with the scales' rows padded to 4 (its TMA's rule).
+  const int64_t rows_per_expert = (N + std::min<int64_t>(E, N) - 1) / std::min<int64_t>(E, N);
+  const bool f16 = fp4 && options_.fp8_gemm == Fp8Gemm::kFp16Mma && rows_per_expert >= kF16WgmmaMinRowsPerExpert;
+  const int32_t tile_rows = f16 ? kernels::kFp8MmaStagedTileRows : kernels::fp8_mma_tile_rows(rows_per_expert);
   const int64_t max_tiles = kernels::expert_plan_max_tiles(N, E, tile_rows);
   const StreamBuffer ints(static_cast<size_t>(2 * E + 3 * N + 1) * sizeof(int32_t), stream_, arena());
   const StreamBuffer tiles(static_cast<size_t>(max_tiles) * sizeof(kernels::Fp8MmaTile), stream_, arena());
@@ -261,10 +266,6 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
   plan.max_tiles = max_tiles;
   plan.fault = fault_device_;
 
-  // Prefill-sized groups of FP4 experts take the f16 WGMMA kernel (the staged kernel's bits,
-  // converting the e2m1 weights as it goes): the quantisations then write the codes' fp16 values,
-  // with the scales' rows padded to 4 (its TMA's rule).
-  const bool f16 = fp4 && options_.fp8_gemm == Fp8Gemm::kFp16Mma && tile_rows == kernels::kFp8MmaStagedTileRows;
   const int64_t quant_rows = f16 ? (N + 3) / 4 * 4 : N;
   const size_t code_bytes = f16 ? sizeof(uint16_t) : 1;
 

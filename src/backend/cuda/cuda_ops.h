@@ -53,6 +53,13 @@ constexpr bool uses_fp8_mma(Fp8Gemm g) { return g == Fp8Gemm::kFp16Mma || g == F
 // estimate: their conversions move x's and the weight's bytes once more, as the dense ones do).
 constexpr int64_t kF16WgmmaMinRows = 512;
 
+// With kFp16Mma, the routed experts' grouped FP4 GEMMs take the f16 WGMMA kernel (tiles of up to
+// 128 rows, each item's MMAs as wide as its rows need, the same bits) once the experts average
+// this many rows (tokens x experts a token / experts); below, the streamed kernel's tiles of 8,
+// 16 or 32 rows. From 16 rows (a 1k-token prefill of V4-Flash) it measured faster than the
+// streamed kernel, which reads an expert's weight once per 32-row tile (docs/PERF.md session 32).
+constexpr int64_t kF16WgmmaMinRowsPerExpert = 16;
+
 // Whether a kFp16Mma linear runs the dense call `g` (its x not yet quantised) on the f16 WGMMA
 // kernel, by the rule above (its weight e4m3 and 16-byte aligned). bench_fp8_gemm reports the
 // kernel a linear runs by it too.

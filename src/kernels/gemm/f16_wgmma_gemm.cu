@@ -241,9 +241,18 @@ __device__ __forceinline__ void init_barriers(const SharedStages& s, int stages,
   __syncthreads();
 }
 
+// The columns (x rows) of a grouped item that its MMAs cover: its rows rounded up to 32. An
+// expert's last tile is partly empty, and so is every tile of an expert with few rows (an 8k
+// prefill's experts have ~192 rows, a 2k prefill's ~48): their MMAs and the x rows they copy
+// shrink with it. Dense items cover 128.
+__device__ __forceinline__ int grouped_item_columns(int rows) {
+  return rows <= 32 ? 32 : rows <= 64 ? 64 : rows <= 96 ? 96 : kTileRows;
+}
+
 // The consumers' walk over the CTA's items: per item, four passes over its K blocks b = pass,
 // pass + 4, ... (staged_tiles.cuh's order, which the producers' copies follow);
-// block_sums(blk, q, item, b) computes block b's sums into blk (zeroed and fenced) and adds them,
+// block_sums(blk, q, item, b) computes block b's sums into blk (zeroed and fenced, all 128 columns
+// whatever an item's MMAs cover: before the wait for the stage, this costs nothing) and adds them,
 // scaled by the block's weight scale and x's scales, into the pass's lane sums q; the passes' sums
 // add in order, and the item's outputs are stored.
 template <bool kGrouped, class BlockSums>
@@ -365,8 +374,44 @@ __global__ void __launch_bounds__(kThreads, 1)
 // not 2; a warp's consumers still read 512 contiguous bytes (eight whole rows).
 __device__ __forceinline__ int codes_swizzle(int row) { return (row / 2) % 4; }
 
+// A K block of a grouped item whose MMAs cover N columns: the lane's weight rows' codes (words0 /
+// words1: group t of rows row0 and row0 + 8, words w = 0..3 holding MMA steps 2 w and 2 w + 1) and
+// shifts converted step by step into the A registers of m64nNk16 WGMMAs over the stage's x tile,
+// the block's sums then added into q with the x rows' factors.
+template <int N>
+__device__ __forceinline__ void e2m1_block(float (&blk)[kWgmmaN128Accumulators], float (&q)[kWgmmaN128Accumulators],
+                                           const uint32_t (&words0)[4], const uint32_t (&words1)[4], uint32_t scale0,
+                                           uint32_t scale1, uint32_t x_tile, const float* factors, int t) {
+  // Two sets of A registers: step i's are written once step i - 2's MMA is done.
+  uint32_t frag[2][4];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    if (i >= 2) wgmma_wait<1>();
+    uint32_t(&f)[4] = frag[i % 2];
+    const int slot = 2 * (i % 2);
+    f[0] = e2m1_slot_to_f16x2(words0[i / 2], slot, scale0);
+    f[1] = e2m1_slot_to_f16x2(words1[i / 2], slot, scale1);
+    f[2] = e2m1_slot_to_f16x2(words0[i / 2], slot + 1, scale0);
+    f[3] = e2m1_slot_to_f16x2(words1[i / 2], slot + 1, scale1);
+    wgmma_fence();
+    // Step i's 16 K: box i / 4, 32 bytes a step along its rows (the descriptor moves 16 bytes a unit).
+    const uint64_t desc_x = wgmma_descriptor(x_tile + static_cast<uint32_t>((i / 4) * kOperandBytes)) + 2 * (i % 4);
+    wgmma_m64nk16_f16_a_regs<N>(blk, f, desc_x);
+    wgmma_commit();
+  }
+  wgmma_wait_all();
+  fence_accumulators(blk);
+  add_scaled_block_factors(q, blk, factors, t, N);
+}
+
+// x's tensor maps for the grouped items' columns: boxes of 32, 64, 96 and 128 rows (map
+// columns / 32 - 1).
+struct XMapsByColumns {
+  CUtensorMap map[4];
+};
+
 __global__ void __launch_bounds__(kThreads, 1)
-    f16_wgmma_e2m1_kernel(const __grid_constant__ CUtensorMap x_map, const F16WgmmaArgs a) {
+    f16_wgmma_e2m1_kernel(const __grid_constant__ XMapsByColumns x_maps, const F16WgmmaArgs a) {
   pdl_wait();
   extern __shared__ uint8_t f16_wgmma_smem_raw[];
   const SharedStages sh = shared_stages(f16_wgmma_smem_raw, kE2m1Stages, kE2m1StageBytes);
@@ -417,7 +462,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       reinterpret_cast<float*>(sh.smem + s * kE2m1StageBytes + kE2m1Factors)[row] = sw * sx;
       barrier_arrive(full);
       if (row == 0) {
-        barrier_expect_bytes(full, 2 * kOperandBytes);
+        const int columns = grouped_item_columns(item.rows);
+        const CUtensorMap& x_map = x_maps.map[columns / 32 - 1];
+        barrier_expect_bytes(full, static_cast<uint32_t>(2 * columns * kBoxK * 2));
         tma_load(stage, x_map, b * 128, static_cast<int>(item.m0), full);
         tma_load(stage + kOperandBytes, x_map, b * 128 + kBoxK, static_cast<int>(item.m0), full);
       }
@@ -435,7 +482,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int row0 = 64 * (threadIdx.x / 128) + 16 * (threadIdx.x / 32 % 4) + lane / 4, row1 = row0 + 8;
   int j = 0;
   consume_items<true>(a, walk, [&](float (&blk)[kWgmmaN128Accumulators], float (&q)[kWgmmaN128Accumulators],
-                                   const WorkItem&, int) {
+                                   const WorkItem& item, int) {
+    const int columns = grouped_item_columns(item.rows);
     const int s = j % kE2m1Stages;
     barrier_wait(sh.full0 + 8 * s, static_cast<uint32_t>(j / kE2m1Stages) & 1u);
     const uint8_t* stage = sh.smem + s * kE2m1StageBytes;
@@ -449,26 +497,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t words0[4] = {codes0.x, codes0.y, codes0.z, codes0.w};
     const uint32_t words1[4] = {codes1.x, codes1.y, codes1.z, codes1.w};
     const uint32_t x_tile = sh.smem0 + static_cast<uint32_t>(s * kE2m1StageBytes);
-    // Two sets of A registers: step i's are written once step i - 2's MMA is done.
-    uint32_t frag[2][4];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      if (i >= 2) wgmma_wait<1>();
-      uint32_t(&f)[4] = frag[i % 2];
-      const int slot = 2 * (i % 2);
-      f[0] = e2m1_slot_to_f16x2(words0[i / 2], slot, scale0);
-      f[1] = e2m1_slot_to_f16x2(words1[i / 2], slot, scale1);
-      f[2] = e2m1_slot_to_f16x2(words0[i / 2], slot + 1, scale0);
-      f[3] = e2m1_slot_to_f16x2(words1[i / 2], slot + 1, scale1);
-      wgmma_fence();
-      // Step i's 16 K: box i / 4, 32 bytes a step along its rows (the descriptor moves 16 bytes a unit).
-      const uint64_t desc_x = wgmma_descriptor(x_tile + static_cast<uint32_t>((i / 4) * kOperandBytes)) + 2 * (i % 4);
-      wgmma_m64n128k16_f16_a_regs(blk, f, desc_x);
-      wgmma_commit();
+    const float* factors = reinterpret_cast<const float*>(stage + kE2m1Factors);
+    // Each width's MMAs run to their end in their own branch: with the widths chosen per MMA step,
+    // ptxas fenced the warpgroup before each one (C7519), which serialised them.
+    switch (columns) {
+      case 32: e2m1_block<32>(blk, q, words0, words1, scale0, scale1, x_tile, factors, t); break;
+      case 64: e2m1_block<64>(blk, q, words0, words1, scale0, scale1, x_tile, factors, t); break;
+      case 96: e2m1_block<96>(blk, q, words0, words1, scale0, scale1, x_tile, factors, t); break;
+      default: e2m1_block<128>(blk, q, words0, words1, scale0, scale1, x_tile, factors, t); break;
     }
-    wgmma_wait_all();
-    fence_accumulators(blk);
-    add_scaled_block_factors(q, blk, reinterpret_cast<const float*>(stage + kE2m1Factors), t);
     barrier_arrive(sh.empty0 + 8 * s);
     ++j;
   });
@@ -649,11 +686,13 @@ void f16_wgmma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   }
   // The e2m1 weights are converted in the kernel: no w map.
   const auto k = static_cast<uint64_t>(p.k);
-  const CUtensorMap x_map = tensor_map_2d("x16", p.x16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, k, static_cast<uint64_t>(p.m),
-                                          2 * k, kBoxK, kTileRows, CU_TENSOR_MAP_SWIZZLE_128B);
+  XMapsByColumns x_maps;
+  for (int i = 0; i < 4; ++i)
+    x_maps.map[i] = tensor_map_2d("x16", p.x16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, k, static_cast<uint64_t>(p.m), 2 * k,
+                                  kBoxK, static_cast<uint32_t>(32 * (i + 1)), CU_TENSOR_MAP_SWIZZLE_128B);
   const int bytes = set_shared(reinterpret_cast<const void*>(f16_wgmma_e2m1_kernel),
                                shared_bytes(kE2m1Stages, kE2m1StageBytes));
-  launch_pdl(f16_wgmma_e2m1_kernel, persistent_grid(a, "fp8_mma_gemm"), kThreads, bytes, stream, x_map, a);
+  launch_pdl(f16_wgmma_e2m1_kernel, persistent_grid(a, "fp8_mma_gemm"), kThreads, bytes, stream, x_maps, a);
 }
 
 namespace {

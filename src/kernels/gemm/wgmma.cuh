@@ -105,17 +105,49 @@ __device__ __forceinline__ void wgmma_m64n128k16_16bit(float (&d)[kWgmmaN128Accu
 }
 #undef DSV4_WGMMA_M64N128K16_SS
 
-// d += A (64 x 16 fp16, from registers) x B (128 x 16 fp16, desc_b, K-major)^T. Warp w of the
-// warpgroup gives rows 16 w .. 16 w + 15 of A in mma.sync.m16n8k16's fragment layout: lane (g, t)
-// holds a[0] = (row g, columns 2t, 2t + 1), a[1] = (g + 8, 2t..), a[2] = (g, 2t + 8..), a[3] =
-// (g + 8, 2t + 8..), low column in the low half. The registers must keep their values until a
-// wgmma_wait shows the MMA done.
-__device__ __forceinline__ void wgmma_m64n128k16_f16_a_regs(float (&d)[kWgmmaN128Accumulators], const uint32_t (&a)[4],
-                                                            uint64_t desc_b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " DSV4_WGMMA_N128_REGISTERS
-               "{%64, %65, %66, %67}, %68, 1, 1, 1, 0;\n"
-               : DSV4_WGMMA_N128_OUTPUTS
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+// d += A (64 x 16 fp16, from registers) x B (N x 16 fp16, desc_b, K-major)^T for N = 32, 64, 96
+// or 128: d holds an m64n128 accumulator, of which the MMA reads and writes the first N / 2
+// registers (columns 0 .. N - 1); an output's sum does not depend on N. Warp w of the warpgroup
+// gives rows 16 w .. 16 w + 15 of A in mma.sync.m16n8k16's fragment layout: lane (g, t) holds a[0]
+// = (row g, columns 2t, 2t + 1), a[1] = (g + 8, 2t..), a[2] = (g, 2t + 8..), a[3] = (g + 8, 2t +
+// 8..), low column in the low half. The registers must keep their values until a wgmma_wait shows
+// the MMA done.
+template <int N>
+__device__ __forceinline__ void wgmma_m64nk16_f16_a_regs(float (&d)[kWgmmaN128Accumulators], const uint32_t (&a)[4],
+                                                         uint64_t desc_b) {
+  static_assert(N == 32 || N == 64 || N == 96 || N == 128, "wgmma_m64nk16_f16_a_regs: N is 32, 64, 96 or 128");
+  if constexpr (N == 32)
+    asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+                 "{%16, %17, %18, %19}, %20, 1, 1, 1, 0;\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+  else if constexpr (N == 64)
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+  else if constexpr (N == 96)
+    asm volatile("wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, "
+                 "{%48, %49, %50, %51}, %52, 1, 1, 1, 0;\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+  else if constexpr (N == 128)
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " DSV4_WGMMA_N128_REGISTERS
+                 "{%64, %65, %66, %67}, %68, 1, 1, 1, 0;\n"
+                 : DSV4_WGMMA_N128_OUTPUTS
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
 }
 
 // d += A (64 x 16 bf16, desc_a) x B (32 x 16 bf16, desc_b)^T, both K-major.
@@ -164,12 +196,15 @@ __device__ __forceinline__ void wgmma_m64n256k16_bf16_mn_b(float (&d)[128], uint
 
 // Adds a K block's sums blk (an m64n128 accumulator: columns are x rows) into the lane sums q of
 // fp8_mma_gemm.h's summation order: q = fmaf(blk, f, q), f the factor of blk's column, which
-// factor_pair(j) gives for columns 8 j + 2 t and 8 j + 2 t + 1 (t the lane's lane % 4).
+// factor_pair(j) gives for columns 8 j + 2 t and 8 j + 2 t + 1 (t the lane's lane % 4). Only
+// columns below `columns` (a multiple of 32: an MMA of that N) are added.
 template <class FactorPair>
 __device__ __forceinline__ void add_block_times(float (&q)[kWgmmaN128Accumulators],
-                                                const float (&blk)[kWgmmaN128Accumulators], FactorPair&& factor_pair) {
+                                                const float (&blk)[kWgmmaN128Accumulators], FactorPair&& factor_pair,
+                                                int columns = 128) {
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
+    if (8 * j >= columns) break;
     const float2 f = factor_pair(j);
     q[4 * j + 0] = fmaf(blk[4 * j + 0], f.x, q[4 * j + 0]);
     q[4 * j + 1] = fmaf(blk[4 * j + 1], f.y, q[4 * j + 1]);
@@ -192,8 +227,9 @@ __device__ __forceinline__ void add_scaled_block(float (&q)[kWgmmaN128Accumulato
 // The factors already multiplied (shared memory, 8-byte aligned: factors[c] for column c).
 __device__ __forceinline__ void add_scaled_block_factors(float (&q)[kWgmmaN128Accumulators],
                                                          const float (&blk)[kWgmmaN128Accumulators],
-                                                         const float* factors, int t) {
-  add_block_times(q, blk, [&](int j) { return *reinterpret_cast<const float2*>(factors + 8 * j + 2 * t); });
+                                                         const float* factors, int t, int columns = 128) {
+  add_block_times(
+      q, blk, [&](int j) { return *reinterpret_cast<const float2*>(factors + 8 * j + 2 * t); }, columns);
 }
 
 #undef DSV4_WGMMA_N128_OUTPUTS
