@@ -40,7 +40,8 @@
 // staged mma.sync kernels' step sums.
 //
 // Grouped e2m1 weights (f16_wgmma_e2m1_kernel; the routed experts at prefill): a tile is one of
-// the plan's x tiles (one expert's rows) against 128 rows of that expert's weight. A per-call fp16
+// the plan's x tiles (one expert's rows) against 128 rows of that expert's weight, its MMAs (and
+// the x rows it copies) only as wide as its rows rounded up to 32 (grouped_item_columns). A per-call fp16
 // copy of all experts' weights would be 13 GB a layer (tried: the 8k prefill took 2.5 s), so the
 // weight is converted in the kernel, by the consumers into their WGMMAs' A registers: lane (g, t)
 // of a warp needs, for MMA step s, inputs 32 t + 4 s .. 32 t + 4 s + 3 of its rows g and g + 8
