@@ -102,23 +102,37 @@ class JsonSchemaCompiler {
     n.min_length = std::max(n.min_length, count_bound(s, "minLength", path, 0));
     n.max_length = std::min(n.max_length, count_bound(s, "maxLength", path, UINT32_MAX));
     if (n.min_length > n.max_length) throw JsonSchemaError(path + "/minLength", "is more than maxLength");
+    const auto compile_pattern = [&](std::string_view pattern, const std::string& at) {
+      try {
+        auto nfa = std::make_shared<const RegexNfa>(RegexNfa::compile(pattern));
+        n.pattern = std::make_shared<RegexDfa>(std::move(nfa), JsonSchema::kMaxPatternStates);
+      } catch (const UsageError& e) {
+        throw JsonSchemaError(at, e.what());
+      }
+    };
+    std::string_view format_pattern;  // a format checked as a pattern (email, ipv4, ...)
     if (const auto format = s.find("format"); format != s.end()) {
       if (!format->is_string()) throw JsonSchemaError(path + "/format", "must be a string");
-      if (const auto f = string_format_named(format->get<std::string>())) n.format = *f;  // others: not checked
+      const std::string name = format->get<std::string>();
+      if (const auto f = string_format_named(name)) n.format = *f;
+      else if (const auto as_pattern = string_format_pattern(name)) format_pattern = *as_pattern;  // others: not checked
     }
     if (const auto pattern = s.find("pattern"); pattern != s.end()) {
       if (!pattern->is_string()) throw JsonSchemaError(path + "/pattern", "must be a string");
       if (n.pattern)
         throw JsonSchemaError(path + "/pattern", "a pattern beside an allOf or anyOf part's pattern is not supported");
-      try {
-        auto nfa = std::make_shared<const RegexNfa>(RegexNfa::compile(pattern->get<std::string>()));
-        n.pattern = std::make_shared<RegexDfa>(std::move(nfa), JsonSchema::kMaxPatternStates);
-      } catch (const UsageError& e) {
-        throw JsonSchemaError(path + "/pattern", e.what());
-      }
+      compile_pattern(pattern->get<std::string>(), path + "/pattern");
     }
-    if (n.pattern && (n.min_length > 0 || n.max_length != UINT32_MAX || n.format != StringFormat::kNone))
-      throw JsonSchemaError(path + "/pattern", "a pattern beside minLength, maxLength or format is not supported");
+    // A format checked as a pattern is not checked beside another pattern, another format or
+    // length bounds (as a format beside length bounds below).
+    if (!format_pattern.empty() && !n.pattern && n.format == StringFormat::kNone && n.min_length == 0 &&
+        n.max_length == UINT32_MAX)
+      compile_pattern(format_pattern, path + "/format"), n.pattern_from_format = true;
+    if (n.pattern && (n.min_length > 0 || n.max_length != UINT32_MAX || n.format != StringFormat::kNone)) {
+      if (!n.pattern_from_format)
+        throw JsonSchemaError(path + "/pattern", "a pattern beside minLength, maxLength or format is not supported");
+      n.pattern = nullptr, n.pattern_from_format = false;  // an allOf part's format: not checked
+    }
     if (n.pattern && !n.strings.empty()) {  // enum strings that do not match cannot be written
       std::erase_if(n.strings, [&](const std::string& e) { return !n.pattern->nfa().full_match(e); });
       if (n.strings.empty()) n.types &= static_cast<uint8_t>(~JsonSchema::kString);
@@ -295,6 +309,7 @@ class JsonSchemaCompiler {
       n.strings = s->strings;
       n.format = s->format;
       n.pattern = s->pattern;
+      n.pattern_from_format = s->pattern_from_format;
       n.min_length = std::max(n.min_length, s->min_length);
       n.max_length = std::min(n.max_length, s->max_length);
     }
@@ -321,9 +336,12 @@ class JsonSchemaCompiler {
       n.min_items = std::max(n.min_items, p.min_items);
       n.max_items = std::min(n.max_items, p.max_items);
       n.unique_items = n.unique_items || p.unique_items;
-      if (p.pattern) {
-        if (n.pattern) throw JsonSchemaError(at, "two allOf parts with patterns are not supported");
+      // Of two parts' patterns a format's yields (not checked); two written ones are refused.
+      if (p.pattern && (!n.pattern || (n.pattern_from_format && !p.pattern_from_format))) {
         n.pattern = p.pattern;
+        n.pattern_from_format = p.pattern_from_format;
+      } else if (p.pattern && !p.pattern_from_format) {
+        throw JsonSchemaError(at, "two allOf parts with patterns are not supported");
       }
       if (p.format != StringFormat::kNone) {
         if (n.format != StringFormat::kNone && n.format != p.format) n.types &= static_cast<uint8_t>(~JsonSchema::kString);

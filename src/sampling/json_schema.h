@@ -9,8 +9,9 @@
 // numbers' and the draft-4 booleans' forms; exact, json_number_range.h: a bounded number is
 // written without an exponent, in at most 32 characters), `multipleOf` (integer steps; others are
 // not checked), `uniqueItems` (where the items are strings of an enum of up to 64: each at most
-// once), `format` date / time / date-time / uuid (json_string_format.h; not beside minLength /
-// maxLength), `pattern` (a whole match of a regex_nfa.h pattern: vLLM and outlines read a
+// once), `format` date / time / date-time / uuid, and email / ipv4 / ipv6 / hostname as patterns
+// (json_string_format.h; not beside minLength / maxLength, the latter four not beside a pattern
+// or another format either), `pattern` (a whole match of a regex_nfa.h pattern: vLLM and outlines read a
 // schema's pattern so, though JSON Schema's is a search anywhere in the string; such a string is
 // written without escapes, so a pattern that needs a quote, a backslash or a control character
 // cannot be met; not beside minLength / maxLength / format), tuples (`prefixItems`, or draft 7's
@@ -84,6 +85,9 @@ class JsonSchema {
     // step it (so the prefixes of one schema advance on one thread, as the engine's do); capped at
     // kMaxPatternStates. Null: none.
     std::shared_ptr<RegexDfa> pattern;
+    // The pattern is a format's (email, ipv4, ...: string_format_pattern): beside length bounds,
+    // another format or another pattern it is dropped (the format not checked), not refused.
+    bool pattern_from_format = false;
   };
   static constexpr size_t kMaxPatternStates = 10'000;
 

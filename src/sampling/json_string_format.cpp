@@ -34,6 +34,28 @@ std::optional<StringFormat> string_format_named(std::string_view name) {
   return std::nullopt;
 }
 
+std::optional<std::string_view> string_format_pattern(std::string_view name) {
+#define DSV4_LABEL "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+#define DSV4_OCTET "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+#define DSV4_HEX "[0-9a-fA-F]{1,4}"
+  static constexpr std::string_view kEmail =
+      "[A-Za-z0-9_%+-]+(\\.[A-Za-z0-9_%+-]+)*@(" DSV4_LABEL "\\.)+[A-Za-z]{2,63}";
+  static constexpr std::string_view kIpv4 = DSV4_OCTET "(\\." DSV4_OCTET "){3}";
+  static constexpr std::string_view kIpv6 =
+      "(" DSV4_HEX ":){7}" DSV4_HEX "|(" DSV4_HEX ":){1,7}:|(" DSV4_HEX ":){1,6}:" DSV4_HEX "|(" DSV4_HEX
+      ":){1,5}(:" DSV4_HEX "){1,2}|(" DSV4_HEX ":){1,4}(:" DSV4_HEX "){1,3}|(" DSV4_HEX ":){1,3}(:" DSV4_HEX
+      "){1,4}|(" DSV4_HEX ":){1,2}(:" DSV4_HEX "){1,5}|" DSV4_HEX ":(:" DSV4_HEX "){1,6}|:(:" DSV4_HEX "){1,7}|::";
+  static constexpr std::string_view kHostname = DSV4_LABEL "(\\." DSV4_LABEL ")*";
+#undef DSV4_LABEL
+#undef DSV4_OCTET
+#undef DSV4_HEX
+  if (name == "email") return kEmail;
+  if (name == "ipv4") return kIpv4;
+  if (name == "ipv6") return kIpv6;
+  if (name == "hostname") return kHostname;
+  return std::nullopt;
+}
+
 bool StringFormatCursor::advance(char byte) {
   switch (format_) {
     case StringFormat::kNone: return true;

@@ -17,8 +17,20 @@ namespace dsv4 {
 
 enum class StringFormat : uint8_t { kNone, kDate, kTime, kDateTime, kUuid };
 
-// The format a schema's "format" names, or nullopt for one not checked (email, uri, ...).
+// The format a schema's "format" names, or nullopt for one the cursor does not follow.
 std::optional<StringFormat> string_format_named(std::string_view name);
+
+// The formats checked as a whole match of a regex_nfa.h pattern instead, the pattern for `name`,
+// or nullopt for a format not checked at all (uri, duration, ...):
+// - email: a dot-atom local part of letters, digits and _ % + - (no leading, trailing or doubled
+//   dot), '@', then a domain of RFC 1123 labels (letters, digits, inner hyphens, up to 63
+//   characters) ending in a top-level label of 2 to 63 letters: addresses that pydantic's
+//   email-validator and jsonschema's checker both take (the local part's 64 and the address's 254
+//   characters are not bounded);
+// - ipv4: four dotted decimal octets 0-255 without leading zeros;
+// - ipv6: eight groups of 1-4 hexadecimal digits, or fewer around one "::" (no embedded IPv4 form);
+// - hostname: dot-separated RFC 1123 labels (the name's 253 characters are not bounded).
+std::optional<std::string_view> string_format_pattern(std::string_view name);
 
 class StringFormatCursor {
  public:

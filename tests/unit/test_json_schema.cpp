@@ -459,7 +459,7 @@ bool uuid_valid(const std::string& u) {
 constexpr std::string_view kFormats = R"({"type": "object", "properties": {
     "day": {"type": "string", "format": "date"}, "at": {"type": "string", "format": "time"},
     "when": {"type": "string", "format": "date-time"}, "id": {"type": "string", "format": "uuid"},
-    "mail": {"type": "string", "format": "email"}},
+    "note": {"type": "string", "format": "uri"}},
   "required": ["day"], "additionalProperties": false})";
 
 bool formats_valid(const json& d) {
@@ -472,7 +472,7 @@ bool formats_valid(const json& d) {
     if (key == "when" && !(s.size() > 11 && s[10] == 'T' && date_valid(s.substr(0, 10)) && time_valid(s.substr(11))))
       return false;
     if (key == "id" && !uuid_valid(s)) return false;
-    if (key != "day" && key != "at" && key != "when" && key != "id" && key != "mail") return false;
+    if (key != "day" && key != "at" && key != "when" && key != "id" && key != "note") return false;
   }
   return true;
 }
@@ -483,7 +483,7 @@ TEST(JsonSchema, StringsKeepTheirFormats) {
                                R"({"day": "2000-02-29", "at": "08:00:00.123456+05:30"})",
                                R"({"day": "0001-01-01", "when": "2026-12-02T04:55:00-08:00"})",
                                R"({"day": "2026-01-31", "id": "123e4567-E89b-12d3-a456-426614174000"})",
-                               R"({"day": "2026-01-31", "mail": "not checked"})"})
+                               R"({"day": "2026-01-31", "note": "not checked"})"})
     EXPECT_TRUE(accepted(*schema, doc)) << doc << " refused at " << refused_at(*schema, doc);
   const std::vector<std::pair<std::string, int>> cases = {
       {R"({"day": "2023-02-29"})", 18},        // 2023 is no leap year
@@ -516,9 +516,131 @@ TEST(JsonSchema, StringsKeepTheirFormats) {
 TEST(JsonSchema, RandomWalksKeepStringsInTheirFormats) {
   const auto schema = compiled(kFormats);
   const std::vector<std::string> vocab = {"{", "}", ",", ":", " ", "\"day\"", "\"at\"", "\"when\"", "\"id\"",
-                                          "\"mail\"", "\"", "20", "2024", "-0", "-1", "-", "01", "12", "29", "30",
+                                          "\"note\"", "\"", "20", "2024", "-0", "-1", "-", "01", "12", "29", "30",
                                           "31", "T", "Z", ":", ":00", ".5", "+", "+05", "ab", "e8", "\"}", "\",", ""};
   EXPECT_GT(random_walks(*schema, vocab, formats_valid, 17), 100);
+}
+
+// format: email, ipv4, ipv6, hostname (string_format_pattern, a whole match of a pattern), checked
+// here by splitting the value by hand.
+std::vector<std::string> split(const std::string& s, char by) {
+  std::vector<std::string> parts(1);
+  for (const char c : s) {
+    if (c == by) parts.emplace_back();
+    else parts.back() += c;
+  }
+  return parts;
+}
+bool label_valid(const std::string& l) {  // RFC 1123
+  const auto inner = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-'; };
+  return !l.empty() && l.size() <= 63 && l.front() != '-' && l.back() != '-' && std::all_of(l.begin(), l.end(), inner);
+}
+bool hostname_valid(const std::string& h) {
+  const std::vector<std::string> labels = split(h, '.');
+  return std::all_of(labels.begin(), labels.end(), label_valid);
+}
+bool email_valid(const std::string& e) {
+  const std::vector<std::string> at = split(e, '@');
+  if (at.size() != 2) return false;
+  const auto atom = [](const std::string& a) {
+    return !a.empty() && std::all_of(a.begin(), a.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("_%+-").find(c) != std::string_view::npos;
+    });
+  };
+  const std::vector<std::string> local = split(at[0], '.'), domain = split(at[1], '.');
+  const std::string& top = domain.back();
+  return std::all_of(local.begin(), local.end(), atom) && domain.size() >= 2 && hostname_valid(at[1]) &&
+         top.size() >= 2 && std::all_of(top.begin(), top.end(), [](char c) { return std::isalpha(static_cast<unsigned char>(c)); });
+}
+bool ipv4_valid(const std::string& a) {
+  const std::vector<std::string> octets = split(a, '.');
+  return octets.size() == 4 && std::all_of(octets.begin(), octets.end(), [](const std::string& o) {
+           return !o.empty() && o.size() <= 3 && std::all_of(o.begin(), o.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+                  (o.size() == 1 || o[0] != '0') && std::stoi(o) <= 255;
+         });
+}
+bool ipv6_valid(const std::string& a) {
+  const auto groups_valid = [](const std::string& part, size_t* count) {
+    *count = 0;
+    if (part.empty()) return true;
+    for (const std::string& g : split(part, ':')) {
+      if (g.empty() || g.size() > 4 || !std::all_of(g.begin(), g.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); }))
+        return false;
+      ++*count;
+    }
+    return true;
+  };
+  const size_t gap = a.find("::");
+  size_t left = 0, right = 0;
+  if (gap == std::string::npos) return groups_valid(a, &left) && left == 8;
+  if (a.find("::", gap + 1) != std::string::npos) return false;
+  return groups_valid(a.substr(0, gap), &left) && groups_valid(a.substr(gap + 2), &right) && left + right <= 7;
+}
+
+constexpr std::string_view kPatternFormats = R"({"type": "object", "properties": {
+    "mail": {"type": "string", "format": "email"}, "ip4": {"type": "string", "format": "ipv4"},
+    "ip6": {"type": "string", "format": "ipv6"}, "host": {"type": "string", "format": "hostname"}},
+  "additionalProperties": false})";
+
+bool pattern_formats_valid(const json& d) {
+  if (!d.is_object()) return false;
+  for (const auto& [key, v] : d.items()) {
+    if (!v.is_string()) return false;
+    const std::string s = v.get<std::string>();
+    if (!(key == "mail" ? email_valid(s) : key == "ip4" ? ipv4_valid(s) : key == "ip6" ? ipv6_valid(s)
+          : key == "host"  ? hostname_valid(s) : false))
+      return false;
+  }
+  return true;
+}
+
+TEST(JsonSchema, StringsKeepTheirPatternFormats) {
+  const auto schema = compiled(kPatternFormats);
+  for (std::string_view doc :
+       {R"({"mail": "first.last+tag@mail.example.com"})", R"({"mail": "a_b%c@x-y.io"})",
+        R"({"ip4": "255.255.255.255", "ip6": "2001:db8::ff00:42:8329"})", R"({"ip4": "0.0.0.0", "ip6": "::"})",
+        R"({"ip6": "1:2:3:4:5:6:7:8"})", R"({"ip6": "1:2:3:4:5:6:7::"})", R"({"ip6": "::ffff"})",
+        R"({"host": "localhost"})", R"({"host": "a-1.example.org"})"}) {
+    EXPECT_TRUE(accepted(*schema, doc)) << doc << " refused at " << refused_at(*schema, doc);
+    EXPECT_TRUE(pattern_formats_valid(json::parse(doc))) << doc;
+  }
+  const std::vector<std::pair<std::string, int>> cases = {
+      {R"({"mail": "no-at-sign"})", 20},        // the closing quote before '@'
+      {R"({"mail": ".a@b.co"})", 10},           // no leading dot
+      {R"({"mail": "a..b@c.co"})", 12},         // nor a doubled one
+      {R"({"mail": "a@b"})", 13},               // a domain of two labels at least
+      {R"({"mail": "a@b.c1"})", 16},            // the top-level label is letters (c1 could be inner)
+      {R"({"mail": "a@-b.co"})", 12},           // labels start with a letter or digit
+      {R"({"ip4": "256)", 11},                  // octets to 255
+      {R"({"ip4": "01)", 10},                   // no leading zeros
+      {R"({"ip4": "1.2.3"})", 14},
+      {R"({"ip4": "1.2.3.4.)", 16},
+      {R"({"ip6": "1::2::)", 14},               // one "::" at most
+      {R"({"ip6": "12345)", 13},                // groups of four digits at most
+      {R"({"ip6": "1:2:3:4:5:6:7:8:)", 24},     // eight groups at most
+      {R"({"ip6": "1:2"})", 12},
+      {R"({"host": "a_b)", 11},
+      {R"({"host": "ab-"})", 13},               // a label does not end with a hyphen
+      {R"({"host": "a\u002d)", 11},        // no escapes in a formatted string
+  };
+  for (const auto& [doc, at] : cases) EXPECT_EQ(refused_at(*schema, doc), at) << doc;
+  // An enum keeps the strings of its format; length bounds, another pattern or another format
+  // beside it leave such a format unchecked.
+  const auto others = compiled(R"({"type": "object", "properties": {
+      "m": {"format": "email", "enum": ["nobody", "a@b.co"]},
+      "free": {"type": "string", "format": "ipv4", "maxLength": 20},
+      "p": {"type": "string", "format": "hostname", "pattern": "[a-z_]+"},
+      "d": {"allOf": [{"format": "date"}, {"format": "email"}]}}})");
+  EXPECT_EQ(refused_at(*others, R"({"m": "nobody")"), 7);
+  EXPECT_TRUE(accepted(*others, R"({"m": "a@b.co", "free": "10.0.0.999", "p": "a_b", "d": "2024-01-01"})"));
+}
+
+TEST(JsonSchema, RandomWalksKeepStringsInTheirPatternFormats) {
+  const auto schema = compiled(kPatternFormats);
+  const std::vector<std::string> vocab = {"{", "}", ",", ":", " ", "\"mail\"", "\"ip4\"", "\"ip6\"", "\"host\"",
+                                          "\"", "a", "b.", "@", ".", "co", "com", "-", "_", "+", "1", "25", "255",
+                                          "0", "::", "ff", "db8", "x1", "\"}", "\",", ""};
+  EXPECT_GT(random_walks(*schema, vocab, pattern_formats_valid, 23), 100);
 }
 
 // pattern: a whole match of the regex (as vLLM and outlines read it), checked here with std::regex.
