@@ -115,7 +115,8 @@ class JsonSchemaCompiler {
       if (!format->is_string()) throw JsonSchemaError(path + "/format", "must be a string");
       const std::string name = format->get<std::string>();
       if (const auto f = string_format_named(name)) n.format = *f;
-      else if (const auto as_pattern = string_format_pattern(name)) format_pattern = *as_pattern;  // others: not checked
+      else if (const auto as_pattern = string_format_pattern(name)) format_pattern = *as_pattern;
+      // other formats: not checked
     }
     if (const auto pattern = s.find("pattern"); pattern != s.end()) {
       if (!pattern->is_string()) throw JsonSchemaError(path + "/pattern", "must be a string");

@@ -4,9 +4,11 @@
 // accepts (checked here independently of the checker), never in a dead end.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
+#include <chrono>
 #include <cmath>
 #include <functional>
-#include <chrono>
 #include <random>
 #include <regex>
 #include <string>
@@ -549,13 +551,15 @@ bool email_valid(const std::string& e) {
   };
   const std::vector<std::string> local = split(at[0], '.'), domain = split(at[1], '.');
   const std::string& top = domain.back();
+  const auto letter = [](char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0; };
   return std::all_of(local.begin(), local.end(), atom) && domain.size() >= 2 && hostname_valid(at[1]) &&
-         top.size() >= 2 && std::all_of(top.begin(), top.end(), [](char c) { return std::isalpha(static_cast<unsigned char>(c)); });
+         top.size() >= 2 && std::all_of(top.begin(), top.end(), letter);
 }
 bool ipv4_valid(const std::string& a) {
   const std::vector<std::string> octets = split(a, '.');
-  return octets.size() == 4 && std::all_of(octets.begin(), octets.end(), [](const std::string& o) {
-           return !o.empty() && o.size() <= 3 && std::all_of(o.begin(), o.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  return octets.size() == 4 && std::all_of(octets.begin(), octets.end(), [&](const std::string& o) {
+           return !o.empty() && o.size() <= 3 && std::all_of(o.begin(), o.end(), digit) &&
                   (o.size() == 1 || o[0] != '0') && std::stoi(o) <= 255;
          });
 }
@@ -563,9 +567,9 @@ bool ipv6_valid(const std::string& a) {
   const auto groups_valid = [](const std::string& part, size_t* count) {
     *count = 0;
     if (part.empty()) return true;
+    const auto hex = [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; };
     for (const std::string& g : split(part, ':')) {
-      if (g.empty() || g.size() > 4 || !std::all_of(g.begin(), g.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); }))
-        return false;
+      if (g.empty() || g.size() > 4 || !std::all_of(g.begin(), g.end(), hex)) return false;
       ++*count;
     }
     return true;
