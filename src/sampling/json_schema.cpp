@@ -127,12 +127,15 @@ class JsonSchemaCompiler {
     // A format checked as a pattern is not checked beside another pattern, another format or
     // length bounds (as a format beside length bounds below).
     if (!format_pattern.empty() && !n.pattern && n.format == StringFormat::kNone && n.min_length == 0 &&
-        n.max_length == UINT32_MAX)
-      compile_pattern(format_pattern, path + "/format"), n.pattern_from_format = true;
+        n.max_length == UINT32_MAX) {
+      compile_pattern(format_pattern, path + "/format");
+      n.pattern_from_format = true;
+    }
     if (n.pattern && (n.min_length > 0 || n.max_length != UINT32_MAX || n.format != StringFormat::kNone)) {
       if (!n.pattern_from_format)
         throw JsonSchemaError(path + "/pattern", "a pattern beside minLength, maxLength or format is not supported");
-      n.pattern = nullptr, n.pattern_from_format = false;  // an allOf part's format: not checked
+      n.pattern = nullptr;  // an allOf part's format: not checked
+      n.pattern_from_format = false;
     }
     if (n.pattern && !n.strings.empty()) {  // enum strings that do not match cannot be written
       std::erase_if(n.strings, [&](const std::string& e) { return !n.pattern->nfa().full_match(e); });

@@ -936,11 +936,11 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
     switch (tile_rows) {
       case 8: launch_pdl(fp8_mma_gemm_kernel<1, false>, grid, kWarps * 32, 0, stream, p); break;
       case 16:
-        if (dense_wide) launch_pdl(fp8_mma_gemm_kernel<2, false, 2>, grid, kWarps * 32, 0, stream, p);
+        if (dense_wide) launch_pdl(fp8_mma_gemm_kernel<2, false, kWideWeightTiles>, grid, kWarps * 32, 0, stream, p);
         else launch_pdl(fp8_mma_gemm_kernel<2, false>, grid, kWarps * 32, 0, stream, p);
         break;
       default:
-        if (dense_wide) launch_pdl(fp8_mma_gemm_kernel<4, false, 2>, grid, kWarps * 32, 0, stream, p);
+        if (dense_wide) launch_pdl(fp8_mma_gemm_kernel<4, false, kWideWeightTiles>, grid, kWarps * 32, 0, stream, p);
         else launch_pdl(fp8_mma_gemm_kernel<4, false>, grid, kWarps * 32, 0, stream, p);
         break;
     }
