@@ -16,19 +16,6 @@ namespace {
 
 std::atomic<uint64_t> next_cache_id{1};
 
-// Overlapping compression (MODEL.md §4.3): CSA's ratio-4 blocks also see the block before.
-int64_t compressor_overlap(int64_t ratio) { return ratio == 4 ? 2 : 1; }
-
-// Each of a compressor's two f32 rings (kv, score + ape): coff * m rows of coff * dc.
-Shape compressor_ring_shape(int64_t ratio, int64_t dc) {
-  const int64_t coff = compressor_overlap(ratio);
-  return {coff * ratio, coff * dc};
-}
-
-CompressorState make_state(Ops& ops, int64_t ratio, int64_t dc) {
-  return {ops.alloc(DType::kF32, compressor_ring_shape(ratio, dc)), ops.alloc(DType::kF32, compressor_ring_shape(ratio, dc))};
-}
-
 int64_t pages_for_entries(int64_t entries, int64_t page_rows) { return (entries + page_rows - 1) / page_rows; }
 
 // The capacity, checked before anything is allocated for it.
@@ -128,24 +115,20 @@ void BlockTables::name_pages(std::span<const int32_t> blocks, int64_t block_size
 }
 
 SequenceCache::SequenceCache(Ops& ops, const ModelConfig& cfg, std::shared_ptr<CachePool> pool, int64_t capacity,
-                             PageNaming naming)
+                             PageNaming naming, std::shared_ptr<StateSlots> slots)
     : capacity_(checked_capacity(cfg, capacity)), id_(next_cache_id++) {
   if (pool == nullptr) throw UsageError("a sequence needs a cache pool");
-  if (pool->num_layers() != cfg.num_layers() + cfg.num_mtp_layers())
+  const int64_t layers = cfg.num_layers() + cfg.num_mtp_layers();
+  if (pool->num_layers() != layers)
     throw UsageError("the cache pool was made for " + std::to_string(pool->num_layers()) + " layers, the model has " +
-                     std::to_string(cfg.num_layers() + cfg.num_mtp_layers()));
-  const DType dtype = pool->dtype();
-  const ModelParams& p = cfg.params();
-  const int64_t d = p.head_dim, dh = p.index_head_dim;
-  for (int64_t l = 0; l < cfg.num_layers() + cfg.num_mtp_layers(); ++l) {
-    LayerCache c;
-    c.ratio = cfg.compress_ratio(l);
-    c.window = ops.alloc(dtype, {p.sliding_window, d});
-    const int64_t m = cfg.compress_ratio(l);
-    if (m > 0) c.compressor = make_state(ops, m, d);
-    if (cfg.layer_kind(l) == LayerKind::kCsa) c.index_compressor = make_state(ops, m, dh);
-    layers_.push_back(std::move(c));
-  }
+                     std::to_string(layers));
+  if (slots == nullptr) slots = std::make_shared<StateSlots>(ops, cfg, pool->dtype(), 1);
+  if (slots->num_layers() != layers || slots->dtype() != pool->dtype())
+    throw UsageError("the state slots were made for " + std::to_string(slots->num_layers()) + " layers of " +
+                     std::string(dtype_name(slots->dtype())) + " windows; the cache pool holds " +
+                     std::to_string(layers) + " layers of " + std::string(dtype_name(pool->dtype())));
+  slot_ = StateSlot(std::move(slots));
+  layers_ = slot_.slots().layers(slot_.index());
   blocks_ = BlockTables(std::move(pool), capacity, naming);
   main_layers_ = cfg.num_layers();
 }
@@ -153,33 +136,10 @@ SequenceCache::SequenceCache(Ops& ops, const ModelConfig& cfg, std::shared_ptr<C
 SequenceCache::SequenceCache(Ops& ops, const ModelConfig& cfg, int64_t capacity, DType dtype)
     : SequenceCache(ops, cfg, own_pool(ops, cfg, capacity, dtype), capacity) {}
 
-namespace {
-
-// Layer l's window ring in `dtype`, and with `compressors` its compressors' fp32 state rings.
-int64_t layer_state_bytes(const ModelConfig& cfg, int64_t l, DType dtype, bool compressors) {
-  const ModelParams& p = cfg.params();
-  int64_t bytes = p.sliding_window * p.head_dim * static_cast<int64_t>(dtype_size(dtype));
-  const int64_t m = cfg.compress_ratio(l);
-  const auto state_bytes = [m](int64_t dc) {  // make_state's two rings
-    return 2 * shape_numel(compressor_ring_shape(m, dc)) * static_cast<int64_t>(sizeof(float));
-  };
-  if (compressors && m > 0) bytes += state_bytes(p.head_dim);
-  if (compressors && cfg.layer_kind(l) == LayerKind::kCsa) bytes += state_bytes(p.index_head_dim);
-  return bytes;
-}
-
-}  // namespace
-
-int64_t SequenceCache::fixed_bytes(const ModelConfig& cfg, DType dtype) {
-  int64_t bytes = 0;
-  for (int64_t l = 0; l < cfg.num_layers() + cfg.num_mtp_layers(); ++l) bytes += layer_state_bytes(cfg, l, dtype, true);
-  return bytes;
-}
-
 // snapshot_state's tensors: every main layer's window, the ratio-4 layers' compressors.
 int64_t SequenceCache::snapshot_bytes(const ModelConfig& cfg, DType dtype) {
   int64_t bytes = 0;
-  for (int64_t l = 0; l < cfg.num_layers(); ++l) bytes += layer_state_bytes(cfg, l, dtype, cfg.compress_ratio(l) == 4);
+  for (int64_t l = 0; l < cfg.num_layers(); ++l) bytes += StateSlots::layer_bytes(cfg, l, dtype, cfg.compress_ratio(l) == 4);
   return bytes;
 }
 
@@ -251,7 +211,7 @@ int64_t prefix_recompute_tokens(const ModelConfig& cfg) {
   int64_t tokens = 0;
   for (int64_t l = 0; l < cfg.num_layers(); ++l) {
     const int64_t m = cfg.compress_ratio(l);
-    const int64_t compressor_rows = m > 0 ? compressor_overlap(m) * m : 0;  // the state rings' rows
+    const int64_t compressor_rows = m > 0 ? StateSlots::compressor_ring_shape(m, 1)[0] : 0;  // the state rings' rows
     tokens = std::max(tokens, l * reach + std::max(reach, compressor_rows));
   }
   return tokens;

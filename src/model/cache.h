@@ -1,12 +1,14 @@
 // Per-sequence state across forwards (MODEL.md §4.3, §8): for every layer the SWA window of the
-// last W kv rows and the compressors' partial state, which are fixed-size and the sequence's own;
-// and the caches that grow with it, the compressed entries and the indexer keys, whose rows live
-// in pages of a CachePool (model/cache_pool.h) listed in the sequence's block tables.
+// last W kv rows and the compressors' partial state, which are fixed-size and the sequence's own
+// (a slot of a StateSlots, model/state_slots.h); and the caches that grow with it, the compressed
+// entries and the indexer keys, whose rows live in pages of a CachePool (model/cache_pool.h)
+// listed in the sequence's block tables.
 //
 // The layout is part of the math every op relies on (window position p in row p % W, entry j of
 // a ratio-m cache in row j % page_rows of page table[j / page_rows], state rings by position).
 // A sequence made without a pool gets one of its own with one page per ratio, the contiguous
-// layout; the forward's numbers do not depend on the pages (tests/model/test_paged_caches).
+// layout, and one made without state slots a set of one; the forward's numbers depend on neither
+// the pages nor the slot (tests/model/test_paged_caches, test_state_slots).
 //
 // Pages of a shared pool are found one of two ways: taken from the pool's free lists as the
 // sequence grows (PageNaming::kTakenFromPool), or named by the owner of the pool from its cache
@@ -23,23 +25,10 @@
 
 #include "config/model_config.h"
 #include "model/cache_pool.h"
+#include "model/state_slots.h"
 #include "ops/ops.h"
 
 namespace dsv4 {
-
-// A compressor's partial state: the last coff*m tokens' kv and score + ape rows, fp32, the token
-// at position p in row p % (coff*m).
-struct CompressorState {
-  DeviceTensor kv;     // [coff*m, coff*dc] f32
-  DeviceTensor score;  // [coff*m, coff*dc] f32
-};
-
-struct LayerCache {
-  int64_t ratio = 0;                   // the layer's compression ratio
-  DeviceTensor window;                 // [W, d] kv rows after QAT, position p in row p % W
-  CompressorState compressor;          // ratio > 0
-  CompressorState index_compressor;    // CSA layers
-};
 
 enum class PageNaming {
   kTakenFromPool,  // reserve() takes free pages; they go back to the pool with the tables
@@ -93,9 +82,11 @@ class SequenceCache {
  public:
   // Room for `capacity` tokens; the growing caches live in pages of `pool` (which other sequences
   // may share), taken as the forwards reach them (reserve) and given back when the cache goes, or
-  // named by the pool's owner (name_pages).
+  // named by the pool's owner (name_pages); the fixed-size state in a slot of `slots` (null: a
+  // set of one slot of its own), held until the cache goes. UsageError when `slots` has none free
+  // or does not match the pool (dtype, layers).
   SequenceCache(Ops& ops, const ModelConfig& cfg, std::shared_ptr<CachePool> pool, int64_t capacity,
-                PageNaming naming = PageNaming::kTakenFromPool);
+                PageNaming naming = PageNaming::kTakenFromPool, std::shared_ptr<StateSlots> slots = nullptr);
   // The same with a pool of its own in `dtype` (kBF16, or kF32 for exact-math forwards): one
   // page per ratio holding its whole capacity, the contiguous layout.
   SequenceCache(Ops& ops, const ModelConfig& cfg, int64_t capacity, DType dtype);
@@ -106,15 +97,28 @@ class SequenceCache {
   SequenceCache& operator=(SequenceCache&&) = default;
 
   // The bytes of a sequence's own fixed-size state (window rings and compressor states, every
-  // layer) with caches in `dtype`; its pages are counted by the pool.
-  static int64_t fixed_bytes(const ModelConfig& cfg, DType dtype);
+  // layer) with caches in `dtype` (a state slot); its pages are counted by the pool.
+  static int64_t fixed_bytes(const ModelConfig& cfg, DType dtype) { return StateSlots::slot_bytes(cfg, dtype); }
   // StateSnapshot::bytes() of a snapshot of a sequence with caches in `dtype`.
   static int64_t snapshot_bytes(const ModelConfig& cfg, DType dtype);
 
   int64_t capacity() const { return capacity_; }
-  // Unique among the caches this process made (moves keep it): what a recorded forward
-  // (CudaGraphForward) keys on, since the buffers its kernels write are this cache's.
+  // Unique among the caches this process made (moves keep it).
   uint64_t id() const { return id_; }
+  // What a forward recorded for this sequence (CudaGraphForward) depends on besides the plan's
+  // values: the buffers its kernels touch (the state slot, the page pool) and the plan's layout
+  // (the block tables' sizes, from the capacity). A recording keyed on it replays for any
+  // sequence with the same key.
+  struct GraphKey {
+    uint64_t slots = 0;
+    int32_t slot = 0;
+    uint64_t pool = 0;
+    int64_t capacity = 0;
+    bool operator==(const GraphKey&) const = default;
+  };
+  GraphKey graph_key() const { return {slot_.slots().id(), slot_.index(), pool().id(), capacity_}; }
+  // The state slot the sequence holds.
+  int32_t slot() const { return slot_.index(); }
   DType dtype() const { return blocks_.pool().dtype(); }
   // Tokens the main model has processed (the next token's position), and the MTP layers.
   int64_t length() const { return length_; }
@@ -175,7 +179,8 @@ class SequenceCache {
   int64_t mtp_length_ = 0;
   int64_t reused_ = 0;
   int64_t main_layers_ = 0;
-  std::vector<LayerCache> layers_;
+  StateSlot slot_;
+  std::vector<LayerCache> layers_;  // views of the slot's rows
   BlockTables blocks_;
 };
 

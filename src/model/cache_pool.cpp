@@ -2,6 +2,7 @@
 #include "model/cache_pool.h"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <map>
 #include <set>
@@ -14,6 +15,8 @@ namespace dsv4 {
 
 namespace {
 
+std::atomic<uint64_t> next_pool_id{1};
+
 std::set<int64_t> compression_ratios(const ModelConfig& cfg) {
   std::set<int64_t> ratios;
   for (int64_t l = 0; l < cfg.num_layers() + cfg.num_mtp_layers(); ++l)
@@ -24,7 +27,7 @@ std::set<int64_t> compression_ratios(const ModelConfig& cfg) {
 }  // namespace
 
 CachePool::CachePool(Ops& ops, const ModelConfig& cfg, DType dtype, const PagesByRatio& pages)
-    : dtype_(dtype), pages_(pages) {
+    : id_(next_pool_id++), dtype_(dtype), pages_(pages) {
   if (dtype != DType::kBF16 && dtype != DType::kF32)
     throw UsageError("cache pools hold bf16 or f32, not " + std::string(dtype_name(dtype)));
   for (const int64_t m : compression_ratios(cfg))

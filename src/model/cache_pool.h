@@ -49,6 +49,8 @@ class CachePool {
   // (page_rows at least 1, and no page when the capacity completes no entry).
   static PagesByRatio one_sequence(const ModelConfig& cfg, int64_t capacity);
 
+  // Unique among the pools this process made.
+  uint64_t id() const { return id_; }
   DType dtype() const { return dtype_; }
   const PagesByRatio& pages() const { return pages_; }
   // The pages of `ratio`, one of the model's compression ratios (UsageError otherwise).
@@ -78,6 +80,7 @@ class CachePool {
     DeviceTensor index_keys;
   };
 
+  uint64_t id_;
   DType dtype_;
   PagesByRatio pages_;
   std::vector<LayerPools> layers_;  // main layers, then MTP layers

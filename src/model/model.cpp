@@ -41,13 +41,17 @@ SequenceCache Model::new_sequence(Ops& ops, int64_t capacity, bool exact_math) c
   return SequenceCache(ops, cfg_, capacity, exact_math ? DType::kF32 : DType::kBF16);
 }
 
-SequenceCache Model::new_sequence(Ops& ops, std::shared_ptr<CachePool> pool, int64_t capacity,
-                                  PageNaming naming) const {
-  return SequenceCache(ops, cfg_, std::move(pool), capacity, naming);
+SequenceCache Model::new_sequence(Ops& ops, std::shared_ptr<CachePool> pool, int64_t capacity, PageNaming naming,
+                                  std::shared_ptr<StateSlots> slots) const {
+  return SequenceCache(ops, cfg_, std::move(pool), capacity, naming, std::move(slots));
 }
 
 std::shared_ptr<CachePool> Model::new_cache_pool(Ops& ops, const CachePool::PagesByRatio& pages, bool exact_math) const {
   return std::make_shared<CachePool>(ops, cfg_, exact_math ? DType::kF32 : DType::kBF16, pages);
+}
+
+std::shared_ptr<StateSlots> Model::new_state_slots(Ops& ops, int64_t slots, bool exact_math) const {
+  return std::make_shared<StateSlots>(ops, cfg_, exact_math ? DType::kF32 : DType::kBF16, slots);
 }
 
 const LayerWeights& Model::layer_weights(int64_t layer) const {

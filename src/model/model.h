@@ -44,11 +44,15 @@ class Model {
   // `exact_math` needs, its compressed entries and indexer keys in a pool of its own (one page).
   SequenceCache new_sequence(Ops& ops, int64_t capacity, bool exact_math) const;
   // The same with those caches in pages of `pool`, shared with other sequences (new_cache_pool),
-  // taken from it or named by its owner (model/cache.h).
+  // taken from it or named by its owner (model/cache.h), and the fixed-size state in a slot of
+  // `slots` (new_state_slots; null: a slot of its own).
   SequenceCache new_sequence(Ops& ops, std::shared_ptr<CachePool> pool, int64_t capacity,
-                             PageNaming naming = PageNaming::kTakenFromPool) const;
+                             PageNaming naming = PageNaming::kTakenFromPool,
+                             std::shared_ptr<StateSlots> slots = nullptr) const;
   // A page pool for sequences of this model (CachePool::pages_for sizes one).
   std::shared_ptr<CachePool> new_cache_pool(Ops& ops, const CachePool::PagesByRatio& pages, bool exact_math) const;
+  // State slots for up to `slots` sequences of this model at once.
+  std::shared_ptr<StateSlots> new_state_slots(Ops& ops, int64_t slots, bool exact_math) const;
 
   // The main model over the batch; advances each sequence's length by its tokens.
   ForwardResult forward(Ops& ops, const ForwardBatch& batch) const;

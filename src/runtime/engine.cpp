@@ -133,7 +133,10 @@ class Engine::Impl {
       : model_(model), ops_(ops), config_(resolve(config, model, ops, sizing_)), tokenizer_(std::move(tokenizer)),
         scheduler_(scheduler_config(config_, model)),
         sampling_pool_(config_.sampling_threads), seeds_(std::random_device{}()) {
-    if (config_.shared_cache_pool) cache_pool_ = model_.new_cache_pool(ops_, pool_pages(), config_.exact_math);
+    if (config_.shared_cache_pool) {
+      cache_pool_ = model_.new_cache_pool(ops_, pool_pages(), config_.exact_math);
+      state_slots_ = model_.new_state_slots(ops_, config_.max_num_seqs, config_.exact_math);
+    }
     publish_stats();
   }
 
@@ -212,7 +215,10 @@ class Engine::Impl {
 
   static SchedulerConfig scheduler_config(const EngineConfig& c, const Model& model);
   CachePool::PagesByRatio pool_pages() const;
-  SequenceCache new_sequence(int64_t capacity) const;
+  // A cache for a sequence of up to `tokens` tokens.
+  SequenceCache new_sequence(int64_t tokens) const;
+  // A decode step's chunks in the order of their sequences' state slots.
+  void order_decode_by_slot(SchedulerStep& plan) const;
   void take_snapshots(const SchedulerStep& plan);
   void take_prompt_logprobs(const SchedulerStep& plan);
   void keep_snapshot(uint64_t key, StateSnapshot snapshot);
@@ -240,6 +246,9 @@ class Engine::Impl {
   std::optional<JsonTokenMask> constraint_vocab_;  // made when the first constrained request samples
   ThreadPool sampling_pool_;                // the step's draws (EngineConfig::sampling_threads)
   std::shared_ptr<CachePool> cache_pool_;   // EngineConfig::shared_cache_pool
+  // With the shared pool: the running sequences' fixed-size state, a slot each (at most
+  // max_num_seqs run at once), so that a decode step's buffers are those of its slots.
+  std::shared_ptr<StateSlots> state_slots_;
   // Prefix caching's state snapshots by the chain hash of the blocks before them, most recently
   // used first.
   std::list<std::pair<uint64_t, StateSnapshot>> snapshots_;
@@ -389,9 +398,33 @@ CachePool::PagesByRatio Engine::Impl::pool_pages() const {
   return CachePool::per_block(model_.config(), config_.num_cache_blocks, config_.block_size);
 }
 
-SequenceCache Engine::Impl::new_sequence(int64_t capacity) const {
-  return cache_pool_ ? model_.new_sequence(ops_, cache_pool_, capacity, PageNaming::kNamedByBlocks)
-                     : model_.new_sequence(ops_, capacity, config_.exact_math);
+SequenceCache Engine::Impl::new_sequence(int64_t tokens) const {
+  if (!cache_pool_) return model_.new_sequence(ops_, tokens, config_.exact_math);
+  // With the shared pool the capacity costs no memory (the pages are the blocks'), only block
+  // table entries; every sequence gets max_model_len, so that all have one plan layout and a
+  // decode step's graph key depends on its slots alone (SequenceCache::graph_key).
+  SequenceCache cache =
+      model_.new_sequence(ops_, cache_pool_, config_.max_model_len, PageNaming::kNamedByBlocks, state_slots_);
+  // The slot holds its previous owner's rows, which no forward reads (model/state_slots.h).
+  if (config_.kv_canary) state_slots_->poison(ops_, cache.slot());
+  return cache;
+}
+
+// A CUDA graph records a decode step for the slots of its sequences in batch order
+// (SequenceCache::graph_key); in slot order, a steady set of slots replays one graph whatever
+// order the scheduler keeps its sequences in, and however they come and go. Each row of a step is
+// computed on its own, so the order changes no bit.
+void Engine::Impl::order_decode_by_slot(SchedulerStep& plan) const {
+  if (!state_slots_) return;
+  const auto slot_of = [&](const ScheduledChunk& c) {
+    const Request& r = requests_.at(c.sequence->id);
+    return r.cache ? r.cache->slot() : -1;
+  };
+  if (!std::all_of(plan.chunks.begin(), plan.chunks.end(),
+                   [&](const ScheduledChunk& c) { return c.num_tokens == 1 && slot_of(c) >= 0; }))
+    return;
+  std::sort(plan.chunks.begin(), plan.chunks.end(),
+            [&](const ScheduledChunk& a, const ScheduledChunk& b) { return slot_of(a) < slot_of(b); });
 }
 
 // After a step that took every token's logits: the sampling row of each chunk (its last token's)
@@ -563,8 +596,9 @@ bool Engine::Impl::step() {
   for (SequenceId id : cancelled) end_early(requests_.at(id), FinishReason::kCancelled, "");
 
   if (scheduler_.has_work()) {
-    const SchedulerStep plan = scheduler_.schedule();
+    SchedulerStep plan = scheduler_.schedule();
     for (SequenceId id : plan.preempted) requests_.at(id).cache.reset();
+    order_decode_by_slot(plan);
     if (config_.kv_canary && cache_pool_ && !plan.new_blocks.empty())
       for (const auto& [ratio, pages] : cache_pool_->pages()) cache_pool_->poison(ops_, ratio, plan.new_blocks);
     if (!plan.chunks.empty()) {
@@ -845,6 +879,7 @@ void Engine::Impl::publish_stats() {
   s.cache_blocks_total = scheduler_.blocks().num_blocks();
   s.cache_blocks_used = s.cache_blocks_total - scheduler_.blocks().num_free();
   s.cache_blocks_cached = scheduler_.blocks().num_cached();
+  if (state_slots_) s.state_slots_used = state_slots_->num_slots() - state_slots_->free_slots();
   s.prefix_snapshots = static_cast<int64_t>(snapshots_.size());
   for (const auto& [key, snapshot] : snapshots_) s.prefix_snapshot_bytes += snapshot.bytes();
   std::lock_guard lock(stats_mutex_);

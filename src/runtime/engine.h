@@ -285,6 +285,7 @@ struct EngineStats {
   int64_t cache_blocks_total = 0;
   int64_t cache_blocks_used = 0;
   int64_t cache_blocks_cached = 0;  // prefix caching: blocks findable by their tokens, held or free
+  int64_t state_slots_used = 0;     // shared pool: the running sequences' state slots
   int64_t prefix_snapshots = 0;     // state snapshots kept
   int64_t prefix_snapshot_bytes = 0;
   uint64_t steps = 0;

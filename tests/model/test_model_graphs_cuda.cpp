@@ -3,8 +3,9 @@
 // streams inside the graph, when the batch's sequences change (a new graph, then an old one
 // replayed), with the compressed caches in small pages of a shared pool taken between replays,
 // over many steps of random sequence sets (the run compute-sanitizer's memcheck takes in
-// scripts/gpu_run.sh), and through the serving engine (continuous batching: prefill
-// chunks between graph steps, requests joining and leaving). Skips where no GPU exists.
+// scripts/gpu_run.sh), for the next sequences in a graph's state slots, and through the serving
+// engine (continuous batching: prefill chunks between graph steps, requests joining and leaving
+// through the same slots). Skips where no GPU exists.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -147,6 +148,49 @@ TEST_P(CudaGraphs, RandomSequenceSetsKeepTheEagerBits) {
   EXPECT_EQ(graphs.stats().eager, 0);
 }
 
+// Sequences that come and go through two state slots: a graph recorded for the first pair's slots
+// replays for each pair that takes the slots after it (other prompts, positions and pages), with
+// the eager bits, so the serving engine's decode steps need not record a graph per set of requests.
+TEST_P(CudaGraphs, AGraphReplaysForTheNextSequencesInItsSlots) {
+  const int64_t V = model_->config()->vocab_size, capacity = 200, steps = 20;
+  const std::shared_ptr<CachePool> pool =
+      model_->new_cache_pool(*ops_, CachePool::pages_for(model_->config(), 2, capacity, 2), false);
+  const std::shared_ptr<StateSlots> slots = model_->new_state_slots(*ops_, 2, false);
+  cuda::CudaGraphForward graphs(*ops_);
+  EagerForward eager;
+  for (uint32_t pair = 0; pair < 3; ++pair) {
+    std::vector<std::vector<int32_t>> ids;
+    std::vector<SequenceCache> in_slots, own;
+    for (uint32_t i = 0; i < 2; ++i) {
+      const auto prompt = static_cast<size_t>(5 + 61 * pair + 40 * i);
+      ids.push_back(test_ids(static_cast<int64_t>(prompt) + steps, V, 200 + 2 * pair + i));
+      in_slots.push_back(model_->new_sequence(*ops_, pool, capacity, PageNaming::kTakenFromPool, slots));
+      own.push_back(model_->new_sequence(*ops_, capacity, false));
+      for (SequenceCache* cache : {&in_slots.back(), &own.back()}) {
+        ForwardBatch prefill;
+        prefill.options.logits = LogitsFor::kNone;
+        prefill.add(*cache, std::span(ids.back()).first(prompt));
+        model_->forward(*ops_, prefill);
+      }
+    }
+    for (int64_t s = 0; s < steps; ++s) {
+      const auto decode = [&](ForwardRunner& runner, std::vector<SequenceCache>& caches) {
+        ForwardBatch batch;
+        batch.options.logits = LogitsFor::kLastTokenOfSequence;
+        for (size_t i = 0; i < caches.size(); ++i)
+          batch.add(caches[i], std::span(ids[i]).subspan(static_cast<size_t>(caches[i].length()), 1));
+        return logits_of(*ops_, runner.forward(*model_, *ops_, batch));
+      };
+      const std::vector<float> want = decode(eager, own), got = decode(graphs, in_slots);
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
+          << "pair " << pair << " step " << s;
+    }
+  }
+  EXPECT_EQ(graphs.stats().captures, 1);
+  EXPECT_EQ(graphs.stats().replays, 3 * steps - 1);
+  EXPECT_EQ(slots->free_slots(), 2);
+}
+
 // Every token and logprob of the requests, served by an engine with `config` running its steps
 // through `runner`; each wave is submitted once the one before has finished. `prefix_hits` gets
 // the engine's count of tokens not computed thanks to its prefix cache.
@@ -252,6 +296,32 @@ TEST_P(CudaGraphs, EngineWithPrefixCachingServesTheEagerTokens) {
   expect_same_tokens(got, want);
   EXPECT_EQ(hits, 3u * 640);  // each resumes on the snapshot the first left at 640
   EXPECT_GT(graphs.stats().replays, 0);
+}
+
+// Twelve requests of different lengths through an engine of four sequences with the shared pool:
+// as requests finish and others take their state slots, decode steps replay the graphs of the
+// slot sets already seen (at most the 15 non-empty sets of four slots, with room kept for all),
+// and the tokens are the eager engine's.
+TEST_P(CudaGraphs, EngineDecodeStepsReplayTheGraphsOfTheirSlotSets) {
+  EagerForward eager;
+  cuda::CudaGraphForward graphs(*ops_, 16);
+  EngineConfig config;
+  config.max_num_seqs = 4;
+  config.max_num_batched_tokens = 64;
+  config.max_model_len = 256;
+  EngineConfig shared = config;
+  shared.shared_cache_pool = true;
+  std::vector<GenerateRequest> requests;
+  for (uint32_t i = 0; i < 12; ++i)
+    requests.push_back(greedy_request(test_ids(2 + 7 * i, model_->config()->vocab_size, 120 + i), 9 + 4 * (i % 5)));
+  const std::vector<std::vector<GeneratedToken>> want = serve(*model_, *ops_, eager, config, {requests});
+  const std::vector<std::vector<GeneratedToken>> got = serve(*model_, *ops_, graphs, shared, {requests});
+  expect_same_tokens(got, want);
+  EXPECT_LE(graphs.stats().captures, 15);
+  EXPECT_GT(graphs.stats().replays, 3 * graphs.stats().captures);
+  std::printf("[measured] engine through slot-keyed graphs: %lld captures, %lld replays, %lld eager steps\n",
+              static_cast<long long>(graphs.stats().captures), static_cast<long long>(graphs.stats().replays),
+              static_cast<long long>(graphs.stats().eager));
 }
 
 INSTANTIATE_TEST_SUITE_P(MultiStream, CudaGraphs, ::testing::Values(MultiStreamMode::kOff, MultiStreamMode::kOn),

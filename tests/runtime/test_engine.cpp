@@ -189,6 +189,7 @@ Result in_busy_batch(Engine& e, const GenerateRequest& r, uint64_t& preemptions)
   for (RequestHandle& o : others) EXPECT_EQ(drain(o).finish, FinishReason::kLength);
   preemptions = e.stats().preemptions;
   EXPECT_EQ(e.stats().cache_blocks_used, 0);
+  EXPECT_EQ(e.stats().state_slots_used, 0);
   return drain(h);
 }
 
@@ -374,11 +375,65 @@ TEST_F(EngineTest, CancelledAndDroppedRequestsLeaveNoBlockBehind) {
   e->step();
   EXPECT_EQ(drain(b).finish, FinishReason::kCancelled);
   EXPECT_EQ(e->stats().cache_blocks_used, 0);
+  EXPECT_EQ(e->stats().state_slots_used, 0);
   EXPECT_EQ(e->stats().cache_blocks_total, total);
   EXPECT_GT(e->stats().cache_blocks_cached, 0);
   EXPECT_EQ(e->stats().requests_cancelled, 3u);
   EXPECT_FALSE(e->step());
   EXPECT_THROW(b.next(), UsageError);
+}
+
+// Runs eagerly and records the graph keys of the decode steps (every sequence one token), which
+// is what cuda::CudaGraphForward records a graph for.
+class DecodeKeyRecorder final : public ForwardRunner {
+ public:
+  ForwardResult forward(const Model& model, Ops& ops, const ForwardBatch& batch) override {
+    if (std::all_of(batch.sequences.begin(), batch.sequences.end(), [](const SequenceChunk& c) { return c.num_tokens == 1; })) {
+      std::vector<SequenceCache::GraphKey> key;
+      for (const SequenceChunk& c : batch.sequences) key.push_back(c.cache->graph_key());
+      keys.push_back(std::move(key));
+    }
+    return model.forward(ops, batch);
+  }
+  std::vector<std::vector<SequenceCache::GraphKey>> keys;
+};
+
+// With the shared pool, requests coming and going through four state slots make decode steps whose
+// keys are sets of slots in slot order, one capacity for all: at most the 15 non-empty sets of four
+// slots however many requests pass, so a graph per set serves them all (with a cache per request,
+// a set of requests seen once is a key seen once: 18 keys for these 24 requests, 4 with slots).
+TEST_F(EngineTest, DecodeStepsOfRequestsComingAndGoingKeyOnTheirSlotSets) {
+  std::vector<GenerateRequest> requests;
+  for (uint32_t i = 0; i < 24; ++i) requests.push_back(request(ids(2 + 5 * (i % 12), 120 + i), 5 + 3 * (i % 5)));
+  size_t own_keys = 0;
+  for (const bool shared : {false, true}) {
+    EngineConfig c = small_config();
+    c.max_num_seqs = 4;
+    c.shared_cache_pool = shared;
+    DecodeKeyRecorder recorder;
+    c.runner = &recorder;
+    auto e = engine(c);
+    std::vector<RequestHandle> handles;
+    for (const GenerateRequest& r : requests) handles.push_back(e->submit(r));
+    run_until_idle(*e);
+    for (RequestHandle& h : handles) EXPECT_EQ(drain(h).finish, FinishReason::kLength);
+    EXPECT_EQ(e->stats().state_slots_used, 0);
+    size_t distinct = 0;
+    for (size_t i = 0; i < recorder.keys.size(); ++i)
+      if (std::find(recorder.keys.begin(), recorder.keys.begin() + static_cast<std::ptrdiff_t>(i), recorder.keys[i]) ==
+          recorder.keys.begin() + static_cast<std::ptrdiff_t>(i))
+        ++distinct;
+    std::printf("[measured] %s: %zu decode steps, %zu distinct keys\n", shared ? "shared pool" : "cache per request",
+                recorder.keys.size(), distinct);
+    if (!shared) {
+      own_keys = distinct;
+      continue;
+    }
+    EXPECT_LE(distinct, 15u);
+    EXPECT_LT(2 * distinct, own_keys);
+    for (const auto& key : recorder.keys)
+      for (size_t i = 1; i < key.size(); ++i) EXPECT_LT(key[i - 1].slot, key[i].slot) << "a decode step out of slot order";
+  }
 }
 
 TEST_F(EngineTest, ALongPromptAmongAStreamOfShortOnesFinishes) {
@@ -396,6 +451,7 @@ TEST_F(EngineTest, ALongPromptAmongAStreamOfShortOnesFinishes) {
   EXPECT_EQ(drain(long_request).finish, FinishReason::kLength);
   for (RequestHandle& h : short_requests) EXPECT_EQ(drain(h).tokens.size(), 2u);
   EXPECT_EQ(e->stats().cache_blocks_used, 0);
+  EXPECT_EQ(e->stats().state_slots_used, 0);
 }
 
 // A next chat turn repeats the previous answer after its prompt: the answer's decode passed 384
@@ -463,6 +519,7 @@ TEST_F(EngineTest, PrefixCachingUnderChurnKeepsEveryRequestsSoloBits) {
   EXPECT_GT(e->stats().prefix_cache_hits, 0u);
   EXPECT_GT(e->stats().preemptions, 0u) << "the small cache was meant to preempt";
   EXPECT_EQ(e->stats().cache_blocks_used, 0);
+  EXPECT_EQ(e->stats().state_slots_used, 0);
   for (size_t i = 0; i < requests.size(); ++i) {
     const Result got = drain(handles[i]);
     if (std::find(cancelled.begin(), cancelled.end(), i) != cancelled.end()) {
@@ -906,6 +963,7 @@ TEST_F(EngineTest, ARequestWithoutDrawableLogitsFailsAloneAndTheEngineGoesOn) {
   EXPECT_TRUE(failed.tokens.empty());
   EXPECT_NE(failed.last.error.find("sampling failed"), std::string::npos) << failed.last.error;
   EXPECT_EQ(e->stats().cache_blocks_used, 0);
+  EXPECT_EQ(e->stats().state_slots_used, 0);
   forward.poison = false;
   RequestHandle next = e->submit(request(ids(9, 3), 4, 1.0f));
   run_until_idle(*e);
@@ -1005,6 +1063,7 @@ TEST_F(EngineTest, ChoiceRequestsWriteOneOfTheChoices) {
     }
   }
   EXPECT_EQ(e->stats().cache_blocks_used, 0);
+  EXPECT_EQ(e->stats().state_slots_used, 0);
 }
 
 // allowed_token_ids beside guided_choice: only tokens both allow are drawn, so listing the tokens
@@ -1035,6 +1094,7 @@ TEST_F(EngineTest, AllowedTokenIdsMeetAChoiceConstraint) {
   EXPECT_EQ(got.finish, FinishReason::kError);
   EXPECT_NE(got.last.error.find("allowed_token_ids"), std::string::npos) << got.last.error;
   EXPECT_EQ(e->stats().cache_blocks_used, 0);
+  EXPECT_EQ(e->stats().state_slots_used, 0);
 }
 
 TEST_F(EngineTest, ChoiceRequestsAreRefusedWithoutValidChoices) {
@@ -1078,6 +1138,7 @@ TEST_F(EngineTest, RegexRequestsWriteAWholeMatch) {
     EXPECT_FALSE(got.last.stop_token_id.has_value()) << got.text;  // a match here never goes on
   }
   EXPECT_EQ(e->stats().cache_blocks_used, 0);
+  EXPECT_EQ(e->stats().state_slots_used, 0);
   // Where a match may go on, the request ends by the end of sequence or max_tokens, a match either way.
   const auto open_ended = std::make_shared<const RegexNfa>(RegexNfa::compile("[a-z ]{1,60}"));
   std::vector<RequestHandle> open_handles;
@@ -1150,6 +1211,7 @@ TEST_F(EngineTest, AJsonObjectRequestNoTokenCanContinueFails) {
   EXPECT_TRUE(got.tokens.empty());
   EXPECT_NE(got.last.error.find("JSON"), std::string::npos) << got.last.error;
   EXPECT_EQ(e->stats().cache_blocks_used, 0);
+  EXPECT_EQ(e->stats().state_slots_used, 0);
 }
 
 TEST_F(EngineTest, TheEngineThreadServesSubmittingThreads) {

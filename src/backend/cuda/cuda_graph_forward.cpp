@@ -30,7 +30,7 @@ ForwardResult CudaGraphForward::forward(const Model& model, Ops& ops, const Forw
   const StepPlan plan(model.config(), batch, /*mtp=*/false);
   Key key;
   key.logits = batch.options.logits;
-  for (const SequenceChunk& c : batch.sequences) key.caches.push_back(c.cache->id());
+  for (const SequenceChunk& c : batch.sequences) key.caches.push_back(c.cache->graph_key());
 
   auto found = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.key == key; });
   if (found == entries_.end()) {

@@ -1,15 +1,17 @@
 // Decode steps as CUDA graphs (ARCHITECTURE.md idea 7): a forward in which every sequence brings
-// one token is recorded the first time its set of sequences is seen, from the same Model::forward
-// that runs eagerly (CudaOps captures instead of launching; the attention layer's fork/joins
-// become branches of the graph), and replayed at every later step of those sequences: the step's
-// StepPlan is uploaded into the buffer the graph reads, the graph is launched, and its logits are
-// copied out. The host's work per step is then one upload, one launch and one copy, whatever the
-// model's depth. Replays give the eager forward's bits: the kernels and their arguments are the
-// same, only launch shapes are sized from bounds (CudaOps::begin_capture).
+// one token is recorded the first time its sequences' graph keys are seen (their state slots, page
+// pool and capacities in batch order: SequenceCache::graph_key), from the same Model::forward that
+// runs eagerly (CudaOps captures instead of launching; the attention layer's fork/joins become
+// branches of the graph), and replayed at every later step with those keys, whichever sequences
+// hold the slots by then (a serving engine's sequences come and go through the same slots): the
+// step's StepPlan is uploaded into the buffer the graph reads, the graph is launched, and its
+// logits are copied out. The host's work per step is then one upload, one launch and one copy,
+// whatever the model's depth. Replays give the eager forward's bits: the kernels and their
+// arguments are the same, only launch shapes are sized from bounds (CudaOps::begin_capture).
 //
 // Other forwards (prefill chunks, exact math, observers, another backend's ops) run eagerly, as
-// do forwards whose ops cannot be captured (the host-grouped MoE path); a set of sequences whose
-// capture failed so is remembered and not tried again.
+// do forwards whose ops cannot be captured (the host-grouped MoE path); keys whose capture failed
+// so are remembered and not tried again.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +28,7 @@ namespace dsv4::cuda {
 class CudaGraphForward final : public ForwardRunner {
  public:
   // Keeps up to max_graphs graphs, dropping the least recently used (each holds its activations'
-  // device memory and its sequences' tables).
+  // device memory and its plan buffer).
   explicit CudaGraphForward(CudaOps& ops, size_t max_graphs = 8);
 
   ForwardResult forward(const Model& model, Ops& ops, const ForwardBatch& batch) override;
@@ -41,7 +43,7 @@ class CudaGraphForward final : public ForwardRunner {
 
  private:
   struct Key {
-    std::vector<uint64_t> caches;  // SequenceCache::id of each sequence, in batch order
+    std::vector<SequenceCache::GraphKey> caches;  // each sequence's, in batch order
     LogitsFor logits = LogitsFor::kAllTokens;
     bool operator==(const Key&) const = default;
   };
