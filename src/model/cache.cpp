@@ -7,6 +7,8 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 
@@ -131,6 +133,19 @@ SequenceCache::SequenceCache(Ops& ops, const ModelConfig& cfg, std::shared_ptr<C
   layers_ = slot_.slots().layers(slot_.index());
   blocks_ = BlockTables(std::move(pool), capacity, naming);
   main_layers_ = cfg.num_layers();
+}
+
+void SequenceCache::move_state(Ops& ops, StateSlot slot) {
+  if (slot.slots().id() != slot_.slots().id())
+    throw UsageError("move_state: slot " + std::to_string(slot.index()) + " is not one of the sequence's state slots");
+  std::vector<LayerCache> to = slot.slots().layers(slot.index());
+  for (size_t l = 0; l < to.size(); ++l) {
+    const auto src = state_tensors(layers_[l]), dst = state_tensors(to[l]);
+    for (size_t i = 0; i < src.size(); ++i)
+      if (!src[i]->empty()) ops.copy({src[i]->view(), dst[i]->view()});
+  }
+  layers_ = std::move(to);
+  slot_ = std::move(slot);
 }
 
 SequenceCache::SequenceCache(Ops& ops, const ModelConfig& cfg, int64_t capacity, DType dtype)

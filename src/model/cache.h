@@ -117,8 +117,14 @@ class SequenceCache {
     bool operator==(const GraphKey&) const = default;
   };
   GraphKey graph_key() const { return {slot_.slots().id(), slot_.index(), pool().id(), capacity_}; }
-  // The state slot the sequence holds.
+  // The state slot the sequence holds, and the set it is one of.
   int32_t slot() const { return slot_.index(); }
+  const StateSlots& state_slots() const { return slot_.slots(); }
+  // Copies the fixed-size state into `slot`, another slot of the same set, and gives the one it
+  // held back (UsageError for a slot of another set). A serving engine keeps its running
+  // sequences in the lowest slots so, and its decode steps' graph keys then depend on their
+  // count alone.
+  void move_state(Ops& ops, StateSlot slot);
   DType dtype() const { return blocks_.pool().dtype(); }
   // Tokens the main model has processed (the next token's position), and the MTP layers.
   int64_t length() const { return length_; }

@@ -12,6 +12,10 @@ class ForwardRunner {
   virtual ~ForwardRunner() = default;
   // What model.forward(ops, batch) returns, with the same effects on the batch's caches.
   virtual ForwardResult forward(const Model& model, Ops& ops, const ForwardBatch& batch) = 0;
+  // Whether decode steps (not exact math) are recorded and replayed by their sequences' graph
+  // keys (SequenceCache::graph_key): a caller then pads its decode batches to a few sizes, so
+  // that a few recordings serve every batch.
+  virtual bool records_decode_steps() const { return false; }
 };
 
 // Model::forward, as is.

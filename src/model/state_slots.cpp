@@ -133,8 +133,7 @@ std::vector<LayerCache> StateSlots::layers(int32_t slot) const {
 
 void StateSlots::poison(Ops& ops, int32_t slot) const {
   for (const LayerCache& c : layers(slot))
-    for (const DeviceTensor* t : {&c.window, &c.compressor.kv, &c.compressor.score, &c.index_compressor.kv,
-                                  &c.index_compressor.score})
+    for (const DeviceTensor* t : state_tensors(c))
       if (!t->empty()) fill_nan(ops, *t);
 }
 

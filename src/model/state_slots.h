@@ -14,6 +14,7 @@
 // NaN first and gets a fresh cache's bits).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -39,6 +40,11 @@ struct LayerCache {
   CompressorState compressor;          // ratio > 0
   CompressorState index_compressor;    // CSA layers
 };
+
+// A layer's five state tensors in one order (those the layer lacks are empty).
+inline std::array<const DeviceTensor*, 5> state_tensors(const LayerCache& c) {
+  return {&c.window, &c.compressor.kv, &c.compressor.score, &c.index_compressor.kv, &c.index_compressor.score};
+}
 
 class StateSlots {
  public:

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <limits>
 #include <list>
 #include <mutex>
 #include <numeric>
@@ -219,6 +220,11 @@ class Engine::Impl {
   SequenceCache new_sequence(int64_t tokens) const;
   // A decode step's chunks in the order of their sequences' state slots.
   void order_decode_by_slot(SchedulerStep& plan) const;
+  // Moves the state of sequences in slots >= the number of caches into the free slots below it.
+  void compact_slots();
+  // Pads a decode step for a runner that records them to the next decode_batch_bucket size with
+  // sequences of one token at position 0 in free slots; returns their caches (the batch's last).
+  std::vector<SequenceCache> pad_decode_batch(ForwardBatch& batch) const;
   void take_snapshots(const SchedulerStep& plan);
   void take_prompt_logprobs(const SchedulerStep& plan);
   void keep_snapshot(uint64_t key, StateSnapshot snapshot);
@@ -415,16 +421,46 @@ SequenceCache Engine::Impl::new_sequence(int64_t tokens) const {
 // order the scheduler keeps its sequences in, and however they come and go. Each row of a step is
 // computed on its own, so the order changes no bit.
 void Engine::Impl::order_decode_by_slot(SchedulerStep& plan) const {
-  if (!state_slots_) return;
+  if (!state_slots_ ||
+      !std::all_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& c) { return c.num_tokens == 1; }))
+    return;
+  // A sequence without a cache yet (a one-token prompt) gets the lowest free slot as the batch is
+  // made, after the held ones (compact_slots): last, in its order.
   const auto slot_of = [&](const ScheduledChunk& c) {
     const Request& r = requests_.at(c.sequence->id);
-    return r.cache ? r.cache->slot() : -1;
+    return r.cache ? r.cache->slot() : std::numeric_limits<int32_t>::max();
   };
-  if (!std::all_of(plan.chunks.begin(), plan.chunks.end(),
-                   [&](const ScheduledChunk& c) { return c.num_tokens == 1 && slot_of(c) >= 0; }))
-    return;
-  std::sort(plan.chunks.begin(), plan.chunks.end(),
-            [&](const ScheduledChunk& a, const ScheduledChunk& b) { return slot_of(a) < slot_of(b); });
+  std::stable_sort(plan.chunks.begin(), plan.chunks.end(),
+                   [&](const ScheduledChunk& a, const ScheduledChunk& b) { return slot_of(a) < slot_of(b); });
+}
+
+// The engine's sequences hold slots 0..n-1 (n the caches it holds): then a decode step of all of
+// them, the common case, has the same slots whichever requests they serve (each departure moves
+// the last slot's state into the freed one, one copy of a slot's rows).
+void Engine::Impl::compact_slots() {
+  if (!state_slots_) return;
+  int64_t held = 0;
+  for (const auto& [id, r] : requests_) held += r.cache ? 1 : 0;
+  for (auto& [id, r] : requests_)
+    if (r.cache && r.cache->slot() >= held) r.cache->move_state(ops_, StateSlot(state_slots_));
+}
+
+std::vector<SequenceCache> Engine::Impl::pad_decode_batch(ForwardBatch& batch) const {
+  std::vector<SequenceCache> padding;
+  if (!state_slots_ || config_.runner == nullptr || !config_.runner->records_decode_steps() || config_.exact_math ||
+      batch.options.logits != LogitsFor::kLastTokenOfSequence ||
+      !std::all_of(batch.sequences.begin(), batch.sequences.end(), [](const SequenceChunk& c) { return c.num_tokens == 1; }))
+    return padding;
+  const auto n = static_cast<int64_t>(batch.sequences.size());
+  const int64_t pads = std::min(decode_batch_bucket(n) - n, state_slots_->free_slots());
+  static constexpr int32_t kPadToken[1] = {0};
+  padding.reserve(static_cast<size_t>(pads));  // batch keeps pointers to them
+  for (int64_t i = 0; i < pads; ++i) {
+    padding.push_back(
+        model_.new_sequence(ops_, cache_pool_, config_.max_model_len, PageNaming::kNamedByBlocks, state_slots_));
+    batch.add(padding.back(), kPadToken);
+  }
+  return padding;
 }
 
 // After a step that took every token's logits: the sampling row of each chunk (its last token's)
@@ -598,6 +634,7 @@ bool Engine::Impl::step() {
   if (scheduler_.has_work()) {
     SchedulerStep plan = scheduler_.schedule();
     for (SequenceId id : plan.preempted) requests_.at(id).cache.reset();
+    compact_slots();
     order_decode_by_slot(plan);
     if (config_.kv_canary && cache_pool_ && !plan.new_blocks.empty())
       for (const auto& [ratio, pages] : cache_pool_->pages()) cache_pool_->poison(ops_, ratio, plan.new_blocks);
@@ -635,21 +672,25 @@ bool Engine::Impl::step() {
           batch.add(*r.cache, std::span<const int32_t>(c.sequence->tokens)
                                   .subspan(static_cast<size_t>(c.start), static_cast<size_t>(c.num_tokens)));
         }
+        const std::vector<SequenceCache> padding = pad_decode_batch(batch);
         const ForwardResult result =
             config_.runner != nullptr ? config_.runner->forward(model_, ops_, batch) : model_.forward(ops_, batch);
+        // The padding's rows come last (one each).
+        const TensorView logits =
+            slice_rows(result.logits.view(), 0, result.logits.dim(0) - static_cast<int64_t>(padding.size()));
         if (greedy_on_backend) {
           DeviceTensor ids = ops_.alloc_output(DType::kI32, {n});
-          ops_.argmax_rows({result.logits.view(), ids.view()});
+          ops_.argmax_rows({logits, ids.view()});
           greedy_ids_.resize(static_cast<size_t>(n));
           ops_.download(ids.view(), TensorView(reinterpret_cast<std::byte*>(greedy_ids_.data()), DType::kI32, {n}));
         } else if (all_logits) {
           const int64_t T = batch.num_tokens();
           all_logits_.resize(static_cast<size_t>(T * V));
-          ops_.download(result.logits.view(), TensorView(reinterpret_cast<std::byte*>(all_logits_.data()), DType::kF32, {T, V}));
+          ops_.download(logits, TensorView(reinterpret_cast<std::byte*>(all_logits_.data()), DType::kF32, {T, V}));
           take_prompt_logprobs(plan);
         } else {
           logits_.resize(static_cast<size_t>(n * V));
-          ops_.download(result.logits.view(), TensorView(reinterpret_cast<std::byte*>(logits_.data()), DType::kF32, {n, V}));
+          ops_.download(logits, TensorView(reinterpret_cast<std::byte*>(logits_.data()), DType::kF32, {n, V}));
         }
       } catch (const std::exception& e) {
         // A cache that could not be made, or a forward that failed and left its caches in an
@@ -929,6 +970,8 @@ EngineStats Engine::stats() const { return impl_->stats(); }
 int default_sampling_threads() {
   return static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 16));
 }
+
+int64_t decode_batch_bucket(int64_t n) { return n <= 8 ? n : (n + 7) / 8 * 8; }
 
 int64_t default_max_num_batched_tokens(int64_t device_total_bytes) {
   constexpr int64_t kLargeDevice = int64_t{70} << 30;

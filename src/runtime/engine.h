@@ -263,6 +263,13 @@ int default_sampling_threads();
 // prefill's kernels at their best rate), else 2048.
 int64_t default_max_num_batched_tokens(int64_t device_total_bytes);
 
+// The size a decode step of n sequences is padded to when the runner records decode steps
+// (ForwardRunner::records_decode_steps, with the shared pool): n up to 8, then the next multiple
+// of 8 (vLLM pads 3 to 4 and 5-7 to 8 as well; here a small step's padding rows would route to
+// experts of their own, a large share of its weight bytes). The padding sequences bring one token
+// each at position 0 in free state slots, and their rows are dropped.
+int64_t decode_batch_bucket(int64_t n);
+
 // How the engine sized its caches (Engine::cache_sizing), for the start-up report.
 struct CacheSizing {
   enum class Rule {

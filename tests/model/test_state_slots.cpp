@@ -2,7 +2,8 @@
 // with its handle; a sequence in a slot another sequence used, even one filled with NaN, gives a
 // fresh cache's logits bit for bit, plain and resuming on a shared prefix (the rows a slot keeps are
 // never read); a slot overwritten under a running sequence does change its logits (so the
-// comparison sees the slot); and what a recorded forward keys on is the slot, not the sequence.
+// comparison sees the slot); state moved to another slot goes on with the same bits; and what a
+// recorded forward keys on is the slot, not the sequence.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -85,8 +86,7 @@ TEST_F(StateSlotsTest, ASlotsViewsAreItsOwnRowsOfTheCachesShapes) {
   }
   int64_t bytes = 0;
   for (const LayerCache& c : s0)
-    for (const DeviceTensor* t : {&c.window, &c.compressor.kv, &c.compressor.score, &c.index_compressor.kv,
-                                  &c.index_compressor.score})
+    for (const DeviceTensor* t : state_tensors(c))
       if (!t->empty()) bytes += t->numel() * static_cast<int64_t>(dtype_size(t->dtype()));
   EXPECT_EQ(bytes, SequenceCache::fixed_bytes(cfg, DType::kBF16));
   EXPECT_THROW(slots->layers(2), UsageError);
@@ -147,6 +147,32 @@ TEST_F(StateSlotsTest, ASequenceResumingOnAPrefixInAPoisonedSlotGetsTheWholePref
   std::vector<float> want = run(whole, ids, decode);
   const std::vector<float> got = run(resumed, rest, decode);
   EXPECT_TRUE(same_bits(got, want));
+}
+
+// A sequence whose state moves to another slot between its prompt and its decode steps (as the
+// engine compacts its slots) goes on with the bits of one that stayed, and frees the slot it left.
+TEST_F(StateSlotsTest, StateMovedToAnotherSlotGoesOnWithTheSameBits) {
+  const ModelConfig& cfg = model_->config();
+  const int64_t V = cfg->vocab_size, capacity = 400;
+  const auto pool = model_->new_cache_pool(*ops_, CachePool::pages_for(cfg, 2, capacity, 4), false);
+  const auto slots = model_->new_state_slots(*ops_, 3, false);
+  const std::vector<int32_t> prompt = test_ids(261, V, 11), decode = test_ids(10, V, 12);
+  SequenceCache stays = model_->new_sequence(*ops_, capacity, false);
+  const std::vector<float> want = run(stays, prompt, decode);
+
+  std::optional<StateSlot> lower(std::in_place, slots);
+  SequenceCache moves = model_->new_sequence(*ops_, pool, capacity, PageNaming::kTakenFromPool, slots);
+  ASSERT_EQ(moves.slot(), 1);
+  const std::vector<float> got = run(moves, prompt, decode, [&] {
+    lower.reset();
+    moves.move_state(*ops_, StateSlot(slots));
+    slots->poison(*ops_, 1);  // what it left is no longer read
+  });
+  EXPECT_EQ(moves.slot(), 0);
+  EXPECT_EQ(slots->free_slots(), 2);
+  EXPECT_TRUE(same_bits(got, want));
+  EXPECT_THROW(moves.move_state(*ops_, StateSlot(model_->new_state_slots(*ops_, 1, false))), UsageError);
+  EXPECT_EQ(moves.slot(), 0);
 }
 
 TEST_F(StateSlotsTest, ARecordedForwardKeysOnTheSlotPoolAndCapacityNotTheSequence) {

@@ -384,55 +384,87 @@ TEST_F(EngineTest, CancelledAndDroppedRequestsLeaveNoBlockBehind) {
 }
 
 // Runs eagerly and records the graph keys of the decode steps (every sequence one token), which
-// is what cuda::CudaGraphForward records a graph for.
+// is what cuda::CudaGraphForward records a graph for; `records` says it records them, so that the
+// engine pads its decode steps as for that runner.
 class DecodeKeyRecorder final : public ForwardRunner {
  public:
+  explicit DecodeKeyRecorder(bool records) : records_(records) {}
   ForwardResult forward(const Model& model, Ops& ops, const ForwardBatch& batch) override {
     if (std::all_of(batch.sequences.begin(), batch.sequences.end(), [](const SequenceChunk& c) { return c.num_tokens == 1; })) {
       std::vector<SequenceCache::GraphKey> key;
       for (const SequenceChunk& c : batch.sequences) key.push_back(c.cache->graph_key());
       keys.push_back(std::move(key));
+      // The engine's padding: a token at position 0 (the requests' prompts have two or more).
+      padded_steps += std::any_of(batch.sequences.begin(), batch.sequences.end(),
+                                  [](const SequenceChunk& c) { return c.cache->length() == 0; });
     }
     return model.forward(ops, batch);
   }
+  bool records_decode_steps() const override { return records_; }
+  size_t distinct_keys() const {
+    size_t distinct = 0;
+    for (auto it = keys.begin(); it != keys.end(); ++it) distinct += std::find(keys.begin(), it, *it) == it ? 1 : 0;
+    return distinct;
+  }
   std::vector<std::vector<SequenceCache::GraphKey>> keys;
+  int64_t padded_steps = 0;
+
+ private:
+  bool records_;
 };
 
-// With the shared pool, requests coming and going through four state slots make decode steps whose
-// keys are sets of slots in slot order, one capacity for all: at most the 15 non-empty sets of four
-// slots however many requests pass, so a graph per set serves them all (with a cache per request,
-// a set of requests seen once is a key seen once: 18 keys for these 24 requests, 4 with slots).
-TEST_F(EngineTest, DecodeStepsOfRequestsComingAndGoingKeyOnTheirSlotSets) {
+TEST(DecodeBatchBucket, IsTheSizeUpToEightThenTheNextMultipleOfEight) {
+  for (int64_t n = 1; n <= 8; ++n) EXPECT_EQ(decode_batch_bucket(n), n);
+  EXPECT_EQ(decode_batch_bucket(9), 16);
+  EXPECT_EQ(decode_batch_bucket(16), 16);
+  EXPECT_EQ(decode_batch_bucket(57), 64);
+  EXPECT_EQ(decode_batch_bucket(65), 72);
+}
+
+// Waves of ten requests through an engine of twelve sequences. With a cache per request, a set
+// of requests seen once is a decode key seen once. With the shared pool the running sequences hold
+// slots 0..n-1 (a departure moves the last slot's state into the freed one) and a runner that
+// records decode steps gets those of 9-12 sequences padded to 12 (decode_batch_bucket, capped at
+// the slots): keys of slots 0..size-1, sizes 1-8 and 12, however many waves pass; and every
+// request's tokens and logprobs are those of the plain engine, bit for bit.
+TEST_F(EngineTest, PaddedDecodeStepsOfRequestsComingAndGoingKeyOnTheirSizeAlone) {
   std::vector<GenerateRequest> requests;
-  for (uint32_t i = 0; i < 24; ++i) requests.push_back(request(ids(2 + 5 * (i % 12), 120 + i), 5 + 3 * (i % 5)));
-  size_t own_keys = 0;
-  for (const bool shared : {false, true}) {
+  for (uint32_t i = 0; i < 30; ++i) requests.push_back(request(ids(2 + 3 * (i % 10), 120 + i), 4 + 3 * (i % 7)));
+  const auto serve = [&](bool shared, DecodeKeyRecorder& recorder) {
     EngineConfig c = small_config();
-    c.max_num_seqs = 4;
+    c.max_num_seqs = 12;
+    c.max_num_batched_tokens = 64;
     c.shared_cache_pool = shared;
-    DecodeKeyRecorder recorder;
+    c.kv_canary = true;
     c.runner = &recorder;
     auto e = engine(c);
     std::vector<RequestHandle> handles;
-    for (const GenerateRequest& r : requests) handles.push_back(e->submit(r));
-    run_until_idle(*e);
-    for (RequestHandle& h : handles) EXPECT_EQ(drain(h).finish, FinishReason::kLength);
-    EXPECT_EQ(e->stats().state_slots_used, 0);
-    size_t distinct = 0;
-    for (size_t i = 0; i < recorder.keys.size(); ++i)
-      if (std::find(recorder.keys.begin(), recorder.keys.begin() + static_cast<std::ptrdiff_t>(i), recorder.keys[i]) ==
-          recorder.keys.begin() + static_cast<std::ptrdiff_t>(i))
-        ++distinct;
-    std::printf("[measured] %s: %zu decode steps, %zu distinct keys\n", shared ? "shared pool" : "cache per request",
-                recorder.keys.size(), distinct);
-    if (!shared) {
-      own_keys = distinct;
-      continue;
+    for (size_t wave = 0; wave < requests.size(); wave += 10) {  // each wave drains from 10 to 1
+      for (size_t i = wave; i < wave + 10; ++i) handles.push_back(e->submit(requests[i]));
+      run_until_idle(*e);
     }
-    EXPECT_LE(distinct, 15u);
-    EXPECT_LT(2 * distinct, own_keys);
-    for (const auto& key : recorder.keys)
-      for (size_t i = 1; i < key.size(); ++i) EXPECT_LT(key[i - 1].slot, key[i].slot) << "a decode step out of slot order";
+    std::vector<Result> out;
+    for (RequestHandle& h : handles) out.push_back(drain(h));
+    EXPECT_EQ(e->stats().state_slots_used, 0);
+    return out;
+  };
+  DecodeKeyRecorder own(false), padded(true);
+  const std::vector<Result> want = serve(false, own), got = serve(true, padded);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].finish, FinishReason::kLength) << "request " << i;
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
+    EXPECT_TRUE(same_bits(got[i].logprobs, want[i].logprobs)) << "request " << i;
+  }
+  std::printf("[measured] %zu decode steps (%lld padded): %zu keys with a cache per request, %zu padded in slots\n",
+              padded.keys.size(), static_cast<long long>(padded.padded_steps), own.distinct_keys(),
+              padded.distinct_keys());
+  EXPECT_GT(own.distinct_keys(), 12u) << "requests with caches of their own were meant to make many keys";
+  EXPECT_LE(padded.distinct_keys(), 9u);
+  EXPECT_GT(padded.padded_steps, 0) << "steps of 9 sequences were meant to be padded";
+  for (const auto& key : padded.keys) {
+    EXPECT_TRUE(key.size() <= 8 || key.size() == 12) << key.size() << " sequences";
+    for (size_t i = 0; i < key.size(); ++i) EXPECT_EQ(key[i].slot, static_cast<int32_t>(i));
   }
 }
 

@@ -32,6 +32,7 @@ class CudaGraphForward final : public ForwardRunner {
   explicit CudaGraphForward(CudaOps& ops, size_t max_graphs = 8);
 
   ForwardResult forward(const Model& model, Ops& ops, const ForwardBatch& batch) override;
+  bool records_decode_steps() const override;
 
   struct Stats {
     int64_t captures = 0;
