@@ -114,6 +114,19 @@ TEST_P(CudaGraphs, DecodeStepsAreTheEagerBitsAcrossBatchChanges) {
               static_cast<long long>(st.replays), st.last_graph_nodes);
 }
 
+// Graphs recorded for positions below a bound smaller than the caches' capacity (launch shapes
+// sized by it, not by the capacity): the steps below it replay, the first step past it records
+// the next power of two, and every step has the eager bits (prompts end at 203 and 250: bounds
+// 256, 512 and 1024 as they decode 300 tokens, the capacities 503 and 550).
+TEST_P(CudaGraphs, AGraphServesPositionsBelowItsBoundAndAStepPastItRecordsTheNext) {
+  const int64_t steps = 300;
+  Lockstep run(*model_, *ops_, {203, 250}, steps);
+  cuda::CudaGraphForward graphs(*ops_, 8, 128);
+  for (int64_t s = 0; s < steps; ++s) ASSERT_NO_FATAL_FAILURE(run.step(graphs, {0, 1}, "step " + std::to_string(s)));
+  EXPECT_EQ(graphs.stats().captures, 3);
+  EXPECT_EQ(graphs.stats().replays, steps - 3);
+}
+
 // The graph side's compressed caches in 2-row pages of one shared pool, taken as the sequences
 // grow, so replays read block tables that changed since the capture (new pages, interleaved
 // between the sequences); the eager side has one page per sequence. The same bits.

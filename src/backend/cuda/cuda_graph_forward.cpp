@@ -8,7 +8,8 @@
 
 namespace dsv4::cuda {
 
-CudaGraphForward::CudaGraphForward(CudaOps& ops, size_t max_graphs) : ops_(ops), max_graphs_(std::max<size_t>(1, max_graphs)) {}
+CudaGraphForward::CudaGraphForward(CudaOps& ops, size_t max_graphs, int64_t min_positions_bound)
+    : ops_(ops), max_graphs_(std::max<size_t>(1, max_graphs)), min_positions_bound_(std::max<int64_t>(1, min_positions_bound)) {}
 
 bool CudaGraphForward::graphable(const Model& model, Ops& ops, const ForwardBatch& batch) const {
   (void)model;
@@ -32,11 +33,18 @@ ForwardResult CudaGraphForward::forward(const Model& model, Ops& ops, const Forw
   const StepPlan plan(model.config(), batch, /*mtp=*/false);
   Key key;
   key.logits = batch.options.logits;
-  for (const SequenceChunk& c : batch.sequences) key.caches.push_back(c.cache->graph_key());
+  int64_t positions = 0;  // the step's highest position + 1
+  for (const SequenceChunk& c : batch.sequences) {
+    key.caches.push_back(c.cache->graph_key());
+    positions = std::max(positions, c.cache->length() + 1);
+  }
 
-  auto found = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.key == key; });
+  auto found = std::find_if(entries_.begin(), entries_.end(),
+                            [&](const Entry& e) { return e.key == key && e.positions_bound >= positions; });
   if (found == entries_.end()) {
-    Entry& e = capture(model, batch, std::move(key), plan.ints());
+    int64_t bound = min_positions_bound_;
+    while (bound < positions) bound *= 2;
+    Entry& e = capture(model, batch, std::move(key), bound, plan.ints());
     if (e.graph == nullptr) {
       ++stats_.eager;
       return model.forward(ops, batch);
@@ -58,9 +66,9 @@ ForwardResult CudaGraphForward::forward(const Model& model, Ops& ops, const Forw
 }
 
 CudaGraphForward::Entry& CudaGraphForward::capture(const Model& model, const ForwardBatch& batch, Key key,
-                                                   const std::vector<int32_t>& plan) {
+                                                   int64_t positions_bound, const std::vector<int32_t>& plan) {
   while (entries_.size() >= max_graphs_) entries_.pop_back();
-  entries_.push_front({std::move(key), nullptr, {}, {}});
+  entries_.push_front({std::move(key), positions_bound, nullptr, {}, {}});
   Entry& e = entries_.front();
   const auto n = static_cast<int64_t>(plan.size());
   e.plan = ops_.alloc(DType::kI32, {n});
@@ -71,7 +79,7 @@ CudaGraphForward::Entry& CudaGraphForward::capture(const Model& model, const For
   recorded.planned = e.plan;
   std::vector<int64_t> lengths;
   for (const SequenceChunk& c : batch.sequences) lengths.push_back(c.cache->length());
-  ops_.begin_capture();
+  ops_.begin_capture(positions_bound);
   try {
     {
       // Everything the forward makes dies inside the capture, so its frees are graph nodes.

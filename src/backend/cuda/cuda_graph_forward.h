@@ -28,8 +28,9 @@ namespace dsv4::cuda {
 class CudaGraphForward final : public ForwardRunner {
  public:
   // Keeps up to max_graphs graphs, dropping the least recently used (each holds its activations'
-  // device memory and its plan buffer).
-  explicit CudaGraphForward(CudaOps& ops, size_t max_graphs = 8);
+  // device memory and its plan buffer); a graph serves positions below a power of two of at least
+  // min_positions_bound (Entry::positions_bound).
+  explicit CudaGraphForward(CudaOps& ops, size_t max_graphs = 8, int64_t min_positions_bound = 4096);
 
   ForwardResult forward(const Model& model, Ops& ops, const ForwardBatch& batch) override;
   bool records_decode_steps() const override;
@@ -50,6 +51,11 @@ class CudaGraphForward final : public ForwardRunner {
   };
   struct Entry {
     Key key;
+    // The graph serves steps whose positions are all below it (CudaOps::begin_capture): the
+    // captured step's highest position + 1 rounded up to a power of two, at least
+    // min_positions_bound, so a sequence's steps are recorded again only as its context doubles,
+    // and launch shapes follow the context, not max_model_len.
+    int64_t positions_bound = 0;
     std::unique_ptr<CudaGraph> graph;  // null: this set of sequences cannot be captured
     DeviceTensor plan;                 // the StepPlan ints the graph's ops read
     DeviceTensor logits;               // where the graph leaves the logits
@@ -57,12 +63,15 @@ class CudaGraphForward final : public ForwardRunner {
 
   // Whether `batch` is a decode step a graph can run.
   bool graphable(const Model& model, Ops& ops, const ForwardBatch& batch) const;
-  // Records the step into a new entry and runs it; the entry says whether it worked.
-  Entry& capture(const Model& model, const ForwardBatch& batch, Key key, const std::vector<int32_t>& plan);
+  // Records the step into a new entry serving positions below `positions_bound` and runs it; the
+  // entry says whether it worked.
+  Entry& capture(const Model& model, const ForwardBatch& batch, Key key, int64_t positions_bound,
+                 const std::vector<int32_t>& plan);
   ForwardResult logits_of(const Entry& e);
 
   CudaOps& ops_;
   size_t max_graphs_;
+  int64_t min_positions_bound_;
   std::list<Entry> entries_;  // most recently used first
   Stats stats_;
 };
