@@ -204,6 +204,12 @@ TEST_P(CudaGraphs, AGraphReplaysForTheNextSequencesInItsSlots) {
   EXPECT_EQ(slots->free_slots(), 2);
 }
 
+void print_graph_stats(const char* what, const cuda::CudaGraphForward& graphs) {
+  std::printf("[measured] %s: %lld captures, %lld replays, %lld eager steps\n", what,
+              static_cast<long long>(graphs.stats().captures), static_cast<long long>(graphs.stats().replays),
+              static_cast<long long>(graphs.stats().eager));
+}
+
 // Every token and logprob of the requests, served by an engine with `config` running its steps
 // through `runner`; each wave is submitted once the one before has finished. `prefix_hits` gets
 // the engine's count of tokens not computed thanks to its prefix cache.
@@ -275,9 +281,7 @@ TEST_P(CudaGraphs, EngineServesTheEagerTokens) {
   expect_same_tokens(got, want);
   // Some steps were pure decode and went through graphs (the rest mixed in prefill chunks).
   EXPECT_GT(graphs.stats().replays, 0);
-  std::printf("[measured] engine through graphs: %lld captures, %lld replays, %lld eager steps\n",
-              static_cast<long long>(graphs.stats().captures), static_cast<long long>(graphs.stats().replays),
-              static_cast<long long>(graphs.stats().eager));
+  print_graph_stats("engine through graphs", graphs);
 }
 
 // The engine's shared page pool (pages named by cache blocks), prefix caching and the KV canary,
@@ -335,9 +339,7 @@ TEST_P(CudaGraphs, EngineDecodeStepsReplayAGraphPerPaddedSize) {
   expect_same_tokens(got, want);
   EXPECT_LE(graphs.stats().captures, 9);
   EXPECT_GT(graphs.stats().replays, 3 * graphs.stats().captures);
-  std::printf("[measured] engine, padded decode steps: %lld captures, %lld replays, %lld eager steps\n",
-              static_cast<long long>(graphs.stats().captures), static_cast<long long>(graphs.stats().replays),
-              static_cast<long long>(graphs.stats().eager));
+  print_graph_stats("engine, padded decode steps", graphs);
 }
 
 // Two thousand graph replays of decode steps of random sizes (requests of random lengths arriving
@@ -380,9 +382,7 @@ TEST_P(CudaGraphs, TwoThousandPaddedReplaysOfRandomBatchSizes) {
     }
     EXPECT_EQ(tokens, lengths[i]) << "request " << i;
   }
-  std::printf("[measured] %zu requests: %lld captures, %lld replays, %lld eager steps\n", handles.size(),
-              static_cast<long long>(graphs.stats().captures), static_cast<long long>(graphs.stats().replays),
-              static_cast<long long>(graphs.stats().eager));
+  print_graph_stats((std::to_string(handles.size()) + " requests of random lengths").c_str(), graphs);
 }
 
 INSTANTIATE_TEST_SUITE_P(MultiStream, CudaGraphs, ::testing::Values(MultiStreamMode::kOff, MultiStreamMode::kOn),
