@@ -52,6 +52,10 @@ struct ForwardBatch {
   // The batch's StepPlan ints already in backend memory (a CUDA graph's input buffer, which the
   // graph's ops read at every replay); empty: the forward uploads its plan itself.
   DeviceTensor planned;
+  // > 0: the plan's block tables cover the entries of positions below it (at least every position
+  // of the batch), not each cache's whole capacity: what a recorded step that serves positions
+  // below a bound passes, so that its plan does not grow with max_model_len.
+  int64_t table_positions = 0;
 
   // Appends a sequence's next tokens at positions start_pos, start_pos + 1, ...
   void add(SequenceCache& cache, std::span<const int32_t> ids, int64_t start_pos) {

@@ -2,8 +2,10 @@
 // the i32 fields its ops read.
 #include "model/step_plan.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 
@@ -36,6 +38,9 @@ StepPlan::StepPlan(const ModelConfig& cfg, const ForwardBatch& batch, bool mtp) 
     if (c.start_pos + c.num_tokens > c.cache->capacity())
       throw UsageError(which + " would grow to " + std::to_string(c.start_pos + c.num_tokens) +
                        " tokens, beyond its capacity of " + std::to_string(c.cache->capacity()));
+    if (batch.table_positions > 0 && c.start_pos + c.num_tokens > batch.table_positions)
+      throw UsageError(which + " reaches position " + std::to_string(c.start_pos + c.num_tokens - 1) +
+                       ", beyond the batch's table_positions (" + std::to_string(batch.table_positions) + ")");
     if (c.start_pos + c.num_tokens > cfg.params().max_position_embeddings)
       throw UsageError(which + " would reach position " + std::to_string(c.start_pos + c.num_tokens - 1) +
                        ", beyond max_position_embeddings (" + std::to_string(cfg.params().max_position_embeddings) + ")");
@@ -92,7 +97,15 @@ StepPlan::StepPlan(const ModelConfig& cfg, const ForwardBatch& batch, bool mtp) 
     }
     entry_rows_[m] = append(rows);
     entry_positions_[m] = append(positions);
-    for (const SequenceChunk& c : batch.sequences) block_tables_[m].push_back(append(c.cache->block_table(m)));
+    for (const SequenceChunk& c : batch.sequences) {
+      const std::vector<int32_t>& table = c.cache->block_table(m);
+      size_t pages = table.size();
+      if (batch.table_positions > 0) {
+        const int64_t page_rows = c.cache->pool().pages(m).page_rows;
+        pages = std::min(pages, static_cast<size_t>((batch.table_positions / m + page_rows - 1) / page_rows));
+      }
+      block_tables_[m].push_back(append(std::vector<int32_t>(table.begin(), table.begin() + static_cast<std::ptrdiff_t>(pages))));
+    }
   }
   one_page_table_ = append({0});
 }

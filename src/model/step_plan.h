@@ -46,8 +46,9 @@ class StepPlan {
   Field entry_rows(int64_t ratio) const { return entry_rows_.at(ratio); }
   Field entry_positions(int64_t ratio) const { return entry_positions_.at(ratio); }
   // Sequence s's block table for compression ratio m (SequenceCache::block_table: a fixed size
-  // per sequence, -1 for pages not taken), for the PagedCache of its compressed entries and
-  // indexer keys.
+  // per sequence, -1 for pages not taken; only the pages of positions below
+  // ForwardBatch::table_positions where that is set), for the PagedCache of its compressed
+  // entries and indexer keys.
   Field block_table(int64_t ratio, size_t seq) const { return block_tables_.at(ratio).at(seq); }
   // [1] = {0}: the block table of a cache that is one page, the window rings' writes.
   Field one_page_table() const { return one_page_table_; }

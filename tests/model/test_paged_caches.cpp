@@ -2,7 +2,8 @@
 // small pages of one shared pool, taken as they grow, interleaved with each other's and reused
 // after another sequence ends, give bit for bit the logits and cache contents of sequences with
 // one page each (the contiguous layout), through chunked prefill, batched prefill and decode.
-// Pages named by cache blocks let a sequence resume on another's prefix (prefix caching).
+// Pages named by cache blocks let a sequence resume on another's prefix (prefix caching). Plans
+// whose tables stop at a positions bound give the whole tables' bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -253,6 +254,34 @@ TEST_F(NamedPages, PoisonedPagesShowWhenRead) {
   EXPECT_TRUE(same_bits(logits_after_poison({1, 6}), clean));
   const std::vector<float> read = logits_after_poison({2});
   EXPECT_TRUE(std::any_of(read.begin(), read.end(), [](float x) { return std::isnan(x); }));
+}
+
+// Decode steps whose plans carry only the pages of positions below a bound (what a recorded step
+// passes: ForwardBatch::table_positions) give the bits of plans with the whole tables.
+TEST_F(NamedPages, TablesCutToAPositionsBoundGiveTheWholeTablesBits) {
+  const Model& model = *model_;
+  Ops& ops = *ops_;
+  const int64_t capacity = 2000;
+  const std::shared_ptr<CachePool> pool =
+      model.new_cache_pool(ops, CachePool::pages_for(model.config(), 2, capacity, 4), false);
+  const std::vector<int32_t> ids = test_ids(310, model.config()->vocab_size, 8);
+  const auto decode = [&](int64_t table_positions) {
+    SequenceCache cache = model.new_sequence(ops, pool, capacity);
+    ForwardBatch prefill;
+    prefill.add(cache, std::span(ids).first(300));
+    model.forward(ops, prefill);
+    std::vector<float> out;
+    for (size_t i = 300; i < ids.size(); ++i) {
+      ForwardBatch step;
+      step.options.logits = LogitsFor::kLastTokenOfSequence;
+      step.table_positions = table_positions;
+      step.add(cache, std::span(ids).subspan(i, 1));
+      const std::vector<float> logits = to_floats(model.forward(ops, step).logits.view());
+      out.insert(out.end(), logits.begin(), logits.end());
+    }
+    return out;
+  };
+  EXPECT_TRUE(same_bits(decode(512), decode(0)));
 }
 
 TEST_F(NamedPages, MisuseIsANamedUsageError) {

@@ -128,6 +128,29 @@ TEST_F(StepPlanTest, BlockTablesHaveAFixedSizeAndTakeThePagesTheStepNeeds) {
   EXPECT_EQ(field(next, next.block_table(4, 1)), table_b);  // position 9 completes no entry
 }
 
+// With table_positions (a recorded step's positions bound) the tables cover the pages of those
+// positions only, whatever the capacity, and a batch reaching past it is refused.
+TEST_F(StepPlanTest, TablePositionsCutTheBlockTablesToThePagesOfThosePositions) {
+  const auto pool = std::make_shared<CachePool>(ops_, cfg_, DType::kBF16, CachePool::pages_for(cfg_, 1, 1024, 4));
+  SequenceCache a(ops_, cfg_, pool, 1024);
+  a.advance(100);
+  const std::vector<int32_t> one = {7};
+  ForwardBatch decode;
+  decode.add(a, one);
+  EXPECT_EQ(StepPlan(cfg_, decode, false).block_table(4, 0).size, 64);  // 256 entries of 1024 tokens
+  decode.table_positions = 200;
+  const StepPlan bounded(cfg_, decode, false);
+  EXPECT_EQ(bounded.block_table(4, 0).size, 13);  // 50 entries in pages of 4
+  EXPECT_EQ(bounded.block_table(128, 0).size, 1);
+  decode.table_positions = 100;
+  try {
+    StepPlan refused(cfg_, decode, false);
+    FAIL() << "a token at position 100 with table_positions 100";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("table_positions"), std::string::npos) << e.what();
+  }
+}
+
 // Pages go back to the pool when a sequence ends (not when it is moved), and a step that needs
 // more pages than are free is refused naming the sequence and the counts.
 TEST_F(StepPlanTest, PagesReturnWhenASequenceEndsAndAnExhaustedPoolIsNamed) {

@@ -48,7 +48,7 @@ std::vector<int32_t> sequence_of_each_token(std::span<const Seq> seqs, int64_t T
 }
 
 // The most entries a batch's paged caches can address (table pages x page rows): while a graph
-// is captured, a bound of a launch shape that must hold at every later decode step.
+// is captured, the bound of a launch shape that must hold at every later decode step.
 template <typename Seq, typename Cache>
 int64_t max_capacity(std::span<const Seq> seqs, Cache cache_of) {
   int64_t rows = 0;
@@ -144,10 +144,9 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
       throw UsageError("indexer_topk: the tensor-core score kernel reads q and the keys in 16-byte pieces; a view "
                        "starts at an address that is not a multiple of 16");
   }
-  // A graph's scores must have room for the keys of any later step it serves: the caches'
-  // capacity, or fewer below the capture's positions bound.
-  if (capturing())
-    score_stride = captured_entries(max_capacity(p.seqs, [](const IndexerSeq& s) { return s.keys; }), p.ratio);
+  // A graph's scores must have room for the keys of any later step: all its tables address (a
+  // recorded step's plan sizes them by its positions bound, ForwardBatch::table_positions).
+  if (capturing()) score_stride = max_capacity(p.seqs, [](const IndexerSeq& s) { return s.keys; });
   TableBytes bytes;
   const size_t seqs_at = bytes.add(seqs), tokens_at = bytes.add(sequence_of_each_token(p.seqs, T));
   const DeviceTables table = upload_tables(bytes);
@@ -210,14 +209,12 @@ void CudaOps::sparse_attention(const SparseAttentionParams& p) {
     const int64_t compressed = p.ratio > 0 ? (has_topk ? k : (last + 1) / p.ratio) : 0;
     max_entries = std::max(max_entries, std::min(W, last + 1) + compressed);
   }
-  // A graph's launch shape must fit the entries of any later step it serves: the window and the
-  // caches' capacity, or fewer below the capture's positions bound.
+  // A graph's launch shape must fit any later step's entries: the window and all the tables
+  // address (sized by the recorded step's positions bound).
   if (capturing())
     max_entries = W + (p.ratio == 0 ? 0
                        : has_topk   ? k
-                                    : captured_entries(
-                                          max_capacity(p.seqs, [](const AttentionSeq& s) { return s.compressed; }),
-                                          p.ratio));
+                                    : max_capacity(p.seqs, [](const AttentionSeq& s) { return s.compressed; }));
   TableBytes bytes;
   const size_t seqs_at = bytes.add(seqs), tokens_at = bytes.add(sequence_of_each_token(p.seqs, T));
   const DeviceTables table = upload_tables(bytes);

@@ -29,8 +29,6 @@ ForwardResult CudaGraphForward::forward(const Model& model, Ops& ops, const Forw
     ++stats_.eager;
     return model.forward(ops, batch);
   }
-  // The plan checks the batch against its caches, as the eager forward would.
-  const StepPlan plan(model.config(), batch, /*mtp=*/false);
   Key key;
   key.logits = batch.options.logits;
   int64_t positions = 0;  // the step's highest position + 1
@@ -41,10 +39,19 @@ ForwardResult CudaGraphForward::forward(const Model& model, Ops& ops, const Forw
 
   auto found = std::find_if(entries_.begin(), entries_.end(),
                             [&](const Entry& e) { return e.key == key && e.positions_bound >= positions; });
-  if (found == entries_.end()) {
-    int64_t bound = min_positions_bound_;
+  int64_t bound = min_positions_bound_;
+  if (found != entries_.end()) {
+    bound = found->positions_bound;
+  } else {
     while (bound < positions) bound *= 2;
-    Entry& e = capture(model, batch, std::move(key), bound, plan.ints());
+  }
+  // The plan checks the batch against its caches, as the eager forward would; its block tables
+  // cover the graph's positions bound, the layout the graph reads.
+  ForwardBatch bounded = batch;
+  bounded.table_positions = bound;
+  const StepPlan plan(model.config(), bounded, /*mtp=*/false);
+  if (found == entries_.end()) {
+    Entry& e = capture(model, bounded, std::move(key), bound, plan.ints());
     if (e.graph == nullptr) {
       ++stats_.eager;
       return model.forward(ops, batch);
@@ -79,7 +86,7 @@ CudaGraphForward::Entry& CudaGraphForward::capture(const Model& model, const For
   recorded.planned = e.plan;
   std::vector<int64_t> lengths;
   for (const SequenceChunk& c : batch.sequences) lengths.push_back(c.cache->length());
-  ops_.begin_capture(positions_bound);
+  ops_.begin_capture();
   try {
     {
       // Everything the forward makes dies inside the capture, so its frees are graph nodes.

@@ -51,10 +51,11 @@ class CudaGraphForward final : public ForwardRunner {
   };
   struct Entry {
     Key key;
-    // The graph serves steps whose positions are all below it (CudaOps::begin_capture): the
-    // captured step's highest position + 1 rounded up to a power of two, at least
-    // min_positions_bound, so a sequence's steps are recorded again only as its context doubles,
-    // and launch shapes follow the context, not max_model_len.
+    // The graph serves steps whose positions are all below it: the captured step's highest
+    // position + 1 rounded up to a power of two, at least min_positions_bound. Its plan's block
+    // tables cover those positions (ForwardBatch::table_positions), and the launch shapes the
+    // tables bound with them, so both follow the context, not max_model_len; a sequence's steps
+    // are recorded again as its context doubles.
     int64_t positions_bound = 0;
     std::unique_ptr<CudaGraph> graph;  // null: this set of sequences cannot be captured
     DeviceTensor plan;                 // the StepPlan ints the graph's ops read

@@ -199,20 +199,13 @@ void CudaOps::fork_join(const ForkJoinTasks& tasks) {
 
 // Relaxed mode: an op may allocate and copy its tables (upload_tables) on another stream while
 // the current one is capturing.
-void CudaOps::begin_capture(int64_t positions_bound) {
+void CudaOps::begin_capture() {
   if (capture_ != nullptr) throw UsageError("begin_capture: a capture is already in progress");
-  if (positions_bound <= 0)
-    throw UsageError("begin_capture: positions_bound = " + std::to_string(positions_bound) + " must be positive");
   if (stream_ != owned_stream_) throw UsageError("begin_capture: called inside a fork/join side task");
   if (table_stream_ == nullptr) DSV4_CUDA_CHECK(cudaStreamCreateWithFlags(&table_stream_, cudaStreamNonBlocking));
   DSV4_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
   capture_ = std::make_unique<Capture>();
   capture_->arena = std::make_shared<CaptureArena>();
-  capture_->positions_bound = positions_bound;
-}
-
-int64_t CudaOps::captured_entries(int64_t capacity_entries, int64_t ratio) const {
-  return std::min(capacity_entries, capture_->positions_bound / ratio);
 }
 
 std::unique_ptr<CudaGraph> CudaOps::end_capture() {

@@ -161,11 +161,11 @@ class CudaOps final : public Ops {
   // CUDA graph capture of the ops enqueued on the current stream between begin_capture and
   // end_capture (side streams of fork/joins join the capture through their events). While
   // capturing, op tables go to device memory the graph keeps, and launch shapes come from bounds
-  // that do not depend on the positions of the captured step: every later step whose positions
-  // are all below `positions_bound` (and within the caches' capacities) replays right. upload,
-  // download and synchronize() are refused. Tensors made during the capture must also die during
-  // it (their frees are graph nodes).
-  void begin_capture(int64_t positions_bound);
+  // that do not depend on positions (the entries the caches' block tables address: a recorded
+  // step's plan sizes them by its positions bound, ForwardBatch::table_positions), so a replay at
+  // a later decode step is right; upload, download and synchronize() are refused. Tensors made during the capture must
+  // also die during it (their frees are graph nodes).
+  void begin_capture();
   std::unique_ptr<CudaGraph> end_capture();
   // Ends a capture an op's error interrupted, dropping what was recorded. Never throws.
   void abort_capture() noexcept;
@@ -208,11 +208,7 @@ class CudaOps final : public Ops {
   struct Capture {
     std::vector<std::shared_ptr<void>> tables;
     std::shared_ptr<CaptureArena> arena;  // the forward's tensors and scratch
-    int64_t positions_bound = 0;          // begin_capture's
   };
-  // While capturing: how many entries of a ratio-`ratio` cache a later step may read, the fewer
-  // of the caches' capacity (`capacity_entries`) and the positions bound's.
-  int64_t captured_entries(int64_t capacity_entries, int64_t ratio) const;
   // Where an op's scratch (StreamBuffer) comes from: the capture's arena, or stream order.
   CaptureArena* arena() const { return capture_ != nullptr ? capture_->arena.get() : nullptr; }
   std::unique_ptr<Capture> capture_;
