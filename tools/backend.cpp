@@ -83,9 +83,11 @@ void add_gpu_options(CLI::App* cmd, GpuOptions& gpu) {
       ->default_str(std::string(attention_choice_name(GpuOptions{}.attention)));
   cmd->add_option_function<std::string>(
          "--cuda-graphs", [&gpu](const std::string& v) { gpu.cuda_graphs = v == "on"; },
-         "--device cuda: run decode steps (every sequence one token) as CUDA graphs, recorded at a batch's "
-         "first step and replayed after (on), or launch every op eagerly (off). The numbers are the same "
-         "either way")
+         "--device cuda: run decode steps (every sequence one token) as CUDA graphs, recorded the first "
+         "time a batch's state slots are seen and replayed after (on: serve and bench throughput keep "
+         "their sequences in the lowest slots and pad decode batches of more than 8 to a multiple of 8, so a "
+         "graph per size serves every set of requests), or launch every op eagerly (off). The numbers are "
+         "the same either way")
       ->check(CLI::IsMember({"on", "off"}))
       ->default_str(GpuOptions{}.cuda_graphs ? "on" : "off");
   cmd->add_option_function<std::string>(
