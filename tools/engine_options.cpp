@@ -45,6 +45,9 @@ void add_cache_options(CLI::App* cmd, CacheOptions& options) {
 }
 
 void apply_cache_options(const CacheOptions& options, EngineConfig& config) {
+  // The shared pool with or without prefix caching: the caches in the blocks the scheduler counts,
+  // and the running sequences in state slots, whose decode steps share a few CUDA graphs.
+  config.shared_cache_pool = true;
   config.enable_prefix_caching = options.prefix_caching;
   config.cache_memory_bytes = options.memory_bytes;
   config.gpu_memory_utilization = options.gpu_memory_utilization;

@@ -218,7 +218,7 @@ struct EngineConfig {
   // start whose pages are the cache blocks: for ratio m, block b's page holds the block_size / m
   // entries of its tokens (one entry, of the block holding its last token, when block_size divides
   // m; one of the two must divide the other). The same numbers either way (tested on the CPU and
-  // on the H200). `serve` and `bench throughput` turn it on through enable_prefix_caching.
+  // on the H200). `serve` and `bench throughput` turn it on (with prefix caching or without).
   bool shared_cache_pool = false;
   // Prefix caching (implies shared_cache_pool): a request whose tokens begin with blocks another
   // request computed shares their entries and computes only the rest, after recomputing the last
