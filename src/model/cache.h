@@ -117,9 +117,8 @@ class SequenceCache {
     bool operator==(const GraphKey&) const = default;
   };
   GraphKey graph_key() const { return {slot_.slots().id(), slot_.index(), pool().id(), capacity_}; }
-  // The state slot the sequence holds, and the set it is one of.
+  // The state slot the sequence holds.
   int32_t slot() const { return slot_.index(); }
-  const StateSlots& state_slots() const { return slot_.slots(); }
   // Copies the fixed-size state into `slot`, another slot of the same set, and gives the one it
   // held back (UsageError for a slot of another set). A serving engine keeps its running
   // sequences in the lowest slots so, and its decode steps' graph keys then depend on their
