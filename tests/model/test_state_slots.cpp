@@ -110,8 +110,7 @@ TEST_F(StateSlotsTest, AReusedPoisonedSlotGivesAFreshCachesBitsWhileAnOverwritte
   EXPECT_EQ(reused.slot(), 0);
   EXPECT_TRUE(same_bits(run(reused, prompt, decode), want));
 
-  // The same slot poisoned after the prompt: its window and compressor rows are read.
-  SequenceCache clobbered = model_->new_sequence(*ops_, capacity, false);
+  // A slot poisoned after the prompt: the decode steps read its window and compressor rows.
   const auto own_slots = model_->new_state_slots(*ops_, 1, false);
   SequenceCache in_slot = model_->new_sequence(*ops_, pool, capacity, PageNaming::kTakenFromPool, own_slots);
   const std::vector<float> got = run(in_slot, prompt, decode, [&] { own_slots->poison(*ops_, 0); });
