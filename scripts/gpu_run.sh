@@ -78,7 +78,7 @@ fi
 # Decode steps as CUDA graphs under memcheck and synccheck: captures, replays, graph-kept tables
 # and the graph's own allocations over random sets of sequences, side streams inside the graph;
 # and memcheck over 2,000 replays of the engine's padded decode steps of random sizes (their own
-# time limit: GPU_GRAPH_REPLAYS_LIMIT seconds, default 300).
+# time limit: GPU_GRAPH_REPLAYS_LIMIT seconds, default 600).
 t="$here/test_model_graphs_cuda"
 if [ -x "$t" ] && [ "$sanitize" = 1 ]; then
   for tool in memcheck synccheck; do
@@ -88,7 +88,7 @@ if [ -x "$t" ] && [ "$sanitize" = 1 ]; then
     echo "   compute-sanitizer $tool (CUDA graphs, random sequence sets): rc=$rc ($(tail -n 1 "$out/test_model_graphs_cuda.$tool.log"))"
     [ $rc -eq 0 ] || status=1
   done
-  timeout "${GPU_GRAPH_REPLAYS_LIMIT:-300}" compute-sanitizer --tool memcheck --error-exitcode 1 "$t" \
+  timeout "${GPU_GRAPH_REPLAYS_LIMIT:-600}" compute-sanitizer --tool memcheck --error-exitcode 1 "$t" \
     --gtest_filter='*TwoThousandPaddedReplays*/on' >"$out/test_model_graphs_cuda.replays.memcheck.log" 2>&1
   rc=$?
   echo "   compute-sanitizer memcheck (2,000 padded graph replays): rc=$rc ($(tail -n 1 "$out/test_model_graphs_cuda.replays.memcheck.log"))"
