@@ -163,8 +163,8 @@ class CudaOps final : public Ops {
   // capturing, op tables go to device memory the graph keeps, and launch shapes come from bounds
   // that do not depend on positions (the entries the caches' block tables address: a recorded
   // step's plan sizes them by its positions bound, ForwardBatch::table_positions), so a replay at
-  // a later decode step is right; upload, download and synchronize() are refused. Tensors made during the capture must
-  // also die during it (their frees are graph nodes).
+  // a later decode step is right; upload, download and synchronize() are refused. Tensors made
+  // during the capture must also die during it (their frees are graph nodes).
   void begin_capture();
   std::unique_ptr<CudaGraph> end_capture();
   // Ends a capture an op's error interrupted, dropping what was recorded. Never throws.
