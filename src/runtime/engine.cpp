@@ -388,6 +388,7 @@ std::optional<GpuMemoryBudget> Engine::Impl::measure_device_memory(const EngineC
 
 SchedulerConfig Engine::Impl::scheduler_config(const EngineConfig& c, const Model& model) {
   SchedulerConfig s{c.max_model_len, c.max_num_seqs, c.max_num_batched_tokens, c.num_cache_blocks, c.block_size};
+  s.long_prefill_token_threshold = c.long_prefill_token_threshold;
   if (c.enable_prefix_caching) {
     const ModelConfig& cfg = model.config();
     s.prefix_caching = true;

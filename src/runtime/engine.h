@@ -197,6 +197,10 @@ struct EngineConfig {
   // Tokens in one step (decode first, then prefill chunks); 0: default_max_num_batched_tokens for
   // the backend's device.
   int64_t max_num_batched_tokens = 0;
+  // > 0: the most tokens one request's prefill takes a step (SchedulerConfig's, vLLM's
+  // --long-prefill-token-threshold): shorter steps for the decoding requests beside a long prompt,
+  // at the cost of its time to first token; 0: no limit but the step's.
+  int64_t long_prefill_token_threshold = 0;
   // Cache accounting in blocks of block_size tokens (src/scheduler/block_manager.h). 0 blocks: as
   // many as cache_memory_bytes holds; without it, as many as gpu_memory_utilization leaves room
   // for on a backend with device memory; otherwise enough for max_num_seqs sequences of

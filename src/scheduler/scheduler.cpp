@@ -28,6 +28,9 @@ Scheduler::Scheduler(SchedulerConfig config)
   };
   require(config.max_model_len > 0, "max_model_len = " + std::to_string(config.max_model_len) + " must be positive");
   require(config.max_num_seqs > 0, "max_num_seqs = " + std::to_string(config.max_num_seqs) + " must be positive");
+  require(config.long_prefill_token_threshold >= 0,
+          "long_prefill_token_threshold = " + std::to_string(config.long_prefill_token_threshold) +
+              " must not be negative (0: no limit)");
   require(config.max_num_batched_tokens >= config.max_num_seqs,
           "max_num_batched_tokens = " + std::to_string(config.max_num_batched_tokens) +
               " must be at least max_num_seqs = " + std::to_string(config.max_num_seqs) +
@@ -95,7 +98,7 @@ void Scheduler::schedule_running(SchedulerStep& step, int64_t& budget, bool deco
     Sequence& s = **it;
     first = false;
     after = s.id;
-    const int64_t n = chunk_size(s, s.num_computed, std::min(s.num_uncomputed(), budget));
+    const int64_t n = chunk_size(s, s.num_computed, chunk_limit(s.num_uncomputed(), budget));
     bool preempted_self = false;
     while (!blocks_.can_grow(s.blocks, s.num_computed + n)) {
       Sequence* newest = running_.back();
@@ -140,6 +143,12 @@ int64_t Scheduler::chunk_size(const Sequence& s, int64_t start, int64_t n) {
   return start < s.snapshot_at && start + n > s.snapshot_at ? s.snapshot_at - start : n;
 }
 
+int64_t Scheduler::chunk_limit(int64_t uncomputed, int64_t budget) const {
+  const int64_t n = std::min(uncomputed, budget);
+  const int64_t cap = config_.long_prefill_token_threshold;
+  return cap > 0 ? std::min(n, cap) : n;
+}
+
 void Scheduler::admit_waiting(SchedulerStep& step, int64_t& budget) {
   while (budget > 0 && num_running() < config_.max_num_seqs && !waiting_.empty()) {
     Sequence& s = *waiting_.front();
@@ -149,7 +158,7 @@ void Scheduler::admit_waiting(SchedulerStep& step, int64_t& budget) {
     const int64_t align = config_.prefix_alignment;
     const int64_t snapshot_at = config_.prefix_caching ? (s.num_prompt_tokens - 1) / align * align : 0;
     s.snapshot_at = snapshot_at > resume ? snapshot_at : 0;
-    const int64_t n = chunk_size(s, resume, std::min(s.num_tokens() - resume, budget));
+    const int64_t n = chunk_size(s, resume, chunk_limit(s.num_tokens() - resume, budget));
     if (!blocks_.can_take(prefix, resume + n)) return;
     waiting_.pop_front();
     blocks_.take_prefix(s.blocks, prefix);

@@ -47,6 +47,10 @@ struct SchedulerConfig {
   bool prefix_caching = false;
   int64_t prefix_alignment = 0;         // a reused prefix is a multiple of it (and of block_size)
   int64_t prefix_recompute_tokens = 0;  // recomputed before a reused prefix's end
+  // > 0: a sequence's prefill chunk takes at most this many tokens a step (vLLM's
+  // long_prefill_token_threshold), so that a long prompt leaves room in each step, and time, for
+  // other prompts and keeps the decoding sequences' steps short; 0: up to the step's budget.
+  int64_t long_prefill_token_threshold = 0;
 };
 
 struct ScheduledChunk {
@@ -107,6 +111,8 @@ class Scheduler {
   std::vector<BlockId> reusable_prefix(const Sequence& s, int64_t& resume, std::optional<uint64_t>& snapshot) const;
   // The most of `n` tokens from `start` that `s` may run in one chunk (it stops at snapshot_at).
   static int64_t chunk_size(const Sequence& s, int64_t start, int64_t n);
+  // The tokens a chunk of a sequence with `uncomputed` tokens left may take from `budget`.
+  int64_t chunk_limit(int64_t uncomputed, int64_t budget) const;
   void preempt(Sequence& sequence, SchedulerStep& step, int64_t& budget);
   void insert_running(Sequence* sequence);
   void insert_waiting(Sequence* sequence);

@@ -199,8 +199,8 @@ TEST_F(EngineTest, GreedyOutputInABusyBatchEqualsItsOutputAloneBitForBit) {
   ASSERT_EQ(ref.tokens.size(), 10u);
   EXPECT_EQ(ref.finish, FinishReason::kLength);
   // The default number of blocks, then one that forces preemptions; each with a cache pool per
-  // sequence (the reference's), with one pool the sequences share, and with prefix caching over it
-  // (a preempted request finds its own blocks when it comes back).
+  // sequence (the reference's), with one pool the sequences share (and a long-prefill threshold),
+  // and with prefix caching over it (a preempted request finds its own blocks when it comes back).
   for (const int pool : {0, 1, 2})
     for (int64_t blocks : {0, 12}) {
       const std::string what = std::to_string(blocks) + " blocks, " +
@@ -209,6 +209,7 @@ TEST_F(EngineTest, GreedyOutputInABusyBatchEqualsItsOutputAloneBitForBit) {
       c.num_cache_blocks = blocks;
       c.shared_cache_pool = pool == 1;
       c.enable_prefix_caching = pool == 2;
+      c.long_prefill_token_threshold = pool == 1 ? 7 : 0;  // prompts in chunks of 7 at most
       c.kv_canary = true;  // blocks come poisoned: an unwritten row read would show
       auto e = engine(c);
       uint64_t preemptions = 0;

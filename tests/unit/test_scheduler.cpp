@@ -91,6 +91,32 @@ TEST(Scheduler, DecodesComeFirstAndPrefillGetsTheRest) {
   EXPECT_EQ(step.chunks[1].num_tokens, 7);
 }
 
+// long_prefill_token_threshold: each prompt's chunk takes at most 6 tokens of the 32-token budget,
+// so two long prompts share every step beside the decoding sequence, each reaching its end in
+// chunks of 6; a negative threshold is refused.
+TEST(Scheduler, ALongPrefillTokenThresholdCutsEachPromptsChunks) {
+  SchedulerConfig c = config(32, 100);
+  c.long_prefill_token_threshold = 6;
+  Scheduler s(c);
+  Sequence& a = s.add(prompt(3), 20);
+  run(s, s.schedule());  // 3 tokens: under the threshold in one chunk
+  Sequence& b = s.add(prompt(20), 4);
+  Sequence& d = s.add(prompt(14), 4);
+  std::vector<int64_t> b_chunks, d_chunks;
+  while (b.num_output() == 0 || d.num_output() == 0) {
+    const SchedulerStep step = s.schedule();
+    const std::map<SequenceId, int64_t> sizes = chunk_sizes(step);
+    EXPECT_EQ(sizes.at(a.id), 1) << "the decoding sequence decodes every step";
+    if (sizes.contains(b.id) && b.num_output() == 0) b_chunks.push_back(sizes.at(b.id));
+    if (sizes.contains(d.id) && d.num_output() == 0) d_chunks.push_back(sizes.at(d.id));
+    run(s, step);
+  }
+  EXPECT_EQ(b_chunks, (std::vector<int64_t>{6, 6, 6, 2}));
+  EXPECT_EQ(d_chunks, (std::vector<int64_t>{6, 6, 2}));
+  c.long_prefill_token_threshold = -1;
+  EXPECT_THROW(Scheduler{c}, UsageError);
+}
+
 TEST(Scheduler, RunsAtMostMaxNumSeqs) {
   Scheduler s(config(100, 100, 4, 2));
   for (int i = 0; i < 3; ++i) s.add(prompt(5), 4);
