@@ -138,6 +138,19 @@ void CachePool::give_back(int64_t ratio, std::span<const int32_t> pages) {
   free.insert(free.end(), pages.rbegin(), pages.rend());
 }
 
+void fill_nan(Ops& ops, TensorView t) {
+  const auto n = static_cast<size_t>(t.numel());
+  if (t.dtype() == DType::kBF16) {
+    const std::vector<uint16_t> nan(n, 0x7FC0);
+    ops.upload(ConstTensorView(reinterpret_cast<const std::byte*>(nan.data()), t.dtype(), t.shape()), t);
+  } else if (t.dtype() == DType::kF32) {
+    const std::vector<uint32_t> nan(n, 0x7FC00000u);
+    ops.upload(ConstTensorView(reinterpret_cast<const std::byte*>(nan.data()), t.dtype(), t.shape()), t);
+  } else {
+    throw UsageError("fill_nan: " + std::string(dtype_name(t.dtype())) + " has no NaN to fill (bf16 or f32)");
+  }
+}
+
 void CachePool::poison(Ops& ops, int64_t ratio, std::span<const int32_t> pages) const {
   const Pages& p = this->pages(ratio);
   for (const int32_t page : pages)
@@ -145,23 +158,13 @@ void CachePool::poison(Ops& ops, int64_t ratio, std::span<const int32_t> pages) 
       throw UsageError("page " + std::to_string(page) + " to poison in the cache pool's " +
                        std::to_string(p.num_pages) + " ratio-" + std::to_string(ratio) + " pages");
   // One page of NaN in the pool's dtype per page size (entries and keys differ in width), made
-  // once for all the layers (a quiet NaN's bits: bf16 0x7FC0, f32 0x7FC00000).
+  // once for all the layers.
   std::map<int64_t, DeviceTensor> nan_pages;
   const auto nan_page = [&](int64_t elems) -> const DeviceTensor& {
     DeviceTensor& nan = nan_pages[elems];
     if (!nan.empty()) return nan;
-    std::vector<uint16_t> nan16;
-    std::vector<uint32_t> nan32;
-    std::byte* bytes = nullptr;
-    if (dtype_ == DType::kBF16) {
-      nan16.assign(static_cast<size_t>(elems), 0x7FC0);
-      bytes = reinterpret_cast<std::byte*>(nan16.data());
-    } else {
-      nan32.assign(static_cast<size_t>(elems), 0x7FC00000u);
-      bytes = reinterpret_cast<std::byte*>(nan32.data());
-    }
     nan = ops.alloc(dtype_, {1, elems});
-    ops.upload(ConstTensorView(bytes, dtype_, {1, elems}), nan.view());
+    fill_nan(ops, nan.view());
     return nan;
   };
   for (const LayerPools& layer : layers_)

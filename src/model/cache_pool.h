@@ -21,6 +21,10 @@
 
 namespace dsv4 {
 
+// Fills `t` (bf16 or f32) with quiet NaN (bf16 0x7FC0, f32 0x7FC00000): the KV canary's value, a
+// row read before it is written shows in the output.
+void fill_nan(Ops& ops, TensorView t);
+
 class CachePool {
  public:
   // The pages of one compression ratio's pools.

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "model/cache_pool.h"
 
 namespace dsv4 {
 
@@ -26,18 +27,6 @@ Shape slots_of(int64_t slots, const Shape& shape) {
 DeviceTensor slot_part(const DeviceTensor& all, int32_t slot) {
   const Shape one(all.shape().begin() + 1, all.shape().end());
   return all.part(slot * shape_numel(one), one);
-}
-
-// Fills `t` with quiet NaN (bf16 0x7FC0, f32 0x7FC00000).
-void fill_nan(Ops& ops, const DeviceTensor& t) {
-  const auto n = static_cast<size_t>(t.numel());
-  if (t.dtype() == DType::kBF16) {
-    const std::vector<uint16_t> nan(n, 0x7FC0);
-    ops.upload(ConstTensorView(reinterpret_cast<const std::byte*>(nan.data()), t.dtype(), t.shape()), t.view());
-  } else {
-    const std::vector<uint32_t> nan(n, 0x7FC00000u);
-    ops.upload(ConstTensorView(reinterpret_cast<const std::byte*>(nan.data()), t.dtype(), t.shape()), t.view());
-  }
 }
 
 }  // namespace
@@ -134,7 +123,7 @@ std::vector<LayerCache> StateSlots::layers(int32_t slot) const {
 void StateSlots::poison(Ops& ops, int32_t slot) const {
   for (const LayerCache& c : layers(slot))
     for (const DeviceTensor* t : state_tensors(c))
-      if (!t->empty()) fill_nan(ops, *t);
+      if (!t->empty()) fill_nan(ops, t->view());
 }
 
 StateSlot& StateSlot::operator=(StateSlot&& other) noexcept {
