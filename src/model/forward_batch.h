@@ -3,6 +3,7 @@
 // change during a forward.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -69,6 +70,11 @@ struct ForwardBatch {
   void add(SequenceCache& cache, std::span<const int32_t> ids) { add(cache, ids, cache.length()); }
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  // Every sequence brings one token: a decode step, what a recording runner records.
+  bool one_token_each() const {
+    return !sequences.empty() &&
+           std::all_of(sequences.begin(), sequences.end(), [](const SequenceChunk& c) { return c.num_tokens == 1; });
+  }
 };
 
 }  // namespace dsv4

@@ -218,6 +218,8 @@ class Engine::Impl {
   CachePool::PagesByRatio pool_pages() const;
   // A cache for a sequence of up to `tokens` tokens.
   SequenceCache new_sequence(int64_t tokens) const;
+  // With the shared pool: a cache of max_model_len in a free state slot, its pages named by blocks.
+  SequenceCache slot_sequence() const;
   // A decode step's chunks in the order of their sequences' state slots.
   void order_decode_by_slot(SchedulerStep& plan) const;
   // Moves the state of sequences in slots >= the number of caches into the free slots below it.
@@ -405,13 +407,16 @@ CachePool::PagesByRatio Engine::Impl::pool_pages() const {
   return CachePool::per_block(model_.config(), config_.num_cache_blocks, config_.block_size);
 }
 
+// With the shared pool the capacity costs no memory (the pages are the blocks'), only block table
+// entries; every sequence gets max_model_len, so that all have one plan layout and a decode step's
+// graph key depends on its slots alone (SequenceCache::graph_key).
+SequenceCache Engine::Impl::slot_sequence() const {
+  return model_.new_sequence(ops_, cache_pool_, config_.max_model_len, PageNaming::kNamedByBlocks, state_slots_);
+}
+
 SequenceCache Engine::Impl::new_sequence(int64_t tokens) const {
   if (!cache_pool_) return model_.new_sequence(ops_, tokens, config_.exact_math);
-  // With the shared pool the capacity costs no memory (the pages are the blocks'), only block
-  // table entries; every sequence gets max_model_len, so that all have one plan layout and a
-  // decode step's graph key depends on its slots alone (SequenceCache::graph_key).
-  SequenceCache cache =
-      model_.new_sequence(ops_, cache_pool_, config_.max_model_len, PageNaming::kNamedByBlocks, state_slots_);
+  SequenceCache cache = slot_sequence();
   // The slot holds its previous owner's rows, which no forward reads (model/state_slots.h).
   if (config_.kv_canary) state_slots_->poison(ops_, cache.slot());
   return cache;
@@ -440,8 +445,7 @@ void Engine::Impl::order_decode_by_slot(SchedulerStep& plan) const {
 // the last slot's state into the freed one, one copy of a slot's rows).
 void Engine::Impl::compact_slots() {
   if (!state_slots_) return;
-  int64_t held = 0;
-  for (const auto& [id, r] : requests_) held += r.cache ? 1 : 0;
+  const int64_t held = state_slots_->num_slots() - state_slots_->free_slots();
   for (auto& [id, r] : requests_)
     if (r.cache && r.cache->slot() >= held) r.cache->move_state(ops_, StateSlot(state_slots_));
 }
@@ -449,16 +453,14 @@ void Engine::Impl::compact_slots() {
 std::vector<SequenceCache> Engine::Impl::pad_decode_batch(ForwardBatch& batch) const {
   std::vector<SequenceCache> padding;
   if (!state_slots_ || config_.runner == nullptr || !config_.runner->records_decode_steps() || config_.exact_math ||
-      batch.options.logits != LogitsFor::kLastTokenOfSequence ||
-      !std::all_of(batch.sequences.begin(), batch.sequences.end(), [](const SequenceChunk& c) { return c.num_tokens == 1; }))
+      batch.options.logits != LogitsFor::kLastTokenOfSequence || !batch.one_token_each())
     return padding;
   const auto n = static_cast<int64_t>(batch.sequences.size());
   const int64_t pads = std::min(decode_batch_bucket(n) - n, state_slots_->free_slots());
   static constexpr int32_t kPadToken[1] = {0};
   padding.reserve(static_cast<size_t>(pads));  // batch keeps pointers to them
   for (int64_t i = 0; i < pads; ++i) {
-    padding.push_back(
-        model_.new_sequence(ops_, cache_pool_, config_.max_model_len, PageNaming::kNamedByBlocks, state_slots_));
+    padding.push_back(slot_sequence());
     batch.add(padding.back(), kPadToken);
   }
   return padding;

@@ -391,7 +391,7 @@ class DecodeKeyRecorder final : public ForwardRunner {
  public:
   explicit DecodeKeyRecorder(bool records) : records_(records) {}
   ForwardResult forward(const Model& model, Ops& ops, const ForwardBatch& batch) override {
-    if (std::all_of(batch.sequences.begin(), batch.sequences.end(), [](const SequenceChunk& c) { return c.num_tokens == 1; })) {
+    if (batch.one_token_each()) {
       std::vector<SequenceCache::GraphKey> key;
       for (const SequenceChunk& c : batch.sequences) key.push_back(c.cache->graph_key());
       keys.push_back(std::move(key));

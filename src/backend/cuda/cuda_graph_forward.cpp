@@ -16,9 +16,7 @@ bool CudaGraphForward::graphable(const Model& model, Ops& ops, const ForwardBatc
   if (&ops != static_cast<Ops*>(&ops_) || ops_.capturing()) return false;
   if (batch.options.exact_math || batch.observer != nullptr || !batch.planned.empty()) return false;
   if (batch.options.logits == LogitsFor::kNone) return false;
-  if (!records_decode_steps()) return false;
-  return !batch.sequences.empty() &&
-         std::all_of(batch.sequences.begin(), batch.sequences.end(), [](const SequenceChunk& c) { return c.num_tokens == 1; });
+  return records_decode_steps() && batch.one_token_each();
 }
 
 // The MoE experts group their rows on the host (a wait) unless the FP8 GEMM is the MMA kernel.
