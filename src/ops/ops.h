@@ -150,13 +150,16 @@ struct WriteCacheRowsParams {
   std::span<const CacheRows> seqs;
 };
 
-// Greedy decoding on the backend: out[r] is the index a left-to-right scan keeping the first
-// strictly larger value finds in row r (sample_token's argmax: ties go to the lowest index, NaN
-// is never chosen unless it is the row's first value). Only R ids cross to the host, not R x V
+// Drawing the next tokens on the backend: out[r] is the token sampling/token_draw.h's draw picks
+// from row r of x under the DrawRow in row r of `rows` (seed, index, temperature, top_p, min_p,
+// top_k), the same id draw_token gives on the host, on every backend; -1 where no token can be
+// drawn (no finite largest logit). Temperature 0 is the argmax: ties go to the lowest index, NaN
+// is never chosen unless it is the row's first value. Only R ids cross to the host, not R x V
 // logits.
-struct ArgmaxRowsParams {
-  ConstTensorView x;   // [R, V] f32
-  TensorView out;      // [R] i32
+struct SampleRowsParams {
+  ConstTensorView x;     // [R, V] f32, 0 < V <= kDrawMaxVocab
+  ConstTensorView rows;  // [R, 4] i64: a DrawRow per row
+  TensorView out;        // [R] i32
 };
 
 // The memory of a backend's device (Ops::device_memory), what the serving engine sizes its caches
@@ -459,7 +462,7 @@ class Ops {
   // The default runs each range through copy(); a backend overrides it to batch them.
   virtual void copy_rows(const CopyRowsParams& p);
   virtual void write_cache_rows(const WriteCacheRowsParams& p) = 0;
-  virtual void argmax_rows(const ArgmaxRowsParams& p) = 0;
+  virtual void sample_rows(const SampleRowsParams& p) = 0;
   // Converts a checkpoint tensor to the backend's compute layout; checks shapes and dtypes.
   virtual Weight load_weight(const LoadWeightParams& p) = 0;
   virtual Weight dummy_weight(const DummyWeightParams& p) = 0;

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "ops/arg_checks.h"
+#include "sampling/token_draw.h"
 
 namespace dsv4 {
 
@@ -127,12 +128,17 @@ void check_params(const WriteCacheRowsParams& p) {
   }
 }
 
-void check_params(const ArgmaxRowsParams& p) {
-  expect_rank("argmax_rows", "x", p.x, 2);
-  expect_dtype("argmax_rows", "x", p.x, DType::kF32);
-  if (p.x.dim(1) == 0) throw UsageError("argmax_rows: x has rows of no values");
-  expect_shape("argmax_rows", "out", p.out, {p.x.dim(0)});
-  expect_dtype("argmax_rows", "out", p.out, DType::kI32);
+void check_params(const SampleRowsParams& p) {
+  expect_rank("sample_rows", "x", p.x, 2);
+  expect_dtype("sample_rows", "x", p.x, DType::kF32);
+  if (p.x.dim(1) == 0) throw UsageError("sample_rows: x has rows of no values");
+  if (p.x.dim(1) > kDrawMaxVocab)
+    throw UsageError("sample_rows: x has rows of " + std::to_string(p.x.dim(1)) + " values, more than the " +
+                     std::to_string(kDrawMaxVocab) + " the draw's integer weights can add up");
+  expect_shape("sample_rows", "rows", p.rows, {p.x.dim(0), static_cast<int64_t>(sizeof(DrawRow) / sizeof(int64_t))});
+  expect_dtype("sample_rows", "rows", p.rows, DType::kI64);
+  expect_shape("sample_rows", "out", p.out, {p.x.dim(0)});
+  expect_dtype("sample_rows", "out", p.out, DType::kI32);
 }
 
 void check_params(const CopyRowsParams& p) {

@@ -55,8 +55,8 @@ class ProfilingOps final : public Ops {
   void write_cache_rows(const WriteCacheRowsParams& p) override {
     return timed("write_cache_rows", [&] { return inner_.write_cache_rows(p); });
   }
-  void argmax_rows(const ArgmaxRowsParams& p) override {
-    return timed("argmax_rows", [&] { return inner_.argmax_rows(p); });
+  void sample_rows(const SampleRowsParams& p) override {
+    return timed("sample_rows", [&] { return inner_.sample_rows(p); });
   }
   Weight load_weight(const LoadWeightParams& p) override {
     return timed("load_weight", [&] { return inner_.load_weight(p); });

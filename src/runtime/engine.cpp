@@ -28,6 +28,7 @@
 #include "sampling/json_token_mask.h"
 #include "sampling/output_constraint.h"
 #include "sampling/sampler.h"
+#include "sampling/token_draw.h"
 #include "scheduler/scheduler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -198,14 +199,25 @@ class Engine::Impl {
     RequestMetrics metrics;
   };
 
-  // Whether the request's next token is sample_token's argmax of the raw logits and nothing
-  // else is needed from them: temperature 0, no penalty, no logprobs, no constraint, no
-  // allowed_token_ids, no bad_words_ids.
-  static bool plain_greedy(const Request& r) {
+  // Whether the request's next token is token_draw.h's draw from the raw logits and nothing else
+  // is needed from them (so the backend's sample_rows can pick it): no penalty, no logprobs, no
+  // constraint, no logit_bias, allowed_token_ids or bad_words_ids, min_tokens reached.
+  static bool draws_from_raw_logits(const Request& r, const Sequence& seq) {
     const SamplingParams& s = r.sampling;
-    return s.temperature == 0.0f && !s.logprobs && s.presence_penalty == 0.0f && s.frequency_penalty == 0.0f &&
-           s.repetition_penalty == 1.0f && s.logit_bias.empty() && s.allowed_token_ids.empty() &&
-           s.bad_words_ids.empty() && !r.constraint;
+    return !s.logprobs && s.presence_penalty == 0.0f && s.frequency_penalty == 0.0f && s.repetition_penalty == 1.0f &&
+           s.logit_bias.empty() && s.allowed_token_ids.empty() && s.bad_words_ids.empty() && !r.constraint &&
+           seq.num_output() >= r.stop.min_tokens;
+  }
+  // The draw of sample_token for `r`'s next token (its output so far is `seq`'s).
+  static DrawRow draw_row(const Request& r, const Sequence& seq) {
+    DrawRow row;
+    row.seed = r.seed;
+    row.index = static_cast<uint64_t>(seq.num_output());
+    row.temperature = r.sampling.temperature;
+    row.top_p = r.sampling.top_p;
+    row.min_p = r.sampling.min_p;
+    row.top_k = r.sampling.top_k;
+    return row;
   }
 
   // The config with its defaults resolved and the caches sized; `sizing` says how.
@@ -250,7 +262,8 @@ class Engine::Impl {
   std::unordered_map<SequenceId, Request> requests_;
   std::vector<float> logits_;               // the step's sampling rows, [chunks, V]
   std::vector<float> all_logits_;           // every token's, [T, V], in steps that need them
-  std::vector<int32_t> greedy_ids_;         // the step's argmax per sequence, when made on the backend
+  std::vector<DrawRow> draw_rows_;          // the step's draws, when made on the backend
+  std::vector<int32_t> drawn_ids_;          // their tokens
   std::optional<JsonTokenMask> constraint_vocab_;  // made when the first constrained request samples
   ThreadPool sampling_pool_;                // the step's draws (EngineConfig::sampling_threads)
   std::shared_ptr<CachePool> cache_pool_;   // EngineConfig::shared_cache_pool
@@ -652,11 +665,10 @@ bool Engine::Impl::step() {
         return r.prompt_logprobs && !r.prompt_logprobs_sent && c.start + 1 < c.sequence->num_prompt_tokens;
       });
       batch.options.logits = all_logits ? LogitsFor::kAllTokens : LogitsFor::kLastTokenOfSequence;
-      // When every token this step samples is a plain greedy choice, the argmax runs on the
-      // backend and only the ids come back (sample_token's argmax, the same ids).
-      const bool greedy_on_backend = !all_logits && std::all_of(plan.chunks.begin(), plan.chunks.end(), [&](const ScheduledChunk& c) {
-        const Request& r = requests_.at(c.sequence->id);
-        return !c.samples() || (plain_greedy(r) && c.sequence->num_output() >= r.stop.min_tokens);
+      // When every token this step samples is drawn from the raw logits, the draws run on the
+      // backend and only the ids come back (sample_token's draws, the same ids).
+      const bool draws_on_backend = !all_logits && std::all_of(plan.chunks.begin(), plan.chunks.end(), [&](const ScheduledChunk& c) {
+        return !c.samples() || draws_from_raw_logits(requests_.at(c.sequence->id), *c.sequence);
       });
       try {
         for (const ScheduledChunk& c : plan.chunks) {
@@ -681,11 +693,20 @@ bool Engine::Impl::step() {
         // The padding's rows come last (one each).
         const TensorView logits =
             slice_rows(result.logits.view(), 0, result.logits.dim(0) - static_cast<int64_t>(padding.size()));
-        if (greedy_on_backend) {
+        if (draws_on_backend) {
+          // A chunk that samples nothing gets a greedy row, its id unused.
+          draw_rows_.assign(static_cast<size_t>(n), DrawRow{});
+          for (size_t i = 0; i < plan.chunks.size(); ++i)
+            if (plan.chunks[i].samples())
+              draw_rows_[i] = draw_row(requests_.at(plan.chunks[i].sequence->id), *plan.chunks[i].sequence);
+          constexpr int64_t kWords = sizeof(DrawRow) / sizeof(int64_t);
+          DeviceTensor rows = ops_.alloc_output(DType::kI64, {n, kWords});
+          ops_.upload(ConstTensorView(reinterpret_cast<const std::byte*>(draw_rows_.data()), DType::kI64, {n, kWords}),
+                      rows.view());
           DeviceTensor ids = ops_.alloc_output(DType::kI32, {n});
-          ops_.argmax_rows({logits, ids.view()});
-          greedy_ids_.resize(static_cast<size_t>(n));
-          ops_.download(ids.view(), TensorView(reinterpret_cast<std::byte*>(greedy_ids_.data()), DType::kI32, {n}));
+          ops_.sample_rows({logits, rows.view(), ids.view()});
+          drawn_ids_.resize(static_cast<size_t>(n));
+          ops_.download(ids.view(), TensorView(reinterpret_cast<std::byte*>(drawn_ids_.data()), DType::kI32, {n}));
         } else if (all_logits) {
           const int64_t T = batch.num_tokens();
           all_logits_.resize(static_cast<size_t>(T * V));
@@ -723,8 +744,9 @@ bool Engine::Impl::step() {
         if (!c.samples()) continue;
         Request& r = requests_.at(c.sequence->id);
         Draw d{i, &r, {}, {}, {}};
-        if (greedy_on_backend) {
-          d.choice.id = greedy_ids_[i];
+        if (draws_on_backend) {
+          d.choice.id = drawn_ids_[i];
+          if (d.choice.id < 0) d.error = "no token has a probability (the logits have no finite largest value)";
         } else if (r.constraint &&
                    r.constraint->allowed_tokens(constraint_vocab(), static_cast<int32_t>(model_.config()->eos_token_id),
                                                 !r.stop.ignore_eos, d.allowed) == 0) {
@@ -761,7 +783,7 @@ bool Engine::Impl::step() {
         }
         draws.push_back(std::move(d));
       }
-      if (!greedy_on_backend)
+      if (!draws_on_backend)
         sampling_pool_.parallel_for(static_cast<int64_t>(draws.size()), [&](int64_t k) {
           Draw& d = draws[static_cast<size_t>(k)];
           const Sequence& seq = *plan.chunks[d.chunk].sequence;

@@ -1,17 +1,14 @@
-// sample_token: the penalties, the filters and the seeded draw of sampler.h, in double precision
-// where probabilities are summed.
+// sample_token: the penalties and masks of sampler.h, then token_draw.h's draw.
 #include "sampling/sampler.h"
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <limits>
-#include <optional>
 #include <string>
 #include <unordered_map>
 
-#include "core/counter_bits.h"
 #include "core/error.h"
+#include "sampling/token_draw.h"
 
 namespace dsv4 {
 
@@ -107,144 +104,21 @@ int32_t argmax(const std::vector<float>& x) {
   return static_cast<int32_t>(best);
 }
 
-// A kept token with its probability, side by side so that selecting and sorting them reads
-// contiguous memory.
-struct Kept {
-  double p;
-  int32_t id;
-};
-
-double probability(float x, float top, double inv_t) { return std::exp((static_cast<double>(x) - top) * inv_t); }
-
-double total_of(const std::vector<Kept>& ks) {
-  double total = 0;
-  for (const Kept& k : ks) total += k.p;
-  return total;
-}
-
-// The largest top_k whose k-th largest logit top_k_by_logit finds with a heap of k (a larger k
-// selects over a copy of the logits instead).
-constexpr size_t kTopKHeapMax = 1024;
-
-// draw's kept tokens (ids ascending) after min-p and top-k, computed from the top_k largest logits
-// alone: a probability rises with its logit, so the k most likely tokens (ties by id) are the k
-// largest logits (ties by id), and only their k probabilities need an exp, not the vocabulary's.
-// Where rounding makes two different logits' probabilities equal at the cut (deep in exp's
-// subnormal range), the two orders could differ: then, and for NaN logits, nothing is returned and
-// draw takes its full pass. Both give the same set, probabilities and order, so the same draw.
-std::optional<std::vector<Kept>> top_k_by_logit(const std::vector<float>& x, const SamplingParams& params, float top,
-                                                double inv_t) {
-  const auto k = static_cast<size_t>(params.top_k);
-  if (params.top_k <= 0 || k >= x.size() || !std::isfinite(top)) return std::nullopt;
-  if (std::any_of(x.begin(), x.end(), [](float v) { return std::isnan(v); })) return std::nullopt;
-  // The k-th largest logit: for the usual small k a min-heap of the k largest so far (one
-  // comparison for most logits), else a selection over a copy.
-  float kth = 0;
-  if (k <= kTopKHeapMax) {
-    std::vector<float> heap(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(k));
-    std::make_heap(heap.begin(), heap.end(), std::greater<float>());
-    for (size_t i = k; i < x.size(); ++i)
-      if (x[i] > heap.front()) {
-        std::pop_heap(heap.begin(), heap.end(), std::greater<float>());
-        heap.back() = x[i];
-        std::push_heap(heap.begin(), heap.end(), std::greater<float>());
-      }
-    kth = heap.front();
-  } else {
-    std::vector<float> copy(x);
-    std::nth_element(copy.begin(), copy.begin() + static_cast<std::ptrdiff_t>(k - 1), copy.end(), std::greater<float>());
-    kth = copy[k - 1];
-  }
-  // The k largest logits (those above kth, then kth's ties by ascending id), and the largest below.
-  std::vector<int32_t> above, at_kth;
-  float below = -std::numeric_limits<float>::infinity();
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (x[i] > kth) above.push_back(static_cast<int32_t>(i));
-    else if (x[i] == kth) at_kth.push_back(static_cast<int32_t>(i));
-    else below = std::max(below, x[i]);
-  }
-  at_kth.resize(k - above.size());
-  // The order by probability is the order by logit where the cut's probability is strictly
-  // between those of the logits on either side of it.
-  const double p_kth = probability(kth, top, inv_t);
-  if (!(p_kth > probability(below, top, inv_t))) return std::nullopt;
-  // Filled by index: a second push_back of Kept in this file made GCC 12 call the full pass's out
-  // of line (0.4 ms a row of 129,280 on the development machine).
-  std::vector<Kept> kept(k);
-  for (size_t i = 0; i < above.size(); ++i) {
-    const double p = probability(x[static_cast<size_t>(above[i])], top, inv_t);
-    if (!(p > p_kth)) return std::nullopt;
-    kept[i] = {p, above[i]};
-  }
-  for (size_t i = 0; i < at_kth.size(); ++i) kept[above.size() + i] = {p_kth, at_kth[i]};
-  // min-p (and p > 0) keep an upper part of that order: the k most likely of the tokens they keep
-  // are the ones of these k that they keep.
-  std::erase_if(kept, [&](const Kept& t) { return !(t.p > 0 && t.p >= static_cast<double>(params.min_p)); });
-  std::sort(kept.begin(), kept.end(), [](const Kept& a, const Kept& b) { return a.id < b.id; });
-  return kept;
-}
-
-// Draws from the temperature-scaled, filtered distribution of the penalised logits `x`. Tokens
-// of probability 0 (masked out, or too unlikely for a double) are never kept, so never drawn.
-// One pass computes the probabilities, the kept ids (ascending) and their total; top-k selects
-// in linear time (from the logits alone where top_k_by_logit can) and top-p sorts only the most
-// likely tokens it needs (a strict order, so the same prefix as a sort of all of them), so a draw
-// costs O(V) rather than a sort of the vocabulary.
+// Draws from the temperature-scaled, filtered distribution of the penalised logits `x` by
+// token_draw.h's rule, the one the backends' sample_rows follow.
 int32_t draw(const std::vector<float>& x, const SamplingParams& params, uint64_t seed, uint64_t draw_index) {
-  const double inv_t = 1.0 / static_cast<double>(params.temperature);
-  const float top = *std::max_element(x.begin(), x.end());
-  std::vector<Kept> kept;
-  double kept_total = 0;  // over kept, ids ascending
-  if (std::optional<std::vector<Kept>> by_logit = top_k_by_logit(x, params, top, inv_t)) {
-    kept = std::move(*by_logit);
-    kept_total = total_of(kept);
-  } else {
-    kept.reserve(x.size());
-    for (size_t i = 0; i < x.size(); ++i) {
-      const double p = probability(x[i], top, inv_t);  // max 1
-      if (p > 0 && p >= static_cast<double>(params.min_p)) {
-        kept.push_back({p, static_cast<int32_t>(i)});
-        kept_total += p;
-      }
-    }
-  }
-  if (kept.empty())
-    throw UsageError("sample_token: no token has a probability (the logits' largest value is " + std::to_string(top) +
-                     ")");
-  auto more_likely = [](const Kept& a, const Kept& b) { return a.p > b.p || (a.p == b.p && a.id < b.id); };
-  auto at = [&kept](size_t i) { return kept.begin() + static_cast<std::ptrdiff_t>(i); };
-  if (params.top_k > 0 && static_cast<size_t>(params.top_k) < kept.size()) {
-    std::nth_element(kept.begin(), at(static_cast<size_t>(params.top_k) - 1), kept.end(), more_likely);
-    kept.resize(static_cast<size_t>(params.top_k));
-    std::sort(kept.begin(), kept.end(), [](const Kept& a, const Kept& b) { return a.id < b.id; });
-    kept_total = total_of(kept);
-  }
-  if (params.top_p < 1.0f) {
-    // The smallest prefix of kept in likelihood order whose mass reaches top_p of kept_total:
-    // kept[0, sorted) is that order's start; each round sorts the next most likely tokens.
-    const double target = static_cast<double>(params.top_p) * kept_total;
-    constexpr size_t kFirstRound = 64;
-    double mass = 0;
-    size_t n = 0, sorted = 0;
-    for (size_t want = std::min(kFirstRound, kept.size());; want = std::min(4 * want, kept.size())) {
-      if (want < kept.size()) std::nth_element(at(sorted), at(want), kept.end(), more_likely);
-      std::sort(at(sorted), at(want), more_likely);
-      sorted = want;
-      while (n < sorted && mass < target) mass += kept[n++].p;
-      if (mass >= target || sorted == kept.size()) break;
-    }
-    kept.resize(std::max<size_t>(n, 1));
-    kept_total = total_of(kept);
-  }
-
-  const double u = static_cast<double>(counter_bits(splitmix64_mix(seed), draw_index) >> 11) * 0x1.0p-53;  // [0, 1)
-  const double target = u * kept_total;
-  double mass = 0;
-  for (const Kept& k : kept) {
-    mass += k.p;
-    if (mass > target) return k.id;
-  }
-  return kept.back().id;
+  DrawRow row;
+  row.seed = seed;
+  row.index = draw_index;
+  row.temperature = params.temperature;
+  row.top_p = params.top_p;
+  row.min_p = params.min_p;
+  row.top_k = params.top_k;
+  const int32_t id = draw_token(x.data(), static_cast<int64_t>(x.size()), row);
+  if (id < 0)
+    throw UsageError("sample_token: no token has a probability (the logits' largest value is " +
+                     std::to_string(*std::max_element(x.begin(), x.end())) + ")");
+  return id;
 }
 
 }  // namespace

@@ -1,10 +1,11 @@
-// Host-side sampling of one token from a request's logits: penalties, temperature, min-p, top-k,
-// top-p, a counter-based random draw, and the raw logprobs. Stateless: the draw for output token
-// i depends only on (seed, i), and the penalties only on the token history passed in, so a
-// request samples the same tokens alone, in any batch and after a recompute.
+// Host-side sampling of one token from a request's logits: penalties, masks, temperature, min-p,
+// top-k, top-p, a counter-based random draw (token_draw.h), and the raw logprobs. Stateless: the
+// draw for output token i depends only on (seed, i), and the penalties only on the token history
+// passed in, so a request samples the same tokens alone, in any batch and after a recompute.
 //
-// Runs on the downloaded logits on the host; sampling on the device is a later step (it saves
-// the [sequences, V] download, which matters on the GPU, not on the CPU reference).
+// Runs on the downloaded logits on the host. Requests that need no penalty, mask or logprobs
+// draw on the backend instead (Ops::sample_rows, the same draw), which saves the [sequences, V]
+// download and the host's pass over it.
 #pragma once
 
 #include <cstdint>
@@ -30,12 +31,10 @@ struct TokenHistory {
 
 // The next token from `logits` ([V] of the model, untouched). Order of the processing, as in
 // vLLM: logit_bias, repetition penalty (prompt and output tokens), presence and frequency penalties (output
-// tokens), then greedy argmax (temperature 0) or: divide by temperature, min-p, top-k, top-p,
-// and one uniform draw from counter_bits(seed, output.size()) over the kept tokens in a fixed
-// order (ids ascending; probability descending, ties by id, when top-p needs the sort). Top-p
-// keeps the fewest most likely tokens whose probabilities, added in that order, reach top_p of
-// the kept tokens' total (added in id order). Ties of the argmax go to the lowest id. A draw costs
-// O(V): no filter sorts the whole vocabulary.
+// tokens), then greedy argmax (temperature 0; ties go to the lowest id) or token_draw.h's draw:
+// temperature, min-p, top-k and top-p over the tokens in logit order, and one uniform draw from
+// counter_bits(seed, output.size()) over integer weights, so the backends' sample_rows pick the
+// same token. A draw costs O(V): no filter sorts the whole vocabulary.
 //
 // `allowed` (a constraint such as json_token_mask.h's): empty, every token may be drawn; else one
 // entry per logit, and only tokens whose entry is non-zero are: the others get no probability

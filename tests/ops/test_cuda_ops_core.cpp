@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "core/quant.h"
+#include "sampling/token_draw.h"
 #include "tests/ops/cuda_test_util.h"
 
 namespace dsv4 {
@@ -404,9 +405,16 @@ TEST_F(CudaOpsCore, EmbedRejectsAnIdOutsideTheVocabulary) {
   EXPECT_NO_THROW(gpu_->synchronize());
 }
 
-// The CPU's argmax of each row (greedy decoding on the device): rows of a vocabulary's width with
-// ties, NaN first, NaN later, all -inf and all NaN.
-TEST_F(CudaOpsCore, ArgmaxRowsMatchesTheCpu) {
+// A [rows, 4] i64 host tensor of DrawRows, sample_rows' second input.
+Tensor draw_rows_tensor(const std::vector<DrawRow>& rows) {
+  Tensor t(DType::kI64, {static_cast<int64_t>(rows.size()), 4});
+  std::memcpy(t.view().bytes(), rows.data(), rows.size() * sizeof(DrawRow));
+  return t;
+}
+
+// The CPU's argmax of each row at temperature 0 (greedy decoding on the device): rows of a
+// vocabulary's width with ties, NaN first, NaN later, all -inf and all NaN.
+TEST_F(CudaOpsCore, GreedySampleRowsMatchTheCpu) {
   const int64_t R = 6, V = 129280;
   Tensor x = random_tensor(DType::kF32, {R, V}, 3.0f);
   float* v = x.data<float>();
@@ -418,11 +426,72 @@ TEST_F(CudaOpsCore, ArgmaxRowsMatchesTheCpu) {
   for (int64_t i = 0; i < V; ++i) v[3 * V + i] = -inf;
   for (int64_t i = 0; i < V; ++i) v[4 * V + i] = nan;
   const Both xs = upload_both(x);
+  const Both rows = upload_both(draw_rows_tensor(std::vector<DrawRow>(R)));
   const Both out = outputs(DType::kI32, {R});
-  cpu_.argmax_rows({xs.cpu.view(), out.cpu.view()});
-  gpu_->argmax_rows({xs.gpu.view(), out.gpu.view()});
-  expect_same_bits("argmax_rows", from_cpu(out.cpu), from_gpu(out.gpu));
+  cpu_.sample_rows({xs.cpu.view(), rows.cpu.view(), out.cpu.view()});
+  gpu_->sample_rows({xs.gpu.view(), rows.gpu.view(), out.gpu.view()});
+  expect_same_bits("sample_rows", from_cpu(out.cpu), from_gpu(out.gpu));
   EXPECT_EQ(from_cpu(out.cpu).data<int32_t>()[0], 5);
+}
+
+// Seeded draws at V4's vocabulary: the CPU's tokens (draw_token's) on every row, for logits with
+// and without ties (a coarse grid), with a third of the tokens masked out (-inf), at temperatures
+// from 0.004 (most weights 0) to 1.7, top-p from 0.05 to 1, top-k from 1 to 5,000, min-p 0 and
+// 0.02, and rows without a finite largest logit (-1).
+TEST_F(CudaOpsCore, SampledRowsMatchTheCpu) {
+  const int64_t V = 129280;
+  std::mt19937 rng(5);
+  std::vector<std::vector<float>> bases;
+  for (const float spread : {0.3f, 2.0f, 8.0f})
+    for (const int kind : {0, 1, 2}) {  // no ties; ties; ties with a mask
+      std::normal_distribution<float> normal(0.0f, spread);
+      std::vector<float> base(V);
+      for (float& b : base) b = kind > 0 ? std::round(normal(rng) * 2.0f) / 2.0f : normal(rng);
+      if (kind == 2)
+        for (int64_t i = 0; i < V; i += 3) base[i] = -std::numeric_limits<float>::infinity();
+      bases.push_back(std::move(base));
+    }
+  bases.push_back(std::vector<float>(V, std::numeric_limits<float>::quiet_NaN()));
+  bases.push_back(std::vector<float>(V, -std::numeric_limits<float>::infinity()));
+  std::vector<DrawRow> draws;
+  std::vector<size_t> base_of;
+  uint64_t seed = 0;
+  for (size_t b = 0; b < bases.size(); ++b)
+    for (const float temperature : {0.004f, 0.6f, 1.0f, 1.7f})
+      for (const float top_p : {0.05f, 0.6f, 0.95f, 1.0f})
+        for (const int32_t top_k : {0, 1, 40, 5000})
+          for (const float min_p : {0.0f, 0.02f}) {
+            DrawRow d;
+            d.seed = seed++;
+            d.index = seed % 7;
+            d.temperature = temperature;
+            d.top_p = top_p;
+            d.top_k = top_k;
+            d.min_p = min_p;
+            draws.push_back(d);
+            base_of.push_back(b);
+          }
+  const int64_t R = static_cast<int64_t>(draws.size());
+  Tensor x(DType::kF32, {R, V});
+  for (int64_t r = 0; r < R; ++r)
+    std::copy(bases[base_of[r]].begin(), bases[base_of[r]].end(), x.data<float>() + r * V);
+  const Both xs = upload_both(x);
+  const Both rows = upload_both(draw_rows_tensor(draws));
+  const Both out = outputs(DType::kI32, {R});
+  cpu_.sample_rows({xs.cpu.view(), rows.cpu.view(), out.cpu.view()});
+  gpu_->sample_rows({xs.gpu.view(), rows.gpu.view(), out.gpu.view()});
+  const Tensor want = from_cpu(out.cpu), got = from_gpu(out.gpu);
+  int64_t differ = 0, refused = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    const int32_t w = want.data<int32_t>()[r], g = got.data<int32_t>()[r];
+    if (w != g && ++differ <= 5)
+      ADD_FAILURE() << "row " << r << " (base " << base_of[r] << ", T " << draws[r].temperature << ", top_p "
+                    << draws[r].top_p << ", top_k " << draws[r].top_k << ", min_p " << draws[r].min_p << "): GPU "
+                    << g << ", CPU " << w;
+    refused += w < 0 ? 1 : 0;
+  }
+  EXPECT_EQ(differ, 0);
+  EXPECT_EQ(refused, 2 * 4 * 4 * 4 * 2);  // the NaN and -inf bases only
 }
 
 // Rows land where dst_rows says in each sequence's paged cache (entry j in row j % page_rows of

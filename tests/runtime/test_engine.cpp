@@ -152,7 +152,7 @@ class EngineTest : public ::testing::Test {
     return drain(h);
   }
   // The sampling-parameter tests' baseline: six greedy tokens after prompt ids(12, 81), without
-  // logprobs (so a plain request takes the backend's argmax shortcut), and that output alone.
+  // logprobs (so a plain request draws on the backend), and that output alone.
   struct GreedyBaseline {
     std::vector<int32_t> prompt = ids(12, 81);
     GenerateRequest plain;
@@ -289,20 +289,29 @@ TEST_F(EngineTest, PrefixCacheHitsGiveTheTokensOfAMissBitForBit) {
   EXPECT_GT(cached->stats().cache_blocks_cached, 0);
 }
 
-// Greedy requests without logprobs or penalties take their argmax from the backend
-// (Ops::argmax_rows, only the ids downloaded): the same tokens as the host's sample_token, which a
-// logprobs request still uses, alone and in a busy batch where both kinds share steps.
-TEST_F(EngineTest, GreedyIdsFromTheBackendAreTheHostSamplersTokens) {
-  GenerateRequest plain = request(ids(41, 1), 10);
-  plain.sampling.logprobs = false;
-  const GenerateRequest with_logprobs = request(ids(41, 1), 10);
-  const Result on_backend = alone(plain), on_host = alone(with_logprobs);
-  ASSERT_EQ(on_backend.tokens.size(), 10u);
-  EXPECT_EQ(on_backend.tokens, on_host.tokens);
-  EXPECT_TRUE(on_backend.logprobs == std::vector<float>(10, 0.0f));  // none asked for
-  auto e = engine();
-  uint64_t preemptions = 0;
-  EXPECT_EQ(in_busy_batch(*e, plain, preemptions).tokens, on_host.tokens);
+// Requests without logprobs, penalties or masks draw on the backend (Ops::sample_rows, only the
+// ids downloaded): greedy and seeded top-k/top-p/min-p requests get the tokens of the host's
+// sample_token, which a logprobs request still uses, alone and in a busy batch where both kinds
+// share steps.
+TEST_F(EngineTest, DrawsOnTheBackendAreTheHostSamplersTokens) {
+  for (const float temperature : {0.0f, 0.9f}) {
+    GenerateRequest plain = request(ids(41, 1), 10, temperature);
+    plain.sampling.seed = 77;
+    if (temperature > 0) {
+      plain.sampling.top_k = 40;
+      plain.sampling.top_p = 0.9f;
+      plain.sampling.min_p = 0.01f;
+    }
+    GenerateRequest with_logprobs = plain;
+    plain.sampling.logprobs = false;
+    const Result on_backend = alone(plain), on_host = alone(with_logprobs);
+    ASSERT_EQ(on_backend.tokens.size(), 10u);
+    EXPECT_EQ(on_backend.tokens, on_host.tokens) << "temperature " << temperature;
+    EXPECT_TRUE(on_backend.logprobs == std::vector<float>(10, 0.0f));  // none asked for
+    auto e = engine();
+    uint64_t preemptions = 0;
+    EXPECT_EQ(in_busy_batch(*e, plain, preemptions).tokens, on_host.tokens) << "temperature " << temperature;
+  }
 }
 
 // A step's draws run on the engine's sampling threads: one thread or four, every request of a
@@ -646,8 +655,8 @@ TEST_F(EngineTest, MinTokensHoldsBackEveryStop) {
 }
 
 // allowed_token_ids: sampled requests (temperature 1, several seeds) draw only the listed tokens;
-// a greedy one takes at each step the listed token of largest raw logit (the backend's argmax
-// shortcut must not skip the list) and reports that token's raw logprob; an id outside the
+// a greedy one takes at each step the listed token of largest raw logit (the backend's draw
+// must not skip the list) and reports that token's raw logprob; an id outside the
 // vocabulary is refused; min_tokens holding back the only listed token ends the request with an
 // error naming allowed_token_ids.
 TEST_F(EngineTest, AllowedTokenIdsRestrictEveryDraw) {
@@ -712,8 +721,8 @@ TEST_F(EngineTest, AllowedTokenIdsRestrictEveryDraw) {
 }
 
 // bad_words_ids: greedy output with a bad word equal to its token k (the first not seen before it)
-// is the unbanned output up to k and differs from there, the word never drawn (the backend's argmax
-// shortcut must not skip the ban); a two-token word lets its first token through and bans its
+// is the unbanned output up to k and differs from there, the word never drawn (the backend's draw
+// must not skip the ban); a two-token word lets its first token through and bans its
 // second right after it; sampled requests (several seeds) with their own first two tokens as a
 // word never output the pair; an id outside the vocabulary is refused; a ban that leaves
 // allowed_token_ids no token ends the request with an error naming bad_words.

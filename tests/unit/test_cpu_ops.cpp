@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 
 #include "core/error.h"
 #include "core/quant.h"
+#include "sampling/token_draw.h"
 #include "cpu_test_util.h"
 
 namespace dsv4::cpu {
@@ -109,10 +111,18 @@ TEST_F(CpuOpsTest, WriteCacheRowsPutsEachRowWhereThePlanSays) {
   expect_refused({from.view(), rows.view(), outside}, "rows [4, 6) are outside the source");
 }
 
-// ---- argmax_rows ------------------------------------------------------------------------------
+// ---- sample_rows ------------------------------------------------------------------------------
 
-// sample_token's greedy choice: the first of equal maxima, NaN skipped unless it comes first.
-TEST_F(CpuOpsTest, ArgmaxRowsIsTheFirstLargestValue) {
+// A [rows, 4] i64 tensor of DrawRows, sample_rows' second input.
+DeviceTensor draw_rows_tensor(Ops& ops, const std::vector<DrawRow>& rows) {
+  DeviceTensor t = ops.alloc(DType::kI64, {static_cast<int64_t>(rows.size()), 4});
+  std::memcpy(t.view().bytes(), rows.data(), rows.size() * sizeof(DrawRow));
+  return t;
+}
+
+// sample_token's greedy choice at temperature 0: the first of equal maxima, NaN skipped unless it
+// comes first.
+TEST_F(CpuOpsTest, SampleRowsAtTemperatureZeroTakeTheFirstLargestValue) {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   const std::vector<float> rows = {1, 5, 5, 2,      // ties: the first
                                    nan, 9, 1, 1,    // a leading NaN: index 0
@@ -120,11 +130,40 @@ TEST_F(CpuOpsTest, ArgmaxRowsIsTheFirstLargestValue) {
                                    -inf, -inf, -inf, -inf,
                                    -3, -1, -2, -1};
   const DeviceTensor x = make_tensor(ops, DType::kF32, {5, 4}, rows);
+  const DeviceTensor greedy = draw_rows_tensor(ops, std::vector<DrawRow>(5));
   DeviceTensor out = ops.alloc(DType::kI32, {5});
-  ops.argmax_rows({x.view(), out.view()});
+  ops.sample_rows({x.view(), greedy.view(), out.view()});
   EXPECT_EQ(to_ints(out.view()), (std::vector<int32_t>{1, 0, 2, 0, 1}));
   DeviceTensor wrong = ops.alloc(DType::kI32, {4});
-  EXPECT_THROW(ops.argmax_rows({x.view(), wrong.view()}), UsageError);
+  EXPECT_THROW(ops.sample_rows({x.view(), greedy.view(), wrong.view()}), UsageError);
+  const DeviceTensor too_few = draw_rows_tensor(ops, std::vector<DrawRow>(4));
+  EXPECT_THROW(ops.sample_rows({x.view(), too_few.view(), out.view()}), UsageError);
+}
+
+// Sampled rows are draw_token's tokens row by row; a row without a finite largest logit gives -1.
+TEST_F(CpuOpsTest, SampleRowsDrawWhatDrawTokenDraws) {
+  const int64_t R = 6, V = 300;
+  std::vector<float> values = random_floats(R * V, 3, 3.0f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::fill(values.begin() + 5 * V, values.end(), nan);
+  std::vector<DrawRow> rows(R);
+  for (int64_t r = 0; r < R; ++r) {
+    rows[r].seed = 100 + static_cast<uint64_t>(r);
+    rows[r].index = static_cast<uint64_t>(r);
+    rows[r].temperature = 0.7f + 0.1f * static_cast<float>(r);
+    rows[r].top_k = r % 2 == 0 ? 20 : 0;
+    rows[r].top_p = r % 3 == 0 ? 0.9f : 1.0f;
+  }
+  const DeviceTensor x = make_tensor(ops, DType::kF32, {R, V}, values);
+  const DeviceTensor draws = draw_rows_tensor(ops, rows);
+  DeviceTensor out = ops.alloc(DType::kI32, {R});
+  ops.sample_rows({x.view(), draws.view(), out.view()});
+  const std::vector<int32_t> ids = to_ints(out.view());
+  for (int64_t r = 0; r < R - 1; ++r) {
+    EXPECT_EQ(ids[r], draw_token(values.data() + r * V, V, rows[r])) << "row " << r;
+    EXPECT_GE(ids[r], 0);
+  }
+  EXPECT_EQ(ids[R - 1], -1);
 }
 
 // ---- norms, rope, quantisation, hadamard ----------------------------------------------------

@@ -14,6 +14,7 @@
 #include "core/counter_bits.h"
 #include "core/error.h"
 #include "sampling/sampler.h"
+#include "sampling/token_draw.h"
 
 namespace dsv4 {
 namespace {
@@ -318,46 +319,57 @@ TEST(Sampling, ABadWordBanThatLeavesNoTokenIsRefused) {
   EXPECT_THROW(sample_token(x, masked, 0, {}), UsageError);
 }
 
-// sampler.h's draw written the slow way: every filter sorts all the kept tokens. sample_token
+// Exact products for the reference below (a GCC and Clang extension).
+__extension__ using U128 = unsigned __int128;
+
+// token_draw.h's draw written the slow way: every filter sorts all the kept tokens. sample_token
 // selects and sorts only what it needs; the two must pick the same token.
 int32_t draw_sorting_everything(const std::vector<float>& x, const SamplingParams& params, uint64_t seed,
                                 uint64_t index) {
-  const float top = *std::max_element(x.begin(), x.end());
-  std::vector<double> p(x.size());
+  float top = -std::numeric_limits<float>::infinity();
+  for (float v : x) top = std::max(top, v);
+  const double inv_t = 1.0 / static_cast<double>(params.temperature);
+  std::vector<uint64_t> w(x.size());
   std::vector<int32_t> kept;
   for (size_t i = 0; i < x.size(); ++i) {
-    p[i] = std::exp((static_cast<double>(x[i]) - top) * (1.0 / static_cast<double>(params.temperature)));
-    if (p[i] > 0 && p[i] >= static_cast<double>(params.min_p)) kept.push_back(static_cast<int32_t>(i));
+    w[i] = draw_weight(x[i], top, inv_t);
+    if (w[i] > 0 && static_cast<double>(w[i]) >= std::ceil(static_cast<double>(params.min_p) * 0x1.0p44))
+      kept.push_back(static_cast<int32_t>(i));
   }
-  auto more_likely = [&p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); };
+  auto in_order = [&x](int32_t a, int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); };
+  auto total_of = [&w](const std::vector<int32_t>& ids) {
+    uint64_t t = 0;
+    for (int32_t id : ids) t += w[id];
+    return t;
+  };
   if (params.top_k > 0 && static_cast<size_t>(params.top_k) < kept.size()) {
-    std::sort(kept.begin(), kept.end(), more_likely);
+    std::sort(kept.begin(), kept.end(), in_order);
     kept.resize(static_cast<size_t>(params.top_k));
     std::sort(kept.begin(), kept.end());
   }
   if (params.top_p < 1.0f) {
-    double total = 0;  // in id order
-    for (int32_t id : kept) total += p[id];
-    std::sort(kept.begin(), kept.end(), more_likely);
-    double mass = 0;
+    // ceil(top_p * total), exactly: top_p = scaled / 2^40 for the test's values
+    const auto scaled = static_cast<uint64_t>(static_cast<double>(params.top_p) * 0x1.0p40);
+    const auto need = static_cast<uint64_t>((U128{total_of(kept)} * scaled + ((U128{1} << 40) - 1)) >> 40);
+    std::sort(kept.begin(), kept.end(), in_order);
+    uint64_t mass = 0;
     size_t n = 0;
-    while (n < kept.size() && mass < static_cast<double>(params.top_p) * total) mass += p[kept[n++]];
-    kept.resize(std::max<size_t>(n, 1));
+    while (n < kept.size() && mass < need) mass += w[kept[n++]];
+    kept.resize(n);
+    std::sort(kept.begin(), kept.end());
   }
-  double total = 0;
-  for (int32_t id : kept) total += p[id];
-  const double target = static_cast<double>(counter_bits(splitmix64_mix(seed), index) >> 11) * 0x1.0p-53 * total;
-  double mass = 0;
+  const uint64_t total = total_of(kept);
+  const auto target = static_cast<uint64_t>((U128{counter_bits(splitmix64_mix(seed), index) >> 11} * total) >> 53);
+  uint64_t mass = 0;
   for (int32_t id : kept)
-    if ((mass += p[id]) > target) return id;
-  return kept.back();
+    if ((mass += w[id]) > target) return id;
+  return -1;
 }
 
 TEST(Sampling, FiltersPickWhatSortingTheWholeVocabularyPicks) {
   // Vocabularies whose top-p sets hold from one token to thousands (so the sampler sorts in one
   // round or several), with ties (logits on a coarse grid) and without, some with every third
-  // token masked out (-inf); temperature 0.004 leaves most probabilities 0 or subnormal, where
-  // top-k by logit hands over to the full pass.
+  // token masked out (-inf); temperature 0.004 leaves most weights 0.
   std::mt19937 rng(7);
   const int vocab = 6000;
   int compared = 0;
@@ -387,6 +399,46 @@ TEST(Sampling, FiltersPickWhatSortingTheWholeVocabularyPicks) {
             }
     }
   EXPECT_EQ(compared, 3 * 3 * 4 * 5 * 4 * 2 * 3);
+}
+
+// draw_weight is floor(2^44 e^y) up to its series' error: within one unit (and a relative 1e-15) of
+// std::exp's, 2^44 at y = 0, 0 below -31 and for NaN, and never rising as y falls on a fine grid.
+TEST(Sampling, DrawWeightsAreTheScaledExponential) {
+  EXPECT_EQ(draw_weight_of_exponent(0.0), uint64_t{1} << 44);
+  EXPECT_EQ(draw_weight_of_exponent(-0.0), uint64_t{1} << 44);
+  EXPECT_EQ(draw_weight_of_exponent(-31.5), 0u);
+  EXPECT_EQ(draw_weight_of_exponent(std::numeric_limits<double>::quiet_NaN()), 0u);
+  EXPECT_EQ(draw_weight_of_exponent(-std::numeric_limits<double>::infinity()), 0u);
+  uint64_t previous = draw_weight_of_exponent(0.0);
+  double worst = 0;
+  for (int i = 1; i <= 310000; ++i) {
+    const double y = -i * 1e-4;
+    const uint64_t w = draw_weight_of_exponent(y);
+    const double exact = std::ldexp(std::exp(y), 44);
+    worst = std::max(worst, std::abs(static_cast<double>(w) - exact) - 1e-15 * exact);
+    ASSERT_LE(w, previous) << "y " << y;
+    previous = w;
+  }
+  EXPECT_LE(worst, 1.0);
+}
+
+// The integer helpers against exact 128-bit arithmetic: floor(a b / 2^s), top-p's ceil(top_p
+// total) and the draw's target below its total.
+TEST(Sampling, DrawIntegerArithmeticIsExact) {
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 100000; ++i) {
+    const uint64_t total = rng() >> (1 + rng() % 40), a = rng() >> 11;
+    const int s = 53;
+    ASSERT_EQ(draw_mul_shift(a, total, s), static_cast<uint64_t>((U128{a} * total) >> s));
+    const float top_p = std::uniform_real_distribution<float>(1e-4f, 1.0f)(rng);
+    const auto scaled = static_cast<uint64_t>(static_cast<double>(top_p) * 0x1.0p40);
+    ASSERT_EQ(top_p_need(top_p, total), static_cast<uint64_t>((U128{total} * scaled + ((U128{1} << 40) - 1)) >> 40));
+    if (total > 0) {
+      ASSERT_LT(draw_target(rng(), rng(), total), total);
+    }
+  }
+  EXPECT_EQ(top_p_need(1.0f, 12345), 12345u);
+  EXPECT_EQ(top_p_need(0.5f, 3), 2u);
 }
 
 TEST(Sampling, LogitsWithoutAFiniteMaximumAreRefused) {

@@ -16,6 +16,7 @@
 #include "backend/cpu/parallel_rows.h"
 #include "core/dummy_random.h"
 #include "ops/param_checks.h"
+#include "sampling/token_draw.h"
 
 namespace dsv4::cpu {
 
@@ -90,18 +91,13 @@ void CpuOps::write_cache_rows(const WriteCacheRowsParams& p) {
   }
 }
 
-void CpuOps::argmax_rows(const ArgmaxRowsParams& p) {
+void CpuOps::sample_rows(const SampleRowsParams& p) {
   check_params(p);
   const int64_t R = p.x.dim(0), V = p.x.dim(1);
-  const float* x = p.x.data<float>();
+  const auto* rows = reinterpret_cast<const DrawRow*>(p.rows.data<int64_t>());
   int32_t* out = p.out.data<int32_t>();
-  for (int64_t r = 0; r < R; ++r) {
-    const float* row = x + r * V;
-    int64_t best = 0;
-    for (int64_t i = 1; i < V; ++i)
-      if (row[i] > row[best]) best = i;
-    out[r] = static_cast<int32_t>(best);
-  }
+  for (int64_t r = 0; r < R; ++r)
+    out[r] = draw_token(p.x.data<float>() + r * V, V, rows[r]);
 }
 
 Weight CpuOps::load_weight(const LoadWeightParams& p) {

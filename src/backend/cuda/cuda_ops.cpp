@@ -18,6 +18,7 @@
 #include "kernels/gemm/fp8_mma_gemm.h"
 #include "kernels/init/dummy_weight.h"
 #include "kernels/mhc/mhc.h"
+#include "kernels/sampling/sample_rows.h"
 #include "kernels/sm_count.h"
 #include "ops/param_checks.h"
 
@@ -339,9 +340,11 @@ void CudaOps::write_cache_rows(const WriteCacheRowsParams& p) {
                             stream_);
 }
 
-void CudaOps::argmax_rows(const ArgmaxRowsParams& p) {
+void CudaOps::sample_rows(const SampleRowsParams& p) {
   check_params(p);
-  kernels::argmax_rows({p.x.data<float>(), p.out.data<int32_t>(), p.x.dim(0), p.x.dim(1)}, stream_);
+  kernels::sample_rows({p.x.data<float>(), reinterpret_cast<const DrawRow*>(p.rows.data<int64_t>()),
+                        p.out.data<int32_t>(), p.x.dim(0), p.x.dim(1)},
+                       stream_);
 }
 
 // Device layouts: kFp8 and kMxfp4 (cast losslessly to FP8 on the host first) keep e4m3 codes in

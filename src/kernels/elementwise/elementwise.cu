@@ -334,57 +334,6 @@ __global__ void write_cache_rows_kernel(WriteCacheRowsKernelParams p) {
                    static_cast<const unsigned char*>(p.src) + r * p.row_bytes, p.row_bytes);
 }
 
-// Whether candidate (value v, index i) beats (best_v, best_i) among non-NaN values: larger, or
-// equal at a lower index; best_i < 0 is no candidate yet.
-__device__ __forceinline__ bool argmax_beats(float v, int64_t i, float best_v, int64_t best_i) {
-  return i >= 0 && (best_i < 0 || v > best_v || (v == best_v && i < best_i));
-}
-
-constexpr int kArgmaxThreads = 1024;
-
-__global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(ArgmaxRowsKernelParams p) {
-  pdl_wait();
-  __shared__ float warp_v[kArgmaxThreads / 32];
-  __shared__ int64_t warp_i[kArgmaxThreads / 32];
-  const float* row = p.x + blockIdx.x * p.cols;
-  float best_v = 0.0f;
-  int64_t best_i = -1;
-  for (int64_t i = threadIdx.x; i < p.cols; i += blockDim.x) {
-    const float v = row[i];
-    if (!isnan(v) && argmax_beats(v, i, best_v, best_i)) {
-      best_v = v;
-      best_i = i;
-    }
-  }
-  for (int off = 16; off > 0; off /= 2) {
-    const float v = __shfl_xor_sync(0xffffffffu, best_v, off);
-    const int64_t i = __shfl_xor_sync(0xffffffffu, best_i, off);
-    if (argmax_beats(v, i, best_v, best_i)) {
-      best_v = v;
-      best_i = i;
-    }
-  }
-  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
-  if (lane == 0) {
-    warp_v[warp] = best_v;
-    warp_i[warp] = best_i;
-  }
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w)
-    if (argmax_beats(warp_v[w], warp_i[w], best_v, best_i)) {
-      best_v = warp_v[w];
-      best_i = warp_i[w];
-    }
-  p.out[blockIdx.x] = isnan(row[0]) || best_i < 0 ? 0 : static_cast<int32_t>(best_i);
-}
-
-void argmax_rows(const ArgmaxRowsKernelParams& p, cudaStream_t stream) {
-  if (p.rows == 0) return;
-  if (p.rows > 2147483647) throw UsageError("argmax_rows: " + std::to_string(p.rows) + " rows in one launch");
-  launch_pdl(argmax_rows_kernel, static_cast<unsigned>(p.rows), kArgmaxThreads, 0, stream, p);
-}
-
 void write_cache_rows(const WriteCacheRowsKernelParams& p, cudaStream_t stream) {
   if (p.rows == 0) return;
   if (p.rows > 2147483647) throw UsageError("write_cache_rows: " + std::to_string(p.rows) + " rows in one launch");

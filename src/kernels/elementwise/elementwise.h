@@ -32,17 +32,6 @@ struct ByteRange {
 // words where source, destination and length allow. The ranges must not overlap.
 void copy_byte_ranges(const ByteRange* ranges, int64_t count, cudaStream_t stream);
 
-// out[r] = the index a left-to-right scan keeping the first strictly larger value finds in row r
-// of x: the lowest index of the row's largest non-NaN value, or 0 when x[r, 0] is NaN (a scan
-// from a NaN never moves) or the row is all NaN. A block per row.
-struct ArgmaxRowsKernelParams {
-  const float* x = nullptr;   // [rows, cols]
-  int32_t* out = nullptr;     // [rows]
-  int64_t rows = 0;
-  int64_t cols = 0;
-};
-void argmax_rows(const ArgmaxRowsKernelParams& p, cudaStream_t stream);
-
 // A sequence's paged cache for write_cache_rows: entry j is pool row pool_row(table, j) of
 // row_bytes bytes (kv/page_table.h; the table is plan data in device memory).
 struct CacheRowTarget {

@@ -1,0 +1,85 @@
+// draw_token: token_draw.h's draw done sequentially on the host, the reference of the CUDA kernel
+// and what the host sampler and the CPU backend's sample_rows run. Compiled with
+// -ffp-contract=off (CMakeLists.txt): draw_weight's multiplies and adds must not be fused.
+#include "sampling/token_draw.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <span>
+#include <vector>
+
+namespace dsv4 {
+
+namespace {
+
+struct Candidate {
+  uint32_t key;  // draw_order_key of the logit
+  int32_t id;
+  uint64_t weight;
+};
+
+// Whether a comes before b in the draw's order: larger logit, then lower id.
+bool comes_before(const Candidate& a, const Candidate& b) { return a.key > b.key || (a.key == b.key && a.id < b.id); }
+
+uint64_t total_weight(const std::vector<Candidate>& cs) {
+  uint64_t total = 0;
+  for (const Candidate& c : cs) total += c.weight;
+  return total;
+}
+
+}  // namespace
+
+int32_t draw_token(const float* x_data, int64_t n, const DrawRow& row) {
+  const std::span<const float> x(x_data, static_cast<size_t>(n));
+  if (row.temperature == 0.0f) {
+    size_t best = 0;
+    for (size_t i = 1; i < x.size(); ++i)
+      if (x[i] > x[best]) best = i;
+    return static_cast<int32_t>(best);
+  }
+  float top = -std::numeric_limits<float>::infinity();
+  for (const float v : x)
+    if (v > top) top = v;  // NaN never compares larger
+  if (!std::isfinite(top)) return -1;
+  const double inv_t = draw_inverse_temperature(row.temperature);
+  const uint64_t min_weight = draw_min_weight(row.min_p);
+  std::vector<Candidate> kept;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint64_t w = draw_weight(x[i], top, inv_t);
+    if (w >= min_weight) kept.push_back({draw_order_key(x[i]), static_cast<int32_t>(i), w});
+  }
+  if (kept.empty()) return -1;  // min_p above 1
+  auto at = [&kept](size_t i) { return kept.begin() + static_cast<std::ptrdiff_t>(i); };
+  bool reordered = false;
+  if (row.top_k > 0 && static_cast<size_t>(row.top_k) < kept.size()) {
+    std::nth_element(kept.begin(), at(static_cast<size_t>(row.top_k) - 1), kept.end(), comes_before);
+    kept.resize(static_cast<size_t>(row.top_k));
+    reordered = true;
+  }
+  if (row.top_p < 1.0f) {
+    // The shortest prefix in the draw's order reaching `need`: kept[0, sorted) is that order's
+    // start, each round sorting the next candidates, so only what the prefix needs is sorted.
+    const uint64_t need = top_p_need(row.top_p, total_weight(kept));
+    constexpr size_t kFirstRound = 64;
+    uint64_t mass = 0;
+    size_t n = 0, sorted = 0;
+    for (size_t want = std::min(kFirstRound, kept.size());; want = std::min(4 * want, kept.size())) {
+      if (want < kept.size()) std::nth_element(at(sorted), at(want), kept.end(), comes_before);
+      std::sort(at(sorted), at(want), comes_before);
+      sorted = want;
+      while (n < sorted && mass < need) mass += kept[n++].weight;
+      if (mass >= need || sorted == kept.size()) break;
+    }
+    kept.resize(n);
+    reordered = true;
+  }
+  if (reordered) std::sort(kept.begin(), kept.end(), [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
+  const uint64_t target = draw_target(row.seed, row.index, total_weight(kept));
+  uint64_t running = 0;
+  for (const Candidate& c : kept)
+    if ((running += c.weight) > target) return c.id;
+  return kept.back().id;  // not reached: target < total
+}
+
+}  // namespace dsv4

@@ -1,0 +1,160 @@
+// The seeded draw of one token from processed logits, defined so that the host sampler, the CPU
+// backend and the CUDA kernel (Ops::sample_rows) pick the same token bit for bit: every step is
+// an exactly rounded double operation or integer arithmetic, in an order that does not depend on
+// how the work is split.
+//
+// For a row x[V] and its DrawRow:
+//   temperature 0: the argmax (ties: the lowest id; NaN ignored unless x[0] is NaN, then 0).
+//   else, with top = the largest non-NaN logit (none, or not finite: nothing can be drawn),
+//   weight  w_i = floor(2^44 * exp((x_i - top) / temperature)) (draw_weight; 2^44 at the top, 0 for
+//                 NaN, -inf and tokens under about 2^-44 of the top's probability),
+//   kept    w_i > 0 and w_i >= ceil(min_p * 2^44),
+//   order   the tokens by logit, largest first (draw_order_key), ties by ascending id,
+//   top-k   when 0 < top_k < kept: the first top_k kept tokens in that order,
+//   top-p   when top_p < 1: the shortest prefix in that order of those kept whose weights add up
+//           to at least ceil(top_p * their total) (top_p_need),
+//   draw    u = the top 53 bits of counter_bits(splitmix64_mix(seed), index), target =
+//           floor(u * total / 2^53); the first kept token in ascending id whose running weight
+//           exceeds target.
+// Weights are integers, so totals and running sums are exact in any order; exp is evaluated by
+// draw_exp with plain multiplies and adds (no fused multiply-add: compile host code including this
+// with -ffp-contract=off; device code uses the _rn intrinsics, which are never fused), so host and
+// device compute the same weights. The weights' resolution (2^-44 of the top) drops tokens far too
+// unlikely to matter: a whole vocabulary of them holds under 1e-8 of the mass.
+#pragma once
+
+#include <cstdint>
+
+#include "core/counter_bits.h"
+#include "core/numeric.h"
+
+namespace dsv4 {
+
+// One row's draw: what Ops::sample_rows reads per row (a [rows, 4] i64 tensor of these).
+struct DrawRow {
+  uint64_t seed = 0;         // the request's seed
+  uint64_t index = 0;        // the draw's index in the request: its output tokens so far
+  float temperature = 0.0f;  // 0: greedy
+  float top_p = 1.0f;        // (0, 1]
+  float min_p = 0.0f;        // [0, 1]
+  int32_t top_k = 0;         // <= 0: off
+};
+static_assert(sizeof(DrawRow) == 32, "DrawRow is four i64 words");
+
+inline constexpr int kDrawWeightBits = 44;
+// Running weights stay below 2^63 for vocabularies up to this size.
+inline constexpr int64_t kDrawMaxVocab = int64_t{1} << (63 - kDrawWeightBits);
+
+DSV4_HD double draw_mul(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+DSV4_HD double draw_add(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+// 2^e for -1022 <= e <= 1023, exactly.
+DSV4_HD double draw_pow2(int e) {
+  const uint64_t bits = static_cast<uint64_t>(e + 1023) << 52;
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double(static_cast<long long>(bits));
+#else
+  double d;
+  std::memcpy(&d, &bits, sizeof d);
+  return d;
+#endif
+}
+
+// floor(2^44 * e^y) for y <= 0 (0 for y below -31, where it is 0 or 1, and for NaN): e^y =
+// 2^k e^r with k = floor(y log2(e) + 1/2) and r = y - k ln 2 (fdlibm's two-part ln 2, so k ln 2's
+// high part is exact), e^r by its Taylor series to r^12 (|r| <= 0.35: error under 2e-16).
+DSV4_HD uint64_t draw_weight_of_exponent(double y) {
+  if (!(y >= -31.0)) return 0;
+  constexpr double kLog2e = 1.4426950408889634;
+  constexpr double kLn2Hi = 6.93147180369123816490e-01;  // 32 significant bits: k * kLn2Hi is exact
+  constexpr double kLn2Lo = 1.90821492927058770002e-10;
+  // 1 / n!, folded by the compiler (exactly rounded, the same on host and device).
+  constexpr double c12 = 1.0 / 479001600.0, c11 = 1.0 / 39916800.0, c10 = 1.0 / 3628800.0, c9 = 1.0 / 362880.0,
+                   c8 = 1.0 / 40320.0, c7 = 1.0 / 5040.0, c6 = 1.0 / 720.0, c5 = 1.0 / 120.0, c4 = 1.0 / 24.0,
+                   c3 = 1.0 / 6.0;
+  const double k = floor(draw_add(draw_mul(y, kLog2e), 0.5));
+  const double r = draw_add(draw_add(y, -draw_mul(k, kLn2Hi)), -draw_mul(k, kLn2Lo));
+  double p = c12;
+  const double coefficients[] = {c11, c10, c9, c8, c7, c6, c5, c4, c3};
+  for (int i = 0; i < 9; ++i) p = draw_add(draw_mul(p, r), coefficients[i]);
+  p = draw_add(draw_mul(p, r), 0.5);
+  p = draw_add(draw_mul(p, r), 1.0);
+  p = draw_add(draw_mul(p, r), 1.0);
+  return static_cast<uint64_t>(draw_mul(p, draw_pow2(kDrawWeightBits + static_cast<int>(k))));
+}
+
+// The weight of logit x in a row whose largest logit is `top`, at 1 / temperature `inv_t`.
+DSV4_HD uint64_t draw_weight(float x, float top, double inv_t) {
+  return draw_weight_of_exponent(draw_mul(draw_add(static_cast<double>(x), -static_cast<double>(top)), inv_t));
+}
+
+// 1 / temperature, exactly rounded.
+DSV4_HD double draw_inverse_temperature(float temperature) {
+#if defined(__CUDA_ARCH__)
+  return __ddiv_rn(1.0, static_cast<double>(temperature));
+#else
+  return 1.0 / static_cast<double>(temperature);
+#endif
+}
+
+// The smallest weight min-p keeps (at least 1: a weight of 0 is never kept).
+DSV4_HD uint64_t draw_min_weight(float min_p) {
+  const uint64_t w = static_cast<uint64_t>(ceil(static_cast<double>(min_p) * draw_pow2(kDrawWeightBits)));
+  return w > 0 ? w : 1;
+}
+
+// An order-preserving key of a float: a > b  <=>  key(a) > key(b), a == b  <=>  key(a) == key(b)
+// (for non-NaN: -0 and +0 share a key).
+DSV4_HD uint32_t draw_order_key(float x) {
+  const uint32_t u = float_bits(x == 0.0f ? 0.0f : x);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// floor(a * b / 2^s) for s in [1, 64] and a product below 2^(64 + s).
+DSV4_HD uint64_t draw_mul_shift(uint64_t a, uint64_t b, int s) {
+  const uint64_t lo = a * b;
+#if defined(__CUDA_ARCH__)
+  const uint64_t hi = __umul64hi(a, b);
+#else
+  // The high word from 32-bit halves (ISO C++ has no 128-bit integer).
+  const uint64_t a_lo = a & 0xffffffffu, a_hi = a >> 32, b_lo = b & 0xffffffffu, b_hi = b >> 32;
+  const uint64_t cross_lo = a_lo * b_hi, cross_hi = a_hi * b_lo;
+  const uint64_t middle = ((a_lo * b_lo) >> 32) + (cross_lo & 0xffffffffu) + (cross_hi & 0xffffffffu);
+  const uint64_t hi = a_hi * b_hi + (cross_lo >> 32) + (cross_hi >> 32) + (middle >> 32);
+#endif
+  return s == 64 ? hi : (hi << (64 - s)) | (lo >> s);
+}
+
+// ceil(top_p * total) with top_p truncated to 40 fractional bits (exact for top_p >= 2^-16),
+// for top_p in (0, 1] and total < 2^63.
+DSV4_HD uint64_t top_p_need(float top_p, uint64_t total) {
+  const uint64_t scaled = static_cast<uint64_t>(static_cast<double>(top_p) * draw_pow2(40));
+  const uint64_t floor_part = draw_mul_shift(total, scaled, 40);
+  const uint64_t low_bits = total * scaled & ((uint64_t{1} << 40) - 1);  // the product's low 40 bits
+  return floor_part + (low_bits != 0 ? 1 : 0);
+}
+
+// The draw's target: floor(u * total / 2^53) < total, with u the 53 random bits of (seed, index).
+DSV4_HD uint64_t draw_target(uint64_t seed, uint64_t index, uint64_t total) {
+  const uint64_t u = counter_bits(splitmix64_mix(seed), index) >> 11;
+  return draw_mul_shift(u, total, 53);
+}
+
+// The token this header's draw picks from x[0, n) (the host reference, sequential); -1 when no
+// token can be drawn (no finite largest logit). n must be in (0, kDrawMaxVocab].
+int32_t draw_token(const float* x, int64_t n, const DrawRow& row);
+
+}  // namespace dsv4
