@@ -1,7 +1,8 @@
 // `dsv4 bench sampling`: the host sampler (sampling/sampler.h) on vocabulary-sized logits, one
 // row at a time and as a step's rows on a pool of threads the size the engine gives its own
-// sampling pool, for the request settings servers see most. The engine samples on the host
-// whenever a step has a request that is not plain greedy, so this time adds to every such step.
+// sampling pool, for the request settings servers see most, and the backend's draw of a step's
+// rows (Ops::sample_rows, what the engine runs when no request of the step needs a penalty, a
+// mask or logprobs), checked to give the host's tokens.
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -12,8 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "core/thread_pool.h"
+#include "ops/ops.h"
 #include "runtime/engine.h"
 #include "sampling/sampler.h"
+#include "sampling/token_draw.h"
+#include "tools/backend.h"
 #include "tools/commands.h"
 #include "tools/json_file.h"
 
@@ -26,6 +30,7 @@ struct SamplingBenchOptions {
   int64_t draws = 64;
   int threads = 0;
   uint64_t seed = 0;
+  Device device = Device::kCpu;
   std::string json_file;
 };
 
@@ -67,6 +72,45 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// What the backend's draw of a step's rows took, and whether it gave the host's tokens.
+struct BackendDraws {
+  double ms_per_step = 0;
+  int64_t differing = 0;  // rows whose token is not the host's
+};
+
+// Times `iterations` backend draws of every row of `x` under `params` (each followed by the
+// download of the ids, as the engine's step does), after one untimed draw.
+BackendDraws time_backend_draws(Ops& ops, ConstTensorView x, const SamplingParams& params, uint64_t seed,
+                                uint64_t index, int64_t iterations, const std::vector<int32_t>& host_ids) {
+  const int64_t rows = x.dim(0);
+  DrawRow row;
+  row.seed = seed;
+  row.index = index;
+  row.temperature = params.temperature;
+  row.top_p = params.top_p;
+  row.min_p = params.min_p;
+  row.top_k = params.top_k;
+  const std::vector<DrawRow> draws(static_cast<size_t>(rows), row);
+  constexpr int64_t kWords = sizeof(DrawRow) / sizeof(int64_t);
+  DeviceTensor draw_rows = ops.alloc(DType::kI64, {rows, kWords});
+  ops.upload(ConstTensorView(reinterpret_cast<const std::byte*>(draws.data()), DType::kI64, {rows, kWords}),
+             draw_rows.view());
+  DeviceTensor out = ops.alloc(DType::kI32, {rows});
+  std::vector<int32_t> ids(static_cast<size_t>(rows));
+  const TensorView ids_view(reinterpret_cast<std::byte*>(ids.data()), DType::kI32, {rows});
+  ops.sample_rows({x, draw_rows.view(), out.view()});
+  ops.download(out.view(), ids_view);
+  BackendDraws result;
+  for (int64_t r = 0; r < rows; ++r) result.differing += ids[static_cast<size_t>(r)] != host_ids[static_cast<size_t>(r)];
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < iterations; ++i) {
+    ops.sample_rows({x, draw_rows.view(), out.view()});
+    ops.download(out.view(), ids_view);
+  }
+  result.ms_per_step = ms_since(t0) / static_cast<double>(iterations);
+  return result;
+}
+
 void run_bench_sampling(const SamplingBenchOptions& o) {
   if (!o.json_file.empty()) expect_writable_json_file(o.json_file, "report");
   const int threads = o.threads > 0 ? o.threads : default_sampling_threads();
@@ -74,10 +118,20 @@ void run_bench_sampling(const SamplingBenchOptions& o) {
   for (int64_t r = 0; r < o.batch; ++r) rows.push_back(model_like_logits(o.vocab, o.seed + static_cast<uint64_t>(r)));
   const std::vector<int32_t> prompt(1024, 1), output(256, 2);  // a history for the repetition penalty
   ThreadPool pool(threads);
-  std::printf("host sampling of %lld logits a row; a step of %lld rows on %d threads\n",
-              static_cast<long long>(o.vocab), static_cast<long long>(o.batch), threads);
-  std::printf("%-46s %12s %12s\n", "settings", "ms / row", "ms / step");
-  nlohmann::json report = {{"vocab", o.vocab}, {"batch", o.batch}, {"threads", threads}, {"rows", nlohmann::json::array()}};
+  const std::unique_ptr<Ops> backend = make_backend(o.device, threads);
+  DeviceTensor x = backend->alloc(DType::kF32, {o.batch, o.vocab});
+  for (int64_t r = 0; r < o.batch; ++r)
+    backend->upload(ConstTensorView(reinterpret_cast<const std::byte*>(rows[static_cast<size_t>(r)].data()),
+                                    DType::kF32, {1, o.vocab}),
+                    slice_rows(x.view(), r, r + 1));
+  const char* device = o.device == Device::kCuda ? "cuda" : "cpu";
+  std::printf("host sampling of %lld logits a row; a step of %lld rows on %d threads; the backend's draw (%s) of "
+              "the step's rows, ids downloaded\n",
+              static_cast<long long>(o.vocab), static_cast<long long>(o.batch), threads, device);
+  std::printf("%-46s %12s %12s %16s\n", "settings", "ms / row", "ms / step", "backend ms/step");
+  nlohmann::json report = {{"vocab", o.vocab}, {"batch", o.batch}, {"threads", threads}, {"device", device},
+                           {"rows", nlohmann::json::array()}};
+  int64_t differing = 0;
   int64_t checksum = 0;
   for (const SamplingCase& c : cases()) {
     auto t0 = std::chrono::steady_clock::now();
@@ -93,10 +147,21 @@ void run_bench_sampling(const SamplingBenchOptions& o) {
     });
     const double step_ms = ms_since(t0);
     for (int32_t id : ids) checksum += id;
-    std::printf("%-46s %12.3f %12.3f\n", c.name, row_ms, step_ms);
-    report["rows"].push_back({{"settings", c.name}, {"ms_per_row", row_ms}, {"ms_per_step", step_ms}});
+    nlohmann::json row = {{"settings", c.name}, {"ms_per_row", row_ms}, {"ms_per_step", step_ms}};
+    if (c.params.repetition_penalty == 1.0f) {  // the backend draws only without penalties
+      const BackendDraws b = time_backend_draws(*backend, x.view(), c.params, o.seed, output.size(),
+                                                std::max<int64_t>(1, o.draws / o.batch), ids);
+      differing += b.differing;
+      std::printf("%-46s %12.3f %12.3f %16.3f\n", c.name, row_ms, step_ms, b.ms_per_step);
+      row["backend_ms_per_step"] = b.ms_per_step;
+      row["backend_rows_not_the_hosts"] = b.differing;
+    } else {
+      std::printf("%-46s %12.3f %12.3f %16s\n", c.name, row_ms, step_ms, "(host only)");
+    }
+    report["rows"].push_back(std::move(row));
   }
-  std::printf("(token checksum %lld)\n", static_cast<long long>(checksum));
+  std::printf("(token checksum %lld; rows where the backend's token is not the host's: %lld)\n",
+              static_cast<long long>(checksum), static_cast<long long>(differing));
   if (!o.json_file.empty()) write_json_file(o.json_file, report, 2, "report");
 }
 
@@ -107,7 +172,8 @@ void add_bench_sampling_command(CLI::App& bench) {
   CLI::App* cmd = bench.add_subcommand(
       "sampling",
       "Time the host sampler (temperature, top-p, top-k, min-p, penalties) on vocabulary-sized logits: per row, and a "
-      "step's rows on the engine's sampling threads");
+      "step's rows on the engine's sampling threads; and the backend's draw of a step's rows (--device), checked to "
+      "give the host's tokens");
   cmd->add_option("--vocab", opts->vocab, "Logits a row")->check(CLI::PositiveNumber)->default_str("129280");
   cmd->add_option("--batch", opts->batch, "Rows a step (sequences sampled together)")
       ->check(CLI::PositiveNumber)
@@ -118,6 +184,7 @@ void add_bench_sampling_command(CLI::App& bench) {
   cmd->add_option("--threads", opts->threads, "Sampling threads (0: the engine's default, all cores up to 16)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", opts->seed, "Seed of the logits and the draws")->default_str("0");
+  add_device_option(cmd, opts->device);
   cmd->add_option("--json", opts->json_file, "Also write the rows to this JSON file");
   cmd->callback([opts] { run_bench_sampling(*opts); });
 }

@@ -28,10 +28,32 @@ uint64_t total_weight(const std::vector<Candidate>& cs) {
   return total;
 }
 
+// The first k tokens of x in the draw's order (a heap of k keeps the last of them on top), with
+// their weights, when all of them are kept: then they are also the first k kept tokens, top-k's
+// choice, found without a weight for the rest of the row. Empty when one of them is not kept.
+template <typename Weight>
+std::vector<Candidate> first_k_if_all_kept(std::span<const float> x, size_t k, Weight weight) {
+  std::vector<Candidate> heap;
+  heap.reserve(k);
+  for (size_t i = 0; i < k; ++i) heap.push_back({draw_order_key(x[i]), static_cast<int32_t>(i), 0});
+  std::make_heap(heap.begin(), heap.end(), comes_before);
+  for (size_t i = k; i < x.size(); ++i) {
+    const Candidate c{draw_order_key(x[i]), static_cast<int32_t>(i), 0};
+    if (comes_before(c, heap.front())) {
+      std::pop_heap(heap.begin(), heap.end(), comes_before);
+      heap.back() = c;
+      std::push_heap(heap.begin(), heap.end(), comes_before);
+    }
+  }
+  for (Candidate& c : heap)
+    if ((c.weight = weight(static_cast<size_t>(c.id))) == 0) return {};
+  return heap;
+}
+
 }  // namespace
 
-int32_t draw_token(const float* x_data, int64_t n, const DrawRow& row) {
-  const std::span<const float> x(x_data, static_cast<size_t>(n));
+int32_t draw_token(const float* x_data, int64_t cols, const DrawRow& row) {
+  const std::span<const float> x(x_data, static_cast<size_t>(cols));
   if (row.temperature == 0.0f) {
     size_t best = 0;
     for (size_t i = 1; i < x.size(); ++i)
@@ -44,18 +66,34 @@ int32_t draw_token(const float* x_data, int64_t n, const DrawRow& row) {
   if (!std::isfinite(top)) return -1;
   const double inv_t = draw_inverse_temperature(row.temperature);
   const uint64_t min_weight = draw_min_weight(row.min_p);
-  std::vector<Candidate> kept;
-  for (size_t i = 0; i < x.size(); ++i) {
+  auto weight = [&](size_t i) {
     const uint64_t w = draw_weight(x[i], top, inv_t);
-    if (w >= min_weight) kept.push_back({draw_order_key(x[i]), static_cast<int32_t>(i), w});
+    return w >= min_weight ? w : 0;
+  };
+  const bool top_k = row.top_k > 0 && static_cast<size_t>(row.top_k) < x.size();
+  if (!top_k && !(row.top_p < 1.0f)) {  // no cut: the draw over the row's weights
+    std::vector<uint64_t> w(x.size());
+    uint64_t total = 0;
+    for (size_t i = 0; i < x.size(); ++i) total += (w[i] = weight(i));
+    if (total == 0) return -1;  // min_p above 1
+    const uint64_t target = draw_target(row.seed, row.index, total);
+    uint64_t running = 0;
+    for (size_t i = 0; i < w.size(); ++i)
+      if ((running += w[i]) > target) return static_cast<int32_t>(i);
+    return -1;  // not reached: target < total
   }
-  if (kept.empty()) return -1;  // min_p above 1
+  std::vector<Candidate> kept;
+  if (top_k) kept = first_k_if_all_kept(x, static_cast<size_t>(row.top_k), weight);
+  if (kept.empty()) {
+    kept.reserve(x.size());
+    for (size_t i = 0; i < x.size(); ++i)
+      if (const uint64_t w = weight(i); w != 0) kept.push_back({draw_order_key(x[i]), static_cast<int32_t>(i), w});
+    if (kept.empty()) return -1;  // min_p above 1
+  }
   auto at = [&kept](size_t i) { return kept.begin() + static_cast<std::ptrdiff_t>(i); };
-  bool reordered = false;
-  if (row.top_k > 0 && static_cast<size_t>(row.top_k) < kept.size()) {
+  if (top_k && static_cast<size_t>(row.top_k) < kept.size()) {
     std::nth_element(kept.begin(), at(static_cast<size_t>(row.top_k) - 1), kept.end(), comes_before);
     kept.resize(static_cast<size_t>(row.top_k));
-    reordered = true;
   }
   if (row.top_p < 1.0f) {
     // The shortest prefix in the draw's order reaching `need`: kept[0, sorted) is that order's
@@ -72,14 +110,13 @@ int32_t draw_token(const float* x_data, int64_t n, const DrawRow& row) {
       if (mass >= need || sorted == kept.size()) break;
     }
     kept.resize(n);
-    reordered = true;
   }
-  if (reordered) std::sort(kept.begin(), kept.end(), [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
+  std::sort(kept.begin(), kept.end(), [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
   const uint64_t target = draw_target(row.seed, row.index, total_weight(kept));
   uint64_t running = 0;
   for (const Candidate& c : kept)
     if ((running += c.weight) > target) return c.id;
-  return kept.back().id;  // not reached: target < total
+  return -1;  // not reached: target < total
 }
 
 }  // namespace dsv4

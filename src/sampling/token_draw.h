@@ -74,8 +74,10 @@ DSV4_HD double draw_pow2(int e) {
 }
 
 // floor(2^44 * e^y) for y <= 0 (0 for y below -31, where it is 0 or 1, and for NaN): e^y =
-// 2^k e^r with k = floor(y log2(e) + 1/2) and r = y - k ln 2 (fdlibm's two-part ln 2, so k ln 2's
-// high part is exact), e^r by its Taylor series to r^12 (|r| <= 0.35: error under 2e-16).
+// 2^k e^r with k = y log2(e) - 1/2 rounded toward zero (y log2(e) rounded to an integer, the
+// conversion instructions' rounding rather than a floor call) and r = y - k ln 2 (fdlibm's
+// two-part ln 2, so k ln 2's high part is exact), e^r by its Taylor series to r^12 (|r| <= 0.35:
+// error under 2e-16).
 DSV4_HD uint64_t draw_weight_of_exponent(double y) {
   if (!(y >= -31.0)) return 0;
   constexpr double kLog2e = 1.4426950408889634;
@@ -85,7 +87,8 @@ DSV4_HD uint64_t draw_weight_of_exponent(double y) {
   constexpr double c12 = 1.0 / 479001600.0, c11 = 1.0 / 39916800.0, c10 = 1.0 / 3628800.0, c9 = 1.0 / 362880.0,
                    c8 = 1.0 / 40320.0, c7 = 1.0 / 5040.0, c6 = 1.0 / 720.0, c5 = 1.0 / 120.0, c4 = 1.0 / 24.0,
                    c3 = 1.0 / 6.0;
-  const double k = floor(draw_add(draw_mul(y, kLog2e), 0.5));
+  const int k_int = static_cast<int>(draw_add(draw_mul(y, kLog2e), -0.5));
+  const double k = static_cast<double>(k_int);
   const double r = draw_add(draw_add(y, -draw_mul(k, kLn2Hi)), -draw_mul(k, kLn2Lo));
   double p = c12;
   const double coefficients[] = {c11, c10, c9, c8, c7, c6, c5, c4, c3};
@@ -93,7 +96,7 @@ DSV4_HD uint64_t draw_weight_of_exponent(double y) {
   p = draw_add(draw_mul(p, r), 0.5);
   p = draw_add(draw_mul(p, r), 1.0);
   p = draw_add(draw_mul(p, r), 1.0);
-  return static_cast<uint64_t>(draw_mul(p, draw_pow2(kDrawWeightBits + static_cast<int>(k))));
+  return static_cast<uint64_t>(static_cast<int64_t>(draw_mul(p, draw_pow2(kDrawWeightBits + k_int))));  // < 2^45
 }
 
 // The weight of logit x in a row whose largest logit is `top`, at 1 / temperature `inv_t`.
