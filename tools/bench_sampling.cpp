@@ -1,8 +1,8 @@
 // `dsv4 bench sampling`: the host sampler (sampling/sampler.h) on vocabulary-sized logits, one
 // row at a time and as a step's rows on a pool of threads the size the engine gives its own
 // sampling pool, for the request settings servers see most, and the backend's draw of a step's
-// rows (Ops::sample_rows, what the engine runs when no request of the step needs a penalty, a
-// mask or logprobs), checked to give the host's tokens.
+// rows (Ops::edit_logits for penalties, then Ops::sample_rows: what the engine runs when no
+// request of the step needs a dense mask or logprobs), checked to give the host's tokens.
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -78,11 +78,27 @@ struct BackendDraws {
   int64_t differing = 0;  // rows whose token is not the host's
 };
 
-// Times `iterations` backend draws of every row of `x` under `params` (each followed by the
-// download of the ids, as the engine's step does), after one untimed draw.
+// Times `iterations` backend draws of every row of `x` under `params` after `history` (each
+// followed by the download of the ids, as the engine's step does), after one untimed draw. When
+// the settings edit the logits (penalties), each draw edits a fresh copy of x (the copy timed
+// too).
 BackendDraws time_backend_draws(Ops& ops, ConstTensorView x, const SamplingParams& params, uint64_t seed,
-                                uint64_t index, int64_t iterations, const std::vector<int32_t>& host_ids) {
+                                const TokenHistory& history, int64_t iterations, const std::vector<int32_t>& host_ids) {
   const int64_t rows = x.dim(0);
+  const uint64_t index = history.output.size();
+  std::vector<LogitEdit> edits;
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<LogitEdit> row_edits = logit_edits(params, history, {}, static_cast<size_t>(x.dim(1)),
+                                                         static_cast<int32_t>(r));
+    edits.insert(edits.end(), row_edits.begin(), row_edits.end());
+  }
+  constexpr int64_t kEditWords = sizeof(LogitEdit) / sizeof(int32_t);
+  const auto num_edits = static_cast<int64_t>(edits.size());
+  DeviceTensor edit_words = ops.alloc(DType::kI32, {num_edits, kEditWords});
+  if (num_edits > 0)
+    ops.upload(ConstTensorView(reinterpret_cast<const std::byte*>(edits.data()), DType::kI32, {num_edits, kEditWords}),
+               edit_words.view());
+  DeviceTensor edited = ops.alloc(DType::kF32, x.shape());
   DrawRow row;
   row.seed = seed;
   row.index = index;
@@ -98,13 +114,19 @@ BackendDraws time_backend_draws(Ops& ops, ConstTensorView x, const SamplingParam
   DeviceTensor out = ops.alloc(DType::kI32, {rows});
   std::vector<int32_t> ids(static_cast<size_t>(rows));
   const TensorView ids_view(reinterpret_cast<std::byte*>(ids.data()), DType::kI32, {rows});
-  ops.sample_rows({x, draw_rows.view(), out.view()});
+  auto draw = [&] {
+    if (num_edits == 0) return ops.sample_rows({x, draw_rows.view(), out.view()});
+    ops.copy({x, edited.view()});
+    ops.edit_logits({edited.view(), edit_words.view()});
+    ops.sample_rows({edited.view(), draw_rows.view(), out.view()});
+  };
+  draw();
   ops.download(out.view(), ids_view);
   BackendDraws result;
   for (int64_t r = 0; r < rows; ++r) result.differing += ids[static_cast<size_t>(r)] != host_ids[static_cast<size_t>(r)];
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < iterations; ++i) {
-    ops.sample_rows({x, draw_rows.view(), out.view()});
+    draw();
     ops.download(out.view(), ids_view);
   }
   result.ms_per_step = ms_since(t0) / static_cast<double>(iterations);
@@ -148,16 +170,12 @@ void run_bench_sampling(const SamplingBenchOptions& o) {
     const double step_ms = ms_since(t0);
     for (int32_t id : ids) checksum += id;
     nlohmann::json row = {{"settings", c.name}, {"ms_per_row", row_ms}, {"ms_per_step", step_ms}};
-    if (c.params.repetition_penalty == 1.0f) {  // the backend draws only without penalties
-      const BackendDraws b = time_backend_draws(*backend, x.view(), c.params, o.seed, output.size(),
-                                                std::max<int64_t>(1, o.draws / o.batch), ids);
-      differing += b.differing;
-      std::printf("%-46s %12.3f %12.3f %16.3f\n", c.name, row_ms, step_ms, b.ms_per_step);
-      row["backend_ms_per_step"] = b.ms_per_step;
-      row["backend_rows_not_the_hosts"] = b.differing;
-    } else {
-      std::printf("%-46s %12.3f %12.3f %16s\n", c.name, row_ms, step_ms, "(host only)");
-    }
+    const BackendDraws b = time_backend_draws(*backend, x.view(), c.params, o.seed, {prompt, output},
+                                              std::max<int64_t>(1, o.draws / o.batch), ids);
+    differing += b.differing;
+    std::printf("%-46s %12.3f %12.3f %16.3f\n", c.name, row_ms, step_ms, b.ms_per_step);
+    row["backend_ms_per_step"] = b.ms_per_step;
+    row["backend_rows_not_the_hosts"] = b.differing;
     report["rows"].push_back(std::move(row));
   }
   std::printf("(token checksum %lld; rows where the backend's token is not the host's: %lld)\n",

@@ -150,6 +150,15 @@ struct WriteCacheRowsParams {
   std::span<const CacheRows> seqs;
 };
 
+// Sampling's logit edits on the backend (sampling/logit_edit.h), in place: x[e.row, e.id] =
+// edited_logit(x[e.row, e.id], e) for every edit e, at most one per element (logit_edits gives one
+// per token). An edit outside x is refused on the CPU and skipped on CUDA (which cannot read the
+// edits without a wait).
+struct EditLogitsParams {
+  TensorView x;           // [R, V] f32
+  ConstTensorView edits;  // [E, 6] i32: a LogitEdit per row
+};
+
 // Drawing the next tokens on the backend: out[r] is the token sampling/token_draw.h's draw picks
 // from row r of x under the DrawRow in row r of `rows` (seed, index, temperature, top_p, min_p,
 // top_k), the same id draw_token gives on the host, on every backend; -1 where no token can be
@@ -462,6 +471,7 @@ class Ops {
   // The default runs each range through copy(); a backend overrides it to batch them.
   virtual void copy_rows(const CopyRowsParams& p);
   virtual void write_cache_rows(const WriteCacheRowsParams& p) = 0;
+  virtual void edit_logits(const EditLogitsParams& p) = 0;
   virtual void sample_rows(const SampleRowsParams& p) = 0;
   // Converts a checkpoint tensor to the backend's compute layout; checks shapes and dtypes.
   virtual Weight load_weight(const LoadWeightParams& p) = 0;

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "ops/arg_checks.h"
+#include "sampling/logit_edit.h"
 #include "sampling/token_draw.h"
 
 namespace dsv4 {
@@ -126,6 +127,16 @@ void check_params(const WriteCacheRowsParams& p) {
       throw UsageError(what + "rows [" + std::to_string(c.src_begin) + ", " + std::to_string(c.src_begin + c.rows) +
                        ") are outside the source " + shape_str(p.src.shape()));
   }
+}
+
+void check_params(const EditLogitsParams& p) {
+  expect_rank("edit_logits", "x", p.x, 2);
+  expect_dtype("edit_logits", "x", p.x, DType::kF32);
+  expect_rank("edit_logits", "edits", p.edits, 2);
+  expect_dtype("edit_logits", "edits", p.edits, DType::kI32);
+  if (p.edits.dim(1) != static_cast<int64_t>(sizeof(LogitEdit) / sizeof(int32_t)))
+    throw UsageError("edit_logits: edits has rows of " + std::to_string(p.edits.dim(1)) + " words, a LogitEdit is " +
+                     std::to_string(sizeof(LogitEdit) / sizeof(int32_t)));
 }
 
 void check_params(const SampleRowsParams& p) {

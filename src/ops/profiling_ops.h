@@ -55,6 +55,9 @@ class ProfilingOps final : public Ops {
   void write_cache_rows(const WriteCacheRowsParams& p) override {
     return timed("write_cache_rows", [&] { return inner_.write_cache_rows(p); });
   }
+  void edit_logits(const EditLogitsParams& p) override {
+    return timed("edit_logits", [&] { return inner_.edit_logits(p); });
+  }
   void sample_rows(const SampleRowsParams& p) override {
     return timed("sample_rows", [&] { return inner_.sample_rows(p); });
   }

@@ -199,14 +199,28 @@ class Engine::Impl {
     RequestMetrics metrics;
   };
 
-  // Whether the request's next token is token_draw.h's draw from the raw logits and nothing else
-  // is needed from them (so the backend's sample_rows can pick it): no penalty, no logprobs, no
-  // constraint, no logit_bias, allowed_token_ids or bad_words_ids, min_tokens reached.
-  static bool draws_from_raw_logits(const Request& r, const Sequence& seq) {
+  // Whether the request's next token can be drawn on the backend: its logits need only sparse
+  // edits (logit_bias, penalties, bad_words' and min_tokens' bans: logit_edits) before
+  // token_draw.h's draw, and nothing else is needed from them. Not with logprobs, an output
+  // constraint or allowed_token_ids (dense masks), nor with bad_words while min_tokens holds
+  // back the stop tokens (the two bans could leave no token, which the host path refuses).
+  static bool draws_on_backend(const Request& r, const Sequence& seq) {
     const SamplingParams& s = r.sampling;
-    return !s.logprobs && s.presence_penalty == 0.0f && s.frequency_penalty == 0.0f && s.repetition_penalty == 1.0f &&
-           s.logit_bias.empty() && s.allowed_token_ids.empty() && s.bad_words_ids.empty() && !r.constraint &&
-           seq.num_output() >= r.stop.min_tokens;
+    return !s.logprobs && s.allowed_token_ids.empty() && !r.constraint &&
+           (s.bad_words_ids.empty() || seq.num_output() >= r.stop.min_tokens);
+  }
+  // The edits of `r`'s next draw, for row `row` of the step's logits: its sampling's, and bans of
+  // its bad words and of the tokens min_tokens holds back.
+  std::vector<LogitEdit> draw_edits(const Request& r, const Sequence& seq, int32_t row) const {
+    const std::span<const int32_t> tokens(seq.tokens);
+    const TokenHistory history{tokens.first(static_cast<size_t>(seq.num_prompt_tokens)),
+                               tokens.subspan(static_cast<size_t>(seq.num_prompt_tokens))};
+    std::vector<int32_t> banned = banned_by_bad_words(r.sampling.bad_words_ids, history.output);
+    if (seq.num_output() < r.stop.min_tokens) {
+      if (!r.stop.ignore_eos) banned.push_back(static_cast<int32_t>(model_.config()->eos_token_id));
+      banned.insert(banned.end(), r.stop.stop_token_ids.begin(), r.stop.stop_token_ids.end());
+    }
+    return logit_edits(r.sampling, history, banned, static_cast<size_t>(model_.config()->vocab_size), row);
   }
   // The draw of sample_token for `r`'s next token (its output so far is `seq`'s).
   static DrawRow draw_row(const Request& r, const Sequence& seq) {
@@ -263,6 +277,7 @@ class Engine::Impl {
   std::vector<float> logits_;               // the step's sampling rows, [chunks, V]
   std::vector<float> all_logits_;           // every token's, [T, V], in steps that need them
   std::vector<DrawRow> draw_rows_;          // the step's draws, when made on the backend
+  std::vector<LogitEdit> draw_edits_;       // and their logits' edits
   std::vector<int32_t> drawn_ids_;          // their tokens
   std::optional<JsonTokenMask> constraint_vocab_;  // made when the first constrained request samples
   ThreadPool sampling_pool_;                // the step's draws (EngineConfig::sampling_threads)
@@ -665,10 +680,10 @@ bool Engine::Impl::step() {
         return r.prompt_logprobs && !r.prompt_logprobs_sent && c.start + 1 < c.sequence->num_prompt_tokens;
       });
       batch.options.logits = all_logits ? LogitsFor::kAllTokens : LogitsFor::kLastTokenOfSequence;
-      // When every token this step samples is drawn from the raw logits, the draws run on the
-      // backend and only the ids come back (sample_token's draws, the same ids).
-      const bool draws_on_backend = !all_logits && std::all_of(plan.chunks.begin(), plan.chunks.end(), [&](const ScheduledChunk& c) {
-        return !c.samples() || draws_from_raw_logits(requests_.at(c.sequence->id), *c.sequence);
+      // When every token this step samples can be drawn on the backend, the draws run there and
+      // only the ids come back (sample_token's draws, the same ids).
+      const bool on_backend = !all_logits && std::all_of(plan.chunks.begin(), plan.chunks.end(), [&](const ScheduledChunk& c) {
+        return !c.samples() || draws_on_backend(requests_.at(c.sequence->id), *c.sequence);
       });
       try {
         for (const ScheduledChunk& c : plan.chunks) {
@@ -693,12 +708,25 @@ bool Engine::Impl::step() {
         // The padding's rows come last (one each).
         const TensorView logits =
             slice_rows(result.logits.view(), 0, result.logits.dim(0) - static_cast<int64_t>(padding.size()));
-        if (draws_on_backend) {
+        if (on_backend) {
           // A chunk that samples nothing gets a greedy row, its id unused.
           draw_rows_.assign(static_cast<size_t>(n), DrawRow{});
+          draw_edits_.clear();
           for (size_t i = 0; i < plan.chunks.size(); ++i)
-            if (plan.chunks[i].samples())
-              draw_rows_[i] = draw_row(requests_.at(plan.chunks[i].sequence->id), *plan.chunks[i].sequence);
+            if (plan.chunks[i].samples()) {
+              const Request& r = requests_.at(plan.chunks[i].sequence->id);
+              draw_rows_[i] = draw_row(r, *plan.chunks[i].sequence);
+              const std::vector<LogitEdit> edits = draw_edits(r, *plan.chunks[i].sequence, static_cast<int32_t>(i));
+              draw_edits_.insert(draw_edits_.end(), edits.begin(), edits.end());
+            }
+          if (!draw_edits_.empty()) {
+            constexpr int64_t kEditWords = sizeof(LogitEdit) / sizeof(int32_t);
+            const auto E = static_cast<int64_t>(draw_edits_.size());
+            DeviceTensor edits = ops_.alloc_output(DType::kI32, {E, kEditWords});
+            ops_.upload(ConstTensorView(reinterpret_cast<const std::byte*>(draw_edits_.data()), DType::kI32, {E, kEditWords}),
+                        edits.view());
+            ops_.edit_logits({logits, edits.view()});
+          }
           constexpr int64_t kWords = sizeof(DrawRow) / sizeof(int64_t);
           DeviceTensor rows = ops_.alloc_output(DType::kI64, {n, kWords});
           ops_.upload(ConstTensorView(reinterpret_cast<const std::byte*>(draw_rows_.data()), DType::kI64, {n, kWords}),
@@ -744,7 +772,7 @@ bool Engine::Impl::step() {
         if (!c.samples()) continue;
         Request& r = requests_.at(c.sequence->id);
         Draw d{i, &r, {}, {}, {}};
-        if (draws_on_backend) {
+        if (on_backend) {
           d.choice.id = drawn_ids_[i];
           if (d.choice.id < 0) d.error = "no token has a probability (the logits have no finite largest value)";
         } else if (r.constraint &&
@@ -783,7 +811,7 @@ bool Engine::Impl::step() {
         }
         draws.push_back(std::move(d));
       }
-      if (!draws_on_backend)
+      if (!on_backend)
         sampling_pool_.parallel_for(static_cast<int64_t>(draws.size()), [&](int64_t k) {
           Draw& d = draws[static_cast<size_t>(k)];
           const Sequence& seq = *plan.chunks[d.chunk].sequence;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <string>
 #include <unordered_map>
 
@@ -19,22 +20,6 @@ void check_ids(std::span<const int32_t> ids, size_t vocab) {
     if (id < 0 || static_cast<size_t>(id) >= vocab)
       throw UsageError("sample_token: token id " + std::to_string(id) + " outside the vocabulary of " +
                        std::to_string(vocab));
-}
-
-void apply_penalties(std::vector<float>& x, const SamplingParams& params, const TokenHistory& history) {
-  if (params.repetition_penalty != 1.0f) {
-    std::vector<bool> seen(x.size(), false);
-    for (auto ids : {history.prompt, history.output})
-      for (int32_t id : ids) seen[static_cast<size_t>(id)] = true;
-    for (size_t i = 0; i < x.size(); ++i)
-      if (seen[i]) x[i] = x[i] > 0 ? x[i] / params.repetition_penalty : x[i] * params.repetition_penalty;
-  }
-  if (params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f) {
-    std::unordered_map<int32_t, int64_t> counts;
-    for (int32_t id : history.output) ++counts[id];
-    for (const auto& [id, count] : counts)
-      x[static_cast<size_t>(id)] -= params.presence_penalty + params.frequency_penalty * static_cast<float>(count);
-  }
 }
 
 // A constraint's mask is empty (no constraint) or has one entry per logit.
@@ -123,6 +108,40 @@ int32_t draw(const std::vector<float>& x, const SamplingParams& params, uint64_t
 
 }  // namespace
 
+std::vector<LogitEdit> logit_edits(const SamplingParams& params, const TokenHistory& history,
+                                   std::span<const int32_t> banned, size_t vocab, int32_t row) {
+  check_ids(history.prompt, vocab);
+  check_ids(history.output, vocab);
+  std::map<int32_t, LogitEdit> edits;  // by id: ascending, one each
+  auto edit = [&](int32_t id) -> LogitEdit& {
+    LogitEdit& e = edits[id];
+    e.row = row;
+    e.id = id;
+    e.repetition_penalty = params.repetition_penalty;
+    return e;
+  };
+  for (const auto& [id, bias] : params.logit_bias) {
+    if (id < 0 || static_cast<size_t>(id) >= vocab)
+      throw UsageError("sample_token: logit_bias names token " + std::to_string(id) + " of " + std::to_string(vocab));
+    edit(id).bias += bias;
+  }
+  if (params.repetition_penalty != 1.0f)
+    for (auto ids : {history.prompt, history.output})
+      for (int32_t id : ids) edit(id).flags |= LogitEdit::kRepeated;
+  if (params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f) {
+    std::unordered_map<int32_t, int64_t> counts;
+    for (int32_t id : history.output) ++counts[id];
+    for (const auto& [id, count] : counts)
+      edit(id).subtract = params.presence_penalty + params.frequency_penalty * static_cast<float>(count);
+  }
+  check_ids(banned, vocab);
+  for (int32_t id : banned) edit(id).flags |= LogitEdit::kBanned;
+  std::vector<LogitEdit> out;
+  out.reserve(edits.size());
+  for (const auto& [id, e] : edits) out.push_back(e);
+  return out;
+}
+
 std::vector<int32_t> banned_by_bad_words(std::span<const std::vector<int32_t>> bad_words_ids,
                                          std::span<const int32_t> output) {
   std::vector<int32_t> banned;
@@ -145,16 +164,9 @@ bool any_token_drawable(size_t vocab, std::span<const uint8_t> allowed, const Sa
 TokenChoice sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
                          const TokenHistory& history, std::span<const uint8_t> allowed) {
   if (logits.empty()) throw UsageError("sample_token: empty logits");
-  check_ids(history.prompt, logits.size());
-  check_ids(history.output, logits.size());
   std::vector<float> x(logits.begin(), logits.end());
-  for (const auto& [id, bias] : params.logit_bias) {
-    if (id < 0 || static_cast<size_t>(id) >= x.size())
-      throw UsageError("sample_token: logit_bias names token " + std::to_string(id) + " of " +
-                       std::to_string(x.size()));
-    x[static_cast<size_t>(id)] += bias;
-  }
-  apply_penalties(x, params, history);
+  const std::vector<LogitEdit> edits = logit_edits(params, history, {}, x.size());
+  apply_logit_edits(x.data(), static_cast<int64_t>(x.size()), edits.data(), static_cast<int64_t>(edits.size()));
   apply_drawable(x, allowed, params, history.output);
 
   const int32_t id = params.temperature == 0.0f ? argmax(x) : draw(x, params, seed, history.output.size());

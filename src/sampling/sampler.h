@@ -3,9 +3,10 @@
 // draw for output token i depends only on (seed, i), and the penalties only on the token history
 // passed in, so a request samples the same tokens alone, in any batch and after a recompute.
 //
-// Runs on the downloaded logits on the host. Requests that need no penalty, mask or logprobs
-// draw on the backend instead (Ops::sample_rows, the same draw), which saves the [sequences, V]
-// download and the host's pass over it.
+// Runs on the downloaded logits on the host. Requests that need no dense mask (an output
+// constraint, allowed_token_ids) and no logprobs draw on the backend instead (Ops::edit_logits
+// with logit_edits' edits, then Ops::sample_rows: the same logits and the same draw), which saves
+// the [sequences, V] download and the host's pass over it.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "sampling/logit_edit.h"
 #include "sampling/sampling_params.h"
 
 namespace dsv4 {
@@ -47,6 +49,15 @@ struct TokenHistory {
 // when no token has a probability at the temperature (NaN or infinite logits).
 TokenChoice sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
                          const TokenHistory& history, std::span<const uint8_t> allowed = {});
+
+// The logit edits (logit_edit.h) of a step of a request with `params` after `history`, for row
+// `row` of the step's logits, one per token touched in ascending id: logit_bias (an id's entries
+// added up), the repetition penalty over prompt and output tokens, the presence and frequency
+// penalties over the output, and the `banned` tokens. What sample_token applies before its masks;
+// the engine applies them on the backend (Ops::edit_logits) for a draw there. Throws UsageError
+// for a history, logit_bias or banned id outside the vocabulary of `vocab`.
+std::vector<LogitEdit> logit_edits(const SamplingParams& params, const TokenHistory& history,
+                                   std::span<const int32_t> banned, size_t vocab, int32_t row = 0);
 
 // vLLM's bad_words at one step: the last token of each sequence of `bad_words_ids` whose other
 // tokens are the last tokens of `output` (the tokens generated so far, not the prompt's, as in

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "core/quant.h"
+#include "sampling/logit_edit.h"
 #include "sampling/token_draw.h"
 #include "tests/ops/cuda_test_util.h"
 
@@ -432,6 +434,41 @@ TEST_F(CudaOpsCore, GreedySampleRowsMatchTheCpu) {
   gpu_->sample_rows({xs.gpu.view(), rows.gpu.view(), out.gpu.view()});
   expect_same_bits("sample_rows", from_cpu(out.cpu), from_gpu(out.gpu));
   EXPECT_EQ(from_cpu(out.cpu).data<int32_t>()[0], 5);
+}
+
+// Logit edits at V4's vocabulary: a few thousand distinct (row, token) edits of every kind (bias,
+// repetition penalty on positive and negative logits, subtraction, bans, and all of them at once)
+// change the GPU's logits to the CPU's bits.
+TEST_F(CudaOpsCore, EditLogitsMatchTheCpu) {
+  const int64_t R = 8, V = 129280;
+  const Tensor x = random_tensor(DType::kF32, {R, V}, 4.0f);
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(V - 1));
+  std::uniform_real_distribution<float> amount(-3.0f, 3.0f);
+  std::vector<LogitEdit> edits;
+  for (int32_t row = 0; row < R; ++row) {
+    std::set<int32_t> ids;
+    while (ids.size() < 500) ids.insert(token(rng));
+    int k = 0;
+    for (int32_t id : ids) {
+      LogitEdit e;
+      e.row = row;
+      e.id = id;
+      e.bias = k % 3 == 0 ? amount(rng) : 0.0f;
+      e.subtract = k % 2 == 0 ? amount(rng) : 0.0f;
+      e.repetition_penalty = 1.0f + 0.1f * static_cast<float>(row);
+      e.flags = (k % 5 == 0 ? LogitEdit::kRepeated : 0u) | (k % 17 == 0 ? LogitEdit::kBanned : 0u);
+      edits.push_back(e);
+      ++k;
+    }
+  }
+  Tensor edit_words(DType::kI32, {static_cast<int64_t>(edits.size()), 6});
+  std::memcpy(edit_words.view().bytes(), edits.data(), edits.size() * sizeof(LogitEdit));
+  const Both xs = upload_both(x);
+  const Both es = upload_both(edit_words);
+  cpu_.edit_logits({xs.cpu.view(), es.cpu.view()});
+  gpu_->edit_logits({xs.gpu.view(), es.gpu.view()});
+  expect_same_bits("edit_logits", from_cpu(xs.cpu), from_gpu(xs.gpu));
 }
 
 // Seeded draws at V4's vocabulary: the CPU's tokens (draw_token's) on every row, for logits with

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -289,28 +290,57 @@ TEST_F(EngineTest, PrefixCacheHitsGiveTheTokensOfAMissBitForBit) {
   EXPECT_GT(cached->stats().cache_blocks_cached, 0);
 }
 
-// Requests without logprobs, penalties or masks draw on the backend (Ops::sample_rows, only the
-// ids downloaded): greedy and seeded top-k/top-p/min-p requests get the tokens of the host's
-// sample_token, which a logprobs request still uses, alone and in a busy batch where both kinds
-// share steps.
+// Requests without logprobs, allowed_token_ids or an output constraint draw on the backend
+// (Ops::edit_logits for their logit_bias, penalties and bans, then Ops::sample_rows; only the ids
+// downloaded): greedy and seeded top-k/top-p/min-p requests, with penalties and logit_bias, with
+// bad_words, with min_tokens holding back stop tokens, get the tokens of the host's sample_token,
+// which a logprobs request still uses, alone and in a busy batch where both kinds share steps.
 TEST_F(EngineTest, DrawsOnTheBackendAreTheHostSamplersTokens) {
-  for (const float temperature : {0.0f, 0.9f}) {
-    GenerateRequest plain = request(ids(41, 1), 10, temperature);
+  struct Variant {
+    const char* name;
+    float temperature;
+    std::function<void(GenerateRequest&)> change;
+  };
+  const std::vector<Variant> variants = {
+      {"greedy", 0.0f, [](GenerateRequest&) {}},
+      {"top-k, top-p, min-p", 0.9f,
+       [](GenerateRequest& r) {
+         r.sampling.top_k = 40;
+         r.sampling.top_p = 0.9f;
+         r.sampling.min_p = 0.01f;
+       }},
+      {"penalties and logit_bias", 0.8f,
+       [](GenerateRequest& r) {
+         r.sampling.presence_penalty = 0.7f;
+         r.sampling.frequency_penalty = 0.4f;
+         r.sampling.repetition_penalty = 1.3f;
+         r.sampling.logit_bias = {{5, 2.5f}, {7, -1.0f}};
+       }},
+      {"greedy with penalties", 0.0f,
+       [](GenerateRequest& r) {
+         r.sampling.repetition_penalty = 1.5f;
+         r.sampling.frequency_penalty = 1.0f;
+       }},
+      {"bad_words", 1.0f, [](GenerateRequest& r) { r.sampling.bad_words_ids = {{3}, {4, 6}}; }},
+      {"min_tokens", 1.0f,
+       [](GenerateRequest& r) {
+         r.stop.min_tokens = 6;
+         r.stop.stop_token_ids = {2, 9};
+       }},
+  };
+  for (const Variant& v : variants) {
+    GenerateRequest plain = request(ids(41, 1), 10, v.temperature);
     plain.sampling.seed = 77;
-    if (temperature > 0) {
-      plain.sampling.top_k = 40;
-      plain.sampling.top_p = 0.9f;
-      plain.sampling.min_p = 0.01f;
-    }
+    v.change(plain);
     GenerateRequest with_logprobs = plain;
     plain.sampling.logprobs = false;
     const Result on_backend = alone(plain), on_host = alone(with_logprobs);
-    ASSERT_EQ(on_backend.tokens.size(), 10u);
-    EXPECT_EQ(on_backend.tokens, on_host.tokens) << "temperature " << temperature;
-    EXPECT_TRUE(on_backend.logprobs == std::vector<float>(10, 0.0f));  // none asked for
+    ASSERT_FALSE(on_backend.tokens.empty()) << v.name;
+    EXPECT_EQ(on_backend.tokens, on_host.tokens) << v.name;
+    EXPECT_TRUE(on_backend.logprobs == std::vector<float>(on_backend.tokens.size(), 0.0f));  // none asked for
     auto e = engine();
     uint64_t preemptions = 0;
-    EXPECT_EQ(in_busy_batch(*e, plain, preemptions).tokens, on_host.tokens) << "temperature " << temperature;
+    EXPECT_EQ(in_busy_batch(*e, plain, preemptions).tokens, on_host.tokens) << v.name;
   }
 }
 

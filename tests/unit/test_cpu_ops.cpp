@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/quant.h"
+#include "sampling/logit_edit.h"
 #include "sampling/token_draw.h"
 #include "cpu_test_util.h"
 
@@ -164,6 +165,37 @@ TEST_F(CpuOpsTest, SampleRowsDrawWhatDrawTokenDraws) {
     EXPECT_GE(ids[r], 0);
   }
   EXPECT_EQ(ids[R - 1], -1);
+}
+
+// A [E, 6] i32 tensor of LogitEdits, edit_logits' second input.
+DeviceTensor logit_edits_tensor(Ops& ops, const std::vector<LogitEdit>& edits) {
+  DeviceTensor t = ops.alloc(DType::kI32, {static_cast<int64_t>(edits.size()), 6});
+  std::memcpy(t.view().bytes(), edits.data(), edits.size() * sizeof(LogitEdit));
+  return t;
+}
+
+// Each edit changes its one logit as edited_logit says (bias, then the repetition penalty's
+// division or multiplication, then the subtraction; a ban is -inf); the other logits keep their
+// values; an edit outside the logits is refused by name.
+TEST_F(CpuOpsTest, EditLogitsChangeOnlyTheirTokens) {
+  const std::vector<float> values = {1.0f, -2.0f, 3.0f, 0.5f, -1.0f, 4.0f, 2.0f, 8.0f};
+  const DeviceTensor x = make_tensor(ops, DType::kF32, {2, 4}, values);
+  const std::vector<LogitEdit> edits = {
+      {0, 0, 0.5f, 0.0f, 2.0f, LogitEdit::kRepeated},  // (1 + 0.5) / 2
+      {0, 1, 0.0f, 0.25f, 2.0f, LogitEdit::kRepeated},  // -2 * 2 - 0.25
+      {1, 2, 1.0f, 1.5f, 1.0f, 0},                       // 2 + 1 - 1.5
+      {1, 3, 0.0f, 0.0f, 1.0f, LogitEdit::kBanned},
+  };
+  ops.edit_logits({x.view(), logit_edits_tensor(ops, edits).view()});
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(to_floats(x.view()), (std::vector<float>{0.75f, -4.25f, 3.0f, 0.5f, -1.0f, 4.0f, 1.5f, -inf}));
+  const std::vector<LogitEdit> outside = {{2, 0, 1.0f, 0.0f, 1.0f, 0}};
+  try {
+    ops.edit_logits({x.view(), logit_edits_tensor(ops, outside).view()});
+    ADD_FAILURE() << "an edit of row 2 of 2 was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("edit_logits: edit 0 names row 2"), std::string::npos) << e.what();
+  }
 }
 
 // ---- norms, rope, quantisation, hadamard ----------------------------------------------------

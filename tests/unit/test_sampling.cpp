@@ -401,6 +401,38 @@ TEST(Sampling, FiltersPickWhatSortingTheWholeVocabularyPicks) {
   EXPECT_EQ(compared, 3 * 3 * 4 * 5 * 4 * 2 * 3);
 }
 
+// logit_edits: one edit per token touched, ids ascending, in the row asked for: logit_bias
+// entries of one id added up, the repetition flag on prompt and output tokens, presence +
+// frequency * count on output tokens, bans; ids outside the vocabulary refused.
+TEST(Sampling, LogitEditsListEachTouchedTokenOnce) {
+  SamplingParams p = sampled();
+  p.logit_bias = {{9, 1.5f}, {2, -1.0f}, {9, 0.25f}};
+  p.repetition_penalty = 1.2f;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  const std::vector<int32_t> prompt = {4, 4, 7}, output = {7, 3, 7};
+  const std::vector<int32_t> banned = {11, 3};
+  const std::vector<LogitEdit> edits = logit_edits(p, {prompt, output}, banned, 12, 5);
+  std::vector<int32_t> ids;
+  for (const LogitEdit& e : edits) {
+    ids.push_back(e.id);
+    EXPECT_EQ(e.row, 5);
+    EXPECT_EQ(e.repetition_penalty, 1.2f);
+  }
+  EXPECT_EQ(ids, (std::vector<int32_t>{2, 3, 4, 7, 9, 11}));
+  auto of = [&](int32_t id) { return *std::find_if(edits.begin(), edits.end(), [&](const LogitEdit& e) { return e.id == id; }); };
+  EXPECT_EQ(of(9).bias, 1.75f);
+  EXPECT_EQ(of(2).bias, -1.0f);
+  EXPECT_EQ(of(4).flags, LogitEdit::kRepeated);
+  EXPECT_EQ(of(4).subtract, 0.0f);  // a prompt token: no presence or frequency penalty
+  EXPECT_EQ(of(7).subtract, 0.5f + 0.25f * 2.0f);
+  EXPECT_EQ(of(3).flags, LogitEdit::kRepeated | LogitEdit::kBanned);
+  EXPECT_EQ(of(11).flags, LogitEdit::kBanned);
+  EXPECT_EQ(of(9).flags, 0u);
+  EXPECT_THROW(logit_edits(p, {prompt, output}, std::vector<int32_t>{12}, 12), UsageError);
+  EXPECT_THROW(logit_edits(p, {prompt, std::vector<int32_t>{12}}, {}, 12), UsageError);
+}
+
 // draw_weight is floor(2^44 e^y) up to its series' error: within one unit (and a relative 1e-15) of
 // std::exp's, 2^44 at y = 0, 0 below -31 and for NaN, and never rising as y falls on a fine grid.
 TEST(Sampling, DrawWeightsAreTheScaledExponential) {

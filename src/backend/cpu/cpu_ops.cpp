@@ -16,6 +16,7 @@
 #include "backend/cpu/parallel_rows.h"
 #include "core/dummy_random.h"
 #include "ops/param_checks.h"
+#include "sampling/logit_edit.h"
 #include "sampling/token_draw.h"
 
 namespace dsv4::cpu {
@@ -89,6 +90,17 @@ void CpuOps::write_cache_rows(const WriteCacheRowsParams& p) {
       std::memcpy(c.cache.pool.bytes() + row * row_bytes, p.src.bytes() + r * row_bytes, row_bytes);
     }
   }
+}
+
+void CpuOps::edit_logits(const EditLogitsParams& p) {
+  check_params(p);
+  const auto* edits = reinterpret_cast<const LogitEdit*>(p.edits.data<int32_t>());
+  const int64_t count = p.edits.dim(0);
+  for (int64_t i = 0; i < count; ++i)
+    if (edits[i].row < 0 || edits[i].row >= p.x.dim(0) || edits[i].id < 0 || edits[i].id >= p.x.dim(1))
+      throw UsageError("edit_logits: edit " + std::to_string(i) + " names row " + std::to_string(edits[i].row) +
+                       ", token " + std::to_string(edits[i].id) + " of logits " + shape_str(p.x.shape()));
+  apply_logit_edits(p.x.data<float>(), p.x.dim(1), edits, count);
 }
 
 void CpuOps::sample_rows(const SampleRowsParams& p) {

@@ -18,7 +18,7 @@
 #include "kernels/gemm/fp8_mma_gemm.h"
 #include "kernels/init/dummy_weight.h"
 #include "kernels/mhc/mhc.h"
-#include "kernels/sampling/sample_rows.h"
+#include "kernels/sampling/sampling.h"
 #include "kernels/sm_count.h"
 #include "ops/param_checks.h"
 
@@ -338,6 +338,13 @@ void CudaOps::write_cache_rows(const WriteCacheRowsParams& p) {
                              table.at<kernels::CacheRowTarget>(caches_at), R,
                              p.src.dim(1) * static_cast<int64_t>(dtype_size(p.src.dtype()))},
                             stream_);
+}
+
+void CudaOps::edit_logits(const EditLogitsParams& p) {
+  check_params(p);
+  kernels::edit_logits({p.x.data<float>(), reinterpret_cast<const LogitEdit*>(p.edits.data<int32_t>()), p.edits.dim(0),
+                        p.x.dim(0), p.x.dim(1)},
+                       stream_);
 }
 
 void CudaOps::sample_rows(const SampleRowsParams& p) {

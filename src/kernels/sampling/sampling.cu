@@ -1,13 +1,14 @@
-// The token draw on the device: a block of 1,024 threads per row runs sampling/token_draw.h's
-// steps as passes over the row's logits (read from L2 after the first), each an exact integer
-// reduction, a radix select or an ordered scan, so the ids are draw_token's whatever the split:
+// Sampling on the device. The logit edits: a thread per edit. The token draw: a block of 1,024
+// threads per row runs sampling/token_draw.h's steps as passes over the row's logits (read from
+// L2 after the first), each an exact integer reduction, a radix select or an ordered scan, so the
+// ids are draw_token's whatever the split:
 //   max -> count and total of the kept weights -> top-k cut (radix select by count over the
 //   order key, then the ties in id order) -> top-p cut (the same by weight) -> the draw (the
 //   first id whose running weight exceeds the target).
 // A cut is (key, id): a token is in when its key is larger, or equal with an id no larger.
 // Weights are recomputed from the logits in every pass rather than stored (a row's [V] u64 would
 // be 1 MB of traffic per pass); the passes are few and the exp is ~25 double operations.
-#include "kernels/sampling/sample_rows.h"
+#include "kernels/sampling/sampling.h"
 
 #include <cstdint>
 #include <string>
@@ -240,6 +241,16 @@ __device__ Cut find_cut(const RowDraw& d, uint64_t need, SampleSmem& s) {
   return {prefix, ties.id, above + ties.running};
 }
 
+__global__ void edit_logits_kernel(EditLogitsKernelParams p) {
+  pdl_wait();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= p.count) return;
+  const LogitEdit e = p.edits[i];
+  if (e.row < 0 || e.row >= p.rows || e.id < 0 || e.id >= p.cols) return;
+  float& v = p.x[static_cast<int64_t>(e.row) * p.cols + e.id];
+  v = edited_logit(v, e);
+}
+
 __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleRowsKernelParams p) {
   pdl_wait();
   __shared__ SampleSmem s;
@@ -290,6 +301,14 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleRowsKernelP
 }
 
 }  // namespace
+
+void edit_logits(const EditLogitsKernelParams& p, cudaStream_t stream) {
+  if (p.count == 0) return;
+  constexpr int kEditThreads = 256;
+  const int64_t blocks = (p.count + kEditThreads - 1) / kEditThreads;
+  if (blocks > 2147483647) throw UsageError("edit_logits: " + std::to_string(p.count) + " edits in one launch");
+  launch_pdl(edit_logits_kernel, static_cast<unsigned>(blocks), kEditThreads, 0, stream, p);
+}
 
 void sample_rows(const SampleRowsKernelParams& p, cudaStream_t stream) {
   if (p.rows_count == 0) return;

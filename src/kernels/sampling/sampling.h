@@ -1,0 +1,39 @@
+// Launchers of sampling on the device: the logit edits of sampling/logit_edit.h (CudaOps::edit_logits)
+// and sampling/token_draw.h's draw (CudaOps::sample_rows, a block per row), each giving the host's
+// values (apply_logit_edits, draw_token) bit for bit.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "sampling/logit_edit.h"
+#include "sampling/token_draw.h"
+
+namespace dsv4::kernels {
+
+// x[e.row * cols + e.id] = edited_logit(that value, e) for each of the `count` edits (device
+// memory); edits outside [rows, cols] are skipped. At most one edit per element (else a race). A
+// thread per edit.
+struct EditLogitsKernelParams {
+  float* x = nullptr;               // [rows, cols]
+  const LogitEdit* edits = nullptr;  // [count]
+  int64_t count = 0;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+void edit_logits(const EditLogitsKernelParams& p, cudaStream_t stream);
+
+// out[r] = draw_token(row r of x, rows[r]): -1 where no token can be drawn. Temperature-0 rows
+// take the argmax (a left-to-right scan keeping the first strictly larger value: the lowest index
+// of the largest non-NaN value, or 0 when x[r, 0] is NaN or the row is all NaN).
+struct SampleRowsKernelParams {
+  const float* x = nullptr;       // [rows, cols]
+  const DrawRow* rows = nullptr;  // [rows], device
+  int32_t* out = nullptr;         // [rows]
+  int64_t rows_count = 0;
+  int64_t cols = 0;               // <= kDrawMaxVocab
+};
+void sample_rows(const SampleRowsKernelParams& p, cudaStream_t stream);
+
+}  // namespace dsv4::kernels
