@@ -680,11 +680,14 @@ bool Engine::Impl::step() {
         return r.prompt_logprobs && !r.prompt_logprobs_sent && c.start + 1 < c.sequence->num_prompt_tokens;
       });
       batch.options.logits = all_logits ? LogitsFor::kAllTokens : LogitsFor::kLastTokenOfSequence;
-      // When every token this step samples can be drawn on the backend, the draws run there and
-      // only the ids come back (sample_token's draws, the same ids).
-      const bool on_backend = !all_logits && std::all_of(plan.chunks.begin(), plan.chunks.end(), [&](const ScheduledChunk& c) {
-        return !c.samples() || draws_on_backend(requests_.at(c.sequence->id), *c.sequence);
-      });
+      // The draws that can run on the backend do (sample_token's draws, the same ids), and only
+      // their ids come back; the others' rows of logits come to the host.
+      std::vector<uint8_t> backend_draw(static_cast<size_t>(n), 0);
+      for (size_t i = 0; i < plan.chunks.size(); ++i) {
+        const ScheduledChunk& c = plan.chunks[i];
+        backend_draw[i] = !all_logits && c.samples() && draws_on_backend(requests_.at(c.sequence->id), *c.sequence);
+      }
+      const bool any_backend_draw = std::find(backend_draw.begin(), backend_draw.end(), 1) != backend_draw.end();
       try {
         for (const ScheduledChunk& c : plan.chunks) {
           Request& r = requests_.at(c.sequence->id);
@@ -708,12 +711,12 @@ bool Engine::Impl::step() {
         // The padding's rows come last (one each).
         const TensorView logits =
             slice_rows(result.logits.view(), 0, result.logits.dim(0) - static_cast<int64_t>(padding.size()));
-        if (on_backend) {
-          // A chunk that samples nothing gets a greedy row, its id unused.
+        if (any_backend_draw) {
+          // The other rows get a greedy draw, its id unused.
           draw_rows_.assign(static_cast<size_t>(n), DrawRow{});
           draw_edits_.clear();
           for (size_t i = 0; i < plan.chunks.size(); ++i)
-            if (plan.chunks[i].samples()) {
+            if (backend_draw[i]) {
               const Request& r = requests_.at(plan.chunks[i].sequence->id);
               draw_rows_[i] = draw_row(r, *plan.chunks[i].sequence);
               const std::vector<LogitEdit> edits = draw_edits(r, *plan.chunks[i].sequence, static_cast<int32_t>(i));
@@ -735,14 +738,26 @@ bool Engine::Impl::step() {
           ops_.sample_rows({logits, rows.view(), ids.view()});
           drawn_ids_.resize(static_cast<size_t>(n));
           ops_.download(ids.view(), TensorView(reinterpret_cast<std::byte*>(drawn_ids_.data()), DType::kI32, {n}));
-        } else if (all_logits) {
+        }
+        if (all_logits) {
           const int64_t T = batch.num_tokens();
           all_logits_.resize(static_cast<size_t>(T * V));
           ops_.download(logits, TensorView(reinterpret_cast<std::byte*>(all_logits_.data()), DType::kF32, {T, V}));
           take_prompt_logprobs(plan);
         } else {
+          // The host draws' rows (an edit touched only backend rows), in runs of consecutive rows.
           logits_.resize(static_cast<size_t>(n * V));
-          ops_.download(logits, TensorView(reinterpret_cast<std::byte*>(logits_.data()), DType::kF32, {n, V}));
+          for (int64_t begin = 0; begin < n;) {
+            if (!plan.chunks[static_cast<size_t>(begin)].samples() || backend_draw[static_cast<size_t>(begin)]) {
+              ++begin;
+              continue;
+            }
+            int64_t end = begin + 1;
+            while (end < n && plan.chunks[static_cast<size_t>(end)].samples() && !backend_draw[static_cast<size_t>(end)]) ++end;
+            ops_.download(slice_rows(logits, begin, end),
+                          TensorView(reinterpret_cast<std::byte*>(logits_.data() + begin * V), DType::kF32, {end - begin, V}));
+            begin = end;
+          }
         }
       } catch (const std::exception& e) {
         // A cache that could not be made, or a forward that failed and left its caches in an
@@ -762,6 +777,7 @@ bool Engine::Impl::step() {
       struct Draw {
         size_t chunk = 0;
         Request* request = nullptr;
+        bool on_backend = false;  // drawn by sample_rows (the id is in choice)
         std::vector<uint8_t> allowed;  // a constrained request's mask; empty: every token
         TokenChoice choice;
         std::string error;  // why sample_token refused the request's logits (the request then fails)
@@ -771,8 +787,8 @@ bool Engine::Impl::step() {
         const ScheduledChunk& c = plan.chunks[i];
         if (!c.samples()) continue;
         Request& r = requests_.at(c.sequence->id);
-        Draw d{i, &r, {}, {}, {}};
-        if (on_backend) {
+        Draw d{i, &r, backend_draw[i] != 0, {}, {}, {}};
+        if (d.on_backend) {
           d.choice.id = drawn_ids_[i];
           if (d.choice.id < 0) d.error = "no token has a probability (the logits have no finite largest value)";
         } else if (r.constraint &&
@@ -811,20 +827,20 @@ bool Engine::Impl::step() {
         }
         draws.push_back(std::move(d));
       }
-      if (!on_backend)
-        sampling_pool_.parallel_for(static_cast<int64_t>(draws.size()), [&](int64_t k) {
-          Draw& d = draws[static_cast<size_t>(k)];
-          const Sequence& seq = *plan.chunks[d.chunk].sequence;
-          const std::span<const int32_t> tokens(seq.tokens);
-          const TokenHistory history{tokens.first(static_cast<size_t>(seq.num_prompt_tokens)),
-                                     tokens.subspan(static_cast<size_t>(seq.num_prompt_tokens))};
-          try {
-            d.choice = sample_token(std::span<const float>(logits_).subspan(d.chunk * static_cast<size_t>(V), static_cast<size_t>(V)),
-                                    d.request->sampling, d.request->seed, history, d.allowed);
-          } catch (const Error& e) {
-            d.error = e.what();
-          }
-        });
+      sampling_pool_.parallel_for(static_cast<int64_t>(draws.size()), [&](int64_t k) {
+        Draw& d = draws[static_cast<size_t>(k)];
+        if (d.on_backend) return;
+        const Sequence& seq = *plan.chunks[d.chunk].sequence;
+        const std::span<const int32_t> tokens(seq.tokens);
+        const TokenHistory history{tokens.first(static_cast<size_t>(seq.num_prompt_tokens)),
+                                   tokens.subspan(static_cast<size_t>(seq.num_prompt_tokens))};
+        try {
+          d.choice = sample_token(std::span<const float>(logits_).subspan(d.chunk * static_cast<size_t>(V), static_cast<size_t>(V)),
+                                  d.request->sampling, d.request->seed, history, d.allowed);
+        } catch (const Error& e) {
+          d.error = e.what();
+        }
+      });
       std::vector<SequenceId> finished;
       for (Draw& d : draws) {
         if (!d.error.empty()) {  // logits no token can be drawn from (NaN or infinite): this request fails alone

@@ -30,6 +30,7 @@
 #include "model/cache_pool.h"
 #include "model/forward_runner.h"
 #include "model/model.h"
+#include "cpu_forwarding_ops.h"
 #include "runtime/engine.h"
 #include "sampling/regex_nfa.h"
 #include "sampling/sampler.h"
@@ -342,6 +343,46 @@ TEST_F(EngineTest, DrawsOnTheBackendAreTheHostSamplersTokens) {
     uint64_t preemptions = 0;
     EXPECT_EQ(in_busy_batch(*e, plain, preemptions).tokens, on_host.tokens) << v.name;
   }
+}
+
+// Counts the rows of vocabulary-wide logits the engine downloads.
+class LogitDownloadCountingOps final : public testing::CpuForwardingOps {
+ public:
+  explicit LogitDownloadCountingOps(int64_t vocab) : vocab_(vocab) {}
+  std::string_view name() const override { return "cpu-counting-logit-downloads"; }
+  void download(ConstTensorView src, TensorView host) override {
+    if (src.dtype() == DType::kF32 && src.rank() == 2 && src.dim(1) == vocab_) logit_rows += src.dim(0);
+    CpuForwardingOps::download(src, host);
+  }
+  int64_t logit_rows = 0;
+
+ private:
+  int64_t vocab_;
+};
+
+// A step that mixes draws on the backend with draws on the host (a logprobs request) brings only
+// the host draws' rows of logits to the host: one per token of the logprobs request, none for the
+// three others, which get their tokens alone.
+TEST_F(EngineTest, AMixedStepDownloadsOnlyTheHostDrawsLogits) {
+  LogitDownloadCountingOps counting(model_->config()->vocab_size);
+  Engine e(*model_, counting, small_config());
+  std::vector<GenerateRequest> plain;
+  for (uint32_t i = 0; i < 3; ++i) {
+    GenerateRequest r = request(ids(20 + 5 * i, 4 + i), 8, i == 0 ? 0.0f : 0.8f);
+    r.sampling.logprobs = false;
+    r.sampling.seed = 50 + i;
+    r.sampling.top_p = 0.9f;
+    plain.push_back(r);
+  }
+  GenerateRequest with_logprobs = request(ids(60, 3), 8, 0.7f);
+  with_logprobs.sampling.seed = 99;
+  std::vector<RequestHandle> hs;
+  for (const GenerateRequest& r : plain) hs.push_back(e.submit(r));
+  RequestHandle logprobs_handle = e.submit(with_logprobs);
+  run_until_idle(e);
+  EXPECT_EQ(counting.logit_rows, 8);
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(drain(hs[i]).tokens, alone(plain[i]).tokens) << "request " << i;
+  EXPECT_EQ(drain(logprobs_handle).tokens, alone(with_logprobs).tokens);
 }
 
 // A step's draws run on the engine's sampling threads: one thread or four, every request of a
@@ -1270,7 +1311,7 @@ TEST_F(EngineTest, AJsonObjectRequestNoTokenCanContinueFails) {
       {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}},
       {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}}},
       {"decoder", {{"type", "ByteLevel"}}}};
-  const auto file = std::filesystem::path(testing::TempDir()) / (std::to_string(getpid()) + "_far_tokenizer.json");
+  const auto file = std::filesystem::path(::testing::TempDir()) / (std::to_string(getpid()) + "_far_tokenizer.json");
   std::ofstream(file) << tokenizer_json.dump();
   auto tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(file));
   auto e = engine(small_config(), tokenizer);
