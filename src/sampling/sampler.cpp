@@ -179,23 +179,12 @@ TokenChoice sample_token(std::span<const float> logits, const SamplingParams& pa
 TokenChoice token_logprobs(std::span<const float> logits, int32_t id, int32_t top_logprobs) {
   if (logits.empty() || id < 0 || static_cast<size_t>(id) >= logits.size())
     throw UsageError("token_logprobs: token " + std::to_string(id) + " of " + std::to_string(logits.size()) + " logits");
-  const float top = *std::max_element(logits.begin(), logits.end());
-  double sum = 0;
-  for (float v : logits) sum += std::exp(static_cast<double>(v) - top);
-  const double log_z = static_cast<double>(top) + std::log(sum);
-  auto logprob = [&](int32_t i) { return static_cast<float>(static_cast<double>(logits[static_cast<size_t>(i)]) - log_z); };
+  RowLogprobs row = draw_row_logprobs(logits.data(), static_cast<int64_t>(logits.size()), id, top_logprobs);
   TokenChoice choice;
   choice.id = id;
-  choice.logprob = logprob(id);
-  choice.rank = 1 + static_cast<int32_t>(std::count_if(logits.begin(), logits.end(),
-                                                        [&](float v) { return v > logits[static_cast<size_t>(id)]; }));
-  std::vector<int32_t> ids(logits.size());
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
-  const size_t n = std::min(ids.size(), static_cast<size_t>(std::max(0, top_logprobs)));
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
-  for (size_t i = 0; i < n; ++i) choice.top.emplace_back(ids[i], logprob(ids[i]));
+  choice.logprob = row.logprob;
+  choice.rank = row.rank;
+  for (size_t i = 0; i < row.top_ids.size(); ++i) choice.top.emplace_back(row.top_ids[i], row.top_logprobs[i]);
   return choice;
 }
 

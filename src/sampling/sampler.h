@@ -72,9 +72,10 @@ std::vector<int32_t> banned_by_bad_words(std::span<const std::vector<int32_t>> b
 bool any_token_drawable(size_t vocab, std::span<const uint8_t> allowed, const SamplingParams& params,
                         std::span<const int32_t> output);
 
-// Token `id`'s logprob under `logits` (log_softmax, in double), its rank and the `top_logprobs`
-// most likely tokens with theirs (ties by id): what sample_token returns with logprobs, for a given token (a
-// prompt's, for prompt logprobs). Throws UsageError for an id outside the logits.
+// Token `id`'s logprob under `logits` (log_softmax by token_draw.h's draw_row_logprobs, the
+// backends' bits), its rank and the `top_logprobs` most likely tokens with theirs (ties by id):
+// what sample_token returns with logprobs, for a given token (a prompt's, for prompt logprobs).
+// Throws UsageError for an id outside the logits.
 TokenChoice token_logprobs(std::span<const float> logits, int32_t id, int32_t top_logprobs);
 
 }  // namespace dsv4

@@ -1,5 +1,5 @@
-// draw_token: token_draw.h's draw done sequentially on the host, the reference of the CUDA kernel
-// and what the host sampler and the CPU backend's sample_rows run. Compiled with
+// draw_token and draw_row_logprobs: token_draw.h's draw and logprobs done sequentially on the
+// host, the reference of the CUDA kernels and what the host sampler and the CPU backend run. Compiled with
 // -ffp-contract=off (CMakeLists.txt): draw_weight's multiplies and adds must not be fused.
 #include "sampling/token_draw.h"
 
@@ -51,6 +51,34 @@ std::vector<Candidate> first_k_if_all_kept(std::span<const float> x, size_t k, W
 }
 
 }  // namespace
+
+RowLogprobs draw_row_logprobs(const float* x_data, int64_t cols, int32_t id, int32_t top_n) {
+  const std::span<const float> x(x_data, static_cast<size_t>(cols));
+  float top = -std::numeric_limits<float>::infinity();
+  for (const float v : x)
+    if (v > top) top = v;
+  double log_normalizer = std::numeric_limits<double>::quiet_NaN();
+  if (std::isfinite(top)) {
+    DrawU128 sum;
+    for (const float v : x)
+      sum = draw_add_u128(sum, draw_logprob_term(static_cast<double>(v) - static_cast<double>(top)));
+    log_normalizer = draw_log_normalizer(sum);
+  }
+  RowLogprobs out;
+  const float chosen = x[static_cast<size_t>(id)];
+  out.logprob = draw_logprob(chosen, top, log_normalizer);
+  out.rank = 1 + static_cast<int32_t>(std::count_if(x.begin(), x.end(), [&](float v) { return v > chosen; }));
+  std::vector<Candidate> listed;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!std::isnan(x[i])) listed.push_back({draw_order_key(x[i]), static_cast<int32_t>(i), 0});
+  const size_t n = std::min(listed.size(), static_cast<size_t>(std::max(0, top_n)));
+  std::partial_sort(listed.begin(), listed.begin() + static_cast<std::ptrdiff_t>(n), listed.end(), comes_before);
+  for (size_t i = 0; i < n; ++i) {
+    out.top_ids.push_back(listed[i].id);
+    out.top_logprobs.push_back(draw_logprob(x[static_cast<size_t>(listed[i].id)], top, log_normalizer));
+  }
+  return out;
+}
 
 int32_t draw_token(const float* x_data, int64_t cols, const DrawRow& row) {
   const std::span<const float> x(x_data, static_cast<size_t>(cols));

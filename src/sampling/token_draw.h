@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/counter_bits.h"
 #include "core/numeric.h"
@@ -73,13 +74,14 @@ DSV4_HD double draw_pow2(int e) {
 #endif
 }
 
-// floor(2^44 * e^y) for y <= 0 (0 for y below -31, where it is 0 or 1, and for NaN): e^y =
+// floor(2^44 * e^y) for y <= 0 (0 for y below -31, where it is 0 or 1, and for NaN), by
+// draw_exp_parts: e^y =
 // 2^k e^r with k = y log2(e) - 1/2 rounded toward zero (y log2(e) rounded to an integer, the
 // conversion instructions' rounding rather than a floor call) and r = y - k ln 2 (fdlibm's
 // two-part ln 2, so k ln 2's high part is exact), e^r by its Taylor series to r^12 (|r| <= 0.35:
 // error under 2e-16).
-DSV4_HD uint64_t draw_weight_of_exponent(double y) {
-  if (!(y >= -31.0)) return 0;
+// e^y = draw_exp_parts(y, k) * 2^k for finite y <= 0, the first factor in [0.70, 1.42].
+DSV4_HD double draw_exp_parts(double y, int& k_out) {
   constexpr double kLog2e = 1.4426950408889634;
   constexpr double kLn2Hi = 6.93147180369123816490e-01;  // 32 significant bits: k * kLn2Hi is exact
   constexpr double kLn2Lo = 1.90821492927058770002e-10;
@@ -96,7 +98,15 @@ DSV4_HD uint64_t draw_weight_of_exponent(double y) {
   p = draw_add(draw_mul(p, r), 0.5);
   p = draw_add(draw_mul(p, r), 1.0);
   p = draw_add(draw_mul(p, r), 1.0);
-  return static_cast<uint64_t>(static_cast<int64_t>(draw_mul(p, draw_pow2(kDrawWeightBits + k_int))));  // < 2^45
+  k_out = k_int;
+  return p;
+}
+
+DSV4_HD uint64_t draw_weight_of_exponent(double y) {
+  if (!(y >= -31.0)) return 0;
+  int k = 0;
+  const double p = draw_exp_parts(y, k);
+  return static_cast<uint64_t>(static_cast<int64_t>(draw_mul(p, draw_pow2(kDrawWeightBits + k))));  // < 2^45
 }
 
 // The weight of logit x in a row whose largest logit is `top`, at 1 / temperature `inv_t`.
@@ -155,6 +165,106 @@ DSV4_HD uint64_t draw_target(uint64_t seed, uint64_t index, uint64_t total) {
   const uint64_t u = counter_bits(splitmix64_mix(seed), index) >> 11;
   return draw_mul_shift(u, total, 53);
 }
+
+// ---- logprobs ---------------------------------------------------------------------------------
+// The raw distribution's logprobs (log_softmax of the logits, temperature 1) the same on host and
+// device: logprob(x) = (x - top) - L with L = log(sum_i e^(x_i - top)), the sum taken exactly as
+// a 128-bit integer of the terms floor(2^96 e^(x_i - top)) (terms under 2^-96 dropped: they move L
+// by less than V 2^-96) and L by draw_log. NaN logits count for nothing.
+
+struct DrawU128 {
+  uint64_t hi = 0;
+  uint64_t lo = 0;
+};
+
+DSV4_HD DrawU128 draw_add_u128(DrawU128 a, DrawU128 b) {
+  DrawU128 r;
+  r.lo = a.lo + b.lo;
+  r.hi = a.hi + b.hi + (r.lo < a.lo ? 1 : 0);
+  return r;
+}
+
+// floor(2^96 e^y) for y <= 0 (0 below -66 and for NaN).
+DSV4_HD DrawU128 draw_logprob_term(double y) {
+  DrawU128 t;
+  if (!(y >= -66.0)) return t;
+  int k = 0;
+  const double p = draw_exp_parts(y, k);  // [0.70, 1.42]: p 2^53 is an integer below 2^54
+  const auto m = static_cast<uint64_t>(static_cast<int64_t>(draw_mul(p, draw_pow2(53))));
+  const int shift = k + 96 - 53;  // in [-53, 43]
+  if (shift >= 0) {
+    t.lo = m << shift;
+    t.hi = shift > 0 ? m >> (64 - shift) : 0;
+  } else {
+    t.lo = m >> -shift;
+  }
+  return t;
+}
+
+// e ln 2 + log(1 + d) for d in [sqrt(1/2) - 1, sqrt(2) - 1): log(1 + d) = 2 atanh(t) with
+// t = d / (2 + d), |t| <= 0.172, by its series to t^23 (error under 1e-17). d is taken as given,
+// so a small d keeps its digits.
+DSV4_HD double draw_log_reduced(double d, int e) {
+  constexpr double kLn2Hi = 6.93147180369123816490e-01;
+  constexpr double kLn2Lo = 1.90821492927058770002e-10;
+#if defined(__CUDA_ARCH__)
+  const double t = __ddiv_rn(d, draw_add(d, 2.0));
+#else
+  const double t = d / (d + 2.0);
+#endif
+  const double t2 = draw_mul(t, t);
+  constexpr double c23 = 1.0 / 23.0, c21 = 1.0 / 21.0, c19 = 1.0 / 19.0, c17 = 1.0 / 17.0, c15 = 1.0 / 15.0,
+                   c13 = 1.0 / 13.0, c11 = 1.0 / 11.0, c9 = 1.0 / 9.0, c7 = 1.0 / 7.0, c5 = 1.0 / 5.0, c3 = 1.0 / 3.0;
+  const double coefficients[] = {c21, c19, c17, c15, c13, c11, c9, c7, c5, c3, 1.0};
+  double s = c23;
+  for (int i = 0; i < 11; ++i) s = draw_add(draw_mul(s, t2), coefficients[i]);
+  const double log_m = draw_mul(draw_mul(2.0, t), s);
+  const double ed = static_cast<double>(e);
+  return draw_add(draw_mul(ed, kLn2Hi), draw_add(draw_mul(ed, kLn2Lo), log_m));
+}
+
+// log(v) for a normal v > 0: v = m 2^e with m in [sqrt(1/2), sqrt(2)), then draw_log_reduced(m - 1, e).
+DSV4_HD double draw_log(double v) {
+  uint64_t bits = 0;
+#if defined(__CUDA_ARCH__)
+  bits = static_cast<uint64_t>(__double_as_longlong(v));
+#else
+  std::memcpy(&bits, &v, sizeof bits);
+#endif
+  int e = static_cast<int>((bits >> 52) & 0x7ff) - 1023;
+  double m = draw_mul(v, draw_pow2(-e));  // [1, 2)
+  if (m > 1.4142135623730951) {
+    m = draw_mul(m, 0.5);
+    ++e;
+  }
+  return draw_log_reduced(draw_add(m, -1.0), e);  // m - 1 is exact
+}
+
+// L = log of the sum of e^(x_i - top) from its exact 128-bit sum of draw_logprob_terms (>= 2^96:
+// the top's term): log(1 + d) with d = sum / 2^96 - 1 taken from the integer, so that a sum just
+// above the top's term keeps its digits.
+DSV4_HD double draw_log_normalizer(DrawU128 sum) {
+  sum.hi -= uint64_t{1} << 32;  // - 2^96
+  const double d = draw_mul(draw_add(draw_mul(static_cast<double>(sum.hi), draw_pow2(64)), static_cast<double>(sum.lo)),
+                            draw_pow2(-96));
+  return d < 0.4142135623730951 ? draw_log_reduced(d, 0) : draw_log(draw_add(d, 1.0));
+}
+
+// A logit's logprob in a row of largest logit `top` and normalizer L.
+DSV4_HD float draw_logprob(float x, float top, double log_normalizer) {
+  return static_cast<float>(draw_add(draw_add(static_cast<double>(x), -static_cast<double>(top)), -log_normalizer));
+}
+
+// Row `x[0, cols)`'s logprobs for token `id` (host reference, sequential): its logprob, its rank
+// (1 + the tokens of larger logit) and the first `top_n` tokens by logit (ties: the lower id; NaN
+// never) with theirs. Logprobs are NaN in a row without a finite largest logit.
+struct RowLogprobs {
+  float logprob = 0.0f;
+  int32_t rank = 0;
+  std::vector<int32_t> top_ids;
+  std::vector<float> top_logprobs;
+};
+RowLogprobs draw_row_logprobs(const float* x, int64_t cols, int32_t id, int32_t top_n);
 
 // The token this header's draw picks from x[0, n) (the host reference, sequential); -1 when no
 // token can be drawn (no finite largest logit). n must be in (0, kDrawMaxVocab].

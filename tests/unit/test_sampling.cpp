@@ -454,6 +454,47 @@ TEST(Sampling, DrawWeightsAreTheScaledExponential) {
   EXPECT_LE(worst, 1.0);
 }
 
+// The logprobs' exact sum and draw_log give log_softmax to double precision: against a long double
+// computation, rows of spread logits and a row where one token holds all but ~1e-8 of the mass
+// (its logprob is then tiny and must keep its digits); the rank counts larger logits and the top
+// list is by logit, ties by id, without NaN.
+TEST(Sampling, RowLogprobsAreTheLogSoftmax) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (int kind = 0; kind < 3; ++kind) {
+    std::vector<float> x(5000);
+    for (float& v : x) v = kind == 2 ? -10.0f : normal(rng);
+    if (kind == 2) x[17] = 30.0f;
+    if (kind == 1) x[3] = std::numeric_limits<float>::quiet_NaN();
+    // log(sum) = log1p(the sum of every term but the top's), which keeps a small tail's digits
+    size_t argmax = 0;
+    for (size_t i = 0; i < x.size(); ++i)
+      if (!std::isnan(x[i]) && (std::isnan(x[argmax]) || x[i] > x[argmax])) argmax = i;
+    const auto top = static_cast<long double>(x[argmax]);
+    long double tail = 0;
+    for (size_t i = 0; i < x.size(); ++i)
+      if (i != argmax && !std::isnan(x[i])) tail += std::exp(static_cast<long double>(x[i]) - top);
+    for (const int32_t id : {0, 17, 4999}) {
+      const RowLogprobs row = draw_row_logprobs(x.data(), static_cast<int64_t>(x.size()), id, 5);
+      const auto want = static_cast<double>(static_cast<long double>(x[id]) - top - std::log1p(tail));
+      EXPECT_NEAR(row.logprob, want, std::abs(want) * 0x1.0p-23) << "kind " << kind << " id " << id;  // a float ulp
+      EXPECT_EQ(row.rank, 1 + std::count_if(x.begin(), x.end(), [&](float v) { return v > x[id]; }));
+    }
+    const RowLogprobs row = draw_row_logprobs(x.data(), static_cast<int64_t>(x.size()), 0, 5);
+    ASSERT_EQ(row.top_ids.size(), 5u);
+    for (size_t i = 1; i < 5; ++i) {
+      EXPECT_GE(x[row.top_ids[i - 1]], x[row.top_ids[i]]);
+      if (x[row.top_ids[i - 1]] == x[row.top_ids[i]]) {
+        EXPECT_LT(row.top_ids[i - 1], row.top_ids[i]);
+      }
+    }
+    EXPECT_EQ(static_cast<float>(*std::max_element(x.begin(), x.end(), [](float a, float b) {
+                return std::isnan(a) || (!std::isnan(b) && a < b);
+              })),
+              x[row.top_ids[0]]);
+  }
+}
+
 // The integer helpers against exact 128-bit arithmetic: floor(a b / 2^s), top-p's ceil(top_p
 // total) and the draw's target below its total.
 TEST(Sampling, DrawIntegerArithmeticIsExact) {
