@@ -39,6 +39,12 @@ struct SamplingCase {
   SamplingParams params;
 };
 
+SamplingParams with_logprobs(SamplingParams p, int32_t top) {
+  p.logprobs = true;
+  p.top_logprobs = top;
+  return p;
+}
+
 std::vector<SamplingCase> cases() {
   auto with = [](float temperature, float top_p, int32_t top_k, float min_p, float repetition_penalty) {
     SamplingParams p;
@@ -54,7 +60,8 @@ std::vector<SamplingCase> cases() {
           {"temperature 1, top_k 50", with(1.0f, 1.0f, 50, 0.0f, 1.0f)},
           {"temperature 0.6, top_p 0.95, top_k 20", with(0.6f, 0.95f, 20, 0.0f, 1.0f)},
           {"temperature 1, min_p 0.05", with(1.0f, 1.0f, 0, 0.05f, 1.0f)},
-          {"temperature 0.8, top_p 0.9, repetition 1.1", with(0.8f, 0.9f, 0, 0.0f, 1.1f)}};
+          {"temperature 0.8, top_p 0.9, repetition 1.1", with(0.8f, 0.9f, 0, 0.0f, 1.1f)},
+          {"temperature 1, logprobs with 5 top", with_logprobs(with(1.0f, 1.0f, 0, 0.0f, 1.0f), 5)}};
 }
 
 // Logits shaped like a language model's: a broad normal body and a few dozen far likelier tokens.
@@ -81,7 +88,7 @@ struct BackendDraws {
 // Times `iterations` backend draws of every row of `x` under `params` after `history` (each
 // followed by the download of the ids, as the engine's step does), after one untimed draw. When
 // the settings edit the logits (penalties), each draw edits a fresh copy of x (the copy timed
-// too).
+// too); with logprobs, each draw takes them too (their download not timed).
 BackendDraws time_backend_draws(Ops& ops, ConstTensorView x, const SamplingParams& params, uint64_t seed,
                                 const TokenHistory& history, int64_t iterations, const std::vector<int32_t>& host_ids) {
   const int64_t rows = x.dim(0);
@@ -114,11 +121,23 @@ BackendDraws time_backend_draws(Ops& ops, ConstTensorView x, const SamplingParam
   DeviceTensor out = ops.alloc(DType::kI32, {rows});
   std::vector<int32_t> ids(static_cast<size_t>(rows));
   const TensorView ids_view(reinterpret_cast<std::byte*>(ids.data()), DType::kI32, {rows});
+  // With logprobs, the raw rows' logprobs of the drawn tokens too (Ops::row_logprobs).
+  const std::vector<int32_t> top_counts(static_cast<size_t>(rows), params.top_logprobs);
+  DeviceTensor counts = ops.alloc(DType::kI32, {rows});
+  ops.upload(ConstTensorView(reinterpret_cast<const std::byte*>(top_counts.data()), DType::kI32, {rows}), counts.view());
+  const int64_t width = std::max<int32_t>(1, params.top_logprobs);
+  DeviceTensor logprob = ops.alloc(DType::kF32, {rows}), rank = ops.alloc(DType::kI32, {rows});
+  DeviceTensor top_ids = ops.alloc(DType::kI32, {rows, width}), top_logprobs = ops.alloc(DType::kF32, {rows, width});
   auto draw = [&] {
-    if (num_edits == 0) return ops.sample_rows({x, draw_rows.view(), out.view()});
-    ops.copy({x, edited.view()});
-    ops.edit_logits({edited.view(), edit_words.view()});
-    ops.sample_rows({edited.view(), draw_rows.view(), out.view()});
+    if (num_edits == 0) {
+      ops.sample_rows({x, draw_rows.view(), out.view()});
+    } else {
+      ops.copy({x, edited.view()});
+      ops.edit_logits({edited.view(), edit_words.view()});
+      ops.sample_rows({edited.view(), draw_rows.view(), out.view()});
+    }
+    if (params.logprobs)
+      ops.row_logprobs({x, out.view(), counts.view(), logprob.view(), rank.view(), top_ids.view(), top_logprobs.view()});
   };
   draw();
   ops.download(out.view(), ids_view);

@@ -150,6 +150,21 @@ struct WriteCacheRowsParams {
   std::span<const CacheRows> seqs;
 };
 
+// The raw distribution's logprobs on the backend (sampling/token_draw.h's draw_row_logprobs, the
+// host's bits): for row r of x, the logprob and rank of token ids[r] (NaN and 0 for an id outside
+// the row, a failed draw's -1) and the first top_counts[r] tokens by logit (ties: lower id; NaN
+// never) with their logprobs, the rest of the row's top lists -1 and NaN. top_counts[r] in
+// [0, N], N <= kDrawMaxTopLogprobs (the CPU refuses others; CUDA clamps).
+struct RowLogprobsParams {
+  ConstTensorView x;           // [R, V] f32
+  ConstTensorView ids;         // [R] i32
+  ConstTensorView top_counts;  // [R] i32
+  TensorView logprob;          // [R] f32
+  TensorView rank;             // [R] i32
+  TensorView top_ids;          // [R, N] i32
+  TensorView top_logprobs;     // [R, N] f32
+};
+
 // Sampling's logit edits on the backend (sampling/logit_edit.h), in place: x[e.row, e.id] =
 // edited_logit(x[e.row, e.id], e) for every edit e, at most one per element (logit_edits gives one
 // per token). An edit outside x is refused on the CPU and skipped on CUDA (which cannot read the
@@ -472,6 +487,7 @@ class Ops {
   virtual void copy_rows(const CopyRowsParams& p);
   virtual void write_cache_rows(const WriteCacheRowsParams& p) = 0;
   virtual void edit_logits(const EditLogitsParams& p) = 0;
+  virtual void row_logprobs(const RowLogprobsParams& p) = 0;
   virtual void sample_rows(const SampleRowsParams& p) = 0;
   // Converts a checkpoint tensor to the backend's compute layout; checks shapes and dtypes.
   virtual Weight load_weight(const LoadWeightParams& p) = 0;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <span>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -137,6 +138,28 @@ void check_params(const EditLogitsParams& p) {
   if (p.edits.dim(1) != static_cast<int64_t>(sizeof(LogitEdit) / sizeof(int32_t)))
     throw UsageError("edit_logits: edits has rows of " + std::to_string(p.edits.dim(1)) + " words, a LogitEdit is " +
                      std::to_string(sizeof(LogitEdit) / sizeof(int32_t)));
+}
+
+void check_params(const RowLogprobsParams& p) {
+  expect_rank("row_logprobs", "x", p.x, 2);
+  expect_dtype("row_logprobs", "x", p.x, DType::kF32);
+  const int64_t R = p.x.dim(0);
+  for (const auto& [name, t, dtype] : {std::tuple{"ids", p.ids, DType::kI32}, std::tuple{"top_counts", p.top_counts, DType::kI32}}) {
+    expect_shape("row_logprobs", name, t, {R});
+    expect_dtype("row_logprobs", name, t, dtype);
+  }
+  expect_shape("row_logprobs", "logprob", p.logprob, {R});
+  expect_dtype("row_logprobs", "logprob", p.logprob, DType::kF32);
+  expect_shape("row_logprobs", "rank", p.rank, {R});
+  expect_dtype("row_logprobs", "rank", p.rank, DType::kI32);
+  expect_rank("row_logprobs", "top_ids", p.top_ids, 2);
+  const int64_t N = p.top_ids.dim(1);
+  if (p.top_ids.dim(0) != R || N > kDrawMaxTopLogprobs)
+    throw UsageError("row_logprobs: top_ids is " + shape_str(p.top_ids.shape()) + ", expected [" + std::to_string(R) +
+                     ", at most " + std::to_string(kDrawMaxTopLogprobs) + "]");
+  expect_dtype("row_logprobs", "top_ids", p.top_ids, DType::kI32);
+  expect_shape("row_logprobs", "top_logprobs", p.top_logprobs, {R, N});
+  expect_dtype("row_logprobs", "top_logprobs", p.top_logprobs, DType::kF32);
 }
 
 void check_params(const SampleRowsParams& p) {

@@ -58,6 +58,9 @@ class ProfilingOps final : public Ops {
   void edit_logits(const EditLogitsParams& p) override {
     return timed("edit_logits", [&] { return inner_.edit_logits(p); });
   }
+  void row_logprobs(const RowLogprobsParams& p) override {
+    return timed("row_logprobs", [&] { return inner_.row_logprobs(p); });
+  }
   void sample_rows(const SampleRowsParams& p) override {
     return timed("sample_rows", [&] { return inner_.sample_rows(p); });
   }

@@ -201,12 +201,12 @@ class Engine::Impl {
 
   // Whether the request's next token can be drawn on the backend: its logits need only sparse
   // edits (logit_bias, penalties, bad_words' and min_tokens' bans: logit_edits) before
-  // token_draw.h's draw, and nothing else is needed from them. Not with logprobs, an output
+  // token_draw.h's draw, and its logprobs are the backend's row_logprobs. Not with an output
   // constraint or allowed_token_ids (dense masks), nor with bad_words while min_tokens holds
   // back the stop tokens (the two bans could leave no token, which the host path refuses).
   static bool draws_on_backend(const Request& r, const Sequence& seq) {
     const SamplingParams& s = r.sampling;
-    return !s.logprobs && s.allowed_token_ids.empty() && !r.constraint &&
+    return s.allowed_token_ids.empty() && !r.constraint &&
            (s.bad_words_ids.empty() || seq.num_output() >= r.stop.min_tokens);
   }
   // The edits of `r`'s next draw, for row `row` of the step's logits: its sampling's, and bans of
@@ -276,9 +276,13 @@ class Engine::Impl {
   std::unordered_map<SequenceId, Request> requests_;
   std::vector<float> logits_;               // the step's sampling rows, [chunks, V]
   std::vector<float> all_logits_;           // every token's, [T, V], in steps that need them
+  // The step's draws on the backend (rows where backend_draw is set; the others get a greedy draw
+  // whose id is unused): their edits, sample_rows, and the raw logprobs of the rows that ask for
+  // them (taken before the edits); only the ids and logprobs come back, into backend_choices_.
+  void draw_on_backend(const SchedulerStep& plan, const std::vector<uint8_t>& backend_draw, TensorView logits);
   std::vector<DrawRow> draw_rows_;          // the step's draws, when made on the backend
   std::vector<LogitEdit> draw_edits_;       // and their logits' edits
-  std::vector<int32_t> drawn_ids_;          // their tokens
+  std::vector<TokenChoice> backend_choices_;  // their tokens and logprobs
   std::optional<JsonTokenMask> constraint_vocab_;  // made when the first constrained request samples
   ThreadPool sampling_pool_;                // the step's draws (EngineConfig::sampling_threads)
   std::shared_ptr<CachePool> cache_pool_;   // EngineConfig::shared_cache_pool
@@ -655,6 +659,75 @@ void Engine::Impl::take_submissions() {
   }
 }
 
+void Engine::Impl::draw_on_backend(const SchedulerStep& plan, const std::vector<uint8_t>& backend_draw,
+                                   TensorView logits) {
+  const auto n = static_cast<int64_t>(plan.chunks.size());
+  draw_rows_.assign(static_cast<size_t>(n), DrawRow{});
+  draw_edits_.clear();
+  std::vector<int32_t> top_counts(static_cast<size_t>(n), 0);
+  bool any_logprobs = false;
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    if (!backend_draw[i]) continue;
+    const Request& r = requests_.at(plan.chunks[i].sequence->id);
+    draw_rows_[i] = draw_row(r, *plan.chunks[i].sequence);
+    const std::vector<LogitEdit> edits = draw_edits(r, *plan.chunks[i].sequence, static_cast<int32_t>(i));
+    draw_edits_.insert(draw_edits_.end(), edits.begin(), edits.end());
+    if (r.sampling.logprobs) {
+      any_logprobs = true;
+      top_counts[i] = r.sampling.top_logprobs;
+    }
+  }
+  // Logprobs are the raw logits': a copy keeps them when edits change the rows.
+  DeviceTensor raw;
+  ConstTensorView raw_logits = logits;
+  if (!draw_edits_.empty()) {
+    if (any_logprobs) {
+      raw = ops_.alloc_output(DType::kF32, logits.shape());
+      ops_.copy({logits, raw.view()});
+      raw_logits = raw.view();
+    }
+    constexpr int64_t kEditWords = sizeof(LogitEdit) / sizeof(int32_t);
+    const auto E = static_cast<int64_t>(draw_edits_.size());
+    DeviceTensor edits = ops_.alloc_output(DType::kI32, {E, kEditWords});
+    ops_.upload(ConstTensorView(reinterpret_cast<const std::byte*>(draw_edits_.data()), DType::kI32, {E, kEditWords}),
+                edits.view());
+    ops_.edit_logits({logits, edits.view()});
+  }
+  constexpr int64_t kWords = sizeof(DrawRow) / sizeof(int64_t);
+  DeviceTensor rows = ops_.alloc_output(DType::kI64, {n, kWords});
+  ops_.upload(ConstTensorView(reinterpret_cast<const std::byte*>(draw_rows_.data()), DType::kI64, {n, kWords}), rows.view());
+  DeviceTensor ids = ops_.alloc_output(DType::kI32, {n});
+  ops_.sample_rows({logits, rows.view(), ids.view()});
+  std::vector<int32_t> drawn(static_cast<size_t>(n));
+  ops_.download(ids.view(), TensorView(reinterpret_cast<std::byte*>(drawn.data()), DType::kI32, {n}));
+  backend_choices_.assign(static_cast<size_t>(n), TokenChoice{});
+  for (size_t i = 0; i < drawn.size(); ++i) backend_choices_[i].id = drawn[i];
+  if (!any_logprobs) return;
+  const int64_t N = std::max<int64_t>(1, *std::max_element(top_counts.begin(), top_counts.end()));
+  DeviceTensor counts = ops_.alloc_output(DType::kI32, {n});
+  ops_.upload(ConstTensorView(reinterpret_cast<const std::byte*>(top_counts.data()), DType::kI32, {n}), counts.view());
+  DeviceTensor logprob = ops_.alloc_output(DType::kF32, {n}), rank = ops_.alloc_output(DType::kI32, {n});
+  DeviceTensor top_ids = ops_.alloc_output(DType::kI32, {n, N}), top_logprobs = ops_.alloc_output(DType::kF32, {n, N});
+  ops_.row_logprobs({raw_logits, ids.view(), counts.view(), logprob.view(), rank.view(), top_ids.view(), top_logprobs.view()});
+  std::vector<float> logprob_host(static_cast<size_t>(n)), top_logprobs_host(static_cast<size_t>(n * N));
+  std::vector<int32_t> rank_host(static_cast<size_t>(n)), top_ids_host(static_cast<size_t>(n * N));
+  ops_.download(logprob.view(), TensorView(reinterpret_cast<std::byte*>(logprob_host.data()), DType::kF32, {n}));
+  ops_.download(rank.view(), TensorView(reinterpret_cast<std::byte*>(rank_host.data()), DType::kI32, {n}));
+  ops_.download(top_ids.view(), TensorView(reinterpret_cast<std::byte*>(top_ids_host.data()), DType::kI32, {n, N}));
+  ops_.download(top_logprobs.view(),
+                TensorView(reinterpret_cast<std::byte*>(top_logprobs_host.data()), DType::kF32, {n, N}));
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    if (!backend_draw[i] || !requests_.at(plan.chunks[i].sequence->id).sampling.logprobs) continue;
+    TokenChoice& c = backend_choices_[i];
+    c.logprob = logprob_host[i];
+    c.rank = rank_host[i];
+    for (int64_t j = 0; j < N; ++j) {
+      const size_t at = i * static_cast<size_t>(N) + static_cast<size_t>(j);
+      if (top_ids_host[at] >= 0) c.top.emplace_back(top_ids_host[at], top_logprobs_host[at]);
+    }
+  }
+}
+
 bool Engine::Impl::step() {
   take_submissions();
   std::vector<SequenceId> cancelled;
@@ -711,34 +784,7 @@ bool Engine::Impl::step() {
         // The padding's rows come last (one each).
         const TensorView logits =
             slice_rows(result.logits.view(), 0, result.logits.dim(0) - static_cast<int64_t>(padding.size()));
-        if (any_backend_draw) {
-          // The other rows get a greedy draw, its id unused.
-          draw_rows_.assign(static_cast<size_t>(n), DrawRow{});
-          draw_edits_.clear();
-          for (size_t i = 0; i < plan.chunks.size(); ++i)
-            if (backend_draw[i]) {
-              const Request& r = requests_.at(plan.chunks[i].sequence->id);
-              draw_rows_[i] = draw_row(r, *plan.chunks[i].sequence);
-              const std::vector<LogitEdit> edits = draw_edits(r, *plan.chunks[i].sequence, static_cast<int32_t>(i));
-              draw_edits_.insert(draw_edits_.end(), edits.begin(), edits.end());
-            }
-          if (!draw_edits_.empty()) {
-            constexpr int64_t kEditWords = sizeof(LogitEdit) / sizeof(int32_t);
-            const auto E = static_cast<int64_t>(draw_edits_.size());
-            DeviceTensor edits = ops_.alloc_output(DType::kI32, {E, kEditWords});
-            ops_.upload(ConstTensorView(reinterpret_cast<const std::byte*>(draw_edits_.data()), DType::kI32, {E, kEditWords}),
-                        edits.view());
-            ops_.edit_logits({logits, edits.view()});
-          }
-          constexpr int64_t kWords = sizeof(DrawRow) / sizeof(int64_t);
-          DeviceTensor rows = ops_.alloc_output(DType::kI64, {n, kWords});
-          ops_.upload(ConstTensorView(reinterpret_cast<const std::byte*>(draw_rows_.data()), DType::kI64, {n, kWords}),
-                      rows.view());
-          DeviceTensor ids = ops_.alloc_output(DType::kI32, {n});
-          ops_.sample_rows({logits, rows.view(), ids.view()});
-          drawn_ids_.resize(static_cast<size_t>(n));
-          ops_.download(ids.view(), TensorView(reinterpret_cast<std::byte*>(drawn_ids_.data()), DType::kI32, {n}));
-        }
+        if (any_backend_draw) draw_on_backend(plan, backend_draw, logits);
         if (all_logits) {
           const int64_t T = batch.num_tokens();
           all_logits_.resize(static_cast<size_t>(T * V));
@@ -789,7 +835,7 @@ bool Engine::Impl::step() {
         Request& r = requests_.at(c.sequence->id);
         Draw d{i, &r, backend_draw[i] != 0, {}, {}, {}};
         if (d.on_backend) {
-          d.choice.id = drawn_ids_[i];
+          d.choice = backend_choices_[i];
           if (d.choice.id < 0) d.error = "no token has a probability (the logits have no finite largest value)";
         } else if (r.constraint &&
                    r.constraint->allowed_tokens(constraint_vocab(), static_cast<int32_t>(model_.config()->eos_token_id),

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "sampling/token_draw.h"
 
 namespace dsv4 {
 
@@ -36,7 +37,8 @@ void SamplingParams::validate() const {
       throw UsageError("bad_words_ids[" + std::to_string(i) + "] is empty: must be a sequence of token ids");
     for (int32_t id : bad_words_ids[i]) require(id >= 0, "bad_words_ids token id", id, "a token id (>= 0)");
   }
-  require(top_logprobs >= 0 && top_logprobs <= 20, "top_logprobs", top_logprobs, "in [0, 20]");
+  require(top_logprobs >= 0 && top_logprobs <= kDrawMaxTopLogprobs, "top_logprobs", top_logprobs, "in [0, 20]");
+  static_assert(kDrawMaxTopLogprobs == 20, "the message above names the bound");
   require(logprobs || top_logprobs == 0, "top_logprobs", top_logprobs, "0 unless logprobs is requested");
 }
 

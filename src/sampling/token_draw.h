@@ -43,6 +43,8 @@ struct DrawRow {
 static_assert(sizeof(DrawRow) == 32, "DrawRow is four i64 words");
 
 inline constexpr int kDrawWeightBits = 44;
+// The most top logprobs a row returns (SamplingParams::top_logprobs' bound).
+inline constexpr int kDrawMaxTopLogprobs = 20;
 // Running weights stay below 2^63 for vocabularies up to this size.
 inline constexpr int64_t kDrawMaxVocab = int64_t{1} << (63 - kDrawWeightBits);
 
@@ -250,14 +252,19 @@ DSV4_HD double draw_log_normalizer(DrawU128 sum) {
   return d < 0.4142135623730951 ? draw_log_reduced(d, 0) : draw_log(draw_add(d, 1.0));
 }
 
-// A logit's logprob in a row of largest logit `top` and normalizer L.
+// The quiet NaN every logprob without a value is (one bit pattern on host and device, whose NaN
+// arithmetic differs).
+DSV4_HD float draw_nan() { return bits_float(0x7fc00000u); }
+
+// A logit's logprob in a row of largest logit `top` and normalizer L (draw_nan() when NaN).
 DSV4_HD float draw_logprob(float x, float top, double log_normalizer) {
-  return static_cast<float>(draw_add(draw_add(static_cast<double>(x), -static_cast<double>(top)), -log_normalizer));
+  const double v = draw_add(draw_add(static_cast<double>(x), -static_cast<double>(top)), -log_normalizer);
+  return v == v ? static_cast<float>(v) : draw_nan();
 }
 
 // Row `x[0, cols)`'s logprobs for token `id` (host reference, sequential): its logprob, its rank
 // (1 + the tokens of larger logit) and the first `top_n` tokens by logit (ties: the lower id; NaN
-// never) with theirs. Logprobs are NaN in a row without a finite largest logit.
+// never) with theirs. Logprobs are draw_nan() in a row without a finite largest logit.
 struct RowLogprobs {
   float logprob = 0.0f;
   int32_t rank = 0;

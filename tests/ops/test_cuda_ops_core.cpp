@@ -436,6 +436,37 @@ TEST_F(CudaOpsCore, GreedySampleRowsMatchTheCpu) {
   EXPECT_EQ(from_cpu(out.cpu).data<int32_t>()[0], 5);
 }
 
+// Logprobs at V4's vocabulary: the CPU's bits (logprob, rank, top ids and logprobs) for rows of
+// spread logits with ties, a row where one token holds nearly all the mass, rows with NaN logits
+// and one all -inf, top counts from 0 to 20, and a failed draw's id -1.
+TEST_F(CudaOpsCore, RowLogprobsMatchTheCpu) {
+  const int64_t R = 8, V = 129280, N = kDrawMaxTopLogprobs;
+  Tensor x = random_tensor(DType::kF32, {R, V}, 3.0f);
+  float* v = x.data<float>();
+  for (int64_t i = 0; i < V; ++i) v[1 * V + i] = std::round(v[1 * V + i] * 2.0f) / 2.0f;  // ties
+  for (int64_t i = 0; i < V; ++i) v[2 * V + i] = -10.0f;
+  v[2 * V + 4242] = 30.0f;  // a dominant token
+  v[3 * V + 5] = v[3 * V + 99] = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t i = 0; i < V; ++i) v[4 * V + i] = -std::numeric_limits<float>::infinity();
+  Tensor ids(DType::kI32, {R}), counts(DType::kI32, {R});
+  const std::vector<int32_t> id_values = {0, 17, 4242, 5, 3, 129279, -1, 64000};
+  const std::vector<int32_t> count_values = {20, 7, 3, 20, 2, 0, 5, 1};
+  std::copy(id_values.begin(), id_values.end(), ids.data<int32_t>());
+  std::copy(count_values.begin(), count_values.end(), counts.data<int32_t>());
+  const Both xs = upload_both(x), id_t = upload_both(ids), count_t = upload_both(counts);
+  const Both logprob = outputs(DType::kF32, {R}), rank = outputs(DType::kI32, {R});
+  const Both top_ids = outputs(DType::kI32, {R, N}), top_logprobs = outputs(DType::kF32, {R, N});
+  cpu_.row_logprobs({xs.cpu.view(), id_t.cpu.view(), count_t.cpu.view(), logprob.cpu.view(), rank.cpu.view(),
+                     top_ids.cpu.view(), top_logprobs.cpu.view()});
+  gpu_->row_logprobs({xs.gpu.view(), id_t.gpu.view(), count_t.gpu.view(), logprob.gpu.view(), rank.gpu.view(),
+                      top_ids.gpu.view(), top_logprobs.gpu.view()});
+  expect_same_bits("row_logprobs logprob", from_cpu(logprob.cpu), from_gpu(logprob.gpu));
+  expect_same_bits("row_logprobs rank", from_cpu(rank.cpu), from_gpu(rank.gpu));
+  expect_same_bits("row_logprobs top_ids", from_cpu(top_ids.cpu), from_gpu(top_ids.gpu));
+  expect_same_bits("row_logprobs top_logprobs", from_cpu(top_logprobs.cpu), from_gpu(top_logprobs.gpu));
+  EXPECT_EQ(from_cpu(top_ids.cpu).data<int32_t>()[2 * N], 4242);
+}
+
 // Logit edits at V4's vocabulary: a few thousand distinct (row, token) edits of every kind (bias,
 // repetition penalty on positive and negative logits, subtraction, bans, and all of them at once)
 // change the GPU's logits to the CPU's bits.

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <thread>
@@ -53,6 +54,9 @@ std::vector<int32_t> ids(int64_t n, uint32_t seed) {
 struct Result {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
+  std::vector<int32_t> ranks;
+  std::vector<int32_t> top_ids;       // every token's top logprobs, one after the other
+  std::vector<float> top_logprobs;
   std::string text;
   FinishReason finish = FinishReason::kError;
   OutputChunk last;
@@ -65,6 +69,11 @@ Result drain(RequestHandle& h) {
     for (const GeneratedToken& t : c.tokens) {
       r.tokens.push_back(t.id);
       r.logprobs.push_back(t.logprob);
+      r.ranks.push_back(t.rank);
+      for (const TokenLogprob& top : t.top) {
+        r.top_ids.push_back(top.id);
+        r.top_logprobs.push_back(top.logprob);
+      }
     }
     r.text += c.text;
     if (c.finish) {
@@ -291,11 +300,12 @@ TEST_F(EngineTest, PrefixCacheHitsGiveTheTokensOfAMissBitForBit) {
   EXPECT_GT(cached->stats().cache_blocks_cached, 0);
 }
 
-// Requests without logprobs, allowed_token_ids or an output constraint draw on the backend
-// (Ops::edit_logits for their logit_bias, penalties and bans, then Ops::sample_rows; only the ids
-// downloaded): greedy and seeded top-k/top-p/min-p requests, with penalties and logit_bias, with
-// bad_words, with min_tokens holding back stop tokens, get the tokens of the host's sample_token,
-// which a logprobs request still uses, alone and in a busy batch where both kinds share steps.
+// Requests without allowed_token_ids or an output constraint draw on the backend (Ops::edit_logits
+// for their logit_bias, penalties and bans, Ops::sample_rows, Ops::row_logprobs; only ids and
+// logprobs downloaded): greedy and seeded top-k/top-p/min-p requests, with penalties and
+// logit_bias, with bad_words, with min_tokens holding back stop tokens, get the tokens, logprobs,
+// ranks and top logprobs of the host's sample_token, which a request allowing every token by
+// allowed_token_ids still uses, bit for bit, alone and in a busy batch where both kinds share steps.
 TEST_F(EngineTest, DrawsOnTheBackendAreTheHostSamplersTokens) {
   struct Variant {
     const char* name;
@@ -329,19 +339,31 @@ TEST_F(EngineTest, DrawsOnTheBackendAreTheHostSamplersTokens) {
          r.stop.stop_token_ids = {2, 9};
        }},
   };
+  std::vector<int32_t> every_token(static_cast<size_t>(model_->config()->vocab_size));
+  std::iota(every_token.begin(), every_token.end(), 0);
   for (const Variant& v : variants) {
-    GenerateRequest plain = request(ids(41, 1), 10, v.temperature);
-    plain.sampling.seed = 77;
-    v.change(plain);
-    GenerateRequest with_logprobs = plain;
-    plain.sampling.logprobs = false;
-    const Result on_backend = alone(plain), on_host = alone(with_logprobs);
-    ASSERT_FALSE(on_backend.tokens.empty()) << v.name;
-    EXPECT_EQ(on_backend.tokens, on_host.tokens) << v.name;
-    EXPECT_TRUE(on_backend.logprobs == std::vector<float>(on_backend.tokens.size(), 0.0f));  // none asked for
+    GenerateRequest on_backend = request(ids(41, 1), 10, v.temperature);
+    on_backend.sampling.seed = 77;
+    on_backend.sampling.top_logprobs = 3;
+    v.change(on_backend);
+    GenerateRequest on_host = on_backend;
+    on_host.sampling.allowed_token_ids = every_token;
+    const Result got = alone(on_backend), want = alone(on_host);
+    ASSERT_FALSE(got.tokens.empty()) << v.name;
+    EXPECT_EQ(got.tokens, want.tokens) << v.name;
+    EXPECT_TRUE(same_bits(got.logprobs, want.logprobs)) << v.name;
+    EXPECT_EQ(got.ranks, want.ranks) << v.name;
+    EXPECT_EQ(got.top_ids, want.top_ids) << v.name;
+    EXPECT_TRUE(same_bits(got.top_logprobs, want.top_logprobs)) << v.name;
+    EXPECT_EQ(got.top_ids.size(), 3 * got.tokens.size()) << v.name;
     auto e = engine();
     uint64_t preemptions = 0;
-    EXPECT_EQ(in_busy_batch(*e, plain, preemptions).tokens, on_host.tokens) << v.name;
+    const Result busy = in_busy_batch(*e, on_backend, preemptions);
+    EXPECT_EQ(busy.tokens, want.tokens) << v.name;
+    EXPECT_TRUE(same_bits(busy.logprobs, want.logprobs)) << v.name;
+    on_backend.sampling.logprobs = false;  // the draw alone
+    on_backend.sampling.top_logprobs = 0;
+    EXPECT_EQ(alone(on_backend).tokens, want.tokens) << v.name;
   }
 }
 
@@ -360,9 +382,9 @@ class LogitDownloadCountingOps final : public testing::CpuForwardingOps {
   int64_t vocab_;
 };
 
-// A step that mixes draws on the backend with draws on the host (a logprobs request) brings only
-// the host draws' rows of logits to the host: one per token of the logprobs request, none for the
-// three others, which get their tokens alone.
+// A step that mixes draws on the backend with draws on the host (a request with allowed_token_ids)
+// brings only the host draws' rows of logits to the host: one per token of that request, none for
+// the three others, which get their tokens alone.
 TEST_F(EngineTest, AMixedStepDownloadsOnlyTheHostDrawsLogits) {
   LogitDownloadCountingOps counting(model_->config()->vocab_size);
   Engine e(*model_, counting, small_config());
@@ -374,15 +396,17 @@ TEST_F(EngineTest, AMixedStepDownloadsOnlyTheHostDrawsLogits) {
     r.sampling.top_p = 0.9f;
     plain.push_back(r);
   }
-  GenerateRequest with_logprobs = request(ids(60, 3), 8, 0.7f);
-  with_logprobs.sampling.seed = 99;
+  GenerateRequest on_host = request(ids(60, 3), 8, 0.7f);
+  on_host.sampling.seed = 99;
+  on_host.sampling.allowed_token_ids.resize(static_cast<size_t>(model_->config()->vocab_size));
+  std::iota(on_host.sampling.allowed_token_ids.begin(), on_host.sampling.allowed_token_ids.end(), 0);
   std::vector<RequestHandle> hs;
   for (const GenerateRequest& r : plain) hs.push_back(e.submit(r));
-  RequestHandle logprobs_handle = e.submit(with_logprobs);
+  RequestHandle host_handle = e.submit(on_host);
   run_until_idle(e);
   EXPECT_EQ(counting.logit_rows, 8);
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(drain(hs[i]).tokens, alone(plain[i]).tokens) << "request " << i;
-  EXPECT_EQ(drain(logprobs_handle).tokens, alone(with_logprobs).tokens);
+  EXPECT_EQ(drain(host_handle).tokens, alone(on_host).tokens);
 }
 
 // A step's draws run on the engine's sampling threads: one thread or four, every request of a

@@ -198,6 +198,43 @@ TEST_F(CpuOpsTest, EditLogitsChangeOnlyTheirTokens) {
   }
 }
 
+// row_logprobs is draw_row_logprobs row by row, its top lists padded with -1 / NaN; an id outside
+// the row (a failed draw) has a NaN logprob and rank 0; a count above the lists' width is refused.
+TEST_F(CpuOpsTest, RowLogprobsAreDrawRowLogprobs) {
+  const int64_t R = 3, V = 50, N = 4;
+  const std::vector<float> values = random_floats(R * V, 8, 2.0f);
+  const DeviceTensor x = make_tensor(ops, DType::kF32, {R, V}, values);
+  DeviceTensor ids = ops.alloc(DType::kI32, {R}), counts = ops.alloc(DType::kI32, {R});
+  const std::vector<int32_t> id_values = {7, 49, -1}, count_values = {4, 2, 3};
+  std::memcpy(ids.view().bytes(), id_values.data(), sizeof(int32_t) * R);
+  std::memcpy(counts.view().bytes(), count_values.data(), sizeof(int32_t) * R);
+  DeviceTensor logprob = ops.alloc(DType::kF32, {R}), rank = ops.alloc(DType::kI32, {R});
+  DeviceTensor top_ids = ops.alloc(DType::kI32, {R, N}), top_logprobs = ops.alloc(DType::kF32, {R, N});
+  const RowLogprobsParams p{x.view(), ids.view(), counts.view(), logprob.view(), rank.view(), top_ids.view(), top_logprobs.view()};
+  ops.row_logprobs(p);
+  const std::vector<float> got_logprob = to_floats(logprob.view()), got_top_logprobs = to_floats(top_logprobs.view());
+  const std::vector<int32_t> got_rank = to_ints(rank.view()), got_top_ids = to_ints(top_ids.view());
+  for (int64_t r = 0; r < 2; ++r) {
+    const RowLogprobs want = draw_row_logprobs(values.data() + r * V, V, id_values[r], count_values[r]);
+    EXPECT_EQ(got_logprob[r], want.logprob);
+    EXPECT_EQ(got_rank[r], want.rank);
+    for (int64_t j = 0; j < N; ++j) {
+      if (j < count_values[r]) {
+        EXPECT_EQ(got_top_ids[r * N + j], want.top_ids[j]);
+        EXPECT_EQ(got_top_logprobs[r * N + j], want.top_logprobs[j]);
+      } else {
+        EXPECT_EQ(got_top_ids[r * N + j], -1);
+        EXPECT_TRUE(std::isnan(got_top_logprobs[r * N + j]));
+      }
+    }
+  }
+  EXPECT_TRUE(std::isnan(got_logprob[2]));
+  EXPECT_EQ(got_rank[2], 0);
+  const std::vector<int32_t> too_many = {5, 0, 0};
+  std::memcpy(counts.view().bytes(), too_many.data(), sizeof(int32_t) * R);
+  EXPECT_THROW(ops.row_logprobs(p), UsageError);
+}
+
 // ---- norms, rope, quantisation, hadamard ----------------------------------------------------
 
 TEST_F(CpuOpsTest, RmsNormMatchesTheFormulaAndRoundsToTheOutputDtype) {

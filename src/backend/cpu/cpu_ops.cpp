@@ -103,6 +103,28 @@ void CpuOps::edit_logits(const EditLogitsParams& p) {
   apply_logit_edits(p.x.data<float>(), p.x.dim(1), edits, count);
 }
 
+void CpuOps::row_logprobs(const RowLogprobsParams& p) {
+  check_params(p);
+  const int64_t R = p.x.dim(0), V = p.x.dim(1), N = p.top_ids.dim(1);
+  for (int64_t r = 0; r < R; ++r) {
+    const int32_t id = p.ids.data<int32_t>()[r], count = p.top_counts.data<int32_t>()[r];
+    if (count < 0 || count > N)
+      throw UsageError("row_logprobs: row " + std::to_string(r) + " asks for " + std::to_string(count) +
+                       " top logprobs, outside [0, " + std::to_string(N) + "]");
+    RowLogprobs row;
+    row.logprob = draw_nan();
+    if (id >= 0 && id < V) row = draw_row_logprobs(p.x.data<float>() + r * V, V, id, count);
+    p.logprob.data<float>()[r] = row.logprob;
+    p.rank.data<int32_t>()[r] = row.rank;
+    for (int64_t j = 0; j < N; ++j) {
+      const bool filled = j < static_cast<int64_t>(row.top_ids.size());
+      p.top_ids.data<int32_t>()[r * N + j] = filled ? row.top_ids[static_cast<size_t>(j)] : -1;
+      p.top_logprobs.data<float>()[r * N + j] =
+          filled ? row.top_logprobs[static_cast<size_t>(j)] : draw_nan();
+    }
+  }
+}
+
 void CpuOps::sample_rows(const SampleRowsParams& p) {
   check_params(p);
   const int64_t R = p.x.dim(0), V = p.x.dim(1);

@@ -347,6 +347,14 @@ void CudaOps::edit_logits(const EditLogitsParams& p) {
                        stream_);
 }
 
+void CudaOps::row_logprobs(const RowLogprobsParams& p) {
+  check_params(p);
+  kernels::row_logprobs({p.x.data<float>(), p.ids.data<int32_t>(), p.top_counts.data<int32_t>(), p.logprob.data<float>(),
+                         p.rank.data<int32_t>(), p.top_ids.data<int32_t>(), p.top_logprobs.data<float>(), p.x.dim(0),
+                         p.x.dim(1), p.top_ids.dim(1)},
+                        stream_);
+}
+
 void CudaOps::sample_rows(const SampleRowsParams& p) {
   check_params(p);
   kernels::sample_rows({p.x.data<float>(), reinterpret_cast<const DrawRow*>(p.rows.data<int64_t>()),

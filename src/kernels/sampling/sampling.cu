@@ -34,6 +34,10 @@ struct SampleSmem {
   uint64_t above;  // the measure of the tokens before the digit found
   int64_t found_id;
   uint64_t found_running;
+  uint64_t warp_hi[kWarps];  // a 128-bit sum's partial words
+  uint32_t listed_keys[kDrawMaxTopLogprobs];  // the top logprobs' tokens, in no order yet
+  int32_t listed_ids[kDrawMaxTopLogprobs];
+  int listed;
 };
 
 // What a pass needs to know of the row: the weights' parameters and the current cut.
@@ -65,6 +69,33 @@ __device__ uint64_t block_sum_u64(uint64_t v, SampleSmem& s) {
   __syncthreads();
   uint64_t total = s.warp_values[lane];
   for (int off = 16; off > 0; off /= 2) total += __shfl_xor_sync(kFullMask, total, off);
+  return total;
+}
+
+// The exact 128-bit sum over the block; every thread gets it.
+__device__ DrawU128 block_sum_u128(DrawU128 v, SampleSmem& s) {
+  for (int off = 16; off > 0; off /= 2) {
+    DrawU128 other;
+    other.hi = __shfl_xor_sync(kFullMask, v.hi, off);
+    other.lo = __shfl_xor_sync(kFullMask, v.lo, off);
+    v = draw_add_u128(v, other);
+  }
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  __syncthreads();  // the partials may still be read by a previous call
+  if (lane == 0) {
+    s.warp_hi[warp] = v.hi;
+    s.warp_values[warp] = v.lo;
+  }
+  __syncthreads();
+  DrawU128 total;
+  total.hi = s.warp_hi[lane];
+  total.lo = s.warp_values[lane];
+  for (int off = 16; off > 0; off /= 2) {
+    DrawU128 other;
+    other.hi = __shfl_xor_sync(kFullMask, total.hi, off);
+    other.lo = __shfl_xor_sync(kFullMask, total.lo, off);
+    total = draw_add_u128(total, other);
+  }
   return total;
 }
 
@@ -168,15 +199,16 @@ __device__ Reached first_reaching(int64_t cols, uint64_t need, Measure measure, 
 // The cut at which the running measure of the tokens in the draw's order (key descending, id
 // ascending) reaches `need`: a radix select over the key a byte at a time (each pass a histogram
 // of the measure by digit among the tokens whose higher bytes match), then the ties of that key
-// in id order. Measure: 1 per token (kByCount, top-k) or its weight (top-p).
+// in id order. member(i, key) gives token i's weight (0: not taken into account) and its key;
+// the measure is 1 per token taken (kByCount: top-k, top logprobs) or its weight (top-p).
 struct Cut {
   uint32_t key;
   int64_t id;        // -1: not found (a need above the measure's total)
   uint64_t running;  // the measure up to the cut (inclusive)
 };
 
-template <bool kByCount>
-__device__ Cut find_cut(const RowDraw& d, uint64_t need, SampleSmem& s) {
+template <bool kByCount, typename Member>
+__device__ Cut find_cut(int64_t cols, Member member, uint64_t need, SampleSmem& s) {
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   uint32_t prefix = 0, mask = 0;
   uint64_t above = 0;
@@ -184,10 +216,10 @@ __device__ Cut find_cut(const RowDraw& d, uint64_t need, SampleSmem& s) {
     __syncthreads();  // the previous pass's readers of hist and digit are done
     for (int b = static_cast<int>(threadIdx.x); b < kDigits; b += kThreads) s.hist[b] = 0;
     __syncthreads();
-    for (int64_t base = 0; base < d.cols; base += kThreads) {
+    for (int64_t base = 0; base < cols; base += kThreads) {
       const int64_t i = base + threadIdx.x;
       uint32_t key = 0;
-      const uint64_t w = i < d.cols ? kept_weight(d, i, key) : 0;
+      const uint64_t w = i < cols ? member(i, key) : 0;
       const bool counted = w != 0 && (key & mask) == prefix;
       const uint64_t m = counted ? (kByCount ? 1 : w) : 0;
       const uint32_t digit = counted ? (key >> shift) & 0xffu : kDigits;  // kDigits: nothing to add
@@ -231,10 +263,10 @@ __device__ Cut find_cut(const RowDraw& d, uint64_t need, SampleSmem& s) {
     above = s.above;
   }
   const Reached ties = first_reaching(
-      d.cols, need - above,
+      cols, need - above,
       [&](int64_t i) -> uint64_t {
         uint32_t key = 0;
-        const uint64_t w = kept_weight(d, i, key);
+        const uint64_t w = member(i, key);
         return w != 0 && key == prefix ? (kByCount ? 1 : w) : 0;
       },
       s);
@@ -271,6 +303,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleRowsKernelP
     uint32_t key = 0;
     return kept_weight(d, i, key);
   };
+  auto kept = [&](int64_t i, uint32_t& key) { return kept_weight(d, i, key); };
   uint64_t count = 0, total = 0;
   for (int64_t i = threadIdx.x; i < p.cols; i += kThreads) {
     const uint64_t w = weight(i);
@@ -282,7 +315,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleRowsKernelP
   int64_t id = -1;
   if (count > 0) {
     if (r.top_k > 0 && static_cast<uint64_t>(r.top_k) < count) {
-      const Cut cut = find_cut<true>(d, static_cast<uint64_t>(r.top_k), s);
+      const Cut cut = find_cut<true>(p.cols, kept, static_cast<uint64_t>(r.top_k), s);
       d.cut_key = cut.key;
       d.cut_id = cut.id;
       total = 0;
@@ -290,7 +323,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleRowsKernelP
       total = block_sum_u64(total, s);
     }
     if (r.top_p < 1.0f) {
-      const Cut cut = find_cut<false>(d, top_p_need(r.top_p, total), s);
+      const Cut cut = find_cut<false>(p.cols, kept, top_p_need(r.top_p, total), s);
       d.cut_key = cut.key;
       d.cut_id = cut.id;
       total = cut.running;
@@ -298,6 +331,78 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleRowsKernelP
     id = first_reaching(p.cols, draw_target(r.seed, r.index, total) + 1, weight, s).id;
   }
   if (threadIdx.x == 0) p.out[blockIdx.x] = static_cast<int32_t>(id);
+}
+
+// One row's logprobs (token_draw.h's draw_row_logprobs): the max, the exact sum of the terms, the
+// chosen token's logprob and rank, then the top tokens by a radix select by count over the
+// non-NaN tokens, gathered into shared memory and sorted by thread 0.
+__global__ void __launch_bounds__(kThreads) row_logprobs_kernel(RowLogprobsKernelParams p) {
+  pdl_wait();
+  __shared__ SampleSmem s;
+  const int64_t row = blockIdx.x;
+  const float* x = p.x + row * p.cols;
+  const float top = block_max(x, p.cols, s);
+  double log_normalizer = NAN;
+  if (isfinite(top)) {
+    DrawU128 sum;
+    for (int64_t i = threadIdx.x; i < p.cols; i += kThreads)
+      sum = draw_add_u128(sum, draw_logprob_term(draw_add(static_cast<double>(x[i]), -static_cast<double>(top))));
+    log_normalizer = draw_log_normalizer(block_sum_u128(sum, s));
+  }
+  const int32_t id = p.ids[row];
+  const bool in_row = id >= 0 && id < p.cols;  // a failed draw's -1 has no logprob
+  const float chosen = in_row ? x[id] : draw_nan();
+  uint64_t larger = 0, valid = 0;
+  for (int64_t i = threadIdx.x; i < p.cols; i += kThreads) {
+    larger += x[i] > chosen ? 1 : 0;
+    valid += isnan(x[i]) ? 0 : 1;
+  }
+  larger = block_sum_u64(larger, s);
+  valid = block_sum_u64(valid, s);
+  const int64_t n = min(min(static_cast<int64_t>(p.top_counts[row]), static_cast<int64_t>(valid)),
+                        min(p.top_width, static_cast<int64_t>(kDrawMaxTopLogprobs)));
+  if (threadIdx.x == 0) {
+    p.logprob[row] = draw_logprob(chosen, top, log_normalizer);
+    p.rank[row] = in_row ? static_cast<int32_t>(1 + larger) : 0;
+    s.listed = 0;
+  }
+  if (n > 0) {
+    auto listed = [&](int64_t i, uint32_t& key) -> uint64_t {
+      key = draw_order_key(x[i]);
+      return isnan(x[i]) ? 0 : 1;
+    };
+    const Cut cut = find_cut<true>(p.cols, listed, static_cast<uint64_t>(n), s);
+    for (int64_t i = threadIdx.x; i < p.cols; i += kThreads) {
+      const uint32_t key = draw_order_key(x[i]);
+      if (!isnan(x[i]) && (key > cut.key || (key == cut.key && i <= cut.id))) {
+        const int slot = atomicAdd(&s.listed, 1);
+        if (slot < kDrawMaxTopLogprobs) {
+          s.listed_keys[slot] = key;
+          s.listed_ids[slot] = static_cast<int32_t>(i);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  const int count = min(s.listed, kDrawMaxTopLogprobs);
+  for (int a = 1; a < count; ++a)  // insertion sort: key descending, id ascending
+    for (int b = a; b > 0; --b) {
+      const bool before = s.listed_keys[b] > s.listed_keys[b - 1] ||
+                          (s.listed_keys[b] == s.listed_keys[b - 1] && s.listed_ids[b] < s.listed_ids[b - 1]);
+      if (!before) break;
+      const uint32_t k = s.listed_keys[b];
+      s.listed_keys[b] = s.listed_keys[b - 1];
+      s.listed_keys[b - 1] = k;
+      const int32_t id = s.listed_ids[b];
+      s.listed_ids[b] = s.listed_ids[b - 1];
+      s.listed_ids[b - 1] = id;
+    }
+  for (int64_t j = 0; j < p.top_width; ++j) {
+    const bool filled = j < count;
+    p.top_ids[row * p.top_width + j] = filled ? s.listed_ids[j] : -1;
+    p.top_logprobs[row * p.top_width + j] = filled ? draw_logprob(x[s.listed_ids[j]], top, log_normalizer) : draw_nan();
+  }
 }
 
 }  // namespace
@@ -308,6 +413,12 @@ void edit_logits(const EditLogitsKernelParams& p, cudaStream_t stream) {
   const int64_t blocks = (p.count + kEditThreads - 1) / kEditThreads;
   if (blocks > 2147483647) throw UsageError("edit_logits: " + std::to_string(p.count) + " edits in one launch");
   launch_pdl(edit_logits_kernel, static_cast<unsigned>(blocks), kEditThreads, 0, stream, p);
+}
+
+void row_logprobs(const RowLogprobsKernelParams& p, cudaStream_t stream) {
+  if (p.rows == 0) return;
+  if (p.rows > 2147483647) throw UsageError("row_logprobs: " + std::to_string(p.rows) + " rows in one launch");
+  launch_pdl(row_logprobs_kernel, static_cast<unsigned>(p.rows), kThreads, 0, stream, p);
 }
 
 void sample_rows(const SampleRowsKernelParams& p, cudaStream_t stream) {

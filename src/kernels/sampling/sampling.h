@@ -36,4 +36,21 @@ struct SampleRowsKernelParams {
 };
 void sample_rows(const SampleRowsKernelParams& p, cudaStream_t stream);
 
+// draw_row_logprobs of row r of x for token ids[r] with top_counts[r] (<= min(top_width,
+// kDrawMaxTopLogprobs)) top tokens: logprob[r], rank[r], and top_ids / top_logprobs [r, 0..top_width)
+// (-1 / NaN past the row's count). A block per row.
+struct RowLogprobsKernelParams {
+  const float* x = nullptr;           // [rows, cols]
+  const int32_t* ids = nullptr;       // [rows], in [0, cols)
+  const int32_t* top_counts = nullptr;  // [rows]
+  float* logprob = nullptr;           // [rows]
+  int32_t* rank = nullptr;            // [rows]
+  int32_t* top_ids = nullptr;         // [rows, top_width]
+  float* top_logprobs = nullptr;      // [rows, top_width]
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t top_width = 0;
+};
+void row_logprobs(const RowLogprobsKernelParams& p, cudaStream_t stream);
+
 }  // namespace dsv4::kernels
