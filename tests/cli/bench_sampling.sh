@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# `dsv4 bench sampling` end to end: a row per request setting with positive per-row and per-step
-# times in the JSON report, the requested geometry echoed; bad arguments and a report file that
-# cannot be written are refused, naming the problem, before the benchmark runs.
+# `dsv4 bench sampling` end to end: a row per request setting with positive per-row, per-step and
+# backend times in the JSON report, the backend's tokens the host's, the requested geometry
+# echoed; bad arguments and a report file that cannot be written are refused, naming the problem,
+# before the benchmark runs.
 set -euo pipefail
 dsv4=$1
 work=$(mktemp -d)
@@ -14,10 +15,13 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["vocab"] == 5000 and r["batch"] == 6 and r["threads"] == 2, r
 rows = r["rows"]
-assert len(rows) == 6 and rows[0]["settings"].startswith("temperature 1"), rows
+assert len(rows) == 7 and rows[0]["settings"].startswith("temperature 1"), rows
 assert any("top_p" in x["settings"] for x in rows) and any("top_k" in x["settings"] for x in rows), rows
+assert any("logprobs" in x["settings"] for x in rows), rows
 for x in rows:
-    assert x["ms_per_row"] > 0 and x["ms_per_step"] > 0, x
+    assert x["ms_per_row"] > 0 and x["ms_per_step"] > 0 and x["backend_ms_per_step"] > 0, x
+    assert x["backend_rows_not_the_hosts"] == 0, x
+assert r["device"] == "cpu", r
 PY
 grep -q "ms / row" "$work/out.txt" || fail "no table header in: $(cat "$work/out.txt")"
 if "$dsv4" bench sampling --vocab 0 >"$work/bad.txt" 2>&1; then fail "--vocab 0 was accepted"; fi
