@@ -106,14 +106,7 @@ BackendDraws time_backend_draws(Ops& ops, ConstTensorView x, const SamplingParam
     ops.upload(ConstTensorView(reinterpret_cast<const std::byte*>(edits.data()), DType::kI32, {num_edits, kEditWords}),
                edit_words.view());
   DeviceTensor edited = ops.alloc(DType::kF32, x.shape());
-  DrawRow row;
-  row.seed = seed;
-  row.index = index;
-  row.temperature = params.temperature;
-  row.top_p = params.top_p;
-  row.min_p = params.min_p;
-  row.top_k = params.top_k;
-  const std::vector<DrawRow> draws(static_cast<size_t>(rows), row);
+  const std::vector<DrawRow> draws(static_cast<size_t>(rows), draw_row_of(params, seed, index));
   constexpr int64_t kWords = sizeof(DrawRow) / sizeof(int64_t);
   DeviceTensor draw_rows = ops.alloc(DType::kI64, {rows, kWords});
   ops.upload(ConstTensorView(reinterpret_cast<const std::byte*>(draws.data()), DType::kI64, {rows, kWords}),

@@ -38,6 +38,22 @@ namespace {
 
 double seconds(EngineClock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// A backend tensor [shape] of `dtype` holding `host`'s bytes (plain structs of dtype words).
+template <typename T>
+DeviceTensor upload_words(Ops& ops, const std::vector<T>& host, DType dtype, Shape shape) {
+  DeviceTensor t = ops.alloc_output(dtype, shape);
+  ops.upload(ConstTensorView(reinterpret_cast<const std::byte*>(host.data()), dtype, std::move(shape)), t.view());
+  return t;
+}
+
+// A backend tensor's elements on the host.
+template <typename T>
+std::vector<T> download_words(Ops& ops, const DeviceTensor& t) {
+  std::vector<T> host(static_cast<size_t>(t.numel()));
+  ops.download(t.view(), TensorView(reinterpret_cast<std::byte*>(host.data()), t.dtype(), t.shape()));
+  return host;
+}
+
 // A token as the engine reports it: the sampler's choice with its logprob, rank and alternatives.
 GeneratedToken generated_token(const TokenChoice& choice) {
   GeneratedToken token{choice.id, choice.logprob, {}, choice.rank};
@@ -222,17 +238,10 @@ class Engine::Impl {
     }
     return logit_edits(r.sampling, history, banned, static_cast<size_t>(model_.config()->vocab_size), row);
   }
-  // The draw of sample_token for `r`'s next token (its output so far is `seq`'s).
-  static DrawRow draw_row(const Request& r, const Sequence& seq) {
-    DrawRow row;
-    row.seed = r.seed;
-    row.index = static_cast<uint64_t>(seq.num_output());
-    row.temperature = r.sampling.temperature;
-    row.top_p = r.sampling.top_p;
-    row.min_p = r.sampling.min_p;
-    row.top_k = r.sampling.top_k;
-    return row;
-  }
+  // The step's draws on the backend (rows where backend_draw is set; the others get a greedy draw
+  // whose id is unused): their edits, sample_rows, and the raw logprobs of the rows that ask for
+  // them (taken before the edits); only the ids and logprobs come back, into backend_choices_.
+  void draw_on_backend(const SchedulerStep& plan, const std::vector<uint8_t>& backend_draw, TensorView logits);
 
   // The config with its defaults resolved and the caches sized; `sizing` says how.
   static EngineConfig resolve(EngineConfig c, const Model& model, Ops& ops, CacheSizing& sizing);
@@ -276,10 +285,6 @@ class Engine::Impl {
   std::unordered_map<SequenceId, Request> requests_;
   std::vector<float> logits_;               // the step's sampling rows, [chunks, V]
   std::vector<float> all_logits_;           // every token's, [T, V], in steps that need them
-  // The step's draws on the backend (rows where backend_draw is set; the others get a greedy draw
-  // whose id is unused): their edits, sample_rows, and the raw logprobs of the rows that ask for
-  // them (taken before the edits); only the ids and logprobs come back, into backend_choices_.
-  void draw_on_backend(const SchedulerStep& plan, const std::vector<uint8_t>& backend_draw, TensorView logits);
   std::vector<DrawRow> draw_rows_;          // the step's draws, when made on the backend
   std::vector<LogitEdit> draw_edits_;       // and their logits' edits
   std::vector<TokenChoice> backend_choices_;  // their tokens and logprobs
@@ -669,7 +674,7 @@ void Engine::Impl::draw_on_backend(const SchedulerStep& plan, const std::vector<
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     if (!backend_draw[i]) continue;
     const Request& r = requests_.at(plan.chunks[i].sequence->id);
-    draw_rows_[i] = draw_row(r, *plan.chunks[i].sequence);
+    draw_rows_[i] = draw_row_of(r.sampling, r.seed, static_cast<uint64_t>(plan.chunks[i].sequence->num_output()));
     const std::vector<LogitEdit> edits = draw_edits(r, *plan.chunks[i].sequence, static_cast<int32_t>(i));
     draw_edits_.insert(draw_edits_.end(), edits.begin(), edits.end());
     if (r.sampling.logprobs) {
@@ -686,36 +691,26 @@ void Engine::Impl::draw_on_backend(const SchedulerStep& plan, const std::vector<
       ops_.copy({logits, raw.view()});
       raw_logits = raw.view();
     }
-    constexpr int64_t kEditWords = sizeof(LogitEdit) / sizeof(int32_t);
-    const auto E = static_cast<int64_t>(draw_edits_.size());
-    DeviceTensor edits = ops_.alloc_output(DType::kI32, {E, kEditWords});
-    ops_.upload(ConstTensorView(reinterpret_cast<const std::byte*>(draw_edits_.data()), DType::kI32, {E, kEditWords}),
-                edits.view());
+    const DeviceTensor edits = upload_words(ops_, draw_edits_, DType::kI32,
+                                            {static_cast<int64_t>(draw_edits_.size()), sizeof(LogitEdit) / sizeof(int32_t)});
     ops_.edit_logits({logits, edits.view()});
   }
-  constexpr int64_t kWords = sizeof(DrawRow) / sizeof(int64_t);
-  DeviceTensor rows = ops_.alloc_output(DType::kI64, {n, kWords});
-  ops_.upload(ConstTensorView(reinterpret_cast<const std::byte*>(draw_rows_.data()), DType::kI64, {n, kWords}), rows.view());
+  const DeviceTensor rows = upload_words(ops_, draw_rows_, DType::kI64, {n, sizeof(DrawRow) / sizeof(int64_t)});
   DeviceTensor ids = ops_.alloc_output(DType::kI32, {n});
   ops_.sample_rows({logits, rows.view(), ids.view()});
-  std::vector<int32_t> drawn(static_cast<size_t>(n));
-  ops_.download(ids.view(), TensorView(reinterpret_cast<std::byte*>(drawn.data()), DType::kI32, {n}));
+  const std::vector<int32_t> drawn = download_words<int32_t>(ops_, ids);
   backend_choices_.assign(static_cast<size_t>(n), TokenChoice{});
   for (size_t i = 0; i < drawn.size(); ++i) backend_choices_[i].id = drawn[i];
   if (!any_logprobs) return;
   const int64_t N = std::max<int64_t>(1, *std::max_element(top_counts.begin(), top_counts.end()));
-  DeviceTensor counts = ops_.alloc_output(DType::kI32, {n});
-  ops_.upload(ConstTensorView(reinterpret_cast<const std::byte*>(top_counts.data()), DType::kI32, {n}), counts.view());
+  const DeviceTensor counts = upload_words(ops_, top_counts, DType::kI32, {n});
   DeviceTensor logprob = ops_.alloc_output(DType::kF32, {n}), rank = ops_.alloc_output(DType::kI32, {n});
   DeviceTensor top_ids = ops_.alloc_output(DType::kI32, {n, N}), top_logprobs = ops_.alloc_output(DType::kF32, {n, N});
   ops_.row_logprobs({raw_logits, ids.view(), counts.view(), logprob.view(), rank.view(), top_ids.view(), top_logprobs.view()});
-  std::vector<float> logprob_host(static_cast<size_t>(n)), top_logprobs_host(static_cast<size_t>(n * N));
-  std::vector<int32_t> rank_host(static_cast<size_t>(n)), top_ids_host(static_cast<size_t>(n * N));
-  ops_.download(logprob.view(), TensorView(reinterpret_cast<std::byte*>(logprob_host.data()), DType::kF32, {n}));
-  ops_.download(rank.view(), TensorView(reinterpret_cast<std::byte*>(rank_host.data()), DType::kI32, {n}));
-  ops_.download(top_ids.view(), TensorView(reinterpret_cast<std::byte*>(top_ids_host.data()), DType::kI32, {n, N}));
-  ops_.download(top_logprobs.view(),
-                TensorView(reinterpret_cast<std::byte*>(top_logprobs_host.data()), DType::kF32, {n, N}));
+  const std::vector<float> logprob_host = download_words<float>(ops_, logprob);
+  const std::vector<float> top_logprobs_host = download_words<float>(ops_, top_logprobs);
+  const std::vector<int32_t> rank_host = download_words<int32_t>(ops_, rank);
+  const std::vector<int32_t> top_ids_host = download_words<int32_t>(ops_, top_ids);
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     if (!backend_draw[i] || !requests_.at(plan.chunks[i].sequence->id).sampling.logprobs) continue;
     TokenChoice& c = backend_choices_[i];
@@ -793,13 +788,16 @@ bool Engine::Impl::step() {
         } else {
           // The host draws' rows (an edit touched only backend rows), in runs of consecutive rows.
           logits_.resize(static_cast<size_t>(n * V));
+          auto host_draw = [&](int64_t i) {
+            return plan.chunks[static_cast<size_t>(i)].samples() && !backend_draw[static_cast<size_t>(i)];
+          };
           for (int64_t begin = 0; begin < n;) {
-            if (!plan.chunks[static_cast<size_t>(begin)].samples() || backend_draw[static_cast<size_t>(begin)]) {
+            if (!host_draw(begin)) {
               ++begin;
               continue;
             }
             int64_t end = begin + 1;
-            while (end < n && plan.chunks[static_cast<size_t>(end)].samples() && !backend_draw[static_cast<size_t>(end)]) ++end;
+            while (end < n && host_draw(end)) ++end;
             ops_.download(slice_rows(logits, begin, end),
                           TensorView(reinterpret_cast<std::byte*>(logits_.data() + begin * V), DType::kF32, {end - begin, V}));
             begin = end;

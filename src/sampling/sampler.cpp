@@ -92,14 +92,7 @@ int32_t argmax(const std::vector<float>& x) {
 // Draws from the temperature-scaled, filtered distribution of the penalised logits `x` by
 // token_draw.h's rule, the one the backends' sample_rows follow.
 int32_t draw(const std::vector<float>& x, const SamplingParams& params, uint64_t seed, uint64_t draw_index) {
-  DrawRow row;
-  row.seed = seed;
-  row.index = draw_index;
-  row.temperature = params.temperature;
-  row.top_p = params.top_p;
-  row.min_p = params.min_p;
-  row.top_k = params.top_k;
-  const int32_t id = draw_token(x.data(), static_cast<int64_t>(x.size()), row);
+  const int32_t id = draw_token(x.data(), static_cast<int64_t>(x.size()), draw_row_of(params, seed, draw_index));
   if (id < 0)
     throw UsageError("sample_token: no token has a probability (the logits' largest value is " +
                      std::to_string(*std::max_element(x.begin(), x.end())) + ")");
@@ -107,6 +100,17 @@ int32_t draw(const std::vector<float>& x, const SamplingParams& params, uint64_t
 }
 
 }  // namespace
+
+DrawRow draw_row_of(const SamplingParams& params, uint64_t seed, uint64_t index) {
+  DrawRow row;
+  row.seed = seed;
+  row.index = index;
+  row.temperature = params.temperature;
+  row.top_p = params.top_p;
+  row.min_p = params.min_p;
+  row.top_k = params.top_k;
+  return row;
+}
 
 std::vector<LogitEdit> logit_edits(const SamplingParams& params, const TokenHistory& history,
                                    std::span<const int32_t> banned, size_t vocab, int32_t row) {

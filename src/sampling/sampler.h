@@ -16,6 +16,7 @@
 
 #include "sampling/logit_edit.h"
 #include "sampling/sampling_params.h"
+#include "sampling/token_draw.h"
 
 namespace dsv4 {
 
@@ -49,6 +50,9 @@ struct TokenHistory {
 // when no token has a probability at the temperature (NaN or infinite logits).
 TokenChoice sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
                          const TokenHistory& history, std::span<const uint8_t> allowed = {});
+
+// The draw (token_draw.h) of `params` for the output token `index` of a request seeded `seed`.
+DrawRow draw_row_of(const SamplingParams& params, uint64_t seed, uint64_t index);
 
 // The logit edits (logit_edit.h) of a step of a request with `params` after `history`, for row
 // `row` of the step's logits, one per token touched in ascending id: logit_bias (an id's entries

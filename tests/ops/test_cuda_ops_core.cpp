@@ -502,10 +502,39 @@ TEST_F(CudaOpsCore, EditLogitsMatchTheCpu) {
   expect_same_bits("edit_logits", from_cpu(xs.cpu), from_gpu(xs.gpu));
 }
 
+// Every path of the draw kernel (greedy, plain, top-k with and without its shortcut's case,
+// top-p, min-p, both cuts, a failed row) in a vocabulary of 3,000 that spans several of its
+// tiles, small enough for racecheck: the CPU's tokens.
+TEST_F(CudaOpsCore, SampledRowsOfEveryKindInASmallVocabulary) {
+  const int64_t V = 3000;
+  const std::vector<std::tuple<float, float, int32_t, float>> settings = {
+      {0.0f, 1.0f, 0, 0.0f},  {1.0f, 1.0f, 0, 0.0f},   {0.8f, 1.0f, 30, 0.0f}, {0.01f, 1.0f, 30, 0.0f},
+      {1.2f, 0.7f, 0, 0.0f},  {1.0f, 1.0f, 0, 0.05f},  {0.7f, 0.9f, 200, 0.01f}};
+  std::vector<DrawRow> draws;
+  for (size_t i = 0; i < settings.size(); ++i) {
+    DrawRow d;
+    std::tie(d.temperature, d.top_p, d.top_k, d.min_p) = settings[i];
+    d.seed = 40 + i;
+    d.index = i;
+    draws.push_back(d);
+  }
+  draws.push_back(draws[1]);  // over a row of NaN: no token
+  const int64_t R = static_cast<int64_t>(draws.size());
+  Tensor x = random_tensor(DType::kF32, {R, V}, 2.0f);
+  for (int64_t i = 0; i < V; ++i) x.data<float>()[(R - 1) * V + i] = std::numeric_limits<float>::quiet_NaN();
+  const Both xs = upload_both(x);
+  const Both rows = upload_both(draw_rows_tensor(draws));
+  const Both out = outputs(DType::kI32, {R});
+  cpu_.sample_rows({xs.cpu.view(), rows.cpu.view(), out.cpu.view()});
+  gpu_->sample_rows({xs.gpu.view(), rows.gpu.view(), out.gpu.view()});
+  expect_same_bits("sample_rows (small vocabulary)", from_cpu(out.cpu), from_gpu(out.gpu));
+  EXPECT_EQ(from_cpu(out.cpu).data<int32_t>()[R - 1], -1);
+}
+
 // Seeded draws at V4's vocabulary: the CPU's tokens (draw_token's) on every row, for logits with
 // and without ties (a coarse grid), with a third of the tokens masked out (-inf), at temperatures
 // from 0.004 (most weights 0) to 1.7, top-p from 0.05 to 1, top-k from 1 to 5,000, min-p 0 and
-// 0.02, and rows without a finite largest logit (-1).
+// 0.02, and rows without a finite largest logit (-1): 1,408 rows.
 TEST_F(CudaOpsCore, SampledRowsMatchTheCpu) {
   const int64_t V = 129280;
   std::mt19937 rng(5);
