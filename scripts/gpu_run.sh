@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (through the device tool, with .dev/gpu carried): every GPU test
-# binary, then compute-sanitizer's memcheck, racecheck and synccheck over them. Logs go to
-# $OUT (or ./gpu-out); then the benchmarks (bench_fp8_gemm, dsv4 bench layers), whose tables go to
+# binary, then compute-sanitizer's memcheck, racecheck and synccheck over them, then generate's and
+# bench sampling's GPU-against-CPU checks. Logs go to $OUT (or ./gpu-out); then the benchmarks (bench_fp8_gemm, dsv4 bench layers), whose tables go to
 # $OUT/bench_*.txt. Exit status is non-zero if any step failed. Tests named *ErrorPath*
 # provoke CUDA errors on purpose, so the sanitizer runs leave them out.
 set -uo pipefail
@@ -128,6 +128,15 @@ if [ "$sanitize" = 1 ]; then
   echo "   compute-sanitizer memcheck (generate): rc=$rc ($(tail -n 1 "$out/generate.memcheck.log"))"
   [ $rc -eq 0 ] || status=1
 fi
+# Sampling on the GPU (edits, draws, logprobs) against the host sampler on vocabulary-sized rows:
+# the same tokens, or the run fails; the JSON holds the timings.
+echo "== bench sampling --device cuda"
+"$here/dsv4" bench sampling --device cuda --batch 64 --draws 64 --json "$out/bench_sampling_cuda.json" 2>&1 |
+  tee "$out/bench_sampling_cuda.txt" || status=1
+grep -q "rows where the backend's token is not the host's: 0)" "$out/bench_sampling_cuda.txt" || {
+  echo "   the GPU's sampled tokens are not the host's"
+  status=1
+}
 [ "$bench" = 1 ] || exit $status
 for b in "$here"/bench_*; do
   [ -x "$b" ] || continue
