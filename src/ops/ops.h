@@ -165,6 +165,15 @@ struct RowLogprobsParams {
   TensorView top_logprobs;     // [R, N] f32
 };
 
+// Dense masks on the backend (an output constraint's allowed tokens, allowed_token_ids): row
+// rows[m] of x gets -inf wherever bit j % 32 of word j / 32 of allowed[m] is 0. The rows are
+// distinct and inside x (the CPU refuses others; CUDA skips them).
+struct MaskLogitsParams {
+  TensorView x;             // [R, V] f32
+  ConstTensorView allowed;  // [M, ceil(V / 32)] i32 bit words
+  ConstTensorView rows;     // [M] i32
+};
+
 // Sampling's logit edits on the backend (sampling/logit_edit.h), in place: x[e.row, e.id] =
 // edited_logit(x[e.row, e.id], e) for every edit e, at most one per element (logit_edits gives one
 // per token). An edit outside x is refused on the CPU and skipped on CUDA (which cannot read the
@@ -487,6 +496,7 @@ class Ops {
   virtual void copy_rows(const CopyRowsParams& p);
   virtual void write_cache_rows(const WriteCacheRowsParams& p) = 0;
   virtual void edit_logits(const EditLogitsParams& p) = 0;
+  virtual void mask_logits(const MaskLogitsParams& p) = 0;
   virtual void row_logprobs(const RowLogprobsParams& p) = 0;
   virtual void sample_rows(const SampleRowsParams& p) = 0;
   // Converts a checkpoint tensor to the backend's compute layout; checks shapes and dtypes.

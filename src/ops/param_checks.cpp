@@ -140,6 +140,15 @@ void check_params(const EditLogitsParams& p) {
                      std::to_string(sizeof(LogitEdit) / sizeof(int32_t)));
 }
 
+void check_params(const MaskLogitsParams& p) {
+  expect_rank("mask_logits", "x", p.x, 2);
+  expect_dtype("mask_logits", "x", p.x, DType::kF32);
+  expect_dtype("mask_logits", "rows", p.rows, DType::kI32);
+  expect_rank("mask_logits", "rows", p.rows, 1);
+  expect_shape("mask_logits", "allowed", p.allowed, {p.rows.dim(0), (p.x.dim(1) + 31) / 32});
+  expect_dtype("mask_logits", "allowed", p.allowed, DType::kI32);
+}
+
 void check_params(const RowLogprobsParams& p) {
   expect_rank("row_logprobs", "x", p.x, 2);
   expect_dtype("row_logprobs", "x", p.x, DType::kF32);

@@ -13,6 +13,7 @@ void check_params(const CopyParams& p);
 void check_params(const CopyRowsParams& p);
 void check_params(const WriteCacheRowsParams& p);
 void check_params(const EditLogitsParams& p);
+void check_params(const MaskLogitsParams& p);
 void check_params(const RowLogprobsParams& p);
 void check_params(const SampleRowsParams& p);
 void check_params(const DummyWeightParams& p);

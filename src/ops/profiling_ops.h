@@ -58,6 +58,9 @@ class ProfilingOps final : public Ops {
   void edit_logits(const EditLogitsParams& p) override {
     return timed("edit_logits", [&] { return inner_.edit_logits(p); });
   }
+  void mask_logits(const MaskLogitsParams& p) override {
+    return timed("mask_logits", [&] { return inner_.mask_logits(p); });
+  }
   void row_logprobs(const RowLogprobsParams& p) override {
     return timed("row_logprobs", [&] { return inner_.row_logprobs(p); });
   }

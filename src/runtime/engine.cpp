@@ -215,33 +215,35 @@ class Engine::Impl {
     RequestMetrics metrics;
   };
 
-  // Whether the request's next token can be drawn on the backend: its logits need only sparse
-  // edits (logit_bias, penalties, bad_words' and min_tokens' bans: logit_edits) before
-  // token_draw.h's draw, and its logprobs are the backend's row_logprobs. Not with an output
-  // constraint or allowed_token_ids (dense masks), nor with bad_words while min_tokens holds
-  // back the stop tokens (the two bans could leave no token, which the host path refuses).
-  static bool draws_on_backend(const Request& r, const Sequence& seq) {
-    const SamplingParams& s = r.sampling;
-    return s.allowed_token_ids.empty() && !r.constraint &&
-           (s.bad_words_ids.empty() || seq.num_output() >= r.stop.min_tokens);
+  // One token a step samples: what its draw needs besides the logits (made before the draw, for
+  // the host sampler and the backend alike), where it is drawn, and what came of it.
+  struct StepDraw {
+    size_t chunk = 0;
+    Request* request = nullptr;
+    const Sequence* sequence = nullptr;
+    std::vector<uint8_t> allowed;  // a dense mask (an output constraint's, min_tokens'); empty: every token
+    std::string dead_end;          // why no token may be drawn: the request ends with this instead
+    bool on_backend = false;       // drawn by Ops::sample_rows
+    TokenChoice choice;
+    std::string error;  // why the draw failed (logits with no finite largest value): the request fails
+  };
+  // The step's draws, one per chunk that samples, in order: their masks and dead ends.
+  std::vector<StepDraw> plan_draws(const SchedulerStep& plan);
+  // The logit edits of a draw, for its row of the step's logits: logit_bias, penalties and the
+  // bans of its bad words.
+  std::vector<LogitEdit> draw_edits(const StepDraw& d) const {
+    const std::span<const int32_t> tokens(d.sequence->tokens);
+    const auto prompt = static_cast<size_t>(d.sequence->num_prompt_tokens);
+    const TokenHistory history{tokens.first(prompt), tokens.subspan(prompt)};
+    const SamplingParams& sampling = d.request->sampling;
+    return logit_edits(sampling, history, banned_by_bad_words(sampling.bad_words_ids, history.output),
+                       static_cast<size_t>(model_.config()->vocab_size), static_cast<int32_t>(d.chunk));
   }
-  // The edits of `r`'s next draw, for row `row` of the step's logits: its sampling's, and bans of
-  // its bad words and of the tokens min_tokens holds back.
-  std::vector<LogitEdit> draw_edits(const Request& r, const Sequence& seq, int32_t row) const {
-    const std::span<const int32_t> tokens(seq.tokens);
-    const TokenHistory history{tokens.first(static_cast<size_t>(seq.num_prompt_tokens)),
-                               tokens.subspan(static_cast<size_t>(seq.num_prompt_tokens))};
-    std::vector<int32_t> banned = banned_by_bad_words(r.sampling.bad_words_ids, history.output);
-    if (seq.num_output() < r.stop.min_tokens) {
-      if (!r.stop.ignore_eos) banned.push_back(static_cast<int32_t>(model_.config()->eos_token_id));
-      banned.insert(banned.end(), r.stop.stop_token_ids.begin(), r.stop.stop_token_ids.end());
-    }
-    return logit_edits(r.sampling, history, banned, static_cast<size_t>(model_.config()->vocab_size), row);
-  }
-  // The step's draws on the backend (rows where backend_draw is set; the others get a greedy draw
-  // whose id is unused): their edits, sample_rows, and the raw logprobs of the rows that ask for
-  // them (taken before the edits); only the ids and logprobs come back, into backend_choices_.
-  void draw_on_backend(const SchedulerStep& plan, const std::vector<uint8_t>& backend_draw, TensorView logits);
+  // The draws marked on_backend, on the backend: their edits and dense masks (mask_logits: the
+  // draw's mask and allowed_token_ids together), sample_rows, and the raw logprobs of those that
+  // ask for them (taken before the edits); only ids and logprobs come back, into their choices.
+  // The step's other rows get a greedy draw whose id is unused.
+  void draw_on_backend(std::vector<StepDraw>& draws, TensorView logits);
 
   // The config with its defaults resolved and the caches sized; `sizing` says how.
   static EngineConfig resolve(EngineConfig c, const Model& model, Ops& ops, CacheSizing& sizing);
@@ -287,7 +289,6 @@ class Engine::Impl {
   std::vector<float> all_logits_;           // every token's, [T, V], in steps that need them
   std::vector<DrawRow> draw_rows_;          // the step's draws, when made on the backend
   std::vector<LogitEdit> draw_edits_;       // and their logits' edits
-  std::vector<TokenChoice> backend_choices_;  // their tokens and logprobs
   std::optional<JsonTokenMask> constraint_vocab_;  // made when the first constrained request samples
   ThreadPool sampling_pool_;                // the step's draws (EngineConfig::sampling_threads)
   std::shared_ptr<CachePool> cache_pool_;   // EngineConfig::shared_cache_pool
@@ -664,43 +665,104 @@ void Engine::Impl::take_submissions() {
   }
 }
 
-void Engine::Impl::draw_on_backend(const SchedulerStep& plan, const std::vector<uint8_t>& backend_draw,
-                                   TensorView logits) {
-  const auto n = static_cast<int64_t>(plan.chunks.size());
+std::vector<Engine::Impl::StepDraw> Engine::Impl::plan_draws(const SchedulerStep& plan) {
+  const auto V = static_cast<size_t>(model_.config()->vocab_size);
+  std::vector<StepDraw> draws;
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    const ScheduledChunk& c = plan.chunks[i];
+    if (!c.samples()) continue;
+    Request& r = requests_.at(c.sequence->id);
+    StepDraw d;
+    d.chunk = i;
+    d.request = &r;
+    d.sequence = c.sequence;
+    if (r.constraint &&
+        r.constraint->allowed_tokens(constraint_vocab(), static_cast<int32_t>(model_.config()->eos_token_id),
+                                     !r.stop.ignore_eos, d.allowed) == 0) {
+      d.dead_end = std::string(r.constraint->dead_end_message());
+    } else if (!r.constraint && c.sequence->num_output() < r.stop.min_tokens) {
+      // min_tokens: the tokens that would end the request may not be drawn yet.
+      d.allowed.assign(V, 1);
+      if (!r.stop.ignore_eos) d.allowed.at(static_cast<size_t>(model_.config()->eos_token_id)) = 0;
+      for (const int32_t id : r.stop.stop_token_ids) d.allowed.at(static_cast<size_t>(id)) = 0;
+    }
+    // allowed_token_ids beside a mask: the two may leave no token (a choice none of the listed
+    // tokens can spell, min_tokens holding back the only one listed). That is the request's
+    // doing, so it ends here with an error, as a constraint's dead end does.
+    if (d.dead_end.empty() && !d.allowed.empty() && !r.sampling.allowed_token_ids.empty() &&
+        std::none_of(r.sampling.allowed_token_ids.begin(), r.sampling.allowed_token_ids.end(),
+                     [&](int32_t id) { return d.allowed[static_cast<size_t>(id)] != 0; }))
+      d.dead_end = "allowed_token_ids: none of its tokens may be output token " +
+                   std::to_string(c.sequence->num_output()) +
+                   " (the output format or min_tokens allows none of them there)";
+    // bad_words can do the same: its ban may take the last tokens a mask or allowed_token_ids
+    // leaves (or, in a tiny vocabulary, every token).
+    if (d.dead_end.empty() && !r.sampling.bad_words_ids.empty() &&
+        !any_token_drawable(V, d.allowed, r.sampling,
+                            std::span<const int32_t>(c.sequence->tokens)
+                                .subspan(static_cast<size_t>(c.sequence->num_prompt_tokens))))
+      d.dead_end = "bad_words: no token is left for output token " + std::to_string(c.sequence->num_output()) +
+                   " (it bans the last ones the output format, min_tokens or allowed_token_ids allows there)";
+    draws.push_back(std::move(d));
+  }
+  return draws;
+}
+
+void Engine::Impl::draw_on_backend(std::vector<StepDraw>& draws, TensorView logits) {
+  const int64_t n = logits.dim(0), V = logits.dim(1), W = (V + 31) / 32;
   draw_rows_.assign(static_cast<size_t>(n), DrawRow{});
   draw_edits_.clear();
-  std::vector<int32_t> top_counts(static_cast<size_t>(n), 0);
+  std::vector<int32_t> top_counts(static_cast<size_t>(n), 0), mask_rows;
+  std::vector<uint32_t> mask_words;
   bool any_logprobs = false;
-  for (size_t i = 0; i < plan.chunks.size(); ++i) {
-    if (!backend_draw[i]) continue;
-    const Request& r = requests_.at(plan.chunks[i].sequence->id);
-    draw_rows_[i] = draw_row_of(r.sampling, r.seed, static_cast<uint64_t>(plan.chunks[i].sequence->num_output()));
-    const std::vector<LogitEdit> edits = draw_edits(r, *plan.chunks[i].sequence, static_cast<int32_t>(i));
+  for (const StepDraw& d : draws) {
+    if (!d.on_backend) continue;
+    const Request& r = *d.request;
+    draw_rows_[d.chunk] = draw_row_of(r.sampling, r.seed, static_cast<uint64_t>(d.sequence->num_output()));
+    const std::vector<LogitEdit> edits = draw_edits(d);
     draw_edits_.insert(draw_edits_.end(), edits.begin(), edits.end());
+    if (!d.allowed.empty() || !r.sampling.allowed_token_ids.empty()) {
+      std::vector<uint32_t> words(static_cast<size_t>(W), d.allowed.empty() ? ~0u : 0u);
+      for (size_t j = 0; j < d.allowed.size(); ++j)
+        if (d.allowed[j] != 0) words[j / 32] |= 1u << (j % 32);
+      if (!r.sampling.allowed_token_ids.empty()) {
+        std::vector<uint32_t> listed(static_cast<size_t>(W), 0);
+        for (const int32_t id : r.sampling.allowed_token_ids) listed[static_cast<size_t>(id) / 32] |= 1u << (id % 32);
+        for (size_t w = 0; w < words.size(); ++w) words[w] &= listed[w];
+      }
+      mask_rows.push_back(static_cast<int32_t>(d.chunk));
+      mask_words.insert(mask_words.end(), words.begin(), words.end());
+    }
     if (r.sampling.logprobs) {
       any_logprobs = true;
-      top_counts[i] = r.sampling.top_logprobs;
+      top_counts[d.chunk] = r.sampling.top_logprobs;
     }
   }
-  // Logprobs are the raw logits': a copy keeps them when edits change the rows.
+  // Logprobs are the raw logits': a copy keeps them when edits or masks change the rows.
   DeviceTensor raw;
   ConstTensorView raw_logits = logits;
+  if (any_logprobs && (!draw_edits_.empty() || !mask_rows.empty())) {
+    raw = ops_.alloc_output(DType::kF32, logits.shape());
+    ops_.copy({logits, raw.view()});
+    raw_logits = raw.view();
+  }
   if (!draw_edits_.empty()) {
-    if (any_logprobs) {
-      raw = ops_.alloc_output(DType::kF32, logits.shape());
-      ops_.copy({logits, raw.view()});
-      raw_logits = raw.view();
-    }
     const DeviceTensor edits = upload_words(ops_, draw_edits_, DType::kI32,
                                             {static_cast<int64_t>(draw_edits_.size()), sizeof(LogitEdit) / sizeof(int32_t)});
     ops_.edit_logits({logits, edits.view()});
+  }
+  if (!mask_rows.empty()) {
+    const auto M = static_cast<int64_t>(mask_rows.size());
+    const DeviceTensor allowed = upload_words(ops_, mask_words, DType::kI32, {M, W});
+    const DeviceTensor rows = upload_words(ops_, mask_rows, DType::kI32, {M});
+    ops_.mask_logits({logits, allowed.view(), rows.view()});
   }
   const DeviceTensor rows = upload_words(ops_, draw_rows_, DType::kI64, {n, sizeof(DrawRow) / sizeof(int64_t)});
   DeviceTensor ids = ops_.alloc_output(DType::kI32, {n});
   ops_.sample_rows({logits, rows.view(), ids.view()});
   const std::vector<int32_t> drawn = download_words<int32_t>(ops_, ids);
-  backend_choices_.assign(static_cast<size_t>(n), TokenChoice{});
-  for (size_t i = 0; i < drawn.size(); ++i) backend_choices_[i].id = drawn[i];
+  for (StepDraw& d : draws)
+    if (d.on_backend) d.choice.id = drawn[d.chunk];
   if (!any_logprobs) return;
   const int64_t N = std::max<int64_t>(1, *std::max_element(top_counts.begin(), top_counts.end()));
   const DeviceTensor counts = upload_words(ops_, top_counts, DType::kI32, {n});
@@ -711,14 +773,13 @@ void Engine::Impl::draw_on_backend(const SchedulerStep& plan, const std::vector<
   const std::vector<float> top_logprobs_host = download_words<float>(ops_, top_logprobs);
   const std::vector<int32_t> rank_host = download_words<int32_t>(ops_, rank);
   const std::vector<int32_t> top_ids_host = download_words<int32_t>(ops_, top_ids);
-  for (size_t i = 0; i < plan.chunks.size(); ++i) {
-    if (!backend_draw[i] || !requests_.at(plan.chunks[i].sequence->id).sampling.logprobs) continue;
-    TokenChoice& c = backend_choices_[i];
-    c.logprob = logprob_host[i];
-    c.rank = rank_host[i];
+  for (StepDraw& d : draws) {
+    if (!d.on_backend || !d.request->sampling.logprobs) continue;
+    d.choice.logprob = logprob_host[d.chunk];
+    d.choice.rank = rank_host[d.chunk];
     for (int64_t j = 0; j < N; ++j) {
-      const size_t at = i * static_cast<size_t>(N) + static_cast<size_t>(j);
-      if (top_ids_host[at] >= 0) c.top.emplace_back(top_ids_host[at], top_logprobs_host[at]);
+      const size_t at = d.chunk * static_cast<size_t>(N) + static_cast<size_t>(j);
+      if (top_ids_host[at] >= 0) d.choice.top.emplace_back(top_ids_host[at], top_logprobs_host[at]);
     }
   }
 }
@@ -748,14 +809,20 @@ bool Engine::Impl::step() {
         return r.prompt_logprobs && !r.prompt_logprobs_sent && c.start + 1 < c.sequence->num_prompt_tokens;
       });
       batch.options.logits = all_logits ? LogitsFor::kAllTokens : LogitsFor::kLastTokenOfSequence;
-      // The draws that can run on the backend do (sample_token's draws, the same ids), and only
-      // their ids come back; the others' rows of logits come to the host.
-      std::vector<uint8_t> backend_draw(static_cast<size_t>(n), 0);
-      for (size_t i = 0; i < plan.chunks.size(); ++i) {
-        const ScheduledChunk& c = plan.chunks[i];
-        backend_draw[i] = !all_logits && c.samples() && draws_on_backend(requests_.at(c.sequence->id), *c.sequence);
+      // The step's draws: what each needs (a constrained request's mask, made here in order; a
+      // dead end ends its request instead), then the draws, on the backend where they can run
+      // there (sample_token's draws, the same tokens; only ids and logprobs come back), else on
+      // the host's sampling pool over their rows of logits (sample_token is stateless: the same
+      // tokens whatever the thread count), then the tokens appended and emitted in order.
+      std::vector<StepDraw> draws = plan_draws(plan);
+      bool any_backend_draw = false, any_host_draw = false;
+      std::vector<uint8_t> host_row(static_cast<size_t>(n), 0);
+      for (StepDraw& d : draws) {
+        if (!d.dead_end.empty()) continue;
+        d.on_backend = config_.sample_on_backend && !all_logits;
+        (d.on_backend ? any_backend_draw : any_host_draw) = true;
+        host_row[d.chunk] = !d.on_backend;
       }
-      const bool any_backend_draw = std::find(backend_draw.begin(), backend_draw.end(), 1) != backend_draw.end();
       try {
         for (const ScheduledChunk& c : plan.chunks) {
           Request& r = requests_.at(c.sequence->id);
@@ -779,25 +846,23 @@ bool Engine::Impl::step() {
         // The padding's rows come last (one each).
         const TensorView logits =
             slice_rows(result.logits.view(), 0, result.logits.dim(0) - static_cast<int64_t>(padding.size()));
-        if (any_backend_draw) draw_on_backend(plan, backend_draw, logits);
+        if (any_backend_draw) draw_on_backend(draws, logits);
         if (all_logits) {
           const int64_t T = batch.num_tokens();
           all_logits_.resize(static_cast<size_t>(T * V));
           ops_.download(logits, TensorView(reinterpret_cast<std::byte*>(all_logits_.data()), DType::kF32, {T, V}));
           take_prompt_logprobs(plan);
-        } else {
-          // The host draws' rows (an edit touched only backend rows), in runs of consecutive rows.
+        } else if (any_host_draw) {
+          // The host draws' rows (edits and masks touched only backend rows), in runs of
+          // consecutive rows.
           logits_.resize(static_cast<size_t>(n * V));
-          auto host_draw = [&](int64_t i) {
-            return plan.chunks[static_cast<size_t>(i)].samples() && !backend_draw[static_cast<size_t>(i)];
-          };
           for (int64_t begin = 0; begin < n;) {
-            if (!host_draw(begin)) {
+            if (!host_row[static_cast<size_t>(begin)]) {
               ++begin;
               continue;
             }
             int64_t end = begin + 1;
-            while (end < n && host_draw(end)) ++end;
+            while (end < n && host_row[static_cast<size_t>(end)]) ++end;
             ops_.download(slice_rows(logits, begin, end),
                           TensorView(reinterpret_cast<std::byte*>(logits_.data() + begin * V), DType::kF32, {end - begin, V}));
             begin = end;
@@ -815,66 +880,10 @@ bool Engine::Impl::step() {
       take_snapshots(plan);
       counters_.computed_tokens += static_cast<uint64_t>(batch.num_tokens());
       const EngineClock::time_point now = EngineClock::now();
-      // The step's draws: first what each needs (a constrained request's mask is made here, in order),
-      // then the draws themselves on the sampling pool (sample_token is stateless: the same
-      // tokens whatever the thread count), then the tokens appended and emitted in order.
-      struct Draw {
-        size_t chunk = 0;
-        Request* request = nullptr;
-        bool on_backend = false;  // drawn by sample_rows (the id is in choice)
-        std::vector<uint8_t> allowed;  // a constrained request's mask; empty: every token
-        TokenChoice choice;
-        std::string error;  // why sample_token refused the request's logits (the request then fails)
-      };
-      std::vector<Draw> draws;
-      for (size_t i = 0; i < plan.chunks.size(); ++i) {
-        const ScheduledChunk& c = plan.chunks[i];
-        if (!c.samples()) continue;
-        Request& r = requests_.at(c.sequence->id);
-        Draw d{i, &r, backend_draw[i] != 0, {}, {}, {}};
-        if (d.on_backend) {
-          d.choice = backend_choices_[i];
-          if (d.choice.id < 0) d.error = "no token has a probability (the logits have no finite largest value)";
-        } else if (r.constraint &&
-                   r.constraint->allowed_tokens(constraint_vocab(), static_cast<int32_t>(model_.config()->eos_token_id),
-                                                !r.stop.ignore_eos, d.allowed) == 0) {
-          end_early(r, FinishReason::kError, std::string(r.constraint->dead_end_message()));
-          continue;
-        } else if (c.sequence->num_output() < r.stop.min_tokens) {
-          // min_tokens: the tokens that would end the request may not be drawn yet.
-          d.allowed.assign(static_cast<size_t>(model_.config()->vocab_size), 1);
-          if (!r.stop.ignore_eos) d.allowed.at(static_cast<size_t>(model_.config()->eos_token_id)) = 0;
-          for (const int32_t id : r.stop.stop_token_ids) d.allowed.at(static_cast<size_t>(id)) = 0;
-        }
-        // allowed_token_ids beside a mask: the two may leave no token (a choice none of the listed
-        // tokens can spell, min_tokens holding back the only one listed). That is the request's
-        // doing, so it ends here with an error, as a constraint's dead end does.
-        if (!d.allowed.empty() && !r.sampling.allowed_token_ids.empty() &&
-            std::none_of(r.sampling.allowed_token_ids.begin(), r.sampling.allowed_token_ids.end(),
-                         [&](int32_t id) { return d.allowed[static_cast<size_t>(id)] != 0; })) {
-          end_early(r, FinishReason::kError,
-                    "allowed_token_ids: none of its tokens may be output token " +
-                        std::to_string(c.sequence->num_output()) +
-                        " (the output format or min_tokens allows none of them there)");
-          continue;
-        }
-        // bad_words can do the same: its ban may take the last tokens a mask or allowed_token_ids
-        // leaves (or, in a tiny vocabulary, every token).
-        if (!r.sampling.bad_words_ids.empty() &&
-            !any_token_drawable(static_cast<size_t>(V), d.allowed, r.sampling,
-                                std::span<const int32_t>(c.sequence->tokens)
-                                    .subspan(static_cast<size_t>(c.sequence->num_prompt_tokens)))) {
-          end_early(r, FinishReason::kError,
-                    "bad_words: no token is left for output token " + std::to_string(c.sequence->num_output()) +
-                        " (it bans the last ones the output format, min_tokens or allowed_token_ids allows there)");
-          continue;
-        }
-        draws.push_back(std::move(d));
-      }
       sampling_pool_.parallel_for(static_cast<int64_t>(draws.size()), [&](int64_t k) {
-        Draw& d = draws[static_cast<size_t>(k)];
-        if (d.on_backend) return;
-        const Sequence& seq = *plan.chunks[d.chunk].sequence;
+        StepDraw& d = draws[static_cast<size_t>(k)];
+        if (d.on_backend || !d.dead_end.empty()) return;
+        const Sequence& seq = *d.sequence;
         const std::span<const int32_t> tokens(seq.tokens);
         const TokenHistory history{tokens.first(static_cast<size_t>(seq.num_prompt_tokens)),
                                    tokens.subspan(static_cast<size_t>(seq.num_prompt_tokens))};
@@ -886,7 +895,13 @@ bool Engine::Impl::step() {
         }
       });
       std::vector<SequenceId> finished;
-      for (Draw& d : draws) {
+      for (StepDraw& d : draws) {
+        if (!d.dead_end.empty()) {
+          end_early(*d.request, FinishReason::kError, d.dead_end);
+          continue;
+        }
+        if (d.on_backend && d.choice.id < 0)
+          d.error = "no token has a probability (the logits have no finite largest value)";
         if (!d.error.empty()) {  // logits no token can be drawn from (NaN or infinite): this request fails alone
           end_early(*d.request, FinishReason::kError, "sampling failed: " + d.error);
           continue;

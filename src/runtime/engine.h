@@ -255,6 +255,10 @@ struct EngineConfig {
   // Host threads drawing a step's tokens (sampling is per request, so any count gives the same
   // tokens). 0: default_sampling_threads().
   int sampling_threads = 0;
+  // Draw on the backend (Ops::edit_logits, mask_logits, sample_rows, row_logprobs) and bring only
+  // ids and logprobs to the host; false: every row of logits to the host and every draw there. The
+  // same tokens and logprobs either way (sampling/token_draw.h).
+  bool sample_on_backend = true;
 };
 
 // The sampling threads an engine takes when EngineConfig::sampling_threads is 0: the machine's

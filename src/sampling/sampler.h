@@ -3,10 +3,11 @@
 // draw for output token i depends only on (seed, i), and the penalties only on the token history
 // passed in, so a request samples the same tokens alone, in any batch and after a recompute.
 //
-// Runs on the downloaded logits on the host. Requests that need no dense mask (an output
-// constraint, allowed_token_ids) and no logprobs draw on the backend instead (Ops::edit_logits
-// with logit_edits' edits, then Ops::sample_rows: the same logits and the same draw), which saves
-// the [sequences, V] download and the host's pass over it.
+// Runs on the downloaded logits on the host. The serving engine draws on the backend instead
+// (Ops::edit_logits with logit_edits' edits, Ops::mask_logits with the same masks,
+// Ops::sample_rows, Ops::row_logprobs: the same logits, draw and logprobs), which saves the
+// [sequences, V] download and the host's pass over it; this is its path in steps that need every
+// token's logits (prompt logprobs) and with EngineConfig::sample_on_backend off.
 #pragma once
 
 #include <cstdint>

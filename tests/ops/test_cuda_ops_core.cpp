@@ -467,6 +467,22 @@ TEST_F(CudaOpsCore, RowLogprobsMatchTheCpu) {
   EXPECT_EQ(from_cpu(top_ids.cpu).data<int32_t>()[2 * N], 4242);
 }
 
+// Dense masks at V4's vocabulary: random masks of three rows of five (the last word partly past
+// the vocabulary) give the GPU's logits the CPU's bits.
+TEST_F(CudaOpsCore, MaskLogitsMatchTheCpu) {
+  const int64_t R = 5, V = 129280 + 7, W = (V + 31) / 32;
+  const Tensor x = random_tensor(DType::kF32, {R, V}, 2.0f);
+  Tensor allowed(DType::kI32, {3, W}), rows(DType::kI32, {3});
+  std::mt19937 rng(12);
+  for (int64_t i = 0; i < allowed.numel(); ++i) allowed.data<int32_t>()[i] = static_cast<int32_t>(rng());
+  const std::vector<int32_t> row_values = {4, 0, 2};
+  std::copy(row_values.begin(), row_values.end(), rows.data<int32_t>());
+  const Both xs = upload_both(x), masks = upload_both(allowed), mask_rows = upload_both(rows);
+  cpu_.mask_logits({xs.cpu.view(), masks.cpu.view(), mask_rows.cpu.view()});
+  gpu_->mask_logits({xs.gpu.view(), masks.gpu.view(), mask_rows.gpu.view()});
+  expect_same_bits("mask_logits", from_cpu(xs.cpu), from_gpu(xs.gpu));
+}
+
 // Logit edits at V4's vocabulary: a few thousand distinct (row, token) edits of every kind (bias,
 // repetition penalty on positive and negative logits, subtraction, bans, and all of them at once)
 // change the GPU's logits to the CPU's bits.

@@ -300,12 +300,13 @@ TEST_F(EngineTest, PrefixCacheHitsGiveTheTokensOfAMissBitForBit) {
   EXPECT_GT(cached->stats().cache_blocks_cached, 0);
 }
 
-// Requests without allowed_token_ids or an output constraint draw on the backend (Ops::edit_logits
-// for their logit_bias, penalties and bans, Ops::sample_rows, Ops::row_logprobs; only ids and
-// logprobs downloaded): greedy and seeded top-k/top-p/min-p requests, with penalties and
-// logit_bias, with bad_words, with min_tokens holding back stop tokens, get the tokens, logprobs,
-// ranks and top logprobs of the host's sample_token, which a request allowing every token by
-// allowed_token_ids still uses, bit for bit, alone and in a busy batch where both kinds share steps.
+// Draws on the backend (Ops::edit_logits for logit_bias, penalties and bans, Ops::mask_logits for
+// output constraints, min_tokens and allowed_token_ids, Ops::sample_rows, Ops::row_logprobs; only
+// ids and logprobs downloaded) give the tokens, logprobs, ranks and top logprobs of the host's
+// sample_token (EngineConfig::sample_on_backend off) bit for bit, for greedy and seeded
+// top-k/top-p/min-p requests, with penalties and logit_bias, bad_words, min_tokens holding back
+// stop tokens, allowed_token_ids, and JSON, choice and regex output formats, alone and in a busy
+// batch.
 TEST_F(EngineTest, DrawsOnTheBackendAreTheHostSamplersTokens) {
   struct Variant {
     const char* name;
@@ -338,32 +339,48 @@ TEST_F(EngineTest, DrawsOnTheBackendAreTheHostSamplersTokens) {
          r.stop.min_tokens = 6;
          r.stop.stop_token_ids = {2, 9};
        }},
+      {"allowed_token_ids", 1.2f,
+       [](GenerateRequest& r) {
+         for (int32_t id = 0; id < 3000; id += 7) r.sampling.allowed_token_ids.push_back(id);
+       }},
+      {"json_object", 0.7f, [](GenerateRequest& r) { r.format = OutputFormat::kJsonObject; }},
+      {"choice", 1.0f,
+       [](GenerateRequest& r) {
+         r.format = OutputFormat::kChoice;
+         r.choices = std::make_shared<const std::vector<std::string>>(std::vector<std::string>{"yes", "no", "maybe"});
+       }},
   };
-  std::vector<int32_t> every_token(static_cast<size_t>(model_->config()->vocab_size));
-  std::iota(every_token.begin(), every_token.end(), 0);
+  auto tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(DSV4_TOKENIZER_JSON));
+  EngineConfig on_host = small_config();
+  on_host.sample_on_backend = false;
+  auto run_alone = [&](const GenerateRequest& r, const EngineConfig& c) {
+    auto e = engine(c, tokenizer);
+    RequestHandle h = e->submit(r);
+    run_until_idle(*e);
+    return drain(h);
+  };
   for (const Variant& v : variants) {
-    GenerateRequest on_backend = request(ids(41, 1), 10, v.temperature);
-    on_backend.sampling.seed = 77;
-    on_backend.sampling.top_logprobs = 3;
-    v.change(on_backend);
-    GenerateRequest on_host = on_backend;
-    on_host.sampling.allowed_token_ids = every_token;
-    const Result got = alone(on_backend), want = alone(on_host);
+    GenerateRequest r = request(ids(41, 1), 10, v.temperature);
+    r.sampling.seed = 77;
+    r.sampling.top_logprobs = 3;
+    v.change(r);
+    const Result got = run_alone(r, small_config()), want = run_alone(r, on_host);
     ASSERT_FALSE(got.tokens.empty()) << v.name;
     EXPECT_EQ(got.tokens, want.tokens) << v.name;
+    EXPECT_EQ(got.text, want.text) << v.name;
     EXPECT_TRUE(same_bits(got.logprobs, want.logprobs)) << v.name;
     EXPECT_EQ(got.ranks, want.ranks) << v.name;
     EXPECT_EQ(got.top_ids, want.top_ids) << v.name;
     EXPECT_TRUE(same_bits(got.top_logprobs, want.top_logprobs)) << v.name;
     EXPECT_EQ(got.top_ids.size(), 3 * got.tokens.size()) << v.name;
-    auto e = engine();
+    auto e = engine(small_config(), tokenizer);
     uint64_t preemptions = 0;
-    const Result busy = in_busy_batch(*e, on_backend, preemptions);
+    const Result busy = in_busy_batch(*e, r, preemptions);
     EXPECT_EQ(busy.tokens, want.tokens) << v.name;
     EXPECT_TRUE(same_bits(busy.logprobs, want.logprobs)) << v.name;
-    on_backend.sampling.logprobs = false;  // the draw alone
-    on_backend.sampling.top_logprobs = 0;
-    EXPECT_EQ(alone(on_backend).tokens, want.tokens) << v.name;
+    r.sampling.logprobs = false;  // the draw alone
+    r.sampling.top_logprobs = 0;
+    EXPECT_EQ(run_alone(r, small_config()).tokens, want.tokens) << v.name;
   }
 }
 
@@ -382,31 +399,36 @@ class LogitDownloadCountingOps final : public testing::CpuForwardingOps {
   int64_t vocab_;
 };
 
-// A step that mixes draws on the backend with draws on the host (a request with allowed_token_ids)
-// brings only the host draws' rows of logits to the host: one per token of that request, none for
-// the three others, which get their tokens alone.
-TEST_F(EngineTest, AMixedStepDownloadsOnlyTheHostDrawsLogits) {
-  LogitDownloadCountingOps counting(model_->config()->vocab_size);
-  Engine e(*model_, counting, small_config());
-  std::vector<GenerateRequest> plain;
-  for (uint32_t i = 0; i < 3; ++i) {
+// Draws on the backend bring no row of logits to the host, whatever the request asks (logprobs, a
+// mask, penalties); with EngineConfig::sample_on_backend off, every draw brings its row: one per
+// token. The same tokens either way.
+TEST_F(EngineTest, DrawsOnTheBackendDownloadNoRowOfLogits) {
+  std::vector<GenerateRequest> requests;
+  for (uint32_t i = 0; i < 4; ++i) {
     GenerateRequest r = request(ids(20 + 5 * i, 4 + i), 8, i == 0 ? 0.0f : 0.8f);
-    r.sampling.logprobs = false;
+    r.sampling.logprobs = i % 2 == 0;
     r.sampling.seed = 50 + i;
     r.sampling.top_p = 0.9f;
-    plain.push_back(r);
+    if (i == 3) r.sampling.allowed_token_ids = {1, 2, 3, 5, 8, 13, 21, 34, 55, 89};
+    if (i == 2) r.sampling.repetition_penalty = 1.2f;
+    requests.push_back(r);
   }
-  GenerateRequest on_host = request(ids(60, 3), 8, 0.7f);
-  on_host.sampling.seed = 99;
-  on_host.sampling.allowed_token_ids.resize(static_cast<size_t>(model_->config()->vocab_size));
-  std::iota(on_host.sampling.allowed_token_ids.begin(), on_host.sampling.allowed_token_ids.end(), 0);
-  std::vector<RequestHandle> hs;
-  for (const GenerateRequest& r : plain) hs.push_back(e.submit(r));
-  RequestHandle host_handle = e.submit(on_host);
-  run_until_idle(e);
-  EXPECT_EQ(counting.logit_rows, 8);
-  for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(drain(hs[i]).tokens, alone(plain[i]).tokens) << "request " << i;
-  EXPECT_EQ(drain(host_handle).tokens, alone(on_host).tokens);
+  std::vector<std::vector<int32_t>> tokens[2];
+  int64_t rows[2] = {0, 0};
+  for (const bool on_backend : {true, false}) {
+    LogitDownloadCountingOps counting(model_->config()->vocab_size);
+    EngineConfig c = small_config();
+    c.sample_on_backend = on_backend;
+    Engine e(*model_, counting, c);
+    std::vector<RequestHandle> hs;
+    for (const GenerateRequest& r : requests) hs.push_back(e.submit(r));
+    run_until_idle(e);
+    for (RequestHandle& h : hs) tokens[on_backend].push_back(drain(h).tokens);
+    rows[on_backend] = counting.logit_rows;
+  }
+  EXPECT_EQ(rows[1], 0);
+  EXPECT_EQ(rows[0], 4 * 8);
+  EXPECT_EQ(tokens[1], tokens[0]);
 }
 
 // A step's draws run on the engine's sampling threads: one thread or four, every request of a

@@ -14,6 +14,7 @@ class CpuForwardingOps : public Ops {
   void copy(const CopyParams& p) override { cpu_.copy(p); }
   void write_cache_rows(const WriteCacheRowsParams& p) override { cpu_.write_cache_rows(p); }
   void edit_logits(const EditLogitsParams& p) override { cpu_.edit_logits(p); }
+  void mask_logits(const MaskLogitsParams& p) override { cpu_.mask_logits(p); }
   void row_logprobs(const RowLogprobsParams& p) override { cpu_.row_logprobs(p); }
   void sample_rows(const SampleRowsParams& p) override { cpu_.sample_rows(p); }
   Weight load_weight(const LoadWeightParams& p) override { return cpu_.load_weight(p); }

@@ -235,6 +235,37 @@ TEST_F(CpuOpsTest, RowLogprobsAreDrawRowLogprobs) {
   EXPECT_THROW(ops.row_logprobs(p), UsageError);
 }
 
+// mask_logits sets -inf where a row's mask bit is 0 and leaves the other values and rows alone;
+// a row outside the logits or masked twice is refused.
+TEST_F(CpuOpsTest, MaskLogitsSetMinusInfinityWhereTheBitIsZero) {
+  const int64_t R = 3, V = 40;
+  const std::vector<float> values = random_floats(R * V, 6, 1.0f);
+  const DeviceTensor x = make_tensor(ops, DType::kF32, {R, V}, values);
+  DeviceTensor allowed = ops.alloc(DType::kI32, {1, 2}), rows = ops.alloc(DType::kI32, {1});
+  const std::vector<uint32_t> words = {0x0000000Fu, 0x00000080u};  // tokens 0-3 and 39
+  std::memcpy(allowed.view().bytes(), words.data(), sizeof(uint32_t) * 2);
+  const int32_t row = 1;
+  std::memcpy(rows.view().bytes(), &row, sizeof row);
+  ops.mask_logits({x.view(), allowed.view(), rows.view()});
+  const std::vector<float> got = to_floats(x.view());
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t j = 0; j < V; ++j) {
+      const bool kept = r != 1 || j < 4 || j == 39;
+      if (kept) {
+        EXPECT_EQ(got[r * V + j], values[r * V + j]) << r << "," << j;
+      } else {
+        EXPECT_EQ(got[r * V + j], -std::numeric_limits<float>::infinity()) << r << "," << j;
+      }
+    }
+  DeviceTensor twice = ops.alloc(DType::kI32, {2, 2}), twice_rows = ops.alloc(DType::kI32, {2});
+  const std::vector<int32_t> same = {0, 0};
+  std::memcpy(twice_rows.view().bytes(), same.data(), sizeof(int32_t) * 2);
+  EXPECT_THROW(ops.mask_logits({x.view(), twice.view(), twice_rows.view()}), UsageError);
+  const int32_t outside = 3;
+  std::memcpy(rows.view().bytes(), &outside, sizeof outside);
+  EXPECT_THROW(ops.mask_logits({x.view(), allowed.view(), rows.view()}), UsageError);
+}
+
 // ---- norms, rope, quantisation, hadamard ----------------------------------------------------
 
 TEST_F(CpuOpsTest, RmsNormMatchesTheFormulaAndRoundsToTheOutputDtype) {

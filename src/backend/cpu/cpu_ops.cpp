@@ -103,6 +103,23 @@ void CpuOps::edit_logits(const EditLogitsParams& p) {
   apply_logit_edits(p.x.data<float>(), p.x.dim(1), edits, count);
 }
 
+void CpuOps::mask_logits(const MaskLogitsParams& p) {
+  check_params(p);
+  const int64_t R = p.x.dim(0), V = p.x.dim(1), W = p.allowed.dim(1);
+  std::vector<bool> masked(static_cast<size_t>(R), false);
+  for (int64_t m = 0; m < p.rows.dim(0); ++m) {
+    const int32_t row = p.rows.data<int32_t>()[m];
+    if (row < 0 || row >= R || masked[static_cast<size_t>(row)])
+      throw UsageError("mask_logits: mask " + std::to_string(m) + " names row " + std::to_string(row) + " of " +
+                       std::to_string(R) + (row >= 0 && row < R ? ", masked already" : ""));
+    masked[static_cast<size_t>(row)] = true;
+    const auto* words = reinterpret_cast<const uint32_t*>(p.allowed.data<int32_t>() + m * W);
+    float* x = p.x.data<float>() + row * V;
+    for (int64_t j = 0; j < V; ++j)
+      if (((words[j / 32] >> (j % 32)) & 1u) == 0) x[j] = -std::numeric_limits<float>::infinity();
+  }
+}
+
 void CpuOps::row_logprobs(const RowLogprobsParams& p) {
   check_params(p);
   const int64_t R = p.x.dim(0), V = p.x.dim(1), N = p.top_ids.dim(1);

@@ -22,6 +22,7 @@ class CpuOps final : public Ops {
   void copy(const CopyParams& p) override;
   void write_cache_rows(const WriteCacheRowsParams& p) override;
   void edit_logits(const EditLogitsParams& p) override;
+  void mask_logits(const MaskLogitsParams& p) override;
   void row_logprobs(const RowLogprobsParams& p) override;
   void sample_rows(const SampleRowsParams& p) override;
   Weight load_weight(const LoadWeightParams& p) override;

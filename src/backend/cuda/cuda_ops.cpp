@@ -347,6 +347,13 @@ void CudaOps::edit_logits(const EditLogitsParams& p) {
                        stream_);
 }
 
+void CudaOps::mask_logits(const MaskLogitsParams& p) {
+  check_params(p);
+  kernels::mask_logits({p.x.data<float>(), reinterpret_cast<const uint32_t*>(p.allowed.data<int32_t>()),
+                        p.rows.data<int32_t>(), p.rows.dim(0), p.x.dim(0), p.x.dim(1)},
+                       stream_);
+}
+
 void CudaOps::row_logprobs(const RowLogprobsParams& p) {
   check_params(p);
   kernels::row_logprobs({p.x.data<float>(), p.ids.data<int32_t>(), p.top_counts.data<int32_t>(), p.logprob.data<float>(),

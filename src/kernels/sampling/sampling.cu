@@ -1,4 +1,6 @@
-// Sampling on the device. The logit edits: a thread per edit. The token draw: a block of 1,024
+// Sampling on the device. The logit edits: a thread per edit; the masks: a block per masked row;
+// the logprobs: a block per row (exact sum, rank count, top tokens by the draw's radix select).
+// The token draw: a block of 1,024
 // threads per row runs sampling/token_draw.h's steps as passes over the row's logits (read from
 // L2 after the first), each an exact integer reduction, a radix select or an ordered scan, so the
 // ids are draw_token's whatever the split:
@@ -283,6 +285,16 @@ __global__ void edit_logits_kernel(EditLogitsKernelParams p) {
   v = edited_logit(v, e);
 }
 
+__global__ void mask_logits_kernel(MaskLogitsKernelParams p) {
+  pdl_wait();
+  const int32_t row = p.mask_rows[blockIdx.x];
+  if (row < 0 || row >= p.rows) return;
+  const uint32_t* words = p.allowed + static_cast<int64_t>(blockIdx.x) * ((p.cols + 31) / 32);
+  float* x = p.x + static_cast<int64_t>(row) * p.cols;
+  for (int64_t j = threadIdx.x; j < p.cols; j += blockDim.x)
+    if (((words[j / 32] >> (j % 32)) & 1u) == 0) x[j] = -INFINITY;
+}
+
 __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleRowsKernelParams p) {
   pdl_wait();
   __shared__ SampleSmem s;
@@ -413,6 +425,12 @@ void edit_logits(const EditLogitsKernelParams& p, cudaStream_t stream) {
   const int64_t blocks = (p.count + kEditThreads - 1) / kEditThreads;
   if (blocks > 2147483647) throw UsageError("edit_logits: " + std::to_string(p.count) + " edits in one launch");
   launch_pdl(edit_logits_kernel, static_cast<unsigned>(blocks), kEditThreads, 0, stream, p);
+}
+
+void mask_logits(const MaskLogitsKernelParams& p, cudaStream_t stream) {
+  if (p.count == 0) return;
+  if (p.count > 2147483647) throw UsageError("mask_logits: " + std::to_string(p.count) + " masks in one launch");
+  launch_pdl(mask_logits_kernel, static_cast<unsigned>(p.count), 256, 0, stream, p);
 }
 
 void row_logprobs(const RowLogprobsKernelParams& p, cudaStream_t stream) {

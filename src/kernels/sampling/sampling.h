@@ -1,6 +1,7 @@
-// Launchers of sampling on the device: the logit edits of sampling/logit_edit.h (CudaOps::edit_logits)
-// and sampling/token_draw.h's draw (CudaOps::sample_rows, a block per row), each giving the host's
-// values (apply_logit_edits, draw_token) bit for bit.
+// Launchers of sampling on the device: the logit edits of sampling/logit_edit.h (CudaOps::edit_logits),
+// dense masks (mask_logits), sampling/token_draw.h's draw (CudaOps::sample_rows, a block per row)
+// and logprobs (row_logprobs), each giving the host's values (apply_logit_edits, draw_token,
+// draw_row_logprobs) bit for bit.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,6 +24,18 @@ struct EditLogitsKernelParams {
   int64_t cols = 0;
 };
 void edit_logits(const EditLogitsKernelParams& p, cudaStream_t stream);
+
+// x[rows[m], j] = -inf where bit j % 32 of allowed[m * ceil(cols / 32) + j / 32] is 0; masks whose
+// row is outside [0, rows) are skipped. A block per mask.
+struct MaskLogitsKernelParams {
+  float* x = nullptr;                 // [rows, cols]
+  const uint32_t* allowed = nullptr;  // [count, ceil(cols / 32)]
+  const int32_t* mask_rows = nullptr;  // [count]
+  int64_t count = 0;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+void mask_logits(const MaskLogitsKernelParams& p, cudaStream_t stream);
 
 // out[r] = draw_token(row r of x, rows[r]): -1 where no token can be drawn. Temperature-0 rows
 // take the argmax (a left-to-right scan keeping the first strictly larger value: the lowest index
