@@ -810,10 +810,11 @@ bool Engine::Impl::step() {
       });
       batch.options.logits = all_logits ? LogitsFor::kAllTokens : LogitsFor::kLastTokenOfSequence;
       // The step's draws: what each needs (a constrained request's mask, made here in order; a
-      // dead end ends its request instead), then the draws, on the backend where they can run
-      // there (sample_token's draws, the same tokens; only ids and logprobs come back), else on
-      // the host's sampling pool over their rows of logits (sample_token is stateless: the same
-      // tokens whatever the thread count), then the tokens appended and emitted in order.
+      // dead end ends its request instead), then the draws, on the backend (sample_token's draws,
+      // the same tokens; only ids and logprobs come back) unless the step takes every token's
+      // logits or sample_on_backend is off, else on the host's sampling pool over their rows of
+      // logits (sample_token is stateless: the same tokens whatever the thread count), then the
+      // tokens appended and emitted in order.
       std::vector<StepDraw> draws = plan_draws(plan);
       bool any_backend_draw = false, any_host_draw = false;
       std::vector<uint8_t> host_row(static_cast<size_t>(n), 0);
