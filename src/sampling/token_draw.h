@@ -17,7 +17,7 @@
 //           floor(u * total / 2^53); the first kept token in ascending id whose running weight
 //           exceeds target.
 // Weights are integers, so totals and running sums are exact in any order; exp is evaluated by
-// draw_exp with plain multiplies and adds (no fused multiply-add: compile host code including this
+// draw_exp_parts with plain multiplies and adds (no fused multiply-add: compile host code calling it
 // with -ffp-contract=off; device code uses the _rn intrinsics, which are never fused), so host and
 // device compute the same weights. The weights' resolution (2^-44 of the top) drops tokens far too
 // unlikely to matter: a whole vocabulary of them holds under 1e-8 of the mass.
