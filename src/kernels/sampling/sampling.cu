@@ -371,8 +371,10 @@ __global__ void __launch_bounds__(kThreads) row_logprobs_kernel(RowLogprobsKerne
   }
   larger = block_sum_u64(larger, s);
   valid = block_sum_u64(valid, s);
-  const int64_t n = min(min(static_cast<int64_t>(p.top_counts[row]), static_cast<int64_t>(valid)),
-                        min(p.top_width, static_cast<int64_t>(kDrawMaxTopLogprobs)));
+  // No top list beside a failed draw (the CPU's draw_row_logprobs needs a token).
+  const int64_t n = !in_row ? 0
+                            : min(min(static_cast<int64_t>(p.top_counts[row]), static_cast<int64_t>(valid)),
+                                  min(p.top_width, static_cast<int64_t>(kDrawMaxTopLogprobs)));
   if (threadIdx.x == 0) {
     p.logprob[row] = draw_logprob(chosen, top, log_normalizer);
     p.rank[row] = in_row ? static_cast<int32_t>(1 + larger) : 0;
