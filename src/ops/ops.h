@@ -151,10 +151,10 @@ struct WriteCacheRowsParams {
 };
 
 // The raw distribution's logprobs on the backend (sampling/token_draw.h's draw_row_logprobs, the
-// host's bits): for row r of x, the logprob and rank of token ids[r] (NaN and 0 for an id outside
-// the row, a failed draw's -1, and then no top list) and the first top_counts[r] tokens by logit (ties: lower id; NaN
-// never) with their logprobs, the rest of the row's top lists -1 and NaN. top_counts[r] in
-// [0, N], N <= kDrawMaxTopLogprobs (the CPU refuses others; CUDA clamps).
+// host's bits): for row r of x, the logprob and rank of token ids[r] (NaN and 0, and no top list,
+// for an id outside the row: a failed draw's -1) and the first top_counts[r] tokens by logit
+// (ties: lower id; NaN never) with their logprobs, the rest of the row's top lists -1 and NaN.
+// top_counts[r] in [0, N], N <= kDrawMaxTopLogprobs (the CPU refuses others; CUDA clamps).
 struct RowLogprobsParams {
   ConstTensorView x;           // [R, V] f32
   ConstTensorView ids;         // [R] i32
