@@ -196,11 +196,7 @@ void add_bench_throughput_command(CLI::App& bench) {
   cmd->add_option("--max-num-batched-tokens", opts->engine.max_num_batched_tokens,
                   "Tokens in one step (default: 8192 on a GPU of 70 GiB or more, as vLLM's server on H100-class GPUs; else 2048)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--long-prefill-token-threshold", opts->engine.long_prefill_token_threshold,
-                  "Most tokens one request's prefill takes in a step (0: up to --max-num-batched-tokens): shorter steps "
-                  "for the requests decoding beside a long prompt, its first token later")
-      ->check(CLI::NonNegativeNumber)
-      ->default_str("0");
+  add_long_prefill_option(cmd, opts->engine);
   cmd->add_option("--max-model-len", opts->engine.max_model_len,
                   "Longest prompt + output (0: the model's max_position_embeddings)")
       ->check(CLI::NonNegativeNumber)

@@ -44,6 +44,14 @@ void add_cache_options(CLI::App* cmd, CacheOptions& options) {
       ->default_str("0");
 }
 
+void add_long_prefill_option(CLI::App* cmd, EngineConfig& config) {
+  cmd->add_option("--long-prefill-token-threshold", config.long_prefill_token_threshold,
+                  "Most tokens one request's prefill takes in a step (0: up to --max-num-batched-tokens): shorter steps "
+                  "for the requests decoding beside a long prompt, its first token later")
+      ->check(CLI::NonNegativeNumber)
+      ->default_str("0");
+}
+
 void apply_cache_options(const CacheOptions& options, EngineConfig& config) {
   // The shared pool with or without prefix caching: the caches in the blocks the scheduler counts,
   // and the running sequences in state slots, whose decode steps share a few CUDA graphs.

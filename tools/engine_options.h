@@ -1,5 +1,6 @@
-// The serving engine's cache options shared by `serve` and `bench throughput` (vLLM's flag
-// names), and the start-up line that says what the cache holds and how its size was chosen.
+// The serving engine's cache and scheduling options shared by `serve` and `bench throughput`
+// (vLLM's flag names), and the start-up line that says what the cache holds and how its size was
+// chosen.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -22,6 +23,10 @@ void add_cache_options(CLI::App* cmd, CacheOptions& options);
 // Sets config's enable_prefix_caching, cache_memory_bytes, gpu_memory_utilization and
 // max_prefix_snapshots from the options.
 void apply_cache_options(const CacheOptions& options, EngineConfig& config);
+
+// Adds `--long-prefill-token-threshold` (default 0, no limit) to `cmd`, into
+// config.long_prefill_token_threshold.
+void add_long_prefill_option(CLI::App* cmd, EngineConfig& config);
 
 // "`command`: cache: X GiB from <how>: N blocks of B tokens: T tokens, C sequences of max_model_len
 // at once; prefix caching on|off" on stderr: how the size was chosen (Engine::cache_sizing: with

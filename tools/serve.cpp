@@ -108,11 +108,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-num-batched-tokens", o->engine.max_num_batched_tokens,
                   "Tokens in one step (default: 8192 on a GPU of 70 GiB or more, as vLLM's server on H100-class GPUs; else 2048)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--long-prefill-token-threshold", o->engine.long_prefill_token_threshold,
-                  "Most tokens one request's prefill takes in a step (0: up to --max-num-batched-tokens): shorter steps "
-                  "for the requests decoding beside a long prompt, its first token later")
-      ->check(CLI::NonNegativeNumber)
-      ->default_str("0");
+  add_long_prefill_option(cmd, o->engine);
   add_cache_options(cmd, o->cache);
   cmd->add_option("--kv-cache-dtype", o->kv_cache_dtype, "KV-cache dtype; only auto (the model's own layout)")
       ->check(CLI::IsMember({"auto"}))
