@@ -54,6 +54,13 @@ std::vector<T> download_words(Ops& ops, const DeviceTensor& t) {
   return host;
 }
 
+// A sequence's tokens as the sampler sees them: its prompt, and its output so far.
+TokenHistory history_of(const Sequence& s) {
+  const std::span<const int32_t> tokens(s.tokens);
+  const auto prompt = static_cast<size_t>(s.num_prompt_tokens);
+  return {tokens.first(prompt), tokens.subspan(prompt)};
+}
+
 // A token as the engine reports it: the sampler's choice with its logprob, rank and alternatives.
 GeneratedToken generated_token(const TokenChoice& choice) {
   GeneratedToken token{choice.id, choice.logprob, {}, choice.rank};
@@ -232,9 +239,7 @@ class Engine::Impl {
   // The logit edits of a draw, for its row of the step's logits: logit_bias, penalties and the
   // bans of its bad words.
   std::vector<LogitEdit> draw_edits(const StepDraw& d) const {
-    const std::span<const int32_t> tokens(d.sequence->tokens);
-    const auto prompt = static_cast<size_t>(d.sequence->num_prompt_tokens);
-    const TokenHistory history{tokens.first(prompt), tokens.subspan(prompt)};
+    const TokenHistory history = history_of(*d.sequence);
     const SamplingParams& sampling = d.request->sampling;
     return logit_edits(sampling, history, banned_by_bad_words(sampling.bad_words_ids, history.output),
                        static_cast<size_t>(model_.config()->vocab_size), static_cast<int32_t>(d.chunk));
@@ -698,9 +703,7 @@ std::vector<Engine::Impl::StepDraw> Engine::Impl::plan_draws(const SchedulerStep
     // bad_words can do the same: its ban may take the last tokens a mask or allowed_token_ids
     // leaves (or, in a tiny vocabulary, every token).
     if (d.dead_end.empty() && !r.sampling.bad_words_ids.empty() &&
-        !any_token_drawable(V, d.allowed, r.sampling,
-                            std::span<const int32_t>(c.sequence->tokens)
-                                .subspan(static_cast<size_t>(c.sequence->num_prompt_tokens))))
+        !any_token_drawable(V, d.allowed, r.sampling, history_of(*c.sequence).output))
       d.dead_end = "bad_words: no token is left for output token " + std::to_string(c.sequence->num_output()) +
                    " (it bans the last ones the output format, min_tokens or allowed_token_ids allows there)";
     draws.push_back(std::move(d));
@@ -761,8 +764,11 @@ void Engine::Impl::draw_on_backend(std::vector<StepDraw>& draws, TensorView logi
   DeviceTensor ids = ops_.alloc_output(DType::kI32, {n});
   ops_.sample_rows({logits, rows.view(), ids.view()});
   const std::vector<int32_t> drawn = download_words<int32_t>(ops_, ids);
-  for (StepDraw& d : draws)
-    if (d.on_backend) d.choice.id = drawn[d.chunk];
+  for (StepDraw& d : draws) {
+    if (!d.on_backend) continue;
+    d.choice.id = drawn[d.chunk];
+    if (d.choice.id < 0) d.error = "no token has a probability (the logits have no finite largest value)";
+  }
   if (!any_logprobs) return;
   const int64_t N = std::max<int64_t>(1, *std::max_element(top_counts.begin(), top_counts.end()));
   const DeviceTensor counts = upload_words(ops_, top_counts, DType::kI32, {n});
@@ -884,13 +890,9 @@ bool Engine::Impl::step() {
       sampling_pool_.parallel_for(static_cast<int64_t>(draws.size()), [&](int64_t k) {
         StepDraw& d = draws[static_cast<size_t>(k)];
         if (d.on_backend || !d.dead_end.empty()) return;
-        const Sequence& seq = *d.sequence;
-        const std::span<const int32_t> tokens(seq.tokens);
-        const TokenHistory history{tokens.first(static_cast<size_t>(seq.num_prompt_tokens)),
-                                   tokens.subspan(static_cast<size_t>(seq.num_prompt_tokens))};
         try {
           d.choice = sample_token(std::span<const float>(logits_).subspan(d.chunk * static_cast<size_t>(V), static_cast<size_t>(V)),
-                                  d.request->sampling, d.request->seed, history, d.allowed);
+                                  d.request->sampling, d.request->seed, history_of(*d.sequence), d.allowed);
         } catch (const Error& e) {
           d.error = e.what();
         }
@@ -901,8 +903,6 @@ bool Engine::Impl::step() {
           end_early(*d.request, FinishReason::kError, d.dead_end);
           continue;
         }
-        if (d.on_backend && d.choice.id < 0)
-          d.error = "no token has a probability (the logits have no finite largest value)";
         if (!d.error.empty()) {  // logits no token can be drawn from (NaN or infinite): this request fails alone
           end_early(*d.request, FinishReason::kError, "sampling failed: " + d.error);
           continue;

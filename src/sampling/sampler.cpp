@@ -82,15 +82,8 @@ void apply_drawable(std::vector<float>& x, std::span<const uint8_t> allowed, con
     if (keep[i] == 0) x[i] = -std::numeric_limits<float>::infinity();
 }
 
-int32_t argmax(const std::vector<float>& x) {
-  size_t best = 0;
-  for (size_t i = 1; i < x.size(); ++i)
-    if (x[i] > x[best]) best = i;
-  return static_cast<int32_t>(best);
-}
-
-// Draws from the temperature-scaled, filtered distribution of the penalised logits `x` by
-// token_draw.h's rule, the one the backends' sample_rows follow.
+// Draws from the temperature-scaled, filtered distribution of the penalised logits `x` (the argmax
+// at temperature 0) by token_draw.h's rule, the one the backends' sample_rows follow.
 int32_t draw(const std::vector<float>& x, const SamplingParams& params, uint64_t seed, uint64_t draw_index) {
   const int32_t id = draw_token(x.data(), static_cast<int64_t>(x.size()), draw_row_of(params, seed, draw_index));
   if (id < 0)
@@ -173,7 +166,7 @@ TokenChoice sample_token(std::span<const float> logits, const SamplingParams& pa
   apply_logit_edits(x.data(), static_cast<int64_t>(x.size()), edits.data(), static_cast<int64_t>(edits.size()));
   apply_drawable(x, allowed, params, history.output);
 
-  const int32_t id = params.temperature == 0.0f ? argmax(x) : draw(x, params, seed, history.output.size());
+  const int32_t id = draw(x, params, seed, history.output.size());  // temperature 0: the argmax
   if (params.logprobs) return token_logprobs(logits, id, params.top_logprobs);
   TokenChoice choice;
   choice.id = id;

@@ -1,6 +1,7 @@
 // draw_token and draw_row_logprobs: token_draw.h's draw and logprobs done sequentially on the
-// host, the reference of the CUDA kernels and what the host sampler and the CPU backend run. Compiled with
-// -ffp-contract=off (CMakeLists.txt): draw_weight's multiplies and adds must not be fused.
+// host, the reference of the CUDA kernels and what the host sampler and the CPU backend run.
+// Compiled with -ffp-contract=off (CMakeLists.txt): draw_weight's multiplies and adds must not be
+// fused.
 #include "sampling/token_draw.h"
 
 #include <algorithm>
@@ -21,6 +22,14 @@ struct Candidate {
 
 // Whether a comes before b in the draw's order: larger logit, then lower id.
 bool comes_before(const Candidate& a, const Candidate& b) { return a.key > b.key || (a.key == b.key && a.id < b.id); }
+
+// The largest non-NaN value of x (-inf if none): the row's `top`.
+float largest_logit(std::span<const float> x) {
+  float top = -std::numeric_limits<float>::infinity();
+  for (const float v : x)
+    if (v > top) top = v;  // NaN never compares larger
+  return top;
+}
 
 uint64_t total_weight(const std::vector<Candidate>& cs) {
   uint64_t total = 0;
@@ -54,9 +63,7 @@ std::vector<Candidate> first_k_if_all_kept(std::span<const float> x, size_t k, W
 
 RowLogprobs draw_row_logprobs(const float* x_data, int64_t cols, int32_t id, int32_t top_n) {
   const std::span<const float> x(x_data, static_cast<size_t>(cols));
-  float top = -std::numeric_limits<float>::infinity();
-  for (const float v : x)
-    if (v > top) top = v;
+  const float top = largest_logit(x);
   double log_normalizer = std::numeric_limits<double>::quiet_NaN();
   if (std::isfinite(top)) {
     DrawU128 sum;
@@ -88,9 +95,7 @@ int32_t draw_token(const float* x_data, int64_t cols, const DrawRow& row) {
       if (x[i] > x[best]) best = i;
     return static_cast<int32_t>(best);
   }
-  float top = -std::numeric_limits<float>::infinity();
-  for (const float v : x)
-    if (v > top) top = v;  // NaN never compares larger
+  const float top = largest_logit(x);
   if (!std::isfinite(top)) return -1;
   const double inv_t = draw_inverse_temperature(row.temperature);
   const uint64_t min_weight = draw_min_weight(row.min_p);
