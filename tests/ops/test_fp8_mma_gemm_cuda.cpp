@@ -772,19 +772,63 @@ TEST(E2m1ToE4m3, GivesTheLoadersCastForEveryCodeAndShift) {
     for (int shift = 0; shift <= kMxfp4MaxShift; ++shift) EXPECT_TRUE(seen[code][shift]) << code << ", " << shift;
 }
 
+// e2m1_device_layout (host code, no GPU needed): row r's K block b is e2m1_mma_order of the
+// checkpoint's 64 bytes at e2m1_row_codes_at(r) + b strides, its 4 shifts at e2m1_row_shifts_at(r)
+// + b strides, every byte of both once (a weight of 37 rows: two whole tiles of 16 and 5 rows of a
+// third, whose padding rows are zero); K not in blocks of 128 is refused.
+TEST(E2m1DeviceLayout, PutsEachRowsKBlockInItsTileInTheMmaOrder) {
+  const int64_t n = 37, k = 384, blocks = k / 128;
+  std::vector<uint8_t> stored(static_cast<size_t>(n * k / 2)), shifts(static_cast<size_t>(n * k / 32));
+  for (size_t i = 0; i < stored.size(); ++i) stored[i] = static_cast<uint8_t>(i * 29 + 3);
+  for (size_t i = 0; i < shifts.size(); ++i) shifts[i] = static_cast<uint8_t>(1 + i % 251);  // never 0
+  const kernels::E2m1DeviceWeight got = kernels::e2m1_device_layout(stored.data(), shifts.data(), n, k);
+  const int64_t rows = kernels::e2m1_layout_rows(n);
+  ASSERT_EQ(rows, 48);
+  ASSERT_EQ(got.codes.size(), static_cast<size_t>(rows * k / 2));
+  ASSERT_EQ(got.shifts.size(), static_cast<size_t>(rows * k / 32));
+  std::vector<int> code_uses(got.codes.size()), shift_uses(got.shifts.size());
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t b = 0; b < blocks; ++b) {
+      std::vector<uint8_t> ordered(64);
+      kernels::e2m1_mma_order(stored.data() + r * k / 2 + 64 * b, ordered.data(), 64);
+      const int64_t codes_at = kernels::e2m1_row_codes_at(r, k) + b * kernels::kE2m1BlockCodeStride;
+      const int64_t shifts_at = kernels::e2m1_row_shifts_at(r, k) + b * kernels::kE2m1BlockShiftStride;
+      for (int64_t i = 0; i < 64; ++i) {
+        EXPECT_EQ(got.codes[static_cast<size_t>(codes_at + i)], ordered[static_cast<size_t>(i)]) << r << ", " << b;
+        ++code_uses[static_cast<size_t>(codes_at + i)];
+      }
+      for (int64_t i = 0; i < 4; ++i) {
+        EXPECT_EQ(got.shifts[static_cast<size_t>(shifts_at + i)], shifts[static_cast<size_t>(r * k / 32 + 4 * b + i)]);
+        ++shift_uses[static_cast<size_t>(shifts_at + i)];
+      }
+    }
+  // The real rows' bytes fill n x (k / 2) places once; the rest (padding) is zero.
+  EXPECT_EQ(std::count(code_uses.begin(), code_uses.end(), 1), n * k / 2);
+  EXPECT_EQ(std::count(code_uses.begin(), code_uses.end(), 0), (rows - n) * k / 2);
+  EXPECT_EQ(std::count(shift_uses.begin(), shift_uses.end(), 1), n * k / 32);
+  for (size_t i = 0; i < got.shifts.size(); ++i) {
+    if (shift_uses[i] == 0) {
+      EXPECT_EQ(got.shifts[i], 0) << i;
+    }
+  }
+  EXPECT_THROW(kernels::e2m1_device_layout(stored.data(), shifts.data(), n, 320), UsageError);
+}
+
 // `groups` random MXFP4 weights [n, k] (every e2m1 byte, -0 included; per-32 scales within 2^6 of
 // their 128x128 block's largest, as the lossless cast needs) on the device as the kE2M1 kernel
-// reads them (packed pairs in e2m1_mma_order, the cast's shifts) and as the cast's e4m3 codes,
+// reads them (e2m1_device_layout's codes and the cast's shifts) and as the cast's e4m3 codes,
 // with the cast's block scales (one set for both) in the kernels' fp32 layout.
 struct Fp4Weights {
   int64_t n, k, groups;
+  int64_t layout_rows = kernels::e2m1_layout_rows(n);
   int64_t scale_group = 0, scale_ld = 0;
   DeviceBuffer<uint8_t> packed, shift, codes;
   DeviceBuffer<float> scale;
 
   Fp4Weights(int64_t n_, int64_t k_, int64_t groups_, uint32_t seed)
-      : n(n_), k(k_), groups(groups_), packed(static_cast<size_t>(groups_ * n_ * k_ / 2)),
-        shift(static_cast<size_t>(groups_ * n_ * k_ / 32)), codes(static_cast<size_t>(groups_ * n_ * k_)),
+      : n(n_), k(k_), groups(groups_), packed(static_cast<size_t>(groups_ * kernels::e2m1_layout_rows(n_) * k_ / 2)),
+        shift(static_cast<size_t>(groups_ * kernels::e2m1_layout_rows(n_) * k_ / 32)),
+        codes(static_cast<size_t>(groups_ * n_ * k_)),
         scale(static_cast<size_t>(groups_ * ((n_ + 127) / 128) * ((k_ / 128 + 3) / 4 * 4))) {
     std::mt19937 rng(seed);
     std::vector<uint8_t> all_packed, all_shift, all_codes;
@@ -802,10 +846,10 @@ struct Fp4Weights {
       const std::vector<float> s = cuda::fp8_weight_scales_for_cublaslt(cast.scale.data<uint8_t>(), n, k);
       scale_group = static_cast<int64_t>(s.size());
       scale_ld = scale_group / ((n + 127) / 128);
-      std::vector<uint8_t> ordered(static_cast<size_t>(w.nbytes()));
-      kernels::e2m1_mma_order(w.data<uint8_t>(), ordered.data(), static_cast<int64_t>(ordered.size()));
-      all_packed.insert(all_packed.end(), ordered.begin(), ordered.end());
-      all_shift.insert(all_shift.end(), shifts.shift.span<uint8_t>().begin(), shifts.shift.span<uint8_t>().end());
+      const kernels::E2m1DeviceWeight layout =
+          kernels::e2m1_device_layout(w.data<uint8_t>(), shifts.shift.data<uint8_t>(), n, k);
+      all_packed.insert(all_packed.end(), layout.codes.begin(), layout.codes.end());
+      all_shift.insert(all_shift.end(), layout.shifts.begin(), layout.shifts.end());
       all_codes.insert(all_codes.end(), cast.weight.span<uint8_t>().begin(), cast.weight.span<uint8_t>().end());
       all_scale.insert(all_scale.end(), s.begin(), s.end());
     }
@@ -819,8 +863,8 @@ struct Fp4Weights {
   kernels::Fp8MmaGemmParams dense(const Operands& x, int64_t g, bool e2m1) const {
     kernels::Fp8MmaGemmParams p = x.inputs(0, x.m, 0);
     p.w_codes = e2m1 ? kernels::Fp8MmaWeightCodes::kE2M1 : kernels::Fp8MmaWeightCodes::kE4M3;
-    p.w = e2m1 ? packed.get() + g * n * k / 2 : codes.get() + g * n * k;
-    p.w_shift = e2m1 ? shift.get() + g * n * k / 32 : nullptr;
+    p.w = e2m1 ? packed.get() + g * layout_rows * k / 2 : codes.get() + g * n * k;
+    p.w_shift = e2m1 ? shift.get() + g * layout_rows * k / 32 : nullptr;
     p.w_scale = scale.get() + g * scale_group;
     p.w_scale_ld = scale_ld;
     return p;

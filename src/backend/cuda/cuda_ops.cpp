@@ -372,8 +372,9 @@ void CudaOps::sample_rows(const SampleRowsParams& p) {
 // Device layouts: kFp8 and kMxfp4 (cast losslessly to FP8 on the host first) keep e4m3 codes in
 // `data` (kF8E4M3 [out, in]) and fp32 block scales in cuBLASLt's layout in `scale` (kF32
 // [ceil(out/128), roundup(ceil(in/128), 4)]); with CudaOptions::fp4_experts, kMxfp4 keeps its
-// packed pairs in `data` (kI8 [out, in/2], re-laid by kernels::e2m1_mma_order), the cast's shifts
-// in `aux` (kU8 [out, in/32]) and the cast's block scales in `scale`; plain f32/bf16 tensors stay
+// e2m1 codes in `data` and the cast's shifts in `aux`, both re-laid by kernels::e2m1_device_layout
+// (kI8 [rows, in/2] and kU8 [rows, in/32], rows = kernels::e2m1_layout_rows(out)), and the cast's
+// block scales in `scale`; plain f32/bf16 tensors stay
 // as stored; plain integer tensors become kI32 (the CPU's rule, checked for range).
 DeviceTensor CudaOps::upload_new(ConstTensorView host) {
   DeviceTensor t = alloc(host.dtype(), host.shape());
@@ -417,11 +418,17 @@ Weight CudaOps::load_weight(const LoadWeightParams& p) {
       }
       const Mxfp4BlockShifts shifts = mxfp4_block_shifts(p.weight, p.scale, p.name);  // checks the tensors
       const int64_t n = p.weight.dim(0), k = 2 * p.weight.dim(1);
+      if (k % 128 != 0)
+        throw TensorError(p.name + ": an FP4 weight kept as stored needs inputs in whole blocks of 128, got " +
+                          std::to_string(k) + " (--fp4-experts off casts it to FP8)");
       w.shape = {n, k};
-      Tensor codes(DType::kI8, p.weight.shape());  // in the order the kernel reads
-      kernels::e2m1_mma_order(p.weight.data<uint8_t>(), codes.data<uint8_t>(), static_cast<int64_t>(p.weight.nbytes()));
-      w.data = upload_new(codes.view());
-      w.aux = upload_new(shifts.shift.view());
+      const kernels::E2m1DeviceWeight layout =
+          kernels::e2m1_device_layout(p.weight.data<uint8_t>(), shifts.shift.data<uint8_t>(), n, k);
+      const int64_t rows = kernels::e2m1_layout_rows(n);
+      w.data = upload_new(
+          ConstTensorView(reinterpret_cast<const std::byte*>(layout.codes.data()), DType::kI8, {rows, k / 2}));
+      w.aux = upload_new(
+          ConstTensorView(reinterpret_cast<const std::byte*>(layout.shifts.data()), DType::kU8, {rows, k / 32}));
       w.scale = cublaslt_weight_scales(shifts.block_scale.data<uint8_t>(), n, k);
       break;
     }
@@ -475,10 +482,12 @@ Weight CudaOps::dummy_weight(const DummyWeightParams& p) {
   if (p.format == WeightFormat::kMxfp4 && options_.fp4_experts) {
     // Kept as stored: the bytes of the FP8 dummy's codes taken as e2m1 pairs (values for timing
     // runs, not the other backends'), every shift 0, the FP8 dummy's block scale.
-    if (cols % 32 != 0) throw UsageError("dummy_weight: FP4 weight " + p.name + " needs inputs in groups of 32");
-    w.data = alloc(DType::kI8, {rows, cols / 2});
-    kernels::dummy_e4m3({w.data.view().data<uint8_t>(), n / 2, p.key, p.mean, p.std, std::ldexp(1.0f, -e)}, stream_);
-    w.aux = alloc(DType::kU8, {rows, cols / 32});
+    if (cols % 128 != 0) throw UsageError("dummy_weight: FP4 weight " + p.name + " needs inputs in blocks of 128");
+    const int64_t layout_rows = kernels::e2m1_layout_rows(rows);  // kernels::e2m1_device_layout's
+    w.data = alloc(DType::kI8, {layout_rows, cols / 2});
+    kernels::dummy_e4m3({w.data.view().data<uint8_t>(), layout_rows * cols / 2, p.key, p.mean, p.std, std::ldexp(1.0f, -e)},
+                        stream_);
+    w.aux = alloc(DType::kU8, {layout_rows, cols / 32});
     DSV4_CUDA_CHECK(cudaMemsetAsync(w.aux.view().bytes(), 0, w.aux.view().nbytes(), stream_));
   } else {
     w.data = alloc(DType::kF8E4M3, p.shape);

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "kernels/float_ptr.h"
+#include "kernels/gemm/e2m1_layout.h"
 #include "kernels/gemm/simple_gemm.h"
 #include "ops/arg_checks.h"
 #include "ops/ops.h"
@@ -71,8 +72,9 @@ inline GemmWeightView gemm_weight(const char* op, const Weight* w, int64_t rows,
   return v;
 }
 
-// An MXFP4 weight kept as stored (CudaOptions::fp4_experts): packed e2m1 pairs, the per-32
-// shifts and the block scales of its FP8 cast; checked against [rows, cols].
+// An MXFP4 weight kept as stored (CudaOptions::fp4_experts): its e2m1 codes and per-32 shifts in
+// kernels::e2m1_device_layout's layout and the block scales of its FP8 cast; checked against
+// [rows, cols].
 struct Fp4WeightView {
   const uint8_t* data = nullptr;
   const uint8_t* shift = nullptr;
@@ -84,8 +86,9 @@ inline Fp4WeightView stored_fp4_weight(const char* op, const Weight* w, int64_t 
   if (!is_stored_fp4(w)) throw UsageError(std::string(op) + ": weight " + (w ? w->name : "?") + " is not FP4 as stored");
   const int64_t kb = (cols + 127) / 128;
   const Shape scale_shape = {(rows + 127) / 128, (kb + 3) / 4 * 4};
-  if (w->shape != Shape{rows, cols} || w->data.shape() != Shape{rows, cols / 2} || w->aux.dtype() != DType::kU8 ||
-      w->aux.shape() != Shape{rows, cols / 32} || w->scale.dtype() != DType::kF32 || w->scale.shape() != scale_shape)
+  const int64_t layout_rows = kernels::e2m1_layout_rows(rows);
+  if (w->shape != Shape{rows, cols} || w->data.shape() != Shape{layout_rows, cols / 2} || w->aux.dtype() != DType::kU8 ||
+      w->aux.shape() != Shape{layout_rows, cols / 32} || w->scale.dtype() != DType::kF32 || w->scale.shape() != scale_shape)
     throw UsageError(std::string(op) + ": FP4 weight " + w->name + " of shape " + shape_str(w->shape) +
                      " is not in CudaOps' layout for " + shape_str({rows, cols}));
   return {w->data.view().data<uint8_t>(), w->aux.view().data<uint8_t>(), w->scale.view().data<float>(), scale_shape[1]};

@@ -1,8 +1,9 @@
-// The layout in which the FP8 GEMM reads MXFP4 weights (e2m1_mma_order, fp8_mma_gemm.h) and its
-// two conversions: a slot's pair of codes to an fp16x2 MMA operand (the streamed kernel) and a
-// word's eight codes to the lossless FP4 -> FP8 cast's e4m3 codes (loader/weights.h,
-// cast_mxfp4_to_fp8; the staged kernel, in shared memory). Host and device alike, so that CPU
-// tests check the device's formulas.
+// The layout in which the FP8 GEMM reads MXFP4 weights (e2m1_device_layout, fp8_mma_gemm.h): where
+// a row's K block sits, how its codes are ordered within 16 bytes, and that order's two
+// conversions: a slot's pair of codes to an fp16x2 MMA operand (the streamed kernel) and a word's
+// eight codes to the lossless FP4 -> FP8 cast's e4m3 codes (loader/weights.h, cast_mxfp4_to_fp8;
+// the staged kernel, in shared memory). Host and device alike, so that CPU tests check the
+// device's formulas.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,30 @@
 #include "core/numeric.h"
 
 namespace dsv4::kernels {
+
+// Where a row's bytes of a K block sit. The kernels read a K block (128 inputs) of 16 weight rows
+// at a time (the streamed kernel's warp: one MMA's rows; the prefill kernels' producers: 128 rows,
+// 8 such tiles), so the device keeps each such tile's bytes together: [ceil(n / 16)][k / 128]
+// tiles, each 16 rows x 64 bytes of codes (a row's 16-byte groups in e2m1_mma_order's order) and,
+// apart, 16 rows x 4 shift bytes. In the checkpoint's row-major order a warp's K block was 16
+// pieces of 64 bytes 2 KB apart (at k = 4096); here it is one kilobyte, and a streamed batch-1 to
+// batch-64 step ran 3.4-4.9% faster for it (docs/PERF.md, session 35). Rows past n (up to the
+// next multiple of 16) are padding that no kernel uses.
+inline constexpr int64_t kE2m1TileRows = 16;
+inline constexpr int64_t kE2m1RowCodeBytes = 64;  // a row's codes of one K block
+inline constexpr int64_t kE2m1BlockCodeStride = kE2m1TileRows * kE2m1RowCodeBytes;  // from K block b to b + 1
+inline constexpr int64_t kE2m1BlockShiftStride = kE2m1TileRows * 4;
+
+// Rows the device layout holds for a weight of n rows.
+DSV4_HD int64_t e2m1_layout_rows(int64_t n) { return (n + kE2m1TileRows - 1) / kE2m1TileRows * kE2m1TileRows; }
+
+// Row `row`'s codes (shifts) of K block 0 in a weight of k inputs; K block b adds b strides.
+DSV4_HD int64_t e2m1_row_codes_at(int64_t row, int64_t k) {
+  return row / kE2m1TileRows * (k / 128) * kE2m1BlockCodeStride + row % kE2m1TileRows * kE2m1RowCodeBytes;
+}
+DSV4_HD int64_t e2m1_row_shifts_at(int64_t row, int64_t k) {
+  return row / kE2m1TileRows * (k / 128) * kE2m1BlockShiftStride + row % kE2m1TileRows * 4;
+}
 
 // A 32-bit word of the layout holds eight inputs, a pair per slot s = 0..3: input 2s in the lower
 // 16-bit half, input 2s + 1 at the same bits of the upper half (+ 16). An e2m1 code is a sign and

@@ -68,6 +68,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/float_ptr.h"
 #include "kernels/gemm/e2m1_fp16.cuh"
+#include "kernels/gemm/e2m1_layout.h"
 #include "kernels/gemm/mma_lanes.cuh"
 #include "kernels/gemm/staged_tiles.cuh"
 #include "kernels/gemm/wgmma.cuh"
@@ -438,8 +439,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const auto start_item = [&](int64_t i) {
       item = item_at<true>(a, walk, i);
       const int64_t w_row = item.n0 + row;
-      row_codes = w_row < a.n ? a.group_w[item.group] + w_row * (a.k / 2) : nullptr;
-      row_shifts = w_row < a.n ? a.group_w_shift[item.group] + w_row * (a.k / 32) : nullptr;
+      row_codes = w_row < a.n ? a.group_w[item.group] + e2m1_row_codes_at(w_row, a.k) : nullptr;
+      row_shifts = w_row < a.n ? a.group_w_shift[item.group] + e2m1_row_shifts_at(w_row, a.k) : nullptr;
       w_scales = a.group_w_scale[item.group] + (item.n0 / kTileRows) * a.w_scale_ld;
       x_scales = row < item.rows ? a.x_scale + item.m0 + row : nullptr;
     };
@@ -457,8 +458,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int c = 0; c < 4; ++c)
         cp_async16(stage + static_cast<uint32_t>(kE2m1Codes + row * kCodesRowBytes + 16 * (c ^ codes_swizzle(row))),
-                   valid ? row_codes + b * kCodesRowBytes + 16 * c : unread, valid);
-      cp_async4(stage + static_cast<uint32_t>(kE2m1Shifts + 4 * row), valid ? row_shifts + 4 * b : unread, valid);
+                   valid ? row_codes + b * kE2m1BlockCodeStride + 16 * c : unread, valid);
+      cp_async4(stage + static_cast<uint32_t>(kE2m1Shifts + 4 * row), valid ? row_shifts + kE2m1BlockShiftStride * b : unread,
+                valid);
       cp_async_arrive_on(full);
       reinterpret_cast<float*>(sh.smem + s * kE2m1StageBytes + kE2m1Factors)[row] = sw * sx;
       barrier_arrive(full);

@@ -133,17 +133,22 @@ __global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? (MT == 1 ? 8 :
   // The lane's 32 inputs of a block: 32 e4m3 bytes, or 16 bytes of e2m1 pairs and their shift. In
   // units of a row's shift bytes (K / 32 a row), the lane's inputs of K block 0 in a weight row n
   // sit at unit n K / 32 + t: byte 32 unit (e4m3) or 16 unit (e2m1), shift byte unit; K block b
-  // adds 4b units. 32-bit units keep the loop's registers (and 64-bit address arithmetic) few. A
-  // weight row past the weight's end (or an x row past the tile's) reads the last one instead, so
-  // that the loop needs no bounds checks: its sums are never stored.
+  // adds 4b units. kE2M1 rows sit in K-block tiles of 16 rows instead (e2m1_layout.h): unit
+  // e2m1_row_shifts_at(n) + t, and K block b adds a tile's 64 shift bytes b times. 32-bit units keep
+  // the loop's registers (and 64-bit address arithmetic) few. A weight row past the weight's end
+  // (or an x row past the tile's) reads the last one instead, so that the loop needs no bounds
+  // checks: its sums are never stored.
   constexpr uint32_t kUnitBytes = kE2M1 ? 16 : 32;
+  constexpr uint32_t kBlockUnits = kE2M1 ? kE2m1BlockShiftStride : 4;
+  static_assert(!kE2M1 || kE2m1BlockCodeStride == kE2m1BlockShiftStride * kUnitBytes,
+                "a K block of e2m1 codes is 16 bytes per shift byte");
   uint32_t unit[MT][2];
 #pragma unroll
   for (int m = 0; m < MT; ++m)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // rows g + 16m (h = 0, a0 / a2) and g + 16m + 8 (h = 1, a1 / a3)
       const int64_t n = min(n0 + 16 * m + 8 * h + g, rows.n - 1);
-      unit[m][h] = static_cast<uint32_t>(n * (p.k / 32) + t);
+      unit[m][h] = static_cast<uint32_t>((kE2M1 ? e2m1_row_shifts_at(n, p.k) : n * (p.k / 32)) + t);
     }
   const uint8_t* x_at[NT];
   int64_t xs_row[NT][2];  // the accumulator's columns: x rows 8j + 2t and 8j + 2t + 1, for their scales
@@ -166,8 +171,8 @@ __global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? (MT == 1 ? 8 :
     // the 16 bytes in lo, hi unused.
     RowBytes w[MT][2];
     uint32_t scale[MT][2];
-    const uint8_t* const w_block = rows.w + b * 4 * kUnitBytes;
-    const uint8_t* const shift_block = kE2M1 ? rows.w_shift + b * 4 : nullptr;
+    const uint8_t* const w_block = rows.w + b * kBlockUnits * kUnitBytes;
+    const uint8_t* const shift_block = kE2M1 ? rows.w_shift + b * kBlockUnits : nullptr;
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -474,8 +479,8 @@ struct StagedTileCopy {
     const int row = tid / 8, chunk = tid % 8;
     dst = static_cast<uint32_t>(row * 128 + ((chunk ^ (row % 8)) << 4));
     if constexpr (E2M1) {
-      w_src = rows.w + (rows.n0 + tid / 4) * (p.k / 2) + (tid % 4) * 16;
-      shift_src = rows.w_shift + (rows.n0 + tid % kStagedWRows) * (p.k / 32);
+      w_src = rows.w + e2m1_row_codes_at(rows.n0 + tid / 4, p.k) + (tid % 4) * 16;
+      shift_src = rows.w_shift + e2m1_row_shifts_at(rows.n0 + tid % kStagedWRows, p.k);
     } else {
       w_src = rows.w + (rows.n0 + row) * p.k + chunk * 16;
     }
@@ -497,15 +502,16 @@ struct StagedTileCopy {
     if constexpr (E2M1) {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {  // chunk tid % 4 of row tid / 4 + 64 i lands at 16 tid + 64 i * 64
+        // (64 rows on: four tiles of 16, the same bytes as 64 rows of k / 2)
         const bool valid = rows.n0 + tid / 4 + 64 * i < rows.n;
         cp_async16(stage + static_cast<uint32_t>(16 * tid + 64 * i * kE2M1RowBytes),
-                   valid ? w_src + (64 * i) * (p.k / 2) + b * kE2M1RowBytes : rows.w, valid);
+                   valid ? w_src + (64 * i) * (p.k / 2) + b * kE2m1BlockCodeStride : rows.w, valid);
       }
       if (tid >= kStagedThreads - kStagedWRows) {
         const int row = tid % kStagedWRows;
         const bool valid = rows.n0 + row < rows.n;
-        cp_async4(stage + static_cast<uint32_t>(kE2M1ShiftsAt + 4 * row), valid ? shift_src + 4 * b : rows.w_shift,
-                  valid);
+        cp_async4(stage + static_cast<uint32_t>(kE2M1ShiftsAt + 4 * row),
+                  valid ? shift_src + kE2m1BlockShiftStride * b : rows.w_shift, valid);
       }
     }
     if (tid < kStagedXRows) {
@@ -805,6 +811,24 @@ void e2m1_mma_order(const uint8_t* stored, uint8_t* out, int64_t bytes) {
   }
 }
 
+E2m1DeviceWeight e2m1_device_layout(const uint8_t* stored, const uint8_t* shifts, int64_t n, int64_t k) {
+  if (n < 0 || k <= 0 || k % 128 != 0)
+    throw UsageError("e2m1_device_layout: a weight of " + std::to_string(n) + " x " + std::to_string(k) +
+                     " inputs; the layout takes whole K blocks of 128");
+  const int64_t rows = e2m1_layout_rows(n), blocks = k / 128;
+  E2m1DeviceWeight out;
+  out.codes.assign(static_cast<size_t>(rows * k / 2), 0);
+  out.shifts.assign(static_cast<size_t>(rows * k / 32), 0);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t codes_at = e2m1_row_codes_at(r, k) + b * kE2m1BlockCodeStride;
+      e2m1_mma_order(stored + r * (k / 2) + b * kE2m1RowCodeBytes, out.codes.data() + codes_at, kE2m1RowCodeBytes);
+      const int64_t shifts_at = e2m1_row_shifts_at(r, k) + b * kE2m1BlockShiftStride;
+      std::copy_n(shifts + r * (k / 32) + 4 * b, 4, out.shifts.begin() + shifts_at);
+    }
+  return out;
+}
+
 int32_t fp8_mma_tile_rows(int64_t m) {
   return m < kFp8MmaStagedMinRows ? streamed_tile_rows(m) : kFp8MmaStagedTileRows;
 }
@@ -864,7 +888,7 @@ const char* fp8_mma_kernel_name(Fp8MmaKernel kernel) {
 
 void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   if (p.k % 128 != 0) throw UsageError("fp8_mma_gemm: k=" + std::to_string(p.k) + " is not a multiple of 128");
-  if (std::max(p.n, p.second.n) * (p.k / 32) > int64_t{UINT32_MAX})  // the streamed kernel's 32-bit row units
+  if (e2m1_layout_rows(std::max(p.n, p.second.n)) * (p.k / 32) > int64_t{UINT32_MAX})  // the streamed kernel's 32-bit units
     throw UsageError("fp8_mma_gemm: a weight of " + std::to_string(std::max(p.n, p.second.n)) + " x " +
                      std::to_string(p.k) + " is too large for one call (split its rows)");
   const bool grouped = p.tiles != nullptr;

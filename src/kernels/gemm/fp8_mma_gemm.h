@@ -43,6 +43,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/float_ptr.h"
 
@@ -85,9 +86,8 @@ enum class Fp8MmaKernel : uint8_t {
 constexpr int32_t kFp8MmaStagedTileRows = 128;
 constexpr int64_t kFp8MmaStagedMinRows = 64;
 
-// How the weight's values are stored. kE2M1: an MXFP4 weight's e2m1 codes, [n, k/2] bytes in the
-// order e2m1_mma_order gives the checkpoint's packed pairs, with the per-32-input shifts and the
-// 128x128 block scales of its lossless FP8 cast (loader/weights.h, mxfp4_block_shifts). The
+// How the weight's values are stored. kE2M1: an MXFP4 weight's e2m1 codes and per-32-input shifts
+// in e2m1_device_layout's layout, with the 128x128 block scales of its lossless FP8 cast (loader/weights.h, mxfp4_block_shifts). The
 // streamed kernel's lane (g, t) turns its 32 inputs of a block into fp16 as e2m1 x 2^shift x 2^-14
 // (one or two shifts and masks a pair and one exact multiply; the block scale takes the 2^14 back,
 // exactly), so the MMAs see the cast's operands scaled by a power of two; the staged kernel
@@ -104,10 +104,19 @@ enum class Fp8MmaWeightCodes : uint8_t { kE4M3, kE2M1 };
 // Host code, once at load; `stored` and `out` hold the same (multiple of 16) number of bytes.
 void e2m1_mma_order(const uint8_t* stored, uint8_t* out, int64_t bytes);
 
+// An MXFP4 weight [n, k] as the kernels read it (e2m1_layout.h: K-block tiles of 16 rows): the
+// checkpoint's packed pairs [n, k/2] and the cast's shifts [n, k/32] (mxfp4_block_shifts) into
+// e2m1_layout_rows(n) x k/2 code bytes in e2m1_mma_order's order and as many rows x k/32 shift
+// bytes, the padding rows zero. k a multiple of 128 (UsageError otherwise). Host code, once at load.
+struct E2m1DeviceWeight {
+  std::vector<uint8_t> codes, shifts;
+};
+E2m1DeviceWeight e2m1_device_layout(const uint8_t* stored, const uint8_t* shifts, int64_t n, int64_t k);
+
 // A linear's weight and result: y = x @ dequant(w)^T.
 struct Fp8MmaOutput {
-  const uint8_t* w = nullptr;       // [n, k] e4m3 codes, or [n, k/2] e2m1 pairs (dense)
-  const uint8_t* w_shift = nullptr; // kE2M1: [n, k/32] shifts (dense; 4-byte aligned)
+  const uint8_t* w = nullptr;       // [n, k] e4m3 codes, or e2m1 codes in e2m1_device_layout's layout (dense)
+  const uint8_t* w_shift = nullptr; // kE2M1: shifts in e2m1_device_layout's layout (dense; 4-byte aligned)
   const float* w_scale = nullptr;   // w_scale[(row / 128) * w_scale_ld + b] (dense)
   int64_t w_scale_ld = 0;
   MutFloatPtr y;                    // [m, n] row stride ldy
@@ -121,8 +130,8 @@ struct Fp8MmaGemmParams {
   const float* x_scale = nullptr;   // x_scale[b * x_scale_ld + row]: block b's pow2 scale of that row
   int64_t x_scale_ld = 0;           // >= m (act_quant_fp8's m_padded)
   Fp8MmaWeightCodes w_codes = Fp8MmaWeightCodes::kE4M3;  // of every weight of the call
-  const uint8_t* w = nullptr;       // [n, k] e4m3 codes or [n, k/2] e2m1 pairs (dense; unused when grouped)
-  const uint8_t* w_shift = nullptr; // kE2M1: [n, k/32] shifts (dense; 4-byte aligned: the staged kernel copies words)
+  const uint8_t* w = nullptr;       // [n, k] e4m3 codes or e2m1_device_layout's codes (dense; unused when grouped)
+  const uint8_t* w_shift = nullptr; // kE2M1: e2m1_device_layout's shifts (dense; 4-byte aligned: the staged kernel copies words)
   const float* w_scale = nullptr;   // w_scale[(row / 128) * w_scale_ld + b] (fp8_weight_scales_for_cublaslt)
   int64_t w_scale_ld = 0;
   MutFloatPtr y;                    // [m, n] row stride ldy
