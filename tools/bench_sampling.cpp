@@ -103,21 +103,19 @@ BackendDraws time_backend_draws(Ops& ops, ConstTensorView x, const SamplingParam
   const auto num_edits = static_cast<int64_t>(edits.size());
   DeviceTensor edit_words = ops.alloc(DType::kI32, {num_edits, kEditWords});
   if (num_edits > 0)
-    ops.upload(ConstTensorView(reinterpret_cast<const std::byte*>(edits.data()), DType::kI32, {num_edits, kEditWords}),
-               edit_words.view());
+    ops.upload(host_view(edits.data(), DType::kI32, {num_edits, kEditWords}), edit_words.view());
   DeviceTensor edited = ops.alloc(DType::kF32, x.shape());
   const std::vector<DrawRow> draws(static_cast<size_t>(rows), draw_row_of(params, seed, index));
   constexpr int64_t kWords = sizeof(DrawRow) / sizeof(int64_t);
   DeviceTensor draw_rows = ops.alloc(DType::kI64, {rows, kWords});
-  ops.upload(ConstTensorView(reinterpret_cast<const std::byte*>(draws.data()), DType::kI64, {rows, kWords}),
-             draw_rows.view());
+  ops.upload(host_view(draws.data(), DType::kI64, {rows, kWords}), draw_rows.view());
   DeviceTensor out = ops.alloc(DType::kI32, {rows});
   std::vector<int32_t> ids(static_cast<size_t>(rows));
   const TensorView ids_view(reinterpret_cast<std::byte*>(ids.data()), DType::kI32, {rows});
   // With logprobs, the raw rows' logprobs of the drawn tokens too (Ops::row_logprobs).
   const std::vector<int32_t> top_counts(static_cast<size_t>(rows), params.top_logprobs);
   DeviceTensor counts = ops.alloc(DType::kI32, {rows});
-  ops.upload(ConstTensorView(reinterpret_cast<const std::byte*>(top_counts.data()), DType::kI32, {rows}), counts.view());
+  ops.upload(host_view(top_counts.data(), DType::kI32, {rows}), counts.view());
   const int64_t width = std::max<int32_t>(1, params.top_logprobs);
   DeviceTensor logprob = ops.alloc(DType::kF32, {rows}), rank = ops.alloc(DType::kI32, {rows});
   DeviceTensor top_ids = ops.alloc(DType::kI32, {rows, width}), top_logprobs = ops.alloc(DType::kF32, {rows, width});
@@ -155,8 +153,7 @@ void run_bench_sampling(const SamplingBenchOptions& o) {
   const std::unique_ptr<Ops> backend = make_backend(o.device, threads);
   DeviceTensor x = backend->alloc(DType::kF32, {o.batch, o.vocab});
   for (int64_t r = 0; r < o.batch; ++r)
-    backend->upload(ConstTensorView(reinterpret_cast<const std::byte*>(rows[static_cast<size_t>(r)].data()),
-                                    DType::kF32, {1, o.vocab}),
+    backend->upload(host_view(rows[static_cast<size_t>(r)].data(), DType::kF32, {1, o.vocab}),
                     slice_rows(x.view(), r, r + 1));
   const char* device = o.device == Device::kCuda ? "cuda" : "cpu";
   std::printf("host sampling of %lld logits a row; a step of %lld rows on %d threads; the backend's draw (%s) of "

@@ -62,6 +62,13 @@ class BasicTensorView {
 using TensorView = BasicTensorView<std::byte>;
 using ConstTensorView = BasicTensorView<const std::byte>;
 
+// Host values at `values` seen as a read-only tensor of `dtype` and `shape` (what an upload takes);
+// the caller matches T to dtype, as for data<T>().
+template <typename T>
+ConstTensorView host_view(const T* values, DType dtype, Shape shape) {
+  return {reinterpret_cast<const std::byte*>(values), dtype, std::move(shape)};
+}
+
 // An owning host tensor, zero-initialised, 64-byte aligned.
 class Tensor {
  public:

@@ -142,10 +142,10 @@ void fill_nan(Ops& ops, TensorView t) {
   const auto n = static_cast<size_t>(t.numel());
   if (t.dtype() == DType::kBF16) {
     const std::vector<uint16_t> nan(n, 0x7FC0);
-    ops.upload(ConstTensorView(reinterpret_cast<const std::byte*>(nan.data()), t.dtype(), t.shape()), t);
+    ops.upload(host_view(nan.data(), t.dtype(), t.shape()), t);
   } else if (t.dtype() == DType::kF32) {
     const std::vector<uint32_t> nan(n, 0x7FC00000u);
-    ops.upload(ConstTensorView(reinterpret_cast<const std::byte*>(nan.data()), t.dtype(), t.shape()), t);
+    ops.upload(host_view(nan.data(), t.dtype(), t.shape()), t);
   } else {
     throw UsageError("fill_nan: " + std::string(dtype_name(t.dtype())) + " has no NaN to fill (bf16 or f32)");
   }

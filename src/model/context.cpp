@@ -14,8 +14,7 @@ ForwardContext::ForwardContext(Ops& ops_, const ModelConfig& cfg_, const Forward
   const auto n = static_cast<int64_t>(plan.ints().size());
   if (batch.planned.empty()) {
     plan_ints = ops.alloc(DType::kI32, {n});
-    ops.upload(ConstTensorView(reinterpret_cast<const std::byte*>(plan.ints().data()), DType::kI32, {n}),
-               plan_ints.view());
+    ops.upload(host_view(plan.ints().data(), DType::kI32, {n}), plan_ints.view());
   } else {
     if (batch.planned.dtype() != DType::kI32 || batch.planned.numel() != n)
       throw UsageError("the batch's planned inputs are " + std::string(dtype_name(batch.planned.dtype())) +

@@ -20,7 +20,7 @@ Model::Model(Ops& ops, ModelConfig cfg, ModelWeights weights) : cfg_(std::move(c
     const std::vector<float> f = layer_rope_inv_freq(cfg_, l);
     const auto half = static_cast<int64_t>(f.size());
     DeviceTensor t = ops.alloc(DType::kF32, {half});
-    ops.upload(ConstTensorView(reinterpret_cast<const std::byte*>(f.data()), DType::kF32, {half}), t.view());
+    ops.upload(host_view(f.data(), DType::kF32, {half}), t.view());
     inv_freq_.push_back(std::move(t));
   }
 }

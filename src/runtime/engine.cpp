@@ -42,7 +42,7 @@ double seconds(EngineClock::duration d) { return std::chrono::duration<double>(d
 template <typename T>
 DeviceTensor upload_words(Ops& ops, const std::vector<T>& host, DType dtype, Shape shape) {
   DeviceTensor t = ops.alloc_output(dtype, shape);
-  ops.upload(ConstTensorView(reinterpret_cast<const std::byte*>(host.data()), dtype, std::move(shape)), t.view());
+  ops.upload(host_view(host.data(), dtype, std::move(shape)), t.view());
   return t;
 }
 

@@ -207,7 +207,7 @@ std::vector<float> download_floats(Ops& ops, const DeviceTensor& t) {
 
 DeviceTensor upload_floats(Ops& ops, const std::vector<float>& v) {
   DeviceTensor t = ops.alloc(DType::kF32, {static_cast<int64_t>(v.size())});
-  ops.upload(ConstTensorView(reinterpret_cast<const std::byte*>(v.data()), DType::kF32, t.shape()), t.view());
+  ops.upload(host_view(v.data(), DType::kF32, t.shape()), t.view());
   return t;
 }
 
@@ -376,7 +376,7 @@ TEST(CudaOpsUpload, ReturnsWithoutWaitingYetTheHostBufferMayBeReused) {
     std::copy(expected.begin(), expected.end(), host);
     slow_write(busy.get(), 1, kSlowCycles, ops.stream());
     const DeviceTensor t = ops.alloc(DType::kF32, {n});
-    ops.upload(ConstTensorView(reinterpret_cast<const std::byte*>(host), DType::kF32, {n}), t.view());
+    ops.upload(host_view(host, DType::kF32, {n}), t.view());
     if (host == pageable.data()) {
       EXPECT_EQ(cudaStreamQuery(ops.stream()), cudaErrorNotReady) << "upload waited";
     }

@@ -56,7 +56,7 @@ inline std::vector<int32_t> to_ints(ConstTensorView v) {
 
 // A plain fp32 weight, loaded the way the model loads one.
 inline Weight make_weight(Ops& ops, const std::vector<float>& values, Shape shape, const std::string& name = "w") {
-  const ConstTensorView v(reinterpret_cast<const std::byte*>(values.data()), DType::kF32, std::move(shape));
+  const ConstTensorView v = host_view(values.data(), DType::kF32, std::move(shape));
   return ops.load_weight({name, WeightFormat::kPlain, v, {}});
 }
 

@@ -975,7 +975,7 @@ TEST_F(CpuOpsTest, HashRoutingFollowsTheTokenIdTable) {
   const int64_t E = 4, k = 2, V = 3;
   const std::vector<int32_t> table = {3, 1, 0, 2, 2, 3};
   const Weight tid2eid = ops.load_weight(
-      {"tid2eid", WeightFormat::kPlain, ConstTensorView(reinterpret_cast<const std::byte*>(table.data()), DType::kI32, {V, k}), {}});
+      {"tid2eid", WeightFormat::kPlain, host_view(table.data(), DType::kI32, {V, k}), {}});
   const std::vector<float> logits = {5.0f, -5.0f, 0.0f, 1.0f, 5.0f, -5.0f, 0.0f, 1.0f};
   const DeviceTensor tl = make_tensor(ops, DType::kF32, {2, E}, logits);
   const DeviceTensor ids = make_ints(ops, {2}, {0, 2});

@@ -63,7 +63,7 @@ ForwardResult CudaGraphForward::forward(const Model& model, Ops& ops, const Forw
     return model.forward(ops, batch);
   }
   const auto n = static_cast<int64_t>(plan.ints().size());
-  ops_.upload(ConstTensorView(reinterpret_cast<const std::byte*>(plan.ints().data()), DType::kI32, {n}), e.plan.view());
+  ops_.upload(host_view(plan.ints().data(), DType::kI32, {n}), e.plan.view());
   e.graph->launch(ops_.stream());
   for (const SequenceChunk& c : batch.sequences) c.cache->advance(c.num_tokens);
   ++stats_.replays;
@@ -77,7 +77,7 @@ CudaGraphForward::Entry& CudaGraphForward::capture(const Model& model, const For
   Entry& e = entries_.front();
   const auto n = static_cast<int64_t>(plan.size());
   e.plan = ops_.alloc(DType::kI32, {n});
-  ops_.upload(ConstTensorView(reinterpret_cast<const std::byte*>(plan.data()), DType::kI32, {n}), e.plan.view());
+  ops_.upload(host_view(plan.data(), DType::kI32, {n}), e.plan.view());
   e.logits = ops_.alloc(DType::kF32, {batch.num_tokens(), model.config()->vocab_size});
 
   ForwardBatch recorded = batch;

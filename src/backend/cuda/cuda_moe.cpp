@@ -184,7 +184,7 @@ void CudaOps::moe_experts(const MoeExpertsParams& p) {
     const TensorView hg = view(h, g.inter, {g.count, I});
     linear({xg, ew.w1, p.act_quant, gg});
     linear({xg, ew.w3, p.act_quant, ug});
-    const ConstTensorView wg(reinterpret_cast<const std::byte*>(d_row_weight + g.begin), DType::kF32, {g.count});
+    const ConstTensorView wg = host_view(d_row_weight + g.begin, DType::kF32, {g.count});
     swiglu({gg, ug, wg, p.swiglu_limit, hg});
     linear({hg, ew.w2, p.act_quant, yg});
   }

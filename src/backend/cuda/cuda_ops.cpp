@@ -385,7 +385,7 @@ DeviceTensor CudaOps::upload_new(ConstTensorView host) {
 DeviceTensor CudaOps::cublaslt_weight_scales(const uint8_t* e8m0, int64_t rows, int64_t cols) {
   const std::vector<float> scales = fp8_weight_scales_for_cublaslt(e8m0, rows, cols);
   const int64_t block_rows = (rows + 127) / 128, scale_cols = static_cast<int64_t>(scales.size()) / block_rows;
-  return upload_new(ConstTensorView(reinterpret_cast<const std::byte*>(scales.data()), DType::kF32, {block_rows, scale_cols}));
+  return upload_new(host_view(scales.data(), DType::kF32, {block_rows, scale_cols}));
 }
 
 Weight CudaOps::load_weight(const LoadWeightParams& p) {
@@ -425,10 +425,8 @@ Weight CudaOps::load_weight(const LoadWeightParams& p) {
       const kernels::E2m1DeviceWeight layout =
           kernels::e2m1_device_layout(p.weight.data<uint8_t>(), shifts.shift.data<uint8_t>(), n, k);
       const int64_t rows = kernels::e2m1_layout_rows(n);
-      w.data = upload_new(
-          ConstTensorView(reinterpret_cast<const std::byte*>(layout.codes.data()), DType::kI8, {rows, k / 2}));
-      w.aux = upload_new(
-          ConstTensorView(reinterpret_cast<const std::byte*>(layout.shifts.data()), DType::kU8, {rows, k / 32}));
+      w.data = upload_new(host_view(layout.codes.data(), DType::kI8, {rows, k / 2}));
+      w.aux = upload_new(host_view(layout.shifts.data(), DType::kU8, {rows, k / 32}));
       w.scale = cublaslt_weight_scales(shifts.block_scale.data<uint8_t>(), n, k);
       break;
     }
@@ -451,7 +449,7 @@ Weight CudaOps::load_weight(const LoadWeightParams& p) {
                                 " does not fit in int32");
             ints[static_cast<size_t>(i)] = static_cast<int32_t>(v);
           }
-          w.data = upload_new(ConstTensorView(reinterpret_cast<const std::byte*>(ints.data()), DType::kI32, w.shape));
+          w.data = upload_new(host_view(ints.data(), DType::kI32, w.shape));
           break;
         }
         default:
