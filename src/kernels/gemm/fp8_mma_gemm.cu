@@ -758,11 +758,13 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) fp8_wgmma_gemm_kernel(Fp8Mma
 // The routed experts' e2m1 GEMM with 8-row x tiles takes two 16-row weight tiles a block, which
 // convert each x operand once for both and have twice the weight loads in flight a warp, where one
 // tile a block would fill the GPU's 8 blocks an SM more than kE2M1WideMinWaves times (a batch-64
-// step 54.6 -> 48.1 ms, batch 16 24.7 -> 22.1; session 17 in docs/PERF.md). A batch of one's
-// calls, 1536 blocks of one tile, stay narrow. Dense calls of 16- and 32-row x tiles take the same
-// two tiles a block (fp8_mma_gemm below).
+// step 54.6 -> 48.1 ms, batch 16 24.7 -> 22.1; session 17 in docs/PERF.md). Since the weights sit
+// in K-block tiles (e2m1_layout.h) a batch of one's calls (1,536 blocks of one tile: 1.45 waves)
+// take them too, in one wave: a batch-1 step -1.9% (session 35; with the rows' old layout they
+// had lost 1.5%, session 17). Dense calls of 16- and 32-row x tiles take the same two tiles a
+// block (fp8_mma_gemm below).
 constexpr int kWideWeightTiles = 2;
-constexpr int64_t kE2M1WideMinWaves = 2;
+constexpr int64_t kE2M1WideMinWaves = 1;
 
 // x rows per block of the streamed kernel.
 int32_t streamed_tile_rows(int64_t m) { return m <= 8 ? 8 : m <= 16 ? 16 : 32; }
