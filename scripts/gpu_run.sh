@@ -79,8 +79,9 @@ if [ -x "$t" ] && [ "$sanitize" = 1 ]; then
 fi
 # Decode steps as CUDA graphs under memcheck and synccheck: captures, replays, graph-kept tables
 # and the graph's own allocations over random sets of sequences, side streams inside the graph;
-# and memcheck over 2,000 replays of the engine's padded decode steps of random sizes (their own
-# time limit: GPU_GRAPH_REPLAYS_LIMIT seconds, default 600).
+# the engine's GPU tests likewise (67 s for both on the H200, session 35); and memcheck over 2,000
+# replays of the engine's padded decode steps of random sizes (their own time limit:
+# GPU_GRAPH_REPLAYS_LIMIT seconds, default 600).
 t="$here/test_model_graphs_cuda"
 if [ -x "$t" ] && [ "$sanitize" = 1 ]; then
   for tool in memcheck synccheck; do
@@ -88,6 +89,15 @@ if [ -x "$t" ] && [ "$sanitize" = 1 ]; then
       --gtest_filter='*RandomSequenceSets*/on' >"$out/test_model_graphs_cuda.$tool.log" 2>&1
     rc=$?
     echo "   compute-sanitizer $tool (CUDA graphs, random sequence sets): rc=$rc ($(tail -n 1 "$out/test_model_graphs_cuda.$tool.log"))"
+    [ $rc -eq 0 ] || status=1
+  done
+  # The serving engine on the GPU (the runtime's CUDA tests: eager and graph tokens, prefix-cache
+  # hits, padded decode steps) under both tools too.
+  for tool in memcheck synccheck; do
+    timeout "${GPU_SANITIZE_LIMIT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 1 "$t" \
+      --gtest_filter='*Engine*:-*TwoThousand*' >"$out/test_model_graphs_cuda.engine.$tool.log" 2>&1
+    rc=$?
+    echo "   compute-sanitizer $tool (the engine's GPU tests): rc=$rc ($(tail -n 1 "$out/test_model_graphs_cuda.engine.$tool.log"))"
     [ $rc -eq 0 ] || status=1
   done
   timeout "${GPU_GRAPH_REPLAYS_LIMIT:-600}" compute-sanitizer --tool memcheck --error-exitcode 1 "$t" \
