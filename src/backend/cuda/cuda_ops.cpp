@@ -374,8 +374,8 @@ void CudaOps::sample_rows(const SampleRowsParams& p) {
 // [ceil(out/128), roundup(ceil(in/128), 4)]); with CudaOptions::fp4_experts, kMxfp4 keeps its
 // e2m1 codes in `data` and the cast's shifts in `aux`, both re-laid by kernels::e2m1_device_layout
 // (kI8 [rows, in/2] and kU8 [rows, in/32], rows = kernels::e2m1_layout_rows(out)), and the cast's
-// block scales in `scale`; plain f32/bf16 tensors stay
-// as stored; plain integer tensors become kI32 (the CPU's rule, checked for range).
+// block scales in `scale`; plain f32/bf16 tensors stay as stored; plain integer tensors become
+// kI32 (the CPU's rule, checked for range).
 DeviceTensor CudaOps::upload_new(ConstTensorView host) {
   DeviceTensor t = alloc(host.dtype(), host.shape());
   upload(host, t.view());

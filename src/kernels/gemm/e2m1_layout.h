@@ -17,9 +17,9 @@ namespace dsv4::kernels {
 // 8 such tiles), so the device keeps each such tile's bytes together: [ceil(n / 16)][k / 128]
 // tiles, each 16 rows x 64 bytes of codes (a row's 16-byte groups in e2m1_mma_order's order) and,
 // apart, 16 rows x 4 shift bytes. In the checkpoint's row-major order a warp's K block was 16
-// pieces of 64 bytes 2 KB apart (at k = 4096); here it is one kilobyte, and a streamed batch-1 to
-// batch-64 step ran 3.4-4.9% faster for it (docs/PERF.md, session 35). Rows past n (up to the
-// next multiple of 16) are padding that no kernel uses.
+// pieces of 64 bytes 2 KB apart (at k = 4096); here it is one kilobyte, and decode steps of batch
+// 1-64 ran 2.4-3.5% faster for it, prefills ~0.9% (docs/PERF.md, session 35). Rows past n (up to
+// the next multiple of 16) are padding that no kernel uses.
 inline constexpr int64_t kE2m1TileRows = 16;
 inline constexpr int64_t kE2m1RowCodeBytes = 64;  // a row's codes of one K block
 inline constexpr int64_t kE2m1BlockCodeStride = kE2m1TileRows * kE2m1RowCodeBytes;  // from K block b to b + 1
