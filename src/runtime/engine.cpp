@@ -319,7 +319,17 @@ class Engine::Impl {
 };
 
 EngineConfig Engine::Impl::resolve(EngineConfig c, const Model& model, Ops& ops, CacheSizing& sizing) {
-  if (c.max_model_len == 0) c.max_model_len = model.config()->max_position_embeddings;
+  const int64_t max_positions = model.config()->max_position_embeddings;
+  if (c.max_model_len == 0) c.max_model_len = max_positions;
+  // A sequence's cache holds max_model_len positions and the forward takes none past the model's
+  // (SequenceCache): a longer max_model_len would fail every request's first step, so it is
+  // refused here, as vLLM refuses one above the model's length.
+  if (c.max_model_len < 0)
+    throw UsageError("engine: max_model_len = " + std::to_string(c.max_model_len) +
+                     " must not be negative (0: the model's max_position_embeddings)");
+  if (c.max_model_len > max_positions)
+    throw UsageError("engine: max_model_len = " + std::to_string(c.max_model_len) +
+                     " is longer than the model's max_position_embeddings (" + std::to_string(max_positions) + ")");
   if (c.max_num_batched_tokens < 0)
     throw UsageError("engine: max_num_batched_tokens = " + std::to_string(c.max_num_batched_tokens) +
                      " must not be negative (0: the device's default)");

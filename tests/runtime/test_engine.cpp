@@ -921,6 +921,28 @@ TEST_F(EngineTest, CacheMemoryBytesSizeTheBlocks) {
 }
 
 // vLLM's server defaults by device memory; the CPU backend has none, so 2048.
+// A max_model_len past the model's positions would fail every request's first step (the cache
+// holds that many positions; the forward takes none past max_position_embeddings): refused when the
+// engine is made, naming both numbers.
+TEST_F(EngineTest, MaxModelLenBeyondTheModelsPositionsIsRefused) {
+  const int64_t positions = model_->config()->max_position_embeddings;
+  EngineConfig c = small_config();
+  c.max_model_len = positions + 1;
+  try {
+    engine(c);
+    FAIL() << "max_model_len " << c.max_model_len << " accepted";
+  } catch (const UsageError& err) {
+    const std::string what = err.what();
+    EXPECT_NE(what.find("max_model_len = " + std::to_string(positions + 1)), std::string::npos) << what;
+    EXPECT_NE(what.find("max_position_embeddings (" + std::to_string(positions) + ")"), std::string::npos) << what;
+  }
+  c.max_model_len = -1;
+  EXPECT_THROW(engine(c), UsageError);
+  c.max_model_len = positions;  // the longest allowed
+  c.num_cache_blocks = 4;
+  EXPECT_EQ(engine(c)->config().max_model_len, positions);
+}
+
 TEST(EngineDefaults, MaxNumBatchedTokensFollowTheDevicesMemory) {
   constexpr int64_t kGiB = int64_t{1} << 30;
   EXPECT_EQ(default_max_num_batched_tokens(0), 2048);
