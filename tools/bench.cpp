@@ -149,7 +149,7 @@ double distinct_experts(const ModelConfig& cfg, int64_t tokens) {
 void wait_for(Ops& ops, const DeviceTensor& t) {
   float one = 0;
   const DeviceTensor first = t.reshaped({t.numel()});
-  ops.download(slice_rows(first.view(), 0, 1), TensorView(reinterpret_cast<std::byte*>(&one), t.dtype(), {1}));
+  ops.download(slice_rows(first.view(), 0, 1), host_view(&one, t.dtype(), {1}));
 }
 
 // A copy of `src`'s caches and length in a new sequence of the same capacity. Both keep their

@@ -86,7 +86,7 @@ void run_logits(const LogitsOptions& o) {
     batch.add(cache, std::span<const int32_t>(ids).subspan(static_cast<size_t>(begin), static_cast<size_t>(n)));
     const ForwardResult r = runner->forward(model, ops, batch);
     std::vector<float> logits(static_cast<size_t>(n * V));
-    ops.download(r.logits.view(), TensorView(reinterpret_cast<std::byte*>(logits.data()), DType::kF32, {n, V}));
+    ops.download(r.logits.view(), host_view(logits.data(), DType::kF32, {n, V}));
     npy.write(logits);
   }
   npy.finish();

@@ -62,11 +62,16 @@ class BasicTensorView {
 using TensorView = BasicTensorView<std::byte>;
 using ConstTensorView = BasicTensorView<const std::byte>;
 
-// Host values at `values` seen as a read-only tensor of `dtype` and `shape` (what an upload takes);
-// the caller matches T to dtype, as for data<T>().
+// Host values at `values` seen as a tensor of `dtype` and `shape`: read-only for const values
+// (what an upload takes), writable otherwise (what a download fills); the caller matches T to
+// dtype, as for data<T>().
 template <typename T>
 ConstTensorView host_view(const T* values, DType dtype, Shape shape) {
   return {reinterpret_cast<const std::byte*>(values), dtype, std::move(shape)};
+}
+template <typename T>
+TensorView host_view(T* values, DType dtype, Shape shape) {
+  return {reinterpret_cast<std::byte*>(values), dtype, std::move(shape)};
 }
 
 // An owning host tensor, zero-initialised, 64-byte aligned.

@@ -50,7 +50,7 @@ DeviceTensor upload_words(Ops& ops, const std::vector<T>& host, DType dtype, Sha
 template <typename T>
 std::vector<T> download_words(Ops& ops, const DeviceTensor& t) {
   std::vector<T> host(static_cast<size_t>(t.numel()));
-  ops.download(t.view(), TensorView(reinterpret_cast<std::byte*>(host.data()), t.dtype(), t.shape()));
+  ops.download(t.view(), host_view(host.data(), t.dtype(), t.shape()));
   return host;
 }
 
@@ -867,7 +867,7 @@ bool Engine::Impl::step() {
         if (all_logits) {
           const int64_t T = batch.num_tokens();
           all_logits_.resize(static_cast<size_t>(T * V));
-          ops_.download(logits, TensorView(reinterpret_cast<std::byte*>(all_logits_.data()), DType::kF32, {T, V}));
+          ops_.download(logits, host_view(all_logits_.data(), DType::kF32, {T, V}));
           take_prompt_logprobs(plan);
         } else if (any_host_draw) {
           // The host draws' rows (edits and masks touched only backend rows), in runs of
@@ -881,7 +881,7 @@ bool Engine::Impl::step() {
             int64_t end = begin + 1;
             while (end < n && host_row[static_cast<size_t>(end)]) ++end;
             ops_.download(slice_rows(logits, begin, end),
-                          TensorView(reinterpret_cast<std::byte*>(logits_.data() + begin * V), DType::kF32, {end - begin, V}));
+                          host_view(logits_.data() + begin * V, DType::kF32, {end - begin, V}));
             begin = end;
           }
         }

@@ -100,7 +100,7 @@ std::vector<float> last_logits(const Model& model, Ops& ops) {
   batch.add(cache, ids);
   const ForwardResult r = model.forward(ops, batch);
   std::vector<float> out(static_cast<size_t>(r.logits.numel()));
-  ops.download(r.logits.view(), TensorView(reinterpret_cast<std::byte*>(out.data()), DType::kF32, r.logits.shape()));
+  ops.download(r.logits.view(), host_view(out.data(), DType::kF32, r.logits.shape()));
   return out;
 }
 

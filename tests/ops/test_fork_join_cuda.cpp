@@ -201,7 +201,7 @@ TEST_F(ForkJoinCuda, WorksUnderStreamCaptureWithTheEventsAsGraphEdges) {
 
 std::vector<float> download_floats(Ops& ops, const DeviceTensor& t) {
   std::vector<float> v(static_cast<size_t>(t.numel()));
-  ops.download(t.view(), TensorView(reinterpret_cast<std::byte*>(v.data()), DType::kF32, t.shape()));
+  ops.download(t.view(), host_view(v.data(), DType::kF32, t.shape()));
   return v;
 }
 
@@ -351,7 +351,7 @@ TEST(CudaOpsForkJoin, ConcurrentFp8GemmsGiveTheSequentialBits) {
     std::array<std::vector<uint16_t>, 3> bits;
     for (size_t i = 0; i < 3; ++i) {
       bits[i].resize(static_cast<size_t>(y[i].numel()));
-      ops.download(y[i].view(), TensorView(reinterpret_cast<std::byte*>(bits[i].data()), DType::kBF16, y[i].shape()));
+      ops.download(y[i].view(), host_view(bits[i].data(), DType::kBF16, y[i].shape()));
     }
     return bits;
   };
@@ -382,7 +382,7 @@ TEST(CudaOpsUpload, ReturnsWithoutWaitingYetTheHostBufferMayBeReused) {
     }
     std::fill(host, host + n, -1.0f);
     std::vector<float> got(n);
-    ops.download(t.view(), TensorView(reinterpret_cast<std::byte*>(got.data()), DType::kF32, {n}));
+    ops.download(t.view(), host_view(got.data(), DType::kF32, {n}));
     EXPECT_EQ(got, expected) << (host == pinned ? "pinned" : "pageable");
   }
   DSV4_CUDA_CHECK(cudaFreeHost(pinned));

@@ -1066,8 +1066,7 @@ class PoisonableForward final : public ForwardRunner {
     if (!poison) return result;
     std::vector<float> nan(static_cast<size_t>(result.logits.dim(0) * result.logits.dim(1)),
                            std::numeric_limits<float>::quiet_NaN());
-    ops.upload(TensorView(reinterpret_cast<std::byte*>(nan.data()), DType::kF32, result.logits.shape()),
-               result.logits.view());
+    ops.upload(host_view(nan.data(), DType::kF32, result.logits.shape()), result.logits.view());
     return result;
   }
 };
