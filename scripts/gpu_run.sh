@@ -15,13 +15,17 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 model=/tmp/dsv4-tiny
 "$here/dsv4" make-model --preset tiny --seed 1 --out "$model" --force 2>/dev/null || status=1
 export DSV4_TINY_MODEL=$model
-# GPU_TESTS (a glob of binary names, default test_*) picks the test binaries to run; GPU_SANITIZE=0
-# skips the compute-sanitizer runs and GPU_BENCH=0 the benchmarks, for quick iterations (a full run
-# takes about seven minutes); GPU_SANITIZE_LIMIT (seconds, default 150) bounds each sanitizer run,
-# and a run that hits it counts as failed (rc 124).
+# GPU_TESTS (binary names or globs, space-separated, default test_*) picks the test binaries to
+# run; GPU_SANITIZE=0 skips the compute-sanitizer runs and GPU_BENCH=0 the benchmarks, for quick
+# iterations (a full run takes about seven minutes); GPU_SANITIZE_LIMIT (seconds, default 150)
+# bounds each sanitizer run, and a run that hits it counts as failed (rc 124).
 sanitize=${GPU_SANITIZE:-1}
 bench=${GPU_BENCH:-1}
-for t in "$here"/${GPU_TESTS:-test_*}; do
+# Each name or glob is taken beside this script (read, so that no glob expands in the caller's folder).
+read -ra test_patterns <<<"${GPU_TESTS:-test_*}"
+tests=()
+for pattern in "${test_patterns[@]}"; do tests+=("$here"/$pattern); done
+for t in "${tests[@]}"; do
   name=$(basename "$t")
   echo "== $name"
   "$t" --gtest_output="xml:$out/$name.xml" 2>&1 | tee "$out/$name.log" | grep -E "^\[measure\]|FAILED|Failure|PASSED" || true
