@@ -156,7 +156,7 @@ void wait_for(Ops& ops, const DeviceTensor& t) {
 // compressed entries and indexer keys in pools of their own (new_sequence without a pool), whose
 // one page per ratio is taken at the same length, so the pools are copied whole.
 SequenceCache clone_sequence(const Model& model, Ops& ops, const SequenceCache& src) {
-  SequenceCache dst = model.new_sequence(ops, src.capacity(), src.dtype() == DType::kF32);
+  SequenceCache dst = model.new_sequence(ops, src.capacity(), src.dtype());
   dst.reserve(src.length());
   const int64_t layers = model.config().num_layers();
   for (int64_t l = 0; l < layers; ++l) {

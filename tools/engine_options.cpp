@@ -42,6 +42,17 @@ void add_cache_options(CLI::App* cmd, CacheOptions& options) {
                   "without recomputing (7.4 MB each for V4-Flash; 0: twice --max-num-seqs)")
       ->check(CLI::NonNegativeNumber)
       ->default_str("0");
+  cmd->add_option_function<std::string>(
+         "--kv-cache-dtype",
+         [&options](const std::string& name) {
+           options.kv_cache_dtype = name == "fp8" ? KvCacheDtype::kFp8 : name == "bf16" ? KvCacheDtype::kBf16
+                                                                                         : KvCacheDtype::kAuto;
+         },
+         "The caches' entries: bf16 rows, or fp8: attention entries in DeepSeek-V4's 584-byte FP8 layout and indexer "
+         "keys in 68-byte MXFP4, the same numbers in 57% and 27% of the bytes (docs/MODEL.md 8.1). auto: fp8 where "
+         "the backend reads packed entries (the cpu backend; cuda not yet), else bf16. Exact math keeps f32 rows")
+      ->check(CLI::IsMember({"auto", "bf16", "fp8"}))
+      ->default_str("auto");
 }
 
 void add_long_prefill_option(CLI::App* cmd, EngineConfig& config) {
@@ -60,6 +71,7 @@ void apply_cache_options(const CacheOptions& options, EngineConfig& config) {
   config.cache_memory_bytes = options.memory_bytes;
   config.gpu_memory_utilization = options.gpu_memory_utilization;
   config.max_prefix_snapshots = options.max_snapshots;
+  config.kv_cache_dtype = options.kv_cache_dtype;
 }
 
 void print_cache_report(const char* command, const Engine& engine) {
@@ -88,9 +100,10 @@ void print_cache_report(const char* command, const Engine& engine) {
   }
   const long long tokens = static_cast<long long>(c.num_cache_blocks * c.block_size);
   std::fprintf(stderr,
-               "%s: cache: %s %s: %lld blocks of %lld tokens: %lld tokens, %.2f sequences of max_model_len %lld at "
-               "once; prefix caching %s\n",
-               command, size_str(engine.cache_bytes()).c_str(), how.c_str(), static_cast<long long>(c.num_cache_blocks),
+               "%s: cache: %s of %s entries %s: %lld blocks of %lld tokens: %lld tokens, %.2f sequences of "
+               "max_model_len %lld at once; prefix caching %s\n",
+               command, size_str(engine.cache_bytes()).c_str(),
+               c.exact_math ? "f32" : c.kv_cache_dtype == KvCacheDtype::kFp8 ? "fp8" : "bf16", how.c_str(), static_cast<long long>(c.num_cache_blocks),
                static_cast<long long>(c.block_size), tokens, static_cast<double>(tokens) / static_cast<double>(c.max_model_len),
                static_cast<long long>(c.max_model_len), c.enable_prefix_caching ? "on" : "off");
 }

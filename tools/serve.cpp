@@ -29,7 +29,6 @@ struct ServeOptions {
   int threads = 0;
   server::ServerOptions server;
   EngineConfig engine;
-  std::string kv_cache_dtype = "auto";
   CacheOptions cache;
   int64_t max_waiting_requests = 256;
   double drain_seconds = 30;
@@ -110,9 +109,6 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   add_long_prefill_option(cmd, o->engine);
   add_cache_options(cmd, o->cache);
-  cmd->add_option("--kv-cache-dtype", o->kv_cache_dtype, "KV-cache dtype; only auto (the model's own layout)")
-      ->check(CLI::IsMember({"auto"}))
-      ->default_str("auto");
   cmd->add_option("--max-waiting-requests", o->max_waiting_requests,
                   "Requests allowed to wait beyond --max-num-seqs; more get 429")
       ->check(CLI::NonNegativeNumber)

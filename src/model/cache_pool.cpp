@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kv/packed_entries.h"
 
 namespace dsv4 {
 
@@ -28,8 +29,7 @@ std::set<int64_t> compression_ratios(const ModelConfig& cfg) {
 
 CachePool::CachePool(Ops& ops, const ModelConfig& cfg, DType dtype, const PagesByRatio& pages)
     : id_(next_pool_id++), dtype_(dtype), pages_(pages) {
-  if (dtype != DType::kBF16 && dtype != DType::kF32)
-    throw UsageError("cache pools hold bf16 or f32, not " + std::string(dtype_name(dtype)));
+  check_cache_dtype(ops, cfg, dtype);
   for (const int64_t m : compression_ratios(cfg))
     if (!pages_.contains(m)) throw UsageError("the cache pool has no pages for compression ratio " + std::to_string(m));
   for (const auto& [m, p] : pages_) {
@@ -49,9 +49,10 @@ CachePool::CachePool(Ops& ops, const ModelConfig& cfg, DType dtype, const PagesB
     if (m > 0) {
       pools.ratio = m;
       const Pages& p = pages_.at(m);
-      pools.compressed = ops.alloc(dtype, {p.num_pages, p.page_rows, mp.head_dim});
+      const DType stored = cache_storage_dtype(dtype);
+      pools.compressed = ops.alloc(stored, {p.num_pages, p.page_rows, cache_stored_width(dtype, mp.head_dim)});
       if (cfg.layer_kind(l) == LayerKind::kCsa)
-        pools.index_keys = ops.alloc(dtype, {p.num_pages, p.page_rows, mp.index_head_dim});
+        pools.index_keys = ops.alloc(stored, {p.num_pages, p.page_rows, cache_stored_width(dtype, mp.index_head_dim)});
     }
     layers_.push_back(std::move(pools));
   }
@@ -87,8 +88,9 @@ int64_t CachePool::block_bytes(const ModelConfig& cfg, DType dtype, int64_t bloc
   for (int64_t l = 0; l < cfg.num_layers() + cfg.num_mtp_layers(); ++l) {
     const int64_t m = cfg.compress_ratio(l);
     if (m <= 0) continue;
-    const int64_t width = p.head_dim + (cfg.layer_kind(l) == LayerKind::kCsa ? p.index_head_dim : 0);
-    bytes += pages.at(m).page_rows * width * static_cast<int64_t>(dtype_size(dtype));
+    int64_t width = cache_stored_width(dtype, p.head_dim);
+    if (cfg.layer_kind(l) == LayerKind::kCsa) width += cache_stored_width(dtype, p.index_head_dim);
+    bytes += pages.at(m).page_rows * width * static_cast<int64_t>(dtype_size(cache_storage_dtype(dtype)));
   }
   return bytes;
 }
@@ -138,16 +140,41 @@ void CachePool::give_back(int64_t ratio, std::span<const int32_t> pages) {
   free.insert(free.end(), pages.rbegin(), pages.rend());
 }
 
+std::string cache_dtype_refusal(const Ops& ops, const ModelConfig& cfg, DType dtype) {
+  if (dtype != DType::kBF16 && dtype != DType::kF32 && dtype != DType::kF8E4M3)
+    return "caches hold bf16 or f32 rows or fp8 entries, not " + std::string(dtype_name(dtype));
+  if (dtype != DType::kF8E4M3) return "";
+  if (!ops.reads_packed_caches())
+    return "fp8 caches: the " + std::string(ops.name()) +
+           " backend does not read packed cache entries yet (the cpu backend does); use bf16 caches";
+  const ModelParams& p = cfg.params();
+  if (p.head_dim != Fp8CacheLayout::kHeadDim || p.qk_rope_head_dim != Fp8CacheLayout::kRopeDim ||
+      p.index_head_dim != Mxfp4KeyLayout::kDim)
+    return "fp8 caches pack DeepSeek-V4's entries (head_dim " + std::to_string(Fp8CacheLayout::kHeadDim) +
+           ", qk_rope_head_dim " + std::to_string(Fp8CacheLayout::kRopeDim) + ", index_head_dim " +
+           std::to_string(Mxfp4KeyLayout::kDim) + "); this model has head_dim " + std::to_string(p.head_dim) +
+           ", qk_rope_head_dim " + std::to_string(p.qk_rope_head_dim) + ", index_head_dim " +
+           std::to_string(p.index_head_dim);
+  return "";
+}
+
+void check_cache_dtype(const Ops& ops, const ModelConfig& cfg, DType dtype) {
+  if (const std::string why = cache_dtype_refusal(ops, cfg, dtype); !why.empty()) throw UsageError(why);
+}
+
 void fill_nan(Ops& ops, TensorView t) {
   const auto n = static_cast<size_t>(t.numel());
-  if (t.dtype() == DType::kBF16) {
+  if (t.dtype() == DType::kU8) {  // packed entries: 0xFF is NaN as e4m3, e8m0 and a bf16 pair
+    const std::vector<uint8_t> nan(n, 0xFF);
+    ops.upload(host_view(nan.data(), t.dtype(), t.shape()), t);
+  } else if (t.dtype() == DType::kBF16) {
     const std::vector<uint16_t> nan(n, 0x7FC0);
     ops.upload(host_view(nan.data(), t.dtype(), t.shape()), t);
   } else if (t.dtype() == DType::kF32) {
     const std::vector<uint32_t> nan(n, 0x7FC00000u);
     ops.upload(host_view(nan.data(), t.dtype(), t.shape()), t);
   } else {
-    throw UsageError("fill_nan: " + std::string(dtype_name(t.dtype())) + " has no NaN to fill (bf16 or f32)");
+    throw UsageError("fill_nan: " + std::string(dtype_name(t.dtype())) + " has no NaN to fill (bf16, f32 or packed u8)");
   }
 }
 
@@ -163,7 +190,7 @@ void CachePool::poison(Ops& ops, int64_t ratio, std::span<const int32_t> pages) 
   const auto nan_page = [&](int64_t elems) -> const DeviceTensor& {
     DeviceTensor& nan = nan_pages[elems];
     if (!nan.empty()) return nan;
-    nan = ops.alloc(dtype_, {1, elems});
+    nan = ops.alloc(cache_storage_dtype(dtype_), {1, elems});
     fill_nan(ops, nan.view());
     return nan;
   };

@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "config/model_config.h"
@@ -21,9 +22,20 @@
 
 namespace dsv4 {
 
-// Fills `t` (bf16 or f32) with quiet NaN (bf16 0x7FC0, f32 0x7FC00000): the KV canary's value, a
-// row read before it is written shows in the output.
+// Fills `t` (bf16 or f32) with quiet NaN (bf16 0x7FC0, f32 0x7FC00000), or a packed cache's u8
+// with 0xFF (NaN in every field of kv/packed_entries.h): the KV canary's value, a row read before
+// it is written shows in the output.
 void fill_nan(Ops& ops, TensorView t);
+
+// The dtype of the rows a forward caches: kF32 in exact math, else kBF16.
+inline DType forward_cache_dtype(bool exact_math) { return exact_math ? DType::kF32 : DType::kBF16; }
+
+// Why the model's caches cannot take cache dtype `dtype` on `ops`, or "" when they can: kBF16 or
+// kF32 rows, or kF8E4M3, the packed entries of kv/packed_entries.h (which need DeepSeek-V4's head
+// dims and a backend that reads them).
+std::string cache_dtype_refusal(const Ops& ops, const ModelConfig& cfg, DType dtype);
+// UsageError with cache_dtype_refusal's reason, if any.
+void check_cache_dtype(const Ops& ops, const ModelConfig& cfg, DType dtype);
 
 class CachePool {
  public:
@@ -34,9 +46,10 @@ class CachePool {
   };
   using PagesByRatio = std::map<int64_t, Pages>;
 
-  // Pools for every compressed layer of cfg (main and MTP) in `dtype` (kBF16, or kF32 for
-  // exact-math forwards); `pages` names every compression ratio of the model. UsageError
-  // otherwise, or for page counts that do not fit i32 page ids.
+  // Pools for every compressed layer of cfg (main and MTP) in cache dtype `dtype` (kBF16, kF32
+  // for exact-math forwards, or kF8E4M3: u8 pools of packed entries, kv/packed_entries.h);
+  // `pages` names every compression ratio of the model. UsageError otherwise, or for page counts
+  // that do not fit i32 page ids.
   CachePool(Ops& ops, const ModelConfig& cfg, DType dtype, const PagesByRatio& pages);
   CachePool(const CachePool&) = delete;
   CachePool& operator=(const CachePool&) = delete;
@@ -64,7 +77,8 @@ class CachePool {
   // Layers the pools were made for (main, then MTP).
   int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
   // Layer `layer`'s pools: [num_pages, page_rows, head_dim] compressed entries (ratio > 0) and
-  // [num_pages, page_rows, index_head_dim] indexer keys (CSA layers); empty for other layers.
+  // [num_pages, page_rows, index_head_dim] indexer keys (CSA layers), the widths packed ones'
+  // bytes for fp8 (kv/packed_entries.h cache_stored_width); empty for other layers.
   const DeviceTensor& compressed(int64_t layer) const { return layers_.at(static_cast<size_t>(layer)).compressed; }
   const DeviceTensor& index_keys(int64_t layer) const { return layers_.at(static_cast<size_t>(layer)).index_keys; }
 

@@ -38,7 +38,11 @@ Model Model::dummy(Ops& ops, ModelConfig cfg, uint64_t seed, bool share_layers, 
 }
 
 SequenceCache Model::new_sequence(Ops& ops, int64_t capacity, bool exact_math) const {
-  return SequenceCache(ops, cfg_, capacity, exact_math ? DType::kF32 : DType::kBF16);
+  return new_sequence(ops, capacity, forward_cache_dtype(exact_math));
+}
+
+SequenceCache Model::new_sequence(Ops& ops, int64_t capacity, DType cache_dtype) const {
+  return SequenceCache(ops, cfg_, capacity, cache_dtype);
 }
 
 SequenceCache Model::new_sequence(Ops& ops, std::shared_ptr<CachePool> pool, int64_t capacity, PageNaming naming,
@@ -46,12 +50,12 @@ SequenceCache Model::new_sequence(Ops& ops, std::shared_ptr<CachePool> pool, int
   return SequenceCache(ops, cfg_, std::move(pool), capacity, naming, std::move(slots));
 }
 
-std::shared_ptr<CachePool> Model::new_cache_pool(Ops& ops, const CachePool::PagesByRatio& pages, bool exact_math) const {
-  return std::make_shared<CachePool>(ops, cfg_, exact_math ? DType::kF32 : DType::kBF16, pages);
+std::shared_ptr<CachePool> Model::new_cache_pool(Ops& ops, const CachePool::PagesByRatio& pages, DType cache_dtype) const {
+  return std::make_shared<CachePool>(ops, cfg_, cache_dtype, pages);
 }
 
-std::shared_ptr<StateSlots> Model::new_state_slots(Ops& ops, int64_t slots, bool exact_math) const {
-  return std::make_shared<StateSlots>(ops, cfg_, exact_math ? DType::kF32 : DType::kBF16, slots);
+std::shared_ptr<StateSlots> Model::new_state_slots(Ops& ops, int64_t slots, DType cache_dtype) const {
+  return std::make_shared<StateSlots>(ops, cfg_, cache_dtype, slots);
 }
 
 const LayerWeights& Model::layer_weights(int64_t layer) const {

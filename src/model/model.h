@@ -43,16 +43,19 @@ class Model {
   // Empty caches for a sequence of up to `capacity` tokens, in the dtype a forward with
   // `exact_math` needs, its compressed entries and indexer keys in a pool of its own (one page).
   SequenceCache new_sequence(Ops& ops, int64_t capacity, bool exact_math) const;
+  // The same in cache dtype `cache_dtype` (forward_cache_dtype, or kF8E4M3's packed entries).
+  SequenceCache new_sequence(Ops& ops, int64_t capacity, DType cache_dtype) const;
   // The same with those caches in pages of `pool`, shared with other sequences (new_cache_pool),
   // taken from it or named by its owner (model/cache.h), and the fixed-size state in a slot of
   // `slots` (new_state_slots; null: a slot of its own).
   SequenceCache new_sequence(Ops& ops, std::shared_ptr<CachePool> pool, int64_t capacity,
                              PageNaming naming = PageNaming::kTakenFromPool,
                              std::shared_ptr<StateSlots> slots = nullptr) const;
-  // A page pool for sequences of this model (CachePool::pages_for sizes one).
-  std::shared_ptr<CachePool> new_cache_pool(Ops& ops, const CachePool::PagesByRatio& pages, bool exact_math) const;
-  // State slots for up to `slots` sequences of this model at once.
-  std::shared_ptr<StateSlots> new_state_slots(Ops& ops, int64_t slots, bool exact_math) const;
+  // A page pool for sequences of this model (CachePool::pages_for sizes one) in cache dtype
+  // `cache_dtype` (forward_cache_dtype, or kF8E4M3 for packed entries beside bf16 forwards).
+  std::shared_ptr<CachePool> new_cache_pool(Ops& ops, const CachePool::PagesByRatio& pages, DType cache_dtype) const;
+  // State slots for up to `slots` sequences of this model at once, windows in `cache_dtype`.
+  std::shared_ptr<StateSlots> new_state_slots(Ops& ops, int64_t slots, DType cache_dtype) const;
 
   // The main model over the batch; advances each sequence's length by its tokens.
   ForwardResult forward(Ops& ops, const ForwardBatch& batch) const;

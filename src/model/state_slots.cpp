@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "kv/packed_entries.h"
 #include "model/cache_pool.h"
 
 namespace dsv4 {
@@ -38,15 +39,15 @@ Shape StateSlots::compressor_ring_shape(int64_t ratio, int64_t dc) {
 
 StateSlots::StateSlots(Ops& ops, const ModelConfig& cfg, DType dtype, int64_t slots)
     : id_(next_slots_id++), dtype_(dtype), num_slots_(slots) {
-  if (dtype != DType::kBF16 && dtype != DType::kF32)
-    throw UsageError("state slots hold bf16 or f32 windows, not " + std::string(dtype_name(dtype)));
+  check_cache_dtype(ops, cfg, dtype);
   if (slots < 1 || slots > (int64_t{1} << 31) - 1)
     throw UsageError("state slots: " + std::to_string(slots) + " slots (need 1 to 2^31 - 1)");
   const ModelParams& p = cfg.params();
   for (int64_t l = 0; l < cfg.num_layers() + cfg.num_mtp_layers(); ++l) {
     LayerRings r;
     r.ratio = cfg.compress_ratio(l);
-    r.window = ops.alloc(dtype, slots_of(slots, {p.sliding_window, p.head_dim}));
+    r.window =
+        ops.alloc(cache_storage_dtype(dtype), slots_of(slots, {p.sliding_window, cache_stored_width(dtype, p.head_dim)}));
     if (r.ratio > 0) {
       r.kv = ops.alloc(DType::kF32, slots_of(slots, compressor_ring_shape(r.ratio, p.head_dim)));
       r.score = ops.alloc(DType::kF32, slots_of(slots, compressor_ring_shape(r.ratio, p.head_dim)));
@@ -62,7 +63,8 @@ StateSlots::StateSlots(Ops& ops, const ModelConfig& cfg, DType dtype, int64_t sl
 
 int64_t StateSlots::layer_bytes(const ModelConfig& cfg, int64_t layer, DType dtype, bool compressors) {
   const ModelParams& p = cfg.params();
-  int64_t bytes = p.sliding_window * p.head_dim * static_cast<int64_t>(dtype_size(dtype));
+  int64_t bytes = p.sliding_window * cache_stored_width(dtype, p.head_dim) *
+                  static_cast<int64_t>(dtype_size(cache_storage_dtype(dtype)));
   const int64_t m = cfg.compress_ratio(layer);
   const auto rings_bytes = [m](int64_t dc) {  // a compressor's two f32 rings
     return 2 * shape_numel(compressor_ring_shape(m, dc)) * static_cast<int64_t>(sizeof(float));

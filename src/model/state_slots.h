@@ -36,7 +36,8 @@ struct CompressorState {
 // One sequence's fixed-size state of one layer.
 struct LayerCache {
   int64_t ratio = 0;                   // the layer's compression ratio
-  DeviceTensor window;                 // [W, d] kv rows after QAT, position p in row p % W
+  DeviceTensor window;                 // [W, d] kv rows after QAT, position p in row p % W (fp8
+                                       // caches: u8 [W, 584] packed entries, one page of W)
   CompressorState compressor;          // ratio > 0
   CompressorState index_compressor;    // CSA layers
 };
@@ -48,9 +49,9 @@ inline std::array<const DeviceTensor*, 5> state_tensors(const LayerCache& c) {
 
 class StateSlots {
  public:
-  // State for `slots` sequences of cfg (main and MTP layers), the windows in `dtype` (kBF16, or
-  // kF32 for exact-math forwards), the compressors' rings in f32. UsageError for a dtype the
-  // caches do not hold or fewer than one slot.
+  // State for `slots` sequences of cfg (main and MTP layers), the windows in cache dtype `dtype`
+  // (kBF16, kF32 for exact-math forwards, or kF8E4M3's packed entries), the compressors' rings in
+  // f32. UsageError for a dtype the caches do not hold or fewer than one slot.
   StateSlots(Ops& ops, const ModelConfig& cfg, DType dtype, int64_t slots);
   StateSlots(const StateSlots&) = delete;
   StateSlots& operator=(const StateSlots&) = delete;

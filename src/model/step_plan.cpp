@@ -44,9 +44,9 @@ StepPlan::StepPlan(const ModelConfig& cfg, const ForwardBatch& batch, bool mtp) 
     if (c.start_pos + c.num_tokens > cfg.params().max_position_embeddings)
       throw UsageError(which + " would reach position " + std::to_string(c.start_pos + c.num_tokens - 1) +
                        ", beyond max_position_embeddings (" + std::to_string(cfg.params().max_position_embeddings) + ")");
-    if (c.cache->dtype() != act)
+    if (c.cache->dtype() != act && (exact || c.cache->dtype() != DType::kF8E4M3))
       throw UsageError(which + " has " + std::string(dtype_name(c.cache->dtype())) + " caches but the forward is " +
-                       (exact ? "exact-math (needs f32)" : "default-mode (needs bf16)"));
+                       (exact ? "exact-math (needs f32)" : "default-mode (needs bf16 or fp8)"));
     for (size_t u = 0; u < s; ++u)
       if (batch.sequences[u].cache == c.cache) throw UsageError(which + " appears twice");
     if (begin + c.num_tokens > T) throw UsageError("the batch's sequences hold more tokens than token_ids");

@@ -92,7 +92,7 @@ struct DummyWeightParams {
 };
 
 struct CopyParams {
-  ConstTensorView src;  // any float dtype
+  ConstTensorView src;  // any float dtype, or any dtype where dst's is the same (a byte copy)
   TensorView dst;       // same element count; values rounded to dst's dtype
 };
 
@@ -121,7 +121,8 @@ struct CopyRowsParams {
 // (each op says how), and a write to it is an error (the CPU throws; the CUDA backend drops the
 // row). A contiguous cache is the special case of one page holding every row, table [0].
 struct PagedCache {
-  TensorView pool;        // [num_pages, page_rows, width]
+  TensorView pool;        // [num_pages, page_rows, width] float rows, or u8 packed entries
+                          // (kv/packed_entries.h: width = the entry's bytes)
   ConstTensorView table;  // [table pages] i32 page ids
 };
 
@@ -135,7 +136,8 @@ inline PageTable page_table(const PagedCache& c) {
 struct CacheRows {
   int64_t src_begin = 0;
   int64_t rows = 0;
-  PagedCache cache;     // pool [pages, page_rows, width] of the source's dtype and width
+  PagedCache cache;     // pool [pages, page_rows, width] of the source's dtype and width, or
+                        // u8 packed entries of bf16 rows of the entry's width
 };
 
 // Cache writes whose destinations are data, not arguments: source row r goes to entry
@@ -480,6 +482,9 @@ class Ops {
   // nullopt where the backend's memory is the host's (the CPU backend). Not while a CUDA graph is
   // being captured.
   virtual std::optional<DeviceMemory> device_memory() { return std::nullopt; }
+  // Whether the cache ops (write_cache_rows, indexer_topk, sparse_attention, copy) take the
+  // packed caches of kv/packed_entries.h (cache dtype kF8E4M3) as well as float rows.
+  virtual bool reads_packed_caches() const { return false; }
 
   // Zero-filled backend memory.
   virtual DeviceTensor alloc(DType dtype, Shape shape) = 0;

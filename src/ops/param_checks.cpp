@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kv/packed_entries.h"
 #include "ops/arg_checks.h"
 #include "sampling/logit_edit.h"
 #include "sampling/token_draw.h"
@@ -62,13 +63,14 @@ void expect_paged_cache(const std::string& what, const PagedCache& c) {
                      ", expected i32[pages]");
 }
 
-// A reader's paged cache: float rows of `width`, its table reaching the entries the slice's last
+// A reader's paged cache: float rows or packed entries of `width` values, its table reaching the entries the slice's last
 // token sees.
 void expect_readable_cache(const std::string& what, const PagedCache& c, int64_t width, int64_t entries) {
   expect_paged_cache(what, c);
-  if (!is_float_activation(c.pool.dtype()) || c.pool.dim(2) != width)
+  const bool packs = packed_entry(c.pool.dtype(), c.pool.dim(2)) != PackedEntry::kNone;
+  if (!(packs || is_float_activation(c.pool.dtype())) || unpacked_width(c.pool.dtype(), c.pool.dim(2)) != width)
     throw UsageError(what + " pool " + std::string(dtype_name(c.pool.dtype())) + shape_str(c.pool.shape()) +
-                     " does not hold f32 or bf16 rows of width " + std::to_string(width));
+                     " does not hold f32 or bf16 rows or packed entries of width " + std::to_string(width));
   if (c.table.numel() * c.pool.dim(1) < entries)
     throw UsageError(what + " table of " + std::to_string(c.table.numel()) + " pages of " +
                      std::to_string(c.pool.dim(1)) + " rows cannot hold the " + std::to_string(entries) +
@@ -105,8 +107,10 @@ void check_params(const CompressorPoolParams& p) {
 }
 
 void check_params(const CopyParams& p) {
-  expect_float("copy", "src", p.src);
-  expect_float("copy", "dst", p.dst);
+  if (p.src.dtype() != p.dst.dtype()) {  // a conversion; equal dtypes copy bytes (packed caches too)
+    expect_float("copy", "src", p.src);
+    expect_float("copy", "dst", p.dst);
+  }
   if (p.src.numel() != p.dst.numel())
     throw UsageError("copy: " + shape_str(p.src.shape()) + " and " + shape_str(p.dst.shape()) +
                      " differ in element count");
@@ -120,7 +124,10 @@ void check_params(const WriteCacheRowsParams& p) {
     const CacheRows& c = p.seqs[i];
     const std::string what = "write_cache_rows: sequence " + std::to_string(i) + ": ";
     expect_paged_cache(what + "cache", c.cache);
-    if (c.cache.pool.dtype() != p.src.dtype() || c.cache.pool.dim(2) != p.src.dim(1))
+    const bool packs = packed_entry(c.cache.pool.dtype(), c.cache.pool.dim(2)) != PackedEntry::kNone;
+    const bool holds = packs ? p.src.dtype() == DType::kBF16 && unpacked_width(DType::kU8, c.cache.pool.dim(2)) == p.src.dim(1)
+                             : c.cache.pool.dtype() == p.src.dtype() && c.cache.pool.dim(2) == p.src.dim(1);
+    if (!holds)
       throw UsageError(what + "cache pool " + std::string(dtype_name(c.cache.pool.dtype())) +
                        shape_str(c.cache.pool.shape()) + " does not hold rows of [*, " + std::to_string(p.src.dim(1)) +
                        "] " + std::string(dtype_name(p.src.dtype())));

@@ -32,6 +32,7 @@ class ProfilingOps final : public Ops {
   std::string_view name() const override { return inner_.name(); }
   void synchronize() override { inner_.synchronize(); }
   std::optional<DeviceMemory> device_memory() override { return inner_.device_memory(); }
+  bool reads_packed_caches() const override { return inner_.reads_packed_caches(); }
   // The tasks' ops are profiled one by one; the backend still decides whether they overlap.
   void fork_join(const ForkJoinTasks& tasks) override { inner_.fork_join(tasks); }
   DeviceTensor alloc(DType dtype, Shape shape) override {

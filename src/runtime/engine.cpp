@@ -159,8 +159,8 @@ class Engine::Impl {
         scheduler_(scheduler_config(config_, model)),
         sampling_pool_(config_.sampling_threads), seeds_(std::random_device{}()) {
     if (config_.shared_cache_pool) {
-      cache_pool_ = model_.new_cache_pool(ops_, pool_pages(), config_.exact_math);
-      state_slots_ = model_.new_state_slots(ops_, config_.max_num_seqs, config_.exact_math);
+      cache_pool_ = model_.new_cache_pool(ops_, pool_pages(), cache_dtype(config_));
+      state_slots_ = model_.new_state_slots(ops_, config_.max_num_seqs, cache_dtype(config_));
     }
     publish_stats();
   }
@@ -252,7 +252,11 @@ class Engine::Impl {
 
   // The config with its defaults resolved and the caches sized; `sizing` says how.
   static EngineConfig resolve(EngineConfig c, const Model& model, Ops& ops, CacheSizing& sizing);
-  static DType cache_dtype(const EngineConfig& c) { return c.exact_math ? DType::kF32 : DType::kBF16; }
+  // The caches' dtype (after resolve, which has checked kv_cache_dtype against exact_math).
+  static DType cache_dtype(const EngineConfig& c) {
+    if (c.exact_math) return DType::kF32;
+    return c.kv_cache_dtype == KvCacheDtype::kFp8 ? DType::kF8E4M3 : DType::kBF16;
+  }
   static CacheFootprint cache_footprint(const EngineConfig& c, const Model& model);
   static std::optional<GpuMemoryBudget> measure_device_memory(const EngineConfig& c, const Model& model, Ops& ops);
 
@@ -343,6 +347,13 @@ EngineConfig Engine::Impl::resolve(EngineConfig c, const Model& model, Ops& ops,
   if (!(c.gpu_memory_utilization >= 0.0 && c.gpu_memory_utilization <= 1.0))
     throw UsageError("engine: gpu_memory_utilization = " + std::to_string(c.gpu_memory_utilization) +
                      " must be in [0, 1] (0: not used)");
+  if (c.exact_math && c.kv_cache_dtype == KvCacheDtype::kFp8)
+    throw UsageError("engine: exact math keeps its caches in f32; fp8 caches go with the default numerics");
+  if (c.kv_cache_dtype == KvCacheDtype::kAuto)
+    c.kv_cache_dtype = !c.exact_math && cache_dtype_refusal(ops, model.config(), DType::kF8E4M3).empty()
+                           ? KvCacheDtype::kFp8
+                           : KvCacheDtype::kBf16;
+  check_cache_dtype(ops, model.config(), cache_dtype(c));
   if (c.enable_prefix_caching) c.shared_cache_pool = true;
   if (c.max_prefix_snapshots < 0)
     throw UsageError("engine: max_prefix_snapshots = " + std::to_string(c.max_prefix_snapshots) + " must not be negative");
@@ -426,7 +437,7 @@ std::optional<GpuMemoryBudget> Engine::Impl::measure_device_memory(const EngineC
   batch.options.logits = LogitsFor::kAllTokens;
   for (int64_t left = tokens; left > 0;) {
     const int64_t n = std::min(left, c.max_model_len);
-    SequenceCache& cache = caches.emplace_back(model.new_sequence(ops, c.max_model_len, c.exact_math));
+    SequenceCache& cache = caches.emplace_back(model.new_sequence(ops, c.max_model_len, cache_dtype(c)));
     cache.advance(c.max_model_len - n);  // its entries are the zeros alloc gave: any values do
     batch.add(cache, std::span<const int32_t>(ids).first(static_cast<size_t>(n)));
     left -= n;
@@ -468,7 +479,7 @@ SequenceCache Engine::Impl::slot_sequence() const {
 }
 
 SequenceCache Engine::Impl::new_sequence(int64_t tokens) const {
-  if (!cache_pool_) return model_.new_sequence(ops_, tokens, config_.exact_math);
+  if (!cache_pool_) return model_.new_sequence(ops_, tokens, cache_dtype(config_));
   SequenceCache cache = slot_sequence();
   // The slot holds its previous owner's rows, which no forward reads (model/state_slots.h).
   if (config_.kv_canary) state_slots_->poison(ops_, cache.slot());

@@ -191,6 +191,8 @@ class RequestHandle {
   std::shared_ptr<RequestStream> stream_;
 };
 
+enum class KvCacheDtype { kAuto, kBf16, kFp8 };
+
 struct EngineConfig {
   int64_t max_model_len = 0;            // prompt + output tokens; 0: the model's max_position_embeddings
   int64_t max_num_seqs = 64;            // sequences in one step
@@ -250,6 +252,12 @@ struct EngineConfig {
   bool kv_canary = true;
 #endif
   bool exact_math = false;              // ForwardOptions::exact_math for every step
+  // The caches beside default numerics (`--kv-cache-dtype`): bf16 rows, or fp8: attention entries
+  // and indexer keys packed as kv/packed_entries.h lays them out, the same numbers in 57%
+  // (attention) and 27% (indexer keys) of the bytes. kAuto: fp8 where the backend reads packed
+  // entries (Ops::reads_packed_caches), else bf16; resolved when the engine is made. Exact math
+  // keeps f32 rows (kFp8 with exact_math is refused).
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;
   // How steps run (CUDA graphs for decode steps, say); must outlive the engine. Null: eagerly.
   ForwardRunner* runner = nullptr;
   // Host threads drawing a step's tokens (sampling is per request, so any count gives the same

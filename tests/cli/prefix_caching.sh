@@ -24,12 +24,20 @@ run() {
 grep -q "cache: .* for --max-num-seqs requests of --max-model-len (--gpu-memory-utilization does not apply without a GPU): 16 blocks of 64 tokens: 1024 tokens, 1.00 sequences of max_model_len 1024 at once" \
   "$work/err.txt" || fail "start-up line without a size: $(cat "$work/err.txt")"
 [ "$(run --no-enable-prefix-caching)" = "3 0 0" ] || fail "without: $(run --no-enable-prefix-caching)"
-# --kv-cache-memory-bytes sizes the blocks (1 sequence's 1,343,488 bytes of fixed state, the rest in
-# blocks of 41,984 bytes) and the start-up line says what fits.
-"$dsv4" bench throughput --model tiny --load-format dummy --num-prompts 1 --input-len 8 --output-len 2 --max-num-seqs 1 \
-  --kv-cache-memory-bytes 100000000 --threads 2 >/dev/null 2>"$work/err.txt" || fail "sized run: $(cat "$work/err.txt")"
-grep -q "cache: 95.3 MiB from --kv-cache-memory-bytes: 2349 blocks of 64 tokens: 150336 tokens, 36.70 sequences of max_model_len 4096 at once" \
+# --kv-cache-memory-bytes sizes the blocks and the start-up line says what fits: with bf16 rows 1
+# sequence's 1,343,488 bytes of fixed state and the rest in blocks of 41,984 bytes; with the CPU's
+# default fp8 entries (584 B an attention entry for 1,024, 68 B an indexer key for 256) 1,061,888
+# and 21,448.
+sized_run() {
+  "$dsv4" bench throughput --model tiny --load-format dummy --num-prompts 1 --input-len 8 --output-len 2 --max-num-seqs 1 \
+    --kv-cache-memory-bytes 100000000 --threads 2 "$@" >/dev/null 2>"$work/err.txt" || fail "sized run $*: $(cat "$work/err.txt")"
+}
+sized_run --kv-cache-dtype bf16
+grep -q "cache: 95.3 MiB of bf16 entries from --kv-cache-memory-bytes: 2349 blocks of 64 tokens: 150336 tokens, 36.70 sequences of max_model_len 4096 at once" \
   "$work/err.txt" || fail "start-up line: $(cat "$work/err.txt")"
+sized_run
+grep -q "cache: 95.3 MiB of fp8 entries from --kv-cache-memory-bytes: 4612 blocks of 64 tokens: 295168 tokens, 72.06 sequences of max_model_len 4096 at once" \
+  "$work/err.txt" || fail "start-up line (fp8): $(cat "$work/err.txt")"
 if "$dsv4" bench throughput --model tiny --load-format dummy --num-prompts 1 --block-size 48 --threads 2 2>"$work/err.txt"; then
   fail "block size 48 accepted with compression ratio 128"
 fi

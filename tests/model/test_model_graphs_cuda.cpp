@@ -134,7 +134,7 @@ TEST_P(CudaGraphs, SmallSharedPagesTakenBetweenReplaysKeepTheEagerBits) {
   const int64_t steps = 140;
   const std::vector<int64_t> prompts = {3, 70, 126};
   const std::shared_ptr<CachePool> pool =
-      model_->new_cache_pool(*ops_, CachePool::pages_for(model_->config(), 3, 126 + steps, 2), false);
+      model_->new_cache_pool(*ops_, CachePool::pages_for(model_->config(), 3, 126 + steps, 2), DType::kBF16);
   Lockstep run(*model_, *ops_, prompts, steps, pool);
   cuda::CudaGraphForward graphs(*ops_);
   for (int64_t s = 0; s < steps; ++s)
@@ -167,8 +167,8 @@ TEST_P(CudaGraphs, RandomSequenceSetsKeepTheEagerBits) {
 TEST_P(CudaGraphs, AGraphReplaysForTheNextSequencesInItsSlots) {
   const int64_t V = model_->config()->vocab_size, capacity = 200, steps = 20;
   const std::shared_ptr<CachePool> pool =
-      model_->new_cache_pool(*ops_, CachePool::pages_for(model_->config(), 2, capacity, 2), false);
-  const std::shared_ptr<StateSlots> slots = model_->new_state_slots(*ops_, 2, false);
+      model_->new_cache_pool(*ops_, CachePool::pages_for(model_->config(), 2, capacity, 2), DType::kBF16);
+  const std::shared_ptr<StateSlots> slots = model_->new_state_slots(*ops_, 2, DType::kBF16);
   cuda::CudaGraphForward graphs(*ops_);
   EagerForward eager;
   for (uint32_t pair = 0; pair < 3; ++pair) {

@@ -1,7 +1,8 @@
 // Paged caches on the tiny checkpoint: sequences whose compressed entries and indexer keys live in
 // small pages of one shared pool, taken as they grow, interleaved with each other's and reused
 // after another sequence ends, give bit for bit the logits and cache contents of sequences with
-// one page each (the contiguous layout), through chunked prefill, batched prefill and decode.
+// one page each (the contiguous layout), through chunked prefill, batched prefill and decode, and
+// so do caches of packed fp8 entries (kv/packed_entries.h) beside bf16 rows.
 // Pages named by cache blocks let a sequence resume on another's prefix (prefix caching). Plans
 // whose tables stop at a positions bound give the whole tables' bits.
 #include <gtest/gtest.h>
@@ -22,6 +23,7 @@ namespace {
 struct PagedCase {
   int64_t page_rows;
   bool exact;
+  bool fp8 = false;  // the paged caches pack their entries (the contiguous ones keep bf16 rows)
 };
 
 class PagedCaches : public CpuTinyModelSuite<::testing::TestWithParam<PagedCase>> {};
@@ -32,11 +34,11 @@ struct Chunk {
   int64_t tokens;
 };
 
-// Sequence s's entries [0, entries) of a paged cache `pool` ([pages, page_rows, width]) in entry
-// order, read through its block table.
+// Sequence s's entries [0, entries) of a paged cache `pool` ([pages, page_rows, width] rows or
+// packed entries) in entry order as floats, read through its block table.
 std::vector<float> entries_of(const DeviceTensor& pool, const std::vector<int32_t>& table, int64_t entries) {
-  const std::vector<float> all = to_floats(pool.view());
-  const int64_t page_rows = pool.dim(1), width = pool.dim(2);
+  const std::vector<float> all = cache_floats(pool.view());
+  const int64_t page_rows = pool.dim(1), width = unpacked_width(pool.dtype(), pool.dim(2));
   std::vector<float> out;
   for (int64_t j = 0; j < entries; ++j) {
     const int32_t page = table.at(static_cast<size_t>(j / page_rows));
@@ -66,8 +68,8 @@ TEST_P(PagedCaches, SmallSharedPagesGiveTheContiguousLayoutsBits) {
   }();
   const int64_t filler_ends_after = 2;
 
-  const std::shared_ptr<CachePool> pool =
-      model.new_cache_pool(ops, CachePool::pages_for(cfg, 4, capacity[0], c.page_rows), c.exact);
+  const std::shared_ptr<CachePool> pool = model.new_cache_pool(
+      ops, CachePool::pages_for(cfg, 4, capacity[0], c.page_rows), c.fp8 ? DType::kF8E4M3 : forward_cache_dtype(c.exact));
   std::vector<std::optional<SequenceCache>> paged, contiguous;
   for (const int64_t cap : capacity) {
     paged.emplace_back(model.new_sequence(ops, pool, cap));
@@ -111,7 +113,7 @@ TEST_P(PagedCaches, SmallSharedPagesGiveTheContiguousLayoutsBits) {
     for (int64_t l = 0; l < cfg.num_layers(); ++l) {
       const std::string where = "sequence " + std::to_string(s) + " layer " + std::to_string(l);
       const int64_t m = cfg.compress_ratio(l);
-      EXPECT_TRUE(same_bits(to_floats(p.layer(l).window.view()), to_floats(q.layer(l).window.view()))) << where;
+      EXPECT_TRUE(same_bits(cache_floats(p.layer(l).window.view()), cache_floats(q.layer(l).window.view()))) << where;
       if (m == 0) continue;
       const int64_t entries = p.length() / m;
       EXPECT_TRUE(same_bits(entries_of(p.pool().compressed(l), p.block_table(m), entries),
@@ -127,9 +129,11 @@ TEST_P(PagedCaches, SmallSharedPagesGiveTheContiguousLayoutsBits) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(PageRows, PagedCaches, ::testing::Values(PagedCase{2, false}, PagedCase{3, true}),
+INSTANTIATE_TEST_SUITE_P(PageRows, PagedCaches,
+                         ::testing::Values(PagedCase{2, false}, PagedCase{3, true}, PagedCase{5, false, true}),
                          [](const ::testing::TestParamInfo<PagedCase>& info) {
-                           return "rows" + std::to_string(info.param.page_rows) + (info.param.exact ? "_exact" : "");
+                           return "rows" + std::to_string(info.param.page_rows) + (info.param.exact ? "_exact" : "") +
+                                  (info.param.fp8 ? "_fp8" : "");
                          });
 
 // Prefix caching at the model's level: a sequence B whose pages for the first P tokens are those
@@ -150,7 +154,7 @@ TEST_P(ResumedPrefix, GivesTheWholePrefixsBitsAndTheBoundIsTight) {
 
   CachePool::PagesByRatio pages;
   for (const int64_t m : {4, 128}) pages[m] = {std::max<int64_t>(1, block / m), 40};
-  const std::shared_ptr<CachePool> pool = model.new_cache_pool(ops, pages, exact);
+  const std::shared_ptr<CachePool> pool = model.new_cache_pool(ops, pages, forward_cache_dtype(exact));
   std::vector<int32_t> blocks_a, blocks_b;
   for (int32_t b = 0; b < 12; ++b) blocks_a.push_back(b);
   for (int32_t b = 0; b < 12; ++b) blocks_b.push_back(b < prefix / block ? b : 20 + b);
@@ -204,7 +208,7 @@ TEST_P(ResumedPrefix, GivesTheWholePrefixsBitsAndTheBoundIsTight) {
 
   // A state snapshot at the prefix's end (another sequence's, stopped there) lets B resume at P
   // itself, recomputing nothing.
-  const std::shared_ptr<CachePool> other_pool = model.new_cache_pool(ops, pages, exact);
+  const std::shared_ptr<CachePool> other_pool = model.new_cache_pool(ops, pages, forward_cache_dtype(exact));
   SequenceCache c = model.new_sequence(ops, other_pool, total + decode, PageNaming::kNamedByBlocks);
   c.name_pages(blocks_a, block);
   ForwardBatch to_prefix;
@@ -236,7 +240,7 @@ TEST_F(NamedPages, PoisonedPagesShowWhenRead) {
   for (const int64_t m : {4, 128}) pages[m] = {std::max<int64_t>(1, 64 / m), 8};
   const std::vector<int32_t> ids = test_ids(140, model.config()->vocab_size, 3);
   const auto logits_after_poison = [&](const std::vector<int32_t>& poisoned) {
-    const std::shared_ptr<CachePool> pool = model.new_cache_pool(ops, pages, false);
+    const std::shared_ptr<CachePool> pool = model.new_cache_pool(ops, pages, DType::kBF16);
     SequenceCache cache = model.new_sequence(ops, pool, 200, PageNaming::kNamedByBlocks);
     cache.name_pages(std::vector<int32_t>{2, 3, 4}, 64);
     for (const auto& [m, p] : pages) pool->poison(ops, m, std::vector<int32_t>{0, 5, 7});
@@ -263,7 +267,7 @@ TEST_F(NamedPages, TablesCutToAPositionsBoundGiveTheWholeTablesBits) {
   Ops& ops = *ops_;
   const int64_t capacity = 2000;
   const std::shared_ptr<CachePool> pool =
-      model.new_cache_pool(ops, CachePool::pages_for(model.config(), 2, capacity, 4), false);
+      model.new_cache_pool(ops, CachePool::pages_for(model.config(), 2, capacity, 4), DType::kBF16);
   const std::vector<int32_t> ids = test_ids(310, model.config()->vocab_size, 8);
   const auto decode = [&](int64_t table_positions) {
     SequenceCache cache = model.new_sequence(ops, pool, capacity);
@@ -289,7 +293,7 @@ TEST_F(NamedPages, MisuseIsANamedUsageError) {
   Ops& ops = *ops_;
   CachePool::PagesByRatio pages;
   for (const int64_t m : {4, 128}) pages[m] = {std::max<int64_t>(1, 64 / m), 8};
-  const std::shared_ptr<CachePool> pool = model.new_cache_pool(ops, pages, false);
+  const std::shared_ptr<CachePool> pool = model.new_cache_pool(ops, pages, DType::kBF16);
   const auto refuses = [](const auto& call, const std::string& words) {
     try {
       call();

@@ -40,7 +40,7 @@ class StateSlotsTest : public CpuTinyModelSuite<> {
 };
 
 TEST_F(StateSlotsTest, TakesTheLowestFreeSlotAndGivesItBackWithItsHandle) {
-  const auto slots = model_->new_state_slots(*ops_, 3, false);
+  const auto slots = model_->new_state_slots(*ops_, 3, DType::kBF16);
   EXPECT_EQ(slots->num_slots(), 3);
   std::optional<StateSlot> a(std::in_place, slots), b(std::in_place, slots), c(std::in_place, slots);
   EXPECT_EQ(a->index(), 0);
@@ -70,7 +70,7 @@ TEST_F(StateSlotsTest, TakesTheLowestFreeSlotAndGivesItBackWithItsHandle) {
 
 TEST_F(StateSlotsTest, ASlotsViewsAreItsOwnRowsOfTheCachesShapes) {
   const ModelConfig& cfg = model_->config();
-  const auto slots = model_->new_state_slots(*ops_, 2, false);
+  const auto slots = model_->new_state_slots(*ops_, 2, DType::kBF16);
   const std::vector<LayerCache> s0 = slots->layers(0), s1 = slots->layers(1);
   const SequenceCache own = model_->new_sequence(*ops_, 64, false);
   ASSERT_EQ(s0.size(), static_cast<size_t>(cfg.num_layers() + cfg.num_mtp_layers()));
@@ -95,8 +95,8 @@ TEST_F(StateSlotsTest, ASlotsViewsAreItsOwnRowsOfTheCachesShapes) {
 TEST_F(StateSlotsTest, AReusedPoisonedSlotGivesAFreshCachesBitsWhileAnOverwrittenOneDoesNot) {
   const ModelConfig& cfg = model_->config();
   const int64_t V = cfg->vocab_size, capacity = 400;
-  const auto pool = model_->new_cache_pool(*ops_, CachePool::pages_for(cfg, 2, capacity, 4), false);
-  const auto slots = model_->new_state_slots(*ops_, 1, false);
+  const auto pool = model_->new_cache_pool(*ops_, CachePool::pages_for(cfg, 2, capacity, 4), DType::kBF16);
+  const auto slots = model_->new_state_slots(*ops_, 1, DType::kBF16);
   const std::vector<int32_t> prompt = test_ids(290, V, 5), decode = test_ids(12, V, 6);
   {
     SequenceCache before = model_->new_sequence(*ops_, pool, capacity, PageNaming::kTakenFromPool, slots);
@@ -111,7 +111,7 @@ TEST_F(StateSlotsTest, AReusedPoisonedSlotGivesAFreshCachesBitsWhileAnOverwritte
   EXPECT_TRUE(same_bits(run(reused, prompt, decode), want));
 
   // A slot poisoned after the prompt: the decode steps read its window and compressor rows.
-  const auto own_slots = model_->new_state_slots(*ops_, 1, false);
+  const auto own_slots = model_->new_state_slots(*ops_, 1, DType::kBF16);
   SequenceCache in_slot = model_->new_sequence(*ops_, pool, capacity, PageNaming::kTakenFromPool, own_slots);
   const std::vector<float> got = run(in_slot, prompt, decode, [&] { own_slots->poison(*ops_, 0); });
   EXPECT_FALSE(same_bits(got, want));
@@ -125,12 +125,12 @@ TEST_F(StateSlotsTest, ASequenceResumingOnAPrefixInAPoisonedSlotGetsTheWholePref
   const int64_t V = cfg->vocab_size, capacity = 768, block = 128, reused = 640;
   const int64_t resume = reused - prefix_recompute_tokens(cfg);
   ASSERT_GT(resume, 0) << "the tiny model's recomputation is meant to leave part of the prefix";
-  const auto pool = model_->new_cache_pool(*ops_, CachePool::per_block(cfg, capacity / block, block), false);
+  const auto pool = model_->new_cache_pool(*ops_, CachePool::per_block(cfg, capacity / block, block), DType::kBF16);
   const std::vector<int32_t> blocks = {0, 1, 2, 3, 4, 5};
   const std::vector<int32_t> ids = test_ids(reused + 40, V, 9), decode = test_ids(6, V, 10);
   const std::vector<int32_t> prefix(ids.begin(), ids.begin() + reused);
 
-  const auto slots = model_->new_state_slots(*ops_, 1, false);
+  const auto slots = model_->new_state_slots(*ops_, 1, DType::kBF16);
   {
     SequenceCache writer = model_->new_sequence(*ops_, pool, capacity, PageNaming::kNamedByBlocks, slots);
     writer.name_pages(blocks, block);
@@ -153,8 +153,8 @@ TEST_F(StateSlotsTest, ASequenceResumingOnAPrefixInAPoisonedSlotGetsTheWholePref
 TEST_F(StateSlotsTest, StateMovedToAnotherSlotGoesOnWithTheSameBits) {
   const ModelConfig& cfg = model_->config();
   const int64_t V = cfg->vocab_size, capacity = 400;
-  const auto pool = model_->new_cache_pool(*ops_, CachePool::pages_for(cfg, 2, capacity, 4), false);
-  const auto slots = model_->new_state_slots(*ops_, 3, false);
+  const auto pool = model_->new_cache_pool(*ops_, CachePool::pages_for(cfg, 2, capacity, 4), DType::kBF16);
+  const auto slots = model_->new_state_slots(*ops_, 3, DType::kBF16);
   const std::vector<int32_t> prompt = test_ids(261, V, 11), decode = test_ids(10, V, 12);
   SequenceCache stays = model_->new_sequence(*ops_, capacity, false);
   const std::vector<float> want = run(stays, prompt, decode);
@@ -170,14 +170,14 @@ TEST_F(StateSlotsTest, StateMovedToAnotherSlotGoesOnWithTheSameBits) {
   EXPECT_EQ(moves.slot(), 0);
   EXPECT_EQ(slots->free_slots(), 2);
   EXPECT_TRUE(same_bits(got, want));
-  EXPECT_THROW(moves.move_state(*ops_, StateSlot(model_->new_state_slots(*ops_, 1, false))), UsageError);
+  EXPECT_THROW(moves.move_state(*ops_, StateSlot(model_->new_state_slots(*ops_, 1, DType::kBF16))), UsageError);
   EXPECT_EQ(moves.slot(), 0);
 }
 
 TEST_F(StateSlotsTest, ARecordedForwardKeysOnTheSlotPoolAndCapacityNotTheSequence) {
   const ModelConfig& cfg = model_->config();
-  const auto pool = model_->new_cache_pool(*ops_, CachePool::pages_for(cfg, 3, 256, 4), false);
-  const auto slots = model_->new_state_slots(*ops_, 2, false);
+  const auto pool = model_->new_cache_pool(*ops_, CachePool::pages_for(cfg, 3, 256, 4), DType::kBF16);
+  const auto slots = model_->new_state_slots(*ops_, 2, DType::kBF16);
   const auto in_slot = [&](int64_t capacity, const std::shared_ptr<CachePool>& p) {
     return model_->new_sequence(*ops_, p, capacity, PageNaming::kTakenFromPool, slots);
   };
@@ -192,7 +192,7 @@ TEST_F(StateSlotsTest, ARecordedForwardKeysOnTheSlotPoolAndCapacityNotTheSequenc
   EXPECT_NE(next->id(), other.id());
   next.reset();
   EXPECT_NE(in_slot(128, pool).graph_key(), key);  // other block tables: another plan layout
-  const auto another_pool = model_->new_cache_pool(*ops_, CachePool::pages_for(cfg, 1, 256, 4), false);
+  const auto another_pool = model_->new_cache_pool(*ops_, CachePool::pages_for(cfg, 1, 256, 4), DType::kBF16);
   EXPECT_NE(in_slot(256, another_pool).graph_key(), key);
   EXPECT_NE(model_->new_sequence(*ops_, pool, 256).graph_key(), key);  // a slot of its own
 }

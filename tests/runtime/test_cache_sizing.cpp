@@ -157,8 +157,9 @@ class EngineCacheSizing : public ::testing::Test {
     c.gpu_memory_utilization = utilization;
     return c;
   }
-  static int64_t fixed_bytes() { return SequenceCache::fixed_bytes(model_->config(), DType::kBF16); }
-  static int64_t block_bytes() { return CachePool::block_bytes(model_->config(), DType::kBF16, 16); }
+  // The caches' bytes: kv_cache_dtype auto packs them on a backend that reads packed entries.
+  static int64_t fixed_bytes() { return SequenceCache::fixed_bytes(model_->config(), DType::kF8E4M3); }
+  static int64_t block_bytes() { return CachePool::block_bytes(model_->config(), DType::kF8E4M3, 16); }
   // A device on which the weights, the rest and `room` fill `utilization` of the total.
   static int64_t total_for(double utilization, int64_t room) {
     return static_cast<int64_t>(std::ceil(static_cast<double>(ops_->live() + ops_->other_bytes + room) / utilization));
@@ -190,7 +191,7 @@ TEST_F(EngineCacheSizing, TheUtilizationSizesTheCachesAndServingStaysInsideTheSh
   EXPECT_EQ(s.budget.total_bytes, ops_->total_bytes);
   EXPECT_EQ(s.budget.used_bytes, in_use);  // the weights and the rest: the step's tensors are gone
   EXPECT_GT(s.budget.activation_bytes, 0);
-  EXPECT_EQ(s.budget.snapshot_bytes, (16 + 8) * SequenceCache::snapshot_bytes(model_->config(), DType::kBF16));
+  EXPECT_EQ(s.budget.snapshot_bytes, (16 + 8) * SequenceCache::snapshot_bytes(model_->config(), DType::kF8E4M3));
   const int64_t share = static_cast<int64_t>(std::floor(u * static_cast<double>(ops_->total_bytes)));
   const int64_t cache = share - in_use - s.budget.activation_bytes - s.budget.snapshot_bytes;
   EXPECT_EQ(engine.config().num_cache_blocks, (cache - 8 * fixed_bytes()) / block_bytes());
@@ -272,7 +273,7 @@ TEST_F(EngineCacheSizing, ASmallShareIsRefusedWithTheNumbers) {
   expect_usage_error([&] { Engine e(*model_, *ops_, config(0.5)); },
                      {"--gpu-memory-utilization 0.50", "(" + std::to_string(in_use) + " bytes) are in use",
                       "(" + std::to_string(ops_->total_bytes) + " bytes)"});
-  const int64_t snapshots = 24 * SequenceCache::snapshot_bytes(model_->config(), DType::kBF16);
+  const int64_t snapshots = 24 * SequenceCache::snapshot_bytes(model_->config(), DType::kF8E4M3);
   ops_->total_bytes = total_for(0.8, snapshots + 8 * fixed_bytes() + 10 * block_bytes());  // 10 of 32 blocks
   expect_usage_error([&] { Engine e(*model_, *ops_, config(0.8)); },
                      {"less than one sequence of max_model_len 512", "lower --max-model-len"});

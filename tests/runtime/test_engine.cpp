@@ -900,6 +900,7 @@ TEST_F(EngineTest, BadWordsNeverComeOut) {
 TEST_F(EngineTest, CacheMemoryBytesSizeTheBlocks) {
   const ModelConfig& cfg = model_->config();
   EngineConfig c = small_config();  // 8 sequences, max_model_len 512 = 32 blocks of 16
+  c.kv_cache_dtype = KvCacheDtype::kBf16;
   const int64_t fixed = SequenceCache::fixed_bytes(cfg, DType::kBF16);
   const int64_t block = CachePool::block_bytes(cfg, DType::kBF16, 16);
   ASSERT_GT(fixed, 0);
@@ -917,6 +918,111 @@ TEST_F(EngineTest, CacheMemoryBytesSizeTheBlocks) {
     EXPECT_NE(std::string(err.what()).find("31 blocks of 16 tokens"), std::string::npos) << err.what();
     EXPECT_NE(std::string(err.what()).find("fewer than one sequence of max_model_len = 512"), std::string::npos)
         << err.what();
+  }
+}
+
+// Caches of packed fp8 entries (kv/packed_entries.h) hold what bf16 rows hold, so every request
+// gets the bf16 caches' tokens and logprobs bit for bit: in a busy batch that preempts, in one
+// pool per sequence and in the shared pool with prefix caching, where hits resume on pages and
+// state snapshots of packed entries (b recomputes the last 508 tokens before its hit, d resumes on
+// a's snapshot at 896).
+TEST_F(EngineTest, Fp8CachesGiveTheBf16CachesTokensBitForBit) {
+  const GenerateRequest r = request(ids(41, 1), 10);
+  const Result ref = alone(r);
+  for (const bool prefix_caching : {false, true}) {
+    EngineConfig c = small_config();
+    c.kv_cache_dtype = KvCacheDtype::kFp8;
+    c.num_cache_blocks = 12;
+    c.enable_prefix_caching = prefix_caching;
+    c.kv_canary = true;
+    auto e = engine(c);
+    uint64_t preemptions = 0;
+    const Result got = in_busy_batch(*e, r, preemptions);
+    EXPECT_EQ(got.tokens, ref.tokens) << "prefix caching " << prefix_caching;
+    EXPECT_TRUE(same_bits(got.logprobs, ref.logprobs)) << "prefix caching " << prefix_caching;
+    EXPECT_GT(preemptions, 0u);
+  }
+
+  EngineConfig c = long_prompt_config();
+  const std::vector<int32_t> first = ids(900, 21);
+  std::vector<int32_t> b_prompt(first.begin(), first.begin() + 680), d_prompt = first;
+  for (int32_t id : ids(30, 22)) b_prompt.push_back(id);
+  for (int32_t id : ids(20, 23)) d_prompt.push_back(id);
+  const GenerateRequest a = request(first, 4), b = request(b_prompt, 5), d = request(d_prompt, 5);
+  auto plain = engine(c);
+  RequestHandle b_miss = plain->submit(b), d_miss = plain->submit(d);
+  run_until_idle(*plain);
+  const Result want_b = drain(b_miss), want_d = drain(d_miss);
+
+  c.kv_cache_dtype = KvCacheDtype::kFp8;
+  c.enable_prefix_caching = true;
+  c.kv_canary = true;
+  auto packed = engine(c);
+  RequestHandle a_first = packed->submit(a);
+  run_until_idle(*packed);
+  drain(a_first);
+  RequestHandle b_hit = packed->submit(b);
+  run_until_idle(*packed);
+  RequestHandle d_hit = packed->submit(d);
+  run_until_idle(*packed);
+  const Result got_b = drain(b_hit), got_d = drain(d_hit);
+  EXPECT_EQ(got_b.last.metrics->cached_tokens, 640 - 508);
+  EXPECT_EQ(got_d.last.metrics->cached_tokens, 896);
+  EXPECT_EQ(got_b.tokens, want_b.tokens);
+  EXPECT_TRUE(same_bits(got_b.logprobs, want_b.logprobs));
+  EXPECT_EQ(got_d.tokens, want_d.tokens);
+  EXPECT_TRUE(same_bits(got_d.logprobs, want_d.logprobs));
+}
+
+// Packed entries take 584 bytes for an attention entry's 1,024 and 68 for an indexer key's 256,
+// so the same bytes of cache hold more blocks; exact math keeps f32 rows and refuses fp8, and so
+// does a backend that does not read them.
+TEST_F(EngineTest, Fp8CachesTakeThePackedEntriesBytes) {
+  const ModelConfig& cfg = model_->config();
+  int64_t entry_bytes = 0, rows_bytes = 0;  // one 16-token block's pages, every layer
+  for (int64_t l = 0; l < cfg.num_layers() + cfg.num_mtp_layers(); ++l) {
+    const int64_t m = cfg.compress_ratio(l);
+    if (m == 0) continue;
+    const int64_t page_rows = std::max<int64_t>(1, 16 / m);
+    const bool csa = cfg.layer_kind(l) == LayerKind::kCsa;
+    entry_bytes += page_rows * (584 + (csa ? 68 : 0));
+    rows_bytes += page_rows * 2 * (512 + (csa ? 128 : 0));
+  }
+  EXPECT_EQ(CachePool::block_bytes(cfg, DType::kF8E4M3, 16), entry_bytes);
+  EXPECT_EQ(CachePool::block_bytes(cfg, DType::kBF16, 16), rows_bytes);
+  const int64_t W = cfg->sliding_window, layers = cfg.num_layers() + cfg.num_mtp_layers();
+  EXPECT_EQ(SequenceCache::fixed_bytes(cfg, DType::kBF16) - SequenceCache::fixed_bytes(cfg, DType::kF8E4M3),
+            layers * W * (1024 - 584));
+
+  EngineConfig c = small_config();
+  c.kv_cache_dtype = KvCacheDtype::kFp8;
+  const int64_t fixed = SequenceCache::fixed_bytes(cfg, DType::kF8E4M3);
+  c.cache_memory_bytes = 8 * fixed + 40 * entry_bytes;
+  auto e = engine(c);
+  EXPECT_EQ(e->config().num_cache_blocks, 40);
+  EXPECT_EQ(e->cache_bytes(), c.cache_memory_bytes);
+
+  // A backend that does not read packed entries (CUDA, so far) refuses them by name.
+  class RowsOnlyOps final : public testing::CpuForwardingOps {
+   public:
+    std::string_view name() const override { return "rows-only"; }
+    bool reads_packed_caches() const override { return false; }
+  } rows_only;
+  try {
+    Engine refused(*model_, rows_only, c, nullptr);
+    FAIL() << "fp8 caches accepted by a backend that does not read them";
+  } catch (const UsageError& err) {
+    EXPECT_NE(std::string(err.what()).find("the rows-only backend does not read packed cache entries"),
+              std::string::npos)
+        << err.what();
+  }
+
+  c.exact_math = true;
+  try {
+    engine(c);
+    FAIL() << "fp8 caches accepted with exact math";
+  } catch (const UsageError& err) {
+    EXPECT_NE(std::string(err.what()).find("exact math keeps its caches in f32"), std::string::npos) << err.what();
   }
 }
 

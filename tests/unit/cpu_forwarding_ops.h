@@ -8,6 +8,7 @@ namespace dsv4::testing {
 
 class CpuForwardingOps : public Ops {
  public:
+  bool reads_packed_caches() const override { return cpu_.reads_packed_caches(); }
   DeviceTensor alloc(DType dtype, Shape shape) override { return cpu_.alloc(dtype, std::move(shape)); }
   void upload(ConstTensorView host, TensorView dst) override { cpu_.upload(host, dst); }
   void download(ConstTensorView src, TensorView host) override { cpu_.download(src, host); }

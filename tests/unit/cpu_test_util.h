@@ -11,6 +11,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "core/numeric.h"
+#include "kv/packed_entries.h"
 
 namespace dsv4::testing {
 
@@ -47,6 +48,24 @@ inline std::vector<float> to_floats(ConstTensorView v) {
   std::vector<float> out(static_cast<size_t>(v.numel()));
   for (size_t i = 0; i < out.size(); ++i)
     out[i] = v.dtype() == DType::kF32 ? v.data<float>()[i] : bf16_to_float(v.data<uint16_t>()[i]);
+  return out;
+}
+
+// A cache tensor's rows ([pages, page_rows, width] pools, [W, width] window rings) as floats:
+// float rows as they are, packed entries (kv/packed_entries.h, pages of dim(rank - 2) entries)
+// decoded, row after row.
+inline std::vector<float> cache_floats(ConstTensorView v) {
+  const int64_t stored = v.dim(v.rank() - 1), page_rows = v.dim(v.rank() - 2);
+  if (packed_entry(v.dtype(), stored) == PackedEntry::kNone) return to_floats(v);
+  const int64_t rows = v.numel() / stored, width = unpacked_width(v.dtype(), stored);
+  const auto* bytes = reinterpret_cast<const uint8_t*>(v.bytes());
+  std::vector<float> out(static_cast<size_t>(rows * width));
+  for (int64_t r = 0; r < rows; ++r) {
+    if (width == Fp8CacheLayout::kHeadDim)
+      decode_fp8_entry(bytes, Fp8CacheLayout{static_cast<int>(page_rows)}, r, out.data() + r * width);
+    else
+      decode_mxfp4_key(bytes, Mxfp4KeyLayout{static_cast<int>(page_rows)}, r, out.data() + r * width);
+  }
   return out;
 }
 

@@ -1,8 +1,10 @@
 // CpuOps attention family: the compressor's gated pooling with its per-sequence state rings
 // (MODEL.md §4), the lightning indexer's scores and top-k (§5), and sparse attention with the
 // per-head sink over the window and the compressed entries (§3.5-3.6). Compressed entries and
-// indexer keys are gathered through the sequences' block tables (kv/page_table.h) first.
+// indexer keys are gathered through the sequences' block tables (kv/page_table.h) first, packed
+// caches (kv/packed_entries.h) decoded on the way.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -12,6 +14,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/float_io.h"
 #include "backend/cpu/indexer_scores.h"
+#include "kv/packed_entries.h"
 #include "ops/param_checks.h"
 
 namespace dsv4::cpu {
@@ -36,15 +39,45 @@ std::vector<TokenPlace> place_tokens(std::span<const Seq> seqs, int64_t T) {
   return places;
 }
 
-// The rows [0, rows) of a [capacity, width] cache as fp32.
+// Row `row` of a cache tensor as fp32: float rows, or packed entries (kv/packed_entries.h) in
+// pages of `page_rows` (the tensor's rows are its pages' entries in order).
+void load_cache_row(ConstTensorView cache, int64_t page_rows, int64_t row, float* out) {
+  const int64_t stored_width = cache.dim(cache.rank() - 1);
+  const auto* bytes = reinterpret_cast<const uint8_t*>(cache.bytes());
+  switch (packed_entry(cache.dtype(), stored_width)) {
+    case PackedEntry::kFp8Attention: {
+      // e4m3_to_float's values, looked up: its ldexpf per element would cost a decode step more
+      // than its attention.
+      static const std::array<float, 256> e4m3 = [] {
+        std::array<float, 256> values{};
+        for (int code = 0; code < 256; ++code) values[static_cast<size_t>(code)] = e4m3_to_float(static_cast<uint8_t>(code));
+        return values;
+      }();
+      decode_fp8_entry(bytes, Fp8CacheLayout{static_cast<int>(page_rows)}, row, out,
+                       [](uint8_t code) { return e4m3[code]; });
+      return;
+    }
+    case PackedEntry::kMxfp4Key:
+      decode_mxfp4_key(bytes, Mxfp4KeyLayout{static_cast<int>(page_rows)}, row, out);
+      return;
+    case PackedEntry::kNone:
+      load_floats(cache, row * stored_width, stored_width, out);
+      return;
+  }
+}
+
+// The rows [0, rows) of a [capacity, width] cache (float rows, or packed entries as one page) as
+// fp32.
 std::vector<float> load_cache_rows(const char* op, ConstTensorView cache, int64_t rows, int64_t width) {
   expect_rank(op, "cache", cache, 2);
-  expect_float(op, "cache", cache);
-  if (cache.dim(1) != width || cache.dim(0) < rows)
-    throw UsageError(std::string(op) + ": a cache of shape " + shape_str(cache.shape()) + " cannot hold " +
-                     std::to_string(rows) + " entries of width " + std::to_string(width));
+  const bool packs = packed_entry(cache.dtype(), cache.dim(1)) != PackedEntry::kNone;
+  if (!(packs || is_float_activation(cache.dtype())) || unpacked_width(cache.dtype(), cache.dim(1)) != width ||
+      cache.dim(0) < rows)
+    throw UsageError(std::string(op) + ": a cache of " + std::string(dtype_name(cache.dtype())) +
+                     shape_str(cache.shape()) + " cannot hold " + std::to_string(rows) + " entries of width " +
+                     std::to_string(width));
   std::vector<float> out(static_cast<size_t>(rows * width));
-  load_floats(cache, 0, rows * width, out.data());
+  for (int64_t r = 0; r < rows; ++r) load_cache_row(cache, cache.dim(0), r, out.data() + r * width);
   return out;
 }
 
@@ -56,14 +89,14 @@ struct PagedEntries {
 };
 
 PagedEntries load_paged_entries(const PagedCache& cache, int64_t entries) {
-  const int64_t width = cache.pool.dim(2);
+  const int64_t width = unpacked_width(cache.pool.dtype(), cache.pool.dim(2));
   const PageTable table = page_table(cache);
   PagedEntries out{std::vector<float>(static_cast<size_t>(entries * width), 0.0f),
                    std::vector<char>(static_cast<size_t>(entries), 0)};
   for (int64_t j = 0; j < entries; ++j) {
     const int64_t row = pool_row(table, j);
     if (row < 0) continue;
-    load_floats(cache.pool, row * width, width, out.rows.data() + j * width);
+    load_cache_row(cache.pool, table.page_rows, row, out.rows.data() + j * width);
     out.present[static_cast<size_t>(j)] = 1;
   }
   return out;

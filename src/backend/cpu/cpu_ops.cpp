@@ -15,6 +15,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/parallel_rows.h"
 #include "core/dummy_random.h"
+#include "kv/packed_entries.h"
 #include "ops/param_checks.h"
 #include "sampling/logit_edit.h"
 #include "sampling/token_draw.h"
@@ -73,7 +74,9 @@ void CpuOps::copy(const CopyParams& p) {
 
 void CpuOps::write_cache_rows(const WriteCacheRowsParams& p) {
   check_params(p);
-  const size_t row_bytes = static_cast<size_t>(p.src.dim(1)) * dtype_size(p.src.dtype());
+  const int64_t width = p.src.dim(1);
+  const size_t row_bytes = static_cast<size_t>(width) * dtype_size(p.src.dtype());
+  std::vector<float> row_values(static_cast<size_t>(width));
   const std::span<const int32_t> dst = p.dst_rows.span<int32_t>();
   for (size_t s = 0; s < p.seqs.size(); ++s) {
     const CacheRows& c = p.seqs[s];
@@ -87,7 +90,20 @@ void CpuOps::write_cache_rows(const WriteCacheRowsParams& p) {
                          " of sequence " + std::to_string(s) + "'s cache, which has no row for it (a table of " +
                          std::to_string(table.size) + " pages of " + std::to_string(table.page_rows) +
                          " rows into a pool of " + std::to_string(table.num_pages) + ")");
-      std::memcpy(c.cache.pool.bytes() + row * row_bytes, p.src.bytes() + r * row_bytes, row_bytes);
+      auto* pool = reinterpret_cast<uint8_t*>(c.cache.pool.bytes());
+      switch (packed_entry(c.cache.pool.dtype(), c.cache.pool.dim(2))) {
+        case PackedEntry::kFp8Attention:
+          load_floats(p.src, r * width, width, row_values.data());
+          encode_fp8_entry(row_values.data(), Fp8CacheLayout{static_cast<int>(table.page_rows)}, row, pool);
+          break;
+        case PackedEntry::kMxfp4Key:
+          load_floats(p.src, r * width, width, row_values.data());
+          encode_mxfp4_key(row_values.data(), Mxfp4KeyLayout{static_cast<int>(table.page_rows)}, row, pool);
+          break;
+        case PackedEntry::kNone:
+          std::memcpy(c.cache.pool.bytes() + row * row_bytes, p.src.bytes() + r * row_bytes, row_bytes);
+          break;
+      }
     }
   }
 }

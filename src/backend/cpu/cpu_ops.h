@@ -15,6 +15,7 @@ class CpuOps final : public Ops {
   explicit CpuOps(int threads = 0);
 
   std::string_view name() const override { return "cpu"; }
+  bool reads_packed_caches() const override { return true; }
 
   DeviceTensor alloc(DType dtype, Shape shape) override;
   void upload(ConstTensorView host, TensorView dst) override;
