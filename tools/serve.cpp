@@ -7,9 +7,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "core/error.h"
 #include "runtime/engine.h"
+#include "runtime/stats_log.h"
 #include "server/http_server.h"
 #include "server/serving_engine.h"
 #include "tokenizer/tokenizer.h"
@@ -32,6 +35,10 @@ struct ServeOptions {
   CacheOptions cache;
   int64_t max_waiting_requests = 256;
   double drain_seconds = 30;
+  bool disable_log_stats = false;
+  double log_stats_interval = 10;
+  bool disable_access_log = false;
+  std::string served_model_name;  // empty: the --model argument, as in vLLM
 };
 
 void run_serve(ServeOptions o) {
@@ -47,8 +54,10 @@ void run_serve(ServeOptions o) {
                                                    ? std::filesystem::path(o.source.model) / "tokenizer.json"
                                                    : std::filesystem::path(o.tokenizer_file);
   auto tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(tokenizer_file));
-  if (o.server.served_model_name.empty()) o.server.served_model_name = o.source.model;
+  o.server.served_model_name = o.served_model_name.empty() ? o.source.model : o.served_model_name;
   o.server.max_open_requests = o.engine.max_num_seqs + o.max_waiting_requests;
+  if (!o.disable_access_log)
+    o.server.access_log = [](const std::string& line) { std::fprintf(stderr, "serve: %s\n", line.c_str()); };
 
   server::OpenAiServer http(o.server, tokenizer);
   const int port = http.start();
@@ -67,6 +76,10 @@ void run_serve(ServeOptions o) {
                static_cast<long long>(engine.config().max_num_seqs),
                static_cast<long long>(engine.config().max_num_batched_tokens));
   engine.start();
+  std::optional<StatsLogger> stats_log;
+  if (!o.disable_log_stats)
+    stats_log.emplace(engine, std::chrono::milliseconds(static_cast<int64_t>(o.log_stats_interval * 1000)),
+                      [](const std::string& line) { std::fprintf(stderr, "serve: %s\n", line.c_str()); });
   const std::unique_ptr<server::ServingEngine> serving = server::serve_engine(engine);
   http.set_engine(*serving);
 
@@ -77,6 +90,7 @@ void run_serve(ServeOptions o) {
   const int64_t left = http.drain(std::chrono::milliseconds(static_cast<int64_t>(o.drain_seconds * 1000)));
   if (left > 0) std::fprintf(stderr, "serve: %lld requests still open after the drain; cutting them\n", static_cast<long long>(left));
   http.stop();
+  stats_log.reset();
   engine.stop();
   std::fprintf(stderr, "serve: stopped\n");
 }
@@ -96,7 +110,7 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::Range(0, 65535))
       ->default_str("8000");
   cmd->add_option("--api-key", o->server.api_key, "Require \"Authorization: Bearer KEY\" on every route but /health");
-  cmd->add_option("--served-model-name", o->server.served_model_name,
+  cmd->add_option("--served-model-name", o->served_model_name,
                   "The model name clients use (default: the --model argument)");
   cmd->add_option("--max-model-len", o->engine.max_model_len,
                   "Prompt + output tokens per request (default: the model's max_position_embeddings)")
@@ -113,6 +127,17 @@ void add_serve_command(CLI::App& app) {
                   "Requests allowed to wait beyond --max-num-seqs; more get 429")
       ->check(CLI::NonNegativeNumber)
       ->default_str("256");
+  cmd->add_flag("--disable-log-stats", o->disable_log_stats,
+                "No stats line on stderr (by default one every --log-stats-interval seconds while serving, as "
+                "vLLM's: prompt and generation throughput, requests running and waiting, KV cache usage, prefix cache "
+                "hit rate)");
+  cmd->add_option("--log-stats-interval", o->log_stats_interval,
+                  "Seconds between stats lines (vLLM's VLLM_LOG_STATS_INTERVAL)")
+      ->check(CLI::Range(0.01, 86400.0))
+      ->default_str("10");
+  cmd->add_flag("--disable-access-log,--disable-uvicorn-access-log", o->disable_access_log,
+                "No line on stderr per request answered (by default ADDR:PORT \"METHOD PATH HTTP/1.1\" STATUS, as "
+                "uvicorn's access log in front of vLLM)");
   cmd->add_option("--drain-seconds", o->drain_seconds, "How long SIGTERM waits for open requests")
       ->check(CLI::NonNegativeNumber)
       ->default_str("30");

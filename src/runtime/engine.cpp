@@ -907,6 +907,9 @@ bool Engine::Impl::step() {
       scheduler_.complete(plan);
       take_snapshots(plan);
       counters_.computed_tokens += static_cast<uint64_t>(batch.num_tokens());
+      for (const ScheduledChunk& c : plan.chunks)
+        counters_.prompt_tokens_computed += static_cast<uint64_t>(
+            std::max<int64_t>(0, std::min(c.start + c.num_tokens, c.sequence->num_prompt_tokens) - c.start));
       const EngineClock::time_point now = EngineClock::now();
       sampling_pool_.parallel_for(static_cast<int64_t>(draws.size()), [&](int64_t k) {
         StepDraw& d = draws[static_cast<size_t>(k)];

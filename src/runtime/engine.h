@@ -315,6 +315,7 @@ struct EngineStats {
   uint64_t prompt_tokens = 0;       // prompts of submitted requests
   uint64_t generation_tokens = 0;   // tokens emitted
   uint64_t computed_tokens = 0;     // tokens through the forward, recomputation included
+  uint64_t prompt_tokens_computed = 0;  // of them, prompt tokens (a prefix cache's hits are not)
   uint64_t preemptions = 0;
   uint64_t prefix_cache_queries = 0;  // tokens of admitted requests, looked up in the prefix cache
   uint64_t prefix_cache_hits = 0;     // of them, tokens not computed

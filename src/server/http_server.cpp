@@ -125,6 +125,11 @@ class OpenAiServer::Impl {
       send_error(res, invalid_api_key());
       return httplib::Server::HandlerResponse::Handled;
     });
+    if (options_.access_log)
+      http_.set_logger([log = options_.access_log](const httplib::Request& req, const httplib::Response& res) {
+        log(req.remote_addr + ":" + std::to_string(req.remote_port) + " \"" + req.method + " " + req.path + " " +
+            req.version + "\" " + std::to_string(res.status));
+      });
     // Statuses httplib sets itself (no route, body too large, unreadable request) get an
     // OpenAI error body too.
     http_.set_error_handler(httplib::Server::HandlerWithResponse(

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -30,6 +31,9 @@ struct ServerOptions {
   std::string served_model_name = "dsv4";
   size_t max_body_bytes = 32u << 20;   // 413 beyond
   int64_t max_open_requests = 256;     // generation requests in flight; 429 beyond
+  // Called with one line per request answered (`ADDR:PORT "METHOD PATH HTTP/1.1" STATUS`, as
+  // uvicorn's access log in front of vLLM), from the server's threads; empty: no access log.
+  std::function<void(const std::string&)> access_log;
 };
 
 class OpenAiServer {

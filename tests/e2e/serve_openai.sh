@@ -14,5 +14,30 @@ trap 'stop_server_now; rm -rf "$work"' EXIT
 
 start_server "$dsv4" "$work" "$@"
 timeout 600 "$python" "$client" "$url" sekrit tiny || fail "the client checks"
+# The logs vLLM's users read: a line per request answered (uvicorn's access log) and, with
+# --log-stats-interval, the engine's stats line while it served.
+grep -qE '^serve: 127\.0\.0\.1:[0-9]+ "POST /v1/chat/completions HTTP/1\.1" 200$' "$work/serve.log" ||
+  fail "no access-log line for a chat completion"
+grep -qE '^serve: 127\.0\.0\.1:[0-9]+ "GET /v1/models HTTP/1\.1" 401$' "$work/serve.log" ||
+  fail "no access-log line for a refused request"
+if [[ " $* " == *" --log-stats-interval "* ]]; then
+  grep -qE '^serve: Avg prompt throughput: [0-9.]+ tokens/s, Avg generation throughput: [0-9.]+ tokens/s, Running: [0-9]+ reqs, Waiting: [0-9]+ reqs, KV cache usage: [0-9.]+%, Prefix cache hit rate: ' \
+    "$work/serve.log" || fail "no stats line"
+fi
 stop_server
+# Without --served-model-name, clients name the model by its --model argument, as in vLLM.
+"$dsv4" serve --model "$work/tiny" --port 0 --max-model-len 256 --threads 2 --disable-log-stats 2>"$work/named.log" &
+server_pid=$!
+for _ in $(seq 1 300); do
+  grep -q "serve: ready" "$work/named.log" 2>/dev/null && break
+  kill -0 "$server_pid" 2>/dev/null || fail "the unnamed server exited: $(cat "$work/named.log")"
+  sleep 0.2
+done
+port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/named.log")
+name=$("$python" -c "import json, sys, urllib.request; print(json.load(urllib.request.urlopen(sys.argv[1]))['data'][0]['id'])" \
+  "http://127.0.0.1:$port/v1/models") || fail "no model list: $(cat "$work/named.log")"
+[ "$name" = "$work/tiny" ] || fail "the unnamed server calls its model '$name', not '$work/tiny'"
+kill -TERM "$server_pid"
+wait "$server_pid" || fail "the unnamed server exited with status $?"
+server_pid=""
 echo "ok"

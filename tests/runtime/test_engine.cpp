@@ -15,6 +15,7 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -33,6 +34,7 @@
 #include "model/model.h"
 #include "cpu_forwarding_ops.h"
 #include "runtime/engine.h"
+#include "runtime/stats_log.h"
 #include "sampling/regex_nfa.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -267,6 +269,8 @@ TEST_F(EngineTest, PrefixCacheHitsGiveTheTokensOfAMissBitForBit) {
   run_until_idle(*cached);
   EXPECT_EQ(cached->stats().prefix_snapshots, 1);  // at 896
   const uint64_t computed_a = cached->stats().computed_tokens;
+  const uint64_t prompt_computed_a = cached->stats().prompt_tokens_computed;
+  EXPECT_EQ(prompt_computed_a, 900u);
   RequestHandle b_hit = cached->submit(b);
   run_until_idle(*cached);
   const Result got_a = drain(a_first), got_b = drain(b_hit);
@@ -275,6 +279,7 @@ TEST_F(EngineTest, PrefixCacheHitsGiveTheTokensOfAMissBitForBit) {
   EXPECT_TRUE(same_bits(got_b.logprobs, want_b.logprobs));
   EXPECT_EQ(got_b.last.metrics->cached_tokens, 640 - 508);
   EXPECT_EQ(cached->stats().computed_tokens - computed_a, 710u - 132u + 4u);
+  EXPECT_EQ(cached->stats().prompt_tokens_computed - prompt_computed_a, 710u - 132u);  // the decode steps' are not
 
   RequestHandle d_hit = cached->submit(d);
   run_until_idle(*cached);
@@ -1521,6 +1526,36 @@ TEST_F(EngineTest, TheEngineThreadServesSubmittingThreads) {
   EXPECT_EQ(s.generation_tokens, 5u + 6u + 7u + 8u);
   EXPECT_EQ(s.time_to_first_token_count, 4u);
   EXPECT_EQ(s.running + s.waiting, 0);
+}
+
+// The stats logger prints the engine's line while it serves a request, and nothing once it has
+// been idle for a whole interval.
+TEST_F(EngineTest, TheStatsLoggerPrintsWhileTheEngineServes) {
+  auto e = engine();
+  std::mutex mutex;
+  std::vector<std::string> lines;
+  StatsLogger logger(*e, std::chrono::milliseconds(20), [&](const std::string& line) {
+    std::lock_guard lock(mutex);
+    lines.push_back(line);
+  });
+  e->start();
+  RequestHandle h = e->submit(request(ids(60, 5), 40));
+  EXPECT_EQ(drain(h).tokens.size(), 40u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // idle intervals, past the last busy one
+  size_t after_idle = 0;
+  {
+    std::lock_guard lock(mutex);
+    after_idle = lines.size();
+    ASSERT_GT(after_idle, 0u);
+    const bool generated = std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
+      return l.find("Avg generation throughput: 0.0 ") == std::string::npos && l.find("Running: 1 reqs") != std::string::npos;
+    });
+    EXPECT_TRUE(generated) << lines.front();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  e->stop();
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(lines.size(), after_idle) << lines.back();
 }
 
 }  // namespace
