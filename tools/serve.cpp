@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "runtime/engine.h"
 #include "runtime/stats_log.h"
+#include "server/generation_config.h"
 #include "server/http_server.h"
 #include "server/serving_engine.h"
 #include "tokenizer/tokenizer.h"
@@ -39,7 +40,26 @@ struct ServeOptions {
   double log_stats_interval = 10;
   bool disable_access_log = false;
   std::string served_model_name;  // empty: the --model argument, as in vLLM
+  std::string generation_config = "auto";
 };
+
+// The sampling defaults --generation-config names: "vllm" none; "auto" MODEL/generation_config.json
+// if there is one; else FOLDER/generation_config.json, which must exist. Says on stderr what
+// they override, as vLLM does.
+void apply_generation_config(ServeOptions& o) {
+  if (o.generation_config == "vllm") return;
+  const bool automatic = o.generation_config == "auto";
+  const std::filesystem::path file =
+      std::filesystem::path(automatic ? o.source.model : o.generation_config) / "generation_config.json";
+  if (automatic && !std::filesystem::exists(file)) return;
+  const server::GenerationConfig config = server::load_generation_config(file);
+  o.server.sampling_defaults = config.defaults;
+  if (config.overridden.empty()) return;
+  std::string fields;
+  for (const std::string& f : config.overridden) fields += (fields.empty() ? "" : ", ") + f;
+  std::fprintf(stderr, "serve: default sampling parameters from %s: %s (--generation-config vllm ignores them)\n",
+               file.c_str(), fields.c_str());
+}
 
 void run_serve(ServeOptions o) {
   // Every thread made from here on inherits the mask, so only sigwait() below sees the signals.
@@ -55,6 +75,7 @@ void run_serve(ServeOptions o) {
                                                    : std::filesystem::path(o.tokenizer_file);
   auto tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(tokenizer_file));
   o.server.served_model_name = o.served_model_name.empty() ? o.source.model : o.served_model_name;
+  apply_generation_config(o);
   o.server.max_open_requests = o.engine.max_num_seqs + o.max_waiting_requests;
   if (!o.disable_access_log)
     o.server.access_log = [](const std::string& line) { std::fprintf(stderr, "serve: %s\n", line.c_str()); };
@@ -127,6 +148,12 @@ void add_serve_command(CLI::App& app) {
                   "Requests allowed to wait beyond --max-num-seqs; more get 429")
       ->check(CLI::NonNegativeNumber)
       ->default_str("256");
+  cmd->add_option("--generation-config", o->generation_config,
+                  "Sampling defaults for requests that leave them out (temperature, top_p, top_k, min_p, "
+                  "repetition_penalty, and max_new_tokens as max_tokens), as vLLM's: auto reads the model folder's "
+                  "generation_config.json if it has one, vllm uses OpenAI's defaults, a folder reads its "
+                  "generation_config.json")
+      ->default_str("auto");
   cmd->add_flag("--disable-log-stats", o->disable_log_stats,
                 "No stats line on stderr (by default one every --log-stats-interval seconds while serving, as "
                 "vLLM's: prompt and generation throughput, requests running and waiting, KV cache usage, prefix cache "

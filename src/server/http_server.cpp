@@ -499,7 +499,7 @@ class OpenAiServer::Impl {
   };
 
   void chat_completions(const httplib::Request& req, httplib::Response& res) {
-    const ChatCompletionRequest request = parse_chat_completion_request(parse_request_body(req.body));
+    const ChatCompletionRequest request = parse_chat_completion_request(parse_request_body(req.body), options_.sampling_defaults);
     check_model(request.model);
     const ChatPrompt prompt = render_chat_prompt(request);
     const std::vector<int32_t> ids =
@@ -659,7 +659,7 @@ class OpenAiServer::Impl {
   // ---- /v1/completions -----------------------------------------------------------------------
 
   void completions(const httplib::Request& req, httplib::Response& res) {
-    const CompletionRequest request = parse_completion_request(parse_request_body(req.body));
+    const CompletionRequest request = parse_completion_request(parse_request_body(req.body), options_.sampling_defaults);
     check_model(request.model);
     std::vector<std::vector<int32_t>> prompts;
     std::vector<bool> cut;  // whether truncate_prompt_tokens dropped some of prompt i

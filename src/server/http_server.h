@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include "server/openai_request.h"
 #include "server/serving_engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -31,6 +32,9 @@ struct ServerOptions {
   std::string served_model_name = "dsv4";
   size_t max_body_bytes = 32u << 20;   // 413 beyond
   int64_t max_open_requests = 256;     // generation requests in flight; 429 beyond
+  // What requests that leave a sampling field out get (the model's generation_config.json with
+  // --generation-config auto).
+  SamplingDefaults sampling_defaults;
   // Called with one line per request answered (`ADDR:PORT "METHOD PATH HTTP/1.1" STATUS`, as
   // uvicorn's access log in front of vLLM), from the server's threads; empty: no access log.
   std::function<void(const std::string&)> access_log;

@@ -294,21 +294,21 @@ std::vector<std::string> bad_words(const Fields& fields) {
   return strings;
 }
 
-GenerationOptions generation_options(const Fields& fields) {
+GenerationOptions generation_options(const Fields& fields, const SamplingDefaults& defaults) {
   GenerationOptions o;
   o.choices = guided_choices(fields);
   o.regex = guided_regex(fields);
   if (o.choices && o.regex) fields.value_error("guided_regex", "give guided_choice or guided_regex, not both.");
-  o.temperature = fields.number("temperature", 0, 2).value_or(o.temperature);
-  o.top_p = fields.number("top_p", 0, 1, /*low_open=*/true).value_or(o.top_p);
-  const int64_t top_k = fields.integer("top_k", -1, std::numeric_limits<int32_t>::max()).value_or(0);
+  o.temperature = fields.number("temperature", 0, 2).value_or(defaults.temperature);
+  o.top_p = fields.number("top_p", 0, 1, /*low_open=*/true).value_or(defaults.top_p);
+  const int64_t top_k = fields.integer("top_k", -1, std::numeric_limits<int32_t>::max()).value_or(defaults.top_k);
   o.top_k = static_cast<int32_t>(top_k < 0 ? 0 : top_k);
-  o.min_p = fields.number("min_p", 0, 1).value_or(o.min_p);
+  o.min_p = fields.number("min_p", 0, 1).value_or(defaults.min_p);
   o.seed = fields.bits64("seed");
   o.presence_penalty = fields.number("presence_penalty", -2, 2).value_or(o.presence_penalty);
   o.frequency_penalty = fields.number("frequency_penalty", -2, 2).value_or(o.frequency_penalty);
   o.repetition_penalty =
-      fields.number("repetition_penalty", 0, 2, /*low_open=*/true).value_or(o.repetition_penalty);
+      fields.number("repetition_penalty", 0, 2, /*low_open=*/true).value_or(defaults.repetition_penalty);
   o.logit_bias = logit_bias(fields);
   if (const ordered_json* ids = fields.find("allowed_token_ids")) {
     if (!ids->is_array()) fields.type_error("allowed_token_ids", "an array of token ids", *ids);
@@ -606,11 +606,11 @@ ordered_json parse_request_body(std::string_view body) {
   return parsed;
 }
 
-ChatCompletionRequest parse_chat_completion_request(const ordered_json& body) {
+ChatCompletionRequest parse_chat_completion_request(const ordered_json& body, const SamplingDefaults& defaults) {
   const Fields fields(body, "");
   ChatCompletionRequest request = chat_conversation(fields);
   GenerationOptions& o = request.generation;
-  o = generation_options(fields);
+  o = generation_options(fields, defaults);
   if (o.choices && request.response_format)
     fields.value_error("guided_choice", "give response_format (or guided_json) or guided_choice, not both.");
   if (o.choices && (request.tool_choice == ToolChoice::kRequired || request.tool_choice == ToolChoice::kNamed))
@@ -627,6 +627,7 @@ ChatCompletionRequest parse_chat_completion_request(const ordered_json& body) {
           fields.integer("max_completion_tokens", 1, std::numeric_limits<int64_t>::max())) {
     o.max_tokens = newer;
   }
+  if (!o.max_tokens) o.max_tokens = defaults.max_tokens;
   o.logprobs = fields.boolean("logprobs").value_or(false);
   o.top_logprobs =
       static_cast<int32_t>(fields.integer("top_logprobs", 0, kMaxTopLogprobs).value_or(0));
@@ -636,7 +637,7 @@ ChatCompletionRequest parse_chat_completion_request(const ordered_json& body) {
   return request;
 }
 
-CompletionRequest parse_completion_request(const ordered_json& body) {
+CompletionRequest parse_completion_request(const ordered_json& body, const SamplingDefaults& defaults) {
   const Fields fields(body, "");
   CompletionRequest request;
   request.model = model_field(fields);
@@ -670,14 +671,14 @@ CompletionRequest parse_completion_request(const ordered_json& body) {
     fields.value_error("best_of", "best_of > 1 is not supported.");
   }
   GenerationOptions& o = request.generation;
-  o = generation_options(fields);
+  o = generation_options(fields, defaults);
   if (static_cast<int64_t>(request.prompts.size()) * o.n > kMaxChoices) {
     fields.value_error("prompt", std::to_string(request.prompts.size()) + " prompts of " + std::to_string(o.n) +
                                      " choices each are more than the " + std::to_string(kMaxChoices) +
                                      " choices a request may have.");
   }
   o.max_tokens = fields.integer("max_tokens", 1, std::numeric_limits<int64_t>::max())
-                     .value_or(kDefaultCompletionMaxTokens);
+                     .value_or(defaults.max_tokens.value_or(kDefaultCompletionMaxTokens));
   // Completions give logprobs as a count of alternatives: 0 means the sampled token's only.
   if (const auto count = fields.integer("logprobs", 0, kMaxCompletionLogprobs)) {
     o.logprobs = true;

@@ -28,6 +28,17 @@ inline constexpr int kMaxJsonDepth = 64;
 // body that is not a JSON object.
 nlohmann::ordered_json parse_request_body(std::string_view body);
 
+// What a request that leaves a sampling field out gets: OpenAI's defaults, or the model's
+// generation_config.json (vLLM's `--generation-config`; server/generation_config.h).
+struct SamplingDefaults {
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int32_t top_k = 0;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  std::optional<int64_t> max_tokens;  // max_new_tokens: both endpoints' default when given
+};
+
 // How the next tokens are drawn and when generation stops: the fields both endpoints share.
 // Ranges as OpenAI documents them (vLLM's where OpenAI has none).
 struct GenerationOptions {
@@ -102,8 +113,9 @@ struct ChatCompletionRequest {
   GenerationOptions generation;
 };
 
-// Throws ApiError 400 naming the first bad field.
-ChatCompletionRequest parse_chat_completion_request(const nlohmann::ordered_json& body);
+// Throws ApiError 400 naming the first bad field. Fields left out take `defaults`.
+ChatCompletionRequest parse_chat_completion_request(const nlohmann::ordered_json& body,
+                                                    const SamplingDefaults& defaults = {});
 
 // One prompt of a completion request: exactly one of the two, a text or token ids.
 struct CompletionPrompt {
@@ -122,15 +134,16 @@ struct CompletionRequest {
   // vLLM's guided_json or structured_outputs.json, compiled: the text is one JSON object it
   // accepts (sampling/json_schema.h), the request ending when the object closes.
   std::shared_ptr<const JsonSchema> json_schema;
-  GenerationOptions generation;  // max_tokens defaults to 16, as OpenAI's and vLLM's do
+  GenerationOptions generation;  // max_tokens defaults to 16 (OpenAI's and vLLM's), or max_new_tokens
 };
 
 inline constexpr int64_t kDefaultCompletionMaxTokens = 16;
 inline constexpr int32_t kMaxCompletionLogprobs = 5;
 
 // Throws ApiError 400 naming the first bad field; more than kMaxChoices choices in all (prompts
-// times n), suffix and best_of > 1 are refused.
-CompletionRequest parse_completion_request(const nlohmann::ordered_json& body);
+// times n), suffix and best_of > 1 are refused. Fields left out take `defaults` (max_tokens:
+// else kDefaultCompletionMaxTokens).
+CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, const SamplingDefaults& defaults = {});
 
 // POST /tokenize: {"prompt": "..."} or {"messages": [...]} (+ add_special_tokens, tools,
 // chat_template_kwargs as for chat), as vLLM's route takes them.

@@ -25,8 +25,13 @@ if [[ " $* " == *" --log-stats-interval "* ]]; then
     "$work/serve.log" || fail "no stats line"
 fi
 stop_server
-# Without --served-model-name, clients name the model by its --model argument, as in vLLM.
-"$dsv4" serve --model "$work/tiny" --port 0 --max-model-len 256 --threads 2 --disable-log-stats 2>"$work/named.log" &
+# Without --served-model-name, clients name the model by its --model argument, as in vLLM; with
+# --generation-config FOLDER its generation_config.json gives requests their defaults (here
+# greedy, 3 tokens).
+mkdir -p "$work/generation"
+echo '{"temperature": 0, "max_new_tokens": 3, "eos_token_id": 1}' >"$work/generation/generation_config.json"
+"$dsv4" serve --model "$work/tiny" --port 0 --max-model-len 256 --threads 2 --disable-log-stats \
+  --generation-config "$work/generation" 2>"$work/named.log" &
 server_pid=$!
 for _ in $(seq 1 300); do
   grep -q "serve: ready" "$work/named.log" 2>/dev/null && break
@@ -37,6 +42,15 @@ port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$work/named
 name=$("$python" -c "import json, sys, urllib.request; print(json.load(urllib.request.urlopen(sys.argv[1]))['data'][0]['id'])" \
   "http://127.0.0.1:$port/v1/models") || fail "no model list: $(cat "$work/named.log")"
 [ "$name" = "$work/tiny" ] || fail "the unnamed server calls its model '$name', not '$work/tiny'"
+grep -q "serve: default sampling parameters from $work/generation/generation_config.json: temperature=0, max_tokens=3" \
+  "$work/named.log" || fail "no line on the generation config's defaults: $(cat "$work/named.log")"
+tokens=$("$python" -c "
+import json, sys, urllib.request
+body = json.dumps({'model': sys.argv[2], 'prompt': 'Hello'}).encode()
+request = urllib.request.Request(sys.argv[1], data=body, headers={'Content-Type': 'application/json'})
+print(json.load(urllib.request.urlopen(request))['usage']['completion_tokens'])" \
+  "http://127.0.0.1:$port/v1/completions" "$name") || fail "no completion: $(cat "$work/named.log")"
+[ "$tokens" = 3 ] || fail "a completion without max_tokens got $tokens tokens, not the generation config's 3"
 kill -TERM "$server_pid"
 wait "$server_pid" || fail "the unnamed server exited with status $?"
 server_pid=""

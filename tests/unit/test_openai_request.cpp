@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <type_traits>
 
 #include "server/api_error.h"
 #include "server/openai_request.h"
@@ -22,7 +23,10 @@ template <typename Parse>
 std::string expect_refused(Parse parse, std::string_view body, const std::optional<std::string>& param,
                            int status = 400) {
   try {
-    parse(parse_request_body(body));
+    if constexpr (std::is_invocable_v<Parse, const nlohmann::ordered_json&>)
+      parse(parse_request_body(body));
+    else
+      parse(parse_request_body(body), SamplingDefaults{});  // the request parsers, OpenAI's defaults
   } catch (const ApiError& e) {
     EXPECT_EQ(e.status(), status) << body;
     EXPECT_EQ(e.param(), param) << body << ": " << e.what();
