@@ -62,6 +62,14 @@ DeviceTensor Ops::moe_shared_expert(const MoeExpertsParams& p) {
   return y;
 }
 
+void Ops::moe_expert_rows(const MoeExpertRowsParams&) {
+  throw UsageError("moe_expert_rows: the " + std::string(name()) + " backend does not run expert-parallel MoE yet");
+}
+
+void Ops::moe_combine(const MoeCombineParams&) {
+  throw UsageError("moe_combine: the " + std::string(name()) + " backend does not run expert-parallel MoE yet");
+}
+
 void Ops::moe_gate_route(const MoeExpertsParams& p) {
   if (p.gate == nullptr) return;
   const MoeGate& g = *p.gate;

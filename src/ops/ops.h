@@ -468,6 +468,35 @@ struct MoeExpertsParams {
   const MoeGate* gate = nullptr;  // routing the op does first, or none (experts and weights given)
 };
 
+// moe_experts in two halves, for expert parallelism (docs/ARCHITECTURE.md "Several devices"):
+// the routed experts' work as rows that can travel to the rank holding their expert, and the
+// per-token sum of the rows that come back. moe_experts == moe_expert_rows over every (token,
+// slot) then moe_combine, bit for bit, whichever rows a call gets and however the experts are
+// split over ranks (tests/unit/test_cpu_moe_halves).
+//
+// Row r: x[r] through expert experts[r] (an index into `routed`, which may be one rank's share
+// of the experts), its swiglu scaled by weights[r]: out[r] = w2_e(swiglu(w1_e x, w3_e x) * w),
+// each linear quantising like LinearParams with act_quant, rounded to out's dtype (x's): the
+// slot's term of moe_experts' sum, whatever rows travel with it.
+struct MoeExpertRowsParams {
+  ConstTensorView x;           // [R, D]
+  ConstTensorView experts;     // [R] i32, indices into routed
+  ConstTensorView weights;     // [R] f32
+  std::span<const ExpertWeights> routed;
+  float swiglu_limit = 0;
+  ActQuant act_quant = ActQuant::kNone;
+  TensorView out;              // [R, D] x's dtype
+};
+
+// out[t] = (rows[t k] + rows[t k + 1] + ... + rows[t k + k - 1]) + shared[t], summed in fp32 in
+// that order, rounded to out's dtype: moe_experts' sum over a token's slots and shared expert.
+struct MoeCombineParams {
+  ConstTensorView rows;        // [T k, D] the slots' terms, token-major
+  int64_t k = 0;               // slots per token
+  ConstTensorView shared;      // [T, D] the shared expert's output, or empty
+  TensorView out;              // [T, D]
+};
+
 // ---- the interface ----------------------------------------------------------------------------
 
 class Ops {
@@ -532,6 +561,10 @@ class Ops {
   virtual void moe_route(const MoeRouteParams& p) = 0;
   virtual void swiglu(const SwigluParams& p) = 0;
   virtual void moe_experts(const MoeExpertsParams& p) = 0;
+  // The halves of moe_experts for expert parallelism; a backend without them refuses (UsageError
+  // naming it).
+  virtual void moe_expert_rows(const MoeExpertRowsParams& p);
+  virtual void moe_combine(const MoeCombineParams& p);
   // The shared expert's output of p (MoeExpertsParams), [T, D] in x's dtype, through this
   // backend's linears(), swiglu() and linear(): what moe_experts adds for it.
   DeviceTensor moe_shared_expert(const MoeExpertsParams& p);

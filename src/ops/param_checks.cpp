@@ -323,6 +323,31 @@ void check_params(const MoeExpertsParams& p) {
   }
 }
 
+void check_params(const MoeExpertRowsParams& p) {
+  expect_rank("moe_expert_rows", "x", p.x, 2);
+  expect_float("moe_expert_rows", "x", p.x);
+  const int64_t R = p.x.dim(0), D = p.x.dim(1);
+  expect_shape("moe_expert_rows", "experts", p.experts, {R});
+  expect_dtype("moe_expert_rows", "experts", p.experts, DType::kI32);
+  expect_shape("moe_expert_rows", "weights", p.weights, {R});
+  expect_dtype("moe_expert_rows", "weights", p.weights, DType::kF32);
+  expect_shape("moe_expert_rows", "out", p.out, {R, D});
+  expect_dtype("moe_expert_rows", "out", p.out, p.x.dtype());
+}
+
+void check_params(const MoeCombineParams& p) {
+  expect_rank("moe_combine", "out", p.out, 2);
+  expect_float("moe_combine", "out", p.out);
+  const int64_t T = p.out.dim(0), D = p.out.dim(1);
+  if (p.k <= 0) throw UsageError("moe_combine: k = " + std::to_string(p.k) + " slots per token (need >= 1)");
+  expect_shape("moe_combine", "rows", p.rows, {T * p.k, D});
+  expect_float("moe_combine", "rows", p.rows);
+  if (!is_empty(p.shared)) {
+    expect_shape("moe_combine", "shared", p.shared, {T, D});
+    expect_float("moe_combine", "shared", p.shared);
+  }
+}
+
 void check_params(const MoeRouteParams& p) {
   expect_rank("moe_route", "logits", p.logits, 2);
   expect_dtype("moe_route", "logits", p.logits, DType::kF32);

@@ -26,6 +26,8 @@ void check_params(const HcPreParams& p);
 void check_params(const IndexerTopkParams& p);
 void check_params(const LinearParams& p);
 void check_params(const MoeExpertsParams& p);
+void check_params(const MoeExpertRowsParams& p);
+void check_params(const MoeCombineParams& p);
 void check_params(const MoeRouteParams& p);
 void check_params(const QuantSimParams& p);
 void check_params(const RmsNormParams& p);

@@ -127,6 +127,12 @@ class ProfilingOps final : public Ops {
   void moe_experts(const MoeExpertsParams& p) override {
     return timed("moe_experts", [&] { return inner_.moe_experts(p); });
   }
+  void moe_expert_rows(const MoeExpertRowsParams& p) override {
+    return timed("moe_expert_rows", [&] { return inner_.moe_expert_rows(p); });
+  }
+  void moe_combine(const MoeCombineParams& p) override {
+    return timed("moe_combine", [&] { return inner_.moe_combine(p); });
+  }
 
  private:
   // Runs `call`, waits for the backend and charges the time to `op` (not when the call throws).

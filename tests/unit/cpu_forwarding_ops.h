@@ -37,6 +37,8 @@ class CpuForwardingOps : public Ops {
   void moe_route(const MoeRouteParams& p) override { cpu_.moe_route(p); }
   void swiglu(const SwigluParams& p) override { cpu_.swiglu(p); }
   void moe_experts(const MoeExpertsParams& p) override { cpu_.moe_experts(p); }
+  void moe_expert_rows(const MoeExpertRowsParams& p) override { cpu_.moe_expert_rows(p); }
+  void moe_combine(const MoeCombineParams& p) override { cpu_.moe_combine(p); }
 
  protected:
   cpu::CpuOps cpu_{2};

@@ -15,6 +15,7 @@
 #include "core/quant.h"
 #include "sampling/logit_edit.h"
 #include "sampling/token_draw.h"
+#include "cpu_forwarding_ops.h"
 #include "cpu_test_util.h"
 
 namespace dsv4::cpu {
@@ -1050,6 +1051,81 @@ TEST_F(CpuOpsTest, ExpertsSumWeightedSwigluOutputsPlusShared) {
       {x1.view(), e1.view(), w1t.view(), routed, &shared, 10.0f, ActQuant::kNone, ActQuant::kNone, o1.view()});
   const std::vector<float> r = to_floats(routed_only.view()), sh = to_floats(shared_only.view()), both = to_floats(o1.view());
   for (int64_t c = 0; c < D; ++c) EXPECT_EQ(both[c], r[c] + sh[c]) << c;
+}
+
+// Expert parallelism's halves: the (token, slot) rows split between two ranks by expert (each
+// rank's `routed` its half, ids rebased), in an order of the rank's own, through moe_expert_rows,
+// brought back and summed by moe_combine give moe_experts' bits, with bf16 activations and FP8
+// activation quantisation as the default numerics have them.
+TEST_F(CpuOpsTest, ExpertRowsSplitOverRanksAndCombinedGiveMoeExpertsBits) {
+  const int64_t T = 5, D = 256, I = 128, E = 6, k = 3, half = E / 2;
+  std::vector<Weight> weights;
+  for (int64_t e = 0; e <= E; ++e) {
+    weights.push_back(make_weight(ops, random_floats(I * D, 140 + e, 0.1f), {I, D}));
+    weights.push_back(make_weight(ops, random_floats(D * I, 160 + e, 0.1f), {D, I}));
+    weights.push_back(make_weight(ops, random_floats(I * D, 180 + e, 0.1f), {I, D}));
+  }
+  std::vector<ExpertWeights> routed;
+  for (int64_t e = 0; e < E; ++e) routed.push_back({&weights[3 * e], &weights[3 * e + 1], &weights[3 * e + 2]});
+  const ExpertWeights shared{&weights[3 * E], &weights[3 * E + 1], &weights[3 * E + 2]};
+  const std::vector<float> x = random_floats(T * D, 200);
+  const std::vector<int32_t> ex = {0, 2, 5, 1, 3, 4, 0, 1, 2, 3, 4, 5, 2, 4, 5};
+  const std::vector<float> wt = random_floats(T * k, 210, 1.0f);
+  const DeviceTensor tx = make_tensor(ops, DType::kBF16, {T, D}, x);
+  const DeviceTensor te = make_ints(ops, {T, k}, ex), tw = make_tensor(ops, DType::kF32, {T, k}, wt);
+  const MoeExpertsParams whole{tx.view(), te.view(), tw.view(), routed, &shared, 10.0f, ActQuant::kFp8Block128,
+                               ActQuant::kFp8Block128, {}};
+  DeviceTensor want = ops.alloc(DType::kBF16, {T, D});
+  MoeExpertsParams whole_out = whole;
+  whole_out.out = want.view();
+  ops.moe_experts(whole_out);
+
+  // Each rank's rows, last (token, slot) first; the rows come back to their (token, slot).
+  const std::vector<float> xs = to_floats(tx.view());
+  std::vector<float> back(static_cast<size_t>(T * k * D));
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    std::vector<int64_t> pairs;
+    for (int64_t r = T * k - 1; r >= 0; --r)
+      if (ex[static_cast<size_t>(r)] / half == rank) pairs.push_back(r);
+    std::vector<float> rows_x;
+    std::vector<int32_t> local;
+    std::vector<float> rows_w;
+    for (const int64_t r : pairs) {
+      rows_x.insert(rows_x.end(), xs.begin() + (r / k) * D, xs.begin() + (r / k + 1) * D);
+      local.push_back(static_cast<int32_t>(ex[static_cast<size_t>(r)] - rank * half));
+      rows_w.push_back(wt[static_cast<size_t>(r)]);
+    }
+    const auto R = static_cast<int64_t>(pairs.size());
+    const DeviceTensor rx = make_tensor(ops, DType::kBF16, {R, D}, rows_x);
+    const DeviceTensor re = make_ints(ops, {R}, local), rw = make_tensor(ops, DType::kF32, {R}, rows_w);
+    DeviceTensor ry = ops.alloc(DType::kBF16, {R, D});
+    ops.moe_expert_rows({rx.view(), re.view(), rw.view(), std::span(routed).subspan(static_cast<size_t>(rank * half), half),
+                         10.0f, ActQuant::kFp8Block128, ry.view()});
+    const std::vector<float> y = to_floats(ry.view());
+    for (int64_t i = 0; i < R; ++i) std::copy_n(y.begin() + i * D, D, back.begin() + pairs[static_cast<size_t>(i)] * D);
+  }
+  const DeviceTensor rows = make_tensor(ops, DType::kBF16, {T * k, D}, back);
+  const DeviceTensor shared_out = ops.moe_shared_expert(whole);
+  DeviceTensor got = ops.alloc(DType::kBF16, {T, D});
+  ops.moe_combine({rows.view(), k, shared_out.view(), got.view()});
+  EXPECT_TRUE(same_bits(to_floats(got.view()), to_floats(want.view())));
+
+  // Bad shapes are refused; so are the halves by a backend without them, by its name.
+  DeviceTensor wrong = ops.alloc(DType::kBF16, {T + 1, D});
+  EXPECT_THROW(ops.moe_combine({rows.view(), k, shared_out.view(), wrong.view()}), UsageError);
+  EXPECT_THROW(ops.moe_combine({rows.view(), 0, {}, got.view()}), UsageError);
+  class WithoutHalves final : public dsv4::testing::CpuForwardingOps {
+   public:
+    std::string_view name() const override { return "halfless"; }
+    void moe_combine(const MoeCombineParams& p) override { Ops::moe_combine(p); }
+  } halfless;
+  try {
+    halfless.moe_combine({rows.view(), k, shared_out.view(), got.view()});
+    ADD_FAILURE() << "moe_combine ran on a backend without it";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("the halfless backend does not run expert-parallel MoE yet"), std::string::npos)
+        << e.what();
+  }
 }
 
 // With a gate the op routes first: its experts, weights and output are those of linear(),

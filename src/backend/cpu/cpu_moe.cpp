@@ -125,19 +125,14 @@ void CpuOps::swiglu(const SwigluParams& p) {
   store_floats(p.out, 0, T * I, g.data());
 }
 
-void CpuOps::moe_experts(const MoeExpertsParams& p) {
-  check_params(p);
-  moe_gate_route(p);
-  const int64_t T = p.x.dim(0), D = p.x.dim(1);
-  const int64_t k = p.experts.dim(1), E = static_cast<int64_t>(p.routed.size());
-  const DType act = p.x.dtype();
-  const int32_t* experts = p.experts.data<int32_t>();
-  const float* weights = p.weights.data<float>();
-
-  // Rows of each expert, as (token, slot) in token order.
+void CpuOps::run_expert_rows(const std::vector<float>& xq, std::span<const int64_t> x_row, const int32_t* expert,
+                             const float* weight, int64_t D, std::span<const ExpertWeights> routed, float swiglu_limit,
+                             ActQuant act_quant, DType act, float* out) {
+  const auto R = static_cast<int64_t>(x_row.size()), E = static_cast<int64_t>(routed.size());
+  // Rows of each expert, in row order.
   std::vector<std::vector<int64_t>> rows_of(static_cast<size_t>(E));
-  for (int64_t r = 0; r < T * k; ++r) {
-    const int32_t e = experts[r];
+  for (int64_t r = 0; r < R; ++r) {
+    const int32_t e = expert[r];
     if (e < 0 || e >= E) throw UsageError("moe_experts: expert id " + std::to_string(e) + " outside [0, " + std::to_string(E) + ")");
     rows_of[static_cast<size_t>(e)].push_back(r);
   }
@@ -145,11 +140,9 @@ void CpuOps::moe_experts(const MoeExpertsParams& p) {
   for (int64_t e = 0; e < E; ++e)
     if (!rows_of[static_cast<size_t>(e)].empty()) active.push_back(static_cast<int32_t>(e));
 
-  const std::vector<float> xq = linear_input(pool_, p.x, p.act_quant);
-  std::vector<float> expert_out(static_cast<size_t>(T * k * D));  // [T, k, D]
   pool_.parallel_for(static_cast<int64_t>(active.size()), [&](int64_t a) {
     const int32_t e = active[static_cast<size_t>(a)];
-    const ExpertWeights& ew = p.routed[static_cast<size_t>(e)];
+    const ExpertWeights& ew = routed[static_cast<size_t>(e)];
     if (ew.w1 == nullptr || ew.w1->shape.size() != 2) throw UsageError("moe_experts: expert " + std::to_string(e) + " has no w1");
     const int64_t I = ew.w1->shape[0];
     const float* w1 = weight_f32("moe_experts", ew.w1, {I, D});
@@ -158,33 +151,73 @@ void CpuOps::moe_experts(const MoeExpertsParams& p) {
     const std::vector<int64_t>& rows = rows_of[static_cast<size_t>(e)];
     const auto c = static_cast<int64_t>(rows.size());
     std::vector<float> xe(static_cast<size_t>(c * D)), g(static_cast<size_t>(c * I)), u(static_cast<size_t>(c * I));
-    for (int64_t i = 0; i < c; ++i) std::copy_n(xq.data() + (rows[i] / k) * D, D, xe.data() + i * D);
+    for (int64_t i = 0; i < c; ++i) std::copy_n(xq.data() + x_row[static_cast<size_t>(rows[i])] * D, D, xe.data() + i * D);
     gemm_xwt(pool_, xe.data(), D, c, D, w1, I, g.data(), I);
     gemm_xwt(pool_, xe.data(), D, c, D, w3, I, u.data(), I);
     for (int64_t i = 0; i < c; ++i) {
       float* h = g.data() + i * I;
       const float* up = u.data() + i * I;
       for (int64_t j = 0; j < I; ++j)
-        h[j] = round_to(act, weights[rows[i]] * swiglu_value(round_to(act, h[j]), round_to(act, up[j]), p.swiglu_limit));
-      quantize_activation_row(h, I, p.act_quant);
+        h[j] = round_to(act, weight[rows[i]] * swiglu_value(round_to(act, h[j]), round_to(act, up[j]), swiglu_limit));
+      quantize_activation_row(h, I, act_quant);
     }
     std::vector<float> y(static_cast<size_t>(c * D));
     gemm_xwt(pool_, g.data(), I, c, I, w2, D, y.data(), D);
     for (int64_t i = 0; i < c; ++i)
-      for (int64_t j = 0; j < D; ++j) expert_out[rows[i] * D + j] = round_to(act, y[i * D + j]);
+      for (int64_t j = 0; j < D; ++j) out[rows[i] * D + j] = round_to(act, y[i * D + j]);
   });
+}
 
-  std::vector<float> shared;
-  if (p.shared != nullptr) shared = load_all(moe_shared_expert(p).view());
-  std::vector<float> acc(static_cast<size_t>(T * D), 0.0f);
+void CpuOps::combine_rows(const float* rows, int64_t T, int64_t k, int64_t D, const float* shared, float* out) {
   for (int64_t t = 0; t < T; ++t) {
-    float* a = acc.data() + t * D;
+    float* a = out + t * D;
+    std::fill_n(a, D, 0.0f);
     for (int64_t s = 0; s < k; ++s)
-      for (int64_t j = 0; j < D; ++j) a[j] += expert_out[(t * k + s) * D + j];
-    if (!shared.empty())
+      for (int64_t j = 0; j < D; ++j) a[j] += rows[(t * k + s) * D + j];
+    if (shared != nullptr)
       for (int64_t j = 0; j < D; ++j) a[j] += shared[t * D + j];
   }
+}
+
+void CpuOps::moe_experts(const MoeExpertsParams& p) {
+  check_params(p);
+  moe_gate_route(p);
+  const int64_t T = p.x.dim(0), D = p.x.dim(1), k = p.experts.dim(1);
+  // Every (token, slot) a row of routed-expert work on the token's row.
+  std::vector<int64_t> x_row(static_cast<size_t>(T * k));
+  for (int64_t r = 0; r < T * k; ++r) x_row[static_cast<size_t>(r)] = r / k;
+  const std::vector<float> xq = linear_input(pool_, p.x, p.act_quant);
+  std::vector<float> expert_out(static_cast<size_t>(T * k * D));  // [T, k, D]
+  run_expert_rows(xq, x_row, p.experts.data<int32_t>(), p.weights.data<float>(), D, p.routed, p.swiglu_limit,
+                  p.act_quant, p.x.dtype(), expert_out.data());
+  std::vector<float> shared;
+  if (p.shared != nullptr) shared = load_all(moe_shared_expert(p).view());
+  std::vector<float> acc(static_cast<size_t>(T * D));
+  combine_rows(expert_out.data(), T, k, D, shared.empty() ? nullptr : shared.data(), acc.data());
   store_floats(p.out, 0, T * D, acc.data());
+}
+
+void CpuOps::moe_expert_rows(const MoeExpertRowsParams& p) {
+  check_params(p);
+  const int64_t R = p.x.dim(0), D = p.x.dim(1);
+  std::vector<int64_t> x_row(static_cast<size_t>(R));
+  std::iota(x_row.begin(), x_row.end(), 0);
+  const std::vector<float> xq = linear_input(pool_, p.x, p.act_quant);
+  std::vector<float> out(static_cast<size_t>(R * D));
+  run_expert_rows(xq, x_row, p.experts.data<int32_t>(), p.weights.data<float>(), D, p.routed, p.swiglu_limit,
+                  p.act_quant, p.x.dtype(), out.data());
+  store_floats(p.out, 0, R * D, out.data());
+}
+
+void CpuOps::moe_combine(const MoeCombineParams& p) {
+  check_params(p);
+  const int64_t T = p.out.dim(0), D = p.out.dim(1);
+  const std::vector<float> rows = load_all(p.rows);
+  std::vector<float> shared;
+  if (!is_empty(p.shared)) shared = load_all(p.shared);
+  std::vector<float> out(static_cast<size_t>(T * D));
+  combine_rows(rows.data(), T, p.k, D, shared.empty() ? nullptr : shared.data(), out.data());
+  store_floats(p.out, 0, T * D, out.data());
 }
 
 }  // namespace dsv4::cpu

@@ -50,8 +50,19 @@ class CpuOps final : public Ops {
   void moe_route(const MoeRouteParams& p) override;
   void swiglu(const SwigluParams& p) override;
   void moe_experts(const MoeExpertsParams& p) override;
+  void moe_expert_rows(const MoeExpertRowsParams& p) override;
+  void moe_combine(const MoeCombineParams& p) override;
 
  private:
+  // Rows [0, R) of routed-expert work (MoeExpertRowsParams): row r is row x_row[r] of xq (the
+  // quantised inputs, [*, D]) through routed[expert[r]] scaled by weight[r], into out[r] (fp32
+  // holding values rounded to act).
+  void run_expert_rows(const std::vector<float>& xq, std::span<const int64_t> x_row, const int32_t* expert,
+                       const float* weight, int64_t D, std::span<const ExpertWeights> routed, float swiglu_limit,
+                       ActQuant act_quant, DType act, float* out);
+  // out[t] = sum over slots s in order of rows[(t k + s) D ..] (+ shared[t]), fp32.
+  static void combine_rows(const float* rows, int64_t T, int64_t k, int64_t D, const float* shared, float* out);
+
   ThreadPool pool_;
 };
 
