@@ -1,0 +1,88 @@
+// Expert parallelism on the CPU (model/expert_parallel.h): three ranks, each a thread with its own
+// backend, its own tokens and a third of the routed experts, exchanging rows through an in-process
+// expert group, get moe_experts' bits on all experts for their tokens, gate and shared expert
+// included, with bf16 activations and FP8 activation quantisation (the default numerics).
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "core/error.h"
+#include "cpu_test_util.h"
+#include "model/expert_parallel.h"
+
+namespace dsv4 {
+namespace {
+
+using testing::make_tensor;
+using testing::make_weight;
+using testing::random_floats;
+using testing::same_bits;
+using testing::to_floats;
+
+TEST(ExpertParallel, RanksWithAShareOfTheExpertsEachGetMoeExpertsBits) {
+  const int ranks = 3;
+  const int64_t D = 256, I = 128, E = 6, k = 2, share = E / ranks;
+  const std::vector<int64_t> tokens = {4, 1, 3};
+  cpu::CpuOps weights_ops(1);
+  std::vector<Weight> weights;
+  for (int64_t e = 0; e <= E; ++e) {
+    weights.push_back(make_weight(weights_ops, random_floats(I * D, 300 + e, 0.1f), {I, D}));
+    weights.push_back(make_weight(weights_ops, random_floats(D * I, 320 + e, 0.1f), {D, I}));
+    weights.push_back(make_weight(weights_ops, random_floats(I * D, 340 + e, 0.1f), {I, D}));
+  }
+  const Weight gate_weight = make_weight(weights_ops, random_floats(E * D, 360, 0.5f), {E, D});
+  std::vector<ExpertWeights> routed;
+  for (int64_t e = 0; e < E; ++e) routed.push_back({&weights[3 * e], &weights[3 * e + 1], &weights[3 * e + 2]});
+  const ExpertWeights shared{&weights[3 * E], &weights[3 * E + 1], &weights[3 * E + 2]};
+  MoeGate gate;
+  gate.weight = &gate_weight;
+  gate.act_quant = ActQuant::kFp8Block128;
+
+  // Each rank's tokens through all experts on one backend: the reference.
+  std::vector<std::vector<float>> x(ranks), want(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    x[r] = random_floats(tokens[r] * D, 400 + r);
+    const DeviceTensor tx = make_tensor(weights_ops, DType::kBF16, {tokens[r], D}, x[r]);
+    DeviceTensor ex = weights_ops.alloc(DType::kI32, {tokens[r], k}), w = weights_ops.alloc(DType::kF32, {tokens[r], k});
+    DeviceTensor out = weights_ops.alloc(DType::kBF16, {tokens[r], D});
+    weights_ops.moe_experts({tx.view(), ex.view(), w.view(), routed, &shared, 10.0f, ActQuant::kFp8Block128,
+                             ActQuant::kFp8Block128, out.view(), &gate});
+    want[r] = to_floats(out.view());
+  }
+
+  const std::vector<std::unique_ptr<ExpertComm>> group = in_process_expert_group(ranks);
+  std::vector<std::vector<float>> got(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      cpu::CpuOps ops(1);
+      const DeviceTensor tx = make_tensor(ops, DType::kBF16, {tokens[r], D}, x[r]);
+      DeviceTensor ex = ops.alloc(DType::kI32, {tokens[r], k}), w = ops.alloc(DType::kF32, {tokens[r], k});
+      DeviceTensor out = ops.alloc(DType::kBF16, {tokens[r], D});
+      const std::span<const ExpertWeights> mine = std::span(routed).subspan(static_cast<size_t>(r * share), share);
+      moe_experts_parallel(ops, *group[static_cast<size_t>(r)],
+                           {tx.view(), ex.view(), w.view(), mine, &shared, 10.0f, ActQuant::kFp8Block128,
+                            ActQuant::kFp8Block128, out.view(), &gate},
+                           E);
+      got[r] = to_floats(out.view());
+    });
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < ranks; ++r) EXPECT_TRUE(same_bits(got[r], want[r])) << "rank " << r;
+}
+
+TEST(ExpertParallel, ASharesSizeMustMatchTheGroup) {
+  cpu::CpuOps ops(1);
+  const std::vector<std::unique_ptr<ExpertComm>> group = in_process_expert_group(1);
+  const DeviceTensor x = make_tensor(ops, DType::kBF16, {1, 4}, {1, 2, 3, 4});
+  DeviceTensor ex = ops.alloc(DType::kI32, {1, 1}), w = ops.alloc(DType::kF32, {1, 1}), out = ops.alloc(DType::kBF16, {1, 4});
+  const MoeExpertsParams p{x.view(), ex.view(), w.view(), {}, nullptr, 0.0f, ActQuant::kNone, ActQuant::kNone, out.view()};
+  EXPECT_THROW(moe_experts_parallel(ops, *group[0], p, 4), UsageError);  // no experts held, 4 to hold
+  EXPECT_THROW(in_process_expert_group(0), UsageError);
+}
+
+}  // namespace
+}  // namespace dsv4
