@@ -14,6 +14,8 @@
 
 namespace dsv4 {
 
+class ExpertComm;
+
 // Receives named intermediate tensors while a forward runs, named as in the golden files
 // (MODEL.md reference contract): "layers.{l}.input", "layers.{l}.experts",
 // "layers.{l}.expert_weights", "layers.{l}.indexer_topk", "hc_head.input", "final_hidden", and
@@ -36,6 +38,11 @@ struct ForwardOptions {
   // be f32 too). Weights stay their exact dequantised values.
   bool exact_math = false;
   LogitsFor logits = LogitsFor::kAllTokens;
+  // Expert parallelism (model/expert_parallel.h): this rank's group. Every MoE layer then runs
+  // the rank's share of the routed experts (rank r of N: experts [r E/N, (r + 1) E/N)) on rows
+  // from every rank; all ranks of the group run their forwards together (their own tokens, the
+  // same layers in the same order). Null: all experts here.
+  ExpertComm* expert_group = nullptr;
 };
 
 struct SequenceChunk {

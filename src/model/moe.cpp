@@ -1,9 +1,13 @@
 // The MoE block: gate logits in fp32, routing, the shared expert, then the routed experts summed
-// with it, all in one op (moe_experts with its gate).
+// with it, all in one op (moe_experts with its gate), or across an expert group's ranks.
 #include "model/moe.h"
 
+#include <span>
 #include <string>
 #include <vector>
+
+#include "core/error.h"
+#include "model/expert_parallel.h"
 
 namespace dsv4 {
 
@@ -30,8 +34,20 @@ DeviceTensor moe(const ForwardContext& ctx, const MoeWeights& w, int64_t layer, 
   const ExpertWeights shared{&w.shared.w1, &w.shared.w2, &w.shared.w3};
   const ActQuant routed_quant = w.experts.empty() ? ActQuant::kNone : act_quant_for(ctx, w.experts.front().w1);
   DeviceTensor out = ctx.alloc(ctx.act, x.shape());
-  ctx.ops.moe_experts({x.view(), experts.view(), weights.view(), routed, &shared, static_cast<float>(p.swiglu_limit),
-                       routed_quant, act_quant_for(ctx, w.shared.w1), out.view(), &gate});
+  MoeExpertsParams params{x.view(), experts.view(), weights.view(), routed, &shared, static_cast<float>(p.swiglu_limit),
+                          routed_quant, act_quant_for(ctx, w.shared.w1), out.view(), &gate};
+  if (ExpertComm* group = ctx.batch.options.expert_group) {
+    const auto E = static_cast<int64_t>(routed.size());
+    if (E % group->size() != 0)
+      throw UsageError("expert parallelism: " + std::to_string(E) + " routed experts do not split over " +
+                       std::to_string(group->size()) + " ranks");
+    const int64_t share = E / group->size();
+    params.routed = std::span<const ExpertWeights>(routed).subspan(static_cast<size_t>(group->rank() * share),
+                                                                   static_cast<size_t>(share));
+    moe_experts_parallel(ctx.ops, *group, params, E);
+  } else {
+    ctx.ops.moe_experts(params);
+  }
   ctx.observe("layers." + std::to_string(layer) + ".experts", experts);
   ctx.observe("layers." + std::to_string(layer) + ".expert_weights", weights);
   return out;

@@ -1,7 +1,9 @@
 // Expert parallelism on the CPU (model/expert_parallel.h): three ranks, each a thread with its own
 // backend, its own tokens and a third of the routed experts, exchanging rows through an in-process
 // expert group, get moe_experts' bits on all experts for their tokens, gate and shared expert
-// included, with bf16 activations and FP8 activation quantisation (the default numerics).
+// included, with bf16 activations and FP8 activation quantisation (the default numerics); and two
+// ranks running the tiny model's forwards together, each on its own sequence, get the logits the
+// sequence gets on one device.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -13,6 +15,8 @@
 #include "core/error.h"
 #include "cpu_test_util.h"
 #include "model/expert_parallel.h"
+#include "model/model.h"
+#include "model_test_util.h"
 
 namespace dsv4 {
 namespace {
@@ -82,6 +86,45 @@ TEST(ExpertParallel, ASharesSizeMustMatchTheGroup) {
   const MoeExpertsParams p{x.view(), ex.view(), w.view(), {}, nullptr, 0.0f, ActQuant::kNone, ActQuant::kNone, out.view()};
   EXPECT_THROW(moe_experts_parallel(ops, *group[0], p, 4), UsageError);  // no experts held, 4 to hold
   EXPECT_THROW(in_process_expert_group(0), UsageError);
+}
+
+// Prefill, then `decode` single tokens, of `ids` on a fresh sequence; every step's last logits.
+std::vector<float> run_sequence(const Model& model, Ops& ops, const std::vector<int32_t>& ids, int64_t decode,
+                                bool exact, ExpertComm* group) {
+  SequenceCache seq = model.new_sequence(ops, static_cast<int64_t>(ids.size()) + decode, exact);
+  std::vector<float> logits;
+  for (int64_t step = 0; step <= decode; ++step) {
+    const std::vector<int32_t> chunk = step == 0 ? ids : std::vector<int32_t>{static_cast<int32_t>((7 * step + 3) % 100)};
+    ForwardBatch batch;
+    batch.options.exact_math = exact;
+    batch.options.logits = LogitsFor::kLastTokenOfSequence;
+    batch.options.expert_group = group;
+    batch.add(seq, chunk);
+    const std::vector<float> l = to_floats(model.forward(ops, batch).logits.view());
+    logits.insert(logits.end(), l.begin(), l.end());
+  }
+  return logits;
+}
+
+TEST(ExpertParallel, TwoRanksRunningTheModelTogetherGetOneDevicesLogits) {
+  cpu::CpuOps load_ops(2);
+  const Model model = Model::load(load_ops, testing::tiny_model_dir());
+  const int64_t V = model.config()->vocab_size;
+  const std::vector<std::vector<int32_t>> prompts = {testing::test_ids(37, V, 5), testing::test_ids(90, V, 6)};
+  for (const bool exact : {false, true}) {
+    std::vector<std::vector<float>> want;
+    for (const auto& ids : prompts) want.push_back(run_sequence(model, load_ops, ids, 3, exact, nullptr));
+    const std::vector<std::unique_ptr<ExpertComm>> group = in_process_expert_group(2);
+    std::vector<std::vector<float>> got(2);
+    std::vector<std::thread> ranks;
+    for (size_t r = 0; r < 2; ++r)
+      ranks.emplace_back([&, r] {
+        cpu::CpuOps ops(1);
+        got[r] = run_sequence(model, ops, prompts[r], 3, exact, group[r].get());
+      });
+    for (std::thread& t : ranks) t.join();
+    for (size_t r = 0; r < 2; ++r) EXPECT_TRUE(same_bits(got[r], want[r])) << "rank " << r << (exact ? ", exact math" : "");
+  }
 }
 
 }  // namespace
