@@ -16,10 +16,12 @@ start_server "$dsv4" "$work" "$@"
 timeout 600 "$python" "$client" "$url" sekrit tiny || fail "the client checks"
 # The logs vLLM's users read: a line per request answered (uvicorn's access log) and, with
 # --log-stats-interval, the engine's stats line while it served.
-grep -qE '^serve: 127\.0\.0\.1:[0-9]+ "POST /v1/chat/completions HTTP/1\.1" 200$' "$work/serve.log" ||
-  fail "no access-log line for a chat completion"
-grep -qE '^serve: 127\.0\.0\.1:[0-9]+ "GET /v1/models HTTP/1\.1" 401$' "$work/serve.log" ||
-  fail "no access-log line for a refused request"
+grep -qE '^serve: 127\.0\.0\.1:[0-9]+ "POST /v1/(chat/)?completions HTTP/1\.1" 200$' "$work/serve.log" ||
+  fail "no access-log line for a completion"
+if [ "$(basename "$client")" = openai_client_e2e.py ]; then  # it sends a wrong key once
+  grep -qE '^serve: 127\.0\.0\.1:[0-9]+ "GET /v1/models HTTP/1\.1" 401$' "$work/serve.log" ||
+    fail "no access-log line for a refused request"
+fi
 if [[ " $* " == *" --log-stats-interval "* ]]; then
   grep -qE '^serve: Avg prompt throughput: [0-9.]+ tokens/s, Avg generation throughput: [0-9.]+ tokens/s, Running: [0-9]+ reqs, Waiting: [0-9]+ reqs, KV cache usage: [0-9.]+%, Prefix cache hit rate: ' \
     "$work/serve.log" || fail "no stats line"
