@@ -7,8 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/numeric.h"
 #include "core/quant.h"
 #include "kv/fp8_cache_layout.h"
@@ -133,12 +135,13 @@ inline int64_t unpacked_width(DType stored, int64_t stored_width) {
 inline DType cache_storage_dtype(DType cache_dtype) { return cache_dtype == DType::kF8E4M3 ? DType::kU8 : cache_dtype; }
 
 // The stored width of a row of `width` values (512 for attention entries, 128 for indexer keys
-// when packed) in a cache of `cache_dtype`, or -1 when that cache cannot pack such a row.
+// when packed) in a cache of `cache_dtype`; UsageError when that cache cannot pack such a row.
 inline int64_t cache_stored_width(DType cache_dtype, int64_t width) {
   if (cache_dtype != DType::kF8E4M3) return width;
   if (width == Fp8CacheLayout::kHeadDim) return Fp8CacheLayout::kEntryBytes;
   if (width == Mxfp4KeyLayout::kDim) return Mxfp4KeyLayout::kEntryBytes;
-  return -1;
+  throw UsageError("fp8 caches pack rows of " + std::to_string(Fp8CacheLayout::kHeadDim) + " (attention) or " +
+                   std::to_string(Mxfp4KeyLayout::kDim) + " (indexer keys) values, not " + std::to_string(width));
 }
 
 }  // namespace dsv4

@@ -133,7 +133,7 @@ TEST(PackedEntries, CacheTensorsNameTheirEntriesByDtypeAndWidth) {
   EXPECT_EQ(cache_storage_dtype(DType::kBF16), DType::kBF16);
   EXPECT_EQ(cache_stored_width(DType::kF8E4M3, 512), 584);
   EXPECT_EQ(cache_stored_width(DType::kF8E4M3, 128), 68);
-  EXPECT_EQ(cache_stored_width(DType::kF8E4M3, 256), -1);
+  EXPECT_THROW(cache_stored_width(DType::kF8E4M3, 256), UsageError);
   EXPECT_EQ(cache_stored_width(DType::kF32, 256), 256);
 }
 
