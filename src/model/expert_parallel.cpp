@@ -24,8 +24,10 @@ void moe_experts_parallel(Ops& ops, ExpertComm& comm, const MoeExpertsParams& p,
   ops.moe_gate_route(p);
   std::vector<int32_t> experts(static_cast<size_t>(T * k));
   std::vector<float> weights(static_cast<size_t>(T * k));
-  ops.download(p.experts, host_view(experts.data(), DType::kI32, {T, k}));
-  ops.download(p.weights, host_view(weights.data(), DType::kF32, {T, k}));
+  if (T > 0) {  // a rank without tokens only serves the others' rows
+    ops.download(p.experts, host_view(experts.data(), DType::kI32, {T, k}));
+    ops.download(p.weights, host_view(weights.data(), DType::kF32, {T, k}));
+  }
 
   // Per destination rank: its (token, slot) pairs in order, their token rows, local expert ids
   // and weights.
@@ -104,6 +106,7 @@ void moe_experts_parallel(Ops& ops, ExpertComm& comm, const MoeExpertsParams& p,
     for (size_t i = 0; i < to.size(); ++i) copies.push_back({static_cast<int64_t>(i), slots.view(), to[i], 1});
     if (!copies.empty()) ops.copy_rows({back[static_cast<size_t>(dest)].view(), copies});
   }
+  if (T == 0) return;
   DeviceTensor shared;
   if (p.shared != nullptr) shared = ops.moe_shared_expert(p);
   ops.moe_combine({slots.view(), k, shared.empty() ? ConstTensorView() : ConstTensorView(shared.view()), p.out});

@@ -15,8 +15,9 @@ namespace dsv4 {
 
 // moe_experts(p) for this rank's tokens, with p.routed this rank's share of `num_experts` experts
 // (the comm's rank r holds experts [r n, (r + 1) n), n = num_experts / size) and p.gate (if any)
-// routing over all of them. Every rank of the group calls it for the same layer together, with
-// one token or more. UsageError for a share of the wrong size or experts that do not divide.
+// routing over all of them. Every rank of the group calls it for the same layer together; a rank
+// with no tokens (x of 0 rows) only serves the others' rows. UsageError for a share of the wrong
+// size or experts that do not divide.
 void moe_experts_parallel(Ops& ops, ExpertComm& comm, const MoeExpertsParams& p, int64_t num_experts);
 
 }  // namespace dsv4

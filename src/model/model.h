@@ -69,6 +69,12 @@ class Model {
   // those positions. Advances each sequence's mtp_length.
   ForwardResult forward_mtp(Ops& ops, const ForwardBatch& batch, const DeviceTensor& streams) const;
 
+  // What a forward exchanges, for a rank of an expert group (ForwardOptions::expert_group) with
+  // no tokens in a step: each main layer's MoE (with `mtp`, the MTP layers', as forward_mtp's) with
+  // its share of the experts serving the other ranks' rows, in the numerics `exact_math` names
+  // (which every rank shares). Every rank makes each step's forward together, this one included.
+  void forward_without_tokens(Ops& ops, ExpertComm& group, bool exact_math, bool mtp = false) const;
+
  private:
   void run_layer(const ForwardContext& ctx, int64_t layer, DeviceTensor& streams) const;
   const LayerWeights& layer_weights(int64_t layer) const;

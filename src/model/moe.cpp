@@ -2,7 +2,6 @@
 // with it, all in one op (moe_experts with its gate), or across an expert group's ranks.
 #include "model/moe.h"
 
-#include <span>
 #include <string>
 #include <vector>
 
@@ -10,6 +9,42 @@
 #include "model/expert_parallel.h"
 
 namespace dsv4 {
+
+namespace {
+
+// The routed experts' weights, all of them or (with a group) the rank's share.
+std::vector<ExpertWeights> routed_experts(const MoeWeights& w, const ExpertComm* group) {
+  std::vector<ExpertWeights> routed;
+  for (const ExpertLinears& e : w.experts) routed.push_back({&e.w1, &e.w2, &e.w3});
+  if (group == nullptr) return routed;
+  const auto E = static_cast<int64_t>(routed.size());
+  if (E % group->size() != 0)
+    throw UsageError("expert parallelism: " + std::to_string(E) + " routed experts do not split over " +
+                     std::to_string(group->size()) + " ranks");
+  const int64_t share = E / group->size();
+  const auto first = routed.begin() + group->rank() * share;
+  return {first, first + share};
+}
+
+// The routed experts' activation quantisation: the forward's where their weights are FP8 or FP4.
+ActQuant routed_act_quant(const MoeWeights& w, ActQuant fp8_act) {
+  return w.experts.empty() || w.experts.front().w1.format == WeightFormat::kPlain ? ActQuant::kNone : fp8_act;
+}
+
+}  // namespace
+
+void moe_without_tokens(Ops& ops, const ModelConfig& cfg, const MoeWeights& w, DType act, ActQuant fp8_act,
+                        ExpertComm& group) {
+  const ModelParams& p = cfg.params();
+  const int64_t k = p.num_experts_per_tok, D = p.hidden_size;
+  const std::vector<ExpertWeights> share = routed_experts(w, &group);
+  DeviceTensor x = ops.alloc(act, {0, D}), experts = ops.alloc(DType::kI32, {0, k}),
+               weights = ops.alloc(DType::kF32, {0, k}), out = ops.alloc(act, {0, D});
+  moe_experts_parallel(ops, group,
+                       {x.view(), experts.view(), weights.view(), share, nullptr, static_cast<float>(p.swiglu_limit),
+                        routed_act_quant(w, fp8_act), ActQuant::kNone, out.view()},
+                       static_cast<int64_t>(w.experts.size()));
+}
 
 DeviceTensor moe(const ForwardContext& ctx, const MoeWeights& w, int64_t layer, const DeviceTensor& x) {
   const ModelParams& p = ctx.cfg.params();
@@ -29,25 +64,17 @@ DeviceTensor moe(const ForwardContext& ctx, const MoeWeights& w, int64_t layer, 
 
   // The routed experts and the shared expert (silu(min(w1 x, limit)) * clamp(w3 x, -limit, limit),
   // then w2, weight 1), summed in one op.
-  std::vector<ExpertWeights> routed;
-  for (const ExpertLinears& e : w.experts) routed.push_back({&e.w1, &e.w2, &e.w3});
+  ExpertComm* group = ctx.batch.options.expert_group;
+  const std::vector<ExpertWeights> routed = routed_experts(w, group);
   const ExpertWeights shared{&w.shared.w1, &w.shared.w2, &w.shared.w3};
-  const ActQuant routed_quant = w.experts.empty() ? ActQuant::kNone : act_quant_for(ctx, w.experts.front().w1);
   DeviceTensor out = ctx.alloc(ctx.act, x.shape());
-  MoeExpertsParams params{x.view(), experts.view(), weights.view(), routed, &shared, static_cast<float>(p.swiglu_limit),
-                          routed_quant, act_quant_for(ctx, w.shared.w1), out.view(), &gate};
-  if (ExpertComm* group = ctx.batch.options.expert_group) {
-    const auto E = static_cast<int64_t>(routed.size());
-    if (E % group->size() != 0)
-      throw UsageError("expert parallelism: " + std::to_string(E) + " routed experts do not split over " +
-                       std::to_string(group->size()) + " ranks");
-    const int64_t share = E / group->size();
-    params.routed = std::span<const ExpertWeights>(routed).subspan(static_cast<size_t>(group->rank() * share),
-                                                                   static_cast<size_t>(share));
-    moe_experts_parallel(ctx.ops, *group, params, E);
-  } else {
+  const MoeExpertsParams params{x.view(), experts.view(), weights.view(), routed, &shared,
+                                static_cast<float>(p.swiglu_limit), routed_act_quant(w, ctx.fp8_act),
+                                act_quant_for(ctx, w.shared.w1), out.view(), &gate};
+  if (group != nullptr)
+    moe_experts_parallel(ctx.ops, *group, params, static_cast<int64_t>(w.experts.size()));
+  else
     ctx.ops.moe_experts(params);
-  }
   ctx.observe("layers." + std::to_string(layer) + ".experts", experts);
   ctx.observe("layers." + std::to_string(layer) + ".expert_weights", weights);
   return out;

@@ -127,5 +127,33 @@ TEST(ExpertParallel, TwoRanksRunningTheModelTogetherGetOneDevicesLogits) {
   }
 }
 
+// A rank with nothing to run in a step still serves its experts (Model::forward_without_tokens):
+// rank 1 idles while rank 0 prefills and decodes, then runs a sequence of its own while rank 0
+// idles; each sequence gets its one-device logits bit for bit.
+TEST(ExpertParallel, ARankWithoutTokensServesItsExpertsToTheOthers) {
+  cpu::CpuOps load_ops(2);
+  const Model model = Model::load(load_ops, testing::tiny_model_dir());
+  const int64_t V = model.config()->vocab_size;
+  const std::vector<std::vector<int32_t>> prompts = {testing::test_ids(45, V, 8), testing::test_ids(20, V, 9)};
+  const int64_t decode = 2, steps = decode + 1;
+  std::vector<std::vector<float>> want;
+  for (const auto& ids : prompts) want.push_back(run_sequence(model, load_ops, ids, decode, false, nullptr));
+  const std::vector<std::unique_ptr<ExpertComm>> group = in_process_expert_group(2);
+  std::vector<std::vector<float>> got(2);
+  std::vector<std::thread> ranks;
+  for (size_t r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      cpu::CpuOps ops(1);
+      ExpertComm& comm = *group[r];
+      if (r == 1)
+        for (int64_t s = 0; s < steps; ++s) model.forward_without_tokens(ops, comm, false);
+      got[r] = run_sequence(model, ops, prompts[r], decode, false, &comm);
+      if (r == 0)
+        for (int64_t s = 0; s < steps; ++s) model.forward_without_tokens(ops, comm, false);
+    });
+  for (std::thread& t : ranks) t.join();
+  for (size_t r = 0; r < 2; ++r) EXPECT_TRUE(same_bits(got[r], want[r])) << "rank " << r;
+}
+
 }  // namespace
 }  // namespace dsv4
