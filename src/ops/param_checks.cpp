@@ -63,8 +63,8 @@ void expect_paged_cache(const std::string& what, const PagedCache& c) {
                      ", expected i32[pages]");
 }
 
-// A reader's paged cache: float rows or packed entries of `width` values, its table reaching the entries the slice's last
-// token sees.
+// A reader's paged cache: float rows or packed entries of `width` values, its table reaching the
+// entries the slice's last token sees.
 void expect_readable_cache(const std::string& what, const PagedCache& c, int64_t width, int64_t entries) {
   expect_paged_cache(what, c);
   const bool packs = packed_entry(c.pool.dtype(), c.pool.dim(2)) != PackedEntry::kNone;
