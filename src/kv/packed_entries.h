@@ -131,6 +131,13 @@ inline int64_t unpacked_width(DType stored, int64_t stored_width) {
   return stored_width;
 }
 
+// Whether a cache tensor's rows (`stored` dtype, `stored_width` wide) hold `width` values each:
+// bf16 or f32 rows of that width, or packed entries that unpack to it.
+inline bool cache_rows_hold(DType stored, int64_t stored_width, int64_t width) {
+  const bool packs = packed_entry(stored, stored_width) != PackedEntry::kNone;
+  return (packs || stored == DType::kBF16 || stored == DType::kF32) && unpacked_width(stored, stored_width) == width;
+}
+
 // The dtype of a cache of `cache_dtype`'s tensors.
 inline DType cache_storage_dtype(DType cache_dtype) { return cache_dtype == DType::kF8E4M3 ? DType::kU8 : cache_dtype; }
 

@@ -8,8 +8,8 @@ namespace dsv4 {
 ForwardContext::ForwardContext(Ops& ops_, const ModelConfig& cfg_, const ForwardBatch& batch_, bool mtp)
     : ops(ops_), cfg(cfg_), batch(batch_), plan(cfg_, batch_, mtp), T(batch_.num_tokens()) {
   const bool exact = batch.options.exact_math;
-  act = exact ? DType::kF32 : DType::kBF16;
-  fp8_act = exact ? ActQuant::kNone : ActQuant::kFp8Block128;
+  act = forward_act_dtype(exact);
+  fp8_act = forward_fp8_act(exact);
   qat = !exact;
   const auto n = static_cast<int64_t>(plan.ints().size());
   if (batch.planned.empty()) {
@@ -40,9 +40,15 @@ PagedCache ForwardContext::window(size_t seq, int64_t layer) const {
   return {ring.reshaped({1, ring.dim(0), ring.dim(1)}).view(), field(plan.one_page_table()).view()};
 }
 
-ActQuant act_quant_for(const ForwardContext& ctx, const Weight& w) {
-  return w.format != WeightFormat::kPlain ? ctx.fp8_act : ActQuant::kNone;
+DType forward_act_dtype(bool exact_math) { return exact_math ? DType::kF32 : DType::kBF16; }
+
+ActQuant forward_fp8_act(bool exact_math) { return exact_math ? ActQuant::kNone : ActQuant::kFp8Block128; }
+
+ActQuant act_quant_for(ActQuant fp8_act, const Weight& w) {
+  return w.format != WeightFormat::kPlain ? fp8_act : ActQuant::kNone;
 }
+
+ActQuant act_quant_for(const ForwardContext& ctx, const Weight& w) { return act_quant_for(ctx.fp8_act, w); }
 
 DeviceTensor linear(const ForwardContext& ctx, const DeviceTensor& x, const Weight& w, DType out) {
   DeviceTensor y = ctx.alloc(out, {x.dim(0), w.shape.at(0)});

@@ -52,8 +52,15 @@ struct ForwardContext {
   }
 };
 
+// A forward's activation dtype and its FP8/FP4 linears' activation quantisation, as
+// ForwardOptions::exact_math names them (ForwardContext's act and fp8_act): kF32 and none in exact
+// math, kBF16 and 128-blocks otherwise.
+DType forward_act_dtype(bool exact_math);
+ActQuant forward_fp8_act(bool exact_math);
+
 // The activation quantisation w's checkpoint format calls for: fp8_act for FP8/FP4 weights, none
 // for plain ones.
+ActQuant act_quant_for(ActQuant fp8_act, const Weight& w);
 ActQuant act_quant_for(const ForwardContext& ctx, const Weight& w);
 
 // y = x @ w^T with the activation quantisation w's checkpoint format calls for; y has `out` dtype.

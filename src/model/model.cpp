@@ -113,8 +113,7 @@ void Model::forward_without_tokens(Ops& ops, ExpertComm& group, bool exact_math,
   const int64_t first = mtp ? cfg_.num_layers() : 0;
   const int64_t end = mtp ? cfg_.num_layers() + cfg_.num_mtp_layers() : cfg_.num_layers();
   for (int64_t l = first; l < end; ++l)
-    moe_without_tokens(ops, cfg_, layer_weights(l).ffn, exact_math ? DType::kF32 : DType::kBF16,
-                       exact_math ? ActQuant::kNone : ActQuant::kFp8Block128, group);
+    moe_without_tokens(ops, cfg_, layer_weights(l).ffn, exact_math, group);
 }
 
 ForwardResult Model::head(const ForwardContext& ctx, const HcWeights& hc, const Weight& norm, const DeviceTensor& streams,

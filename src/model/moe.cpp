@@ -5,44 +5,40 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
 #include "model/expert_parallel.h"
 
 namespace dsv4 {
 
 namespace {
 
-// The routed experts' weights, all of them or (with a group) the rank's share.
+// The routed experts' weights, all of them or (with a group) the rank's share (experts that do
+// not split over the ranks are refused by moe_experts_parallel).
 std::vector<ExpertWeights> routed_experts(const MoeWeights& w, const ExpertComm* group) {
   std::vector<ExpertWeights> routed;
   for (const ExpertLinears& e : w.experts) routed.push_back({&e.w1, &e.w2, &e.w3});
   if (group == nullptr) return routed;
-  const auto E = static_cast<int64_t>(routed.size());
-  if (E % group->size() != 0)
-    throw UsageError("expert parallelism: " + std::to_string(E) + " routed experts do not split over " +
-                     std::to_string(group->size()) + " ranks");
-  const int64_t share = E / group->size();
+  const int64_t share = static_cast<int64_t>(routed.size()) / group->size();
   const auto first = routed.begin() + group->rank() * share;
   return {first, first + share};
 }
 
 // The routed experts' activation quantisation: the forward's where their weights are FP8 or FP4.
 ActQuant routed_act_quant(const MoeWeights& w, ActQuant fp8_act) {
-  return w.experts.empty() || w.experts.front().w1.format == WeightFormat::kPlain ? ActQuant::kNone : fp8_act;
+  return w.experts.empty() ? ActQuant::kNone : act_quant_for(fp8_act, w.experts.front().w1);
 }
 
 }  // namespace
 
-void moe_without_tokens(Ops& ops, const ModelConfig& cfg, const MoeWeights& w, DType act, ActQuant fp8_act,
-                        ExpertComm& group) {
+void moe_without_tokens(Ops& ops, const ModelConfig& cfg, const MoeWeights& w, bool exact_math, ExpertComm& group) {
   const ModelParams& p = cfg.params();
   const int64_t k = p.num_experts_per_tok, D = p.hidden_size;
+  const DType act = forward_act_dtype(exact_math);
   const std::vector<ExpertWeights> share = routed_experts(w, &group);
   DeviceTensor x = ops.alloc(act, {0, D}), experts = ops.alloc(DType::kI32, {0, k}),
                weights = ops.alloc(DType::kF32, {0, k}), out = ops.alloc(act, {0, D});
   moe_experts_parallel(ops, group,
                        {x.view(), experts.view(), weights.view(), share, nullptr, static_cast<float>(p.swiglu_limit),
-                        routed_act_quant(w, fp8_act), ActQuant::kNone, out.view()},
+                        routed_act_quant(w, forward_fp8_act(exact_math)), ActQuant::kNone, out.view()},
                        static_cast<int64_t>(w.experts.size()));
 }
 

@@ -13,9 +13,7 @@ namespace dsv4 {
 DeviceTensor moe(const ForwardContext& ctx, const MoeWeights& w, int64_t layer, const DeviceTensor& x);
 
 // The MoE layer of a rank of `group` without tokens in a step: its share of the experts for the
-// rows the other ranks send, in the activation dtype `act` with activation quantisation `fp8_act`
-// (the forward's numerics, which every rank shares).
-void moe_without_tokens(Ops& ops, const ModelConfig& cfg, const MoeWeights& w, DType act, ActQuant fp8_act,
-                        ExpertComm& group);
+// rows the other ranks send, in the numerics `exact_math` names (which every rank shares).
+void moe_without_tokens(Ops& ops, const ModelConfig& cfg, const MoeWeights& w, bool exact_math, ExpertComm& group);
 
 }  // namespace dsv4

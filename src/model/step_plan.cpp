@@ -20,7 +20,7 @@ StepPlan::Field StepPlan::append(const std::vector<int32_t>& values) {
 StepPlan::StepPlan(const ModelConfig& cfg, const ForwardBatch& batch, bool mtp) {
   const int64_t T = batch.num_tokens();
   const bool exact = batch.options.exact_math;
-  const DType act = exact ? DType::kF32 : DType::kBF16;
+  const DType act = forward_cache_dtype(exact);
   if (T == 0) throw UsageError("a forward needs at least one token");
   if (static_cast<int64_t>(batch.positions.size()) != T)
     throw UsageError("the batch has " + std::to_string(T) + " tokens but " + std::to_string(batch.positions.size()) +

@@ -67,8 +67,7 @@ void expect_paged_cache(const std::string& what, const PagedCache& c) {
 // entries the slice's last token sees.
 void expect_readable_cache(const std::string& what, const PagedCache& c, int64_t width, int64_t entries) {
   expect_paged_cache(what, c);
-  const bool packs = packed_entry(c.pool.dtype(), c.pool.dim(2)) != PackedEntry::kNone;
-  if (!(packs || is_float_activation(c.pool.dtype())) || unpacked_width(c.pool.dtype(), c.pool.dim(2)) != width)
+  if (!cache_rows_hold(c.pool.dtype(), c.pool.dim(2), width))
     throw UsageError(what + " pool " + std::string(dtype_name(c.pool.dtype())) + shape_str(c.pool.shape()) +
                      " does not hold f32 or bf16 rows or packed entries of width " + std::to_string(width));
   if (c.table.numel() * c.pool.dim(1) < entries)

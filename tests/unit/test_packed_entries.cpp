@@ -129,6 +129,12 @@ TEST(PackedEntries, CacheTensorsNameTheirEntriesByDtypeAndWidth) {
   EXPECT_EQ(unpacked_width(DType::kU8, 584), 512);
   EXPECT_EQ(unpacked_width(DType::kU8, 68), 128);
   EXPECT_EQ(unpacked_width(DType::kBF16, 512), 512);
+  EXPECT_TRUE(cache_rows_hold(DType::kU8, 584, 512));
+  EXPECT_TRUE(cache_rows_hold(DType::kBF16, 512, 512));
+  EXPECT_TRUE(cache_rows_hold(DType::kF32, 128, 128));
+  EXPECT_FALSE(cache_rows_hold(DType::kU8, 584, 128));
+  EXPECT_FALSE(cache_rows_hold(DType::kU8, 512, 512));
+  EXPECT_FALSE(cache_rows_hold(DType::kI32, 512, 512));
   EXPECT_EQ(cache_storage_dtype(DType::kF8E4M3), DType::kU8);
   EXPECT_EQ(cache_storage_dtype(DType::kBF16), DType::kBF16);
   EXPECT_EQ(cache_stored_width(DType::kF8E4M3, 512), 584);

@@ -70,9 +70,7 @@ void load_cache_row(ConstTensorView cache, int64_t page_rows, int64_t row, float
 // fp32.
 std::vector<float> load_cache_rows(const char* op, ConstTensorView cache, int64_t rows, int64_t width) {
   expect_rank(op, "cache", cache, 2);
-  const bool packs = packed_entry(cache.dtype(), cache.dim(1)) != PackedEntry::kNone;
-  if (!(packs || is_float_activation(cache.dtype())) || unpacked_width(cache.dtype(), cache.dim(1)) != width ||
-      cache.dim(0) < rows)
+  if (!cache_rows_hold(cache.dtype(), cache.dim(1), width) || cache.dim(0) < rows)
     throw UsageError(std::string(op) + ": a cache of " + std::string(dtype_name(cache.dtype())) +
                      shape_str(cache.shape()) + " cannot hold " + std::to_string(rows) + " entries of width " +
                      std::to_string(width));
