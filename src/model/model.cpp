@@ -25,15 +25,16 @@ Model::Model(Ops& ops, ModelConfig cfg, ModelWeights weights) : cfg_(std::move(c
   }
 }
 
-Model Model::load(Ops& ops, const std::filesystem::path& dir, const LoadProgressFn& progress) {
+Model Model::load(Ops& ops, const std::filesystem::path& dir, const LoadProgressFn& progress, const ExpertShare& share) {
   ModelConfig cfg = load_model_config(dir / "config.json");
   const Checkpoint checkpoint(dir);
-  ModelWeights weights = load_model_weights(ops, cfg, checkpoint, progress);
+  ModelWeights weights = load_model_weights(ops, cfg, checkpoint, progress, share);
   return Model(ops, std::move(cfg), std::move(weights));
 }
 
-Model Model::dummy(Ops& ops, ModelConfig cfg, uint64_t seed, bool share_layers, const LoadProgressFn& progress) {
-  ModelWeights weights = dummy_model_weights(ops, cfg, seed, share_layers, progress);
+Model Model::dummy(Ops& ops, ModelConfig cfg, uint64_t seed, bool share_layers, const LoadProgressFn& progress,
+                   const ExpertShare& share) {
+  ModelWeights weights = dummy_model_weights(ops, cfg, seed, share_layers, progress, share);
   return Model(ops, std::move(cfg), std::move(weights));
 }
 

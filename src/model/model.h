@@ -31,11 +31,14 @@ class Model {
   Model(Ops& ops, ModelConfig cfg, ModelWeights weights);
 
   // config.json plus the safetensors checkpoint of a model folder; `progress` hears of each tensor.
-  static Model load(Ops& ops, const std::filesystem::path& dir, const LoadProgressFn& progress = {});
+  // Of the routed experts, `share`'s: a model holding a share runs its forwards with an expert
+  // group of that rank and size (ForwardOptions::expert_group), and refuses others.
+  static Model load(Ops& ops, const std::filesystem::path& dir, const LoadProgressFn& progress = {},
+                    const ExpertShare& share = {});
   // Random weights of cfg's full geometry, made by the backend (dummy_model_weights; with
-  // share_layers, layers of one kind share their weights: benchmarks only).
+  // share_layers, layers of one kind share their weights: benchmarks only), `share`'s experts.
   static Model dummy(Ops& ops, ModelConfig cfg, uint64_t seed, bool share_layers = false,
-                     const LoadProgressFn& progress = {});
+                     const LoadProgressFn& progress = {}, const ExpertShare& share = {});
 
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return weights_; }

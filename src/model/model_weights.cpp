@@ -2,6 +2,7 @@
 // expected_tensors, checks by the Checkpoint, conversion by the backend.
 #include "model/model_weights.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <optional>
@@ -33,9 +34,17 @@ class WeightReader {
  public:
   using Maker = std::function<Weight(const ExpectedTensor& weight, const ExpectedTensor* scale)>;
   // `origin` names where the weights come from in errors (the checkpoint's path, "dummy weights").
-  WeightReader(const ModelConfig& cfg, std::string origin, Maker make, const LoadProgressFn& progress)
+  // Of the routed experts, only `share`'s tensors are expected (asking for another's throws).
+  WeightReader(const ModelConfig& cfg, const ExpertShare& share, std::string origin, Maker make,
+               const LoadProgressFn& progress)
       : origin_(std::move(origin)), make_(std::move(make)), progress_fn_(progress) {
+    check_expert_share(cfg, share);
+    const std::vector<std::string> others = other_ranks_experts(cfg, share);
     for (ExpectedTensor& e : expected_tensors(cfg)) {
+      const bool theirs = std::any_of(others.begin(), others.end(), [&](const std::string& prefix) {
+        return e.spec.name.starts_with(prefix);
+      });
+      if (theirs) continue;
       progress_.bytes_total += stored_bytes(e);
       expected_.emplace(e.spec.name, std::move(e));
     }
@@ -59,6 +68,17 @@ class WeightReader {
     if (it == expected_.end())
       throw TensorError(origin_ + ": the model needs tensor '" + name + "', which the configuration does not define");
     return it->second;
+  }
+
+  // The name prefixes of the routed experts other ranks hold ("layers.3.ffn.experts.17.").
+  static std::vector<std::string> other_ranks_experts(const ModelConfig& cfg, const ExpertShare& share) {
+    std::vector<std::string> prefixes;
+    if (share.all()) return prefixes;
+    const int64_t E = cfg->n_routed_experts, first = share.first(E), last = first + share.count(E);
+    for (int64_t l = 0; l < cfg.num_layers() + cfg.num_mtp_layers(); ++l)
+      for (int64_t e = 0; e < E; ++e)
+        if (e < first || e >= last) prefixes.push_back(layer_prefix(cfg, l) + "ffn.experts." + std::to_string(e) + ".");
+    return prefixes;
   }
 
   static uint64_t stored_bytes(const ExpectedTensor& e) {
@@ -85,7 +105,7 @@ ExpertLinears read_expert(const WeightReader& r, const std::string& prefix) {
   return {r.get(prefix + "w1.weight"), r.get(prefix + "w2.weight"), r.get(prefix + "w3.weight")};
 }
 
-LayerWeights read_layer(const WeightReader& r, const ModelConfig& cfg, int64_t layer) {
+LayerWeights read_layer(const WeightReader& r, const ModelConfig& cfg, const ExpertShare& share, int64_t layer) {
   const std::string p = layer_prefix(cfg, layer);
   LayerWeights w;
   w.attn_norm = r.get(p + "attn_norm.weight");
@@ -117,19 +137,20 @@ LayerWeights read_layer(const WeightReader& r, const ModelConfig& cfg, int64_t l
   if (hash != moe.tid2eid.has_value() || hash == moe.bias.has_value())
     throw TensorError(p + "ffn.gate: a " + std::string(hash ? "hash" : "score") + "-routed layer needs " +
                       (hash ? "tid2eid and no bias" : "a bias and no tid2eid"));
-  for (int64_t e = 0; e < cfg->n_routed_experts; ++e)
+  moe.first_expert = share.first(cfg->n_routed_experts);
+  for (int64_t e = moe.first_expert; e < moe.first_expert + share.count(cfg->n_routed_experts); ++e)
     moe.experts.push_back(read_expert(r, f + "experts." + std::to_string(e) + "."));
   moe.shared = read_expert(r, f + "shared_experts.");
   return w;
 }
 
-ModelWeights read_model(const WeightReader& r, const ModelConfig& cfg) {
+ModelWeights read_model(const WeightReader& r, const ModelConfig& cfg, const ExpertShare& share) {
   ModelWeights w;
   w.embed = r.get("embed.weight");
   w.head = r.get("head.weight");
   w.norm = r.get("norm.weight");
   w.hc_head = read_hc(r, "hc_head");
-  for (int64_t l = 0; l < cfg.num_layers(); ++l) w.layers.push_back(read_layer(r, cfg, l));
+  for (int64_t l = 0; l < cfg.num_layers(); ++l) w.layers.push_back(read_layer(r, cfg, share, l));
   for (int64_t i = 0; i < cfg.num_mtp_layers(); ++i) {
     const int64_t layer = cfg.num_layers() + i;
     const std::string p = layer_prefix(cfg, layer);
@@ -140,7 +161,7 @@ ModelWeights read_model(const WeightReader& r, const ModelConfig& cfg) {
     m.hnorm = r.get(p + "hnorm.weight");
     m.norm = r.get(p + "norm.weight");
     m.hc_head = read_hc(r, p + "hc_head");
-    m.block = read_layer(r, cfg, layer);
+    m.block = read_layer(r, cfg, share, layer);
     w.mtp.push_back(std::move(m));
   }
   return w;
@@ -148,9 +169,19 @@ ModelWeights read_model(const WeightReader& r, const ModelConfig& cfg) {
 
 }  // namespace
 
+void check_expert_share(const ModelConfig& cfg, const ExpertShare& share) {
+  const int64_t E = cfg->n_routed_experts;
+  if (share.ranks < 1 || share.rank < 0 || share.rank >= share.ranks)
+    throw UsageError("expert share: rank " + std::to_string(share.rank) + " of " + std::to_string(share.ranks) +
+                     " ranks (a rank in [0, ranks) of at least one)");
+  if (E % share.ranks != 0)
+    throw UsageError("expert share: the model's " + std::to_string(E) + " routed experts (n_routed_experts) do not split over " +
+                     std::to_string(share.ranks) + " ranks");
+}
+
 ModelWeights load_model_weights(Ops& ops, const ModelConfig& cfg, const Checkpoint& checkpoint,
-                                const LoadProgressFn& progress) {
-  const WeightReader r(cfg, checkpoint.path().string(), [&](const ExpectedTensor& e, const ExpectedTensor* scale) {
+                                const LoadProgressFn& progress, const ExpertShare& share) {
+  const WeightReader r(cfg, share, checkpoint.path().string(), [&](const ExpectedTensor& e, const ExpectedTensor* scale) {
     LoadWeightParams p;
     p.name = e.spec.name;
     p.format = e.format;
@@ -158,14 +189,14 @@ ModelWeights load_model_weights(Ops& ops, const ModelConfig& cfg, const Checkpoi
     if (scale != nullptr) p.scale = checkpoint.get(scale->spec.name, scale->spec.dtype, scale->spec.shape);
     return ops.load_weight(p);
   }, progress);
-  return read_model(r, cfg);
+  return read_model(r, cfg, share);
 }
 
 // Linears and the embedding (the bulk of the bytes) are made by the backend where they live, with
 // the spread synthetic_weights.h gives them; the small tensors whose values shape the network
 // (norms, mHC mixes, sinks, routing tables) are synthesised on the host as make-model would.
 ModelWeights dummy_model_weights(Ops& ops, const ModelConfig& cfg, uint64_t seed, bool share_layers,
-                                 const LoadProgressFn& progress) {
+                                 const LoadProgressFn& progress, const ExpertShare& share) {
   // The main layer whose weights layer l takes: itself, or with share_layers the first of its kind.
   const auto source_layer = [&](int64_t l) {
     if (!share_layers) return l;
@@ -191,7 +222,7 @@ ModelWeights dummy_model_weights(Ops& ops, const ModelConfig& cfg, uint64_t seed
     return ops.dummy_weight(p);
   };
   std::map<std::string, Weight> made;  // with share_layers: the main layers' weights by name
-  const WeightReader r(cfg, "dummy weights", [&](const ExpectedTensor& e, const ExpectedTensor*) {
+  const WeightReader r(cfg, share, "dummy weights", [&](const ExpectedTensor& e, const ExpectedTensor*) {
     for (int64_t l = 0; share_layers && l < cfg.num_layers(); ++l) {
       const std::string prefix = layer_prefix(cfg, l);
       if (e.spec.name.rfind(prefix, 0) != 0) continue;
@@ -201,7 +232,7 @@ ModelWeights dummy_model_weights(Ops& ops, const ModelConfig& cfg, uint64_t seed
     }
     return make(e);
   }, progress);
-  return read_model(r, cfg);
+  return read_model(r, cfg, share);
 }
 
 }  // namespace dsv4

@@ -48,7 +48,10 @@ struct MoeWeights {
   Weight gate;                       // [E, D]
   std::optional<Weight> bias;        // [E] f32, score-routed layers
   std::optional<Weight> tid2eid;     // [V, k], hash layers
+  // The routed experts held: all E, or an expert-parallel rank's share (ExpertShare), experts
+  // [first_expert, first_expert + experts.size()).
   std::vector<ExpertLinears> experts;
+  int64_t first_expert = 0;
   ExpertLinears shared;
 };
 
@@ -81,9 +84,23 @@ struct LoadProgress {
 };
 using LoadProgressFn = std::function<void(const LoadProgress&)>;
 
-// Reads every tensor of a checkpoint of `cfg`; TensorError names a missing or mismatched tensor.
+// Which routed experts a model's weights hold (docs/ARCHITECTURE.md "Several devices"): rank
+// `rank` of `ranks` holds experts [rank E / ranks, (rank + 1) E / ranks) of every MoE layer (MTP
+// included) and runs its forwards with an expert group of that rank and size; the default, all.
+struct ExpertShare {
+  int rank = 0;
+  int ranks = 1;
+  bool all() const { return ranks == 1; }
+  int64_t first(int64_t num_experts) const { return rank * count(num_experts); }
+  int64_t count(int64_t num_experts) const { return num_experts / ranks; }
+};
+// UsageError unless `share` is a rank of a group that splits cfg's routed experts evenly.
+void check_expert_share(const ModelConfig& cfg, const ExpertShare& share);
+
+// Reads every tensor of a checkpoint of `cfg` (of the routed experts, `share`'s; the others are
+// neither read nor counted in the progress); TensorError names a missing or mismatched tensor.
 ModelWeights load_model_weights(Ops& ops, const ModelConfig& cfg, const Checkpoint& checkpoint,
-                                const LoadProgressFn& progress = {});
+                                const LoadProgressFn& progress = {}, const ExpertShare& share = {});
 
 // Random weights of the configuration's full geometry without a checkpoint (`--load-format
 // dummy`, for speed and memory runs): linears and the embedding from Ops::dummy_weight, made where
@@ -91,7 +108,8 @@ ModelWeights load_model_weights(Ops& ops, const ModelConfig& cfg, const Checkpoi
 // With `share_layers`, each main layer takes the weights of the first main layer of its kind and
 // routing (benchmark only: a whole model's step on one GPU whose memory cannot hold every layer;
 // each layer still streams weights far larger than L2, so a step moves the bytes it would).
+// Of the routed experts, `share`'s are made (each the values it has in the whole model's).
 ModelWeights dummy_model_weights(Ops& ops, const ModelConfig& cfg, uint64_t seed, bool share_layers = false,
-                                 const LoadProgressFn& progress = {});
+                                 const LoadProgressFn& progress = {}, const ExpertShare& share = {});
 
 }  // namespace dsv4

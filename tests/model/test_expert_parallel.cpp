@@ -3,7 +3,7 @@
 // expert group, get moe_experts' bits on all experts for their tokens, gate and shared expert
 // included, with bf16 activations and FP8 activation quantisation (the default numerics); and two
 // ranks running the tiny model's forwards together, each on its own sequence, get the logits the
-// sequence gets on one device.
+// sequence gets on one device, whether each holds every expert or loads only its share.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -153,6 +153,66 @@ TEST(ExpertParallel, ARankWithoutTokensServesItsExpertsToTheOthers) {
     });
   for (std::thread& t : ranks) t.join();
   for (size_t r = 0; r < 2; ++r) EXPECT_TRUE(same_bits(got[r], want[r])) << "rank " << r;
+}
+
+// Each rank loads only its share of the routed experts (Model::load with an ExpertShare), in its
+// own backend's memory, and the two ranks' forwards still give one device's logits bit for bit.
+TEST(ExpertParallel, RanksLoadingOnlyTheirShareOfTheExpertsGetOneDevicesLogits) {
+  cpu::CpuOps load_ops(2);
+  const Model whole = Model::load(load_ops, testing::tiny_model_dir());
+  const int64_t V = whole.config()->vocab_size;
+  const std::vector<std::vector<int32_t>> prompts = {testing::test_ids(11, V, 7), testing::test_ids(63, V, 4)};
+  for (const bool exact : {false, true}) {
+    std::vector<std::vector<float>> want;
+    for (const auto& ids : prompts) want.push_back(run_sequence(whole, load_ops, ids, 2, exact, nullptr));
+    const std::vector<std::unique_ptr<ExpertComm>> group = in_process_expert_group(2);
+    std::vector<std::vector<float>> got(2);
+    std::vector<std::thread> ranks;
+    for (size_t r = 0; r < 2; ++r)
+      ranks.emplace_back([&, r] {
+        cpu::CpuOps ops(1);
+        const Model mine = Model::load(ops, testing::tiny_model_dir(), {}, {static_cast<int>(r), 2});
+        got[r] = run_sequence(mine, ops, prompts[r], 2, exact, group[r].get());
+      });
+    for (std::thread& t : ranks) t.join();
+    for (size_t r = 0; r < 2; ++r) EXPECT_TRUE(same_bits(got[r], want[r])) << "rank " << r << (exact ? ", exact math" : "");
+  }
+}
+
+// A share holds its experts alone (the others neither read nor counted in the load's progress),
+// and its forwards need the group whose rank holds them.
+TEST(ExpertParallel, AShareHoldsItsExpertsAloneAndNeedsItsGroup) {
+  cpu::CpuOps ops(1);
+  LoadProgress whole_load, share_load;
+  const Model whole = Model::load(ops, testing::tiny_model_dir(), [&](const LoadProgress& p) { whole_load = p; });
+  const Model share =
+      Model::load(ops, testing::tiny_model_dir(), [&](const LoadProgress& p) { share_load = p; }, {1, 2});
+  const int64_t E = whole.config()->n_routed_experts;
+  const ModelConfig& cfg = whole.config();
+  for (size_t l = 0; l < share.weights().layers.size(); ++l) {
+    EXPECT_EQ(share.weights().layers[l].ffn.first_expert, E / 2);
+    EXPECT_EQ(static_cast<int64_t>(share.weights().layers[l].ffn.experts.size()), E / 2);
+  }
+  for (const MtpWeights& m : share.weights().mtp) EXPECT_EQ(static_cast<int64_t>(m.block.ffn.experts.size()), E / 2);
+  // Each expert is 3 weights with their scales: 6 tensors, in every layer and MTP layer.
+  const auto layers = static_cast<size_t>(cfg.num_layers() + cfg.num_mtp_layers());
+  EXPECT_EQ(share_load.tensors_total, whole_load.tensors_total - layers * static_cast<size_t>(E / 2) * 6);
+  EXPECT_EQ(share_load.tensors_done, share_load.tensors_total);
+  EXPECT_EQ(share_load.bytes_done, share_load.bytes_total);
+  EXPECT_LT(share_load.bytes_total, whole_load.bytes_total);
+  const Model dummy_share = Model::dummy(ops, cfg, 7, false, {}, {0, 2});
+  EXPECT_EQ(static_cast<int64_t>(dummy_share.weights().layers[0].ffn.experts.size()), E / 2);
+  EXPECT_EQ(dummy_share.weights().layers[0].ffn.first_expert, 0);
+
+  SequenceCache seq = share.new_sequence(ops, 4, false);
+  ForwardBatch batch;
+  batch.add(seq, std::vector<int32_t>{1, 2});
+  EXPECT_THROW(share.forward(ops, batch), UsageError);  // no group
+  const std::vector<std::unique_ptr<ExpertComm>> solo = in_process_expert_group(1);
+  batch.options.expert_group = solo[0].get();
+  EXPECT_THROW(share.forward(ops, batch), UsageError);  // a group of one holds every expert
+  EXPECT_THROW(Model::load(ops, testing::tiny_model_dir(), {}, {2, 2}), UsageError);
+  EXPECT_THROW(Model::load(ops, testing::tiny_model_dir(), {}, {0, 3}), UsageError);  // 8 experts over 3
 }
 
 }  // namespace
