@@ -43,6 +43,12 @@ class UsageError : public Error {
   using Error::Error;
 };
 
+// An exchange among the ranks of a group failed, or a rank gave the group up (ExpertComm::abort).
+class CommError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A CUDA runtime / cuBLAS call failed; the message carries the expression, file and line.
 class CudaError : public Error {
  public:

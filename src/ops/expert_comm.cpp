@@ -2,7 +2,9 @@
 // addressed to them with their own backend's copy, and meet again before the views may go.
 #include "ops/expert_comm.h"
 
-#include <barrier>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "core/error.h"
@@ -11,10 +13,51 @@ namespace dsv4 {
 
 namespace {
 
+// A barrier that can be broken: arrive_and_wait() returns once every rank has arrived, or throws
+// CommError once abort() was called (std::barrier cannot be woken early).
+class AbortableBarrier {
+ public:
+  explicit AbortableBarrier(int ranks) : ranks_(ranks) {}
+
+  void arrive_and_wait() {
+    std::unique_lock lock(mutex_);
+    throw_if_aborted();
+    const uint64_t generation = generation_;
+    if (++arrived_ == ranks_) {
+      arrived_ = 0;
+      ++generation_;
+      all_arrived_.notify_all();
+      return;
+    }
+    all_arrived_.wait(lock, [&] { return generation_ != generation || !why_.empty(); });
+    if (generation_ == generation) throw_if_aborted();
+  }
+
+  void abort(const std::string& why) {
+    {
+      std::lock_guard lock(mutex_);
+      if (why_.empty()) why_ = why.empty() ? std::string("a rank gave the group up") : why;
+    }
+    all_arrived_.notify_all();
+  }
+
+  void throw_if_aborted() const {
+    if (!why_.empty()) throw CommError("expert group: aborted (" + why_ + ")");
+  }
+
+ private:
+  const int ranks_;
+  std::mutex mutex_;
+  std::condition_variable all_arrived_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+  std::string why_;
+};
+
 struct SharedExchange {
   explicit SharedExchange(int ranks) : posted(static_cast<size_t>(ranks)), arrive(ranks) {}
   std::vector<std::vector<ConstTensorView>> posted;  // [source][destination]
-  std::barrier<> arrive;
+  AbortableBarrier arrive;
 };
 
 class InProcessExpertComm final : public ExpertComm {
@@ -23,6 +66,7 @@ class InProcessExpertComm final : public ExpertComm {
       : shared_(std::move(shared)), rank_(rank), size_(size) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  void abort(const std::string& why) override { shared_->arrive.abort(why); }
 
   std::vector<DeviceTensor> all_to_all(Ops& ops, std::span<const ConstTensorView> send) override {
     if (static_cast<int>(send.size()) != size_)

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <span>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -86,6 +87,28 @@ TEST(ExpertParallel, ASharesSizeMustMatchTheGroup) {
   const MoeExpertsParams p{x.view(), ex.view(), w.view(), {}, nullptr, 0.0f, ActQuant::kNone, ActQuant::kNone, out.view()};
   EXPECT_THROW(moe_experts_parallel(ops, *group[0], p, 4), UsageError);  // no experts held, 4 to hold
   EXPECT_THROW(in_process_expert_group(0), UsageError);
+}
+
+// A rank that gives the group up (ExpertComm::abort) wakes the rank waiting for it in an exchange
+// with CommError, and every later exchange fails the same way, rather than wait forever.
+TEST(ExpertParallel, AnAbortedGroupFailsItsExchangesInsteadOfWaiting) {
+  const std::vector<std::unique_ptr<ExpertComm>> group = in_process_expert_group(2);
+  cpu::CpuOps ops(1);
+  const DeviceTensor rows = make_tensor(ops, DType::kBF16, {1, 4}, {1, 2, 3, 4});
+  const std::vector<ConstTensorView> send = {rows.view(), rows.view()};
+  std::string waited;
+  std::thread rank0([&] {
+    try {
+      group[0]->all_to_all(ops, send);
+    } catch (const CommError& e) {
+      waited = e.what();
+    }
+  });
+  group[1]->abort("rank 1's forward failed");
+  rank0.join();
+  EXPECT_NE(waited.find("rank 1's forward failed"), std::string::npos) << waited;
+  EXPECT_THROW(group[1]->all_to_all(ops, send), CommError);
+  EXPECT_THROW(group[0]->all_to_all(ops, send), CommError);
 }
 
 // Prefill, then `decode` single tokens, of `ids` on a fresh sequence; every step's last logits.
