@@ -24,6 +24,8 @@
 #include "model/cache_pool.h"
 #include "model/forward_runner.h"
 #include "model/model.h"
+#include "ops/expert_comm.h"
+#include "runtime/rank_threads.h"
 #include "sampling/choice_prefix.h"
 #include "sampling/json_token_mask.h"
 #include "sampling/output_constraint.h"
@@ -154,10 +156,14 @@ void RequestHandle::cancel() { stream_->cancel_requested = true; }
 
 class Engine::Impl {
  public:
-  Impl(const Model& model, Ops& ops, EngineConfig config, std::shared_ptr<const Tokenizer> tokenizer)
-      : model_(model), ops_(ops), config_(resolve(config, model, ops, sizing_)), tokenizer_(std::move(tokenizer)),
-        scheduler_(scheduler_config(config_, model)),
-        sampling_pool_(config_.sampling_threads), seeds_(std::random_device{}()) {
+  // Rank `rank` of `ranks` (EngineRank; `group` null with one rank): its request ids are rank +
+  // k ranks, so that no two ranks give out the same.
+  Impl(const Model& model, Ops& ops, EngineConfig config, std::shared_ptr<const Tokenizer> tokenizer, ExpertComm* group,
+       int rank, int ranks)
+      : model_(model), ops_(ops), group_(group), config_(resolve(config, model, ops, group, sizing_)),
+        tokenizer_(std::move(tokenizer)), scheduler_(scheduler_config(config_, model)),
+        sampling_pool_(config_.sampling_threads), seeds_(std::random_device{}()),
+        next_request_id_(static_cast<RequestId>(rank)), request_id_stride_(static_cast<RequestId>(ranks)) {
     if (config_.shared_cache_pool) {
       cache_pool_ = model_.new_cache_pool(ops_, pool_pages(), cache_dtype(config_));
       state_slots_ = model_.new_state_slots(ops_, config_.max_num_seqs, cache_dtype(config_));
@@ -191,6 +197,16 @@ class Engine::Impl {
   EngineStats stats() const {
     std::lock_guard lock(stats_mutex_);
     return stats_;
+  }
+  // Requests submitted and not finished as of the last step: what submit() balances the ranks by.
+  int64_t open_requests() const {
+    int64_t incoming = 0;
+    {
+      std::lock_guard lock(submit_mutex_);
+      incoming = static_cast<int64_t>(incoming_.size());
+    }
+    const EngineStats s = stats();
+    return incoming + s.running + s.waiting;
   }
 
  private:
@@ -251,14 +267,15 @@ class Engine::Impl {
   void draw_on_backend(std::vector<StepDraw>& draws, TensorView logits);
 
   // The config with its defaults resolved and the caches sized; `sizing` says how.
-  static EngineConfig resolve(EngineConfig c, const Model& model, Ops& ops, CacheSizing& sizing);
+  static EngineConfig resolve(EngineConfig c, const Model& model, Ops& ops, ExpertComm* group, CacheSizing& sizing);
   // The caches' dtype (after resolve, which has checked kv_cache_dtype against exact_math).
   static DType cache_dtype(const EngineConfig& c) {
     if (c.exact_math) return DType::kF32;
     return c.kv_cache_dtype == KvCacheDtype::kFp8 ? DType::kF8E4M3 : DType::kBF16;
   }
   static CacheFootprint cache_footprint(const EngineConfig& c, const Model& model);
-  static std::optional<GpuMemoryBudget> measure_device_memory(const EngineConfig& c, const Model& model, Ops& ops);
+  static std::optional<GpuMemoryBudget> measure_device_memory(const EngineConfig& c, const Model& model, Ops& ops,
+                                                              ExpertComm* group);
 
   static SchedulerConfig scheduler_config(const EngineConfig& c, const Model& model);
   CachePool::PagesByRatio pool_pages() const;
@@ -284,9 +301,14 @@ class Engine::Impl {
   void finalize(Request& r, OutputChunk& last);
   void publish_stats();
   void loop();
+  // With an expert group, after a step that ran no forward: the step's exchanges, serving this
+  // rank's experts to the others (every rank makes one forward a step). A group an earlier
+  // failure broke (CommError) is left as it is: this rank has no request to fail.
+  void serve_experts_without_tokens();
 
   const Model& model_;
   Ops& ops_;
+  ExpertComm* const group_;  // EngineRank::expert_group
   CacheSizing sizing_;  // set while config_ is resolved
   const EngineConfig config_;
   const std::shared_ptr<const Tokenizer> tokenizer_;
@@ -310,11 +332,12 @@ class Engine::Impl {
   std::unordered_map<uint64_t, std::list<std::pair<uint64_t, StateSnapshot>>::iterator> snapshot_index_;
   EngineStats counters_;  // the totals; copied into stats_ after each step
 
-  std::mutex submit_mutex_;  // guards the members below
+  mutable std::mutex submit_mutex_;  // guards the members below
   std::condition_variable wake_;
   std::vector<Submission> incoming_;
   std::mt19937_64 seeds_;
-  RequestId next_request_id_ = 0;
+  RequestId next_request_id_;
+  const RequestId request_id_stride_;
   bool stopping_ = false;
   std::thread thread_;
 
@@ -322,7 +345,7 @@ class Engine::Impl {
   EngineStats stats_;
 };
 
-EngineConfig Engine::Impl::resolve(EngineConfig c, const Model& model, Ops& ops, CacheSizing& sizing) {
+EngineConfig Engine::Impl::resolve(EngineConfig c, const Model& model, Ops& ops, ExpertComm* group, CacheSizing& sizing) {
   const int64_t max_positions = model.config()->max_position_embeddings;
   if (c.max_model_len == 0) c.max_model_len = max_positions;
   // A sequence's cache holds max_model_len positions and the forward takes none past the model's
@@ -364,7 +387,7 @@ EngineConfig Engine::Impl::resolve(EngineConfig c, const Model& model, Ops& ops,
                 : c.cache_memory_bytes > 0 ? Rule::kCacheMemoryBytes
                                            : Rule::kLongestRequests;
   if (sizing.rule == Rule::kLongestRequests && c.gpu_memory_utilization > 0) {
-    if (const std::optional<GpuMemoryBudget> budget = measure_device_memory(c, model, ops)) {
+    if (const std::optional<GpuMemoryBudget> budget = measure_device_memory(c, model, ops, group)) {
       sizing.rule = Rule::kGpuMemoryUtilization;
       sizing.budget = *budget;
       c.cache_memory_bytes = cache_memory_from_utilization(*budget, cache_footprint(c, model));
@@ -413,7 +436,8 @@ CacheFootprint Engine::Impl::cache_footprint(const EngineConfig& c, const Model&
 // forward (kernel modules, cuBLAS's state) counts. Not counted: the CUDA graphs of decode steps
 // (cuda::CudaGraphForward keeps up to 8, each with its step's activations), which come out of the
 // share left to the device, as in vLLM before it profiled graphs.
-std::optional<GpuMemoryBudget> Engine::Impl::measure_device_memory(const EngineConfig& c, const Model& model, Ops& ops) {
+std::optional<GpuMemoryBudget> Engine::Impl::measure_device_memory(const EngineConfig& c, const Model& model, Ops& ops,
+                                                                   ExpertComm* group) {
   const std::optional<DeviceMemory> loaded = ops.device_memory();
   if (!loaded) return std::nullopt;
   const ModelConfig& cfg = model.config();
@@ -435,6 +459,7 @@ std::optional<GpuMemoryBudget> Engine::Impl::measure_device_memory(const EngineC
   ForwardBatch batch;
   batch.options.exact_math = c.exact_math;
   batch.options.logits = LogitsFor::kAllTokens;
+  batch.options.expert_group = group;  // every rank profiles at once (Engine's constructor)
   for (int64_t left = tokens; left > 0;) {
     const int64_t n = std::min(left, c.max_model_len);
     SequenceCache& cache = caches.emplace_back(model.new_sequence(ops, c.max_model_len, cache_dtype(c)));
@@ -655,7 +680,8 @@ RequestHandle Engine::Impl::submit(GenerateRequest request) {
   s.max_new_tokens = max_new;
   {
     std::lock_guard lock(submit_mutex_);
-    s.stream = std::make_shared<RequestStream>(next_request_id_++, prompt);
+    s.stream = std::make_shared<RequestStream>(next_request_id_, prompt);
+    next_request_id_ += request_id_stride_;
     s.seed = request.sampling.seed.value_or(seeds_());
     s.request = std::move(request);
     incoming_.push_back(s);
@@ -818,6 +844,8 @@ bool Engine::Impl::step() {
     if (r.stream->cancel_requested) cancelled.push_back(id);
   for (SequenceId id : cancelled) end_early(requests_.at(id), FinishReason::kCancelled, "");
 
+  // With a group: whether this step's forward, and so its exchanges, began and whether it returned.
+  bool forwarded = false, forward_returned = false;
   if (scheduler_.has_work()) {
     SchedulerStep plan = scheduler_.schedule();
     for (SequenceId id : plan.preempted) requests_.at(id).cache.reset();
@@ -829,6 +857,7 @@ bool Engine::Impl::step() {
       const int64_t V = model_.config()->vocab_size, n = static_cast<int64_t>(plan.chunks.size());
       ForwardBatch batch;
       batch.options.exact_math = config_.exact_math;
+      batch.options.expert_group = group_;
       // A chunk of a prompt whose logprobs were asked for needs every token's logits: then the
       // step takes them all and picks the sampling rows on the host.
       const bool all_logits = std::any_of(plan.chunks.begin(), plan.chunks.end(), [&](const ScheduledChunk& c) {
@@ -869,8 +898,10 @@ bool Engine::Impl::step() {
                                   .subspan(static_cast<size_t>(c.start), static_cast<size_t>(c.num_tokens)));
         }
         const std::vector<SequenceCache> padding = pad_decode_batch(batch);
+        forwarded = true;
         const ForwardResult result =
             config_.runner != nullptr ? config_.runner->forward(model_, ops_, batch) : model_.forward(ops_, batch);
+        forward_returned = true;
         // The padding's rows come last (one each).
         const TensorView logits =
             slice_rows(result.logits.view(), 0, result.logits.dim(0) - static_cast<int64_t>(padding.size()));
@@ -898,9 +929,14 @@ bool Engine::Impl::step() {
         }
       } catch (const std::exception& e) {
         // A cache that could not be made, or a forward that failed and left its caches in an
-        // unknown state: the step's requests fail, the others go on.
+        // unknown state: the step's requests fail, the others go on. A rank whose forward failed
+        // gives its expert group up, so that the other ranks fail their steps rather than wait
+        // for its exchanges; one that failed before its forward still makes the step's exchanges.
+        if (group_ != nullptr && forwarded && !forward_returned)
+          group_->abort("rank " + std::to_string(group_->rank()) + "'s forward failed: " + e.what());
         for (const ScheduledChunk& c : plan.chunks)
           end_early(requests_.at(c.sequence->id), FinishReason::kError, std::string("the step failed: ") + e.what());
+        if (!forwarded) serve_experts_without_tokens();
         publish_stats();
         return !requests_.empty();
       }
@@ -941,9 +977,18 @@ bool Engine::Impl::step() {
     counters_.prefix_cache_queries = scheduler_.prefix_queried_tokens();
     counters_.prefix_cache_hits = scheduler_.prefix_hit_tokens();
   }
+  if (!forwarded) serve_experts_without_tokens();
   publish_stats();
   std::lock_guard lock(submit_mutex_);
   return !requests_.empty() || !incoming_.empty();
+}
+
+void Engine::Impl::serve_experts_without_tokens() {
+  if (group_ == nullptr) return;
+  try {
+    model_.forward_without_tokens(ops_, *group_, config_.exact_math);
+  } catch (const CommError&) {
+  }
 }
 
 void Engine::Impl::emit(Request& r, const TokenChoice& choice, EngineClock::time_point now,
@@ -1108,17 +1153,168 @@ void Engine::Impl::loop() {
   }
 }
 
+class Engine::Lockstep {
+ public:
+  explicit Lockstep(int ranks) : threads(ranks) {}
+  RankThreads threads;
+  std::mutex mutex;  // guards the members below
+  std::condition_variable wake;
+  bool submitted = false;  // a request came since the engine thread last looked
+  bool stopping = false;
+  std::thread thread;
+};
+
+namespace {
+
+// UsageError unless `ranks` are one expert group's ranks in order over models of one config.
+void check_ranks(std::span<const EngineRank> ranks, const EngineConfig& config) {
+  if (ranks.empty()) throw UsageError("engine: no rank to run on");
+  const auto n = static_cast<int>(ranks.size());
+  for (int r = 0; r < n; ++r) {
+    const EngineRank& rank = ranks[static_cast<size_t>(r)];
+    const std::string name = "engine: rank " + std::to_string(r) + " of " + std::to_string(n);
+    if (rank.model == nullptr || rank.ops == nullptr) throw UsageError(name + " has no model or no backend");
+    if (n == 1 && rank.expert_group == nullptr) continue;
+    if (rank.expert_group == nullptr || rank.expert_group->size() != n || rank.expert_group->rank() != r)
+      throw UsageError(name + " needs rank " + std::to_string(r) + " of an expert group of " + std::to_string(n) +
+                       (rank.expert_group == nullptr ? std::string(", not none")
+                                                     : ", not rank " + std::to_string(rank.expert_group->rank()) +
+                                                           " of " + std::to_string(rank.expert_group->size())));
+    const ModelParams& mine = rank.model->config().params();
+    const ModelParams& first = ranks[0].model->config().params();
+    if (mine.vocab_size != first.vocab_size || mine.num_hidden_layers != first.num_hidden_layers ||
+        mine.hidden_size != first.hidden_size || mine.n_routed_experts != first.n_routed_experts)
+      throw UsageError(name + "'s model is not rank 0's (vocab_size, num_hidden_layers, hidden_size or n_routed_experts differ)");
+  }
+  if (n > 1 && config.runner != nullptr)
+    throw UsageError("engine: " + std::to_string(n) + " data-parallel ranks run their steps eagerly, without a ForwardRunner");
+}
+
+// The sum of the ranks' stats. EngineStats is all counts and sums, so each field adds.
+EngineStats add_stats(EngineStats a, const EngineStats& b) {
+  static_assert(sizeof(EngineStats) == 24 * 8, "a field added to EngineStats must be summed here");
+  a.running += b.running;
+  a.waiting += b.waiting;
+  a.cache_blocks_total += b.cache_blocks_total;
+  a.cache_blocks_used += b.cache_blocks_used;
+  a.cache_blocks_cached += b.cache_blocks_cached;
+  a.state_slots_used += b.state_slots_used;
+  a.prefix_snapshots += b.prefix_snapshots;
+  a.prefix_snapshot_bytes += b.prefix_snapshot_bytes;
+  a.steps = std::max(a.steps, b.steps);  // the ranks step together: one engine step each
+  a.prompt_tokens += b.prompt_tokens;
+  a.generation_tokens += b.generation_tokens;
+  a.computed_tokens += b.computed_tokens;
+  a.prompt_tokens_computed += b.prompt_tokens_computed;
+  a.preemptions += b.preemptions;
+  a.prefix_cache_queries += b.prefix_cache_queries;
+  a.prefix_cache_hits += b.prefix_cache_hits;
+  a.requests_finished += b.requests_finished;
+  a.requests_cancelled += b.requests_cancelled;
+  a.requests_failed += b.requests_failed;
+  a.time_to_first_token_s_sum += b.time_to_first_token_s_sum;
+  a.time_to_first_token_count += b.time_to_first_token_count;
+  a.time_per_output_token_s_sum += b.time_per_output_token_s_sum;
+  a.time_per_output_token_count += b.time_per_output_token_count;
+  a.end_to_end_s_sum += b.end_to_end_s_sum;
+  return a;
+}
+
+}  // namespace
+
 Engine::Engine(const Model& model, Ops& ops, EngineConfig config, std::shared_ptr<const Tokenizer> tokenizer)
-    : impl_(std::make_unique<Impl>(model, ops, config, std::move(tokenizer))) {}
-Engine::~Engine() = default;
-RequestHandle Engine::submit(GenerateRequest request) { return impl_->submit(std::move(request)); }
-void Engine::start() { impl_->start(); }
-void Engine::stop() { impl_->stop(); }
-bool Engine::step() { return impl_->step(); }
-const EngineConfig& Engine::config() const { return impl_->config(); }
-const CacheSizing& Engine::cache_sizing() const { return impl_->cache_sizing(); }
-int64_t Engine::cache_bytes() const { return impl_->cache_bytes(); }
-EngineStats Engine::stats() const { return impl_->stats(); }
+    : Engine(std::span<const EngineRank>(std::vector<EngineRank>{{&model, &ops, nullptr}}), config, std::move(tokenizer)) {}
+
+Engine::Engine(std::span<const EngineRank> ranks, EngineConfig config, std::shared_ptr<const Tokenizer> tokenizer) {
+  check_ranks(ranks, config);
+  const auto n = static_cast<int>(ranks.size());
+  if (n == 1) {
+    ranks_.push_back(std::make_unique<Impl>(*ranks[0].model, *ranks[0].ops, config, std::move(tokenizer),
+                                            ranks[0].expert_group, 0, 1));
+    return;
+  }
+  lockstep_ = std::make_unique<Lockstep>(n);
+  ranks_.resize(ranks.size());
+  // Each rank on its thread, together: with gpu_memory_utilization a rank's profile step exchanges
+  // with the others. A rank that cannot start gives the group up, so the others fail too.
+  lockstep_->threads.run([&](int r) {
+    const EngineRank& rank = ranks[static_cast<size_t>(r)];
+    try {
+      ranks_[static_cast<size_t>(r)] =
+          std::make_unique<Impl>(*rank.model, *rank.ops, config, tokenizer, rank.expert_group, r, n);
+    } catch (const std::exception& e) {
+      rank.expert_group->abort("rank " + std::to_string(r) + " could not start: " + e.what());
+      throw;
+    }
+  });
+}
+
+Engine::~Engine() { stop(); }
+
+RequestHandle Engine::submit(GenerateRequest request) {
+  if (!lockstep_) return ranks_[0]->submit(std::move(request));
+  size_t least = 0;
+  int64_t least_open = ranks_[0]->open_requests();
+  for (size_t r = 1; r < ranks_.size(); ++r)
+    if (const int64_t open = ranks_[r]->open_requests(); open < least_open) {
+      least = r;
+      least_open = open;
+    }
+  RequestHandle handle = ranks_[least]->submit(std::move(request));
+  {
+    std::lock_guard lock(lockstep_->mutex);
+    lockstep_->submitted = true;
+  }
+  lockstep_->wake.notify_all();
+  return handle;
+}
+
+void Engine::start() {
+  if (!lockstep_) return ranks_[0]->start();
+  std::lock_guard lock(lockstep_->mutex);
+  if (lockstep_->thread.joinable()) throw UsageError("engine: the engine thread is already running");
+  lockstep_->stopping = false;
+  lockstep_->thread = std::thread([this] {
+    bool busy = true;
+    for (;;) {
+      {
+        std::unique_lock wait(lockstep_->mutex);
+        if (!busy) lockstep_->wake.wait(wait, [this] { return lockstep_->stopping || lockstep_->submitted; });
+        if (lockstep_->stopping) return;
+        lockstep_->submitted = false;
+      }
+      busy = step_ranks_together();
+    }
+  });
+}
+
+void Engine::stop() {
+  if (!lockstep_) return ranks_[0]->stop();
+  {
+    std::lock_guard lock(lockstep_->mutex);
+    lockstep_->stopping = true;
+  }
+  lockstep_->wake.notify_all();
+  if (lockstep_->thread.joinable()) lockstep_->thread.join();
+}
+
+bool Engine::step() { return lockstep_ ? step_ranks_together() : ranks_[0]->step(); }
+
+bool Engine::step_ranks_together() {
+  std::vector<char> busy(ranks_.size(), 0);
+  lockstep_->threads.run([&](int r) { busy[static_cast<size_t>(r)] = ranks_[static_cast<size_t>(r)]->step(); });
+  return std::any_of(busy.begin(), busy.end(), [](char b) { return b != 0; });
+}
+
+const EngineConfig& Engine::config() const { return ranks_[0]->config(); }
+const CacheSizing& Engine::cache_sizing() const { return ranks_[0]->cache_sizing(); }
+int64_t Engine::cache_bytes() const { return ranks_[0]->cache_bytes(); }
+
+EngineStats Engine::stats() const {
+  EngineStats sum = ranks_[0]->stats();
+  for (size_t r = 1; r < ranks_.size(); ++r) sum = add_stats(sum, ranks_[r]->stats());
+  return sum;
+}
 
 int default_sampling_threads() {
   return static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 16));

@@ -39,6 +39,17 @@
 // SamplingParams::bad_words_ids bans its tokens on top of both; when the ban leaves no token, the
 // request ends the same way with a message naming bad_words.
 //
+// Data parallelism (docs/ARCHITECTURE.md "Several devices"; vLLM's --data-parallel-size with
+// --enable-expert-parallel): an engine of several ranks (EngineRank), each a model holding its
+// share of the routed experts on a backend of its own. A request lives on one rank, whose
+// scheduler, caches and sampling are its own (attention is data parallel); EngineConfig holds
+// for each rank (max_num_seqs, the caches' sizing). Every forward exchanges the MoE layers' rows
+// among the ranks, so the ranks step together, each on a thread of its own (runtime/rank_threads.h),
+// and a rank with nothing to run serves its experts to the others (Model::forward_without_tokens).
+// submit() hands a request to the rank with the fewest open requests; stats() sums the ranks'.
+// A rank's forward that fails gives the expert group up (ExpertComm::abort): the other ranks'
+// steps fail too, and every later step's requests fail naming the first failure.
+//
 // Refused at submit (UsageError, message for the client): an empty prompt, an id outside the
 // vocabulary (prompt, stop ids, logit_bias, allowed_token_ids, bad_words_ids), prompt + max_tokens longer than
 // max_model_len, sampling values out of range, stop strings or a constrained output format
@@ -50,6 +61,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -61,6 +73,7 @@
 
 namespace dsv4 {
 
+class ExpertComm;
 class ForwardRunner;
 class Model;
 class Ops;
@@ -334,11 +347,23 @@ struct EngineStats {
   }
 };
 
+// One data-parallel rank of an engine (see above); what it points at must outlive the engine.
+struct EngineRank {
+  const Model* model = nullptr;        // the rank's weights: its share of the routed experts, or all
+  Ops* ops = nullptr;                  // the rank's backend, where its caches live and its steps run
+  ExpertComm* expert_group = nullptr;  // rank r of a group of every rank; null for an engine of one
+};
+
 class Engine {
  public:
   // `model` and `ops` must outlive the engine. Without a tokenizer chunks carry no text and
   // stop strings are refused. Throws UsageError for a config out of range.
   Engine(const Model& model, Ops& ops, EngineConfig config, std::shared_ptr<const Tokenizer> tokenizer = nullptr);
+  // An engine of data-parallel ranks (see above): rank r is ranks[r], its expert group's rank r of
+  // ranks.size() (an engine of one rank may have none). Each rank's state is made on its own
+  // thread. UsageError for ranks that do not make one group, models of different configs, or a
+  // ForwardRunner with several ranks (their steps run eagerly).
+  Engine(std::span<const EngineRank> ranks, EngineConfig config, std::shared_ptr<const Tokenizer> tokenizer = nullptr);
   // Stops the engine thread; requests still open end with kCancelled.
   ~Engine();
   Engine(const Engine&) = delete;
@@ -356,17 +381,22 @@ class Engine {
   // requests remain open.
   bool step();
 
-  // The config with every default resolved (max_model_len, num_cache_blocks).
+  // The config with every default resolved (max_model_len, num_cache_blocks), of each rank.
   const EngineConfig& config() const;
-  // What the caches take at most: the blocks' pages and max_num_seqs sequences' fixed-size state,
-  // in the dtype of the engine's forwards (bf16; f32 with exact_math).
+  int data_parallel_size() const { return static_cast<int>(ranks_.size()); }
+  // What the caches take at most, on each rank: the blocks' pages and max_num_seqs sequences'
+  // fixed-size state, in the engine's cache dtype.
   int64_t cache_bytes() const;
   const CacheSizing& cache_sizing() const;
+  // The ranks' stats summed.
   EngineStats stats() const;
 
  private:
-  class Impl;
-  std::unique_ptr<Impl> impl_;
+  class Impl;     // one rank: its scheduler, caches, requests and steps (engine.cpp)
+  class Lockstep;  // several ranks: their threads and the engine thread stepping them together
+  bool step_ranks_together();
+  std::vector<std::unique_ptr<Impl>> ranks_;
+  std::unique_ptr<Lockstep> lockstep_;  // null with one rank
 };
 
 }  // namespace dsv4

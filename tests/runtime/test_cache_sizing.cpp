@@ -21,6 +21,7 @@
 #include "model/cache.h"
 #include "model/cache_pool.h"
 #include "model/model.h"
+#include "ops/expert_comm.h"
 #include "runtime/cache_sizing.h"
 #include "runtime/engine.h"
 
@@ -278,6 +279,34 @@ TEST_F(EngineCacheSizing, ASmallShareIsRefusedWithTheNumbers) {
   expect_usage_error([&] { Engine e(*model_, *ops_, config(0.8)); },
                      {"less than one sequence of max_model_len 512", "lower --max-model-len"});
   EXPECT_EQ(ops_->live() + ops_->other_bytes, in_use);  // nothing left behind
+}
+
+// Data-parallel ranks (runtime/engine.h) profile their devices together, each rank's step
+// exchanging its MoE rows with the other's, and each sizes its caches from its own device: a rank
+// holding half of the routed experts has their bytes more room than the whole model leaves.
+TEST_F(EngineCacheSizing, DataParallelRanksProfileTogetherAndSizeTheirOwnDevices) {
+  ops_->total_bytes = total_for(0.8, 200 * kMiB);
+  const std::vector<std::unique_ptr<ExpertComm>> group = in_process_expert_group(2);
+  std::vector<std::unique_ptr<FakeDeviceOps>> devices;
+  std::vector<Model> shares;
+  std::vector<EngineRank> ranks;
+  for (int r = 0; r < 2; ++r) devices.push_back(std::make_unique<FakeDeviceOps>());
+  for (int r = 0; r < 2; ++r) shares.push_back(Model::load(*devices[static_cast<size_t>(r)], DSV4_TINY_MODEL_DIR, {}, {r, 2}));
+  for (int r = 0; r < 2; ++r) {
+    FakeDeviceOps& d = *devices[static_cast<size_t>(r)];
+    d.other_bytes = ops_->other_bytes;
+    d.total_bytes = ops_->total_bytes;  // the whole model's device
+    EXPECT_LT(d.live(), ops_->live());
+    ranks.push_back({&shares[static_cast<size_t>(r)], &d, group[static_cast<size_t>(r)].get()});
+  }
+  const int64_t whole_blocks = Engine(*model_, *ops_, config(0.8)).config().num_cache_blocks;
+  const int64_t in_use = devices[0]->live() + devices[0]->other_bytes;
+  Engine engine(ranks, config(0.8));
+  const CacheSizing& s = engine.cache_sizing();
+  ASSERT_EQ(s.rule, CacheSizing::Rule::kGpuMemoryUtilization);
+  EXPECT_EQ(s.budget.used_bytes, in_use);
+  EXPECT_GT(engine.config().num_cache_blocks, whole_blocks);
+  EXPECT_EQ(engine.stats().cache_blocks_total, 2 * engine.config().num_cache_blocks);
 }
 
 }  // namespace
