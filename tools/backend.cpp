@@ -105,34 +105,37 @@ void add_gpu_options(CLI::App* cmd, GpuOptions& gpu) {
       ->default_str("auto");
   cmd->add_option("--tensor-parallel-size", gpu.tensor_parallel_size,
                   "Devices each layer is split over (vLLM's flag). Only 1: DeepSeek-V4 has one KV head, so "
-                  "tensor-parallel attention would keep the whole KV cache on every device; several GPUs are "
-                  "to run data-parallel attention with expert parallelism, which is not built yet")
+                  "tensor-parallel attention would keep the whole KV cache on every device; several devices run "
+                  "data-parallel attention with expert parallelism instead (--data-parallel-size N "
+                  "--enable-expert-parallel)")
       ->check(CLI::PositiveNumber)
       ->default_str("1");
   cmd->add_option("--data-parallel-size", gpu.data_parallel_size,
-                  "Devices that each run attention for their own requests (vLLM's flag). Only 1 so far: "
-                  "dsv4 runs on one device")
+                  "Ranks that each run attention for their own requests, with --enable-expert-parallel each "
+                  "holding 1/N of the routed experts and exchanging tokens with the others at every MoE layer "
+                  "(vLLM's flags). serve and bench throughput, on --device cpu so far (one process, a thread "
+                  "and a backend per rank); the CUDA backend's exchange is not built yet")
       ->check(CLI::PositiveNumber)
       ->default_str("1");
   cmd->add_flag("--enable-expert-parallel", gpu.expert_parallel,
-                "Spread the routed experts over the data-parallel devices (vLLM's flag); with one device, "
-                "the only size dsv4 runs, every expert stays on it and the flag changes nothing");
+                "Spread the routed experts over the data-parallel ranks, 1/N each (vLLM's flag): needed with "
+                "--data-parallel-size above 1; with one rank every expert stays on it and the flag changes "
+                "nothing");
 }
 
 namespace {
 
-// Refuses what the parallel flags ask beyond one device, naming the flag and what to use.
+// Refuses what the parallel flags ask beyond one device (make_engine_ranks takes several ranks),
+// naming the flag and what to use.
 void check_parallel_sizes(const GpuOptions& gpu) {
   if (gpu.tensor_parallel_size > 1)
     throw UsageError("--tensor-parallel-size " + std::to_string(gpu.tensor_parallel_size) +
                      ": dsv4 does not split layers over devices: DeepSeek-V4 has one KV head, so every device "
-                     "would hold the whole KV cache; several GPUs are to run data-parallel attention with "
-                     "expert parallelism (--data-parallel-size N --enable-expert-parallel), which is not built "
-                     "yet: dsv4 runs on one device");
+                     "would hold the whole KV cache; several devices run data-parallel attention with expert "
+                     "parallelism instead (--data-parallel-size N --enable-expert-parallel)");
   if (gpu.data_parallel_size > 1)
     throw UsageError("--data-parallel-size " + std::to_string(gpu.data_parallel_size) +
-                     ": serving over several devices (data-parallel attention with expert parallelism) is not "
-                     "built yet: dsv4 runs on one device");
+                     ": only serve and bench throughput run several data-parallel ranks");
 }
 
 }  // namespace

@@ -32,8 +32,8 @@ std::string_view attention_choice_name(AttentionChoice choice);
 enum class Fp4ExpertsChoice { kAuto, kOn, kOff };
 
 // The CUDA backend's options (the CPU backend ignores them: it runs fork/joins in order and has
-// one GEMM), and how many devices a command would spread the model over (vLLM's flags; dsv4 runs
-// on one device so far, and make_backend refuses more by name).
+// one GEMM), and how many ranks a command spreads the model over (vLLM's flags; make_engine_ranks
+// makes several, make_backend refuses more than one by name).
 struct GpuOptions {
   MultiStreamPolicy multi_stream;
   Fp8GemmChoice fp8_gemm = Fp8GemmChoice::kMma;
@@ -60,7 +60,8 @@ void add_gpu_options(CLI::App* cmd, GpuOptions& gpu);
 
 // The backend for `device`; `threads` is the CPU backend's thread count (0: all cores);
 // `exact_math`: whether the command runs exact math (which reads no FP4 weights as stored).
-// Throws UsageError for a tensor- or data-parallel size above 1 (naming the flag and why), for cuda
+// Throws UsageError for a tensor- or data-parallel size above 1 (naming the flag and why; several
+// ranks are tools/engine_ranks.h's), for cuda
 // when this build has no CUDA backend, and CudaError when no GPU can be used.
 std::unique_ptr<Ops> make_backend(Device device, int threads, const GpuOptions& gpu = {}, bool exact_math = false);
 

@@ -18,6 +18,7 @@
 #include "tools/backend.h"
 #include "tools/commands.h"
 #include "tools/engine_options.h"
+#include "tools/engine_ranks.h"
 #include "tools/model_source.h"
 #include "tools/serving_report.h"
 
@@ -49,13 +50,12 @@ int64_t random_length(std::mt19937_64& rng, int64_t length, double range_ratio) 
 }
 
 void run_bench_throughput(const ThroughputOptions& o) {
-  const std::unique_ptr<Ops> ops = make_backend(o.device, o.threads, o.gpu, o.engine.exact_math);
-  const Model model = load_model(*ops, o.source);
-  const std::unique_ptr<ForwardRunner> runner = make_forward_runner(*ops, o.gpu);
+  const EngineRanks ranks = make_engine_ranks(o.device, o.threads, o.gpu, o.engine.exact_math, o.source);
+  const Model& model = ranks.model();
   EngineConfig config = o.engine;
-  config.runner = runner.get();
+  config.runner = ranks.runner.get();
   apply_cache_options(o.cache, config);
-  Engine engine(model, *ops, config);
+  Engine engine(ranks.ranks(), config);
   const EngineConfig& c = engine.config();
   std::fprintf(stderr,
                "bench throughput: %lld prompts, input %lld (%lld of them a shared prefix), output %lld tokens "

@@ -99,10 +99,13 @@ void print_cache_report(const char* command, const Engine& engine) {
       break;
   }
   const long long tokens = static_cast<long long>(c.num_cache_blocks * c.block_size);
+  const std::string ranks = engine.data_parallel_size() > 1
+                                ? " on each of " + std::to_string(engine.data_parallel_size()) + " data-parallel ranks"
+                                : "";
   std::fprintf(stderr,
-               "%s: cache: %s of %s entries %s: %lld blocks of %lld tokens: %lld tokens, %.2f sequences of "
+               "%s: cache%s: %s of %s entries %s: %lld blocks of %lld tokens: %lld tokens, %.2f sequences of "
                "max_model_len %lld at once; prefix caching %s\n",
-               command, size_str(engine.cache_bytes()).c_str(),
+               command, ranks.c_str(), size_str(engine.cache_bytes()).c_str(),
                c.exact_math ? "f32" : c.kv_cache_dtype == KvCacheDtype::kFp8 ? "fp8" : "bf16", how.c_str(), static_cast<long long>(c.num_cache_blocks),
                static_cast<long long>(c.block_size), tokens, static_cast<double>(tokens) / static_cast<double>(c.max_model_len),
                static_cast<long long>(c.max_model_len), c.enable_prefix_caching ? "on" : "off");

@@ -30,7 +30,7 @@ void apply_cache_options(const CacheOptions& options, EngineConfig& config);
 // config.long_prefill_token_threshold.
 void add_long_prefill_option(CLI::App* cmd, EngineConfig& config);
 
-// "`command`: cache: X GiB of <dtype> entries from <how>: N blocks of B tokens: T tokens, C
+// "`command`: cache[ on each of N data-parallel ranks]: X GiB of <dtype> entries from <how>: N blocks of B tokens: T tokens, C
 // sequences of max_model_len at once; prefix caching on|off" on stderr: how the size was chosen (Engine::cache_sizing: with
 // --gpu-memory-utilization the device's total and what was in use, or that the flag does not apply
 // to a backend without device memory), how many tokens fit and how many longest requests run at once.

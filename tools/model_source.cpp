@@ -2,6 +2,7 @@
 #include "tools/model_source.h"
 
 #include <filesystem>
+#include <string>
 
 #include "config/model_config.h"
 #include "config/presets.h"
@@ -39,16 +40,18 @@ ModelConfig model_config_of(const std::string& model) {
   }
 }
 
-Model load_model(Ops& ops, const ModelSource& source) {
-  ProgressLine line(source.format == LoadFormat::kSafetensors ? "loading weights" : "making dummy weights");
+Model load_model(Ops& ops, const ModelSource& source, const ExpertShare& share) {
+  std::string what = source.format == LoadFormat::kSafetensors ? "loading weights" : "making dummy weights";
+  if (!share.all()) what += " (rank " + std::to_string(share.rank) + " of " + std::to_string(share.ranks) + ")";
+  ProgressLine line(what);
   const LoadProgressFn progress = [&](const LoadProgress& p) {
     line.report(p.tensors_done, p.tensors_total, p.bytes_done, p.bytes_total);
   };
   if (source.format == LoadFormat::kSafetensors) {
     if (source.dummy_share_layers) throw UsageError("--dummy-share-layers needs --load-format dummy");
-    return Model::load(ops, source.model, progress);
+    return Model::load(ops, source.model, progress, share);
   }
-  return Model::dummy(ops, model_config_of(source.model), source.dummy_seed, source.dummy_share_layers, progress);
+  return Model::dummy(ops, model_config_of(source.model), source.dummy_seed, source.dummy_share_layers, progress, share);
 }
 
 }  // namespace dsv4::tools

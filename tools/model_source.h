@@ -29,8 +29,9 @@ void add_model_options(CLI::App* cmd, ModelSource& source);
 // The configuration of MODEL: MODEL/config.json when MODEL is a folder, else the preset of that name.
 ModelConfig model_config_of(const std::string& model);
 
-// The model on `ops`. Dummy weights take the configuration from model_config_of(MODEL); the
-// safetensors files are not read. UsageError for --dummy-share-layers without dummy weights.
-Model load_model(Ops& ops, const ModelSource& source);
+// The model on `ops`, with `share`'s routed experts. Dummy weights take the configuration from
+// model_config_of(MODEL); the safetensors files are not read. UsageError for --dummy-share-layers
+// without dummy weights.
+Model load_model(Ops& ops, const ModelSource& source, const ExpertShare& share = {});
 
 }  // namespace dsv4::tools

@@ -20,6 +20,7 @@
 #include "tools/backend.h"
 #include "tools/commands.h"
 #include "tools/engine_options.h"
+#include "tools/engine_ranks.h"
 #include "tools/model_source.h"
 
 namespace dsv4::tools {
@@ -84,13 +85,11 @@ void run_serve(ServeOptions o) {
   const int port = http.start();
   std::fprintf(stderr, "serve: listening on http://%s:%d (model %s loading)\n", o.server.host.c_str(), port,
                o.server.served_model_name.c_str());
-  const std::unique_ptr<Ops> ops = make_backend(o.device, o.threads, o.gpu);
-  const Model model = load_model(*ops, o.source);
-  const std::unique_ptr<ForwardRunner> runner = make_forward_runner(*ops, o.gpu);
+  const EngineRanks ranks = make_engine_ranks(o.device, o.threads, o.gpu, false, o.source);
   EngineConfig config = o.engine;
-  config.runner = runner.get();
+  config.runner = ranks.runner.get();
   apply_cache_options(o.cache, config);
-  Engine engine(model, *ops, config, tokenizer);
+  Engine engine(ranks.ranks(), config, tokenizer);
   print_cache_report("serve", engine);
   std::fprintf(stderr, "serve: ready: max_model_len %lld, max_num_seqs %lld, max_num_batched_tokens %lld\n",
                static_cast<long long>(engine.config().max_model_len),

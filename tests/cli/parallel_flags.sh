@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# vLLM's parallel flags on the commands that run a model: sizes above one device are refused
-# before anything loads, naming the flag and why (DeepSeek-V4's one KV head for tensor
-# parallelism; multi-device serving not built yet for data parallelism), a size of 0 is a usage
-# error, and the one-device spelling (sizes 1, --enable-expert-parallel) runs.
+# vLLM's parallel flags on the commands that run a model: tensor parallelism above 1 is refused
+# before anything loads, naming the flag and why (DeepSeek-V4's one KV head); data parallelism
+# runs two ranks on the CPU with expert parallelism and is refused by name without it, with
+# --device cuda (not built yet), for experts that do not split, and on commands other than serve
+# and bench throughput; a size of 0 is a usage error, and the one-device spelling (sizes 1,
+# --enable-expert-parallel) runs.
 set -euo pipefail
 dsv4=$1
 work=$(mktemp -d)
@@ -16,8 +18,19 @@ run() {
 if run --tensor-parallel-size 2; then fail "--tensor-parallel-size 2 was accepted"; fi
 grep -q -- "--tensor-parallel-size 2: .*one KV head" "$work/err.txt" || fail "the refusal: $(cat "$work/err.txt")"
 if grep -q "dummy weights" "$work/err.txt"; then fail "the model loaded before the refusal: $(cat "$work/err.txt")"; fi
-if run --data-parallel-size 4 --enable-expert-parallel; then fail "--data-parallel-size 4 was accepted"; fi
-grep -q -- "--data-parallel-size 4: .*one device" "$work/err.txt" || fail "the refusal: $(cat "$work/err.txt")"
+if run --data-parallel-size 2; then fail "--data-parallel-size 2 without expert parallelism was accepted"; fi
+grep -q -- "--data-parallel-size 2 needs --enable-expert-parallel" "$work/err.txt" || fail "the refusal: $(cat "$work/err.txt")"
+if grep -q "dummy weights" "$work/err.txt"; then fail "the model loaded before the refusal: $(cat "$work/err.txt")"; fi
+if run --data-parallel-size 2 --enable-expert-parallel --device cuda; then fail "--device cuda with 2 ranks was accepted"; fi
+grep -q -- "--data-parallel-size 2 --device cuda: .*not built yet" "$work/err.txt" || fail "the refusal: $(cat "$work/err.txt")"
+if run --data-parallel-size 3 --enable-expert-parallel; then fail "the tiny preset's 8 experts over 3 ranks were accepted"; fi
+grep -q -- "routed experts (n_routed_experts) do not split over 3 ranks" "$work/err.txt" || fail "the refusal: $(cat "$work/err.txt")"
+run --data-parallel-size 2 --enable-expert-parallel || fail "two ranks: $(cat "$work/err.txt")"
+grep -q "cache on each of 2 data-parallel ranks" "$work/err.txt" || fail "no per-rank cache line: $(cat "$work/err.txt")"
+grep -q "Successful requests: *1" "$work/out.txt" || fail "two ranks served no request: $(cat "$work/out.txt")"
+if "$dsv4" generate --model tiny --load-format dummy --prompt-ids 1,2 --max-new-tokens 1 --data-parallel-size 2 \
+  --enable-expert-parallel >"$work/out.txt" 2>"$work/err.txt"; then fail "generate ran 2 ranks"; fi
+grep -q -- "--data-parallel-size 2: only serve and bench throughput" "$work/err.txt" || fail "the refusal: $(cat "$work/err.txt")"
 if run --tensor-parallel-size 0; then fail "--tensor-parallel-size 0 was accepted"; fi
 grep -q -- "--tensor-parallel-size" "$work/err.txt" || fail "the size-0 error does not name the flag: $(cat "$work/err.txt")"
 run --tensor-parallel-size 1 --data-parallel-size 1 --enable-expert-parallel || fail "one device: $(cat "$work/err.txt")"
