@@ -1,5 +1,6 @@
-// The in-process expert group: ranks post their send views, meet at a barrier, copy what is
-// addressed to them with their own backend's copy, and meet again before the views may go.
+// The in-process expert group: ranks post their send views once their backend has written them,
+// meet at a barrier, copy what is addressed to them with their own backend's copy, and meet again
+// once the copies are done, before the views may go.
 #include "ops/expert_comm.h"
 
 #include <condition_variable>
@@ -72,6 +73,7 @@ class InProcessExpertComm final : public ExpertComm {
     if (static_cast<int>(send.size()) != size_)
       throw UsageError("expert all_to_all: rank " + std::to_string(rank_) + " sends " + std::to_string(send.size()) +
                        " messages to a group of " + std::to_string(size_));
+    ops.synchronize();  // the rows are written (an asynchronous backend may still be writing them)
     shared_->posted[static_cast<size_t>(rank_)].assign(send.begin(), send.end());
     shared_->arrive.arrive_and_wait();  // every rank has posted
     std::vector<DeviceTensor> received;
