@@ -72,6 +72,29 @@ class RecordingObserver : public ForwardObserver {
   std::map<std::string, Record> records;
 };
 
+// The last logits of every step of a fresh sequence on `ops` (host or device memory): `ids`
+// prefilled, then `decode` single tokens ((7 step + 3) mod 100), with the forwards' MoE layers
+// across `group` (null: none).
+inline std::vector<float> sequence_logits(const Model& model, Ops& ops, const std::vector<int32_t>& ids, int64_t decode,
+                                          bool exact, ExpertComm* group) {
+  SequenceCache seq = model.new_sequence(ops, static_cast<int64_t>(ids.size()) + decode, exact);
+  std::vector<float> logits;
+  for (int64_t step = 0; step <= decode; ++step) {
+    const std::vector<int32_t> chunk = step == 0 ? ids : std::vector<int32_t>{static_cast<int32_t>((7 * step + 3) % 100)};
+    ForwardBatch batch;
+    batch.options.exact_math = exact;
+    batch.options.logits = LogitsFor::kLastTokenOfSequence;
+    batch.options.expert_group = group;
+    batch.add(seq, chunk);
+    const DeviceTensor step_logits = model.forward(ops, batch).logits;
+    Tensor host(step_logits.dtype(), step_logits.shape());
+    ops.download(step_logits.view(), host.view());
+    const std::vector<float> l = to_floats(host.view());
+    logits.insert(logits.end(), l.begin(), l.end());
+  }
+  return logits;
+}
+
 // The final hidden rows [n, D] of a forward of `ids` on `cache` (no logits: they are a
 // row-independent product of these rows).
 inline std::vector<float> forward_hidden(const Model& model, Ops& ops, SequenceCache& cache, std::span<const int32_t> ids,

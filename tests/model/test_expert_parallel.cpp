@@ -111,24 +111,6 @@ TEST(ExpertParallel, AnAbortedGroupFailsItsExchangesInsteadOfWaiting) {
   EXPECT_THROW(group[0]->all_to_all(ops, send), CommError);
 }
 
-// Prefill, then `decode` single tokens, of `ids` on a fresh sequence; every step's last logits.
-std::vector<float> run_sequence(const Model& model, Ops& ops, const std::vector<int32_t>& ids, int64_t decode,
-                                bool exact, ExpertComm* group) {
-  SequenceCache seq = model.new_sequence(ops, static_cast<int64_t>(ids.size()) + decode, exact);
-  std::vector<float> logits;
-  for (int64_t step = 0; step <= decode; ++step) {
-    const std::vector<int32_t> chunk = step == 0 ? ids : std::vector<int32_t>{static_cast<int32_t>((7 * step + 3) % 100)};
-    ForwardBatch batch;
-    batch.options.exact_math = exact;
-    batch.options.logits = LogitsFor::kLastTokenOfSequence;
-    batch.options.expert_group = group;
-    batch.add(seq, chunk);
-    const std::vector<float> l = to_floats(model.forward(ops, batch).logits.view());
-    logits.insert(logits.end(), l.begin(), l.end());
-  }
-  return logits;
-}
-
 TEST(ExpertParallel, TwoRanksRunningTheModelTogetherGetOneDevicesLogits) {
   cpu::CpuOps load_ops(2);
   const Model model = Model::load(load_ops, testing::tiny_model_dir());
@@ -136,14 +118,14 @@ TEST(ExpertParallel, TwoRanksRunningTheModelTogetherGetOneDevicesLogits) {
   const std::vector<std::vector<int32_t>> prompts = {testing::test_ids(37, V, 5), testing::test_ids(90, V, 6)};
   for (const bool exact : {false, true}) {
     std::vector<std::vector<float>> want;
-    for (const auto& ids : prompts) want.push_back(run_sequence(model, load_ops, ids, 3, exact, nullptr));
+    for (const auto& ids : prompts) want.push_back(testing::sequence_logits(model, load_ops, ids, 3, exact, nullptr));
     const std::vector<std::unique_ptr<ExpertComm>> group = in_process_expert_group(2);
     std::vector<std::vector<float>> got(2);
     std::vector<std::thread> ranks;
     for (size_t r = 0; r < 2; ++r)
       ranks.emplace_back([&, r] {
         cpu::CpuOps ops(1);
-        got[r] = run_sequence(model, ops, prompts[r], 3, exact, group[r].get());
+        got[r] = testing::sequence_logits(model, ops, prompts[r], 3, exact, group[r].get());
       });
     for (std::thread& t : ranks) t.join();
     for (size_t r = 0; r < 2; ++r) EXPECT_TRUE(same_bits(got[r], want[r])) << "rank " << r << (exact ? ", exact math" : "");
@@ -160,7 +142,7 @@ TEST(ExpertParallel, ARankWithoutTokensServesItsExpertsToTheOthers) {
   const std::vector<std::vector<int32_t>> prompts = {testing::test_ids(45, V, 8), testing::test_ids(20, V, 9)};
   const int64_t decode = 2, steps = decode + 1;
   std::vector<std::vector<float>> want;
-  for (const auto& ids : prompts) want.push_back(run_sequence(model, load_ops, ids, decode, false, nullptr));
+  for (const auto& ids : prompts) want.push_back(testing::sequence_logits(model, load_ops, ids, decode, false, nullptr));
   const std::vector<std::unique_ptr<ExpertComm>> group = in_process_expert_group(2);
   std::vector<std::vector<float>> got(2);
   std::vector<std::thread> ranks;
@@ -170,7 +152,7 @@ TEST(ExpertParallel, ARankWithoutTokensServesItsExpertsToTheOthers) {
       ExpertComm& comm = *group[r];
       if (r == 1)
         for (int64_t s = 0; s < steps; ++s) model.forward_without_tokens(ops, comm, false);
-      got[r] = run_sequence(model, ops, prompts[r], decode, false, &comm);
+      got[r] = testing::sequence_logits(model, ops, prompts[r], decode, false, &comm);
       if (r == 0)
         for (int64_t s = 0; s < steps; ++s) model.forward_without_tokens(ops, comm, false);
     });
@@ -187,7 +169,7 @@ TEST(ExpertParallel, RanksLoadingOnlyTheirShareOfTheExpertsGetOneDevicesLogits) 
   const std::vector<std::vector<int32_t>> prompts = {testing::test_ids(11, V, 7), testing::test_ids(63, V, 4)};
   for (const bool exact : {false, true}) {
     std::vector<std::vector<float>> want;
-    for (const auto& ids : prompts) want.push_back(run_sequence(whole, load_ops, ids, 2, exact, nullptr));
+    for (const auto& ids : prompts) want.push_back(testing::sequence_logits(whole, load_ops, ids, 2, exact, nullptr));
     const std::vector<std::unique_ptr<ExpertComm>> group = in_process_expert_group(2);
     std::vector<std::vector<float>> got(2);
     std::vector<std::thread> ranks;
@@ -195,7 +177,7 @@ TEST(ExpertParallel, RanksLoadingOnlyTheirShareOfTheExpertsGetOneDevicesLogits) 
       ranks.emplace_back([&, r] {
         cpu::CpuOps ops(1);
         const Model mine = Model::load(ops, testing::tiny_model_dir(), {}, {static_cast<int>(r), 2});
-        got[r] = run_sequence(mine, ops, prompts[r], 2, exact, group[r].get());
+        got[r] = testing::sequence_logits(mine, ops, prompts[r], 2, exact, group[r].get());
       });
     for (std::thread& t : ranks) t.join();
     for (size_t r = 0; r < 2; ++r) EXPECT_TRUE(same_bits(got[r], want[r])) << "rank " << r << (exact ? ", exact math" : "");
