@@ -505,6 +505,10 @@ class Ops {
   virtual std::string_view name() const = 0;
   // Waits until all work queued so far is done (synchronous backends return at once).
   virtual void synchronize() {}
+  // Makes the calling thread one that may use this backend: a backend bound to one of several
+  // devices makes its device the thread's current one. A thread other than the one that made
+  // the backend calls it before its first op (an engine's rank threads do).
+  virtual void bind_thread() {}
 
   // The device's memory once the work queued so far is done, memory the backend keeps pooled for
   // reuse counted as free; each call starts the period the next call's peak_backend_bytes covers.

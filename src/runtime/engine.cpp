@@ -1236,9 +1236,11 @@ Engine::Engine(std::span<const EngineRank> ranks, EngineConfig config, std::shar
   lockstep_ = std::make_unique<Lockstep>(n);
   ranks_.resize(ranks.size());
   // Each rank on its thread, together: with gpu_memory_utilization a rank's profile step exchanges
-  // with the others. A rank that cannot start gives the group up, so the others fail too.
+  // with the others. A rank that cannot start gives the group up, so the others fail too. The
+  // thread binds the rank's backend first, once: a rank keeps its thread for every step.
   lockstep_->threads.run([&](int r) {
     const EngineRank& rank = ranks[static_cast<size_t>(r)];
+    rank.ops->bind_thread();
     try {
       ranks_[static_cast<size_t>(r)] =
           std::make_unique<Impl>(*rank.model, *rank.ops, config, tokenizer, rank.expert_group, r, n);

@@ -2,12 +2,14 @@
 // each a backend of its own holding half of the tiny model's routed experts, serve a mix of
 // greedy and seeded requests and give each the tokens and logprobs one rank holding every expert
 // gives it, bit for bit, stepping on the caller's thread or on the engine's; both ranks take
-// requests, and every block comes back. A rank whose forward fails fails the group's steps instead
+// requests, every block comes back, and each rank's thread binds its backend (Ops::bind_thread). A rank whose forward fails fails the group's steps instead
 // of leaving the others waiting; ranks that do not make one group are refused.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -232,6 +234,52 @@ TEST_F(DataParallelEngine, ARankWhoseForwardFailsFailsTheGroupInsteadOfHanging) 
   EXPECT_EQ(r.finish, FinishReason::kError);
   EXPECT_NE(r.error.find("expert group: aborted"), std::string::npos) << r.error;
   EXPECT_EQ(e.stats().cache_blocks_used, 0);
+}
+
+// The CPU backend that remembers which threads bound it (Ops::bind_thread) and counts the ops run
+// on a thread that did not.
+class BindingOps final : public testing::CpuForwardingOps {
+ public:
+  std::string_view name() const override { return "cpu-binding"; }
+  void bind_thread() override {
+    std::lock_guard lock(mutex_);
+    bound_.insert(std::this_thread::get_id());
+  }
+  void embed(const EmbedParams& p) override {
+    {
+      std::lock_guard lock(mutex_);
+      if (!bound_.contains(std::this_thread::get_id())) ++unbound_ops;
+      ++ops;
+    }
+    cpu_.embed(p);
+  }
+  int ops = 0;
+  int unbound_ops = 0;
+
+ private:
+  std::mutex mutex_;
+  std::set<std::thread::id> bound_;
+};
+
+// A backend bound to one device of several must be used from threads that made it current: each
+// rank's thread binds its backend before the rank's state is made, and keeps it for every step.
+TEST_F(DataParallelEngine, EveryRankThreadBindsItsBackend) {
+  const std::vector<std::unique_ptr<ExpertComm>> group = in_process_expert_group(2);
+  BindingOps backends[2];
+  std::vector<Model> models;
+  for (int r = 0; r < 2; ++r) models.push_back(Model::load(backends[r], DSV4_TINY_MODEL_DIR, {}, {r, 2}));
+  const std::vector<EngineRank> ranks = {{&models[0], &backends[0], group[0].get()},
+                                         {&models[1], &backends[1], group[1].get()}};
+  Engine e(ranks, small_config());
+  std::vector<RequestHandle> handles;
+  for (const GenerateRequest& r : requests()) handles.push_back(e.submit(r));
+  for (int i = 0; i < 10000 && e.step(); ++i) {
+  }
+  for (RequestHandle& h : handles) EXPECT_EQ(drain(h).finish, FinishReason::kLength);
+  for (const BindingOps& b : backends) {
+    EXPECT_GT(b.ops, 0);
+    EXPECT_EQ(b.unbound_ops, 0);
+  }
 }
 
 class NoRunner final : public ForwardRunner {
