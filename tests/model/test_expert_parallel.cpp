@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -111,6 +112,9 @@ TEST(ExpertParallel, AnAbortedGroupFailsItsExchangesInsteadOfWaiting) {
   EXPECT_THROW(group[0]->all_to_all(ops, send), CommError);
 }
 
+// Two ranks run their forwards together, each on its own sequence, holding every expert (and using
+// its share) or loading only its share (Model::load with an ExpertShare, in its own backend's
+// memory): each sequence gets one device's logits bit for bit.
 TEST(ExpertParallel, TwoRanksRunningTheModelTogetherGetOneDevicesLogits) {
   cpu::CpuOps load_ops(2);
   const Model model = Model::load(load_ops, testing::tiny_model_dir());
@@ -119,16 +123,23 @@ TEST(ExpertParallel, TwoRanksRunningTheModelTogetherGetOneDevicesLogits) {
   for (const bool exact : {false, true}) {
     std::vector<std::vector<float>> want;
     for (const auto& ids : prompts) want.push_back(testing::sequence_logits(model, load_ops, ids, 3, exact, nullptr));
-    const std::vector<std::unique_ptr<ExpertComm>> group = in_process_expert_group(2);
-    std::vector<std::vector<float>> got(2);
-    std::vector<std::thread> ranks;
-    for (size_t r = 0; r < 2; ++r)
-      ranks.emplace_back([&, r] {
-        cpu::CpuOps ops(1);
-        got[r] = testing::sequence_logits(model, ops, prompts[r], 3, exact, group[r].get());
-      });
-    for (std::thread& t : ranks) t.join();
-    for (size_t r = 0; r < 2; ++r) EXPECT_TRUE(same_bits(got[r], want[r])) << "rank " << r << (exact ? ", exact math" : "");
+    for (const bool share_alone : {false, true}) {
+      const std::vector<std::unique_ptr<ExpertComm>> group = in_process_expert_group(2);
+      std::vector<std::vector<float>> got(2);
+      std::vector<std::thread> ranks;
+      for (size_t r = 0; r < 2; ++r)
+        ranks.emplace_back([&, r] {
+          cpu::CpuOps ops(1);
+          const std::optional<Model> share =
+              share_alone ? std::optional(Model::load(ops, testing::tiny_model_dir(), {}, {static_cast<int>(r), 2}))
+                          : std::nullopt;
+          got[r] = testing::sequence_logits(share ? *share : model, ops, prompts[r], 3, exact, group[r].get());
+        });
+      for (std::thread& t : ranks) t.join();
+      for (size_t r = 0; r < 2; ++r)
+        EXPECT_TRUE(same_bits(got[r], want[r])) << "rank " << r << (exact ? ", exact math" : "")
+                                                << (share_alone ? ", its share loaded alone" : ", every expert held");
+    }
   }
 }
 
@@ -158,30 +169,6 @@ TEST(ExpertParallel, ARankWithoutTokensServesItsExpertsToTheOthers) {
     });
   for (std::thread& t : ranks) t.join();
   for (size_t r = 0; r < 2; ++r) EXPECT_TRUE(same_bits(got[r], want[r])) << "rank " << r;
-}
-
-// Each rank loads only its share of the routed experts (Model::load with an ExpertShare), in its
-// own backend's memory, and the two ranks' forwards still give one device's logits bit for bit.
-TEST(ExpertParallel, RanksLoadingOnlyTheirShareOfTheExpertsGetOneDevicesLogits) {
-  cpu::CpuOps load_ops(2);
-  const Model whole = Model::load(load_ops, testing::tiny_model_dir());
-  const int64_t V = whole.config()->vocab_size;
-  const std::vector<std::vector<int32_t>> prompts = {testing::test_ids(11, V, 7), testing::test_ids(63, V, 4)};
-  for (const bool exact : {false, true}) {
-    std::vector<std::vector<float>> want;
-    for (const auto& ids : prompts) want.push_back(testing::sequence_logits(whole, load_ops, ids, 2, exact, nullptr));
-    const std::vector<std::unique_ptr<ExpertComm>> group = in_process_expert_group(2);
-    std::vector<std::vector<float>> got(2);
-    std::vector<std::thread> ranks;
-    for (size_t r = 0; r < 2; ++r)
-      ranks.emplace_back([&, r] {
-        cpu::CpuOps ops(1);
-        const Model mine = Model::load(ops, testing::tiny_model_dir(), {}, {static_cast<int>(r), 2});
-        got[r] = testing::sequence_logits(mine, ops, prompts[r], 2, exact, group[r].get());
-      });
-    for (std::thread& t : ranks) t.join();
-    for (size_t r = 0; r < 2; ++r) EXPECT_TRUE(same_bits(got[r], want[r])) << "rank " << r << (exact ? ", exact math" : "");
-  }
 }
 
 // A share holds its experts alone (the others neither read nor counted in the load's progress),

@@ -33,6 +33,7 @@
 #include "model/forward_runner.h"
 #include "model/model.h"
 #include "cpu_forwarding_ops.h"
+#include "engine_test_util.h"
 #include "runtime/engine.h"
 #include "runtime/stats_log.h"
 #include "sampling/regex_nfa.h"
@@ -41,54 +42,6 @@
 
 namespace dsv4 {
 namespace {
-
-std::vector<int32_t> ids(int64_t n, uint32_t seed) {
-  std::vector<int32_t> out(static_cast<size_t>(n));
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& id : out) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    id = static_cast<int32_t>((s >> 33) % 100000);
-  }
-  return out;
-}
-
-// Everything a stream delivered.
-struct Result {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  std::vector<int32_t> ranks;
-  std::vector<int32_t> top_ids;       // every token's top logprobs, one after the other
-  std::vector<float> top_logprobs;
-  std::string text;
-  FinishReason finish = FinishReason::kError;
-  OutputChunk last;
-};
-
-Result drain(RequestHandle& h) {
-  Result r;
-  while (!h.done()) {
-    OutputChunk c = h.next();
-    for (const GeneratedToken& t : c.tokens) {
-      r.tokens.push_back(t.id);
-      r.logprobs.push_back(t.logprob);
-      r.ranks.push_back(t.rank);
-      for (const TokenLogprob& top : t.top) {
-        r.top_ids.push_back(top.id);
-        r.top_logprobs.push_back(top.logprob);
-      }
-    }
-    r.text += c.text;
-    if (c.finish) {
-      r.finish = *c.finish;
-      r.last = std::move(c);
-    }
-  }
-  return r;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 GenerateRequest request(std::vector<int32_t> prompt, int64_t max_tokens, float temperature = 0.0f) {
   GenerateRequest r;

@@ -20,47 +20,11 @@
 #include "model/forward_runner.h"
 #include "model/model.h"
 #include "ops/expert_comm.h"
+#include "engine_test_util.h"
 #include "runtime/engine.h"
 
 namespace dsv4 {
 namespace {
-
-std::vector<int32_t> ids(int64_t n, uint32_t seed) {
-  std::vector<int32_t> out(static_cast<size_t>(n));
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 3;
-  for (auto& id : out) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    id = static_cast<int32_t>((s >> 33) % 100000);
-  }
-  return out;
-}
-
-struct Result {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  FinishReason finish = FinishReason::kError;
-  std::string error;
-};
-
-Result drain(RequestHandle& h) {
-  Result r;
-  while (!h.done()) {
-    const OutputChunk c = h.next();
-    for (const GeneratedToken& t : c.tokens) {
-      r.tokens.push_back(t.id);
-      r.logprobs.push_back(t.logprob);
-    }
-    if (c.finish) {
-      r.finish = *c.finish;
-      r.error = c.error;
-    }
-  }
-  return r;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 // Nine requests of different lengths, greedy and seeded at two temperatures.
 std::vector<GenerateRequest> requests() {
@@ -154,7 +118,7 @@ TEST_F(DataParallelEngine, TwoRanksGiveOneRanksTokensBitForBit) {
     for (size_t i = 0; i < handles.size(); ++i) {
       ++on_rank[handles[i].id() % 2];  // rank r gives out ids r + 2k
       const Result got = drain(handles[i]);
-      EXPECT_EQ(got.finish, FinishReason::kLength) << what << ", request " << i << ": " << got.error;
+      EXPECT_EQ(got.finish, FinishReason::kLength) << what << ", request " << i << ": " << got.last.error;
       EXPECT_EQ(got.tokens, want[i].tokens) << what << ", request " << i;
       EXPECT_TRUE(same_bits(got.logprobs, want[i].logprobs)) << what << ", request " << i;
     }
@@ -224,15 +188,15 @@ TEST_F(DataParallelEngine, ARankWhoseForwardFailsFailsTheGroupInsteadOfHanging) 
   for (RequestHandle& h : handles) {
     const Result r = drain(h);
     EXPECT_EQ(r.finish, FinishReason::kError);
-    EXPECT_NE(r.error.find(h.id() % 2 == 1 ? "sparse attention broke" : "rank 1's forward failed"), std::string::npos)
-        << r.error;
+    EXPECT_NE(r.last.error.find(h.id() % 2 == 1 ? "sparse attention broke" : "rank 1's forward failed"), std::string::npos)
+        << r.last.error;
   }
   RequestHandle later = e.submit(requests()[0]);
   for (int i = 0; i < 100 && e.step(); ++i) {
   }
   const Result r = drain(later);
   EXPECT_EQ(r.finish, FinishReason::kError);
-  EXPECT_NE(r.error.find("expert group: aborted"), std::string::npos) << r.error;
+  EXPECT_NE(r.last.error.find("expert group: aborted"), std::string::npos) << r.last.error;
   EXPECT_EQ(e.stats().cache_blocks_used, 0);
 }
 
@@ -316,7 +280,7 @@ TEST_F(DataParallelEngine, RanksThatDoNotMakeOneGroupAreRefused) {
   }
   const Result r = drain(h);
   EXPECT_EQ(r.finish, FinishReason::kError);
-  EXPECT_NE(r.error.find("need an expert group"), std::string::npos) << r.error;
+  EXPECT_NE(r.last.error.find("need an expert group"), std::string::npos) << r.last.error;
 }
 
 }  // namespace
