@@ -3,7 +3,7 @@
 # concurrency 4 whose saved JSON and printed block must add up, a Poisson-rate chat run, a run on a
 # shared prompt prefix that the server's prefix cache serves, and a
 # wrong key and a wrong URL, which must be counted as failures and fail the command with a clear
-# message; a concurrency sweep plotted by scripts/plot_bench_serve.py (matplotlib in the .venv
+# message; a run against two data-parallel ranks; a concurrency sweep plotted by scripts/plot_bench_serve.py (matplotlib in the .venv
 # scripts/setup.sh makes). Usage: bench_serve.sh DSV4 PYTHON
 set -euo pipefail
 dsv4=$1
@@ -164,4 +164,22 @@ if timeout 60 "$dsv4" bench serve --base-url "$url" --model tiny --num-prompts 2
 grep -q "^Failed requests: *2" "$work/url.txt" || fail "dead URL: $(cat "$work/url.txt")"
 grep -q "2 of 2 requests failed; the first: $url/v1/completions: Connection error" "$work/url.err" \
   || fail "dead URL message: $(cat "$work/url.err")"
+
+# Two data-parallel ranks, each holding half of the experts (--data-parallel-size 2
+# --enable-expert-parallel): every request served, the start-up line per rank, the metrics summed.
+start_server "$dsv4" "$work" --max-num-seqs 4 --data-parallel-size 2 --enable-expert-parallel
+grep -q "cache on each of 2 data-parallel ranks" "$work/serve.log" || fail "no per-rank cache line"
+timeout 60 "$dsv4" bench serve --base-url "$url" --api-key sekrit --num-prompts 8 --random-input-len 32 \
+  --random-output-len 6 --max-concurrency 8 --ignore-eos --save-result --result-dir "$work/results" \
+  --result-filename dp2.json >"$work/dp2.txt" || fail "bench serve on two ranks: $(cat "$work/dp2.txt")"
+python3 - "$work/results/dp2.json" "$url" <<'PY' || fail "two ranks"
+import json, re, sys, urllib.request
+r = json.load(open(sys.argv[1]))
+assert r["completed"] == 8 and r["failed"] == 0 and r["output_lens"] == [6] * 8, r
+request = urllib.request.Request(sys.argv[2] + "/metrics", headers={"Authorization": "Bearer sekrit"})
+text = urllib.request.urlopen(request, timeout=30).read().decode()
+tokens = float(re.search(r"^dsv4:generation_tokens_total\{[^}]*\} (\S+)$", text, re.M).group(1))
+assert tokens == 48, tokens
+PY
+stop_server
 echo "ok"

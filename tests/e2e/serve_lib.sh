@@ -1,5 +1,5 @@
 # Sourced by the e2e scripts: starts `dsv4 serve` with the tiny model on 127.0.0.1 and stops it.
-# start_server DSV4 WORK [SERVE_FLAGS...] makes WORK/tiny, starts the server on a free port with
+# start_server DSV4 WORK [SERVE_FLAGS...] makes WORK/tiny (once), starts the server on a free port with
 # the key "sekrit" and waits until it is ready; it sets server_pid and url. fail names what went
 # wrong and shows the server's log. The caller's EXIT trap should call stop_server_now.
 server_pid=""
@@ -10,7 +10,7 @@ stop_server_now() { [ -n "$server_pid" ] && kill -9 "$server_pid" 2>/dev/null ||
 start_server() {
   local dsv4=$1 dir=$2
   shift 2
-  "$dsv4" make-model --preset tiny --seed 1 --out "$dir/tiny" >/dev/null
+  [ -d "$dir/tiny" ] || "$dsv4" make-model --preset tiny --seed 1 --out "$dir/tiny" >/dev/null
   "$dsv4" serve --model "$dir/tiny" --served-model-name tiny --port 0 --api-key sekrit --max-model-len 256 \
     --threads 2 "$@" 2>"$dir/serve.log" &
   server_pid=$!
