@@ -1,0 +1,85 @@
+// The serving engine's own host time per decode step: the scheduler, the step's bookkeeping,
+// the draws' plans and the tokens' delivery, with a forward and a sampler that cost nothing (a
+// runner that only advances the caches and hands back one logits tensor, and a backend whose
+// sample_rows writes token 0), so that what is left is what the engine adds to a GPU step.
+// Usage: bench_engine_host [STEPS]; prints ms a step at 1, 16, 64 and 256 running sequences.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "config/presets.h"
+#include "cpu_forwarding_ops.h"
+#include "model/forward_runner.h"
+#include "model/model.h"
+#include "runtime/engine.h"
+
+namespace dsv4 {
+namespace {
+
+// The CPU backend with a draw that costs nothing (every row draws token 0).
+class FreeSamplingOps final : public testing::CpuForwardingOps {
+ public:
+  std::string_view name() const override { return "cpu-free-sampling"; }
+  void sample_rows(const SampleRowsParams& p) override { std::memset(p.out.bytes(), 0, p.out.nbytes()); }
+};
+
+// A forward that costs nothing: each sequence's caches advance by its tokens; the logits are one
+// tensor of zeros per batch size.
+class FreeForward final : public ForwardRunner {
+ public:
+  FreeForward(Ops& ops, int64_t vocab) : ops_(ops), vocab_(vocab) {}
+  ForwardResult forward(const Model&, Ops&, const ForwardBatch& batch) override {
+    for (const SequenceChunk& c : batch.sequences) c.cache->advance(c.num_tokens);
+    const auto n = static_cast<int64_t>(batch.sequences.size());
+    if (logits_.empty() || logits_.dim(0) != n) logits_ = ops_.alloc(DType::kF32, {n, vocab_});
+    ForwardResult r;
+    r.logits = logits_;
+    return r;
+  }
+
+ private:
+  Ops& ops_;
+  int64_t vocab_;
+  DeviceTensor logits_;
+};
+
+void run(int steps) {
+  FreeSamplingOps ops;
+  const Model model = Model::dummy(ops, preset_config("tiny"), 0);
+  FreeForward forward(ops, model.config()->vocab_size);
+  std::printf("sequences  ms a decode step (engine host time, free forward and draws)\n");
+  for (const int n : {1, 16, 64, 256}) {
+    EngineConfig c;
+    c.max_model_len = 4096;
+    c.max_num_seqs = n;
+    c.max_num_batched_tokens = 8192;
+    c.enable_prefix_caching = true;
+    c.runner = &forward;
+    Engine e(model, ops, c);
+    std::vector<RequestHandle> handles;
+    for (int i = 0; i < n; ++i) {
+      GenerateRequest r;
+      r.prompt.assign(100, static_cast<int32_t>(i + 1));
+      r.stop.max_tokens = steps + 20;
+      r.stop.ignore_eos = true;
+      r.sampling.temperature = 0.0f;
+      handles.push_back(e.submit(r));
+    }
+    for (int i = 0; i < 10; ++i) e.step();  // the prefills and the first decode steps
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) e.step();
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+    std::printf("%9d  %.4f\n", n, ms);
+  }
+}
+
+}  // namespace
+}  // namespace dsv4
+
+int main(int argc, char** argv) {
+  dsv4::run(argc > 1 ? std::atoi(argv[1]) : 500);
+  return 0;
+}
