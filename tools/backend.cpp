@@ -113,8 +113,8 @@ void add_gpu_options(CLI::App* cmd, GpuOptions& gpu) {
   cmd->add_option("--data-parallel-size", gpu.data_parallel_size,
                   "Ranks that each run attention for their own requests, with --enable-expert-parallel each "
                   "holding 1/N of the routed experts and exchanging tokens with the others at every MoE layer "
-                  "(vLLM's flags). serve and bench throughput, on --device cpu so far (one process, a thread "
-                  "and a backend per rank); the CUDA backend's exchange is not built yet")
+                  "(vLLM's flags). serve, bench throughput and bench step, on --device cpu so far (one process, "
+                  "a thread and a backend per rank); the CUDA backend's exchange is not built yet")
       ->check(CLI::PositiveNumber)
       ->default_str("1");
   cmd->add_flag("--enable-expert-parallel", gpu.expert_parallel,
@@ -135,7 +135,7 @@ void check_parallel_sizes(const GpuOptions& gpu) {
                      "parallelism instead (--data-parallel-size N --enable-expert-parallel)");
   if (gpu.data_parallel_size > 1)
     throw UsageError("--data-parallel-size " + std::to_string(gpu.data_parallel_size) +
-                     ": only serve and bench throughput run several data-parallel ranks");
+                     ": only serve, bench throughput and bench step run several data-parallel ranks");
 }
 
 }  // namespace

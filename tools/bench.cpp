@@ -22,8 +22,10 @@
 #include "config/model_config.h"
 #include "model/model.h"
 #include "ops/profiling_ops.h"
+#include "runtime/rank_threads.h"
 #include "tools/backend.h"
 #include "tools/commands.h"
+#include "tools/engine_ranks.h"
 #include "tools/json_file.h"
 #include "tools/model_source.h"
 
@@ -336,27 +338,124 @@ void run_bench_layers(const BenchOptions& o) {
 
 // Bytes a decode step of `batch` tokens at position `pos` must move: every layer's weights (the
 // routed experts the batch is expected to touch), the cache entries each token reads, the head.
-double step_bytes(const Model& model, const std::vector<LayerCost>& costs, int64_t batch, int64_t pos) {
+// With `ranks` expert-parallel ranks, one rank's: its `batch` tokens' entries, and its share of
+// the experts the ranks' batch x ranks tokens touch.
+double step_bytes(const Model& model, const std::vector<LayerCost>& costs, int64_t batch, int64_t pos,
+                  int64_t ranks = 1) {
   const ModelConfig& cfg = model.config();
   double bytes = weight_bytes(model.weights().head) + weight_bytes(model.weights().norm);
   for (int64_t l = 0; l < cfg.num_layers(); ++l) {
     const LayerCost& c = costs[static_cast<size_t>(l)];
     const Visible v = visible_at(cfg, cfg.compress_ratio(l), pos);
-    bytes += c.fixed_bytes + distinct_experts(cfg, batch) * c.expert_bytes +
+    bytes += c.fixed_bytes + distinct_experts(cfg, batch * ranks) / static_cast<double>(ranks) * c.expert_bytes +
              static_cast<double>(batch) * (kKvEntryBytes * v.keys + kIndexKeyBytes * v.indexed);
   }
   return bytes;
 }
 
+// bench step over --data-parallel-size ranks with expert parallelism (tools/engine_ranks.h): every
+// rank prefills the context and runs decode steps of `batch` sequences of its own, all together
+// (each forward exchanges its MoE rows), each on its own thread. A row's time is a step of all
+// ranks, its tokens the ranks' together, its floor one rank's bytes (its sequences' entries, its
+// share of the experts the ranks' tokens touch) at one device's rate. Eager, without profiles.
+void run_bench_step_ranks(const BenchOptions& o, const ModelConfig& cfg) {
+  const std::vector<std::unique_ptr<Ops>> backends = make_rank_backends(o.device, o.threads, o.gpu, false);
+  const auto n = static_cast<int>(backends.size());
+  std::fprintf(stderr, "bench: making dummy weights of %s (layers of one kind share them) on %d ranks...\n",
+               cfg.source().c_str(), n);
+  std::vector<Model> models;
+  for (int r = 0; r < n; ++r) {
+    backends[static_cast<size_t>(r)]->bind_thread();
+    models.push_back(Model::dummy(*backends[static_cast<size_t>(r)], cfg, o.source.dummy_seed, true, {}, {r, n}));
+  }
+  const std::vector<std::unique_ptr<ExpertComm>> group = make_expert_group(backends);
+  RankThreads threads(n);
+  threads.run([&](int r) { backends[static_cast<size_t>(r)]->bind_thread(); });
+  std::vector<LayerCost> costs;
+  for (int64_t l = 0; l < cfg.num_layers(); ++l)
+    costs.push_back(layer_cost(cfg, models[0].weights().layers.at(static_cast<size_t>(l))));
+  nlohmann::json report = {{"model", cfg.source()}, {"backend", std::string(backends[0]->name())},
+                           {"context", o.context}, {"layers", cfg.num_layers()}, {"data_parallel_size", n}};
+  std::printf("%s, %lld layers + head, %d data-parallel ranks of the %s backend with expert parallelism, eager; "
+              "floors are one rank's bytes at the H200's rate (ENV.md)\n",
+              cfg.source().c_str(), static_cast<long long>(cfg.num_layers()), n, std::string(backends[0]->name()).c_str());
+  std::printf("%-16s %12s %9s %12s %12s %8s\n", "run", "median ms", "range %", "tokens/s", "floor ms", "x floor");
+
+  // Each rank's forward of `chunks[r]` tokens of each of its sequences; returns when every rank's
+  // results are in.
+  const auto forward_all = [&](std::vector<std::vector<SequenceCache>>& seqs, int64_t tokens, LogitsFor logits) {
+    threads.run([&](int r) {
+      Ops& ops = *backends[static_cast<size_t>(r)];
+      ForwardBatch batch;
+      batch.options.logits = logits;
+      batch.options.expert_group = group[static_cast<size_t>(r)].get();
+      std::vector<std::vector<int32_t>> ids;
+      for (SequenceCache& seq : seqs[static_cast<size_t>(r)]) {
+        std::vector<int32_t>& mine = ids.emplace_back(static_cast<size_t>(tokens));
+        for (int64_t i = 0; i < tokens; ++i)
+          mine[static_cast<size_t>(i)] = static_cast<int32_t>(((seq.length() + i) * 7919 + 13 * r) % cfg->vocab_size);
+        batch.add(seq, mine);
+      }
+      wait_for(ops, models[static_cast<size_t>(r)].forward(ops, batch).final_hidden);
+    });
+  };
+  const int64_t fill = o.context, steps = o.iters * o.repeats + 1;
+  std::vector<std::vector<SequenceCache>> base(static_cast<size_t>(n));
+  threads.run([&](int r) {
+    base[static_cast<size_t>(r)].push_back(
+        models[static_cast<size_t>(r)].new_sequence(*backends[static_cast<size_t>(r)], fill + steps, false));
+  });
+  std::fprintf(stderr, "bench: prefill of %lld tokens on every rank...\n", static_cast<long long>(fill));
+  const auto prefill_start = Clock::now();
+  for (int64_t begin = 0; begin < fill; begin += o.prefill_chunk)
+    forward_all(base, std::min(o.prefill_chunk, fill - begin), LogitsFor::kNone);
+  const double prefill_seconds = seconds_since(prefill_start);
+  std::printf("%-16s %12.3f %9s %12.1f\n", ("prefill " + std::to_string(fill)).c_str(), prefill_seconds * 1e3, "",
+              static_cast<double>(fill * n) / prefill_seconds);
+  report["rows"].push_back({{"run", "prefill " + std::to_string(fill)}, {"ms", prefill_seconds * 1e3},
+                            {"tokens_per_s", static_cast<double>(fill * n) / prefill_seconds}});
+  for (const int64_t batch_size : o.batches) {
+    std::fprintf(stderr, "bench: decode, batch %lld a rank at context %lld...\n", static_cast<long long>(batch_size),
+                 static_cast<long long>(fill));
+    std::vector<std::vector<SequenceCache>> seqs(static_cast<size_t>(n));
+    threads.run([&](int r) {
+      for (int64_t s = 0; s < batch_size; ++s)
+        seqs[static_cast<size_t>(r)].push_back(clone_sequence(models[static_cast<size_t>(r)],
+                                                              *backends[static_cast<size_t>(r)],
+                                                              base[static_cast<size_t>(r)].front()));
+    });
+    forward_all(seqs, 1, LogitsFor::kLastTokenOfSequence);
+    const Timing t = repeat(o.repeats, [&] {
+      const auto begin = Clock::now();
+      for (int64_t i = 0; i < o.iters; ++i) forward_all(seqs, 1, LogitsFor::kLastTokenOfSequence);
+      return seconds_since(begin) / static_cast<double>(o.iters);
+    });
+    const double tokens = static_cast<double>(batch_size * n);
+    const double floor_seconds = step_bytes(models[0], costs, batch_size, fill, n) / kReadBytesPerSecond;
+    std::printf("%-16s %12.3f %9.1f %12.1f %12.3f %8.1f\n", ("decode b=" + std::to_string(batch_size) + "x" +
+                std::to_string(n)).c_str(), t.median * 1e3, 100.0 * (t.max - t.min) / t.median, tokens / t.median,
+                floor_seconds * 1e3, t.median / floor_seconds);
+    report["rows"].push_back({{"run", "decode"}, {"batch_per_rank", batch_size}, {"ms", t.median * 1e3},
+                              {"ms_min", t.min * 1e3}, {"ms_max", t.max * 1e3}, {"tokens_per_s", tokens / t.median},
+                              {"floor_ms", floor_seconds * 1e3}});
+  }
+  if (!o.json_file.empty()) write_json_file(o.json_file, report, 1, "report");
+}
+
 void run_bench_step(const BenchOptions& o) {
   if (!o.json_file.empty()) expect_writable_json_file(o.json_file, "report");
-  const std::unique_ptr<Ops> backend = make_backend(o.device, o.threads, o.gpu);
-  ProfilingOps profiler(*backend);
-  Ops* const ops = o.profile ? static_cast<Ops*>(&profiler) : backend.get();
   ModelParams params = model_config_of(o.source.model).params();
   params.num_nextn_predict_layers = 0;  // a plain decode step runs no MTP
   params.compress_ratios.resize(static_cast<size_t>(params.num_hidden_layers));
   const ModelConfig cfg(params, model_config_of(o.source.model).source());
+  if (o.gpu.data_parallel_size > 1) {
+    if (o.profile || !o.prefill_lengths.empty())
+      throw UsageError("bench step --data-parallel-size: --profile and --prefill-lengths run on one rank only");
+    return run_bench_step_ranks(o, cfg);
+  }
+  const std::unique_ptr<Ops> backend = make_backend(o.device, o.threads, o.gpu);
+  ProfilingOps profiler(*backend);
+  Ops* const ops = o.profile ? static_cast<Ops*>(&profiler) : backend.get();
   std::fprintf(stderr, "bench: making dummy weights of %s (layers of one kind share them) on %s...\n",
                cfg.source().c_str(), std::string(ops->name()).c_str());
   const auto start = Clock::now();

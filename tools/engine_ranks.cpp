@@ -16,15 +16,13 @@ std::vector<EngineRank> EngineRanks::ranks() const {
   return out;
 }
 
-EngineRanks make_engine_ranks(Device device, int threads, const GpuOptions& gpu, bool exact_math,
-                              const ModelSource& source) {
-  EngineRanks ranks;
+std::vector<std::unique_ptr<Ops>> make_rank_backends(Device device, int threads, const GpuOptions& gpu,
+                                                     bool exact_math) {
   const int n = gpu.data_parallel_size;
+  std::vector<std::unique_ptr<Ops>> backends;
   if (n <= 1) {
-    ranks.backends.push_back(make_backend(device, threads, gpu, exact_math));
-    ranks.models.push_back(load_model(*ranks.backends.front(), source));
-    ranks.runner = make_forward_runner(*ranks.backends.front(), gpu);
-    return ranks;
+    backends.push_back(make_backend(device, threads, gpu, exact_math));
+    return backends;
   }
   const std::string flag = "--data-parallel-size " + std::to_string(n);
   if (!gpu.expert_parallel)
@@ -37,11 +35,25 @@ EngineRanks make_engine_ranks(Device device, int threads, const GpuOptions& gpu,
   one_device.data_parallel_size = 1;
   const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int per_rank = std::max(1, (threads > 0 ? threads : machine) / n);
-  ranks.group = in_process_expert_group(n);
+  for (int r = 0; r < n; ++r) backends.push_back(make_backend(device, per_rank, one_device, exact_math));
+  return backends;
+}
+
+std::vector<std::unique_ptr<ExpertComm>> make_expert_group(std::span<const std::unique_ptr<Ops>> backends) {
+  return in_process_expert_group(static_cast<int>(backends.size()));
+}
+
+EngineRanks make_engine_ranks(Device device, int threads, const GpuOptions& gpu, bool exact_math,
+                              const ModelSource& source) {
+  EngineRanks ranks;
+  ranks.backends = make_rank_backends(device, threads, gpu, exact_math);
+  const auto n = static_cast<int>(ranks.backends.size());
   for (int r = 0; r < n; ++r) {
-    ranks.backends.push_back(make_backend(device, per_rank, one_device, exact_math));
-    ranks.models.push_back(load_model(*ranks.backends.back(), source, {r, n}));
+    ranks.backends[static_cast<size_t>(r)]->bind_thread();  // a rank's weights on its own device
+    ranks.models.push_back(load_model(*ranks.backends[static_cast<size_t>(r)], source, {r, n}));
   }
+  if (n == 1) ranks.runner = make_forward_runner(*ranks.backends.front(), gpu);
+  else ranks.group = make_expert_group(ranks.backends);
   return ranks;
 }
 

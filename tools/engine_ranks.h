@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "model/forward_runner.h"
@@ -28,11 +29,19 @@ struct EngineRanks {
   const Model& model() const { return models.front(); }
 };
 
-// The ranks `gpu`'s parallel flags ask for, each loading its share of `source`'s weights. Several
-// ranks run on the CPU backend, each with `threads` / N of the threads (0: the machine's), so far:
+// One backend per rank `gpu`'s parallel flags ask for (one without data parallelism). Several
+// ranks are CPU backends, each with `threads` / N of the threads (0: the machine's), so far:
 // UsageError naming the flag for a data-parallel size above 1 without --enable-expert-parallel
 // (dsv4 spreads the MoE layers only by experts) or with --device cuda (the CUDA backend's halves
 // of the exchange are not built yet), and for what make_backend refuses.
+std::vector<std::unique_ptr<Ops>> make_rank_backends(Device device, int threads, const GpuOptions& gpu,
+                                                     bool exact_math);
+// The expert group of ranks on `backends` (make_rank_backends'): in process.
+std::vector<std::unique_ptr<ExpertComm>> make_expert_group(std::span<const std::unique_ptr<Ops>> backends);
+
+// The ranks `gpu`'s parallel flags ask for (make_rank_backends), each loading its share of
+// `source`'s weights. Several
+// ranks run eagerly; one runs through make_forward_runner's runner.
 EngineRanks make_engine_ranks(Device device, int threads, const GpuOptions& gpu, bool exact_math,
                               const ModelSource& source);
 

@@ -28,9 +28,21 @@ grep -q -- "routed experts (n_routed_experts) do not split over 3 ranks" "$work/
 run --data-parallel-size 2 --enable-expert-parallel || fail "two ranks: $(cat "$work/err.txt")"
 grep -q "cache on each of 2 data-parallel ranks" "$work/err.txt" || fail "no per-rank cache line: $(cat "$work/err.txt")"
 grep -q "Successful requests: *1" "$work/out.txt" || fail "two ranks served no request: $(cat "$work/out.txt")"
+# bench step over two ranks: every rank's prefill, then decode rows of b sequences a rank, in JSON too.
+"$dsv4" bench step --model tiny --context 64 --batch 1,2 --iters 1 --repeats 1 --threads 2 --data-parallel-size 2 \
+  --enable-expert-parallel --json "$work/step.json" >"$work/out.txt" 2>"$work/err.txt" || fail "bench step on 2 ranks: $(cat "$work/err.txt")"
+grep -q "2 data-parallel ranks of the cpu backend" "$work/out.txt" || fail "bench step header: $(cat "$work/out.txt")"
+grep -q "^decode b=2x2 " "$work/out.txt" || fail "bench step rows: $(cat "$work/out.txt")"
+python3 - "$work/step.json" <<'PY' || fail "bench step JSON"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["data_parallel_size"] == 2, r
+decode = [row for row in r["rows"] if row["run"] == "decode"]
+assert [row["batch_per_rank"] for row in decode] == [1, 2] and all(row["ms"] > 0 for row in decode), r["rows"]
+PY
 if "$dsv4" generate --model tiny --load-format dummy --prompt-ids 1,2 --max-new-tokens 1 --data-parallel-size 2 \
   --enable-expert-parallel >"$work/out.txt" 2>"$work/err.txt"; then fail "generate ran 2 ranks"; fi
-grep -q -- "--data-parallel-size 2: only serve and bench throughput" "$work/err.txt" || fail "the refusal: $(cat "$work/err.txt")"
+grep -q -- "--data-parallel-size 2: only serve, bench throughput and bench step" "$work/err.txt" || fail "the refusal: $(cat "$work/err.txt")"
 if run --tensor-parallel-size 0; then fail "--tensor-parallel-size 0 was accepted"; fi
 grep -q -- "--tensor-parallel-size" "$work/err.txt" || fail "the size-0 error does not name the flag: $(cat "$work/err.txt")"
 run --tensor-parallel-size 1 --data-parallel-size 1 --enable-expert-parallel || fail "one device: $(cat "$work/err.txt")"
