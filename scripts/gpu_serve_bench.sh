@@ -6,7 +6,9 @@
 # Environment: CONCURRENCY (default "1 16 64"), INPUT_LEN (8192), OUTPUT_LEN (1024), PREFIX_LEN (0:
 # tokens of INPUT_LEN every prompt shares, for prefix caching), PROMPTS_PER
 # (prompts per unit of concurrency, default 2; at least 2 prompts), SERVE_FLAGS (extra serve flags,
-# e.g. --no-enable-prefix-caching or --enable-prefix-caching), MODEL (default flash), DEVICE (cuda),
+# e.g. --no-enable-prefix-caching, or --data-parallel-size 2 --enable-expert-parallel on two GPUs),
+# SHARE_LAYERS (default --dummy-share-layers; empty: every layer its own weights, the whole model,
+# which needs two H200s with data parallelism), MODEL (default flash), DEVICE (cuda),
 # DSV4 and TOKENIZER (the binary and tokenizer.json, default: beside this script).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,7 +24,7 @@ tokenizer=${TOKENIZER:-$here/tokenizer.json}
 max_seqs=0
 for c in $concurrency; do [ "$c" -gt "$max_seqs" ] && max_seqs=$c; done
 port=8123
-"$dsv4" serve --model "${MODEL:-flash}" --load-format dummy --dummy-share-layers --device "${DEVICE:-cuda}" \
+"$dsv4" serve --model "${MODEL:-flash}" --load-format dummy ${SHARE_LAYERS---dummy-share-layers} --device "${DEVICE:-cuda}" \
   --tokenizer "$tokenizer" --served-model-name flash --port $port \
   --max-model-len $((input + output)) --max-num-seqs "$max_seqs" ${SERVE_FLAGS:-} >"$out/serve.log" 2>&1 &
 server=$!
