@@ -2,10 +2,12 @@
 //
 // Threads. submit(), RequestHandle and stats() are safe from any thread (the HTTP server's
 // handler threads). Steps run on one thread: either the engine's own (start() / stop()), or the
-// caller's through step() (tests and the command-line tools, with no engine thread running).
+// caller's through step() (tests and the command-line tools, with no engine thread running);
+// an engine of several ranks runs each rank's part of a step on that rank's thread while the
+// stepping thread waits (see "Data parallelism" below).
 // A step schedules the waiting and running requests (src/scheduler), runs one Model::forward
-// over all of them, samples (src/sampling, on the host) and pushes one OutputChunk per request
-// that got a token into that request's queue.
+// over all of them, samples (on the backend, or on the host: src/sampling) and pushes one
+// OutputChunk per request that got a token into that request's queue.
 //
 // Delivery: a per-request queue. submit() returns a RequestHandle; its owner pops chunks with
 // next() (blocking) or next_for() (with a timeout, to notice a closed connection meanwhile).
