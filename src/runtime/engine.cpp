@@ -198,6 +198,12 @@ class Engine::Impl {
     std::lock_guard lock(stats_mutex_);
     return stats_;
   }
+  // Why this rank can no longer serve, once it cannot: its expert group broken (a forward failed
+  // on some rank, Engine::fault).
+  std::optional<std::string> fault() const {
+    std::lock_guard lock(stats_mutex_);
+    return fault_;
+  }
   // Requests submitted and not finished as of the last step: what submit() balances the ranks by.
   int64_t open_requests() const {
     int64_t incoming = 0;
@@ -305,6 +311,10 @@ class Engine::Impl {
   // rank's experts to the others (every rank makes one forward a step). A group an earlier
   // failure broke (CommError) is left as it is: this rank has no request to fail.
   void serve_experts_without_tokens();
+  void note_fault(const std::string& why) {
+    std::lock_guard lock(stats_mutex_);
+    if (!fault_) fault_ = why;
+  }
 
   const Model& model_;
   Ops& ops_;
@@ -341,8 +351,9 @@ class Engine::Impl {
   bool stopping_ = false;
   std::thread thread_;
 
-  mutable std::mutex stats_mutex_;
+  mutable std::mutex stats_mutex_;  // guards the members below
   EngineStats stats_;
+  std::optional<std::string> fault_;
 };
 
 EngineConfig Engine::Impl::resolve(EngineConfig c, const Model& model, Ops& ops, ExpertComm* group, CacheSizing& sizing) {
@@ -932,8 +943,11 @@ bool Engine::Impl::step() {
         // unknown state: the step's requests fail, the others go on. A rank whose forward failed
         // gives its expert group up, so that the other ranks fail their steps rather than wait
         // for its exchanges; one that failed before its forward still makes the step's exchanges.
-        if (group_ != nullptr && forwarded && !forward_returned)
-          group_->abort("rank " + std::to_string(group_->rank()) + "'s forward failed: " + e.what());
+        if (group_ != nullptr && forwarded && !forward_returned) {
+          const std::string why = "rank " + std::to_string(group_->rank()) + "'s forward failed: " + e.what();
+          group_->abort(why);
+          note_fault(why);
+        }
         for (const ScheduledChunk& c : plan.chunks)
           end_early(requests_.at(c.sequence->id), FinishReason::kError, std::string("the step failed: ") + e.what());
         if (!forwarded) serve_experts_without_tokens();
@@ -987,7 +1001,8 @@ void Engine::Impl::serve_experts_without_tokens() {
   if (group_ == nullptr) return;
   try {
     model_.forward_without_tokens(ops_, *group_, config_.exact_math);
-  } catch (const CommError&) {
+  } catch (const CommError& e) {
+    note_fault(e.what());
   }
 }
 
@@ -1253,8 +1268,15 @@ Engine::Engine(std::span<const EngineRank> ranks, EngineConfig config, std::shar
 
 Engine::~Engine() { stop(); }
 
+std::optional<std::string> Engine::fault() const {
+  for (const std::unique_ptr<Impl>& rank : ranks_)
+    if (std::optional<std::string> why = rank->fault()) return why;
+  return std::nullopt;
+}
+
 RequestHandle Engine::submit(GenerateRequest request) {
   if (!lockstep_) return ranks_[0]->submit(std::move(request));
+  if (const std::optional<std::string> why = fault()) throw CommError("the engine cannot serve: " + *why);
   size_t least = 0;
   int64_t least_open = ranks_[0]->open_requests();
   for (size_t r = 1; r < ranks_.size(); ++r)

@@ -50,9 +50,10 @@
 // and a rank with nothing to run serves its experts to the others (Model::forward_without_tokens).
 // submit() hands a request to the rank with the fewest open requests; stats() sums the ranks'.
 // A rank's forward that fails gives the expert group up (ExpertComm::abort): the other ranks'
-// steps fail too, and every later step's requests fail naming the first failure.
+// steps fail too, and the engine can serve no more: fault() says why, submit() throws CommError
+// (the server answers 503, and /health too, as vLLM's does for a dead engine).
 //
-// Refused at submit (UsageError, message for the client): an empty prompt, an id outside the
+// Refused at submit (UsageError, message for the client; CommError once the engine has a fault): an empty prompt, an id outside the
 // vocabulary (prompt, stop ids, logit_bias, allowed_token_ids, bad_words_ids), prompt + max_tokens longer than
 // max_model_len, sampling values out of range, stop strings or a constrained output format
 // without a tokenizer, choices without kChoice or kChoice without valid choices, a regex without
@@ -392,6 +393,9 @@ class Engine {
   const CacheSizing& cache_sizing() const;
   // The ranks' stats summed.
   EngineStats stats() const;
+  // Why the engine can no longer serve, once it cannot (data-parallel ranks whose expert group a
+  // failed forward broke); none while it can. Any thread.
+  std::optional<std::string> fault() const;
 
  private:
   class Impl;     // one rank: its scheduler, caches, requests and steps (engine.cpp)

@@ -24,6 +24,7 @@ class EngineAdapter final : public ServingEngine {
   }
   EngineStats stats() const override { return engine_.stats(); }
   int64_t max_model_len() const override { return engine_.config().max_model_len; }
+  std::optional<std::string> fault() const override { return engine_.fault(); }
 
  private:
   Engine& engine_;

@@ -254,12 +254,16 @@ class OpenAiServer::Impl {
     });
   }
 
-  // 200 with no body when requests are served; 503 while the model loads or the server drains.
+  // 200 with no body when requests are served; 503 while the model loads or the server drains,
+  // and once the engine cannot serve (Engine::fault), as vLLM answers for a dead engine.
   void answer_health(httplib::Response& res) const {
+    const ServingEngine* engine = engine_;
     if (draining_) {
       send_error(res, not_ready("The server is shutting down."));
-    } else if (!engine_) {
+    } else if (!engine) {
       send_error(res, not_ready("The model is loading."));
+    } else if (const std::optional<std::string> why = engine->fault()) {
+      send_error(res, not_ready("The engine cannot serve: " + *why));
     } else {
       res.status = 200;
     }
@@ -283,6 +287,8 @@ class OpenAiServer::Impl {
       send_error(res, invalid_request(e.what()));
     } catch (const FormatError& e) {
       send_error(res, invalid_request(e.what()));
+    } catch (const CommError& e) {  // the engine cannot serve (Engine::fault)
+      send_error(res, not_ready(e.what()));
     } catch (const std::exception& e) {
       send_error(res, internal_error(e.what()));
     }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "runtime/engine.h"
 
@@ -29,6 +30,8 @@ class ServingEngine {
   virtual std::unique_ptr<GenerationStream> submit(GenerateRequest request) = 0;
   virtual EngineStats stats() const = 0;
   virtual int64_t max_model_len() const = 0;
+  // Why the engine can no longer serve (Engine::fault); none while it can.
+  virtual std::optional<std::string> fault() const { return std::nullopt; }
 };
 
 // The real engine behind the interface; `engine` must outlive the result.

@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <set>
 #include <string>
@@ -130,6 +131,7 @@ TEST_F(DataParallelEngine, TwoRanksGiveOneRanksTokensBitForBit) {
     EXPECT_EQ(s.state_slots_used, 0) << what;
     EXPECT_EQ(s.cache_blocks_total, 2 * e.config().num_cache_blocks) << what;
     EXPECT_EQ(s.steps, static_cast<uint64_t>(steps + 1)) << what;  // one count per step, not per rank
+    EXPECT_FALSE(e.fault().has_value()) << what;
   }
 }
 
@@ -171,7 +173,7 @@ class FailingAttentionOps final : public testing::CpuForwardingOps {
 };
 
 // Rank 1's forward fails: it gives the group up, so rank 0's step fails with it rather than wait
-// in the exchange forever, and later requests fail naming the first failure.
+// in the exchange forever, and the engine has a fault that says why and refuses requests.
 TEST_F(DataParallelEngine, ARankWhoseForwardFailsFailsTheGroupInsteadOfHanging) {
   const std::vector<std::unique_ptr<ExpertComm>> group = in_process_expert_group(2);
   FailingAttentionOps failing;
@@ -191,12 +193,16 @@ TEST_F(DataParallelEngine, ARankWhoseForwardFailsFailsTheGroupInsteadOfHanging) 
     EXPECT_NE(r.last.error.find(h.id() % 2 == 1 ? "sparse attention broke" : "rank 1's forward failed"), std::string::npos)
         << r.last.error;
   }
-  RequestHandle later = e.submit(requests()[0]);
-  for (int i = 0; i < 100 && e.step(); ++i) {
+  // The engine can serve no more, and says why.
+  const std::optional<std::string> fault = e.fault();
+  ASSERT_TRUE(fault.has_value());
+  EXPECT_NE(fault->find("sparse attention broke"), std::string::npos) << *fault;
+  try {
+    e.submit(requests()[0]);
+    ADD_FAILURE() << "a broken engine took a request";
+  } catch (const CommError& error) {
+    EXPECT_NE(std::string(error.what()).find("the engine cannot serve"), std::string::npos) << error.what();
   }
-  const Result r = drain(later);
-  EXPECT_EQ(r.finish, FinishReason::kError);
-  EXPECT_NE(r.last.error.find("expert group: aborted"), std::string::npos) << r.last.error;
   EXPECT_EQ(e.stats().cache_blocks_used, 0);
 }
 

@@ -82,6 +82,7 @@ class ScriptedEngine final : public ServingEngine {
  public:
   std::unique_ptr<GenerationStream> submit(GenerateRequest request) override {
     const std::lock_guard lock(mutex_);
+    if (broken) throw CommError("the engine cannot serve: " + *broken);
     last_request = request;
     std::deque<OutputChunk> chunks;
     for (size_t at = 0; at < reply.size(); at += piece_bytes) {
@@ -108,6 +109,10 @@ class ScriptedEngine final : public ServingEngine {
     return s;
   }
   int64_t max_model_len() const override { return 512; }
+  std::optional<std::string> fault() const override {
+    const std::lock_guard lock(mutex_);
+    return broken;
+  }
 
   std::string reply = "Hello there.";
   size_t piece_bytes = 3;
@@ -116,7 +121,8 @@ class ScriptedEngine final : public ServingEngine {
   GenerateRequest last_request;
   std::atomic<int> cancels{0};
   std::atomic<int> open{0};
-  std::mutex mutex_;
+  std::optional<std::string> broken;  // fault(); set, submit throws CommError as Engine's does
+  mutable std::mutex mutex_;
 };
 
 const std::filesystem::path kTokenizer = DSV4_TOKENIZER_JSON;
@@ -200,6 +206,24 @@ TEST_F(HttpServerTest, HealthIs503UntilTheEngineIsSet) {
   expect_error(post("/v1/completions", R"({"prompt": "hi"})"), 503);
   server_->set_engine(engine_);
   EXPECT_EQ(client_->Get("/health")->status, 200);
+}
+
+// An engine that can no longer serve (data-parallel ranks whose expert group broke): /health is
+// 503 saying why, as vLLM's is for a dead engine, and requests are 503 with the reason.
+TEST_F(HttpServerTest, HealthIs503OnceTheEngineCannotServe) {
+  server_->set_engine(engine_);
+  EXPECT_EQ(client_->Get("/health")->status, 200);
+  {
+    const std::lock_guard lock(engine_.mutex_);
+    engine_.broken = "rank 1's forward failed: out of memory";
+  }
+  const auto health = client_->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  EXPECT_NE(health->body.find("rank 1's forward failed: out of memory"), std::string::npos) << health->body;
+  const auto refused = post("/v1/completions", R"({"prompt": "hi"})");
+  expect_error(refused, 503);
+  EXPECT_NE(refused->body.find("the engine cannot serve"), std::string::npos) << refused->body;
 }
 
 // /ping is /health by another name (GET or POST, no key, no body); /version is dsv4's.
