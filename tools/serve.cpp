@@ -91,10 +91,13 @@ void run_serve(ServeOptions o) {
   apply_cache_options(o.cache, config);
   Engine engine(ranks.ranks(), config, tokenizer);
   print_cache_report("serve", engine);
-  std::fprintf(stderr, "serve: ready: max_model_len %lld, max_num_seqs %lld, max_num_batched_tokens %lld\n",
+  const std::string per_rank = engine.data_parallel_size() > 1
+                                   ? " (each of " + std::to_string(engine.data_parallel_size()) + " data-parallel ranks)"
+                                   : "";
+  std::fprintf(stderr, "serve: ready: max_model_len %lld, max_num_seqs %lld, max_num_batched_tokens %lld%s\n",
                static_cast<long long>(engine.config().max_model_len),
                static_cast<long long>(engine.config().max_num_seqs),
-               static_cast<long long>(engine.config().max_num_batched_tokens));
+               static_cast<long long>(engine.config().max_num_batched_tokens), per_rank.c_str());
   engine.start();
   std::optional<StatsLogger> stats_log;
   if (!o.disable_log_stats)

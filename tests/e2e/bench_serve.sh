@@ -169,6 +169,7 @@ grep -q "2 of 2 requests failed; the first: $url/v1/completions: Connection erro
 # --enable-expert-parallel): every request served, the start-up line per rank, the metrics summed.
 start_server "$dsv4" "$work" --max-num-seqs 4 --data-parallel-size 2 --enable-expert-parallel
 grep -q "cache on each of 2 data-parallel ranks" "$work/serve.log" || fail "no per-rank cache line"
+grep -q "serve: ready: .*(each of 2 data-parallel ranks)" "$work/serve.log" || fail "no per-rank ready line"
 timeout 60 "$dsv4" bench serve --base-url "$url" --api-key sekrit --num-prompts 8 --random-input-len 32 \
   --random-output-len 6 --max-concurrency 8 --ignore-eos --save-result --result-dir "$work/results" \
   --result-filename dp2.json >"$work/dp2.txt" || fail "bench serve on two ranks: $(cat "$work/dp2.txt")"
