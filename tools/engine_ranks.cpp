@@ -1,4 +1,4 @@
-// Making the ranks of `serve` and `bench throughput` from the parallel flags.
+// Making the ranks of `serve`, `bench throughput` and `bench step` from the parallel flags.
 #include "tools/engine_ranks.h"
 
 #include <algorithm>
