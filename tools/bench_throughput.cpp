@@ -59,11 +59,14 @@ void run_bench_throughput(const ThroughputOptions& o) {
   const EngineConfig& c = engine.config();
   std::fprintf(stderr,
                "bench throughput: %lld prompts, input %lld (%lld of them a shared prefix), output %lld tokens "
-               "(range ratio %.2f); max_num_seqs %lld, max_num_batched_tokens %lld, max_model_len %lld\n",
+               "(range ratio %.2f); max_num_seqs %lld, max_num_batched_tokens %lld, max_model_len %lld%s\n",
                static_cast<long long>(o.num_prompts), static_cast<long long>(o.prefix_len + o.input_len),
                static_cast<long long>(o.prefix_len), static_cast<long long>(o.output_len), o.range_ratio,
                static_cast<long long>(c.max_num_seqs), static_cast<long long>(c.max_num_batched_tokens),
-               static_cast<long long>(c.max_model_len));
+               static_cast<long long>(c.max_model_len),
+               engine.data_parallel_size() > 1
+                   ? (" (each of " + std::to_string(engine.data_parallel_size()) + " data-parallel ranks)").c_str()
+                   : "");
   print_cache_report("bench throughput", engine);
 
   std::mt19937_64 rng(o.seed);
@@ -135,7 +138,8 @@ void run_bench_throughput(const ThroughputOptions& o) {
                            {"preemptions", stats.preemptions},
                            {"prefix_cache_queries", stats.prefix_cache_queries},
                            {"prefix_cache_hits", stats.prefix_cache_hits},
-                           {"peak_cache_usage", peak_cache_usage}};
+                           {"peak_cache_usage", peak_cache_usage},
+                           {"data_parallel_size", engine.data_parallel_size()}};
     std::printf("%s\n", j.dump().c_str());
     return;
   }

@@ -27,6 +27,7 @@ if run --data-parallel-size 3 --enable-expert-parallel; then fail "the tiny pres
 grep -q -- "routed experts (n_routed_experts) do not split over 3 ranks" "$work/err.txt" || fail "the refusal: $(cat "$work/err.txt")"
 run --data-parallel-size 2 --enable-expert-parallel || fail "two ranks: $(cat "$work/err.txt")"
 grep -q "cache on each of 2 data-parallel ranks" "$work/err.txt" || fail "no per-rank cache line: $(cat "$work/err.txt")"
+grep -q "max_model_len [0-9]* (each of 2 data-parallel ranks)" "$work/err.txt" || fail "no per-rank limits: $(cat "$work/err.txt")"
 grep -q "Successful requests: *1" "$work/out.txt" || fail "two ranks served no request: $(cat "$work/out.txt")"
 # bench step over two ranks: every rank's prefill, then decode rows of b sequences a rank, in JSON too.
 "$dsv4" bench step --model tiny --context 64 --batch 1,2 --iters 1 --repeats 1 --threads 2 --data-parallel-size 2 \
