@@ -14,9 +14,11 @@ for bin in "$build"/tests/ops/test_ops_cuda "$build"/tests/ops/test_cuda_ops_att
   [ -x "$bin" ] || continue
   cp "$bin" "$out/" && strip "$out/$(basename "$bin")"
 done
-# The fork/join, multi-stream and CUDA graph tests, and the engine's caches sized from GPU memory.
+# The fork/join, multi-stream and CUDA graph tests, the engine's caches sized from GPU memory, and
+# two expert-parallel ranks on one GPU.
 for bin in "$build"/tests/ops/test_fork_join_cuda "$build"/tests/model/test_model_multistream_cuda \
-           "$build"/tests/model/test_model_graphs_cuda "$build"/tests/model/test_model_memory_cuda; do
+           "$build"/tests/model/test_model_graphs_cuda "$build"/tests/model/test_model_memory_cuda \
+           "$build"/tests/model/test_expert_parallel_cuda; do
   [ -x "$bin" ] || continue
   cp "$bin" "$out/" && strip "$out/$(basename "$bin")"
 done

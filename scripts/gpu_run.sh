@@ -38,8 +38,9 @@ for t in "${tests[@]}"; do
     status=1
   fi
   # The model test runs the whole CPU reference beside the GPU; the sanitizers cover the GPU ops
-  # through the op tests and the model through generate (below).
-  [[ $name == test_model_* ]] && continue
+  # through the op tests and the model through generate (below); the expert-parallel ranks get
+  # memcheck of their own (below).
+  [[ $name == test_model_* || $name == test_expert_parallel_cuda ]] && continue
   [ "$sanitize" = 1 ] || continue
   for tool in memcheck racecheck synccheck; do
     # racecheck cannot run cuBLASLt's Hopper kernels (nvjet_*: it reports their asynchronous
@@ -80,6 +81,16 @@ if [ -x "$t" ] && [ "$sanitize" = 1 ]; then
     echo "   compute-sanitizer $tool (multi-stream model, short run): rc=$rc ($(tail -n 1 "$out/test_model_multistream_cuda.$tool.log"))"
     [ $rc -eq 0 ] || status=1
   done
+fi
+# Two expert-parallel ranks on one GPU under memcheck: each rank's stream copies rows out of the
+# other's device memory (the in-process exchange), which must be written and still live.
+t="$here/test_expert_parallel_cuda"
+if [ -x "$t" ] && [ "$sanitize" = 1 ]; then
+  timeout "${GPU_SANITIZE_LIMIT:-150}" compute-sanitizer --tool memcheck --error-exitcode 1 "$t" \
+    --gtest_filter='*TwoRanksOnOneGpu*' >"$out/test_expert_parallel_cuda.memcheck.log" 2>&1
+  rc=$?
+  echo "   compute-sanitizer memcheck (two expert-parallel ranks on one GPU): rc=$rc ($(tail -n 1 "$out/test_expert_parallel_cuda.memcheck.log"))"
+  [ $rc -eq 0 ] || status=1
 fi
 # Decode steps as CUDA graphs under memcheck and synccheck: captures, replays, graph-kept tables
 # and the graph's own allocations over random sets of sequences, side streams inside the graph;

@@ -13,6 +13,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -613,7 +614,8 @@ TEST_P(MoeExpertsTest, MatchesCpu) {
     }
     Tensor weights_host(DType::kF32, {T, k});
     std::copy(weights.begin(), weights.end(), weights_host.data<float>());
-    const Both x = both(random_tensor(act, {T, D}, 1.0f));
+    const Tensor x_host = random_tensor(act, {T, D}, 1.0f);
+    const Both x = both(x_host);
     const Both experts = both(int_tensor({T, k}, ids)), wts = both(weights_host);
     Both out = output(act, {T, D});
     const float limit = 10.0f;
@@ -625,6 +627,44 @@ TEST_P(MoeExpertsTest, MatchesCpu) {
     // Exact math differs from the CPU only by the GEMMs' summation order; with bf16 rounding and
     // FP8 activation quantisation a rounding flip moves an element by one step of its grid.
     EXPECT_LT(measure(what, gpu_floats(out), cpu_floats(out)), mode == ExpertMode::kExact ? 1e-5 : 1e-2) << what;
+
+    // Expert parallelism's halves (model/expert_parallel.h): the (token, slot) rows split between
+    // two ranks by expert, each half through moe_expert_rows with its half of the experts, the
+    // results put back in token order and combined with the shared expert: moe_experts' bits.
+    {
+      const int64_t N = T * k, half = E / 2, row_bytes = D * static_cast<int64_t>(dtype_size(act));
+      Tensor terms(act, {N, D});
+      for (int64_t rank = 0; rank < 2; ++rank) {
+        std::vector<int64_t> pairs;  // (token, slot) rows whose expert this rank holds
+        for (int64_t r = 0; r < N; ++r)
+          if (ids[static_cast<size_t>(r)] / half == rank) pairs.push_back(r);
+        const auto R = static_cast<int64_t>(pairs.size());
+        Tensor rows(act, {R, D}), local(DType::kI32, {R}), row_weights(DType::kF32, {R});
+        for (int64_t i = 0; i < R; ++i) {
+          const int64_t r = pairs[static_cast<size_t>(i)];
+          std::memcpy(rows.data<std::byte>() + i * row_bytes, x_host.data<std::byte>() + r / k * row_bytes,
+                      static_cast<size_t>(row_bytes));
+          local.data<int32_t>()[i] = ids[static_cast<size_t>(r)] - static_cast<int32_t>(rank * half);
+          row_weights.data<float>()[i] = weights[static_cast<size_t>(r)];
+        }
+        const Both d_rows = both(rows), d_local = both(local), d_weights = both(row_weights);
+        Both d_out = output(act, {R, D});
+        const std::span<const ExpertWeights> share = std::span(groutes).subspan(static_cast<size_t>(rank * half), half);
+        gpu_->moe_expert_rows({d_rows.gpu.view(), d_local.gpu.view(), d_weights.gpu.view(), share, limit, aq, d_out.gpu.view()});
+        Tensor got(act, {R, D});
+        gpu_->download(d_out.gpu.view(), got.view());
+        for (int64_t i = 0; i < R; ++i)
+          std::memcpy(terms.data<std::byte>() + pairs[static_cast<size_t>(i)] * row_bytes,
+                      got.data<std::byte>() + i * row_bytes, static_cast<size_t>(row_bytes));
+      }
+      const MoeExpertsParams shared_params{x.gpu.view(), experts.gpu.view(), wts.gpu.view(), groutes, &gshared,
+                                           limit, aq, aq, out.gpu.view()};
+      const DeviceTensor shared_out = gpu_->moe_shared_expert(shared_params);
+      const Both d_terms = both(terms);
+      Both combined = output(act, {T, D});
+      gpu_->moe_combine({d_terms.gpu.view(), k, shared_out.view(), combined.gpu.view()});
+      EXPECT_TRUE(same_bits(gpu_floats(combined), gpu_floats(out))) << what << ": moe_expert_rows + moe_combine";
+    }
 
     // With a gate the op routes first, on the device beside the shared expert (side streams at
     // these sizes): the bits of linear(), moe_route() and the op given their experts.

@@ -193,6 +193,22 @@ void CudaOps::moe_experts(const MoeExpertsParams& p) {
                            stream_);
 }
 
+void CudaOps::moe_expert_rows(const MoeExpertRowsParams& p) {
+  check_params(p);
+  const int64_t R = p.x.dim(0);
+  // moe_experts writes its experts and weights only with a gate; without one it reads them.
+  const TensorView experts(const_cast<std::byte*>(p.experts.bytes()), DType::kI32, {R, 1});
+  const TensorView weights(const_cast<std::byte*>(p.weights.bytes()), DType::kF32, {R, 1});
+  moe_experts({p.x, experts, weights, p.routed, nullptr, p.swiglu_limit, p.act_quant, ActQuant::kNone, p.out});
+}
+
+void CudaOps::moe_combine(const MoeCombineParams& p) {
+  check_params(p);
+  const int64_t T = p.out.dim(0), D = p.out.dim(1);
+  const kernels::FloatPtr shared = p.shared.numel() > 0 ? float_ptr(p.shared) : kernels::FloatPtr{};
+  kernels::combine_experts({float_ptr(p.rows), nullptr, shared, float_ptr(p.out), T, p.k, D}, stream_);
+}
+
 bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
   const int64_t T = p.x.dim(0), D = p.x.dim(1), k = p.experts.dim(1), N = T * k;
   const auto E = static_cast<int32_t>(p.routed.size());

@@ -154,6 +154,11 @@ class CudaOps final : public Ops {
   void moe_route(const MoeRouteParams& p) override;
   void swiglu(const SwigluParams& p) override;
   void moe_experts(const MoeExpertsParams& p) override;
+  // Expert parallelism's halves (model/expert_parallel.h): rows through moe_experts' machinery
+  // as tokens of one slot each, and combine_experts over rows already in token order, so that
+  // the two give moe_experts' bits (a row's GEMM does not depend on the other rows).
+  void moe_expert_rows(const MoeExpertRowsParams& p) override;
+  void moe_combine(const MoeCombineParams& p) override;
 
   // Side tasks on side streams (ForkJoin) when options.multi_stream says so for tasks.tokens;
   // otherwise, and inside a side task, the sequential contract on the current stream.

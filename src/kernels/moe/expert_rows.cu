@@ -37,7 +37,7 @@ __global__ void combine_experts_kernel(CombineExpertsParams p) {
   for (int64_t t = blockIdx.y; t < p.tokens; t += gridDim.y) {
     float acc = 0.0f;
     for (int64_t s = 0; s < p.k; ++s) {
-      const int32_t row = p.row_of[t * p.k + s];
+      const int64_t row = p.row_of != nullptr ? p.row_of[t * p.k + s] : t * p.k + s;
       if (row >= 0) acc = __fadd_rn(acc, load_float(p.expert_out, row * p.dim + c));
     }
     const int64_t x = t * p.dim + c;
@@ -55,7 +55,7 @@ __global__ void combine_experts_x8_kernel(CombineExpertsParams p) {
   for (int64_t t = blockIdx.y; t < p.tokens; t += gridDim.y) {
     float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     for (int64_t s = 0; s < p.k; ++s) {
-      const int32_t row = p.row_of[t * p.k + s];
+      const int64_t row = p.row_of != nullptr ? p.row_of[t * p.k + s] : t * p.k + s;
       if (row < 0) continue;
       const uint4 v = *reinterpret_cast<const uint4*>(rows + row * p.dim + c0);
       const uint32_t words[4] = {v.x, v.y, v.z, v.w};

@@ -23,7 +23,9 @@ void gather_rows(const GatherRowsParams& p, cudaStream_t stream);
 
 struct CombineExpertsParams {
   FloatPtr expert_out;              // [T*k, D] the experts' outputs in expert order
-  const int32_t* row_of = nullptr;  // [T, k] row of expert_out holding (token, slot); < 0: none
+  // [T, k] row of expert_out holding (token, slot); < 0: none. Null: row t k + s (the rows in
+  // token order already, Ops::moe_combine's).
+  const int32_t* row_of = nullptr;
   FloatPtr shared;                  // [T, D], or null data for none
   MutFloatPtr out;                  // [T, D] = sum over slots in order, then + shared, in fp32
   int64_t tokens = 0;
