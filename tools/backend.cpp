@@ -10,6 +10,7 @@
 #if defined(DSV4_WITH_CUDA)
 #include "backend/cuda/cuda_graph_forward.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/nccl_expert_comm.h"
 #endif
 
 namespace dsv4::tools {
@@ -113,8 +114,8 @@ void add_gpu_options(CLI::App* cmd, GpuOptions& gpu) {
   cmd->add_option("--data-parallel-size", gpu.data_parallel_size,
                   "Ranks that each run attention for their own requests, with --enable-expert-parallel each "
                   "holding 1/N of the routed experts and exchanging tokens with the others at every MoE layer "
-                  "(vLLM's flags). serve, bench throughput and bench step, on --device cpu so far (one process, "
-                  "a thread and a backend per rank); the CUDA backend's exchange is not built yet")
+                  "(vLLM's flags). serve, bench throughput and bench step, in one process with a thread per rank: on "
+                  "--device cpu a backend per rank, on --device cuda GPU r for rank r, exchanging through NCCL")
       ->check(CLI::PositiveNumber)
       ->default_str("1");
   cmd->add_flag("--enable-expert-parallel", gpu.expert_parallel,
@@ -173,7 +174,7 @@ std::optional<GraphRunStats> graph_stats(const ForwardRunner& runner) {
   return std::nullopt;
 }
 
-std::unique_ptr<Ops> make_backend(Device device, int threads, const GpuOptions& gpu, bool exact_math) {
+std::unique_ptr<Ops> make_backend(Device device, int threads, const GpuOptions& gpu, bool exact_math, int cuda_device) {
   check_parallel_sizes(gpu);
   if (device == Device::kCpu) return std::make_unique<cpu::CpuOps>(threads);
 #if defined(DSV4_WITH_CUDA)
@@ -186,12 +187,27 @@ std::unique_ptr<Ops> make_backend(Device device, int threads, const GpuOptions& 
   options.sparse_attention = gpu.attention == AttentionChoice::kCpuOrder ? cuda::SparseAttention::kCpuOrder
                                                                          : cuda::SparseAttention::kTensorCores;
   options.fp4_experts = fp4_experts_for(gpu, exact_math);
+  options.device = cuda_device;
   return std::make_unique<cuda::CudaOps>(options);
 #else
   (void)gpu;
   (void)exact_math;
+  (void)cuda_device;
   throw UsageError("--device cuda: this build of dsv4 has no CUDA backend (configure with -DDSV4_CUDA=ON)");
 #endif
+}
+
+std::vector<std::unique_ptr<ExpertComm>> expert_group_for(std::span<Ops* const> backends) {
+#if defined(DSV4_WITH_CUDA)
+  std::vector<cuda::CudaOps*> gpus;
+  for (Ops* ops : backends)
+    if (auto* gpu = dynamic_cast<cuda::CudaOps*>(ops); gpu != nullptr) gpus.push_back(gpu);
+  if (!gpus.empty()) {
+    if (gpus.size() != backends.size()) throw UsageError("an expert group's ranks must all be on one kind of backend");
+    return cuda::nccl_expert_group(gpus);
+  }
+#endif
+  return in_process_expert_group(static_cast<int>(backends.size()));
 }
 
 }  // namespace dsv4::tools

@@ -4,11 +4,14 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <string_view>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "model/forward_runner.h"
+#include "ops/expert_comm.h"
 #include "ops/fork_join.h"
 #include "ops/ops.h"
 
@@ -63,7 +66,13 @@ void add_gpu_options(CLI::App* cmd, GpuOptions& gpu);
 // Throws UsageError for a tensor- or data-parallel size above 1 (naming the flag and why; several
 // ranks are tools/engine_ranks.h's), for cuda
 // when this build has no CUDA backend, and CudaError when no GPU can be used.
-std::unique_ptr<Ops> make_backend(Device device, int threads, const GpuOptions& gpu = {}, bool exact_math = false);
+// `cuda_device`: the GPU of a CUDA backend.
+std::unique_ptr<Ops> make_backend(Device device, int threads, const GpuOptions& gpu = {}, bool exact_math = false,
+                                  int cuda_device = 0);
+
+// The expert group of data-parallel ranks on `backends` (one per rank, all of one kind): ranks of
+// the CPU backend exchange in process, CUDA backends through NCCL (a GPU each).
+std::vector<std::unique_ptr<ExpertComm>> expert_group_for(std::span<Ops* const> backends);
 
 // How forwards on `backend` run: CUDA graphs for decode steps on the CUDA backend when
 // gpu.cuda_graphs, eagerly otherwise. `backend` must outlive the runner.

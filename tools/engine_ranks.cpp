@@ -28,19 +28,18 @@ std::vector<std::unique_ptr<Ops>> make_rank_backends(Device device, int threads,
   if (!gpu.expert_parallel)
     throw UsageError(flag + " needs --enable-expert-parallel: dsv4 spreads the MoE layers over the ranks by "
                      "experts only (each rank holds 1/" + std::to_string(n) + " of them)");
-  if (device == Device::kCuda)
-    throw UsageError(flag + " --device cuda: the CUDA backend's expert exchange (NCCL) is not built yet; "
-                     "--device cpu runs the ranks");
   GpuOptions one_device = gpu;
   one_device.data_parallel_size = 1;
   const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int per_rank = std::max(1, (threads > 0 ? threads : machine) / n);
-  for (int r = 0; r < n; ++r) backends.push_back(make_backend(device, per_rank, one_device, exact_math));
+  for (int r = 0; r < n; ++r) backends.push_back(make_backend(device, per_rank, one_device, exact_math, r));
   return backends;
 }
 
 std::vector<std::unique_ptr<ExpertComm>> make_expert_group(std::span<const std::unique_ptr<Ops>> backends) {
-  return in_process_expert_group(static_cast<int>(backends.size()));
+  std::vector<Ops*> ops;
+  for (const std::unique_ptr<Ops>& b : backends) ops.push_back(b.get());
+  return expert_group_for(ops);
 }
 
 EngineRanks make_engine_ranks(Device device, int threads, const GpuOptions& gpu, bool exact_math,

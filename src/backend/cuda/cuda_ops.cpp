@@ -42,12 +42,17 @@ bool overlaps(ConstTensorView a, ConstTensorView b) {
 CudaOps::CudaOps(CudaOptions options) : options_(options) {
   if (!device_available())
     throw CudaError("CudaOps: no CUDA device can be used (no driver, or the runtime reports no devices)");
-  DSV4_CUDA_CHECK(cudaSetDevice(0));
+  int devices = 0;
+  DSV4_CUDA_CHECK(cudaGetDeviceCount(&devices));
+  if (options_.device < 0 || options_.device >= devices)
+    throw CudaError("CudaOps: GPU " + std::to_string(options_.device) + " does not exist (this machine has " +
+                    std::to_string(devices) + ")");
+  DSV4_CUDA_CHECK(cudaSetDevice(options_.device));
   sm_count_ = kernels::current_device_sm_count();
   // alloc's pool keeps freed memory for reuse instead of handing it back to the driver at every
   // synchronisation (the default threshold of 0 would).
   cudaMemPool_t pool = nullptr;
-  DSV4_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
+  DSV4_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, options_.device));
   uint64_t keep_all = std::numeric_limits<uint64_t>::max();
   DSV4_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
   DSV4_CUDA_CHECK(cudaStreamCreateWithFlags(&owned_stream_, cudaStreamNonBlocking));
@@ -69,6 +74,8 @@ CudaOps::CudaOps(CudaOptions options) : options_(options) {
     throw;
   }
 }
+
+void CudaOps::bind_thread() { DSV4_CUDA_CHECK(cudaSetDevice(options_.device)); }
 
 CudaOps::~CudaOps() {
   // Errors cannot be reported from a destructor. Pending work is waited for (the side streams'
@@ -113,7 +120,7 @@ void CudaOps::synchronize() {
 std::optional<DeviceMemory> CudaOps::device_memory() {
   synchronize();  // refused while capturing
   cudaMemPool_t pool = nullptr;
-  DSV4_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
+  DSV4_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, options_.device));
   uint64_t peak = 0, reserved = 0, reset = 0;
   DSV4_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &peak));
   DSV4_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));

@@ -89,17 +89,22 @@ struct CudaOptions {
   // the cast's bits (kernels::Fp8MmaWeightCodes::kE2M1); the FP8 linears' other GEMMs and exact
   // math refuse them. Off: cast to FP8 at load (every path reads them).
   bool fp4_experts = false;
+  // The GPU the backend runs on (CUDA's device index). Its memory and streams are that device's;
+  // a thread other than the one that made the backend calls bind_thread() before using it.
+  int device = 0;
 };
 
 class CudaOps final : public Ops {
  public:
-  // Uses device 0; throws CudaError when no device can be used.
+  // Uses options.device; throws CudaError when no device can be used or that one does not exist.
   explicit CudaOps(CudaOptions options = {});
   ~CudaOps() override;
   CudaOps(const CudaOps&) = delete;
   CudaOps& operator=(const CudaOps&) = delete;
 
   std::string_view name() const override { return "cuda"; }
+  int device() const { return options_.device; }
+  void bind_thread() override;
   // The stream every op is enqueued on (fork_join switches it to a side stream while a side task
   // runs). Storage of tensors that die while `s` is current is freed in stream order on `s`.
   cudaStream_t stream() const { return stream_; }

@@ -5,13 +5,15 @@
 
 namespace dsv4::cuda {
 
-bool device_available() {
+int device_count() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
     cudaGetLastError();  // clear the sticky "no driver" error
-    return false;
+    return 0;
   }
-  return count > 0;
+  return count;
 }
+
+bool device_available() { return device_count() > 0; }
 
 }  // namespace dsv4::cuda
