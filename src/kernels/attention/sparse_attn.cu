@@ -9,6 +9,7 @@
 #include "core/numeric.h"
 #include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
+#include "kernels/per_device_once.h"
 
 namespace dsv4::kernels {
 namespace {
@@ -104,12 +105,11 @@ __global__ void __launch_bounds__(kHeadsPerCta * 32) sparse_attn_fp8_kernel(Spar
 
 void sparse_attn_fp8(const SparseAttnParams& p, cudaStream_t stream) {
   if (p.t == 0 || p.h == 0) return;
-  static const bool configured = [] {
+  static PerDeviceOnce configured;
+  once_per_device(configured, [] {
     DSV4_CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(kSmemBytes)));
-    return true;
-  }();
-  (void)configured;
+  });
   const dim3 grid(static_cast<unsigned>(p.t), static_cast<unsigned>((p.h + kHeadsPerCta - 1) / kHeadsPerCta));
   launch_pdl(sparse_attn_fp8_kernel, grid, kHeadsPerCta * 32, kSmemBytes, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());

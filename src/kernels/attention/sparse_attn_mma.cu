@@ -35,6 +35,7 @@
 #include "kernels/attention/sparse_attn_softmax.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
+#include "kernels/per_device_once.h"
 
 namespace dsv4::kernels {
 namespace {
@@ -292,16 +293,15 @@ SparseAttnMmaPlan sparse_attn_mma_plan(int64_t tokens, int64_t heads, int64_t ma
 namespace {
 
 // The main kernel of `Pairs` pairs of warps a CTA and `Parts` dim parts (grid z), its shared
-// memory attribute set once.
+// memory attribute set once per device.
 template <int Pairs, int Parts>
 void launch_sparse_attn_mma(dim3 grid, cudaStream_t stream, const SparseAttnRowsParams& p, const SplitWorkspace& ws) {
-  static const bool configured = [] {
+  static PerDeviceOnce configured;
+  once_per_device(configured, [] {
     DSV4_CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_mma_kernel<Pairs, Parts>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(sizeof(Smem<Pairs>))));
-    return true;
-  }();
-  (void)configured;
+  });
   grid.z = Parts;
   launch_pdl(sparse_attn_mma_kernel<Pairs, Parts>, grid, 64 * Pairs, sizeof(Smem<Pairs>), stream, p, ws);
 }

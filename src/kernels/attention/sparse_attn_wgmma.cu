@@ -24,6 +24,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/gemm/wgmma.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/per_device_once.h"
 
 namespace dsv4::kernels::sparse_attn_tc {
 namespace {
@@ -177,14 +178,13 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAt
 
 void launch_sparse_attn_wgmma(dim3 grid, bool cta_per_token, cudaStream_t stream, const SparseAttnRowsParams& p,
                               const SplitWorkspace& ws) {
-  static const bool configured = [] {
+  static PerDeviceOnce configured;
+  once_per_device(configured, [] {
     for (const void* kernel : {reinterpret_cast<const void*>(sparse_attn_wgmma_kernel<false>),
                                reinterpret_cast<const void*>(sparse_attn_wgmma_kernel<true>)})
       DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(kSmemBytes)));
-    return true;
-  }();
-  (void)configured;
+  });
   if (cta_per_token) launch_pdl(sparse_attn_wgmma_kernel<true>, grid, kThreads, kSmemBytes, stream, p, ws);
   else launch_pdl(sparse_attn_wgmma_kernel<false>, grid, kThreads, kSmemBytes, stream, p, ws);
 }

@@ -7,6 +7,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/launch.cuh"
+#include "kernels/per_device_once.h"
 
 namespace dsv4::kernels {
 namespace {
@@ -804,12 +805,11 @@ void hc_pre_fused(const HcPreFusedParams& p, cudaStream_t stream) {
                      " tokens, 4 streams, dim " + std::to_string(kHcPreFusedMaxDim));
   const auto groups = static_cast<unsigned>((p.mix.mix + 1) / 2);
   // ys, and the norm's weight as finish_token copies it (up to 64 KiB: fp32 weights of the widest rows).
-  static const bool configured = [] {
+  static PerDeviceOnce configured;
+  once_per_device(configured, [] {
     DSV4_CUDA_CHECK(cudaFuncSetAttribute(hc_pre_fused_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(kHcPreFusedMaxDim * 2 * sizeof(float))));
-    return true;
-  }();
-  (void)configured;
+  });
   // The norm's weight is staged when its rows are whole 16-byte chunks from a 16-byte boundary
   // (and land 16-byte aligned after ys).
   const int64_t weight_bytes = f.dim * (p.y_norm.bf16 ? 2 : 4);
