@@ -353,6 +353,21 @@ double step_bytes(const Model& model, const std::vector<LayerCost>& costs, int64
   return bytes;
 }
 
+// bench step's table: its header, and a timed row (median, range, tokens/s, floor and its ratio)
+// whose numbers `row` (the JSON report's row) takes too.
+void print_step_header() {
+  std::printf("%-16s %12s %9s %12s %12s %8s\n", "run", "median ms", "range %", "tokens/s", "floor ms", "x floor");
+}
+void print_step_row(const std::string& run, const Timing& t, double tokens, double floor_seconds, nlohmann::json& row) {
+  std::printf("%-16s %12.3f %9.1f %12.1f %12.3f %8.1f\n", run.c_str(), t.median * 1e3, 100.0 * (t.max - t.min) / t.median,
+              tokens / t.median, floor_seconds * 1e3, t.median / floor_seconds);
+  row["ms"] = t.median * 1e3;
+  row["ms_min"] = t.min * 1e3;
+  row["ms_max"] = t.max * 1e3;
+  row["tokens_per_s"] = tokens / t.median;
+  row["floor_ms"] = floor_seconds * 1e3;
+}
+
 // bench step over --data-parallel-size ranks with expert parallelism (tools/engine_ranks.h): every
 // rank prefills the context and runs decode steps of `batch` sequences of its own, all together
 // (each forward exchanges its MoE rows), each on its own thread. A row's time is a step of all
@@ -379,7 +394,7 @@ void run_bench_step_ranks(const BenchOptions& o, const ModelConfig& cfg) {
   std::printf("%s, %lld layers + head, %d data-parallel ranks of the %s backend with expert parallelism, eager; "
               "floors are one rank's bytes at the H200's rate (ENV.md)\n",
               cfg.source().c_str(), static_cast<long long>(cfg.num_layers()), n, std::string(backends[0]->name()).c_str());
-  std::printf("%-16s %12s %9s %12s %12s %8s\n", "run", "median ms", "range %", "tokens/s", "floor ms", "x floor");
+  print_step_header();
 
   // Each rank's forward of `chunks[r]` tokens of each of its sequences; returns when every rank's
   // results are in.
@@ -432,12 +447,9 @@ void run_bench_step_ranks(const BenchOptions& o, const ModelConfig& cfg) {
     });
     const double tokens = static_cast<double>(batch_size * n);
     const double floor_seconds = step_bytes(models[0], costs, batch_size, fill, n) / kReadBytesPerSecond;
-    std::printf("%-16s %12.3f %9.1f %12.1f %12.3f %8.1f\n", ("decode b=" + std::to_string(batch_size) + "x" +
-                std::to_string(n)).c_str(), t.median * 1e3, 100.0 * (t.max - t.min) / t.median, tokens / t.median,
-                floor_seconds * 1e3, t.median / floor_seconds);
-    report["rows"].push_back({{"run", "decode"}, {"batch_per_rank", batch_size}, {"ms", t.median * 1e3},
-                              {"ms_min", t.min * 1e3}, {"ms_max", t.max * 1e3}, {"tokens_per_s", tokens / t.median},
-                              {"floor_ms", floor_seconds * 1e3}});
+    nlohmann::json row = {{"run", "decode"}, {"batch_per_rank", batch_size}};
+    print_step_row("decode b=" + std::to_string(batch_size) + "x" + std::to_string(n), t, tokens, floor_seconds, row);
+    report["rows"].push_back(row);
   }
   if (!o.json_file.empty()) write_json_file(o.json_file, report, 1, "report");
 }
@@ -475,17 +487,11 @@ void run_bench_step(const BenchOptions& o) {
   std::printf("%s, %lld layers + head, %s backend, multi-stream %s, fp8-gemm %s, %s; floors are the H200's (ENV.md)\n",
               cfg.source().c_str(), static_cast<long long>(cfg.num_layers()), std::string(ops->name()).c_str(),
               multi_stream.c_str(), fp8_gemm.c_str(), graphs ? "decode steps as CUDA graphs" : "eager launches");
-  std::printf("%-16s %12s %9s %12s %12s %8s\n", "run", "median ms", "range %", "tokens/s", "floor ms", "x floor");
+  print_step_header();
   const auto row = [&](const std::string& run, const Timing& t, double tokens, double floor_seconds, nlohmann::json extra,
                        double calls_per_run) {
-    std::printf("%-16s %12.3f %9.1f %12.1f %12.3f %8.1f\n", run.c_str(), t.median * 1e3, 100.0 * (t.max - t.min) / t.median,
-                tokens / t.median, floor_seconds * 1e3, t.median / floor_seconds);
     extra["run"] = run;
-    extra["ms"] = t.median * 1e3;
-    extra["ms_min"] = t.min * 1e3;
-    extra["ms_max"] = t.max * 1e3;
-    extra["tokens_per_s"] = tokens / t.median;
-    extra["floor_ms"] = floor_seconds * 1e3;
+    print_step_row(run, t, tokens, floor_seconds, extra);
     if (o.profile) print_profile(profiler, calls_per_run, t.median, extra);
     report["rows"].push_back(extra);
     std::fflush(stdout);

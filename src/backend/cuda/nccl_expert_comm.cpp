@@ -113,7 +113,7 @@ class NcclExpertComm final : public ExpertComm {
     // Round 1: every rank's row counts for every other.
     std::vector<int64_t> counts(static_cast<size_t>(2 * n));
     for (int r = 0; r < n; ++r) counts[static_cast<size_t>(r)] = send[static_cast<size_t>(r)].dim(0);
-    DeviceTensor device_counts = ops_.alloc(DType::kI32, {4 * n});  // 2n int64s
+    DeviceTensor device_counts = ops_.alloc(DType::kI64, {2 * n});
     auto* sent = reinterpret_cast<int64_t*>(device_counts.view().bytes());
     int64_t* received = sent + n;
     DSV4_CUDA_CHECK(cudaMemcpyAsync(sent, counts.data(), n * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
