@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/model_config.h"
+#include "model/cache_pool.h"
 #include "model/model.h"
 #include "ops/profiling_ops.h"
 #include "runtime/rank_threads.h"
@@ -54,6 +55,7 @@ struct BenchOptions {
   bool profile = false;
   int64_t prefill_chunk = 8192;  // bench step: tokens per forward of the prefill
   std::vector<int64_t> prefill_lengths;  // bench step: more prefills, each of a new sequence
+  std::string kv_cache_dtype = "auto";    // bench step: auto, bf16 or fp8 (--kv-cache-dtype)
   GpuOptions gpu;
 };
 
@@ -475,6 +477,13 @@ void run_bench_step(const BenchOptions& o) {
   std::fprintf(stderr, "bench: weights made in %.1f s\n", seconds_since(start));
   const std::unique_ptr<ForwardRunner> runner = make_forward_runner(*ops, o.gpu);
   const bool graphs = graph_stats(*runner).has_value();
+  // The caches' entries as the engine takes them: auto packs where the backend reads packed entries.
+  const DType cache_dtype =
+      o.kv_cache_dtype == "fp8" || (o.kv_cache_dtype == "auto" && cache_dtype_refusal(*ops, cfg, DType::kF8E4M3).empty())
+          ? DType::kF8E4M3
+          : DType::kBF16;
+  check_cache_dtype(*ops, cfg, cache_dtype);
+  const char* cache_name = cache_dtype == DType::kF8E4M3 ? "fp8" : "bf16";
   std::vector<LayerCost> costs;
   for (int64_t l = 0; l < cfg.num_layers(); ++l) costs.push_back(layer_cost(cfg, model.weights().layers.at(static_cast<size_t>(l))));
 
@@ -483,10 +492,11 @@ void run_bench_step(const BenchOptions& o) {
   nlohmann::json report = {{"model", cfg.source()}, {"backend", std::string(ops->name())}, {"context", o.context},
                            {"layers", cfg.num_layers()}, {"multi_stream", multi_stream}, {"fp8_gemm", fp8_gemm},
                            {"attention", std::string(attention_choice_name(o.gpu.attention))},
-                           {"cuda_graphs", graphs}};
-  std::printf("%s, %lld layers + head, %s backend, multi-stream %s, fp8-gemm %s, %s; floors are the H200's (ENV.md)\n",
+                           {"cuda_graphs", graphs}, {"kv_cache_dtype", cache_name}};
+  std::printf("%s, %lld layers + head, %s backend, multi-stream %s, fp8-gemm %s, %s caches, %s; floors are the H200's "
+              "(ENV.md)\n",
               cfg.source().c_str(), static_cast<long long>(cfg.num_layers()), std::string(ops->name()).c_str(),
-              multi_stream.c_str(), fp8_gemm.c_str(), graphs ? "decode steps as CUDA graphs" : "eager launches");
+              multi_stream.c_str(), fp8_gemm.c_str(), cache_name, graphs ? "decode steps as CUDA graphs" : "eager launches");
   print_step_header();
   const auto row = [&](const std::string& run, const Timing& t, double tokens, double floor_seconds, nlohmann::json extra,
                        double calls_per_run) {
@@ -532,10 +542,10 @@ void run_bench_step(const BenchOptions& o) {
   // prefills of new sequences, dropped after their row.
   const int64_t fill = o.context;
   const int64_t steps = o.iters * o.repeats + 1;  // each decode step advances the sequences
-  SequenceCache base = model.new_sequence(*ops, fill + steps, false);
+  SequenceCache base = model.new_sequence(*ops, fill + steps, cache_dtype);
   prefill(base, fill);
   for (const int64_t length : o.prefill_lengths) {
-    SequenceCache seq = model.new_sequence(*ops, length, false);
+    SequenceCache seq = model.new_sequence(*ops, length, cache_dtype);
     prefill(seq, length);
   }
 
@@ -651,6 +661,12 @@ void add_bench_command(CLI::App& app) {
       ->check(at_least_one_token);
   step_cmd->add_flag("--profile", step->profile,
                      "Under each row, the time of each op (ops waited for one by one, so the rows' times grow)");
+  step_cmd->add_option("--kv-cache-dtype", step->kv_cache_dtype,
+                       "The caches' entries, as serve's option: bf16 rows, or fp8 (584-byte FP8 attention entries, "
+                       "68-byte MXFP4 indexer keys); auto: fp8 where the backend reads them (the floors count FP8 "
+                       "entries either way)")
+      ->check(CLI::IsMember({"auto", "bf16", "fp8"}))
+      ->default_str("auto");
   step_cmd->callback([step] { run_bench_step(*step); });
   add_bench_throughput_command(*bench);
   add_bench_sampling_command(*bench);

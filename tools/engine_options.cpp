@@ -50,7 +50,8 @@ void add_cache_options(CLI::App* cmd, CacheOptions& options) {
          },
          "The caches' entries: bf16 rows, or fp8: attention entries in DeepSeek-V4's 584-byte FP8 layout and indexer "
          "keys in 68-byte MXFP4, the same numbers in 57% and 27% of the bytes (docs/MODEL.md 8.1). auto: fp8 where "
-         "the backend reads packed entries (the cpu backend; cuda not yet), else bf16. Exact math keeps f32 rows")
+         "the backend reads packed entries (cpu; cuda with its tensor-core attention, the default), else bf16. Exact "
+         "math keeps f32 rows")
       ->check(CLI::IsMember({"auto", "bf16", "fp8"}))
       ->default_str("auto");
 }

@@ -28,6 +28,11 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
   cp_async16(shared_address(dst), src, valid);
 }
 
+// 8 bytes global -> shared.
+__device__ __forceinline__ void cp_async8(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(shared_address(dst)), "l"(src) : "memory");
+}
+
 // 4 bytes global -> shared, or a zero when !valid.
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0)

@@ -87,7 +87,11 @@ TEST(ExpertParallelNccl, TwoGpusGetOneGpusLogits) {
   const int64_t V = whole.config()->vocab_size;
   const std::vector<std::vector<int32_t>> prompts = {test_ids(40, V, 3), test_ids(70, V, 4)};
   std::vector<std::unique_ptr<cuda::CudaOps>> ops;
-  for (int r = 0; r < 2; ++r) ops.push_back(std::make_unique<cuda::CudaOps>(cuda::CudaOptions{.device = r}));
+  for (int r = 0; r < 2; ++r) {
+    cuda::CudaOptions options;
+    options.device = r;
+    ops.push_back(std::make_unique<cuda::CudaOps>(options));
+  }
   std::vector<Model> shares;
   for (int r = 0; r < 2; ++r) {
     ops[static_cast<size_t>(r)]->bind_thread();

@@ -214,7 +214,8 @@ TEST_F(TinyOnCuda, GpuIsBitIdenticalRunToRun) {
 }
 
 // MODEL.md §15's within-implementation invariant on the default path: chunked prefill, and
-// prefill then decode, give the one-shot prefill's final hidden states bit for bit.
+// prefill then decode, give the one-shot prefill's final hidden states bit for bit, over bf16 rows and
+// over packed FP8 caches.
 TEST_F(TinyOnCuda, ChunkedPrefillAndDecodeBitIdenticalToOneShot) {
   auto hidden = [&](SequenceCache& cache, std::span<const int32_t> ids) {
     ForwardBatch batch;
@@ -225,18 +226,21 @@ TEST_F(TinyOnCuda, ChunkedPrefillAndDecodeBitIdenticalToOneShot) {
   SequenceCache one = gpu_model_->new_sequence(*gpu_, kTokens, false);
   const std::vector<float> ref = hidden(one, ids_);
   const std::span<const int32_t> ids(ids_);
-  SequenceCache chunked = gpu_model_->new_sequence(*gpu_, kTokens, false);
-  std::vector<float> got;
-  const int64_t decode_from = kTokens - 12;
-  for (int64_t b = 0; b < decode_from; b += 37) {
-    const std::vector<float> h = hidden(chunked, ids.subspan(b, std::min<int64_t>(37, decode_from - b)));
-    got.insert(got.end(), h.begin(), h.end());
+  // With the caches as packed FP8 entries (`--kv-cache-dtype fp8`) too: they hold the same values.
+  for (const DType cache_dtype : {DType::kBF16, DType::kF8E4M3}) {
+    SequenceCache chunked = gpu_model_->new_sequence(*gpu_, kTokens, cache_dtype);
+    std::vector<float> got;
+    const int64_t decode_from = kTokens - 12;
+    for (int64_t b = 0; b < decode_from; b += 37) {
+      const std::vector<float> h = hidden(chunked, ids.subspan(b, std::min<int64_t>(37, decode_from - b)));
+      got.insert(got.end(), h.begin(), h.end());
+    }
+    for (int64_t t = decode_from; t < kTokens; ++t) {
+      const std::vector<float> h = hidden(chunked, ids.subspan(t, 1));
+      got.insert(got.end(), h.begin(), h.end());
+    }
+    EXPECT_TRUE(same_bits(got, ref)) << dtype_name(cache_dtype) << " caches";
   }
-  for (int64_t t = decode_from; t < kTokens; ++t) {
-    const std::vector<float> h = hidden(chunked, ids.subspan(t, 1));
-    got.insert(got.end(), h.begin(), h.end());
-  }
-  EXPECT_TRUE(same_bits(got, ref));
 }
 
 }  // namespace

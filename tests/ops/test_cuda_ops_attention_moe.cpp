@@ -21,6 +21,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "core/numeric.h"
 #include "core/quant.h"
+#include "kv/packed_entries.h"
 #include "tests/ops/cuda_test_util.h"
 
 namespace dsv4 {
@@ -110,7 +111,9 @@ class CudaOpsAttentionMoeTest : public ::testing::Test {
     PagedCache cpu() const { return {pool.cpu.view(), table.cpu.view()}; }
     PagedCache gpu() const { return {pool.gpu.view(), table.gpu.view()}; }
   };
-  BothPaged paged(const Tensor& entries, int64_t page_rows, int64_t missing_page = -1) {
+  // With `packed`, the entries (bf16 rows of 512 values on the FP8 grid) as packed attention
+  // entries (kv/packed_entries.h) in pages of 0xFF bytes.
+  BothPaged paged(const Tensor& entries, int64_t page_rows, int64_t missing_page = -1, bool packed = false) {
     const int64_t n = entries.shape()[0], width = entries.shape()[1], pages = (n + page_rows - 1) / page_rows;
     const int64_t num_pages = pages + 3;
     std::vector<int32_t> ids(static_cast<size_t>(num_pages));
@@ -119,6 +122,15 @@ class CudaOpsAttentionMoeTest : public ::testing::Test {
     ids.resize(static_cast<size_t>(pages));
     if (missing_page >= 0 && missing_page < pages) ids[static_cast<size_t>(missing_page)] = -1;
     ids.push_back(-1);
+    if (packed) {
+      Tensor pool(DType::kU8, {num_pages, page_rows, Fp8CacheLayout::kEntryBytes});
+      std::fill_n(pool.data<uint8_t>(), pool.numel(), uint8_t{0xFF});
+      for (int64_t j = 0; j < n; ++j)
+        if (const int32_t page = ids[static_cast<size_t>(j / page_rows)]; page >= 0)
+          encode_fp8_entry(row_floats(entries, j).data(), Fp8CacheLayout{static_cast<int>(page_rows)},
+                           page * page_rows + j % page_rows, pool.data<uint8_t>());
+      return {both(pool), both(int_tensor({pages + 1}, ids))};
+    }
     Tensor pool = random_tensor(entries.dtype(), {num_pages, page_rows, width}, 1.0f);
     const size_t row_bytes = static_cast<size_t>(width) * dtype_size(entries.dtype());
     for (int64_t j = 0; j < n; ++j) {
@@ -128,6 +140,34 @@ class CudaOpsAttentionMoeTest : public ::testing::Test {
                     entries.data<std::byte>() + j * row_bytes, row_bytes);
     }
     return {both(pool), both(int_tensor({pages + 1}, ids))};
+  }
+
+  // Row j of a bf16 [rows, width] host tensor as floats.
+  static std::vector<float> row_floats(const Tensor& t, int64_t j) {
+    const int64_t width = t.shape()[1];
+    std::vector<float> row(static_cast<size_t>(width));
+    for (int64_t i = 0; i < width; ++i) row[static_cast<size_t>(i)] = bf16_to_float(t.data<uint16_t>()[j * width + i]);
+    return row;
+  }
+  // Random bf16 attention entry rows (512 values) on the grid of packed FP8 entries, where the
+  // forward's QAT leaves every cached row: e4m3 with a pow2 scale per 64 nope dims, bf16 rope dims.
+  Tensor entry_rows(int64_t rows) {
+    Tensor t = random_tensor(DType::kBF16, {rows, Fp8CacheLayout::kHeadDim}, 1.0f);
+    for (int64_t j = 0; j < rows; ++j) {
+      std::vector<float> row = row_floats(t, j);
+      for (int b = 0; b < Fp8CacheLayout::kScalesPerEntry; ++b)
+        fake_quant_block_e4m3(row.data() + b * Fp8CacheLayout::kQuantBlock, Fp8CacheLayout::kQuantBlock);
+      for (size_t i = 0; i < row.size(); ++i) t.data<uint16_t>()[j * Fp8CacheLayout::kHeadDim + i] = float_to_bf16(row[i]);
+    }
+    return t;
+  }
+  // A window ring's rows as packed entries (one page of all its rows).
+  Both packed_ring(const Tensor& rows) {
+    const int64_t n = rows.shape()[0];
+    Tensor ring(DType::kU8, {n, Fp8CacheLayout::kEntryBytes});
+    for (int64_t j = 0; j < n; ++j)
+      encode_fp8_entry(row_floats(rows, j).data(), Fp8CacheLayout{static_cast<int>(n)}, j, ring.data<uint8_t>());
+    return both(ring);
   }
 
   struct BothWeights {
@@ -369,19 +409,23 @@ TEST_P(SparseAttentionFlashTest, MatchesCpu) {
   const int64_t H = 64, d = 512, W = 128, k = 512, T = c.sequences * c.tokens;
   const bool with_topk = c.ratio == 4;
   const Both q = both(random_tensor(DType::kBF16, {T, H, d}, 2.0f));
-  const Both kv = both(random_tensor(DType::kBF16, {T, d}, 1.0f));
+  const Both kv = both(entry_rows(T));
   const BothWeights sink = plain_weight("sink", random_tensor(DType::kF32, {H}, 1.0f));
-  std::vector<Both> windows;
-  std::vector<BothPaged> comps;
-  std::vector<AttentionSeq> cseqs, gseqs;
+  std::vector<Both> windows, packed_windows;
+  std::vector<BothPaged> comps, packed_comps;
+  std::vector<AttentionSeq> cseqs, gseqs, packed_seqs;
   std::vector<int32_t> topk_ids(static_cast<size_t>(T * k), -1);
   std::vector<SeqSlice> slices;
   for (int64_t s = 0; s < c.sequences; ++s) {
     const SeqSlice sl{s * c.tokens, c.tokens, c.start_pos + 37 * s};
     slices.push_back(sl);
-    windows.push_back(both(random_tensor(DType::kBF16, {W, d}, 1.0f)));
+    const Tensor window_rows = entry_rows(W);
+    windows.push_back(both(window_rows));
+    packed_windows.push_back(packed_ring(window_rows));
     const int64_t capacity = c.ratio > 0 ? (sl.start_pos + sl.num_tokens) / c.ratio + 1 : 1;
-    comps.push_back(paged(random_tensor(DType::kBF16, {capacity, d}, 1.0f), 64));
+    const Tensor comp_rows = entry_rows(capacity);
+    comps.push_back(paged(comp_rows, 64));
+    packed_comps.push_back(paged(comp_rows, 64, -1, true));
     for (int64_t i = 0; i < sl.num_tokens && with_topk; ++i) {
       const int64_t visible = (sl.start_pos + i + 1) / c.ratio;
       std::vector<int32_t> ids(static_cast<size_t>(visible));
@@ -393,6 +437,8 @@ TEST_P(SparseAttentionFlashTest, MatchesCpu) {
     }
     cseqs.push_back({sl, windows.back().cpu.view(), c.ratio > 0 ? comps.back().cpu() : PagedCache()});
     gseqs.push_back({sl, windows.back().gpu.view(), c.ratio > 0 ? comps.back().gpu() : PagedCache()});
+    packed_seqs.push_back(
+        {sl, packed_windows.back().gpu.view(), c.ratio > 0 ? packed_comps.back().gpu() : PagedCache()});
   }
   const Both topk = both(int_tensor({T, k}, topk_ids));
   Both out = output(DType::kBF16, {T, H, d});
@@ -406,10 +452,16 @@ TEST_P(SparseAttentionFlashTest, MatchesCpu) {
                           out.gpu.view()});
   const std::string what = std::string("sparse_attention flash ") + c.name;
   EXPECT_LT(measure(what, gpu_floats(out), cpu_floats(out)), 1e-3) << what;
+  const std::vector<float> batch = gpu_floats(out);
+
+  // The caches as packed FP8 entries (`--kv-cache-dtype fp8`) hold the same values: the same bits.
+  const DeviceTensor from_packed = gpu_->alloc(DType::kBF16, {T, H, d});
+  gpu_->sparse_attention({q.gpu.view(), kv.gpu.view(), &sink.gpu, gpu_topk, positions.gpu.view(), packed_seqs, W, c.ratio,
+                          scale, from_packed.view()});
+  EXPECT_TRUE(same_bits(floats(*gpu_, from_packed), batch)) << what << ": packed caches";
 
   // A decode token alone (a launch of few CTAs, so fewer heads a CTA) gets its bits in the batch.
   if (c.tokens != 1) return;
-  const std::vector<float> batch = gpu_floats(out);
   for (const int64_t s : {int64_t{0}, c.sequences - 1}) {
     const std::vector<AttentionSeq> alone_seq = {
         {SeqSlice{0, 1, slices[s].start_pos}, windows[s].gpu.view(), c.ratio > 0 ? comps[s].gpu() : PagedCache()}};
@@ -433,6 +485,42 @@ INSTANTIATE_TEST_SUITE_P(
                       FlashAttentionCase{"SwaDecode1", 0, 1, 1, 8192}, FlashAttentionCase{"SwaDecode64", 0, 64, 1, 8192},
                       FlashAttentionCase{"SwaPrefillFirst", 0, 1, 256, 0}),
     [](const ::testing::TestParamInfo<FlashAttentionCase>& info) { return std::string(info.param.name); });
+
+// ---- write_cache_rows into packed entries ---------------------------------------------------------
+
+// Rows packed into FP8 attention entries and MXFP4 indexer keys (kv/packed_entries.h) get the
+// CPU's bytes, two sequences' pages in one call, rows going nowhere (-1) left out; pages of an odd
+// number of entries, so entries start at every alignment their size allows.
+TEST_F(CudaOpsAttentionMoeTest, WriteCacheRowsPacksEntriesAsTheCpuDoes) {
+  for (const int64_t width : {int64_t{512}, int64_t{128}}) {
+    const int64_t entry_bytes = width == 512 ? Fp8CacheLayout::kEntryBytes : Mxfp4KeyLayout::kEntryBytes;
+    const int64_t page_rows = 5, num_pages = 9, rows = 30;
+    Tensor pool(DType::kU8, {num_pages, page_rows, entry_bytes});
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (int64_t i = 0; i < pool.numel(); ++i) pool.data<uint8_t>()[i] = static_cast<uint8_t>(byte(rng_));
+    const Both pools = both(pool);
+    // Sequence 0 owns pages 7, 2, 4; sequence 1 pages 0, 8, 5 (the pool is shared).
+    const Both table0 = both(int_tensor({3}, {7, 2, 4})), table1 = both(int_tensor({3}, {0, 8, 5}));
+    std::vector<int32_t> dst(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) dst[static_cast<size_t>(r)] = static_cast<int32_t>((r * 7) % 15);
+    dst[3] = -1;
+    dst[20] = -1;
+    const Both dst_rows = both(int_tensor({rows}, dst));
+    const Both src = both(random_tensor(DType::kBF16, {rows, width}, 3.0f));
+    const std::vector<CacheRows> cpu_seqs = {{0, 15, {pools.cpu.view(), table0.cpu.view()}},
+                                             {15, 15, {pools.cpu.view(), table1.cpu.view()}}};
+    const std::vector<CacheRows> gpu_seqs = {{0, 15, {pools.gpu.view(), table0.gpu.view()}},
+                                             {15, 15, {pools.gpu.view(), table1.gpu.view()}}};
+    cpu_.write_cache_rows({src.cpu.view(), dst_rows.cpu.view(), cpu_seqs});
+    gpu_->write_cache_rows({src.gpu.view(), dst_rows.gpu.view(), gpu_seqs});
+    Tensor want(DType::kU8, pool.shape()), got(DType::kU8, pool.shape());
+    cpu_.download(pools.cpu.view(), want.view());
+    gpu_->download(pools.gpu.view(), got.view());
+    EXPECT_EQ(std::memcmp(want.data<uint8_t>(), got.data<uint8_t>(), static_cast<size_t>(pool.numel())), 0)
+        << "entries of " << width << " values";
+    EXPECT_NE(std::memcmp(want.data<uint8_t>(), pool.data<uint8_t>(), static_cast<size_t>(pool.numel())), 0);
+  }
+}
 
 // ---- moe_route ----------------------------------------------------------------------------------
 

@@ -4,8 +4,9 @@
 // ratio 4: decode batches 1/16/64 at 8k context, a 1024-token prefill, mixed batches) and toy
 // sizes, with q and keys made as the model makes them (Hadamard, then FP4 QAT in blocks of 32,
 // stored bf16) and the keys in shuffled pages of a pool; then the top-k kernel alone on crafted
-// score rows (ties, infinities, signed zeros, rows longer than 65535). Measured mismatch counts
-// are printed ("[measured] ...").
+// score rows (ties, infinities, signed zeros, rows longer than 65535). The tensor-core cases run
+// again on the keys packed as MXFP4 keys, for the bf16 keys' bits. Measured mismatch counts are
+// printed ("[measured] ...").
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "core/numeric.h"
 #include "kernels/indexer/indexer_topk.h"
+#include "kv/packed_entries.h"
 #include "tests/ops/cuda_test_util.h"
 
 namespace dsv4 {
@@ -146,28 +148,37 @@ class IndexerCudaTest : public ::testing::Test {
   }
 
   // A sequence's keys ([rows, dh]) as the model keeps them, in both backends: pages of
-  // kKeyPageRows rows of a pool in a shuffled order, every other pool row NaN.
+  // kKeyPageRows rows of a pool in a shuffled order, every other pool row NaN; with `packed`, as
+  // packed MXFP4 keys (kv/packed_entries.h, `--kv-cache-dtype fp8`), the other rows 0xFF bytes.
   struct PagedKeys {
     Both pool, table;
     PagedCache cpu() const { return {pool.cpu.view(), table.cpu.view()}; }
     PagedCache gpu() const { return {pool.gpu.view(), table.gpu.view()}; }
   };
-  PagedKeys paged_keys(const Tensor& keys) {
+  PagedKeys paged_keys(const Tensor& keys, bool packed = false) {
     const int64_t rows = keys.shape()[0], dh = keys.shape()[1], pages = (rows + kKeyPageRows - 1) / kKeyPageRows;
     const int64_t num_pages = pages + 2;
     std::vector<int32_t> ids(static_cast<size_t>(num_pages));
     std::iota(ids.begin(), ids.end(), 0);
     std::shuffle(ids.begin(), ids.end(), rng_);
     ids.resize(static_cast<size_t>(pages));
-    Tensor pool(keys.dtype(), {num_pages, kKeyPageRows, dh});
-    for (int64_t i = 0; i < pool.numel(); ++i) {
-      if (keys.dtype() == DType::kBF16) pool.data<uint16_t>()[i] = 0x7fc0;
-      else pool.data<float>()[i] = std::numeric_limits<float>::quiet_NaN();
+    const auto pool_row = [&](int64_t j) { return ids[static_cast<size_t>(j / kKeyPageRows)] * kKeyPageRows + j % kKeyPageRows; };
+    Tensor pool(packed ? DType::kU8 : keys.dtype(), {num_pages, kKeyPageRows, packed ? Mxfp4KeyLayout::kEntryBytes : dh});
+    if (packed) {
+      std::fill_n(pool.data<uint8_t>(), pool.numel(), uint8_t{0xFF});
+      const std::vector<float> values = host_floats(keys);
+      for (int64_t j = 0; j < rows; ++j)
+        encode_mxfp4_key(values.data() + j * dh, Mxfp4KeyLayout{static_cast<int>(kKeyPageRows)}, pool_row(j),
+                         pool.data<uint8_t>());
+    } else {
+      for (int64_t i = 0; i < pool.numel(); ++i) {
+        if (keys.dtype() == DType::kBF16) pool.data<uint16_t>()[i] = 0x7fc0;
+        else pool.data<float>()[i] = std::numeric_limits<float>::quiet_NaN();
+      }
+      const size_t row_bytes = static_cast<size_t>(dh) * dtype_size(keys.dtype());
+      for (int64_t j = 0; j < rows; ++j)
+        std::memcpy(pool.data<std::byte>() + pool_row(j) * row_bytes, keys.data<std::byte>() + j * row_bytes, row_bytes);
     }
-    const size_t row_bytes = static_cast<size_t>(dh) * dtype_size(keys.dtype());
-    for (int64_t j = 0; j < rows; ++j)
-      std::memcpy(pool.data<std::byte>() + (ids[static_cast<size_t>(j / kKeyPageRows)] * kKeyPageRows + j % kKeyPageRows) * row_bytes,
-                  keys.data<std::byte>() + j * row_bytes, row_bytes);
     Tensor table(DType::kI32, {pages});
     std::copy(ids.begin(), ids.end(), table.data<int32_t>());
     return {both(pool), both(table)};
@@ -407,6 +418,38 @@ void IndexerCudaTest::run_case(const IndexerCase& c) {
     EXPECT_LE(max_rel, 1e-4) << c.name << ": " << first_difference;
     EXPECT_LE(ids_only_gpu * 100, T * std::min<int64_t>(k, stride) + 1) << c.name << ": " << first_topk_difference;
   }
+
+  // The same keys packed as MXFP4 keys hold the same values (they are FP4-QAT'd), so the
+  // tensor-core kernel gives the same scores and the op the same top-k, bit for bit.
+  if (c.inputs != Inputs::kFp4Qat || kernel != IndexerScoreKernel::kTensorCoreBf16) return;
+  std::vector<PagedKeys> packed;
+  std::vector<IndexerSeq> packed_seqs;
+  for (size_t s = 0; s < slices.size(); ++s) {
+    packed.push_back(paged_keys(key_hosts[s], true));
+    packed_seqs.push_back({slices[s], packed.back().gpu()});
+  }
+  const DeviceTensor topk_packed = gpu_->alloc(DType::kI32, {T, k});
+  DSV4_CUDA_CHECK(cudaMemsetAsync(topk_packed.view().bytes(), 0xa5, topk_packed.view().nbytes(), gpu_->stream()));
+  gpu_->indexer_topk({q.gpu.view(), w.gpu.view(), weight_scale, kRatio, positions.gpu.view(), packed_seqs,
+                      topk_packed.view()});
+  EXPECT_EQ(ints(*gpu_, topk_packed), got) << c.name << ": the top-k of packed keys";
+  for (kernels::IndexerSeqDesc& desc : descs) {
+    const size_t s = key_index_of_token[static_cast<size_t>(desc.token_begin)];
+    desc.keys = {packed[s].pool.gpu.view().bytes(), false};
+    desc.key_pages = page_table(packed[s].gpu());
+  }
+  d_descs.upload(descs);
+  d_scores.poison();
+  kp.packed_keys = true;
+  gpu_->synchronize();
+  kernels::indexer_scores(kp, nullptr);
+  DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> packed_scores = d_scores.download();
+  int64_t packed_differing = 0;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < visible[t]; ++j)
+      packed_differing += float_bits(packed_scores[t * stride + j]) != float_bits(gpu_scores[t * stride + j]);
+  EXPECT_EQ(packed_differing, 0) << c.name << ": scores of packed keys against bf16 keys";
 }
 
 // Decode at 8k context: one token per sequence, positions spread below 8192 (up to 2048 keys).

@@ -3,7 +3,8 @@
 // splits in turn; mma.sync otherwise, with 16, 32 or 64 heads a CTA and the output dims in 1, 2 or
 // 4 parts) give the same bits for the same launch: window entries from the ring and from the
 // batch, compressed entries valid, -1, not yet visible and without a page, one split or several, a
-// partial head block and two head blocks. Skips where no GPU exists.
+// partial head block and two head blocks; and each of them over packed FP8 entries
+// (kv/packed_entries.h) gives the bits of the same values as rows. Skips where no GPU exists.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,8 +16,10 @@
 #include <vector>
 
 #include "core/numeric.h"
+#include "core/quant.h"
 #include "kernels/attention/sparse_attn_mma.h"
 #include "kernels/sm_count.h"
+#include "kv/packed_entries.h"
 #include "tests/ops/cuda_test_util.h"
 
 namespace dsv4 {
@@ -34,11 +37,41 @@ struct WgmmaCase {
 
 class SparseAttnWgmmaTest : public ::testing::TestWithParam<WgmmaCase> {};
 
+constexpr int64_t kD = kernels::kSparseAttnMmaHeadDim;
+
 std::vector<uint16_t> random_bf16(size_t n, float scale, std::mt19937& rng) {
   std::normal_distribution<float> dist(0.0f, scale);
   std::vector<uint16_t> v(n);
   for (uint16_t& x : v) x = float_to_bf16(dist(rng));
   return v;
+}
+
+// Random entry rows on the grid of the packed cache entries (e4m3 with a pow2 scale per 64 nope
+// dims, bf16 rope dims), where the forward's QAT leaves every cached row.
+std::vector<uint16_t> random_entry_rows(int64_t rows, std::mt19937& rng) {
+  std::vector<uint16_t> v = random_bf16(static_cast<size_t>(rows * kD), 1.0f, rng);
+  std::vector<float> row(kD);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < kD; ++i) row[i] = bf16_to_float(v[r * kD + i]);
+    for (int b = 0; b < Fp8CacheLayout::kScalesPerEntry; ++b)
+      fake_quant_block_e4m3(row.data() + b * Fp8CacheLayout::kQuantBlock, Fp8CacheLayout::kQuantBlock);
+    for (int64_t i = 0; i < kD; ++i) v[r * kD + i] = float_to_bf16(row[i]);
+  }
+  return v;
+}
+
+// The rows as packed attention entries (kv/packed_entries.h), row r in entry r of pages of
+// page_rows entries (0xFF bytes past the last row).
+std::vector<uint8_t> packed_entries(const std::vector<uint16_t>& rows, int64_t page_rows) {
+  const int64_t n = static_cast<int64_t>(rows.size()) / kD, pages = (n + page_rows - 1) / page_rows;
+  const Fp8CacheLayout layout{static_cast<int>(page_rows)};
+  std::vector<uint8_t> bytes(static_cast<size_t>(pages * layout.page_bytes()), 0xFF);
+  std::vector<float> row(kD);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t i = 0; i < kD; ++i) row[i] = bf16_to_float(rows[r * kD + i]);
+    encode_fp8_entry(row.data(), layout, r, bytes.data());
+  }
+  return bytes;
 }
 
 TEST_P(SparseAttnWgmmaTest, GivesTheMmaSyncBits) {
@@ -49,13 +82,15 @@ TEST_P(SparseAttnWgmmaTest, GivesTheMmaSyncBits) {
   std::mt19937 rng(7);
   DeviceBuffer<uint16_t> q(T * H * d), kv(T * d), window(W * d), out(T * H * d);
   q.upload(random_bf16(q.size(), 2.0f, rng));
-  kv.upload(random_bf16(kv.size(), 1.0f, rng));
-  window.upload(random_bf16(window.size(), 1.0f, rng));
+  const std::vector<uint16_t> kv_rows = random_entry_rows(T, rng), window_rows = random_entry_rows(W, rng);
+  kv.upload(kv_rows);
+  window.upload(window_rows);
   // The compressed pool in pages listed backwards, the third page missing (-1).
   const int64_t visible = c.ratio > 0 ? (c.start_pos + T) / c.ratio : 0;
   const int64_t pages = visible / kPageRows + 1;
   DeviceBuffer<uint16_t> pool(pages * kPageRows * d);
-  pool.upload(random_bf16(pool.size(), 1.0f, rng));
+  const std::vector<uint16_t> pool_rows = random_entry_rows(pages * kPageRows, rng);
+  pool.upload(pool_rows);
   std::vector<int32_t> page_ids(static_cast<size_t>(pages));
   for (int64_t i = 0; i < pages; ++i) page_ids[i] = static_cast<int32_t>(pages - 1 - i);
   if (pages > 2) page_ids[2] = -1;
@@ -65,10 +100,27 @@ TEST_P(SparseAttnWgmmaTest, GivesTheMmaSyncBits) {
   kernels::SparseAttnSeq seq;
   seq.token_begin = 0;
   seq.window = {window.get(), true};
+  seq.window_rows = W;
   seq.compressed = {pool.get(), true};
   seq.compressed_pages = {page_table.get(), pages, kPageRows, pages};
   DeviceBuffer<kernels::SparseAttnSeq> seqs(1);
   seqs.upload({seq});
+  // The same caches and batch rows as packed entries (the batch's rows in one page of an even count).
+  const int64_t kv_page_rows = T + T % 2;
+  std::vector<uint16_t> kv_padded = kv_rows;
+  kv_padded.resize(static_cast<size_t>(kv_page_rows * d), 0);
+  const std::vector<uint8_t> kv_bytes = packed_entries(kv_padded, kv_page_rows),
+                             window_bytes = packed_entries(window_rows, W),
+                             pool_bytes = packed_entries(pool_rows, kPageRows);
+  DeviceBuffer<uint8_t> kv_packed(kv_bytes.size()), window_packed(window_bytes.size()), pool_packed(pool_bytes.size());
+  kv_packed.upload(kv_bytes);
+  window_packed.upload(window_bytes);
+  pool_packed.upload(pool_bytes);
+  kernels::SparseAttnSeq packed_seq = seq;
+  packed_seq.window = {window_packed.get(), false};
+  packed_seq.compressed = {pool_packed.get(), false};
+  DeviceBuffer<kernels::SparseAttnSeq> packed_seqs(1);
+  packed_seqs.upload({packed_seq});
   DeviceBuffer<int32_t> seq_of_token(T), positions(T);
   seq_of_token.upload(std::vector<int32_t>(static_cast<size_t>(T), 0));
   std::vector<int32_t> pos(static_cast<size_t>(T));
@@ -110,36 +162,43 @@ TEST_P(SparseAttnWgmmaTest, GivesTheMmaSyncBits) {
       kernels::sparse_attn_mma_plan(T, H, max_entries, kernels::current_device_sm_count());
   DeviceBuffer<uint8_t> workspace(plan.workspace_bytes);
 
+  kernels::SparseAttnRowsParams packed_p = p;
+  packed_p.packed = true;
+  packed_p.kv = {kv_packed.get(), false};
+  packed_p.kv_page_rows = kv_page_rows;
+  packed_p.seqs = packed_seqs.get();
+
   using Splits = kernels::SparseAttnMmaPlan::Splits;
-  const auto run = [&](bool wgmma, Splits splits, int pairs = 4, int dim_parts = 1) {
+  const auto run = [&](bool packed, bool wgmma, Splits splits, int pairs = 4, int dim_parts = 1) {
     plan.wgmma = wgmma;
     plan.splits = splits;
     plan.pairs = pairs;
     plan.dim_parts = dim_parts;
     out.poison();
-    kernels::sparse_attn_mma(p, plan, workspace.get(), nullptr);
+    kernels::sparse_attn_mma(packed ? packed_p : p, plan, workspace.get(), nullptr);
     DSV4_CUDA_CHECK(cudaDeviceSynchronize());
     return out.download();
   };
-  const std::vector<uint16_t> mma = run(false, Splits::kMergeKernel);
+  const std::vector<uint16_t> mma = run(false, false, Splits::kMergeKernel);
   int64_t nonzero = 0;
   for (const uint16_t v : mma) nonzero += (v & 0x7fff) != 0;
   EXPECT_GT(nonzero, static_cast<int64_t>(mma.size()) / 2) << c.name;
-  for (const Splits splits : {Splits::kMergeKernel, Splits::kLastCtaMerges, Splits::kCtaPerToken}) {
-    const std::vector<uint16_t> wgmma = run(true, splits);
+  const auto expect_mma_bits = [&](const std::vector<uint16_t>& got, const std::string& what) {
     int64_t differ = 0;
-    for (size_t i = 0; i < mma.size(); ++i) differ += wgmma[i] != mma[i];
-    EXPECT_EQ(differ, 0) << c.name << " (WGMMA, splits schedule " << static_cast<int>(splits) << "): of "
-                         << mma.size() << " values, first at "
-                         << std::distance(mma.begin(), std::mismatch(mma.begin(), mma.end(), wgmma.begin()).first);
+    for (size_t i = 0; i < mma.size(); ++i) differ += got[i] != mma[i];
+    EXPECT_EQ(differ, 0) << c.name << " (" << what << "): of " << mma.size() << " values, first at "
+                         << std::distance(mma.begin(), std::mismatch(mma.begin(), mma.end(), got.begin()).first);
+  };
+  for (const bool packed : {false, true}) {
+    const std::string entries = packed ? "packed entries, " : "rows, ";
+    if (packed) expect_mma_bits(run(true, false, Splits::kMergeKernel), entries + "mma.sync");
+    for (const Splits splits : {Splits::kMergeKernel, Splits::kLastCtaMerges, Splits::kCtaPerToken})
+      expect_mma_bits(run(packed, true, splits), entries + "WGMMA, splits schedule " + std::to_string(static_cast<int>(splits)));
+    for (const int pairs : {1, 2})
+      for (const int dim_parts : {1, 2, 4})
+        expect_mma_bits(run(packed, false, Splits::kMergeKernel, pairs, dim_parts),
+                        entries + std::to_string(16 * pairs) + " heads a CTA, " + std::to_string(dim_parts) + " dim parts");
   }
-  for (const int pairs : {1, 2})
-    for (const int dim_parts : {1, 2, 4}) {
-      const std::vector<uint16_t> small = run(false, Splits::kMergeKernel, pairs, dim_parts);
-      int64_t differ = 0;
-      for (size_t i = 0; i < mma.size(); ++i) differ += small[i] != mma[i];
-      EXPECT_EQ(differ, 0) << c.name << ": " << 16 * pairs << " heads a CTA, " << dim_parts << " dim parts";
-    }
 }
 
 // The plan is host arithmetic (no GPU needed): decode launches spread a token over CTAs, mid-sized

@@ -960,7 +960,7 @@ TEST_F(EngineTest, Fp8CachesTakeThePackedEntriesBytes) {
   EXPECT_EQ(e->config().num_cache_blocks, 40);
   EXPECT_EQ(e->cache_bytes(), c.cache_memory_bytes);
 
-  // A backend that does not read packed entries (CUDA, so far) refuses them by name.
+  // A backend that does not read packed entries (CUDA with its CPU-order attention) refuses them by name.
   class RowsOnlyOps final : public testing::CpuForwardingOps {
    public:
     std::string_view name() const override { return "rows-only"; }

@@ -8,6 +8,7 @@
 // that the kernels read there, so a graph replays with the next step's pages.
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -15,23 +16,36 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/op_checks.h"
 #include "backend/cuda/stream_buffer.h"
+#include "kernels/attention/kv_cache.h"
 #include "kernels/attention/sparse_attn_mma.h"
 #include "kernels/attention/sparse_attn_rows.h"
 #include "kernels/compressor/compressor_pool.h"
 #include "kernels/indexer/indexer_topk.h"
+#include "kv/packed_entries.h"
 #include "ops/param_checks.h"
 
 namespace dsv4::cuda {
 
 namespace {
 
-// A [capacity, width] float cache that must hold `rows` entries.
+// A [capacity, width] cache (float rows or packed entries) that must hold `rows` entries.
 void check_cache(const char* op, ConstTensorView cache, int64_t rows, int64_t width) {
   expect_rank(op, "cache", cache, 2);
-  expect_float(op, "cache", cache);
-  if (cache.dim(1) != width || cache.dim(0) < rows)
-    throw UsageError(std::string(op) + ": a cache of shape " + shape_str(cache.shape()) + " cannot hold " +
-                     std::to_string(rows) + " entries of width " + std::to_string(width));
+  if (!cache_rows_hold(cache.dtype(), cache.dim(1), width) || cache.dim(0) < rows)
+    throw UsageError(std::string(op) + ": a cache of " + std::string(dtype_name(cache.dtype())) +
+                     shape_str(cache.shape()) + " cannot hold " + std::to_string(rows) + " entries of width " +
+                     std::to_string(width));
+}
+
+// Whether a cache tensor holds packed entries; `packed` is what the batch's caches before it held
+// (nullopt for the first), and a batch mixing packed entries with rows is refused by name.
+bool packed_cache(const char* op, const std::string& what, ConstTensorView cache, std::optional<bool>& packed) {
+  const bool is_packed = packed_entry(cache.dtype(), cache.dim(cache.rank() - 1)) != PackedEntry::kNone;
+  if (packed.has_value() && *packed != is_packed)
+    throw UsageError(std::string(op) + ": " + what + " holds " + (is_packed ? "packed entries" : "rows") +
+                     " where the batch's other caches hold " + (is_packed ? "rows" : "packed entries"));
+  packed = is_packed;
+  return is_packed;
 }
 
 // For each of a batch's T tokens, the index of its sequence among those with tokens (the order in
@@ -124,18 +138,30 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
   std::vector<kernels::IndexerSeqDesc> seqs;
   int64_t score_stride = 0;
   bool keys_bf16 = true;
-  for (const IndexerSeq& s : p.seqs) {
+  std::optional<bool> packed;
+  for (size_t i = 0; i < p.seqs.size(); ++i) {
+    const IndexerSeq& s = p.seqs[i];
     const SeqSlice& sl = s.slice;
     if (sl.num_tokens == 0) continue;
     score_stride = std::max(score_stride, (sl.start_pos + sl.num_tokens) / p.ratio);
-    seqs.push_back({sl.token_begin, float_ptr(ConstTensorView(s.keys.pool)), page_table(s.keys)});
+    const bool is_packed =
+        packed_cache("indexer_topk", "sequence " + std::to_string(i) + "'s keys", s.keys.pool, packed);
+    seqs.push_back({sl.token_begin,
+                    is_packed ? kernels::FloatPtr{s.keys.pool.bytes()} : float_ptr(ConstTensorView(s.keys.pool)),
+                    page_table(s.keys)});
     keys_bf16 = keys_bf16 && s.keys.pool.dtype() == DType::kBF16;
   }
-  // The one choice of score kernel: tensor cores for bf16 q and keys (the default numerics, where
-  // they equal the CPU's scores: kernels/indexer/indexer_mma_scores.cu), the exact kernel for fp32
-  // (exact math) and shapes the tensor-core kernel does not take.
+  const bool packed_keys = packed.value_or(false);
+  // The one choice of score kernel: tensor cores for bf16 q and bf16 or packed keys (the default
+  // numerics, where they equal the CPU's scores: kernels/indexer/indexer_mma_scores.cu), the exact
+  // kernel for fp32 (exact math) and shapes the tensor-core kernel does not take.
   const kernels::IndexerScoreKernel score_kernel =
-      kernels::indexer_score_kernel_for(p.q.dtype() == DType::kBF16, keys_bf16, heads, dh);
+      kernels::indexer_score_kernel_for(p.q.dtype() == DType::kBF16, keys_bf16 || packed_keys, heads, dh);
+  if (packed_keys && score_kernel != kernels::IndexerScoreKernel::kTensorCoreBf16)
+    throw UsageError("indexer_topk: packed keys are read by the tensor-core score kernel, which takes bf16 q of " +
+                     std::to_string(kernels::kIndexerMmaHeadDim) + " dims and up to " +
+                     std::to_string(kernels::kIndexerMmaMaxHeads) + " heads; q is " +
+                     std::string(dtype_name(p.q.dtype())) + " " + shape_str(p.q.shape()));
   if (score_kernel == kernels::IndexerScoreKernel::kTensorCoreBf16) {
     const auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 != 0; };
     bool any_misaligned = misaligned(p.q.bytes());
@@ -168,6 +194,7 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
   kp.score_stride = score_stride;
   kp.k = k;
   kp.score_kernel = score_kernel;
+  kp.packed_keys = packed_keys;
   kernels::indexer_topk(kp, stream_);
 }
 
@@ -183,26 +210,35 @@ void CudaOps::sparse_attention(const SparseAttentionParams& p) {
 
   std::vector<kernels::SparseAttnSeq> seqs;
   int64_t max_entries = 0;
-  // The tensor-core kernel takes bf16 rows of the head dim it is built for, 16-byte aligned (the
-  // default numerics); exact-math (f32) forwards keep the CPU's operation order.
-  const auto mma_ready = [](ConstTensorView v) {
-    return v.dtype() == DType::kBF16 && reinterpret_cast<uintptr_t>(v.bytes()) % 16 == 0;
+  // The tensor-core kernel takes bf16 rows of the head dim it is built for, 16-byte aligned, or
+  // packed entries (the default numerics); exact-math (f32) forwards keep the CPU's operation order.
+  const auto mma_ready = [](ConstTensorView v, DType also = DType::kBF16) {
+    return (v.dtype() == DType::kBF16 || v.dtype() == also) && reinterpret_cast<uintptr_t>(v.bytes()) % 16 == 0;
   };
   bool use_mma = options_.sparse_attention == SparseAttention::kTensorCores && d == kernels::kSparseAttnMmaHeadDim &&
                  mma_ready(p.q) && mma_ready(p.kv) && mma_ready(p.out);
-  for (const AttentionSeq& s : p.seqs) {
+  std::optional<bool> packed;
+  const auto cache_ptr = [](ConstTensorView cache, bool is_packed) {
+    return is_packed ? kernels::FloatPtr{cache.bytes()} : float_ptr(cache);
+  };
+  for (size_t i = 0; i < p.seqs.size(); ++i) {
+    const AttentionSeq& s = p.seqs[i];
     const SeqSlice& sl = s.slice;
     if (sl.num_tokens == 0) continue;
     kernels::SparseAttnSeq desc;
     desc.token_begin = sl.token_begin;
     if (!is_empty(s.window)) {  // kept even at position 0: a graph's later steps read it
-      desc.window = float_ptr(s.window);
-      use_mma = use_mma && mma_ready(s.window);
+      const bool is_packed = packed_cache("sparse_attention", "sequence " + std::to_string(i) + "'s window", s.window, packed);
+      desc.window = cache_ptr(s.window, is_packed);
+      desc.window_rows = s.window.dim(0);
+      use_mma = use_mma && mma_ready(s.window, DType::kU8);
     }
     if (p.ratio > 0) {
-      desc.compressed = float_ptr(ConstTensorView(s.compressed.pool));
+      const bool is_packed = packed_cache("sparse_attention", "sequence " + std::to_string(i) + "'s compressed pool",
+                                          s.compressed.pool, packed);
+      desc.compressed = cache_ptr(ConstTensorView(s.compressed.pool), is_packed);
       desc.compressed_pages = page_table(s.compressed);
-      use_mma = use_mma && mma_ready(s.compressed.pool);
+      use_mma = use_mma && mma_ready(s.compressed.pool, DType::kU8);
     }
     seqs.push_back(desc);
     const int64_t last = sl.start_pos + sl.num_tokens - 1;
@@ -235,13 +271,33 @@ void CudaOps::sparse_attention(const SparseAttentionParams& p) {
   kp.ratio = p.ratio;
   kp.k = k;
   kp.softmax_scale = p.softmax_scale;
-  if (use_mma) {
+  const auto run_mma = [&] {
     const kernels::SparseAttnMmaPlan plan = kernels::sparse_attn_mma_plan(T, H, max_entries, sm_count_);
     const StreamBuffer workspace(plan.workspace_bytes, stream_, arena());
     kernels::sparse_attn_mma(kp, plan, workspace.get<void>(), stream_);
-  } else {
-    kernels::sparse_attn_rows(kp, stream_);
+  };
+  if (packed.value_or(false)) {
+    if (!use_mma)
+      throw UsageError("sparse_attention: packed cache entries are read by the tensor-core kernel only, which takes "
+                       "bf16 q, kv and out of head dim " + std::to_string(kernels::kSparseAttnMmaHeadDim) +
+                       ", 16-byte aligned (the cuda backend's sparse attention set to tensor cores)");
+    // The batch's own window rows as packed entries too (one page of an even number of entries,
+    // so every entry's data is 8-byte aligned), so the kernel reads a single form. The forward has
+    // put them on the cache's grid: packing changes no value.
+    const int64_t kv_page_rows = T + T % 2;
+    const StreamBuffer kv_packed(static_cast<size_t>(Fp8CacheLayout{static_cast<int>(kv_page_rows)}.page_bytes()),
+                                 stream_, arena());
+    kernels::pack_cache_rows({float_ptr(p.kv), T, PackedEntry::kFp8Attention, kv_packed.get<uint8_t>(),
+                              static_cast<int>(kv_page_rows)},
+                             stream_);
+    kp.kv = kernels::FloatPtr{kv_packed.get<uint8_t>()};
+    kp.kv_page_rows = kv_page_rows;
+    kp.packed = true;
+    run_mma();
+    return;
   }
+  if (use_mma) run_mma();
+  else kernels::sparse_attn_rows(kp, stream_);
 }
 
 }  // namespace dsv4::cuda

@@ -335,14 +335,14 @@ void CudaOps::write_cache_rows(const WriteCacheRowsParams& p) {
   for (const CacheRows& c : p.seqs) {
     if (c.rows == 0) continue;
     std::fill_n(seq_of_row.begin() + c.src_begin, c.rows, static_cast<int32_t>(caches.size()));
-    caches.push_back({c.cache.pool.bytes(), page_table(c.cache)});
+    caches.push_back({c.cache.pool.bytes(), page_table(c.cache), packed_entry(c.cache.pool.dtype(), c.cache.pool.dim(2))});
   }
   if (caches.empty()) return;
   TableBytes bytes;
   const size_t caches_at = bytes.add(caches), rows_at = bytes.add(seq_of_row);
   const DeviceTables table = upload_tables(bytes);
-  kernels::write_cache_rows({p.src.bytes(), p.dst_rows.data<int32_t>(), table.at<int32_t>(rows_at),
-                             table.at<kernels::CacheRowTarget>(caches_at), R,
+  kernels::write_cache_rows({p.src.bytes(), p.src.dtype() == DType::kBF16, p.dst_rows.data<int32_t>(),
+                             table.at<int32_t>(rows_at), table.at<kernels::CacheRowTarget>(caches_at), R,
                              p.src.dim(1) * static_cast<int64_t>(dtype_size(p.src.dtype()))},
                             stream_);
 }

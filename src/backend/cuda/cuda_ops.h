@@ -117,6 +117,9 @@ class CudaOps final : public Ops {
   void synchronize() override;
   // cudaMemGetInfo after trimming alloc's pool, whose high-water mark gives the peak (cuda_ops.cpp).
   std::optional<DeviceMemory> device_memory() override;
+  // The tensor-core sparse attention and indexer kernels read packed entries (unpacking them into
+  // the rows they hold, so the same bits as bf16 rows); the CPU-order kernel does not.
+  bool reads_packed_caches() const override { return options_.sparse_attention == SparseAttention::kTensorCores; }
 
   DeviceTensor alloc(DType dtype, Shape shape) override;
   // Stream-ordered like alloc, without the zero fill.

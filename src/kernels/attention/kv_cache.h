@@ -1,25 +1,26 @@
-// Writing attention entries (SWA raw tokens or compressed entries) into the paged FP8 cache of
-// kv/fp8_cache_layout.h: the 448 nope dims are quantised to e4m3 with one pow2 scale per 64
-// (the QAT rounding of MODEL.md §3.4, so reading back gives exactly the QAT values), the 64
-// rope dims are stored as bf16.
+// Packing rows into the packed cache entries of kv/packed_entries.h on the device, row r into
+// entry r of one run of pages: how sparse attention over packed caches reads a batch's own window
+// rows in the same form as the cached ones (CudaOps::write_cache_rows packs into block-table
+// pages with the same per-row code, kernels/attention/pack_entries.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-#include "kv/fp8_cache_layout.h"
+#include "kernels/float_ptr.h"
+#include "kv/packed_entries.h"
 
 namespace dsv4::kernels {
 
-struct KvInsertParams {
-  const uint16_t* kv = nullptr;     // [n, 512] bf16 (after RMSNorm and RoPE)
-  const int64_t* slots = nullptr;   // [n] destination slot ids; a negative slot skips the row
-  uint8_t* cache = nullptr;         // the page pool
-  Fp8CacheLayout layout;
-  int64_t n = 0;
+struct PackRowsParams {
+  FloatPtr src;             // [rows, 512] (kFp8Attention) or [rows, 128] (kMxfp4Key)
+  int64_t rows = 0;
+  PackedEntry kind = PackedEntry::kFp8Attention;
+  uint8_t* pool = nullptr;  // pages of page_rows entries holding at least `rows`
+  int page_rows = 0;
 };
 
-void kv_cache_insert_fp8(const KvInsertParams& p, cudaStream_t stream);
+void pack_cache_rows(const PackRowsParams& p, cudaStream_t stream);
 
 }  // namespace dsv4::kernels

@@ -12,11 +12,13 @@
 
 namespace dsv4::kernels {
 
-// Where entry e of a token reads its row: row `row` of `rows`, unless it is invalid.
+// Where entry e of a token reads its row: row `row` of `rows`, unless it is invalid; with packed
+// entries, entry `row` of pages of `page_rows` entries at `rows`.
 struct EntrySource {
   FloatPtr rows;
   int64_t row = 0;
   bool valid = false;
+  int64_t page_rows = 0;
 };
 
 // Entry e of batch token t of sequence s, at position pos.
@@ -27,14 +29,14 @@ __device__ inline EntrySource entry_source(const SparseAttnRowsParams& p, const 
   if (e < nwin) {
     const int64_t q = lo + e;
     const int64_t start_pos = p.positions[s.token_begin];
-    if (q >= start_pos) return {p.kv, s.token_begin + q - start_pos, true};
-    return {s.window, q % p.window_size, true};
+    if (q >= start_pos) return {p.kv, s.token_begin + q - start_pos, true, p.kv_page_rows};
+    return {s.window, q % p.window_size, true, s.window_rows};
   }
   const int64_t c = e - nwin;
   const int64_t j = p.topk == nullptr ? c : p.topk[t * p.k + c];
   if (p.topk != nullptr && j >= (pos + 1) / p.ratio) return {s.compressed, 0, false};
   const int64_t row = pool_row(s.compressed_pages, j);
-  return {s.compressed, row, row >= 0};
+  return {s.compressed, row, row >= 0, s.compressed_pages.page_rows};
 }
 
 // The number of entries (valid or not) of a token at position pos.

@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "core/numeric.h"
 #include "kernels/attention/sparse_attn_softmax.cuh"
@@ -58,11 +59,22 @@ constexpr int64_t kMergeInKernelWaves = 8;
 // faster so, its CSA launches 1%: docs/PERF.md session 27).
 constexpr int64_t kCtaPerTokenWaves = 4;
 
-template <int Pairs>
+// With packed entries, where a tile's entries are copied before unpack_tile makes them rows, and
+// the entries' scale bytes (as row_of, for the CTA's split).
+struct PackedStage {
+  PackedTile tile;
+  const uint8_t* scales_of[kTilesPerSplit * kTile];
+};
+struct NoPackedStage {};
+
+// Packed: one buffer of rows, refilled from the packed tile once the previous tile is consumed
+// (the next tile's copy runs while the current one computes); rows: two, filled by cp.async.
+template <int Pairs, bool Packed>
 struct Smem {
   static constexpr int kHeads = 16 * Pairs;
   uint16_t q[kHeads * kRow];
-  uint16_t kv[2][kTile * kRow];
+  uint16_t kv[Packed ? 1 : 2][kTile * kRow];
+  std::conditional_t<Packed, PackedStage, NoPackedStage> packed;
   uint16_t p_hi[kHeads * kPRow];   // probabilities p = hi + mid + lo, each bf16: the 24 bits of
   uint16_t p_mid[kHeads * kPRow];  // p's fp32 significand, so p enters the value product exactly
   uint16_t p_lo[kHeads * kPRow];
@@ -73,6 +85,11 @@ struct Smem {
   // which the tile copies would otherwise wait for entry by entry.
   const uint16_t* row_of[kTilesPerSplit * kTile];
 };
+
+// Hopper's opt-in shared memory a block (227 KB).
+constexpr size_t kMaxSmemBytes = 232448;
+static_assert(sizeof(Smem<kMaxPairs, false>) <= kMaxSmemBytes && sizeof(Smem<kMaxPairs, true>) <= kMaxSmemBytes,
+              "sparse_attn_mma: a CTA's shared memory exceeds the device's");
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const uint16_t* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -93,14 +110,14 @@ __device__ __forceinline__ void mma_bf16(float* c, const uint32_t a[4], uint32_t
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <int Pairs, int Parts>
+template <int Pairs, int Parts, bool Packed>
 __global__ void __launch_bounds__(64 * Pairs, 1)
     sparse_attn_mma_kernel(SparseAttnRowsParams p, SplitWorkspace ws) {
   constexpr int kHeads = 16 * Pairs, kThreads = 64 * Pairs;
   constexpr int kPartDims = kD / Parts, kHalfDims = kPartDims / 2;  // output dims of the CTA, of a warp
   pdl_wait();
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  Smem<Pairs>& sm = *reinterpret_cast<Smem<Pairs>*>(smem_raw);
+  Smem<Pairs, Packed>& sm = *reinterpret_cast<Smem<Pairs, Packed>*>(smem_raw);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int pair = warp / 2, half = warp % 2;
   const int g = lane / 4, t = lane % 4;
@@ -120,17 +137,24 @@ __global__ void __launch_bounds__(64 * Pairs, 1)
     if (head0 + h < p.heads) cp_async16(dst, q + (i * p.heads + head0 + h) * kD + col);
     else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
   }
-  find_entry_rows<kThreads>(p, ts, i, tile_begin, tid, sm.row_of);
+  if constexpr (Packed) find_entry_rows<kThreads, true>(p, ts, i, tile_begin, tid, sm.row_of, sm.packed.scales_of);
+  else find_entry_rows<kThreads>(p, ts, i, tile_begin, tid, sm.row_of);
   __syncthreads();
   // Thread tid copies chunk tid%64 of entries tid/64, tid/64 + 4, ...; missing entries are zeros
-  // (their probabilities are 0, and 0 * 0 keeps the output finite).
+  // (their probabilities are 0, and 0 * 0 keeps the output finite). Packed: the tile's entries
+  // into the packed stage, unpacked into the one buffer of rows by unpack_rows.
   auto load_tile = [&](int64_t tile, int buf) {
-    const int col = (tid % kChunksPerRow) * 8;
-    for (int e = tid / kChunksPerRow; e < kTile; e += kThreads / kChunksPerRow) {
-      const uint16_t* row = sm.row_of[(tile - tile_begin) * kTile + e];
-      uint16_t* dst = sm.kv[buf] + e * kRow + col;
-      if (row != nullptr) cp_async16(dst, row + col);
-      else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    const int64_t first = (tile - tile_begin) * kTile;
+    if constexpr (Packed) {
+      copy_packed_tile<kThreads>(sm.row_of + first, sm.packed.scales_of + first, sm.packed.tile, tid);
+    } else {
+      const int col = (tid % kChunksPerRow) * 8;
+      for (int e = tid / kChunksPerRow; e < kTile; e += kThreads / kChunksPerRow) {
+        const uint16_t* row = sm.row_of[first + e];
+        uint16_t* dst = sm.kv[buf] + e * kRow + col;
+        if (row != nullptr) cp_async16(dst, row + col);
+        else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+      }
     }
   };
 
@@ -143,11 +167,21 @@ __global__ void __launch_bounds__(64 * Pairs, 1)
   if (tile_begin < tile_end) load_tile(tile_begin, 0);
   cp_async_commit();
   for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
-    const int buf = static_cast<int>((tile - tile_begin) & 1);
-    if (tile + 1 < tile_end) load_tile(tile + 1, buf ^ 1);
-    cp_async_commit();
-    cp_async_wait<1>();  // all but the newest group (the next tile) have landed
-    __syncthreads();
+    const int buf = Packed ? 0 : static_cast<int>((tile - tile_begin) & 1);
+    if constexpr (Packed) {
+      cp_async_wait<0>();  // this tile's packed entries (and the queries) have landed
+      __syncthreads();
+      unpack_tile<kThreads>(sm.packed.tile, sm.row_of + (tile - tile_begin) * kTile, tid,
+                            [&](int e, int c) { return sm.kv[0] + e * kRow + c * 8; });
+      __syncthreads();  // the rows are whole and the packed stage free for the next tile
+      if (tile + 1 < tile_end) load_tile(tile + 1, 0);
+      cp_async_commit();
+    } else {
+      if (tile + 1 < tile_end) load_tile(tile + 1, buf ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();  // all but the newest group (the next tile) have landed
+      __syncthreads();
+    }
     const uint16_t* kv = sm.kv[buf];
 
     // Scores of heads row0 (+8) against entries 32*half + 8j + 2t (+1).
@@ -292,18 +326,24 @@ SparseAttnMmaPlan sparse_attn_mma_plan(int64_t tokens, int64_t heads, int64_t ma
 
 namespace {
 
-// The main kernel of `Pairs` pairs of warps a CTA and `Parts` dim parts (grid z), its shared
-// memory attribute set once per device.
-template <int Pairs, int Parts>
-void launch_sparse_attn_mma(dim3 grid, cudaStream_t stream, const SparseAttnRowsParams& p, const SplitWorkspace& ws) {
+// The main kernel of `Pairs` pairs of warps a CTA and `Parts` dim parts (grid z), for rows or
+// packed entries (p.packed), its shared memory attribute set once per device.
+template <int Pairs, int Parts, bool Packed>
+void launch_sparse_attn_mma_for(dim3 grid, cudaStream_t stream, const SparseAttnRowsParams& p, const SplitWorkspace& ws) {
   static PerDeviceOnce configured;
   once_per_device(configured, [] {
-    DSV4_CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_mma_kernel<Pairs, Parts>,
+    DSV4_CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_mma_kernel<Pairs, Parts, Packed>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(sizeof(Smem<Pairs>))));
+                                         static_cast<int>(sizeof(Smem<Pairs, Packed>))));
   });
   grid.z = Parts;
-  launch_pdl(sparse_attn_mma_kernel<Pairs, Parts>, grid, 64 * Pairs, sizeof(Smem<Pairs>), stream, p, ws);
+  launch_pdl(sparse_attn_mma_kernel<Pairs, Parts, Packed>, grid, 64 * Pairs, sizeof(Smem<Pairs, Packed>), stream, p, ws);
+}
+
+template <int Pairs, int Parts>
+void launch_sparse_attn_mma(dim3 grid, cudaStream_t stream, const SparseAttnRowsParams& p, const SplitWorkspace& ws) {
+  if (p.packed) launch_sparse_attn_mma_for<Pairs, Parts, true>(grid, stream, p, ws);
+  else launch_sparse_attn_mma_for<Pairs, Parts, false>(grid, stream, p, ws);
 }
 
 // The kernel of `Pairs` pairs of warps with the plan's dim parts.

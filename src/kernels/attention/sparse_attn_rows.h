@@ -20,8 +20,9 @@ namespace dsv4::kernels {
 // CUDA graph can keep the table it was captured with.
 struct SparseAttnSeq {
   int64_t token_begin = 0;        // the batch row of its first token
-  FloatPtr window;                // [window_size, d] ring, position p in row p % window_size;
+  FloatPtr window;                // [window_rows, d] ring, position p in row p % window_size;
                                   // read only for positions before its first token's
+  int64_t window_rows = 0;        // the ring's rows (>= window_size): with packed entries, its page
   FloatPtr compressed;            // [pool rows, d] the compressed pool; read if ratio > 0
   PageTable compressed_pages;     // entry j in pool row pool_row(compressed_pages, j) (device
                                   // table, plan data); entries without a row are absent
@@ -32,6 +33,12 @@ struct SparseAttnSeq {
 struct SparseAttnRowsParams {
   FloatPtr q;                     // [tokens, heads, d]
   FloatPtr kv;                    // [tokens, d] the batch's own window rows
+  // The window rings, compressed pools and kv hold packed FP8 attention entries
+  // (kv/packed_entries.h) instead of rows: each ring one page of window_rows entries, each pool
+  // pages of its table's page_rows, kv one page of kv_page_rows >= tokens. Only the tensor-core
+  // kernels (sparse_attn_mma) read them.
+  bool packed = false;
+  int64_t kv_page_rows = 0;
   const SparseAttnSeq* seqs = nullptr;     // device
   const int32_t* seq_of_token = nullptr;   // [tokens] device: index into seqs
   const int32_t* positions = nullptr;      // [tokens] device: each token's position

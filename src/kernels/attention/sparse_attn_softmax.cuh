@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "core/numeric.h"
+#include "kernels/attention/pack_entries.cuh"
 #include "kernels/attention/sparse_attn_entries.cuh"
 #include "kernels/attention/sparse_attn_mma.h"
 #include "kernels/cp_async.cuh"
@@ -73,13 +74,70 @@ __device__ __forceinline__ int64_t split_tile_end(int64_t entries, int64_t tile_
 
 // The rows of the split's entries from tile `tile_begin` on, for the tiles' copies: row_of[e] for
 // entry tile_begin * kTile + e, nullptr where it is missing or invalid (thread tid of kThreads).
-template <int kThreads>
+// With packed entries (kPacked, p.packed) row_of[e] is the entry's data bytes (read as bytes, not
+// bf16) and scales_of[e] its scale bytes.
+template <int kThreads, bool kPacked = false>
 __device__ __forceinline__ void find_entry_rows(const SparseAttnRowsParams& p, const TokenSplits& ts, int64_t token,
-                                                int64_t tile_begin, int tid, const uint16_t** row_of) {
+                                                int64_t tile_begin, int tid, const uint16_t** row_of,
+                                                const uint8_t** scales_of = nullptr) {
   for (int e = tid; e < kTilesPerSplit * kTile; e += kThreads) {
     const int64_t entry = tile_begin * kTile + e;
     const EntrySource src = entry < ts.entries ? entry_source(p, ts.seq, token, ts.pos, entry) : EntrySource{};
-    row_of[e] = src.valid ? static_cast<const uint16_t*>(src.rows.data) + src.row * kD : nullptr;
+    if (!src.valid) {
+      row_of[e] = nullptr;
+    } else if constexpr (kPacked) {
+      const Fp8CacheLayout layout{static_cast<int>(src.page_rows)};
+      const auto* pages = static_cast<const uint8_t*>(src.rows.data);
+      row_of[e] = reinterpret_cast<const uint16_t*>(pages + layout.data_offset(src.row));
+      scales_of[e] = pages + layout.scale_offset(src.row);
+    } else {
+      row_of[e] = static_cast<const uint16_t*>(src.rows.data) + src.row * kD;
+    }
+  }
+}
+
+// A tile's packed entries as copied from their pages, before unpack_tile turns them into bf16
+// rows: 64 entries' 576 data bytes (448 e4m3 codes, 64 bf16 rope dims) and 8 scale bytes. Copied
+// in 8-byte pieces, the alignment every entry's data has (584-byte entries in pages of any count).
+struct PackedTile {
+  alignas(16) uint8_t data[kTile][Fp8CacheLayout::kDataBytes];
+  uint8_t scales[kTile][Fp8CacheLayout::kScaleBytes];
+};
+
+// Starts the copies of the entries `rows` (with their `scales`; nullptr rows are missing) into
+// `tile` (thread tid of kThreads); the caller commits and waits for them.
+template <int kThreads>
+__device__ __forceinline__ void copy_packed_tile(const uint16_t* const* rows, const uint8_t* const* scales,
+                                                 PackedTile& tile, int tid) {
+  constexpr int kPieces = Fp8CacheLayout::kDataBytes / 8 + 1;  // the data's 8-byte pieces, then the scales
+  for (int u = tid; u < kTile * kPieces; u += kThreads) {
+    const int e = u / kPieces, piece = u % kPieces;
+    const auto* data = reinterpret_cast<const uint8_t*>(rows[e]);
+    if (data == nullptr) continue;
+    if (piece < kPieces - 1) cp_async8(tile.data[e] + 8 * piece, data + 8 * piece);
+    else cp_async8(tile.scales[e], scales[e]);
+  }
+}
+
+// The copied tile's entries as 512 bf16 values each, stored 16 bytes (8 dims) at a time at
+// chunk_at(e, c) (chunk c of entry e's row in the kernel's tile layout); missing entries are
+// zeros (thread tid of kThreads). The same values as decode_fp8_entry, so the same bits as rows.
+template <int kThreads, typename ChunkAt>
+__device__ __forceinline__ void unpack_tile(const PackedTile& tile, const uint16_t* const* rows, int tid,
+                                            ChunkAt chunk_at) {
+  using L = Fp8CacheLayout;
+  constexpr int kChunks = kD / 8, kNopeChunks = L::kNopeDim / 8;
+  for (int u = tid; u < kTile * kChunks; u += kThreads) {
+    const int e = u / kChunks, c = u % kChunks;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (rows[e] != nullptr) {
+      if (c < kNopeChunks)
+        v = e4m3x8_to_bf16x8(*reinterpret_cast<const uint2*>(tile.data[e] + 8 * c),
+                             e8m0_to_float(tile.scales[e][c * 8 / L::kQuantBlock]));
+      else
+        v = *reinterpret_cast<const uint4*>(tile.data[e] + L::kNopeDim + 16 * (c - kNopeChunks));
+    }
+    *reinterpret_cast<uint4*>(chunk_at(e, c)) = v;
   }
 }
 

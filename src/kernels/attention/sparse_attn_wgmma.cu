@@ -18,7 +18,9 @@
 //     queries copied once, the next split's entry rows found while the current split's first
 //     scores are on the tensor cores and its first tile copied during the current split's last,
 //     each split's partials stored as a split's CTA stores them and merged at the end.
+#include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/attention/sparse_attn_softmax.cuh"
 #include "kernels/cuda_check.h"
@@ -35,9 +37,22 @@ constexpr int kBlockBytes = 64 * 128;          // a column block: 64 rows x 64 b
 constexpr int kOperandBytes = 8 * kBlockBytes;  // 64 rows x 512 dims
 constexpr int kChunks = kD / 8;                // 16-byte chunks of a 512-d bf16 row
 
+// With packed entries, where a tile's entries are copied before unpack_tile makes them rows, and
+// the entries' scale bytes (as row_of).
+struct PackedStage {
+  PackedTile tile;
+  const uint8_t* scales_of[2][kTilesPerSplit * kTile];
+};
+struct NoPackedStage {};
+
+// Packed: one operand of rows, refilled from the packed tile once the previous tile is consumed
+// (the next tile's copy runs while the current one computes); rows: two, filled by cp.async. The
+// rows' operands and the packed stage (consumed) are merge_if_last's scratch.
+template <bool Packed>
 struct Smem {
   uint8_t q[kOperandBytes];
-  uint8_t kv[2][kOperandBytes];
+  uint8_t kv[Packed ? 1 : 2][kOperandBytes];
+  std::conditional_t<Packed, PackedStage, NoPackedStage> packed;
   uint8_t p[3][kBlockBytes];  // the probabilities' terms lo, mid, hi: 64 heads x 64 entries each
   float max_part[2][kHeads];  // per half: the tile's row maxima
   float sum_part[2][kHeads];  // per half: the final row sums
@@ -46,20 +61,24 @@ struct Smem {
 };
 static_assert(kTilesPerSplit >= 2, "sparse_attn_wgmma: the next split's rows are found a tile before they are read");
 // The tiles need 1024-byte alignment, which the dynamic shared memory's start does not promise.
-constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
-static_assert(kHeads * (kMaxMergedSplits + 1) * sizeof(float) <= sizeof(Smem::kv),
+template <bool Packed>
+constexpr size_t kSmemBytes = sizeof(Smem<Packed>) + 1024;
+static_assert(kHeads * (kMaxMergedSplits + 1) * sizeof(float) <= sizeof(Smem<false>::kv),
               "sparse_attn_wgmma: merge_if_last's scratch (the entry tiles, consumed) is too small");
+static_assert(offsetof(Smem<true>, packed) == sizeof(Smem<true>::kv) + offsetof(Smem<true>, kv) &&
+                  kHeads * (kMaxMergedSplits + 1) * sizeof(float) <= sizeof(Smem<true>::kv) + sizeof(PackedStage),
+              "sparse_attn_wgmma: merge_if_last's scratch (the rows and the packed stage, consumed) is too small");
 
 // Byte offset of 16-byte chunk c (of kChunks) of row r in a swizzled 64-row operand.
 __device__ __forceinline__ int swizzled(int r, int c) {
   return (c / 8) * kBlockBytes + r * 128 + ((c % 8) ^ (r % 8)) * 16;
 }
 
-template <bool kCtaPerToken>
+template <bool kCtaPerToken, bool Packed>
 __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAttnRowsParams p, SplitWorkspace ws) {
   pdl_wait();
   extern __shared__ unsigned char smem_raw[];
-  Smem& sm = *reinterpret_cast<Smem*>(smem_raw + ((1024 - shared_address(smem_raw) % 1024) % 1024));
+  Smem<Packed>& sm = *reinterpret_cast<Smem<Packed>*>(smem_raw + ((1024 - shared_address(smem_raw) % 1024) % 1024));
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int half = warp / 4, pair = warp % 4;  // the warpgroup, and the warp's 16 heads within it
   const CtaWork work = kCtaPerToken ? CtaWork{ws.token0 + blockIdx.x, 0} : cta_work(ws);
@@ -69,8 +88,16 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAt
   const int64_t splits = ts.splits;
   if (work.split >= splits) return;  // the whole CTA: this token has fewer splits than the batch's most
   const int64_t split_end = kCtaPerToken ? splits : work.split + 1;
-  // The row_of buffer of split z.
+  // The row_of buffer of split z (and with packed entries its scales_of buffer).
   auto rows_of = [&](int64_t z) { return sm.row_of[(z - work.split) & 1]; };
+  auto scales_of = [&](int64_t z) {
+    if constexpr (Packed) return sm.packed.scales_of[(z - work.split) & 1];
+    else return static_cast<const uint8_t**>(nullptr);
+  };
+  // Finds split z's entry rows.
+  auto find_rows = [&](int64_t z) {
+    find_entry_rows<kThreads, Packed>(p, ts, i, z * kTilesPerSplit, tid, rows_of(z), scales_of(z));
+  };
 
   // The 64 heads' queries (zeros past the last head), in the first cp.async group with tile 0.
   const auto* q = static_cast<const uint16_t*>(p.q.data);
@@ -80,42 +107,62 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAt
     if (head0 + h < p.heads) cp_async16(dst, q + (i * p.heads + head0 + h) * kD + chunk * 8);
     else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
   }
-  find_entry_rows<kThreads>(p, ts, i, work.split * kTilesPerSplit, tid, rows_of(work.split));
+  find_rows(work.split);
   __syncthreads();
   // Thread tid copies chunk tid%64 of entries tid/64, tid/64 + 4, ... (a warp: half a row, 8
   // lanes a 128-byte swizzled row segment) of the tile whose entry rows are `rows`; missing
-  // entries are zeros.
-  auto load_tile = [&](const uint16_t* const* rows, int buf) {
-    const int chunk = tid % kChunks;
-    for (int e = tid / kChunks; e < kTile; e += kThreads / kChunks) {
-      const uint16_t* row = rows[e];
-      uint8_t* dst = sm.kv[buf] + swizzled(e, chunk);
-      if (row != nullptr) cp_async16(dst, row + chunk * 8);
-      else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+  // entries are zeros. Packed: the tile's entries (with their `scales`) into the packed stage,
+  // unpacked into the one operand of rows at the start of the tile's step.
+  auto load_tile = [&](const uint16_t* const* rows, const uint8_t* const* scales, int buf) {
+    if constexpr (Packed) {
+      copy_packed_tile<kThreads>(rows, scales, sm.packed.tile, tid);
+    } else {
+      const int chunk = tid % kChunks;
+      for (int e = tid / kChunks; e < kTile; e += kThreads / kChunks) {
+        const uint16_t* row = rows[e];
+        uint8_t* dst = sm.kv[buf] + swizzled(e, chunk);
+        if (row != nullptr) cp_async16(dst, row + chunk * 8);
+        else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+      }
     }
   };
   const uint32_t q_at = shared_address(sm.q);
 
   if (work.split * kTilesPerSplit < split_tile_end(ts.entries, work.split * kTilesPerSplit))
-    load_tile(rows_of(work.split), 0);
+    load_tile(rows_of(work.split), scales_of(work.split), 0);
   cp_async_commit();
   int buf = 0;  // the buffer of the CTA's current tile: its tiles alternate, across splits too
   for (int64_t split = work.split; split < split_end; ++split) {
     const int64_t tile_begin = split * kTilesPerSplit, tile_end = split_tile_end(ts.entries, tile_begin);
     const uint16_t* const* rows = rows_of(split);
+    const uint8_t* const* scales = scales_of(split);
     const bool next_split = split + 1 < split_end;
     float o[kOutputs];
 #pragma unroll
     for (float& v : o) v = 0.0f;
     SoftmaxLane sl{pair, half, lane / 4, lane % 4, pair * 16 + lane / 4};
-    for (int64_t tile = tile_begin; tile < tile_end; ++tile, buf ^= 1) {
+    for (int64_t tile = tile_begin; tile < tile_end; ++tile, buf ^= Packed ? 0 : 1) {
       // The next tile: this split's, or the next split's first (its rows found a tile before).
-      if (tile + 1 < tile_end) load_tile(rows + (tile + 1 - tile_begin) * kTile, buf ^ 1);
-      else if (next_split) load_tile(rows_of(split + 1), buf ^ 1);
-      cp_async_commit();
-      cp_async_wait<1>();  // all but the newest group (the next tile) have landed
-      fence_async_proxy();  // the copies and zero stores are seen by the MMAs (the async proxy)
-      __syncthreads();
+      auto load_next = [&](int next_buf) {
+        const int64_t next = (tile + 1 - tile_begin) * kTile;
+        if (tile + 1 < tile_end) load_tile(rows + next, Packed ? scales + next : nullptr, next_buf);
+        else if (next_split) load_tile(rows_of(split + 1), scales_of(split + 1), next_buf);
+        cp_async_commit();
+      };
+      if constexpr (Packed) {
+        cp_async_wait<0>();  // this tile's packed entries (and the queries) have landed
+        __syncthreads();
+        unpack_tile<kThreads>(sm.packed.tile, rows + (tile - tile_begin) * kTile, tid,
+                              [&](int e, int c) { return sm.kv[0] + swizzled(e, c); });
+        fence_async_proxy();  // the rows are seen by the MMAs (the async proxy)
+        __syncthreads();      // ... whole, and the packed stage is free for the next tile
+        load_next(0);
+      } else {
+        load_next(buf ^ 1);
+        cp_async_wait<1>();  // all but the newest group (the next tile) have landed
+        fence_async_proxy();  // the copies and zero stores are seen by the MMAs (the async proxy)
+        __syncthreads();
+      }
       const uint32_t kv_at = shared_address(sm.kv[buf]);
 
       // Scores of the 64 heads against entries 32 half .. + 31, K steps of 16 dims in order.
@@ -132,8 +179,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAt
       wgmma_commit();
       // The next split's entry rows, their dependent loads under the scores' MMAs (its buffer's
       // last reader, the split before this one, is done).
-      if (next_split && tile == tile_begin)
-        find_entry_rows<kThreads>(p, ts, i, (split + 1) * kTilesPerSplit, tid, rows_of(split + 1));
+      if (next_split && tile == tile_begin) find_rows(split + 1);
       wgmma_wait_all();
       fence_accumulators(s);
 
@@ -176,17 +222,29 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAt
 
 }  // namespace
 
-void launch_sparse_attn_wgmma(dim3 grid, bool cta_per_token, cudaStream_t stream, const SparseAttnRowsParams& p,
-                              const SplitWorkspace& ws) {
+namespace {
+
+// The kernel for rows or packed entries, its shared memory attribute set once per device.
+template <bool Packed>
+void launch_for(dim3 grid, bool cta_per_token, cudaStream_t stream, const SparseAttnRowsParams& p,
+                const SplitWorkspace& ws) {
   static PerDeviceOnce configured;
   once_per_device(configured, [] {
-    for (const void* kernel : {reinterpret_cast<const void*>(sparse_attn_wgmma_kernel<false>),
-                               reinterpret_cast<const void*>(sparse_attn_wgmma_kernel<true>)})
+    for (const void* kernel : {reinterpret_cast<const void*>(sparse_attn_wgmma_kernel<false, Packed>),
+                               reinterpret_cast<const void*>(sparse_attn_wgmma_kernel<true, Packed>)})
       DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(kSmemBytes)));
+                                           static_cast<int>(kSmemBytes<Packed>)));
   });
-  if (cta_per_token) launch_pdl(sparse_attn_wgmma_kernel<true>, grid, kThreads, kSmemBytes, stream, p, ws);
-  else launch_pdl(sparse_attn_wgmma_kernel<false>, grid, kThreads, kSmemBytes, stream, p, ws);
+  if (cta_per_token) launch_pdl(sparse_attn_wgmma_kernel<true, Packed>, grid, kThreads, kSmemBytes<Packed>, stream, p, ws);
+  else launch_pdl(sparse_attn_wgmma_kernel<false, Packed>, grid, kThreads, kSmemBytes<Packed>, stream, p, ws);
+}
+
+}  // namespace
+
+void launch_sparse_attn_wgmma(dim3 grid, bool cta_per_token, cudaStream_t stream, const SparseAttnRowsParams& p,
+                              const SplitWorkspace& ws) {
+  if (p.packed) launch_for<true>(grid, cta_per_token, stream, p, ws);
+  else launch_for<false>(grid, cta_per_token, stream, p, ws);
 }
 
 }  // namespace dsv4::kernels::sparse_attn_tc

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "kernels/attention/pack_entries.cuh"
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/e4m3_cast.cuh"
@@ -330,6 +331,12 @@ __global__ void write_cache_rows_kernel(WriteCacheRowsKernelParams p) {
   const CacheRowTarget target = p.caches[seq];
   const int64_t row = pool_row(target.table, entry);
   if (row < 0) return;
+  if (target.packed != PackedEntry::kNone) {
+    const int64_t width = p.row_bytes / (p.src_bf16 ? 2 : 4);
+    pack_entry_in_block(target.packed, FloatPtr{p.src, p.src_bf16}, r * width, static_cast<uint8_t*>(target.pool),
+                        static_cast<int>(target.table.page_rows), row);
+    return;
+  }
   block_copy_bytes(static_cast<unsigned char*>(target.pool) + row * p.row_bytes,
                    static_cast<const unsigned char*>(p.src) + r * p.row_bytes, p.row_bytes);
 }
@@ -337,6 +344,7 @@ __global__ void write_cache_rows_kernel(WriteCacheRowsKernelParams p) {
 void write_cache_rows(const WriteCacheRowsKernelParams& p, cudaStream_t stream) {
   if (p.rows == 0) return;
   if (p.rows > 2147483647) throw UsageError("write_cache_rows: " + std::to_string(p.rows) + " rows in one launch");
+  static_assert(kThreads == kPackEntryThreads, "write_cache_rows: a block packs a row");
   launch_pdl(write_cache_rows_kernel, static_cast<unsigned>(p.rows), kThreads, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }

@@ -10,6 +10,7 @@
 
 #include "kernels/fault.h"
 #include "kernels/float_ptr.h"
+#include "kv/packed_entries.h"
 #include "kv/page_table.h"
 
 namespace dsv4::kernels {
@@ -32,17 +33,20 @@ struct ByteRange {
 // words where source, destination and length allow. The ranges must not overlap.
 void copy_byte_ranges(const ByteRange* ranges, int64_t count, cudaStream_t stream);
 
-// A sequence's paged cache for write_cache_rows: entry j is pool row pool_row(table, j) of
-// row_bytes bytes (kv/page_table.h; the table is plan data in device memory).
+// A sequence's paged cache for write_cache_rows: entry j is pool row pool_row(table, j)
+// (kv/page_table.h; the table is plan data in device memory), a copy of the source row's
+// row_bytes bytes, or with `packed` the row packed as kv/packed_entries.h lays out its pages.
 struct CacheRowTarget {
-  void* pool = nullptr;   // [num_pages * page_rows, row_bytes]
+  void* pool = nullptr;   // [num_pages * page_rows, row_bytes], or packed pages
   PageTable table;
+  PackedEntry packed = PackedEntry::kNone;
 };
 // Source row r goes to entry dst_rows[r] of caches[seq_of_row[r]]; rows with seq_of_row < 0, a
 // negative destination or an entry without a pool row (-1 page, past the table, outside the
 // pool) are skipped. A block per source row.
 struct WriteCacheRowsKernelParams {
   const void* src = nullptr;             // [rows, row_bytes]
+  bool src_bf16 = false;                 // for packed targets: the source's values are bf16 (else fp32)
   const int32_t* dst_rows = nullptr;     // [rows] device
   const int32_t* seq_of_row = nullptr;   // [rows] device
   const CacheRowTarget* caches = nullptr;  // device

@@ -57,6 +57,7 @@
 
 #include "core/error.h"
 #include "kernels/cp_async.cuh"
+#include "kernels/attention/pack_entries.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
 #include "kernels/sm_count.h"
@@ -94,13 +95,24 @@ __host__ __device__ constexpr size_t query_or_term_bytes(int rows) {
   return (query_row > term_row ? query_row : term_row) * static_cast<size_t>(rows);
 }
 
+// With packed keys (kv/packed_entries.h's MXFP4 keys), a stage's keys as copied from their pages
+// (64 code bytes and 4 scale bytes each, in 4-byte pieces: the alignment every key has), before
+// unpack_keys turns them into bf16 rows.
+struct PackedKeys {
+  uint8_t codes[kKeyTile][Mxfp4KeyLayout::kCodeBytes];
+  uint8_t scales[kKeyTile][Mxfp4KeyLayout::kScaleBytes];
+};
+
 // Shared memory of a CTA with `rows` MMA rows, in bytes, in the order the kernel lays it out.
-constexpr size_t smem_bytes_for_rows(int rows) {
-  return query_or_term_bytes(rows) + sizeof(uint16_t) * 2 * kKeyTile * kPitch + sizeof(float) * rows;
+constexpr size_t smem_bytes_for_rows(int rows, bool packed) {
+  return query_or_term_bytes(rows) + sizeof(uint16_t) * 2 * kKeyTile * kPitch + sizeof(float) * rows +
+         (packed ? 2 * sizeof(PackedKeys) : 0);
 }
 
 // Grid: x = token, y = one of gridDim.y ranges of whole key tiles that split the token's visible
-// keys. Block: 32 x ceil(heads / 16) threads.
+// keys. Block: 32 x ceil(heads / 16) threads. Packed: the keys are MXFP4 keys, copied into a
+// packed stage and unpacked into the stage of bf16 rows when their tile begins.
+template <bool Packed>
 __global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkParams p) {
   pdl_wait();
   extern __shared__ __align__(16) unsigned char smem[];
@@ -113,6 +125,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkPa
   float* term_s = reinterpret_cast<float*>(smem);
   uint16_t* key_s = reinterpret_cast<uint16_t*>(smem + query_or_term_bytes(rows));
   float* w_s = reinterpret_cast<float*>(key_s + 2 * kKeyTile * kPitch);
+  auto* packed_s = reinterpret_cast<PackedKeys*>(w_s + rows);  // [2] stages, with Packed
 
   const int64_t t = blockIdx.x;
   const IndexerSeqDesc seq = p.seqs[p.seq_of_token[t]];
@@ -130,13 +143,44 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkPa
   // Keys [tile_begin, tile_begin + kKeyTile) into a stage, each from its pool row through the
   // block table; rows at or past key_end and keys without a pool row become zero (their source
   // address is the token's queries, which are valid, but nothing is read).
+  // Packed: the keys' code and scale bytes, zeros for absent ones (which unpack to zero rows).
   auto stage_keys = [&](int stage, int64_t tile_begin) {
+    if constexpr (Packed) {
+      using L = Mxfp4KeyLayout;
+      constexpr int kPieces = L::kEntryBytes / 4;  // 16 of codes, then the 4 scale bytes
+      const L layout{static_cast<int>(seq.key_pages.page_rows)};
+      const auto* pages = static_cast<const uint8_t*>(seq.keys.data);
+      PackedKeys& dst = packed_s[stage];
+      for (int i = static_cast<int>(threadIdx.x); i < kKeyTile * kPieces; i += static_cast<int>(blockDim.x)) {
+        const int r = i / kPieces, piece = i % kPieces;
+        const int64_t j = tile_begin + r;
+        const int64_t row = j < key_end ? pool_row(seq.key_pages, j) : -1;
+        const int64_t slot = row >= 0 ? row : 0;  // the address of an absent key is not read
+        if (piece < kPieces - 1)
+          cp_async4(shared_address(dst.codes[r] + 4 * piece), pages + layout.code_offset(slot) + 4 * piece, row >= 0);
+        else
+          cp_async4(shared_address(dst.scales[r]), pages + layout.scale_offset(slot), row >= 0);
+      }
+    } else {
+      uint16_t* dst = key_s + stage * kKeyTile * kPitch;
+      for (int i = static_cast<int>(threadIdx.x); i < kKeyTile * kChunksPerRow; i += static_cast<int>(blockDim.x)) {
+        const int r = i / kChunksPerRow, piece = i % kChunksPerRow;
+        const int64_t j = tile_begin + r;
+        const int64_t row = j < key_end ? pool_row(seq.key_pages, j) : -1;
+        cp_async16(dst + r * kPitch + piece * 8, (row >= 0 ? keys + row * kDh : q) + piece * 8, row >= 0);
+      }
+    }
+  };
+  // Packed: a stage's copied keys as bf16 rows (decode_mxfp4_key's values), 8 dims a thread step.
+  auto unpack_keys = [&](int stage) {
+    constexpr int kScaleDims = Mxfp4KeyLayout::kQuantBlock;
+    const PackedKeys& src = packed_s[stage];
     uint16_t* dst = key_s + stage * kKeyTile * kPitch;
     for (int i = static_cast<int>(threadIdx.x); i < kKeyTile * kChunksPerRow; i += static_cast<int>(blockDim.x)) {
       const int r = i / kChunksPerRow, piece = i % kChunksPerRow;
-      const int64_t j = tile_begin + r;
-      const int64_t row = j < key_end ? pool_row(seq.key_pages, j) : -1;
-      cp_async16(dst + r * kPitch + piece * 8, (row >= 0 ? keys + row * kDh : q) + piece * 8, row >= 0);
+      *reinterpret_cast<uint4*>(dst + r * kPitch + piece * 8) =
+          e2m1x8_to_bf16x8(*reinterpret_cast<const uint32_t*>(src.codes[r] + 4 * piece),
+                           e8m0_to_float(src.scales[r][piece * 8 / kScaleDims]));
     }
   };
 
@@ -169,6 +213,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkPa
   for (int64_t tile = 0; tile < tiles; ++tile) {
     const int stage = static_cast<int>(tile & 1);
     const int64_t tile_begin = key_begin + tile * kKeyTile;
+    if constexpr (Packed) {
+      unpack_keys(stage);  // its copy landed before the barrier that closed the previous tile
+      __syncthreads();
+    }
     // The other stage was last read by the previous tile's MMAs, which ended before the
     // __syncthreads closing that tile.
     if (tile + 1 < tiles) stage_keys(stage ^ 1, tile_begin + kKeyTile);
@@ -217,9 +265,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkPa
 
 }  // namespace
 
-size_t indexer_mma_scores_smem_bytes(int64_t heads) {
+size_t indexer_mma_scores_smem_bytes(int64_t heads, bool packed_keys) {
   const int warps = static_cast<int>((heads + 15) / 16);
-  return smem_bytes_for_rows(16 * warps);
+  return smem_bytes_for_rows(16 * warps, packed_keys);
 }
 
 void indexer_mma_scores(const IndexerTopkParams& p, cudaStream_t stream) {
@@ -242,9 +290,14 @@ void indexer_mma_scores(const IndexerTopkParams& p, cudaStream_t stream) {
   const int64_t grid_y = std::min<int64_t>(ranges, 65535);
 
   const int warps = static_cast<int>((p.heads + 15) / 16);
-  const size_t smem = indexer_mma_scores_smem_bytes(p.heads);
-  DSV4_CUDA_CHECK(cudaFuncSetAttribute(mma_score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  launch_pdl(mma_score_kernel, dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(grid_y)), 32 * warps, smem, stream, p);
+  const size_t smem = indexer_mma_scores_smem_bytes(p.heads, p.packed_keys);
+  const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(grid_y));
+  const auto launch = [&](auto kernel) {
+    DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    launch_pdl(kernel, grid, 32 * warps, smem, stream, p);
+  };
+  if (p.packed_keys) launch(mma_score_kernel<true>);
+  else launch(mma_score_kernel<false>);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

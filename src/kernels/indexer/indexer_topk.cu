@@ -191,9 +191,9 @@ const char* indexer_score_kernel_name(IndexerScoreKernel kernel) {
   return "unknown";
 }
 
-IndexerScoreKernel indexer_score_kernel_for(bool q_bf16, bool keys_bf16, int64_t heads, int64_t dh) {
+IndexerScoreKernel indexer_score_kernel_for(bool q_bf16, bool keys_bf16_or_packed, int64_t heads, int64_t dh) {
   const bool fits = dh == kIndexerMmaHeadDim && heads >= 1 && heads <= kIndexerMmaMaxHeads;
-  return q_bf16 && keys_bf16 && fits ? IndexerScoreKernel::kTensorCoreBf16 : IndexerScoreKernel::kExact;
+  return q_bf16 && keys_bf16_or_packed && fits ? IndexerScoreKernel::kTensorCoreBf16 : IndexerScoreKernel::kExact;
 }
 
 size_t indexer_scores_smem_bytes(int64_t heads, int64_t dh) {
@@ -202,6 +202,9 @@ size_t indexer_scores_smem_bytes(int64_t heads, int64_t dh) {
 
 void indexer_scores(const IndexerTopkParams& p, cudaStream_t stream) {
   if (p.tokens <= 0 || p.score_stride <= 0) return;
+  if (p.packed_keys && p.score_kernel != IndexerScoreKernel::kTensorCoreBf16)
+    throw UsageError(std::string("indexer_scores: packed keys are read by the tensor-core score kernel only, not the ") +
+                     indexer_score_kernel_name(p.score_kernel));
   switch (p.score_kernel) {
     case IndexerScoreKernel::kTensorCoreBf16: indexer_mma_scores(p, stream); return;
     case IndexerScoreKernel::kExact: {

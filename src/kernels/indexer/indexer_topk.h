@@ -34,15 +34,17 @@ const char* indexer_score_kernel_name(IndexerScoreKernel kernel);
 constexpr int64_t kIndexerMmaHeadDim = 128;
 constexpr int64_t kIndexerMmaMaxHeads = 64;
 
-// The kernel CudaOps uses: tensor cores where q and every sequence's keys are bf16 (the default
-// numerics) and the shape fits them; the exact kernel otherwise (fp32, the exact-math mode).
-IndexerScoreKernel indexer_score_kernel_for(bool q_bf16, bool keys_bf16, int64_t heads, int64_t dh);
+// The kernel CudaOps uses: tensor cores where q is bf16, every sequence's keys are bf16 or packed
+// (the default numerics) and the shape fits them; the exact kernel otherwise (fp32, the
+// exact-math mode).
+IndexerScoreKernel indexer_score_kernel_for(bool q_bf16, bool keys_bf16_or_packed, int64_t heads, int64_t dh);
 
 // One sequence of the batch (device memory): nothing that changes between decode steps, so a
 // CUDA graph can keep it.
 struct IndexerSeqDesc {
   int64_t token_begin = 0;    // the batch row of its first token
-  FloatPtr keys;              // [pool rows, dh] the indexer-key pool
+  FloatPtr keys;              // [pool rows, dh] the indexer-key pool, or with packed keys its
+                              // pages of MXFP4 keys (kv/packed_entries.h; key_pages' page_rows a page)
   PageTable key_pages;        // key j in pool row pool_row(key_pages, j) (device table, plan
                               // data); a key without a row scores -inf
 };
@@ -64,6 +66,8 @@ struct IndexerTopkParams {
   int64_t score_stride = 0;   // >= every token's visible entries, (position + 1) / ratio
   int64_t k = 0;
   IndexerScoreKernel score_kernel = IndexerScoreKernel::kExact;
+  // Every sequence's keys are packed MXFP4 keys (only the tensor-core score kernel reads them).
+  bool packed_keys = false;
 };
 
 // Dynamic shared memory the exact score kernel needs (the token's queries and head weights).
