@@ -4,8 +4,10 @@
 // included; where its plan takes WGMMA, also forced onto mma.sync) against the CPU-order kernel
 // (kernels::sparse_attn_rows), for decode batches and an
 // 8k prefill, beside the floors: the entries' bytes read once at 4.43 TB/s, and the FLOPs at the
-// measured 792 TFLOP/s of bf16 tensor cores. Kernel time only (the per-call table upload of
-// CudaOps is left out). Usage: bench_sparse_attention [iterations] [case name part, e.g. "csa prefill"]
+// measured 792 TFLOP/s of bf16 tensor cores; and the tensor-core kernel over packed FP8 entries
+// (kv/packed_entries.h, `--kv-cache-dtype fp8`, the batch's rows packed too). Kernel time only (the
+// per-call table upload of CudaOps and its packing of the batch's rows are left out).
+// Usage: bench_sparse_attention [iterations] [case name part, e.g. "csa prefill"]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -24,6 +26,7 @@
 #include "kernels/attention/sparse_attn_mma.h"
 #include "kernels/attention/sparse_attn_rows.h"
 #include "kernels/sm_count.h"
+#include "kv/fp8_cache_layout.h"
 
 namespace {
 
@@ -39,6 +42,15 @@ struct Case {
   int64_t tokens;     // tokens per sequence
   int64_t start_pos;  // of each sequence's first token
 };
+
+// Packed entries of random codes (e4m3 codes and e8m0 scales below 0x7f: finite values); the
+// timing does not depend on the values.
+std::vector<uint8_t> random_entry_bytes(int64_t entries, std::mt19937& rng) {
+  std::uniform_int_distribution<int> byte(0, 0x7e);
+  std::vector<uint8_t> out(static_cast<size_t>(entries * dsv4::Fp8CacheLayout::kEntryBytes));
+  for (uint8_t& v : out) v = static_cast<uint8_t>(byte(rng));
+  return out;
+}
 
 std::vector<uint16_t> random_bf16(size_t n, float scale, std::mt19937& rng) {
   std::normal_distribution<float> dist(0.0f, scale);
@@ -62,8 +74,8 @@ int main(int argc, char** argv) {
                         {"hca decode b=64 8k", 128, 64, 1, 8192}, {"swa decode b=1 8k", 0, 1, 1, 8192},
                         {"csa prefill 8192", 4, 1, 8192, 0},     {"hca prefill 8192", 128, 1, 8192, 0}};
   std::mt19937 rng(7);
-  std::printf("%-22s %8s %12s %12s %12s %10s %10s\n", "case", "tokens", "tensor us", "mma.sync us", "cpu-order us",
-              "bytes us", "flops us");
+  std::printf("%-22s %8s %12s %12s %12s %12s %10s %10s\n", "case", "tokens", "tensor us", "mma.sync us", "cpu-order us",
+              "fp8 pages us", "bytes us", "flops us");
   for (const Case& c : cases) {
     if (std::string(c.name).find(only) == std::string::npos) continue;
     const int64_t T = c.batch * c.tokens, capacity = c.ratio > 0 ? (c.start_pos + c.tokens) / c.ratio + 1 : 1;
@@ -149,13 +161,34 @@ int main(int argc, char** argv) {
         took_wgmma ? bench::time_us([&] { kernels::sparse_attn_mma(p, plan, workspace, nullptr); }, iters) : tensor_us;
     // The CPU-order kernel is three passes in fp32 on CUDA cores: a few runs suffice at prefill.
     const double rows_us = bench::time_us([&] { kernels::sparse_attn_rows(p, nullptr); }, c.tokens > 1 ? 2 : iters);
+    // The same launch over packed entries.
+    plan.wgmma = took_wgmma;
+    const int64_t kv_page_rows = T + T % 2;
+    uint8_t* kv_packed = bench::device_copy(random_entry_bytes(kv_page_rows, rng));
+    uint8_t* window_packed = bench::device_copy(random_entry_bytes(kWindow, rng));
+    uint8_t* compressed_packed = bench::device_copy(random_entry_bytes(pages * kPageRows, rng));
+    std::vector<kernels::SparseAttnSeq> packed_seqs = seqs;
+    for (kernels::SparseAttnSeq& desc : packed_seqs) {
+      desc.window = {window_packed, false};
+      desc.window_rows = kWindow;
+      if (c.ratio > 0) desc.compressed = {compressed_packed, false};
+    }
+    const auto* packed_seq_table = bench::device_copy(packed_seqs);
+    kernels::SparseAttnRowsParams packed_p = p;
+    packed_p.packed = true;
+    packed_p.kv = {kv_packed, false};
+    packed_p.kv_page_rows = kv_page_rows;
+    packed_p.seqs = packed_seq_table;
+    const double packed_us =
+        bench::time_us([&] { kernels::sparse_attn_mma(packed_p, plan, workspace, nullptr); }, iters);
     // Decode: every sequence's entries; prefill: the sequence's distinct entries, read once.
     const double bytes = (c.tokens > 1 ? static_cast<double>(std::min(kWindow, c.tokens) + capacity)
                                        : entries_read) * kD * 2.0;
-    std::printf("%-22s %8lld %12.2f %12.2f %12.2f %10.2f %10.2f\n", c.name, static_cast<long long>(T), tensor_us,
-                mma_sync_us, rows_us,
-                1e6 * bytes / kMemoryBandwidth, 1e6 * flops / kBf16Flops);
+    std::printf("%-22s %8lld %12.2f %12.2f %12.2f %12.2f %10.2f %10.2f\n", c.name, static_cast<long long>(T),
+                tensor_us, mma_sync_us, rows_us, packed_us, 1e6 * bytes / kMemoryBandwidth, 1e6 * flops / kBf16Flops);
     for (void* ptr : {static_cast<void*>(q), static_cast<void*>(kv), static_cast<void*>(window),
+                      static_cast<void*>(kv_packed), static_cast<void*>(window_packed),
+                      static_cast<void*>(compressed_packed), const_cast<void*>(static_cast<const void*>(packed_seq_table)),
                       static_cast<void*>(compressed), static_cast<void*>(pages_of_compressed),
                       static_cast<void*>(sink), static_cast<void*>(out), workspace,
                       const_cast<void*>(static_cast<const void*>(seq_table)),

@@ -74,7 +74,6 @@ struct Smem {
   static constexpr int kHeads = 16 * Pairs;
   uint16_t q[kHeads * kRow];
   uint16_t kv[Packed ? 1 : 2][kTile * kRow];
-  std::conditional_t<Packed, PackedStage, NoPackedStage> packed;
   uint16_t p_hi[kHeads * kPRow];   // probabilities p = hi + mid + lo, each bf16: the 24 bits of
   uint16_t p_mid[kHeads * kPRow];  // p's fp32 significand, so p enters the value product exactly
   uint16_t p_lo[kHeads * kPRow];
@@ -84,6 +83,7 @@ struct Smem {
   // found once per CTA: finding it takes dependent global loads (the top-k id, the block table),
   // which the tile copies would otherwise wait for entry by entry.
   const uint16_t* row_of[kTilesPerSplit * kTile];
+  std::conditional_t<Packed, PackedStage, NoPackedStage> packed;  // last: the empty one takes a byte
 };
 
 // Hopper's opt-in shared memory a block (227 KB).

@@ -47,27 +47,26 @@ struct NoPackedStage {};
 
 // Packed: one operand of rows, refilled from the packed tile once the previous tile is consumed
 // (the next tile's copy runs while the current one computes); rows: two, filled by cp.async. The
-// rows' operands and the packed stage (consumed) are merge_if_last's scratch.
+// rows' operands and the probabilities after them (consumed) are merge_if_last's scratch.
 template <bool Packed>
 struct Smem {
   uint8_t q[kOperandBytes];
   uint8_t kv[Packed ? 1 : 2][kOperandBytes];
-  std::conditional_t<Packed, PackedStage, NoPackedStage> packed;
   uint8_t p[3][kBlockBytes];  // the probabilities' terms lo, mid, hi: 64 heads x 64 entries each
   float max_part[2][kHeads];  // per half: the tile's row maxima
   float sum_part[2][kHeads];  // per half: the final row sums
   // As in sparse_attn_mma.cu, for the current split and (kCtaPerToken) the next.
   const uint16_t* row_of[2][kTilesPerSplit * kTile];
+  std::conditional_t<Packed, PackedStage, NoPackedStage> packed;  // last: the empty one takes a byte
 };
 static_assert(kTilesPerSplit >= 2, "sparse_attn_wgmma: the next split's rows are found a tile before they are read");
 // The tiles need 1024-byte alignment, which the dynamic shared memory's start does not promise.
 template <bool Packed>
 constexpr size_t kSmemBytes = sizeof(Smem<Packed>) + 1024;
-static_assert(kHeads * (kMaxMergedSplits + 1) * sizeof(float) <= sizeof(Smem<false>::kv),
-              "sparse_attn_wgmma: merge_if_last's scratch (the entry tiles, consumed) is too small");
-static_assert(offsetof(Smem<true>, packed) == sizeof(Smem<true>::kv) + offsetof(Smem<true>, kv) &&
-                  kHeads * (kMaxMergedSplits + 1) * sizeof(float) <= sizeof(Smem<true>::kv) + sizeof(PackedStage),
-              "sparse_attn_wgmma: merge_if_last's scratch (the rows and the packed stage, consumed) is too small");
+static_assert(offsetof(Smem<true>, p) == offsetof(Smem<true>, kv) + sizeof(Smem<true>::kv) &&
+                  kHeads * (kMaxMergedSplits + 1) * sizeof(float) <= sizeof(Smem<true>::kv) + sizeof(Smem<true>::p) &&
+                  kHeads * (kMaxMergedSplits + 1) * sizeof(float) <= sizeof(Smem<false>::kv),
+              "sparse_attn_wgmma: merge_if_last's scratch (the entry tiles and probabilities, consumed) is too small");
 
 // Byte offset of 16-byte chunk c (of kChunks) of row r in a swizzled 64-row operand.
 __device__ __forceinline__ int swizzled(int r, int c) {
