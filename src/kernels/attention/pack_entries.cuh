@@ -64,6 +64,12 @@ __device__ inline void pack_entry_in_block(PackedEntry kind, FloatPtr src, int64
   }
 }
 
+// e8m0_to_float's value without its ldexpf: 2^(code - 127), code 0 the subnormal 2^-127, 0xFF NaN.
+__device__ __forceinline__ float e8m0_value(uint8_t code) {
+  if (code == kE8M0Nan) return __uint_as_float(0x7fc00000u);
+  return __uint_as_float(code == 0 ? 0x00400000u : static_cast<uint32_t>(code) << 23);
+}
+
 // Eight e4m3 codes (`codes`, low byte first) times `scale` (a power of two) as eight bf16 values
 // in a 16-byte word, exactly decode_fp8_entry's values.
 __device__ __forceinline__ uint4 e4m3x8_to_bf16x8(uint2 codes, float scale) {

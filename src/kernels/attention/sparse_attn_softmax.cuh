@@ -133,7 +133,7 @@ __device__ __forceinline__ void unpack_tile(const PackedTile& tile, const uint16
     if (rows[e] != nullptr) {
       if (c < kNopeChunks)
         v = e4m3x8_to_bf16x8(*reinterpret_cast<const uint2*>(tile.data[e] + 8 * c),
-                             e8m0_to_float(tile.scales[e][c * 8 / L::kQuantBlock]));
+                             e8m0_value(tile.scales[e][c * 8 / L::kQuantBlock]));
       else
         v = *reinterpret_cast<const uint4*>(tile.data[e] + L::kNopeDim + 16 * (c - kNopeChunks));
     }

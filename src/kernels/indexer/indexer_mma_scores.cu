@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkPa
       const int r = i / kChunksPerRow, piece = i % kChunksPerRow;
       *reinterpret_cast<uint4*>(dst + r * kPitch + piece * 8) =
           e2m1x8_to_bf16x8(*reinterpret_cast<const uint32_t*>(src.codes[r] + 4 * piece),
-                           e8m0_to_float(src.scales[r][piece * 8 / kScaleDims]));
+                           e8m0_value(src.scales[r][piece * 8 / kScaleDims]));
     }
   };
 
