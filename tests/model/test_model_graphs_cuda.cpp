@@ -129,12 +129,13 @@ TEST_P(CudaGraphs, AGraphServesPositionsBelowItsBoundAndAStepPastItRecordsTheNex
 
 // The graph side's compressed caches in 2-row pages of one shared pool, taken as the sequences
 // grow, so replays read block tables that changed since the capture (new pages, interleaved
-// between the sequences); the eager side has one page per sequence. The same bits.
+// between the sequences), and packed as FP8 entries and MXFP4 keys; the eager side has one page
+// per sequence of bf16 rows. The same bits.
 TEST_P(CudaGraphs, SmallSharedPagesTakenBetweenReplaysKeepTheEagerBits) {
   const int64_t steps = 140;
   const std::vector<int64_t> prompts = {3, 70, 126};
   const std::shared_ptr<CachePool> pool =
-      model_->new_cache_pool(*ops_, CachePool::pages_for(model_->config(), 3, 126 + steps, 2), DType::kBF16);
+      model_->new_cache_pool(*ops_, CachePool::pages_for(model_->config(), 3, 126 + steps, 2), DType::kF8E4M3);
   Lockstep run(*model_, *ops_, prompts, steps, pool);
   cuda::CudaGraphForward graphs(*ops_);
   for (int64_t s = 0; s < steps; ++s)
