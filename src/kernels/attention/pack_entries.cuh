@@ -82,15 +82,24 @@ __device__ __forceinline__ uint4 e4m3x8_to_bf16x8(uint2 codes, float scale) {
   return make_uint4(scaled(codes.x & 0xffffu), scaled(codes.x >> 16), scaled(codes.y & 0xffffu), scaled(codes.y >> 16));
 }
 
+// e2m1_to_float's value from the code's bits: magnitudes 2..7 are 2^((m >> 1) - 1) (1 + (m & 1) / 2),
+// 1 is 0.5, 0 is 0; bit 3 the sign.
+__device__ __forceinline__ float e2m1_value(uint32_t code) {
+  const uint32_t m = code & 7u;
+  const uint32_t magnitude = m < 2 ? m * 0x3F000000u : (126u + (m >> 1)) << 23 | (m & 1u) << 22;
+  return __uint_as_float(magnitude | (code & 8u) << 28);
+}
+
 // Eight e2m1 codes (`codes`: four bytes, element 2i in byte i's low nibble) times `scale` as
-// eight bf16 values in a 16-byte word, exactly decode_mxfp4_key's values.
+// eight bf16 values in a 16-byte word, exactly decode_mxfp4_key's values (every product is exact
+// in bf16, so the hardware's rounding keeps it).
 __device__ __forceinline__ uint4 e2m1x8_to_bf16x8(uint32_t codes, float scale) {
   uint32_t words[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const auto byte = static_cast<uint8_t>(codes >> (8 * i));
-    words[i] = static_cast<uint32_t>(float_to_bf16(e2m1_to_float(e2m1x2_low(byte)) * scale)) |
-               static_cast<uint32_t>(float_to_bf16(e2m1_to_float(e2m1x2_high(byte)) * scale)) << 16;
+    const __nv_bfloat162 b = __floats2bfloat162_rn(e2m1_value(codes >> (8 * i)) * scale,
+                                                   e2m1_value(codes >> (8 * i + 4)) * scale);
+    words[i] = *reinterpret_cast<const uint32_t*>(&b);
   }
   return make_uint4(words[0], words[1], words[2], words[3]);
 }

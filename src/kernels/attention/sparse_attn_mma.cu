@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(64 * Pairs, 1)
     if constexpr (Packed) {
       cp_async_wait<0>();  // this tile's packed entries (and the queries) have landed
       __syncthreads();
-      unpack_tile<kThreads>(sm.packed.tile, sm.row_of + (tile - tile_begin) * kTile, tid,
+      unpack_tile<kThreads>(sm.packed.tile, tid,
                             [&](int e, int c) { return sm.kv[0] + e * kRow + c * 8; });
       __syncthreads();  // the rows are whole and the packed stage free for the next tile
       if (tile + 1 < tile_end) load_tile(tile + 1, 0);

@@ -97,47 +97,71 @@ __device__ __forceinline__ void find_entry_rows(const SparseAttnRowsParams& p, c
 }
 
 // A tile's packed entries as copied from their pages, before unpack_tile turns them into bf16
-// rows: 64 entries' 576 data bytes (448 e4m3 codes, 64 bf16 rope dims) and 8 scale bytes. Copied
-// in 8-byte pieces, the alignment every entry's data has (584-byte entries in pages of any count).
+// rows: 64 entries' 576 data bytes (448 e4m3 codes, 64 bf16 rope dims) and 8 scale bytes.
 struct PackedTile {
   alignas(16) uint8_t data[kTile][Fp8CacheLayout::kDataBytes];
   uint8_t scales[kTile][Fp8CacheLayout::kScaleBytes];
 };
 
-// Starts the copies of the entries `rows` (with their `scales`; nullptr rows are missing) into
-// `tile` (thread tid of kThreads); the caller commits and waits for them.
+// Starts the copies of the entries `rows` (with their `scales`) into `tile`, a warp an entry: an
+// entry's data in 16-byte pieces where it is 16-byte aligned (pages of an even number of
+// entries), else in 8-byte ones (every entry's alignment); a missing entry (nullptr) gets zero
+// codes and scales, which unpack to zeros. Thread tid of kThreads; the caller commits and waits.
 template <int kThreads>
 __device__ __forceinline__ void copy_packed_tile(const uint16_t* const* rows, const uint8_t* const* scales,
                                                  PackedTile& tile, int tid) {
-  constexpr int kPieces = Fp8CacheLayout::kDataBytes / 8 + 1;  // the data's 8-byte pieces, then the scales
-  for (int u = tid; u < kTile * kPieces; u += kThreads) {
-    const int e = u / kPieces, piece = u % kPieces;
+  constexpr int kData = Fp8CacheLayout::kDataBytes;
+  const int warp = tid / 32, lane = tid % 32;
+  for (int e = warp; e < kTile; e += kThreads / 32) {
     const auto* data = reinterpret_cast<const uint8_t*>(rows[e]);
-    if (data == nullptr) continue;
-    if (piece < kPieces - 1) cp_async8(tile.data[e] + 8 * piece, data + 8 * piece);
-    else cp_async8(tile.scales[e], scales[e]);
+    uint8_t* dst = tile.data[e];
+    if (data == nullptr) {
+      for (int at = 16 * lane; at < kData; at += 16 * 32) *reinterpret_cast<uint4*>(dst + at) = make_uint4(0, 0, 0, 0);
+      if (lane == 0) *reinterpret_cast<uint2*>(tile.scales[e]) = make_uint2(0, 0);
+    } else if (reinterpret_cast<uintptr_t>(data) % 16 == 0) {
+      for (int at = 16 * lane; at < kData; at += 16 * 32) cp_async16(dst + at, data + at);
+      if (lane == 31) cp_async8(tile.scales[e], scales[e]);
+    } else {
+      for (int at = 8 * lane; at < kData; at += 8 * 32) cp_async8(dst + at, data + at);
+      if (lane == 31) cp_async8(tile.scales[e], scales[e]);
+    }
   }
 }
 
 // The copied tile's entries as 512 bf16 values each, stored 16 bytes (8 dims) at a time at
-// chunk_at(e, c) (chunk c of entry e's row in the kernel's tile layout); missing entries are
-// zeros (thread tid of kThreads). The same values as decode_fp8_entry, so the same bits as rows.
-template <int kThreads, typename ChunkAt>
-__device__ __forceinline__ void unpack_tile(const PackedTile& tile, const uint16_t* const* rows, int tid,
-                                            ChunkAt chunk_at) {
+// chunk_at(e, c) (chunk c of entry e's row in the kernel's tile layout): thread tid of kThreads
+// takes chunk tid % 64 of entries tid / 64, tid / 64 + kThreads / 64, ..., eight at a time with
+// their loads first (kMaxBatch at a time, fewer where registers are short). The same values as
+// decode_fp8_entry, so the same bits as rows (missing entries were copied as zeros).
+template <int kThreads, int kMaxBatch = 8, typename ChunkAt>
+__device__ __forceinline__ void unpack_tile(const PackedTile& tile, int tid, ChunkAt chunk_at) {
   using L = Fp8CacheLayout;
   constexpr int kChunks = kD / 8, kNopeChunks = L::kNopeDim / 8;
-  for (int u = tid; u < kTile * kChunks; u += kThreads) {
-    const int e = u / kChunks, c = u % kChunks;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (rows[e] != nullptr) {
-      if (c < kNopeChunks)
-        v = e4m3x8_to_bf16x8(*reinterpret_cast<const uint2*>(tile.data[e] + 8 * c),
-                             e8m0_value(tile.scales[e][c * 8 / L::kQuantBlock]));
-      else
-        v = *reinterpret_cast<const uint4*>(tile.data[e] + L::kNopeDim + 16 * (c - kNopeChunks));
+  constexpr int kEntryStep = kThreads / kChunks, kEntries = kTile / kEntryStep;  // per thread
+  constexpr int kBatch = kEntries < kMaxBatch ? kEntries : kMaxBatch;
+  static_assert(kThreads % kChunks == 0 && kEntries % kBatch == 0, "unpack_tile: threads and chunks do not divide");
+  const int c = tid % kChunks, e0 = tid / kChunks;
+#pragma unroll(kBatch > 1 ? kEntries / kBatch : 1)
+  for (int b = 0; b < kEntries; b += kBatch) {
+    uint4 v[kBatch];
+    if (c < kNopeChunks) {
+      uint2 codes[kBatch];
+      uint8_t scale[kBatch];
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const int e = e0 + (b + i) * kEntryStep;
+        codes[i] = *reinterpret_cast<const uint2*>(tile.data[e] + 8 * c);
+        scale[i] = tile.scales[e][c * 8 / L::kQuantBlock];
+      }
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) v[i] = e4m3x8_to_bf16x8(codes[i], e8m0_value(scale[i]));
+    } else {
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i)
+        v[i] = *reinterpret_cast<const uint4*>(tile.data[e0 + (b + i) * kEntryStep] + L::kNopeDim + 16 * (c - kNopeChunks));
     }
-    *reinterpret_cast<uint4*>(chunk_at(e, c)) = v;
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) *reinterpret_cast<uint4*>(chunk_at(e0 + (b + i) * kEntryStep, c)) = v[i];
   }
 }
 

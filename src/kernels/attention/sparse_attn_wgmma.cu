@@ -151,8 +151,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAt
       if constexpr (Packed) {
         cp_async_wait<0>();  // this tile's packed entries (and the queries) have landed
         __syncthreads();
-        unpack_tile<kThreads>(sm.packed.tile, rows + (tile - tile_begin) * kTile, tid,
-                              [&](int e, int c) { return sm.kv[0] + swizzled(e, c); });
+        // An entry at a time: the outputs hold most of the registers.
+        unpack_tile<kThreads, 1>(sm.packed.tile, tid, [&](int e, int c) { return sm.kv[0] + swizzled(e, c); });
         fence_async_proxy();  // the rows are seen by the MMAs (the async proxy)
         __syncthreads();      // ... whole, and the packed stage is free for the next tile
         load_next(0);
