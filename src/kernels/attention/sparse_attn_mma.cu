@@ -110,10 +110,16 @@ __device__ __forceinline__ void mma_bf16(float* c, const uint32_t a[4], uint32_t
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Threads of a CTA: its pairs of warps, and with packed entries warps that only copy and unpack
+// tiles beside them up to 256 threads, so that a tile's unpacking is spread as wide as the WGMMA
+// kernel's (with one pair, a CTA of decode, 64 threads would unpack its 32K values alone).
+template <int Pairs, bool Packed>
+constexpr int kCtaThreads = Packed && 64 * Pairs < 256 ? 256 : 64 * Pairs;
+
 template <int Pairs, int Parts, bool Packed>
-__global__ void __launch_bounds__(64 * Pairs, 1)
+__global__ void __launch_bounds__(kCtaThreads<Pairs, Packed>, 1)
     sparse_attn_mma_kernel(SparseAttnRowsParams p, SplitWorkspace ws) {
-  constexpr int kHeads = 16 * Pairs, kThreads = 64 * Pairs;
+  constexpr int kHeads = 16 * Pairs, kThreads = kCtaThreads<Pairs, Packed>, kComputeThreads = 64 * Pairs;
   constexpr int kPartDims = kD / Parts, kHalfDims = kPartDims / 2;  // output dims of the CTA, of a warp
   pdl_wait();
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -121,6 +127,7 @@ __global__ void __launch_bounds__(64 * Pairs, 1)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int pair = warp / 2, half = warp % 2;
   const int g = lane / 4, t = lane % 4;
+  const bool computes = tid < kComputeThreads;  // else a warp that only copies and unpacks
   const CtaWork work = cta_work(ws);
   const int64_t i = work.token;  // the batch token
   const int64_t head0 = static_cast<int64_t>(blockIdx.y) * kHeads;
@@ -183,6 +190,10 @@ __global__ void __launch_bounds__(64 * Pairs, 1)
       __syncthreads();
     }
     const uint16_t* kv = sm.kv[buf];
+    if (!computes) {
+      __syncthreads();  // the compute warps' closing barrier below
+      continue;
+    }
 
     // Scores of heads row0 (+8) against entries 32*half + 8j + 2t (+1).
     float s[kScores];
@@ -241,8 +252,9 @@ __global__ void __launch_bounds__(64 * Pairs, 1)
     }
     __syncthreads();  // this buffer is consumed before the next iteration refills it
   }
-  finish_split<kHeads, kThreads>(p, ws, work, head0, splits, sl, o, dim0, blockIdx.z == 0, sm.sum_part,
-                                 reinterpret_cast<float*>(sm.kv[0]));
+  if (!computes) return;
+  finish_split<kHeads, kComputeThreads>(p, ws, work, head0, splits, sl, o, dim0, blockIdx.z == 0, sm.sum_part,
+                                        reinterpret_cast<float*>(sm.kv[0]));
 }
 
 constexpr int kCombineThreads = kD / 4;
@@ -337,7 +349,8 @@ void launch_sparse_attn_mma_for(dim3 grid, cudaStream_t stream, const SparseAttn
                                          static_cast<int>(sizeof(Smem<Pairs, Packed>))));
   });
   grid.z = Parts;
-  launch_pdl(sparse_attn_mma_kernel<Pairs, Parts, Packed>, grid, 64 * Pairs, sizeof(Smem<Pairs, Packed>), stream, p, ws);
+  launch_pdl(sparse_attn_mma_kernel<Pairs, Parts, Packed>, grid, kCtaThreads<Pairs, Packed>, sizeof(Smem<Pairs, Packed>),
+             stream, p, ws);
 }
 
 template <int Pairs, int Parts>
