@@ -21,6 +21,10 @@
 //     does, the same arithmetic). The cut depends only on the token's own entry count, never on
 //     the batch, so a token gets the same bits alone, in any batch, in a prefill chunk or at
 //     decode (chunked prefill equals one-shot prefill).
+//   - over packed FP8 entries (p.packed: kv/packed_entries.h) a tile's entries are copied as bytes
+//     into a packed stage (sparse_attn_softmax.cuh) and unpacked into the one buffer of rows while
+//     the next tile's bytes arrive; their values are the rows' (the QAT put them on the grid), so
+//     the bits are too. Warps beside the pairs help copy and unpack (kCtaThreads).
 // Fragment layouts (PTX ISA, mma.m16n8k16 .bf16, g = lane/4, t = lane%4): A regs a0..a3 hold
 // (row g, cols 2t,2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..); B regs b0, b1 hold
 // (k 2t,2t+1, col g), (k 2t+8,2t+9, col g); C holds (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
@@ -149,7 +153,7 @@ __global__ void __launch_bounds__(kCtaThreads<Pairs, Packed>, 1)
   __syncthreads();
   // Thread tid copies chunk tid%64 of entries tid/64, tid/64 + 4, ...; missing entries are zeros
   // (their probabilities are 0, and 0 * 0 keeps the output finite). Packed: the tile's entries
-  // into the packed stage, unpacked into the one buffer of rows by unpack_rows.
+  // into the packed stage, unpacked into the one buffer of rows by unpack_tile.
   auto load_tile = [&](int64_t tile, int buf) {
     const int64_t first = (tile - tile_begin) * kTile;
     if constexpr (Packed) {

@@ -53,7 +53,8 @@ SparseAttnMmaPlan sparse_attn_mma_plan(int64_t tokens, int64_t heads, int64_t ma
 // Whether sparse_attn_mma runs `plan` on the WGMMA kernel (64 heads a CTA and wgmma set).
 bool sparse_attn_mma_takes_wgmma(const SparseAttnMmaPlan& plan);
 
-// p as for sparse_attn_rows, with q, kv, every window and compressed array and out in bf16,
+// p as for sparse_attn_rows, with q, kv, every window and compressed array and out in bf16 (or,
+// with p.packed, kv, the windows and the compressed pools as packed FP8 entries),
 // d == kSparseAttnMmaHeadDim and every array 16-byte aligned (the caller checks). `workspace`
 // holds plan.workspace_bytes of device memory.
 void sparse_attn_mma(const SparseAttnRowsParams& p, const SparseAttnMmaPlan& plan, void* workspace, cudaStream_t stream);

@@ -14,6 +14,8 @@
 //     128-byte-swizzled tiles: a 64-row operand of 512 dims is 8 column blocks of 64 rows x 128
 //     bytes, chunk c of row r at chunk c ^ (r % 8). An entry row is both the scores' K-major B row
 //     (K = dims) and the value product's MN-major B row (K = entries, N = dims);
+//   - over packed FP8 entries (p.packed) the tile's bytes go to a packed stage and are unpacked
+//     into the one operand of rows (sparse_attn_mma.cu says how), the same bits;
 //   - a CTA a split, or (kCtaPerToken, prefill) a CTA a token that runs its splits in turn: the
 //     queries copied once, the next split's entry rows found while the current split's first
 //     scores are on the tensor cores and its first tile copied during the current split's last,
