@@ -146,7 +146,8 @@ std::string cache_dtype_refusal(const Ops& ops, const ModelConfig& cfg, DType dt
   if (dtype != DType::kF8E4M3) return "";
   if (!ops.reads_packed_caches())
     return "fp8 caches: the " + std::string(ops.name()) +
-           " backend does not read packed cache entries yet (the cpu backend does); use bf16 caches";
+           " backend does not read packed cache entries as it is set up (the cpu backend does, and cuda with its "
+           "default tensor-core attention); use bf16 caches";
   const ModelParams& p = cfg.params();
   if (p.head_dim != Fp8CacheLayout::kHeadDim || p.qk_rope_head_dim != Fp8CacheLayout::kRopeDim ||
       p.index_head_dim != Mxfp4KeyLayout::kDim)
