@@ -5,7 +5,9 @@
 // for all heads. Per tile every warp computes its 16 rows x 64 keys of q.k with mma.sync
 // m16n8k16 (bf16 operands, fp32 accumulation), writes (w[h] * weight_scale) * relu(q.k) to
 // shared memory, and one thread per key then adds the heads in head order, as CpuOps does.
-// Decode spreads a token's keys over many CTAs; prefill gives a CTA all of a token's keys.
+// Decode spreads a token's keys over many CTAs; prefill gives a CTA all of a token's keys. Keys
+// packed as MXFP4 (kv/packed_entries.h) are copied as bytes and unpacked into the bf16 stage
+// when their tile begins: the same values, so the same scores.
 //
 // Why the scores equal CpuOps' bit for bit in the default numerics. q and the keys are FP4-QAT'd
 // in blocks of 32 along dh (model/indexer.cpp, model/compressor.cpp: Hadamard, then
@@ -56,8 +58,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "kernels/cp_async.cuh"
 #include "kernels/attention/pack_entries.cuh"
+#include "kernels/cp_async.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
 #include "kernels/sm_count.h"
