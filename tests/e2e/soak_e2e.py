@@ -33,15 +33,30 @@ def prompt(i):
     return (PREAMBLE if i % 2 == 0 else "") + f"Soak prompt number {i % PROMPTS}:"
 
 
+# Requests sent again because the connection they went out on was reset before any answer (seen
+# once in CI under load, one of 450: most likely a kept-alive connection whose 5 s keep-alive ran
+# out as the client reused it, the race every keep-alive server has and clients meet by retrying;
+# the openai client's own retries stay off so that nothing else is retried). Bounded below, so a
+# server that drops connections still fails.
+resent = []
+
+
 def streamed(i):
     """The whole streamed answer of request i, with its finish reason."""
-    text, finish = "", None
-    for chunk in client.completions.create(model=model, prompt=prompt(i), max_tokens=MAX_TOKENS, temperature=0,
-                                           stream=True, extra_body={"ignore_eos": True}):
-        if chunk.choices:
-            text += chunk.choices[0].text
-            finish = chunk.choices[0].finish_reason or finish
-    return i, text, finish
+    for attempt in range(2):
+        text, finish, answered = "", None, False
+        try:
+            for chunk in client.completions.create(model=model, prompt=prompt(i), max_tokens=MAX_TOKENS,
+                                                   temperature=0, stream=True, extra_body={"ignore_eos": True}):
+                answered = True
+                if chunk.choices:
+                    text += chunk.choices[0].text
+                    finish = chunk.choices[0].finish_reason or finish
+            return i, text, finish
+        except openai.APIConnectionError:
+            if answered or attempt == 1:
+                raise
+            resent.append(i)
 
 
 def hang_up(i):
@@ -81,6 +96,7 @@ with concurrent.futures.ThreadPoolExecutor(max_workers=CLIENTS) as pool:
     results = list(pool.map(lambda i: hang_up(i) if i % 10 == 3 else streamed(i), range(REQUESTS)))
 seconds = time.time() - start
 
+check(len(resent) <= 5, f"{len(resent)} requests met a closed connection before any answer: {resent}")
 finished = [r for r in results if r[2] != "hung up"]
 check(len(finished) == REQUESTS - REQUESTS // 10, f"{len(finished)} requests finished")
 for i, text, finish in finished:
@@ -97,4 +113,5 @@ while True:
 check(m["prefix_cache_hits_total"] > 0, f"the shared preamble never hit the prefix cache: {m}")
 with urllib.request.urlopen(base_url + "/health", timeout=30) as r:
     check(r.status == 200, "health after the soak")
-print(f"ok: {REQUESTS} requests from {CLIENTS} clients ({REQUESTS // 10} hung up) in {seconds:.1f} s")
+print(f"ok: {REQUESTS} requests from {CLIENTS} clients ({REQUESTS // 10} hung up, {len(resent)} sent again) "
+      f"in {seconds:.1f} s")
