@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/model_config.h"
+#include "kv/packed_entries.h"
 #include "model/cache_pool.h"
 #include "model/model.h"
 #include "ops/profiling_ops.h"
@@ -39,9 +40,11 @@ constexpr double kCopyBytesPerSecond = 4.28e12;
 constexpr double kReadBytesPerSecond = 4.43e12;  // read-only streaming: what a decode step does
 constexpr double kFp8GemmFlops = 1314e12;  // cuBLASLt, DeepSeek block scales, 8192^3
 constexpr double kBf16GemmFlops = 792e12;  // cuBLASLt, 8192^3
-// Bytes per cache entry of the FP8 layouts (MODEL.md §8): attention kv, indexer key.
-constexpr double kKvEntryBytes = 584;
-constexpr double kIndexKeyBytes = 132;
+// Bytes per cache entry of the packed layouts `--kv-cache-dtype fp8` keeps (docs/MODEL.md §8.1,
+// §8.3): the 584-byte FP8 attention entry and the 68-byte MXFP4 indexer key (until session 38 the
+// floors counted vLLM's 132-byte FP8 key, 0.2% of a batch-64 step's bytes more).
+constexpr double kKvEntryBytes = Fp8CacheLayout::kEntryBytes;
+constexpr double kIndexKeyBytes = Mxfp4KeyLayout::kEntryBytes;
 
 struct BenchOptions {
   ModelSource source{"flash", LoadFormat::kDummy, 0};  // always dummy weights
