@@ -480,11 +480,10 @@ void run_bench_step(const BenchOptions& o) {
   std::fprintf(stderr, "bench: weights made in %.1f s\n", seconds_since(start));
   const std::unique_ptr<ForwardRunner> runner = make_forward_runner(*ops, o.gpu);
   const bool graphs = graph_stats(*runner).has_value();
-  // The caches' entries as the engine takes them: auto packs where the backend reads packed entries.
-  const DType cache_dtype =
-      o.kv_cache_dtype == "fp8" || (o.kv_cache_dtype == "auto" && cache_dtype_refusal(*ops, cfg, DType::kF8E4M3).empty())
-          ? DType::kF8E4M3
-          : DType::kBF16;
+  // The caches' entries as the engine takes them.
+  const DType cache_dtype = o.kv_cache_dtype == "auto"  ? auto_cache_dtype(*ops, cfg)
+                            : o.kv_cache_dtype == "fp8" ? DType::kF8E4M3
+                                                        : DType::kBF16;
   check_cache_dtype(*ops, cfg, cache_dtype);
   const char* cache_name = cache_dtype == DType::kF8E4M3 ? "fp8" : "bf16";
   std::vector<LayerCost> costs;

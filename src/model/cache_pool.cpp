@@ -163,6 +163,10 @@ void check_cache_dtype(const Ops& ops, const ModelConfig& cfg, DType dtype) {
   if (const std::string why = cache_dtype_refusal(ops, cfg, dtype); !why.empty()) throw UsageError(why);
 }
 
+DType auto_cache_dtype(const Ops& ops, const ModelConfig& cfg) {
+  return cache_dtype_refusal(ops, cfg, DType::kF8E4M3).empty() ? DType::kF8E4M3 : DType::kBF16;
+}
+
 void fill_nan(Ops& ops, TensorView t) {
   const auto n = static_cast<size_t>(t.numel());
   if (t.dtype() == DType::kU8) {  // packed entries: 0xFF is NaN as e4m3, e8m0 and a bf16 pair

@@ -36,6 +36,9 @@ inline DType forward_cache_dtype(bool exact_math) { return exact_math ? DType::k
 std::string cache_dtype_refusal(const Ops& ops, const ModelConfig& cfg, DType dtype);
 // UsageError with cache_dtype_refusal's reason, if any.
 void check_cache_dtype(const Ops& ops, const ModelConfig& cfg, DType dtype);
+// The default numerics' cache dtype when none is asked for (`--kv-cache-dtype auto`): the packed
+// entries where the backend reads them and the model has their dims, else bf16 rows.
+DType auto_cache_dtype(const Ops& ops, const ModelConfig& cfg);
 
 class CachePool {
  public:

@@ -384,9 +384,8 @@ EngineConfig Engine::Impl::resolve(EngineConfig c, const Model& model, Ops& ops,
   if (c.exact_math && c.kv_cache_dtype == KvCacheDtype::kFp8)
     throw UsageError("engine: exact math keeps its caches in f32; fp8 caches go with the default numerics");
   if (c.kv_cache_dtype == KvCacheDtype::kAuto)
-    c.kv_cache_dtype = !c.exact_math && cache_dtype_refusal(ops, model.config(), DType::kF8E4M3).empty()
-                           ? KvCacheDtype::kFp8
-                           : KvCacheDtype::kBf16;
+    c.kv_cache_dtype = !c.exact_math && auto_cache_dtype(ops, model.config()) == DType::kF8E4M3 ? KvCacheDtype::kFp8
+                                                                                                 : KvCacheDtype::kBf16;
   check_cache_dtype(ops, model.config(), cache_dtype(c));
   if (c.enable_prefix_caching) c.shared_cache_pool = true;
   if (c.max_prefix_snapshots < 0)

@@ -48,6 +48,11 @@ bool packed_cache(const char* op, const std::string& what, ConstTensorView cache
   return is_packed;
 }
 
+// A cache tensor as the kernels take it: packed entries as their bytes, rows as floats.
+kernels::FloatPtr cache_ptr(ConstTensorView cache, bool is_packed) {
+  return is_packed ? kernels::FloatPtr{cache.bytes()} : float_ptr(cache);
+}
+
 // For each of a batch's T tokens, the index of its sequence among those with tokens (the order in
 // which a kernel's sequence table lists them). The slices were checked to cover each token once.
 template <typename Seq>
@@ -146,9 +151,7 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
     score_stride = std::max(score_stride, (sl.start_pos + sl.num_tokens) / p.ratio);
     const bool is_packed =
         packed_cache("indexer_topk", "sequence " + std::to_string(i) + "'s keys", s.keys.pool, packed);
-    seqs.push_back({sl.token_begin,
-                    is_packed ? kernels::FloatPtr{s.keys.pool.bytes()} : float_ptr(ConstTensorView(s.keys.pool)),
-                    page_table(s.keys)});
+    seqs.push_back({sl.token_begin, cache_ptr(ConstTensorView(s.keys.pool), is_packed), page_table(s.keys)});
     keys_bf16 = keys_bf16 && s.keys.pool.dtype() == DType::kBF16;
   }
   const bool packed_keys = packed.value_or(false);
@@ -218,9 +221,6 @@ void CudaOps::sparse_attention(const SparseAttentionParams& p) {
   bool use_mma = options_.sparse_attention == SparseAttention::kTensorCores && d == kernels::kSparseAttnMmaHeadDim &&
                  mma_ready(p.q) && mma_ready(p.kv) && mma_ready(p.out);
   std::optional<bool> packed;
-  const auto cache_ptr = [](ConstTensorView cache, bool is_packed) {
-    return is_packed ? kernels::FloatPtr{cache.bytes()} : float_ptr(cache);
-  };
   for (size_t i = 0; i < p.seqs.size(); ++i) {
     const AttentionSeq& s = p.seqs[i];
     const SeqSlice& sl = s.slice;
@@ -282,7 +282,7 @@ void CudaOps::sparse_attention(const SparseAttentionParams& p) {
                        "bf16 q, kv and out of head dim " + std::to_string(kernels::kSparseAttnMmaHeadDim) +
                        ", 16-byte aligned (the cuda backend's sparse attention set to tensor cores)");
     // The batch's own window rows as packed entries too (one page of an even number of entries,
-    // so every entry's data is 8-byte aligned), so the kernel reads a single form. The forward has
+    // so every entry's data is 16-byte aligned), so the kernel reads a single form. The forward has
     // put them on the cache's grid: packing changes no value.
     const int64_t kv_page_rows = T + T % 2;
     const StreamBuffer kv_packed(static_cast<size_t>(Fp8CacheLayout{static_cast<int>(kv_page_rows)}.page_bytes()),

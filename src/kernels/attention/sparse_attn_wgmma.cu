@@ -221,10 +221,6 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAt
   }
 }
 
-}  // namespace
-
-namespace {
-
 // The kernel for rows or packed entries, its shared memory attribute set once per device.
 template <bool Packed>
 void launch_for(dim3 grid, bool cta_per_token, cudaStream_t stream, const SparseAttnRowsParams& p,
