@@ -11,6 +11,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_ops.h"
@@ -76,6 +78,92 @@ int64_t max_capacity(std::span<const Seq> seqs, Cache cache_of) {
     rows = std::max(rows, table.size * table.page_rows);
   }
   return rows;
+}
+
+// Packed cache pages as bf16 rows for one launch (kernels::unpack_cache_pages). A prefill's
+// tokens read their sequences' entries over and over, so unpacking the pages they can reach once
+// costs less than unpacking entries in every tile that reads them (docs/PERF.md session 39); a
+// decode token reads a few hundred of its sequence's thousands of entries once, and unpacks them
+// in its tiles. The values are the same either way, so the bits are. Used in two rounds: count
+// every source (pools' first pages, window rings), then, if unpack_pays, place them in the same
+// order, which rewrites each sequence's pointers into the scratch and lists the unpack jobs.
+class UnpackedPages {
+ public:
+  explicit UnpackedPages(PackedEntry kind)
+      : kind_(kind), width_(kind == PackedEntry::kFp8Attention ? Fp8CacheLayout::kHeadDim : Mxfp4KeyLayout::kDim) {}
+
+  void count_pages(int64_t pages, int64_t page_rows) {
+    if (pages == 0) return;
+    pool_rows_ = (pool_rows_ + page_rows - 1) / page_rows * page_rows + pages * page_rows;
+    slots_ += pages;
+    max_page_rows_ = std::max(max_page_rows_, page_rows);
+  }
+  void count_ring(int64_t rows) {
+    ring_rows_ += rows;
+    max_page_rows_ = std::max(max_page_rows_, rows);
+  }
+
+  // Whether tokens that read `reads` entries in all should read the counted pages unpacked: each
+  // counted row read at least kMinReuse times on average (measured: an 8k prefill's rows are read
+  // hundreds of times, a decode batch's a fraction of once), and the scratch within kMaxBytes.
+  bool unpack_pays(int64_t reads) const {
+    const int64_t rows = pool_rows_ + ring_rows_;
+    return rows > 0 && rows * kMinReuse <= reads && bytes() <= kMaxBytes;
+  }
+
+  void allocate(cudaStream_t stream, CaptureArena* arena) { scratch_.emplace(bytes(), stream, arena); }
+
+  // The pages [0, pages) of `table` (a pool of packed entries at `pool`) as bf16 rows: where they
+  // are and the table that finds them (a page the source lacks is -1 there too).
+  std::pair<kernels::FloatPtr, PageTable> place_pages(const void* pool, const PageTable& table, int64_t pages) {
+    const int64_t page_rows = table.page_rows;
+    pool_at_ = (pool_at_ + page_rows - 1) / page_rows * page_rows;
+    int32_t* slots = slots_at() + slot_at_;
+    for (int64_t i = 0; i < pages; ++i) {
+      jobs_.push_back({static_cast<const uint8_t*>(pool), table.pages + i, table.num_pages, pool_at_, slots + i,
+                       static_cast<int32_t>(page_rows)});
+      pool_at_ += page_rows;
+    }
+    slot_at_ += pages;
+    return {rows_at(0), PageTable{slots, pages, page_rows, pool_rows_ / page_rows}};
+  }
+  // A window ring of `rows` packed entries (one page) as bf16 rows.
+  kernels::FloatPtr place_ring(const void* ring, int64_t rows) {
+    const int64_t at = pool_rows_ + ring_at_;
+    jobs_.push_back({static_cast<const uint8_t*>(ring), nullptr, 1, at, nullptr, static_cast<int32_t>(rows)});
+    ring_at_ += rows;
+    return rows_at(at);
+  }
+
+  const std::vector<kernels::UnpackPageJob>& jobs() const { return jobs_; }
+
+  // Unpacks the placed pages; `jobs` is jobs() in device memory.
+  void run(const kernels::UnpackPageJob* jobs, cudaStream_t stream) const {
+    kernels::unpack_cache_pages({jobs, static_cast<int64_t>(jobs_.size()), max_page_rows_, kind_,
+                                 scratch_->get<uint16_t>()},
+                                stream);
+  }
+
+ private:
+  static constexpr int64_t kMinReuse = 4;
+  static constexpr int64_t kMaxBytes = int64_t{256} << 20;
+
+  int64_t row_bytes() const { return (pool_rows_ + ring_rows_) * width_ * 2; }
+  int64_t bytes() const { return row_bytes() + slots_ * static_cast<int64_t>(sizeof(int32_t)); }
+  kernels::FloatPtr rows_at(int64_t row) const { return {scratch_->get<uint16_t>() + row * width_, true}; }
+  int32_t* slots_at() const { return reinterpret_cast<int32_t*>(scratch_->get<std::byte>() + row_bytes()); }
+
+  PackedEntry kind_;
+  int64_t width_;
+  int64_t pool_rows_ = 0, ring_rows_ = 0, slots_ = 0, max_page_rows_ = 0;  // counted
+  int64_t pool_at_ = 0, ring_at_ = 0, slot_at_ = 0;                        // placed
+  std::optional<StreamBuffer> scratch_;
+  std::vector<kernels::UnpackPageJob> jobs_;
+};
+
+// The pages of `table` that hold entries [0, entries).
+int64_t pages_holding(const PageTable& table, int64_t entries) {
+  return std::min(table.size, (entries + table.page_rows - 1) / table.page_rows);
 }
 
 }  // namespace
@@ -144,17 +232,37 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
   int64_t score_stride = 0;
   bool keys_bf16 = true;
   std::optional<bool> packed;
+  std::vector<int64_t> visible_keys;  // each sequence's at its last token
+  int64_t reads = 0;                  // keys the batch's tokens score (at most)
   for (size_t i = 0; i < p.seqs.size(); ++i) {
     const IndexerSeq& s = p.seqs[i];
     const SeqSlice& sl = s.slice;
     if (sl.num_tokens == 0) continue;
-    score_stride = std::max(score_stride, (sl.start_pos + sl.num_tokens) / p.ratio);
+    const int64_t visible = (sl.start_pos + sl.num_tokens) / p.ratio;
+    visible_keys.push_back(visible);
+    reads += sl.num_tokens * visible;
+    score_stride = std::max(score_stride, visible);
     const bool is_packed =
         packed_cache("indexer_topk", "sequence " + std::to_string(i) + "'s keys", s.keys.pool, packed);
     seqs.push_back({sl.token_begin, cache_ptr(ConstTensorView(s.keys.pool), is_packed), page_table(s.keys)});
     keys_bf16 = keys_bf16 && s.keys.pool.dtype() == DType::kBF16;
   }
-  const bool packed_keys = packed.value_or(false);
+  // A prefill's tokens score the packed keys they can reach unpacked into bf16 rows.
+  UnpackedPages unpacked(PackedEntry::kMxfp4Key);
+  bool unpack = false;
+  if (packed.value_or(false) && !capturing()) {
+    for (size_t i = 0; i < seqs.size(); ++i)
+      unpacked.count_pages(pages_holding(seqs[i].key_pages, visible_keys[i]), seqs[i].key_pages.page_rows);
+    unpack = unpacked.unpack_pays(reads);
+  }
+  if (unpack) {
+    unpacked.allocate(stream_, arena());
+    for (size_t i = 0; i < seqs.size(); ++i)
+      std::tie(seqs[i].keys, seqs[i].key_pages) =
+          unpacked.place_pages(seqs[i].keys.data, seqs[i].key_pages, pages_holding(seqs[i].key_pages, visible_keys[i]));
+    keys_bf16 = true;
+  }
+  const bool packed_keys = packed.value_or(false) && !unpack;
   // The one choice of score kernel: tensor cores for bf16 q and bf16 or packed keys (the default
   // numerics, where they equal the CPU's scores: kernels/indexer/indexer_mma_scores.cu), the exact
   // kernel for fp32 (exact math) and shapes the tensor-core kernel does not take.
@@ -178,7 +286,9 @@ void CudaOps::indexer_topk(const IndexerTopkParams& p) {
   if (capturing()) score_stride = max_capacity(p.seqs, [](const IndexerSeq& s) { return s.keys; });
   TableBytes bytes;
   const size_t seqs_at = bytes.add(seqs), tokens_at = bytes.add(sequence_of_each_token(p.seqs, T));
+  const size_t jobs_at = bytes.add(unpacked.jobs());
   const DeviceTables table = upload_tables(bytes);
+  if (unpack) unpacked.run(table.at<kernels::UnpackPageJob>(jobs_at), stream_);
   const StreamBuffer scores(static_cast<size_t>(T * score_stride) * sizeof(float), stream_, arena());
 
   kernels::IndexerTopkParams kp;
@@ -221,6 +331,8 @@ void CudaOps::sparse_attention(const SparseAttentionParams& p) {
   bool use_mma = options_.sparse_attention == SparseAttention::kTensorCores && d == kernels::kSparseAttnMmaHeadDim &&
                  mma_ready(p.q) && mma_ready(p.kv) && mma_ready(p.out);
   std::optional<bool> packed;
+  std::vector<int64_t> visible_compressed;  // each sequence's at its last token
+  int64_t reads = 0;                        // entries the batch's tokens read (at most)
   for (size_t i = 0; i < p.seqs.size(); ++i) {
     const AttentionSeq& s = p.seqs[i];
     const SeqSlice& sl = s.slice;
@@ -242,8 +354,11 @@ void CudaOps::sparse_attention(const SparseAttentionParams& p) {
     }
     seqs.push_back(desc);
     const int64_t last = sl.start_pos + sl.num_tokens - 1;
-    const int64_t compressed = p.ratio > 0 ? (has_topk ? k : (last + 1) / p.ratio) : 0;
-    max_entries = std::max(max_entries, std::min(W, last + 1) + compressed);
+    const int64_t visible = p.ratio > 0 ? (last + 1) / p.ratio : 0;
+    const int64_t entries = std::min(W, last + 1) + (has_topk ? std::min(k, visible) : visible);
+    visible_compressed.push_back(visible);
+    reads += sl.num_tokens * entries;
+    max_entries = std::max(max_entries, std::min(W, last + 1) + (has_topk ? k : visible));
   }
   // A graph's launch shape must fit any later step's entries: the window and all the tables
   // address (sized by the recorded step's positions bound).
@@ -251,9 +366,33 @@ void CudaOps::sparse_attention(const SparseAttentionParams& p) {
     max_entries = W + (p.ratio == 0 ? 0
                        : has_topk   ? k
                                     : max_capacity(p.seqs, [](const AttentionSeq& s) { return s.compressed; }));
+  // A prefill's tokens read the packed pages they can reach unpacked into bf16 rows.
+  UnpackedPages unpacked(PackedEntry::kFp8Attention);
+  bool unpack = false;
+  if (packed.value_or(false) && !capturing()) {
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      if (seqs[i].window.data != nullptr) unpacked.count_ring(seqs[i].window_rows);
+      if (p.ratio > 0)
+        unpacked.count_pages(pages_holding(seqs[i].compressed_pages, visible_compressed[i]),
+                             seqs[i].compressed_pages.page_rows);
+    }
+    unpack = unpacked.unpack_pays(reads);
+  }
+  if (unpack) {
+    unpacked.allocate(stream_, arena());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      kernels::SparseAttnSeq& desc = seqs[i];
+      if (desc.window.data != nullptr) desc.window = unpacked.place_ring(desc.window.data, desc.window_rows);
+      if (p.ratio > 0)
+        std::tie(desc.compressed, desc.compressed_pages) = unpacked.place_pages(
+            desc.compressed.data, desc.compressed_pages, pages_holding(desc.compressed_pages, visible_compressed[i]));
+    }
+  }
   TableBytes bytes;
   const size_t seqs_at = bytes.add(seqs), tokens_at = bytes.add(sequence_of_each_token(p.seqs, T));
+  const size_t jobs_at = bytes.add(unpacked.jobs());
   const DeviceTables table = upload_tables(bytes);
+  if (unpack) unpacked.run(table.at<kernels::UnpackPageJob>(jobs_at), stream_);
 
   kernels::SparseAttnRowsParams kp;
   kp.q = float_ptr(p.q);
@@ -276,7 +415,7 @@ void CudaOps::sparse_attention(const SparseAttentionParams& p) {
     const StreamBuffer workspace(plan.workspace_bytes, stream_, arena());
     kernels::sparse_attn_mma(kp, plan, workspace.get<void>(), stream_);
   };
-  if (packed.value_or(false)) {
+  if (packed.value_or(false) && !unpack) {
     if (!use_mma)
       throw UsageError("sparse_attention: packed cache entries are read by the tensor-core kernel only, which takes "
                        "bf16 q, kv and out of head dim " + std::to_string(kernels::kSparseAttnMmaHeadDim) +
