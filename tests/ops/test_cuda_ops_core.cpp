@@ -718,9 +718,11 @@ TEST_F(CudaOpsCore, QuantSimIsBitExact) {
     QuantFormat format;
     int64_t width, cols, block;
   };
-  // Blocks of up to 128 keep a lane's values in registers; 256 reads them twice.
+  // Blocks of a power of two from 8 to 256 values take a lane per 8 values (the first four); other
+  // blocks a warp each, up to 128 values in registers (96), wider ones read twice (192).
   for (const Case c : {Case{QuantFormat::kE4M3, 512, 448, 64}, Case{QuantFormat::kE2M1, 128, 128, 32},
-                       Case{QuantFormat::kE4M3, 384, 384, 128}, Case{QuantFormat::kE4M3, 512, 512, 256}})
+                       Case{QuantFormat::kE4M3, 384, 384, 128}, Case{QuantFormat::kE4M3, 512, 512, 256},
+                       Case{QuantFormat::kE2M1, 520, 480, 96}, Case{QuantFormat::kE4M3, 600, 576, 192}})
     for (DType dt : {DType::kF32, DType::kBF16}) {
       Tensor x = random_tensor(dt, {9, c.width}, 4.0f);
       // A block of tiny values exercises the amax floor; one of zeros the zero block; row 3 spans

@@ -192,6 +192,33 @@ __global__ void rope_kernel(RopeRowsParams p, int64_t heads_per_block) {
   }
 }
 
+// A quantisation block's rounding onto its grid, given the block's amax: the CPU's ldexpf
+// scalings as multiplies by exact powers of two where 2^-e and 2^e are normal floats (every block
+// whose amax is finite; decided once a block, not predicated in every element), and e4m3's
+// rounding on the hardware conversion (e4m3_cast.cuh): the CPU's bits.
+struct BlockRounding {
+  int e;
+  bool e2m1, normal;
+  float down, up;
+
+  __device__ __forceinline__ BlockRounding(float amax, bool is_e2m1)
+      : e(is_e2m1 ? pow2_scale_exponent(amax, kFp4AmaxFloor, kE2M1Max)
+                  : pow2_scale_exponent(amax, kFp8AmaxFloor, kE4M3Max)),
+        e2m1(is_e2m1),
+        normal(e > -127 && e < 127),
+        down(normal ? pow2(-e) : 0.0f),
+        up(normal ? pow2(e) : 0.0f) {}
+
+  __device__ __forceinline__ float operator()(float x) const {
+    if (normal) {
+      const float scaled = x * down;
+      return (e2m1 ? round_e2m1(scaled) : round_e4m3_fast(scaled)) * up;
+    }
+    const float scaled = ldexpf(x, -e);
+    return ldexpf(e2m1 ? round_e2m1(scaled) : round_e4m3(scaled), e);
+  }
+};
+
 // A warp per (row, block); a lane's values of a block of up to kQuantSimValues * 32 are loaded at
 // once and kept in registers for the rounding (wider blocks are read again, a value an iteration).
 constexpr int kQuantSimValues = 4;
@@ -220,21 +247,7 @@ __global__ void quant_sim_kernel(QuantSimRowsParams p) {
       for (int64_t i = lane; i < len; i += 32) amax = fmaxf(amax, fabsf(load_float(p.x, base + i)));
     }
     for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-    const int e = p.e2m1 ? pow2_scale_exponent(amax, kFp4AmaxFloor, kE2M1Max)
-                         : pow2_scale_exponent(amax, kFp8AmaxFloor, kE4M3Max);
-    // The CPU's ldexpf scalings as multiplies by exact powers of two where 2^-e and 2^e are normal
-    // floats (every block whose amax is finite; decided once a block, not predicated in every
-    // element), and e4m3's rounding on the hardware conversion (e4m3_cast.cuh): the CPU's bits.
-    const bool normal = e > -127 && e < 127;
-    const float down = normal ? pow2(-e) : 0.0f, up = normal ? pow2(e) : 0.0f;
-    const auto rounded = [&](float x) {
-      if (normal) {
-        const float scaled = x * down;
-        return (p.e2m1 ? round_e2m1(scaled) : round_e4m3_fast(scaled)) * up;
-      }
-      const float scaled = ldexpf(x, -e);
-      return ldexpf(p.e2m1 ? round_e2m1(scaled) : round_e4m3(scaled), e);
-    };
+    const BlockRounding rounded(amax, p.e2m1);
     if (in_registers) {
 #pragma unroll
       for (int c = 0; c < kQuantSimValues; ++c)
@@ -243,6 +256,73 @@ __global__ void quant_sim_kernel(QuantSimRowsParams p) {
       for (int64_t i = lane; i < len; i += 32) store_float(p.x, base + i, rounded(load_float(p.x, base + i)));
     }
   }
+}
+
+// quant_sim_kernel's arithmetic with a lane per 8 consecutive values (one 16-byte load of bf16, two
+// of fp32) and a block's lanes side by side in a warp, for blocks of 8 to 256 values that tile the
+// quantised columns (quant_sim_lanes_fit): a prefill's indexer q (blocks of 32) had a lane a value
+// and a warp a block. A block's amax is the largest magnitude of its values in any order, and each
+// value is rounded on its own, so the same bits.
+constexpr int kQuantSimLaneValues = 8;
+
+template <bool kBf16>
+__global__ void quant_sim_lanes_kernel(QuantSimRowsParams p) {
+  pdl_wait();
+  const int lane = threadIdx.x % 32;
+  const int block_lanes = static_cast<int>(p.block / kQuantSimLaneValues);  // a power of two, 1..32
+  const int64_t row_pieces = p.cols / kQuantSimLaneValues, pieces = p.rows * row_pieces;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
+  for (int64_t warp = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32; warp * 32 < pieces;
+       warp += warps) {
+    const int64_t piece = warp * 32 + lane;
+    const bool valid = piece < pieces;
+    const int64_t at = valid ? piece / row_pieces * p.width + piece % row_pieces * kQuantSimLaneValues : 0;
+    float v[kQuantSimLaneValues] = {};
+    if (valid) {
+      if constexpr (kBf16) {
+        const uint4 w = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.x.data) + at);
+        const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          v[2 * i] = bf16_to_float(static_cast<uint16_t>(words[i] & 0xffffu));
+          v[2 * i + 1] = bf16_to_float(static_cast<uint16_t>(words[i] >> 16));
+        }
+      } else {
+        const auto* src = reinterpret_cast<const float4*>(static_cast<const float*>(p.x.data) + at);
+        const float4 a = src[0], b = src[1];
+        const float f[kQuantSimLaneValues] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int i = 0; i < kQuantSimLaneValues; ++i) v[i] = f[i];
+      }
+    }
+    float amax = 0;
+#pragma unroll
+    for (int i = 0; i < kQuantSimLaneValues; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    for (int off = block_lanes / 2; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    if (!valid) continue;
+    const BlockRounding rounded(amax, p.e2m1);
+    if constexpr (kBf16) {
+      uint32_t words[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        words[i] = static_cast<uint32_t>(float_to_bf16(rounded(v[2 * i]))) |
+                   static_cast<uint32_t>(float_to_bf16(rounded(v[2 * i + 1]))) << 16;
+      *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.x.data) + at) = make_uint4(words[0], words[1], words[2], words[3]);
+    } else {
+      auto* dst = reinterpret_cast<float4*>(static_cast<float*>(p.x.data) + at);
+      dst[0] = make_float4(rounded(v[0]), rounded(v[1]), rounded(v[2]), rounded(v[3]));
+      dst[1] = make_float4(rounded(v[4]), rounded(v[5]), rounded(v[6]), rounded(v[7]));
+    }
+  }
+}
+
+// Whether quant_sim_lanes_kernel takes the call: blocks of 8 to 256 values (a power of two) that
+// tile the columns, every piece of 8 values 16-byte aligned.
+bool quant_sim_lanes_fit(const QuantSimRowsParams& p) {
+  const int64_t elem = p.x.bf16 ? 2 : 4;
+  const bool power_of_two = p.block >= kQuantSimLaneValues && p.block <= 256 && (p.block & (p.block - 1)) == 0;
+  return power_of_two && p.cols % p.block == 0 && (p.width * elem) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(p.x.data) % 16 == 0;
 }
 
 __global__ void hadamard_kernel(HadamardRowsParams p) {
@@ -430,8 +510,14 @@ void rope_rows(const RopeRowsParams& p, cudaStream_t stream) {
 
 void quant_sim_rows(const QuantSimRowsParams& p, cudaStream_t stream) {
   if (p.rows == 0 || p.cols == 0) return;
-  const int64_t warps = p.rows * ((p.cols + p.block - 1) / p.block);
-  launch_pdl(quant_sim_kernel, grid_for(warps * 32), kThreads, 0, stream, p);
+  if (quant_sim_lanes_fit(p)) {
+    const int64_t pieces = p.rows * (p.cols / kQuantSimLaneValues);
+    if (p.x.bf16) launch_pdl(quant_sim_lanes_kernel<true>, grid_for(pieces), kThreads, 0, stream, p);
+    else launch_pdl(quant_sim_lanes_kernel<false>, grid_for(pieces), kThreads, 0, stream, p);
+  } else {
+    const int64_t warps = p.rows * ((p.cols + p.block - 1) / p.block);
+    launch_pdl(quant_sim_kernel, grid_for(warps * 32), kThreads, 0, stream, p);
+  }
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
