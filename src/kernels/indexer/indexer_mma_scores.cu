@@ -105,15 +105,22 @@ struct PackedKeys {
   uint8_t scales[kKeyTile][Mxfp4KeyLayout::kScaleBytes];
 };
 
+// Stages of bf16 keys: two, filled by cp.async while the other is read; with packed keys one,
+// which each tile's keys are unpacked into once the tile before has read it (their copies go to
+// two packed stages instead): 45 KB of shared memory a CTA with 64 heads against 54 KB for bf16
+// keys, where two bf16 stages beside the packed ones (62 KB) fit three CTAs an SM instead of
+// the four the launch plans for (docs/PERF.md session 39).
+__host__ __device__ constexpr int key_stages(bool packed) { return packed ? 1 : 2; }
+
 // Shared memory of a CTA with `rows` MMA rows, in bytes, in the order the kernel lays it out.
 constexpr size_t smem_bytes_for_rows(int rows, bool packed) {
-  return query_or_term_bytes(rows) + sizeof(uint16_t) * 2 * kKeyTile * kPitch + sizeof(float) * rows +
-         (packed ? 2 * sizeof(PackedKeys) : 0);
+  return query_or_term_bytes(rows) + sizeof(uint16_t) * key_stages(packed) * kKeyTile * kPitch +
+         sizeof(float) * rows + (packed ? 2 * sizeof(PackedKeys) : 0);
 }
 
 // Grid: x = token, y = one of gridDim.y ranges of whole key tiles that split the token's visible
 // keys. Block: 32 x ceil(heads / 16) threads. Packed: the keys are MXFP4 keys, copied into a
-// packed stage and unpacked into the stage of bf16 rows when their tile begins.
+// packed stage and unpacked into the one stage of bf16 rows when their tile begins.
 template <bool Packed>
 __global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkParams p) {
   pdl_wait();
@@ -121,12 +128,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkPa
   const int warps = static_cast<int>(blockDim.x / 32), rows = 16 * warps;
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   // [rows][kPitch] the token's queries (rows >= heads zero) until they are in registers, then
-  // [rows][kTermPitch] the terms of a key tile; then [2][kKeyTile][kPitch] two stages of keys and
-  // [rows] w * weight_scale (0 for rows >= heads). Every offset is a multiple of 16 bytes.
+  // [rows][kTermPitch] the terms of a key tile; then [key_stages][kKeyTile][kPitch] stages of keys
+  // and [rows] w * weight_scale (0 for rows >= heads). Every offset is a multiple of 16 bytes.
   uint16_t* q_s = reinterpret_cast<uint16_t*>(smem);
   float* term_s = reinterpret_cast<float*>(smem);
   uint16_t* key_s = reinterpret_cast<uint16_t*>(smem + query_or_term_bytes(rows));
-  float* w_s = reinterpret_cast<float*>(key_s + 2 * kKeyTile * kPitch);
+  float* w_s = reinterpret_cast<float*>(key_s + key_stages(Packed) * kKeyTile * kPitch);
   auto* packed_s = reinterpret_cast<PackedKeys*>(w_s + rows);  // [2] stages, with Packed
 
   const int64_t t = blockIdx.x;
@@ -173,11 +180,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkPa
       }
     }
   };
-  // Packed: a stage's copied keys as bf16 rows (decode_mxfp4_key's values), 8 dims a thread step.
+  // Packed: a stage's copied keys as bf16 rows (decode_mxfp4_key's values) in the one bf16
+  // stage, 8 dims a thread step.
   auto unpack_keys = [&](int stage) {
     constexpr int kScaleDims = Mxfp4KeyLayout::kQuantBlock;
     const PackedKeys& src = packed_s[stage];
-    uint16_t* dst = key_s + stage * kKeyTile * kPitch;
+    uint16_t* dst = key_s;
     for (int i = static_cast<int>(threadIdx.x); i < kKeyTile * kChunksPerRow; i += static_cast<int>(blockDim.x)) {
       const int r = i / kChunksPerRow, piece = i % kChunksPerRow;
       *reinterpret_cast<uint4*>(dst + r * kPitch + piece * 8) =
@@ -216,18 +224,20 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkPa
     const int stage = static_cast<int>(tile & 1);
     const int64_t tile_begin = key_begin + tile * kKeyTile;
     if constexpr (Packed) {
-      unpack_keys(stage);  // its copy landed before the barrier that closed the previous tile
+      // Its copy landed, and the previous tile's MMAs read the bf16 stage, before the barrier
+      // that closed the previous tile.
+      unpack_keys(stage);
       __syncthreads();
     }
-    // The other stage was last read by the previous tile's MMAs, which ended before the
-    // __syncthreads closing that tile.
+    // The other stage (packed: the other packed stage, unpacked by the previous tile) was last
+    // read before the __syncthreads closing the previous tile.
     if (tile + 1 < tiles) stage_keys(stage ^ 1, tile_begin + kKeyTile);
     cp_async_commit();
 
     float acc[kNTiles][4];
 #pragma unroll
     for (int n = 0; n < kNTiles; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-    const uint16_t* b_src = key_s + stage * kKeyTile * kPitch + b_offset;
+    const uint16_t* b_src = key_s + (Packed ? 0 : stage) * kKeyTile * kPitch + b_offset;
 #pragma unroll
     for (int s = 0; s < kKSteps; ++s) {
 #pragma unroll
