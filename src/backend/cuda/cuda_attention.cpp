@@ -104,8 +104,8 @@ class UnpackedPages {
   }
 
   // Whether tokens that read `reads` entries in all should read the counted pages unpacked: each
-  // counted row read at least kMinReuse times on average (measured: an 8k prefill's rows are read
-  // hundreds of times, a decode batch's a fraction of once), and the scratch within kMaxBytes.
+  // counted row read at least kMinReuse times on average (an 8k prefill reads its rows hundreds of
+  // times, a decode batch a fraction of once), and the scratch within kMaxBytes.
   bool unpack_pays(int64_t reads) const {
     const int64_t rows = pool_rows_ + ring_rows_;
     return rows > 0 && rows * kMinReuse <= reads && bytes() <= kMaxBytes;
@@ -161,8 +161,9 @@ class UnpackedPages {
   std::vector<kernels::UnpackPageJob> jobs_;
 };
 
-// The pages of `table` that hold entries [0, entries).
+// The pages of `table` that hold entries [0, entries) (none for a table without rows).
 int64_t pages_holding(const PageTable& table, int64_t entries) {
+  if (table.page_rows <= 0) return 0;
   return std::min(table.size, (entries + table.page_rows - 1) / table.page_rows);
 }
 
