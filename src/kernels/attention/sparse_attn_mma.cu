@@ -63,14 +63,6 @@ constexpr int64_t kMergeInKernelWaves = 8;
 // faster so, its CSA launches 1%: docs/PERF.md session 27).
 constexpr int64_t kCtaPerTokenWaves = 4;
 
-// With packed entries, where a tile's entries are copied before unpack_tile makes them rows, and
-// the entries' scale bytes (as row_of, for the CTA's split).
-struct PackedStage {
-  PackedTile tile;
-  const uint8_t* scales_of[kTilesPerSplit * kTile];
-};
-struct NoPackedStage {};
-
 // Packed: one buffer of rows, refilled from the packed tile once the previous tile is consumed
 // (the next tile's copy runs while the current one computes); rows: two, filled by cp.async.
 template <int Pairs, bool Packed>
@@ -87,7 +79,7 @@ struct Smem {
   // found once per CTA: finding it takes dependent global loads (the top-k id, the block table),
   // which the tile copies would otherwise wait for entry by entry.
   const uint16_t* row_of[kTilesPerSplit * kTile];
-  std::conditional_t<Packed, PackedStage, NoPackedStage> packed;  // last: the empty one takes a byte
+  std::conditional_t<Packed, PackedStage<1>, NoPackedStage> packed;  // last: the empty one takes a byte
 };
 
 // Hopper's opt-in shared memory a block (227 KB).
@@ -148,7 +140,7 @@ __global__ void __launch_bounds__(kCtaThreads<Pairs, Packed>, 1)
     if (head0 + h < p.heads) cp_async16(dst, q + (i * p.heads + head0 + h) * kD + col);
     else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
   }
-  if constexpr (Packed) find_entry_rows<kThreads, true>(p, ts, i, tile_begin, tid, sm.row_of, sm.packed.scales_of);
+  if constexpr (Packed) find_entry_rows<kThreads, true>(p, ts, i, tile_begin, tid, sm.row_of, sm.packed.scales_of[0]);
   else find_entry_rows<kThreads>(p, ts, i, tile_begin, tid, sm.row_of);
   __syncthreads();
   // Thread tid copies chunk tid%64 of entries tid/64, tid/64 + 4, ...; missing entries are zeros
@@ -157,7 +149,7 @@ __global__ void __launch_bounds__(kCtaThreads<Pairs, Packed>, 1)
   auto load_tile = [&](int64_t tile, int buf) {
     const int64_t first = (tile - tile_begin) * kTile;
     if constexpr (Packed) {
-      copy_packed_tile<kThreads>(sm.row_of + first, sm.packed.scales_of + first, sm.packed.tile, tid);
+      copy_packed_tile<kThreads>(sm.row_of + first, sm.packed.scales_of[0] + first, sm.packed.tile, tid);
     } else {
       const int col = (tid % kChunksPerRow) * 8;
       for (int e = tid / kChunksPerRow; e < kTile; e += kThreads / kChunksPerRow) {

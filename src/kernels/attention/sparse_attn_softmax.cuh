@@ -103,6 +103,16 @@ struct PackedTile {
   uint8_t scales[kTile][Fp8CacheLayout::kScaleBytes];
 };
 
+// A kernel's shared memory for packed entries: the tile as copied, and the entries' scale bytes
+// (as its row_of) for `Splits` splits (the CTA's one, or the current and the next in turn);
+// NoPackedStage where the kernel reads rows.
+template <int Splits>
+struct PackedStage {
+  PackedTile tile;
+  const uint8_t* scales_of[Splits][kTilesPerSplit * kTile];
+};
+struct NoPackedStage {};
+
 // Starts the copies of the entries `rows` (with their `scales`) into `tile`, a warp an entry: an
 // entry's data in 16-byte pieces where it is 16-byte aligned (pages of an even number of
 // entries), else in 8-byte ones (every entry's alignment); a missing entry (nullptr) gets zero

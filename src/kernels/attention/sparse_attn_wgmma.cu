@@ -39,14 +39,6 @@ constexpr int kBlockBytes = 64 * 128;          // a column block: 64 rows x 64 b
 constexpr int kOperandBytes = 8 * kBlockBytes;  // 64 rows x 512 dims
 constexpr int kChunks = kD / 8;                // 16-byte chunks of a 512-d bf16 row
 
-// With packed entries, where a tile's entries are copied before unpack_tile makes them rows, and
-// the entries' scale bytes (as row_of).
-struct PackedStage {
-  PackedTile tile;
-  const uint8_t* scales_of[2][kTilesPerSplit * kTile];
-};
-struct NoPackedStage {};
-
 // Packed: one operand of rows, refilled from the packed tile once the previous tile is consumed
 // (the next tile's copy runs while the current one computes); rows: two, filled by cp.async. The
 // rows' operands and the probabilities after them (consumed) are merge_if_last's scratch.
@@ -59,7 +51,7 @@ struct Smem {
   float sum_part[2][kHeads];  // per half: the final row sums
   // As in sparse_attn_mma.cu, for the current split and (kCtaPerToken) the next.
   const uint16_t* row_of[2][kTilesPerSplit * kTile];
-  std::conditional_t<Packed, PackedStage, NoPackedStage> packed;  // last: the empty one takes a byte
+  std::conditional_t<Packed, PackedStage<2>, NoPackedStage> packed;  // last: the empty one takes a byte
 };
 static_assert(kTilesPerSplit >= 2, "sparse_attn_wgmma: the next split's rows are found a tile before they are read");
 // The tiles need 1024-byte alignment, which the dynamic shared memory's start does not promise.
