@@ -263,7 +263,8 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
   const bool f16 = fp4 && options_.fp8_gemm == Fp8Gemm::kFp16Mma && rows_per_expert >= kF16WgmmaMinRowsPerExpert;
   const int32_t tile_rows = f16 ? kernels::kFp8MmaStagedTileRows : kernels::fp8_mma_tile_rows(rows_per_expert);
   const int64_t max_tiles = kernels::expert_plan_max_tiles(N, E, tile_rows);
-  const StreamBuffer ints(static_cast<size_t>(2 * E + 3 * N + 1) * sizeof(int32_t), stream_, arena());
+  const int64_t span_ints = kernels::expert_plan_spans(N) * E;
+  const StreamBuffer ints(static_cast<size_t>(2 * E + 3 * N + 1 + span_ints) * sizeof(int32_t), stream_, arena());
   const StreamBuffer tiles(static_cast<size_t>(max_tiles) * sizeof(kernels::Fp8MmaTile), stream_, arena());
   kernels::ExpertPlanParams plan;
   plan.experts = p.experts.data<int32_t>();
@@ -278,6 +279,7 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
   plan.row_of = plan.src_token + N;
   plan.row_weight = reinterpret_cast<float*>(plan.row_of + N);
   plan.tile_count = reinterpret_cast<int32_t*>(plan.row_weight + N);
+  plan.span_count = plan.tile_count + 1;
   plan.tiles = tiles.get<kernels::Fp8MmaTile>();
   plan.max_tiles = max_tiles;
   plan.fault = fault_device_;

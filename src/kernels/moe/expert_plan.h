@@ -21,9 +21,10 @@ struct ExpertPlanParams {
   int32_t k = 0;                     // slots per token
   int32_t num_experts = 0;
   int32_t tile_rows = 0;             // rows per tile (fp8_mma_tile_rows: 8, 16, 32 or 128)
-  // Scratch, [num_experts] each.
+  // Scratch: [num_experts] each, and [expert_plan_spans(pairs) * num_experts].
   int32_t* count = nullptr;
   int32_t* offset = nullptr;
+  int32_t* span_count = nullptr;
   // The plan. Grouped row i holds (token src_token[i]) with weight row_weight[i]; (token, slot)
   // pair r went to grouped row row_of[r], or -1 if its expert id is outside [0, num_experts)
   // (the rows after the placed ones then hold token 0 with weight 0).
@@ -37,6 +38,13 @@ struct ExpertPlanParams {
   // fault[1] = the id.
   int32_t* fault = nullptr;
 };
+
+// The pairs a warp of the plan's kernels walks (spans are planned in parallel; the plan does not
+// depend on it).
+inline constexpr int64_t kPairsPerSpan = 2048;
+
+// The spans of a plan of `pairs` rows: the rows of its span_count scratch.
+int64_t expert_plan_spans(int64_t pairs);
 
 // The most tiles a plan of `pairs` rows over `num_experts` experts can need.
 int64_t expert_plan_max_tiles(int64_t pairs, int32_t num_experts, int32_t tile_rows);
