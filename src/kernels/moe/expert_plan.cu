@@ -4,7 +4,7 @@
 // one warp per (expert, span) writes its rows in pair order (a ballot per 32 pairs gives each
 // match its rank), so the plan is deterministic and does not depend on the span length. Each warp
 // reads its span's ids, kChunksAhead chunks of 32 at a time. With one warp per expert walking all
-// pairs, an 8k prefill's plan (49,152 pairs) took 0.34 ms a layer on 32 SMs (docs/PERF.md,
+// pairs, an 8k prefill's plan (49,152 pairs) took 0.36 ms a layer on 32 SMs (docs/PERF.md,
 // session 40).
 // Small batches (decode) make the same plan in one block instead: a kernel's latency, not three.
 #include "kernels/moe/expert_plan.h"
