@@ -112,10 +112,15 @@ struct PackedKeys {
 // the four the launch plans for (docs/PERF.md session 39).
 __host__ __device__ constexpr int key_stages(bool packed) { return packed ? 1 : 2; }
 
+// Whether each key of a copy stage has a pool row, [2][kKeyTile]: found when the stage's copies
+// are issued, so that the head sums need no lookup of their own (a block table load and its
+// latency after every tile's MMAs, docs/PERF.md session 40).
+constexpr size_t kKeyRowFlagBytes = 2 * kKeyTile;
+
 // Shared memory of a CTA with `rows` MMA rows, in bytes, in the order the kernel lays it out.
 constexpr size_t smem_bytes_for_rows(int rows, bool packed) {
   return query_or_term_bytes(rows) + sizeof(uint16_t) * key_stages(packed) * kKeyTile * kPitch +
-         sizeof(float) * rows + (packed ? 2 * sizeof(PackedKeys) : 0);
+         sizeof(float) * rows + (packed ? 2 * sizeof(PackedKeys) : 0) + kKeyRowFlagBytes;
 }
 
 // Grid: x = token, y = one of gridDim.y ranges of whole key tiles that split the token's visible
@@ -129,12 +134,15 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkPa
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   // [rows][kPitch] the token's queries (rows >= heads zero) until they are in registers, then
   // [rows][kTermPitch] the terms of a key tile; then [key_stages][kKeyTile][kPitch] stages of keys
-  // and [rows] w * weight_scale (0 for rows >= heads). Every offset is a multiple of 16 bytes.
+  // and [rows] w * weight_scale (0 for rows >= heads), then (Packed) the two packed stages and the
+  // stages' key flags (kKeyRowFlagBytes). Every offset but the flags' is a multiple of 16 bytes.
   uint16_t* q_s = reinterpret_cast<uint16_t*>(smem);
   float* term_s = reinterpret_cast<float*>(smem);
   uint16_t* key_s = reinterpret_cast<uint16_t*>(smem + query_or_term_bytes(rows));
   float* w_s = reinterpret_cast<float*>(key_s + key_stages(Packed) * kKeyTile * kPitch);
   auto* packed_s = reinterpret_cast<PackedKeys*>(w_s + rows);  // [2] stages, with Packed
+  // [2][kKeyTile]: the copy stage's keys that have a pool row (the rows stage, or the packed one).
+  auto* has_row_s = reinterpret_cast<bool*>(packed_s + (Packed ? 2 : 0));
 
   const int64_t t = blockIdx.x;
   const IndexerSeqDesc seq = p.seqs[p.seq_of_token[t]];
@@ -165,10 +173,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkPa
         const int64_t j = tile_begin + r;
         const int64_t row = j < key_end ? pool_row(seq.key_pages, j) : -1;
         const int64_t slot = row >= 0 ? row : 0;  // the address of an absent key is not read
-        if (piece < kPieces - 1)
+        if (piece < kPieces - 1) {
           cp_async4(shared_address(dst.codes[r] + 4 * piece), pages + layout.code_offset(slot) + 4 * piece, row >= 0);
-        else
+        } else {
           cp_async4(shared_address(dst.scales[r]), pages + layout.scale_offset(slot), row >= 0);
+          has_row_s[stage * kKeyTile + r] = row >= 0;
+        }
       }
     } else {
       uint16_t* dst = key_s + stage * kKeyTile * kPitch;
@@ -177,6 +187,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkPa
         const int64_t j = tile_begin + r;
         const int64_t row = j < key_end ? pool_row(seq.key_pages, j) : -1;
         cp_async16(dst + r * kPitch + piece * 8, (row >= 0 ? keys + row * kDh : q) + piece * 8, row >= 0);
+        if (piece == 0) has_row_s[stage * kKeyTile + r] = row >= 0;
       }
     }
   };
@@ -268,7 +279,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkPa
       if (j >= key_end) break;
       float sum = 0.0f;
       for (int h = 0; h < heads; ++h) sum = __fadd_rn(sum, term_s[h * kTermPitch + n]);
-      score_row[j] = isnan(sum) || pool_row(seq.key_pages, j) < 0 ? -INFINITY : sum;
+      score_row[j] = isnan(sum) || !has_row_s[stage * kKeyTile + n] ? -INFINITY : sum;
     }
     cp_async_wait<0>();  // the next tile's keys, staged by this thread
     __syncthreads();      // ... and by every thread; term_s and this stage are free again
