@@ -1,6 +1,6 @@
 // Row gathers copy a row per block, in 16-byte words where the rows allow it (else 16-bit words:
 // every activation dtype is a multiple of that); the combine runs one thread per (token, column),
-// or per eight columns of bf16 expert rows, with the CPU's summation order. Blocks loop over rows
+// or per eight columns of bf16 expert rows (16-byte loads and stores), with the CPU's summation order. Blocks loop over rows
 // (grid y for the combine) so that no thread divides 64-bit indices.
 #include "kernels/moe/expert_rows.h"
 
@@ -45,8 +45,36 @@ __global__ void combine_experts_kernel(CombineExpertsParams p) {
   }
 }
 
-// The same sums, eight columns a thread, the experts' bf16 rows read 16 bytes at a time (dim a
-// multiple of 8, expert_out 16-byte aligned).
+// Values i .. i + 7 of a 16-byte aligned run (i a multiple of 8), in 16-byte loads and stores.
+__device__ __forceinline__ void load_float8(FloatPtr p, int64_t i, float (&v)[8]) {
+  if (p.bf16) {
+    const uint4 w = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.data) + i);
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = bf16_to_float(static_cast<uint16_t>(words[j / 2] >> (16 * (j % 2))));
+  } else {
+    const auto* f = reinterpret_cast<const float4*>(static_cast<const float*>(p.data) + i);
+    const float4 a = f[0], b = f[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  }
+}
+
+__device__ __forceinline__ void store_float8(MutFloatPtr p, int64_t i, const float (&v)[8]) {
+  if (p.bf16) {
+    uint32_t words[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      words[j] = static_cast<uint32_t>(float_to_bf16(v[2 * j])) | static_cast<uint32_t>(float_to_bf16(v[2 * j + 1])) << 16;
+    *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.data) + i) = make_uint4(words[0], words[1], words[2], words[3]);
+  } else {
+    auto* f = reinterpret_cast<float4*>(static_cast<float*>(p.data) + i);
+    f[0] = make_float4(v[0], v[1], v[2], v[3]);
+    f[1] = make_float4(v[4], v[5], v[6], v[7]);
+  }
+}
+
+// The same sums, eight columns a thread, the experts' bf16 rows, the shared expert's row and the
+// output read and written 16 bytes at a time (dim a multiple of 8, the arrays 16-byte aligned).
 __global__ void combine_experts_x8_kernel(CombineExpertsParams p) {
   pdl_wait();
   const int64_t c0 = (blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x) * 8;
@@ -63,11 +91,14 @@ __global__ void combine_experts_x8_kernel(CombineExpertsParams p) {
       for (int i = 0; i < 8; ++i)
         acc[i] = __fadd_rn(acc[i], bf16_to_float(static_cast<uint16_t>(words[i / 2] >> (16 * (i % 2)))));
     }
+    const int64_t x = t * p.dim + c0;
+    if (p.shared.data != nullptr) {
+      float shared[8];
+      load_float8(p.shared, x, shared);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int64_t x = t * p.dim + c0 + i;
-      store_float(p.out, x, p.shared.data != nullptr ? __fadd_rn(acc[i], load_float(p.shared, x)) : acc[i]);
+      for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], shared[i]);
     }
+    store_float8(p.out, x, acc);
   }
 }
 
@@ -90,8 +121,9 @@ void gather_rows(const GatherRowsParams& p, cudaStream_t stream) {
 
 void combine_experts(const CombineExpertsParams& p, cudaStream_t stream) {
   if (p.tokens <= 0 || p.dim <= 0) return;
-  if (p.tokens * p.dim >= kEightWideMinValues && p.expert_out.bf16 && p.dim % 8 == 0 &&
-      reinterpret_cast<uintptr_t>(p.expert_out.data) % 16 == 0) {
+  const auto aligned16 = [](const void* data) { return reinterpret_cast<uintptr_t>(data) % 16 == 0; };
+  if (p.tokens * p.dim >= kEightWideMinValues && p.expert_out.bf16 && p.dim % 8 == 0 && aligned16(p.expert_out.data) &&
+      aligned16(p.shared.data) && aligned16(p.out.data)) {
     const dim3 grid(blocks_for(p.dim / 8), row_blocks(p.tokens, 65535));
     launch_pdl(combine_experts_x8_kernel, grid, kThreads, 0, stream, p);
     DSV4_CUDA_CHECK(cudaGetLastError());
