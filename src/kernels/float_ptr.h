@@ -33,6 +33,34 @@ __device__ __forceinline__ void store_float(MutFloatPtr p, int64_t i, float v) {
   if (p.bf16) static_cast<uint16_t*>(p.data)[i] = float_to_bf16(v);
   else static_cast<float*>(p.data)[i] = v;
 }
+
+// Values i .. i + 7 of a 16-byte aligned run (i a multiple of 8), in 16-byte loads and stores.
+__device__ __forceinline__ void load_float8(FloatPtr p, int64_t i, float (&v)[8]) {
+  if (p.bf16) {
+    const uint4 w = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.data) + i);
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = bf16_to_float(static_cast<uint16_t>(words[j / 2] >> (16 * (j % 2))));
+  } else {
+    const auto* f = reinterpret_cast<const float4*>(static_cast<const float*>(p.data) + i);
+    const float4 a = f[0], b = f[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  }
+}
+
+__device__ __forceinline__ void store_float8(MutFloatPtr p, int64_t i, const float (&v)[8]) {
+  if (p.bf16) {
+    uint32_t words[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      words[j] = static_cast<uint32_t>(float_to_bf16(v[2 * j])) | static_cast<uint32_t>(float_to_bf16(v[2 * j + 1])) << 16;
+    *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.data) + i) = make_uint4(words[0], words[1], words[2], words[3]);
+  } else {
+    auto* f = reinterpret_cast<float4*>(static_cast<float*>(p.data) + i);
+    f[0] = make_float4(v[0], v[1], v[2], v[3]);
+    f[1] = make_float4(v[4], v[5], v[6], v[7]);
+  }
+}
 #endif
 
 }  // namespace dsv4::kernels

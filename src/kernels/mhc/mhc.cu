@@ -394,17 +394,7 @@ __device__ void weighted_stream_sum(const float* g, FloatPtr x, MutFloatPtr y, i
   if (!mine) return;
   float acc[8];
   weighted_columns8(g, raw, n, acc);
-  if (y.bf16) {
-    uint32_t words[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      words[e] = static_cast<uint32_t>(float_to_bf16(acc[2 * e])) | static_cast<uint32_t>(float_to_bf16(acc[2 * e + 1])) << 16;
-    *reinterpret_cast<uint4*>(static_cast<uint16_t*>(y.data) + t * dim + d) = make_uint4(words[0], words[1], words[2], words[3]);
-  } else {
-    auto* out = reinterpret_cast<float4*>(static_cast<float*>(y.data) + t * dim + d);
-    out[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-    out[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
-  }
+  store_float8(y, t * dim + d, acc);
 }
 
 // The part of y one block of the finishing kernels writes.
