@@ -278,41 +278,16 @@ __global__ void quant_sim_lanes_kernel(QuantSimRowsParams p) {
     const bool valid = piece < pieces;
     const int64_t at = valid ? piece / row_pieces * p.width + piece % row_pieces * kQuantSimLaneValues : 0;
     float v[kQuantSimLaneValues] = {};
-    if (valid) {
-      if constexpr (kBf16) {
-        const uint4 w = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.x.data) + at);
-        const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          v[2 * i] = bf16_to_float(static_cast<uint16_t>(words[i] & 0xffffu));
-          v[2 * i + 1] = bf16_to_float(static_cast<uint16_t>(words[i] >> 16));
-        }
-      } else {
-        const auto* src = reinterpret_cast<const float4*>(static_cast<const float*>(p.x.data) + at);
-        const float4 a = src[0], b = src[1];
-        const float f[kQuantSimLaneValues] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-        for (int i = 0; i < kQuantSimLaneValues; ++i) v[i] = f[i];
-      }
-    }
+    if (valid) load_float8(FloatPtr{p.x.data, kBf16}, at, v);
     float amax = 0;
 #pragma unroll
     for (int i = 0; i < kQuantSimLaneValues; ++i) amax = fmaxf(amax, fabsf(v[i]));
     for (int off = block_lanes / 2; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
     if (!valid) continue;
     const BlockRounding rounded(amax, p.e2m1);
-    if constexpr (kBf16) {
-      uint32_t words[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        words[i] = static_cast<uint32_t>(float_to_bf16(rounded(v[2 * i]))) |
-                   static_cast<uint32_t>(float_to_bf16(rounded(v[2 * i + 1]))) << 16;
-      *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.x.data) + at) = make_uint4(words[0], words[1], words[2], words[3]);
-    } else {
-      auto* dst = reinterpret_cast<float4*>(static_cast<float*>(p.x.data) + at);
-      dst[0] = make_float4(rounded(v[0]), rounded(v[1]), rounded(v[2]), rounded(v[3]));
-      dst[1] = make_float4(rounded(v[4]), rounded(v[5]), rounded(v[6]), rounded(v[7]));
-    }
+    for (float& x : v) x = rounded(x);
+    store_float8(MutFloatPtr{p.x.data, kBf16}, at, v);
   }
 }
 

@@ -605,14 +605,11 @@ __device__ void norm_row_of_ys(const HcPreFusedParams& p, int64_t t, const float
     for (int64_t d = y_thread; d < f.dim; d += y_threads) store_float(f.y, t * f.dim + d, normed(d));
     return;
   }
-  auto* y = static_cast<uint16_t*>(f.y.data) + t * f.dim;
   for (int64_t g = y_thread; g < f.dim / 8; g += y_threads) {  // 8 elements, one 16-byte store
-    uint32_t words[4];
+    float y[8];
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-      words[e] = static_cast<uint32_t>(float_to_bf16(normed(8 * g + 2 * e))) |
-                 static_cast<uint32_t>(float_to_bf16(normed(8 * g + 2 * e + 1))) << 16;
-    *reinterpret_cast<uint4*>(y + 8 * g) = make_uint4(words[0], words[1], words[2], words[3]);
+    for (int e = 0; e < 8; ++e) y[e] = normed(8 * g + e);
+    store_float8(MutFloatPtr{f.y.data, true}, t * f.dim + 8 * g, y);
   }
 }
 

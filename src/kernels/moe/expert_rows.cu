@@ -57,11 +57,10 @@ __global__ void combine_experts_x8_kernel(CombineExpertsParams p) {
     for (int64_t s = 0; s < p.k; ++s) {
       const int64_t row = p.row_of != nullptr ? p.row_of[t * p.k + s] : t * p.k + s;
       if (row < 0) continue;
-      const uint4 v = *reinterpret_cast<const uint4*>(rows + row * p.dim + c0);
-      const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+      float v[8];
+      load_float8(FloatPtr{rows, true}, row * p.dim + c0, v);
 #pragma unroll
-      for (int i = 0; i < 8; ++i)
-        acc[i] = __fadd_rn(acc[i], bf16_to_float(static_cast<uint16_t>(words[i / 2] >> (16 * (i % 2)))));
+      for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], v[i]);
     }
     const int64_t x = t * p.dim + c0;
     if (p.shared.data != nullptr) {
