@@ -243,6 +243,33 @@ __device__ __forceinline__ void init_barriers(const SharedStages& s, int stages,
   __syncthreads();
 }
 
+// The e2m1 kernel's two consumer warpgroups take turns issuing a K block's WGMMAs, each then
+// waiting for its own and adding the block's sums into its lane sums while the other's WGMMAs run.
+// Issued together (both wait for the same stage), their WGMMAs ended together and both adding
+// phases left the tensor cores idle (turns: an 8k prefill's routed experts -3%, docs/PERF.md
+// session 41; the dense kernel, bound by its copies, gained nothing). Named barrier turn_of(w) lets
+// warpgroup w issue: the other warpgroup arrives on it once its own block's WGMMAs are issued.
+// Warpgroup 0 goes first, so warpgroup 1 arrives once more than warpgroup 0 waits; finish() takes
+// that arrival. Each warpgroup's arithmetic is unchanged: only the order the two issue in is. A
+// warpgroup that never acquires (the dense kernel's) never waits.
+struct TensorTurns {
+  static __device__ __forceinline__ int turn_of(int w) { return 1 + w; }  // named barriers 1, 2 (0: __syncthreads)
+  static constexpr int kConsumerThreads = kWarps * 32;
+  int wg;
+  bool issued = false;  // this warpgroup has issued a block
+
+  __device__ __forceinline__ void acquire() const {
+    if (wg == 1 || issued) asm volatile("bar.sync %0, %1;\n" ::"r"(turn_of(wg)), "n"(kConsumerThreads) : "memory");
+  }
+  __device__ __forceinline__ void release() {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(turn_of(1 - wg)), "n"(kConsumerThreads) : "memory");
+    issued = true;
+  }
+  __device__ __forceinline__ void finish() const {
+    if (wg == 0 && issued) asm volatile("bar.sync %0, %1;\n" ::"r"(turn_of(0)), "n"(kConsumerThreads) : "memory");
+  }
+};
+
 // The columns (x rows) of a grouped item that its MMAs cover: its rows rounded up to 32. An
 // expert's last tile is partly empty, and so is every tile of an expert with few rows (an 8k
 // prefill's experts have ~192 rows, a 2k prefill's ~48): their MMAs and the x rows they copy
@@ -253,15 +280,17 @@ __device__ __forceinline__ int grouped_item_columns(int rows) {
 
 // The consumers' walk over the CTA's items: per item, four passes over its K blocks b = pass,
 // pass + 4, ... (staged_tiles.cuh's order, which the producers' copies follow);
-// block_sums(blk, q, item, b) computes block b's sums into blk (zeroed and fenced, all 128 columns
-// whatever an item's MMAs cover: before the wait for the stage, this costs nothing) and adds them,
-// scaled by the block's weight scale and x's scales, into the pass's lane sums q; the passes' sums
-// add in order, and the item's outputs are stored.
+// block_sums(blk, q, item, b, turns) computes block b's sums into blk (the dense kernel's first MMA
+// overwrites them; for the grouped one they are zeroed and fenced, all 128 columns whatever an
+// item's MMAs cover: before the wait for the stage, this costs nothing) and adds them, scaled by
+// the block's weight scale and x's scales, into the pass's lane sums q; the passes' sums add in
+// order, and the item's outputs are stored.
 template <bool kGrouped, class BlockSums>
 __device__ __forceinline__ void consume_items(const F16WgmmaArgs& a, const ItemWalk& walk, BlockSums&& block_sums) {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters) : "memory");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wg = warp / 4, warp_in_group = warp % 4, g = lane / 4, t = lane % 4;
+  TensorTurns turns{wg};
   for (int64_t i = 0; i < walk.my_items; ++i) {
     const WorkItem item = item_at<kGrouped>(a, walk, i);
     float sum[kWgmmaN128Accumulators], q[kWgmmaN128Accumulators], blk[kWgmmaN128Accumulators];
@@ -269,10 +298,12 @@ __device__ __forceinline__ void consume_items(const F16WgmmaArgs& a, const ItemW
 #pragma unroll
       for (float& v : q) v = 0.0f;
       for (int b = pass; b < a.kblocks; b += 4) {
+        if constexpr (kGrouped) {  // the e2m1 MMAs add into zeroed sums (overwriting them spilled)
 #pragma unroll
-        for (float& v : blk) v = 0.0f;
-        fence_accumulators(blk);
-        block_sums(blk, q, item, b);
+          for (float& v : blk) v = 0.0f;
+          fence_accumulators(blk);
+        }
+        block_sums(blk, q, item, b, turns);
       }
 #pragma unroll
       for (int r = 0; r < kWgmmaN128Accumulators; ++r) sum[r] = pass == 0 ? q[r] : __fadd_rn(sum[r], q[r]);
@@ -287,6 +318,7 @@ __device__ __forceinline__ void consume_items(const F16WgmmaArgs& a, const ItemW
         if (r < item.rows && n < a.n) store_float(a.y, (item.m0 + r) * a.ldy + n, sum[4 * j + c]);
       }
   }
+  turns.finish();
 }
 
 // kBf16: bf16 operands (x and the weight's bf16 values, the MMAs bf16) and no x scales: the
@@ -339,7 +371,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = threadIdx.x / 128, t = threadIdx.x % 4;
   int step = 0;
   consume_items<false>(a, walk, [&](float (&blk)[kWgmmaN128Accumulators], float (&q)[kWgmmaN128Accumulators],
-                                    const WorkItem& item, int b) {
+                                    const WorkItem& item, int b, TensorTurns&) {
     const float sw = a.w_scale != nullptr ? __ldg(a.w_scale + (item.n0 / kTileRows) * a.w_scale_ld + b) : 1.0f;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -351,7 +383,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)  // MMA step 4 half + kk: 32 bytes of K, the descriptors move 2 x 16 bytes
-        wgmma_m64n128k16_16bit<kBf16>(blk, desc_a + 2 * kk, desc_b + 2 * kk);
+        if (half + kk == 0) wgmma_m64n128k16_16bit<kBf16, false>(blk, desc_a, desc_b);
+        else wgmma_m64n128k16_16bit<kBf16>(blk, desc_a + 2 * kk, desc_b + 2 * kk);
       wgmma_commit();
     }
     wgmma_wait_all();
@@ -383,9 +416,11 @@ __device__ __forceinline__ int codes_swizzle(int row) { return (row / 2) % 4; }
 template <int N>
 __device__ __forceinline__ void e2m1_block(float (&blk)[kWgmmaN128Accumulators], float (&q)[kWgmmaN128Accumulators],
                                            const uint32_t (&words0)[4], const uint32_t (&words1)[4], uint32_t scale0,
-                                           uint32_t scale1, uint32_t x_tile, const float* factors, int t) {
+                                           uint32_t scale1, uint32_t x_tile, const float* factors, int t,
+                                           TensorTurns& turns) {
   // Two sets of A registers: step i's are written once step i - 2's MMA is done.
   uint32_t frag[2][4];
+  turns.acquire();
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     if (i >= 2) wgmma_wait<1>();
@@ -401,6 +436,7 @@ __device__ __forceinline__ void e2m1_block(float (&blk)[kWgmmaN128Accumulators],
     wgmma_m64nk16_f16_a_regs<N>(blk, f, desc_x);
     wgmma_commit();
   }
+  turns.release();
   wgmma_wait_all();
   fence_accumulators(blk);
   add_scaled_block_factors(q, blk, factors, t, N);
@@ -485,7 +521,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int row0 = 64 * (threadIdx.x / 128) + 16 * (threadIdx.x / 32 % 4) + lane / 4, row1 = row0 + 8;
   int j = 0;
   consume_items<true>(a, walk, [&](float (&blk)[kWgmmaN128Accumulators], float (&q)[kWgmmaN128Accumulators],
-                                   const WorkItem& item, int) {
+                                   const WorkItem& item, int, TensorTurns& turns) {
     const int columns = grouped_item_columns(item.rows);
     const int s = j % kE2m1Stages;
     barrier_wait(sh.full0 + 8 * s, static_cast<uint32_t>(j / kE2m1Stages) & 1u);
@@ -504,10 +540,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Each width's MMAs run to their end in their own branch: with the widths chosen per MMA step,
     // ptxas fenced the warpgroup before each one (C7519), which serialised them.
     switch (columns) {
-      case 32: e2m1_block<32>(blk, q, words0, words1, scale0, scale1, x_tile, factors, t); break;
-      case 64: e2m1_block<64>(blk, q, words0, words1, scale0, scale1, x_tile, factors, t); break;
-      case 96: e2m1_block<96>(blk, q, words0, words1, scale0, scale1, x_tile, factors, t); break;
-      default: e2m1_block<128>(blk, q, words0, words1, scale0, scale1, x_tile, factors, t); break;
+      case 32: e2m1_block<32>(blk, q, words0, words1, scale0, scale1, x_tile, factors, t, turns); break;
+      case 64: e2m1_block<64>(blk, q, words0, words1, scale0, scale1, x_tile, factors, t, turns); break;
+      case 96: e2m1_block<96>(blk, q, words0, words1, scale0, scale1, x_tile, factors, t, turns); break;
+      default: e2m1_block<128>(blk, q, words0, words1, scale0, scale1, x_tile, factors, t, turns); break;
     }
     barrier_arrive(sh.empty0 + 8 * s);
     ++j;

@@ -90,18 +90,21 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[kWgmmaN128Accum
       : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0));
 }
 
-// d += A (64 x 16, desc_a) x B (128 x 16, desc_b)^T, both K-major, of fp16 values (kBf16 false)
-// or bf16 ones.
-#define DSV4_WGMMA_M64N128K16_SS(type)                                                              \
-  "wgmma.mma_async.sync.aligned.m64n128k16.f32." type "." type " " DSV4_WGMMA_N128_REGISTERS \
-  "%64, %65, 1, 1, 1, 0, 0;\n"
-template <bool kBf16>
+// d (+)= A (64 x 16, desc_a) x B (128 x 16, desc_b)^T, both K-major, of fp16 values (kBf16 false)
+// or bf16 ones: d += A B where kAccumulate, else d = A B (a K block's first step, so that nothing
+// zeroes d before it; scale-d an immediate, which takes no register).
+#define DSV4_WGMMA_M64N128K16_SS(type, scale_d)                                                              \
+  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32." type "." type " " DSV4_WGMMA_N128_REGISTERS \
+               "%64, %65, " scale_d ", 1, 1, 0, 0;\n"                                                      \
+               : DSV4_WGMMA_N128_OUTPUTS                                                                  \
+               : "l"(desc_a), "l"(desc_b))
+template <bool kBf16, bool kAccumulate = true>
 __device__ __forceinline__ void wgmma_m64n128k16_16bit(float (&d)[kWgmmaN128Accumulators], uint64_t desc_a,
                                                        uint64_t desc_b) {
-  if constexpr (kBf16)
-    asm volatile(DSV4_WGMMA_M64N128K16_SS("bf16") : DSV4_WGMMA_N128_OUTPUTS : "l"(desc_a), "l"(desc_b));
-  else
-    asm volatile(DSV4_WGMMA_M64N128K16_SS("f16") : DSV4_WGMMA_N128_OUTPUTS : "l"(desc_a), "l"(desc_b));
+  if constexpr (kBf16 && kAccumulate) DSV4_WGMMA_M64N128K16_SS("bf16", "1");
+  else if constexpr (kBf16) DSV4_WGMMA_M64N128K16_SS("bf16", "0");
+  else if constexpr (kAccumulate) DSV4_WGMMA_M64N128K16_SS("f16", "1");
+  else DSV4_WGMMA_M64N128K16_SS("f16", "0");
 }
 #undef DSV4_WGMMA_M64N128K16_SS
 
