@@ -24,6 +24,7 @@ import argparse
 import collections
 import csv
 import gzip
+import signal
 
 
 def read(path):
@@ -159,4 +160,6 @@ def main():
 
 
 if __name__ == "__main__":
+    # Piped into head, the summary stops quietly where the reader stops reading.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     main()

@@ -3,7 +3,7 @@
 # eager kernels counted from their stream's previous kernel's end (programmatic dependent launch),
 # overlapping streams splitting the time, idle time, --by-grid, --gaps; graph replays grouped by
 # their launch's correlation id, --sequence, --against a base trace; a trace without replays is
-# refused with the reason.
+# refused with the reason; a summary piped into a reader that stops early ends without a traceback.
 set -euo pipefail
 script=$1
 work=$(mktemp -d)
@@ -66,4 +66,17 @@ changes=$(grep -E "^kG[12] +1 +[0-9.]+ +[0-9.]+ +-[0-9.]+$" "$work/against.txt" 
 grep -v ",3,[79]," "$work/trace.csv" >"$work/eager_only.csv"
 if python3 "$script" "$work/eager_only.csv" >/dev/null 2>"$work/err.txt"; then fail "a trace without replays was summarised"; fi
 grep -q "no graph replays in the trace" "$work/err.txt" || fail "no-replays reason: $(cat "$work/err.txt")"
+# 20,000 kernels of distinct names, all listed (--top), is more than a pipe holds: `head -n 1`
+# stops reading while the summary still writes.
+python3 - "$work/many.csv" <<'PY'
+import sys
+with open(sys.argv[1], "w") as f:
+    f.write("start,end,stream,graph,correlation,gx,gy,gz,name\n")
+    for i in range(20000):
+        f.write(f"{i * 1000},{i * 1000 + 1000},1,0,{i},1,1,1,kernel_with_a_long_name_{i:05d}\n")
+PY
+set +o pipefail
+python3 "$script" "$work/many.csv" --eager --top 20000 2>"$work/pipe_err.txt" | head -n 1 >/dev/null
+set -o pipefail
+if [ -s "$work/pipe_err.txt" ]; then fail "piped into head: $(cat "$work/pipe_err.txt")"; fi
 echo "trace_summary: ok"
