@@ -20,6 +20,10 @@ struct MutFloatPtr {
   bool bf16 = false;
 };
 
+// Whether p may be read or written in 16-byte accesses (load_float8 / store_float8, uint4 and
+// float4 copies); the launchers check it before choosing their 16-byte kernels.
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 #if defined(__CUDACC__)
 __device__ __forceinline__ float load_float(FloatPtr p, int64_t i) {
   return p.bf16 ? bf16_to_float(static_cast<const uint16_t*>(p.data)[i]) : static_cast<const float*>(p.data)[i];

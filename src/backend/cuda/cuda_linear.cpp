@@ -22,6 +22,7 @@
 #include "backend/cuda/stream_buffer.h"
 #include "kernels/cuda_check.h"
 #include "kernels/elementwise/elementwise.h"
+#include "kernels/float_ptr.h"
 #include "kernels/gemm/act_quant.h"
 #include "kernels/gemm/bf16_mma_gemm.h"
 #include "kernels/gemm/f16_wgmma_gemm.h"
@@ -35,8 +36,6 @@ namespace dsv4::cuda {
 namespace {
 
 constexpr int64_t kActQuantBlock = 128;
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // kernels::fp8_mma_gemm of x's e4m3 codes xq and block scales xs (act_quant_fp8's, rows padded to
 // x_scale_ld; either may be null until the caller sets it) against the FP8 weight w [n, k], into y [m, n].
@@ -70,7 +69,7 @@ void CudaOps::linear(const LinearParams& p) {
 
   const bool quantise = p.act_quant == ActQuant::kFp8Block128;
   const bool fp8_codes = quantise && w.type == kernels::GemmWeight::kE4M3 && p.x.dtype() == DType::kBF16 &&
-                         K > 0 && K % kActQuantBlock == 0 && aligned16(p.x.bytes());
+                         K > 0 && K % kActQuantBlock == 0 && kernels::aligned16(p.x.bytes());
   const bool on_mma = fp8_codes && uses_fp8_mma(options_.fp8_gemm);
   const bool on_cublaslt = fp8_codes && options_.fp8_gemm == Fp8Gemm::kCublasLt && p.y.dtype() == DType::kBF16 &&
                            N % 8 == 0;
@@ -100,7 +99,7 @@ void CudaOps::linear(const LinearParams& p) {
       run_fp8_mma(g);
       return;
     }
-    const bool direct = mp == M && aligned16(p.y.bytes());
+    const bool direct = mp == M && kernels::aligned16(p.y.bytes());
     std::unique_ptr<StreamBuffer> padded_out;
     if (!direct) padded_out = std::make_unique<StreamBuffer>(static_cast<size_t>(mp * N) * sizeof(uint16_t), stream_, arena());
     uint16_t* out = direct ? p.y.data<uint16_t>() : padded_out->get<uint16_t>();
@@ -146,7 +145,7 @@ void CudaOps::linear(const LinearParams& p) {
 
 bool linear_takes_f16_wgmma(const kernels::Fp8MmaGemmParams& g) {
   return g.tiles == nullptr && g.m >= kF16WgmmaMinRows && g.w_codes == kernels::Fp8MmaWeightCodes::kE4M3 &&
-         aligned16(g.w) && kernels::fp8_mma_gemm_choice(g) == kernels::Fp8MmaKernel::kStaged;
+         kernels::aligned16(g.w) && kernels::fp8_mma_gemm_choice(g) == kernels::Fp8MmaKernel::kStaged;
 }
 
 void CudaOps::run_fp8_mma(kernels::Fp8MmaGemmParams g) {
@@ -179,7 +178,7 @@ bool CudaOps::linear_pair(const LinearsParams& p) {
   if (wa.type != wb.type) return false;
 
   if (wa.type == kernels::GemmWeight::kE4M3 && a.act_quant == ActQuant::kFp8Block128 &&
-      uses_fp8_mma(options_.fp8_gemm) && K % kActQuantBlock == 0 && aligned16(p.x.bytes())) {
+      uses_fp8_mma(options_.fp8_gemm) && K % kActQuantBlock == 0 && kernels::aligned16(p.x.bytes())) {
     StreamBuffer xq(static_cast<size_t>(M * K), stream_, arena());
     StreamBuffer xs(static_cast<size_t>(K / kActQuantBlock * M) * sizeof(float), stream_, arena());
     kernels::act_quant_fp8({p.x.data<uint16_t>(), xq.get<uint8_t>(), xs.get<float>(), M, M, K}, stream_);
@@ -208,7 +207,7 @@ void CudaOps::grouped_linear(const GroupedLinearParams& p) {
   // bf16 activations and FP8 weights (the default numerics' wo_a) on bf16 tensor cores, unless
   // the FP8 linears were asked to run on CUDA cores.
   if (options_.fp8_gemm != Fp8Gemm::kSimple && w.type == kernels::GemmWeight::kE4M3 &&
-      p.x.dtype() == DType::kBF16 && aligned16(p.x.bytes()) && kernels::grouped_bf16_fp8_gemm_supports(R, K)) {
+      p.x.dtype() == DType::kBF16 && kernels::aligned16(p.x.bytes()) && kernels::grouped_bf16_fp8_gemm_supports(R, K)) {
     const kernels::GroupedBf16Fp8GemmParams g{p.x.data<uint16_t>(), static_cast<const uint8_t*>(w.data), w.scale,
                                               w.scale_ld, float_ptr(p.y), T, G, R, K};
     if (options_.fp8_gemm == Fp8Gemm::kFp16Mma && T >= kF16WgmmaMinRows && kernels::grouped_bf16_wgmma_takes(g)) {

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda_check.h"
+#include "kernels/float_ptr.h"
 #include "kernels/gemm/mma_lanes.cuh"
 #include "kernels/gemm/staged_tiles.cuh"
 #include "kernels/launch.cuh"
@@ -321,8 +322,6 @@ void launch_staged(const Bf16MmaGemmParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.n + kStagedRows - 1) / kStagedRows), static_cast<unsigned>(tiles));
   launch_pdl(bf16_mma_gemm_staged_kernel<NJ>, grid, kStagedThreads, Shape::kSharedBytes, stream, p);
 }
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 

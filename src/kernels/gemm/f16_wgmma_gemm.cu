@@ -600,8 +600,6 @@ __global__ void __launch_bounds__(kConvertThreads) to_bf16_mma_order_kernel(cons
   reinterpret_cast<uint4*>(out)[chunk] = make_uint4(o[0], o[1], o[2], o[3]);
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // The driver's cuTensorMapEncodeTiled, found through the runtime so that nothing links libcuda.
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {

@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda_check.h"
+#include "kernels/float_ptr.h"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
@@ -236,8 +237,6 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(SimpleGemmParams p, 
 // ---- launch ------------------------------------------------------------------------------------
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
 int64_t weight_bytes(GemmWeight w) { return w == GemmWeight::kF32 ? 4 : w == GemmWeight::kBF16 ? 2 : 1; }
 

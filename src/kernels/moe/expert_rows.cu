@@ -1,13 +1,14 @@
 // Row gathers copy a row per block, in 16-byte words where the rows allow it (else 16-bit words:
 // every activation dtype is a multiple of that); the combine runs one thread per (token, column),
-// or per eight columns of bf16 expert rows (16-byte loads and stores), with the CPU's summation order. Blocks loop over rows
-// (grid y for the combine) so that no thread divides 64-bit indices.
+// or per eight columns of bf16 expert rows (16-byte loads and stores), with the CPU's summation
+// order. Blocks loop over rows (grid y for the combine) so that no thread divides 64-bit indices.
 #include "kernels/moe/expert_rows.h"
 
 #include <cstdint>
 
 #include "core/numeric.h"
 #include "kernels/cuda_check.h"
+#include "kernels/float_ptr.h"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
@@ -82,8 +83,7 @@ unsigned row_blocks(int64_t rows, int64_t limit) { return static_cast<unsigned>(
 
 void gather_rows(const GatherRowsParams& p, cudaStream_t stream) {
   if (p.rows <= 0 || p.row_bytes <= 0) return;
-  const bool wide = p.row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(p.src) % 16 == 0 &&
-                    reinterpret_cast<uintptr_t>(p.dst) % 16 == 0;
+  const bool wide = p.row_bytes % 16 == 0 && aligned16(p.src) && aligned16(p.dst);
   const unsigned blocks = row_blocks(p.rows, 65535);
   if (wide) launch_pdl(gather_rows_kernel<uint4>, blocks, kThreads, 0, stream, p);
   else launch_pdl(gather_rows_kernel<uint16_t>, blocks, kThreads, 0, stream, p);
@@ -92,7 +92,6 @@ void gather_rows(const GatherRowsParams& p, cudaStream_t stream) {
 
 void combine_experts(const CombineExpertsParams& p, cudaStream_t stream) {
   if (p.tokens <= 0 || p.dim <= 0) return;
-  const auto aligned16 = [](const void* data) { return reinterpret_cast<uintptr_t>(data) % 16 == 0; };
   if (p.tokens * p.dim >= kEightWideMinValues && p.expert_out.bf16 && p.dim % 8 == 0 && aligned16(p.expert_out.data) &&
       aligned16(p.shared.data) && aligned16(p.out.data)) {
     const dim3 grid(blocks_for(p.dim / 8), row_blocks(p.tokens, 65535));

@@ -7,6 +7,7 @@
 
 #include "core/numeric.h"
 #include "kernels/cuda_check.h"
+#include "kernels/float_ptr.h"
 #include "kernels/launch.cuh"
 #include "kernels/moe/swiglu_value.cuh"
 
@@ -53,8 +54,6 @@ __global__ void swiglu_bf16x8_kernel(SwigluParams p) {
   }
   *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.out.data) + x0) = make_uint4(out[0], out[1], out[2], out[3]);
 }
-
-bool aligned16(const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; }
 
 }  // namespace
 
