@@ -7,6 +7,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
+#include "tools/number_checks.h"
 #if defined(DSV4_WITH_CUDA)
 #include "backend/cuda/cuda_graph_forward.h"
 #include "backend/cuda/cuda_ops.h"
@@ -109,14 +110,14 @@ void add_gpu_options(CLI::App* cmd, GpuOptions& gpu) {
                   "tensor-parallel attention would keep the whole KV cache on every device; several devices run "
                   "data-parallel attention with expert parallelism instead (--data-parallel-size N "
                   "--enable-expert-parallel)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->default_str("1");
   cmd->add_option("--data-parallel-size", gpu.data_parallel_size,
                   "Ranks that each run attention for their own requests, with --enable-expert-parallel each "
                   "holding 1/N of the routed experts and exchanging tokens with the others at every MoE layer "
                   "(vLLM's flags). serve, bench throughput and bench step, in one process with a thread per rank: on "
                   "--device cpu a backend per rank, on --device cuda GPU r for rank r, exchanging through NCCL")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->default_str("1");
   cmd->add_flag("--enable-expert-parallel", gpu.expert_parallel,
                 "Spread the routed experts over the data-parallel ranks, 1/N each (vLLM's flag): needed with "

@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <limits>
 #include <functional>
 #include <memory>
 #include <span>
@@ -30,6 +29,7 @@
 #include "tools/engine_ranks.h"
 #include "tools/json_file.h"
 #include "tools/model_source.h"
+#include "tools/number_checks.h"
 
 namespace dsv4::tools {
 
@@ -603,14 +603,14 @@ void add_common_bench_options(CLI::App* cmd, BenchOptions& o) {
   add_gpu_options(cmd, o.gpu);
   cmd->add_option("--context", o.context,
                   "Tokens of the timed prefill, which fills the caches; each decode step is the token after them")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->default_str("8192");
   cmd->add_option("--batch", o.batches, "Decode batch sizes")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->default_str("1,16,64");
   cmd->add_option("--json", o.json_file, "Also write the rows to this JSON file");
-  cmd->add_option("--threads", o.threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", o.threads, "CPU threads (0: all cores)")->check(non_negative_number());
 }
 
 }  // namespace
@@ -626,12 +626,12 @@ void add_bench_command(CLI::App& app) {
       "for prefill)");
   add_common_bench_options(cmd, *opts);
   cmd->add_option("--iters", opts->iters, "Decode steps averaged in one timing")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->default_str("20");
   cmd->add_option("--repeats", opts->repeats,
                   "Timings per row (prefills; groups of --iters decode steps): the table shows their median and "
                   "range, since runs on a GPU with side streams vary by up to a quarter")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->default_str("3");
   cmd->add_flag("--profile", opts->profile,
                 "Under each row, the time of each op (ops waited for one by one, so the rows' times grow)");
@@ -647,20 +647,19 @@ void add_bench_command(CLI::App& app) {
       "Decode steps run as CUDA graphs unless --cuda-graphs off (or --profile, which times ops one by one)");
   add_common_bench_options(step_cmd, *step);
   step_cmd->add_option("--iters", step->iters, "Decode steps averaged in one timing")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->default_str("10");
   step_cmd->add_option("--repeats", step->repeats, "Timings per decode row (the table shows their median and range)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->default_str("3");
-  const CLI::Range at_least_one_token(int64_t{1}, std::numeric_limits<int64_t>::max());
   step_cmd->add_option("--prefill-chunk", step->prefill_chunk, "Tokens per forward of the prefill")
-      ->check(at_least_one_token)
+      ->check(positive_number())
       ->default_str("8192");
   step_cmd->add_option("--prefill-lengths", step->prefill_lengths,
                        "More prefill rows after the context's, each of a new sequence of that many tokens "
                        "(comma-separated, e.g. 2048,32768)")
       ->delimiter(',')
-      ->check(at_least_one_token);
+      ->check(positive_number());
   step_cmd->add_flag("--profile", step->profile,
                      "Under each row, the time of each op (ops waited for one by one, so the rows' times grow)");
   step_cmd->add_option("--kv-cache-dtype", step->kv_cache_dtype,

@@ -20,6 +20,7 @@
 #include "tools/backend.h"
 #include "tools/commands.h"
 #include "tools/json_file.h"
+#include "tools/number_checks.h"
 
 namespace dsv4::tools {
 namespace {
@@ -201,15 +202,15 @@ void add_bench_sampling_command(CLI::App& bench) {
       "Time the host sampler (temperature, top-p, top-k, min-p, penalties) on vocabulary-sized logits: per row, and a "
       "step's rows on the engine's sampling threads; and the backend's draw of a step's rows (--device), checked to "
       "give the host's tokens");
-  cmd->add_option("--vocab", opts->vocab, "Logits a row")->check(CLI::PositiveNumber)->default_str("129280");
+  cmd->add_option("--vocab", opts->vocab, "Logits a row")->check(positive_number())->default_str("129280");
   cmd->add_option("--batch", opts->batch, "Rows a step (sequences sampled together)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->default_str("64");
   cmd->add_option("--draws", opts->draws, "Rows timed one at a time per setting")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->default_str("64");
   cmd->add_option("--threads", opts->threads, "Sampling threads (0: the engine's default, all cores up to 16)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   cmd->add_option("--seed", opts->seed, "Seed of the logits and the draws")->default_str("0");
   add_device_option(cmd, opts->device);
   cmd->add_option("--json", opts->json_file, "Also write the rows to this JSON file");

@@ -28,6 +28,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tools/commands.h"
 #include "tools/json_file.h"
+#include "tools/number_checks.h"
 #include "tools/serving_report.h"
 
 namespace dsv4::tools {
@@ -702,7 +703,7 @@ void add_bench_serve_command(CLI::App& bench) {
       "requests, TTFT / TPOT / ITL / E2EL mean, median and p99, request and token throughput");
   cmd->add_option("--base-url", o->base_url, "Server URL, e.g. http://127.0.0.1:8000 (default: http://HOST:PORT)");
   cmd->add_option("--host", o->host, "Server host when no --base-url")->default_str("127.0.0.1");
-  cmd->add_option("--port", o->port, "Server port when no --base-url")->check(CLI::Range(1, 65535))->default_str("8000");
+  cmd->add_option("--port", o->port, "Server port when no --base-url")->check(number_from_to(1, 65535))->default_str("8000");
   CLI::Option* endpoint =
       cmd->add_option("--endpoint", o->endpoint, "Path to POST to: /v1/completions or /v1/chat/completions")
           ->default_str("/v1/completions (/v1/chat/completions with --backend openai-chat)");
@@ -722,30 +723,30 @@ void add_bench_serve_command(CLI::App& bench) {
   cmd->add_option_function<int64_t>(
          "--sharegpt-output-len", [o](int64_t n) { o->sharegpt_output_len = n; },
          "sharegpt: ask every request for this many tokens (default: as many as the conversation's answer has)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--tokenizer", o->tokenizer_file, "tokenizer.json the random prompts are made with")
       ->default_str(o->tokenizer_file);
-  cmd->add_option("--num-prompts", o->num_prompts, "Requests per run")->check(CLI::PositiveNumber)->default_str("1000");
-  cmd->add_option("--random-input-len", o->input_len, "Prompt tokens")->check(CLI::PositiveNumber)->default_str("1024");
+  cmd->add_option("--num-prompts", o->num_prompts, "Requests per run")->check(positive_number())->default_str("1000");
+  cmd->add_option("--random-input-len", o->input_len, "Prompt tokens")->check(positive_number())->default_str("1024");
   cmd->add_option("--random-prefix-len", o->prefix_len, "Tokens of one random text every prompt starts with, before its own")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->default_str("0");
   cmd->add_option("--random-output-len", o->output_len, "Output tokens asked for (max_tokens)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->default_str("128");
   cmd->add_option("--random-range-ratio", o->range_ratio, "Lengths drawn uniformly from [len * (1 - r), len * (1 + r)]")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(number_from_to(0.0, 1.0))
       ->default_str("0");
   cmd->add_option("--max-concurrency", o->max_concurrency,
                   "Requests in flight at most (default: no limit); several, comma-separated, make one run each")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--request-rate", o->request_rate, "Requests per second, Poisson arrivals (inf: all at once)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->default_str("inf");
   cmd->add_option("--burstiness", o->burstiness,
                   "With --request-rate: the gaps' gamma shape (1: Poisson; below 1 burstier, above steadier), as vLLM's")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->default_str("1");
   cmd->add_option("--percentile-metrics", o->percentile_metrics,
                   "Metrics whose summaries are printed and saved, comma-separated: ttft, tpot, itl, e2el")
@@ -755,7 +756,7 @@ void add_bench_serve_command(CLI::App& bench) {
   cmd->add_option("--metric-percentiles", o->metric_percentiles,
                   "Percentiles of those metrics, comma-separated (e.g. 50,90,99): rows P50 TTFT (ms) and keys p50_ttft_ms")
       ->delimiter(',')
-      ->check(CLI::Range(0.0, 100.0))
+      ->check(number_from_to(0.0, 100.0))
       ->default_str("99");
   cmd->add_option_function<std::vector<std::string>>(
          "--goodput",

@@ -20,6 +20,7 @@
 #include "tools/engine_options.h"
 #include "tools/engine_ranks.h"
 #include "tools/model_source.h"
+#include "tools/number_checks.h"
 #include "tools/serving_report.h"
 
 namespace dsv4::tools {
@@ -176,42 +177,42 @@ void add_bench_throughput_command(CLI::App& bench) {
   add_model_options(cmd, opts->source);
   add_device_option(cmd, opts->device);
   add_gpu_options(cmd, opts->gpu);
-  cmd->add_option("--threads", opts->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--num-prompts", opts->num_prompts, "Requests")->check(CLI::PositiveNumber)->default_str("32");
-  cmd->add_option("--input-len", opts->input_len, "Prompt tokens (random ids)")->check(CLI::PositiveNumber)->default_str("128");
+  cmd->add_option("--threads", opts->threads, "CPU threads (0: all cores)")->check(non_negative_number());
+  cmd->add_option("--num-prompts", opts->num_prompts, "Requests")->check(positive_number())->default_str("32");
+  cmd->add_option("--input-len", opts->input_len, "Prompt tokens (random ids)")->check(positive_number())->default_str("128");
   cmd->add_option("--prefix-len", opts->prefix_len,
                   "Random tokens every prompt starts with, before its --input-len own (vLLM's --random-prefix-len)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->default_str("0");
   cmd->add_option("--output-len", opts->output_len, "Tokens to generate per request (end-of-sequence ignored)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->default_str("32");
   cmd->add_option("--range-ratio", opts->range_ratio,
                   "Lengths drawn uniformly from [len * (1 - r), len * (1 + r)]")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(number_from_to(0.0, 1.0))
       ->default_str("0");
   cmd->add_option("--seed", opts->seed, "Seed of the prompts and of the requests' sampling")->default_str("0");
   cmd->add_option("--temperature", opts->temperature, "Sampling temperature (0: greedy)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->default_str("0");
   cmd->add_option("--max-num-seqs", opts->engine.max_num_seqs, "Sequences in one engine step")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->default_str("64");
   cmd->add_option("--max-num-batched-tokens", opts->engine.max_num_batched_tokens,
                   "Tokens in one step (default: 8192 on a GPU of 70 GiB or more, as vLLM's server on H100-class GPUs; else 2048)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   add_long_prefill_option(cmd, opts->engine);
   cmd->add_option("--max-model-len", opts->engine.max_model_len,
                   "Longest prompt + output (0: the model's max_position_embeddings)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->default_str("0");
   cmd->add_option("--block-size", opts->engine.block_size, "Tokens per cache block (accounting)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->default_str("64");
   cmd->add_option("--num-cache-blocks", opts->engine.num_cache_blocks,
                   "Cache blocks, over --kv-cache-memory-bytes and --gpu-memory-utilization (0: sized by those, or "
                   "for --max-num-seqs requests of --max-model-len); fewer makes the scheduler preempt")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->default_str("0");
   add_cache_options(cmd, opts->cache);
   cmd->add_flag("--exact-math", opts->engine.exact_math, "No FP8/FP4 activation quantisation or QAT rounding");

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <string>
 
+#include "tools/number_checks.h"
+
 namespace dsv4::tools {
 
 namespace {
@@ -28,19 +30,19 @@ void add_cache_options(CLI::App* cmd, CacheOptions& options) {
   cmd->add_option("--kv-cache-memory-bytes", options.memory_bytes,
                   "Bytes the caches may take; the blocks are sized from it, over --gpu-memory-utilization (0: not "
                   "used)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->default_str("0");
   cmd->add_option("--gpu-memory-utilization", options.gpu_memory_utilization,
                   "With --device cuda and no --kv-cache-memory-bytes: the share of the GPU's memory the engine may "
                   "fill (as vLLM); the caches get it less the memory in use after loading, the activations' peak in "
                   "a profiled step of --max-num-batched-tokens tokens and the prefix snapshots' room. Without a GPU, "
                   "or at 0, the caches hold --max-num-seqs requests of --max-model-len")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(number_from_to(0.0, 1.0))
       ->default_str("0.9");
   cmd->add_option("--max-prefix-snapshots", options.max_snapshots,
                   "Prefix caching: copies of a sequence's window and compressor state kept, so requests resume on them "
                   "without recomputing (7.4 MB each for V4-Flash; 0: twice --max-num-seqs)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->default_str("0");
   cmd->add_option_function<std::string>(
          "--kv-cache-dtype",
@@ -60,7 +62,7 @@ void add_long_prefill_option(CLI::App* cmd, EngineConfig& config) {
   cmd->add_option("--long-prefill-token-threshold", config.long_prefill_token_threshold,
                   "Most tokens one request's prefill takes in a step (0: up to --max-num-batched-tokens): shorter steps "
                   "for the requests decoding beside a long prompt, its first token later")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->default_str("0");
 }
 

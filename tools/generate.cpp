@@ -21,6 +21,7 @@
 #include "tools/backend.h"
 #include "tools/commands.h"
 #include "tools/model_source.h"
+#include "tools/number_checks.h"
 #include "tools/token_ids.h"
 
 namespace dsv4::tools {
@@ -188,14 +189,14 @@ void add_generate_command(CLI::App& app) {
       ->needs(text);
   add_device_option(cmd, opts->device);
   add_gpu_options(cmd, opts->gpu);
-  cmd->add_option("-n,--max-new-tokens", opts->max_new_tokens, "Tokens to generate")->check(CLI::PositiveNumber);
+  cmd->add_option("-n,--max-new-tokens", opts->max_new_tokens, "Tokens to generate")->check(positive_number());
   cmd->add_flag("--json", opts->json,
                 "Print {\"ids\": [...]} (and \"text\" for a text prompt) at the end instead of streaming");
   cmd->add_flag("--exact-math", opts->exact_math,
                 "No FP8/FP4 activation quantisation or QAT rounding; every activation fp32");
   cmd->add_flag("--ignore-eos", opts->ignore_eos, "Keep going after the end-of-sequence token");
   cmd->add_flag("--stats", opts->stats, "Print prefill and decode timings to stderr");
-  cmd->add_option("--threads", opts->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", opts->threads, "CPU threads (0: all cores)")->check(non_negative_number());
   cmd->callback([opts] { run_generate(*opts); });
 }
 

@@ -12,6 +12,7 @@
 #include "tools/backend.h"
 #include "tools/commands.h"
 #include "tools/model_source.h"
+#include "tools/number_checks.h"
 #include "tools/token_ids.h"
 
 namespace dsv4::tools {
@@ -101,10 +102,10 @@ void add_logits_command(CLI::App& app) {
   cmd->add_option("--ids", opts->ids_file, "File of comma-separated token ids")->required();
   cmd->add_option("--out", opts->out_file, "Output .npy file: float32 [tokens, vocab]")->required();
   cmd->add_option("--prefill-chunk", opts->prefill_chunk, "Prefill in chunks of N tokens (0: one shot)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   cmd->add_flag("--exact-math", opts->exact_math,
                 "No FP8/FP4 activation quantisation or QAT rounding; every activation fp32");
-  cmd->add_option("--threads", opts->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", opts->threads, "CPU threads (0: all cores)")->check(non_negative_number());
   add_device_option(cmd, opts->device);
   add_gpu_options(cmd, opts->gpu);
   cmd->callback([opts] { run_logits(*opts); });

@@ -22,6 +22,7 @@
 #include "tools/engine_options.h"
 #include "tools/engine_ranks.h"
 #include "tools/model_source.h"
+#include "tools/number_checks.h"
 
 namespace dsv4::tools {
 namespace {
@@ -127,28 +128,28 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--tokenizer", o->tokenizer_file, "tokenizer.json to use (default: MODEL/tokenizer.json)");
   add_device_option(cmd, o->device);
   add_gpu_options(cmd, o->gpu);
-  cmd->add_option("--threads", o->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", o->threads, "CPU threads (0: all cores)")->check(non_negative_number());
   cmd->add_option("--host", o->server.host, "Address to listen on")->default_str("127.0.0.1");
   cmd->add_option("--port", o->server.port, "Port to listen on (0: any free port)")
-      ->check(CLI::Range(0, 65535))
+      ->check(number_from_to(0, 65535))
       ->default_str("8000");
   cmd->add_option("--api-key", o->server.api_key, "Require \"Authorization: Bearer KEY\" on every route but /health");
   cmd->add_option("--served-model-name", o->served_model_name,
                   "The model name clients use (default: the --model argument)");
   cmd->add_option("--max-model-len", o->engine.max_model_len,
                   "Prompt + output tokens per request (default: the model's max_position_embeddings)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--max-num-seqs", o->engine.max_num_seqs, "Sequences in one step")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->default_str("64");
   cmd->add_option("--max-num-batched-tokens", o->engine.max_num_batched_tokens,
                   "Tokens in one step (default: 8192 on a GPU of 70 GiB or more, as vLLM's server on H100-class GPUs; else 2048)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   add_long_prefill_option(cmd, o->engine);
   add_cache_options(cmd, o->cache);
   cmd->add_option("--max-waiting-requests", o->max_waiting_requests,
                   "Requests allowed to wait beyond --max-num-seqs; more get 429")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->default_str("256");
   cmd->add_option("--generation-config", o->generation_config,
                   "Sampling defaults for requests that leave them out (temperature, top_p, top_k, min_p, "
@@ -162,16 +163,16 @@ void add_serve_command(CLI::App& app) {
                 "hit rate)");
   cmd->add_option("--log-stats-interval", o->log_stats_interval,
                   "Seconds between stats lines (vLLM's VLLM_LOG_STATS_INTERVAL)")
-      ->check(CLI::Range(0.01, 86400.0))
+      ->check(number_from_to(0.01, 86400.0))
       ->default_str("10");
   cmd->add_flag("--disable-access-log,--disable-uvicorn-access-log", o->disable_access_log,
                 "No line on stderr per request answered (by default ADDR:PORT \"METHOD PATH HTTP/1.1\" STATUS, as "
                 "uvicorn's access log in front of vLLM)");
   cmd->add_option("--drain-seconds", o->drain_seconds, "How long SIGTERM waits for open requests")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->default_str("30");
   cmd->add_option("--max-body-bytes", o->server.max_body_bytes, "Largest request body; larger get 413")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->default_str(std::to_string(o->server.max_body_bytes));
   cmd->footer(
       "response_format {\"type\": \"json_object\"} constrains decoding: the chat answer is one "
