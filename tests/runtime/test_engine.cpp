@@ -1445,6 +1445,7 @@ TEST_F(EngineTest, AJsonObjectRequestNoTokenCanContinueFails) {
   const auto file = std::filesystem::path(::testing::TempDir()) / (std::to_string(getpid()) + "_far_tokenizer.json");
   std::ofstream(file) << tokenizer_json.dump();
   auto tokenizer = std::make_shared<const Tokenizer>(Tokenizer::load(file));
+  std::filesystem::remove(file);
   auto e = engine(small_config(), tokenizer);
   GenerateRequest r = request(ids(6, 4), 8);
   r.format = OutputFormat::kJsonObject;

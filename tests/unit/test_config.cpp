@@ -2,6 +2,8 @@
 // give Flash's, and every invalid or missing field is named in the error.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <nlohmann/json.hpp>
 
 #include "config/model_config.h"
@@ -230,6 +232,7 @@ TEST(ModelConfig, FileErrorsNameTheFile) {
   } catch (const FormatError& e) {
     EXPECT_NE(std::string(e.what()).find(bad), std::string::npos);
   }
+  std::filesystem::remove(bad);
 }
 
 // Reported: `1e400` in an integer field came out as nlohmann's raw out_of_range exception. The
@@ -255,6 +258,7 @@ TEST(ModelConfig, NumbersBeyondRangeAreNamedWithTheirField) {
       EXPECT_NE(what.find(value), std::string::npos) << what;
       EXPECT_NE(what.find("out of range"), std::string::npos) << what;
     }
+    std::filesystem::remove(path);
   };
   expect_named("max_position_embeddings", "1e400", "max_position_embeddings");
   expect_named("hc_eps", "-1e400", "hc_eps");

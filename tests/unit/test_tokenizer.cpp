@@ -83,15 +83,21 @@ json tiny_json() {
 }
 
 // A file of this test process's own (ctest runs each test as a process, several at once, and a
-// shared name let one process read another's half-written file).
-std::filesystem::path write_file(const std::string& name, const std::string& text) {
-  const auto path = std::filesystem::path(testing::TempDir()) / (std::to_string(getpid()) + "_" + name);
-  std::ofstream(path, std::ios::binary) << text;
-  return path;
-}
+// shared name let one process read another's half-written file), removed when it goes out of
+// scope (each test process left a file of each name behind).
+struct TempFile {
+  std::filesystem::path path;
+  TempFile(const std::string& name, const std::string& text)
+      : path(std::filesystem::path(testing::TempDir()) / (std::to_string(getpid()) + "_" + name)) {
+    std::ofstream(path, std::ios::binary) << text;
+  }
+  ~TempFile() { std::filesystem::remove(path); }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+};
 
 Tokenizer load_json(const json& j, const std::string& name = "tiny_tokenizer.json") {
-  return Tokenizer::load(write_file(name, j.dump()));
+  return Tokenizer::load(TempFile(name, j.dump()).path);
 }
 
 const Tokenizer& tiny() {
@@ -274,7 +280,8 @@ TEST(TokenizerInvalidUtf8, FirstInvalidOffset) {
 
 // Load errors: each names the file, and the field where there is one.
 void expect_load_error(const json& j, const std::string& field, const std::string& name) {
-  const auto path = write_file(name, j.dump());
+  const TempFile file(name, j.dump());
+  const std::filesystem::path& path = file.path;
   try {
     Tokenizer::load(path);
     ADD_FAILURE() << "no error for " << field;
@@ -296,7 +303,8 @@ TEST(TokenizerLoad, MissingFileNamesTheFile) {
 }
 
 TEST(TokenizerLoad, BadJsonNamesTheFile) {
-  const auto path = write_file("bad.json", "{\"model\": [1, 2");
+  const TempFile file("bad.json", "{\"model\": [1, 2");
+  const std::filesystem::path& path = file.path;
   try {
     Tokenizer::load(path);
     ADD_FAILURE() << "no error";
