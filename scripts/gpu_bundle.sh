@@ -33,8 +33,10 @@ for bin in "$build"/tests/ops/test_indexer_cuda "$build"/bench/bench_indexer "$b
   cp "$bin" "$out/" && strip "$out/$(basename "$bin")"
 done
 # The kernel tracer (CUPTI injection library) and its summary, for profiling graph replays there,
-# and the A/B timing of two builds (ab_step.sh).
-for file in "$build"/bench/libdsv4_kernel_trace.so scripts/trace_summary.py scripts/ab_step.sh; do
+# the A/B timing of two builds (ab_step.sh), and the summary of an ncu source page by code region
+# (ncu_sass_regions.py).
+for file in "$build"/bench/libdsv4_kernel_trace.so scripts/trace_summary.py scripts/ab_step.sh \
+            scripts/ncu_sass_regions.py; do
   [ -e "$file" ] || continue
   cp "$file" "$out/"
 done
