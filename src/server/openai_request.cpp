@@ -93,15 +93,14 @@ class Fields {
     return static_cast<float>(number);
   }
 
-  // An integer (an integral float such as 16.0 counts) within [low, high].
+  // An integer (an integral float such as 16.0 counts) within [low, high]; a refusal names the
+  // bound it passes (not both: the upper one is often the type's largest value).
   std::optional<int64_t> integer(const char* key, int64_t low, int64_t high) const {
     const ordered_json* value = find(key);
     if (!value) return std::nullopt;
     const int64_t number = integer_value(*value, key);
-    if (number < low || number > high) {
-      value_error(key, std::to_string(number) + " is outside [" + std::to_string(low) + ", " +
-                           std::to_string(high) + "].");
-    }
+    if (number < low) value_error(key, std::to_string(number) + " is below the minimum of " + std::to_string(low) + ".");
+    if (number > high) value_error(key, std::to_string(number) + " is above the maximum of " + std::to_string(high) + ".");
     return number;
   }
 

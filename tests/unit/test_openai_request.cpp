@@ -271,8 +271,10 @@ TEST(OpenAiRequest, EachBadChatFieldIsNamed) {
   EXPECT_NE(expect_chat_refused(with_user(R"("prompt_logprobs": 1, "stream": true)"), "prompt_logprobs")
                 .find("not available when stream is true"),
             std::string::npos);
-  EXPECT_NE(expect_chat_refused(with_user(R"("n": 65)"), "n").find("outside [1, 64]"), std::string::npos);
-  expect_chat_refused(with_user(R"("n": 0)"), "n");
+  EXPECT_NE(expect_chat_refused(with_user(R"("n": 65)"), "n").find("65 is above the maximum of 64."), std::string::npos);
+  EXPECT_NE(expect_chat_refused(with_user(R"("n": 0)"), "n").find("0 is below the minimum of 1."), std::string::npos);
+  EXPECT_NE(expect_chat_refused(with_user(R"("max_tokens": -1)"), "max_tokens").find("-1 is below the minimum of 1."),
+            std::string::npos);
   expect_chat_refused(with_user(R"("tools": {"type": "function"})"), "tools");
   expect_chat_refused(with_user(R"("tools": [{"type": "function"}])"), "tools[0].function");
   expect_chat_refused(with_user(R"("tool_choice": "sometimes", "tools": [{"function": {"name": "f"}}])"),
