@@ -16,9 +16,10 @@ std::string bound_text(double v) {
   return out.str();
 }
 
-// A validator of the numbers `accept` takes, refusing the others with "must be " + `wanted`.
+// A validator of the numbers `accept` takes, refusing the others with "must be " + `wanted`;
+// `description` is what --help shows beside the option's type.
 template <class Accept>
-CLI::Validator number_validator(Accept accept, const std::string& wanted, const std::string& name) {
+CLI::Validator number_validator(Accept accept, const std::string& wanted, const std::string& description) {
   return CLI::Validator(
       [accept, wanted](std::string& input) -> std::string {
         char* end = nullptr;
@@ -27,7 +28,7 @@ CLI::Validator number_validator(Accept accept, const std::string& wanted, const 
           return "'" + input + "' is not a number";
         return accept(v) ? std::string{} : "must be " + wanted + ", got " + input;
       },
-      name);
+      description);
 }
 
 }  // namespace

@@ -99,8 +99,9 @@ class Fields {
     const ordered_json* value = find(key);
     if (!value) return std::nullopt;
     const int64_t number = integer_value(*value, key);
-    if (number < low) value_error(key, std::to_string(number) + " is below the minimum of " + std::to_string(low) + ".");
-    if (number > high) value_error(key, std::to_string(number) + " is above the maximum of " + std::to_string(high) + ".");
+    const std::string text = std::to_string(number);
+    if (number < low) value_error(key, text + " is below the minimum of " + std::to_string(low) + ".");
+    if (number > high) value_error(key, text + " is above the maximum of " + std::to_string(high) + ".");
     return number;
   }
 
