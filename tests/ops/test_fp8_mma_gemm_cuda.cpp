@@ -227,6 +227,44 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// kWgmmaFp8's dense calls run on the persistent TMA-fed kernel (fp8_wgmma_dense_gemm) where x's
+// scales' rows are a multiple of 4 apart, else on the cp.async kernel; the two must give the same
+// bits: a row's result may not depend on how its batch's scales were padded. Shapes: partial x
+// and weight tiles, more items than SMs (the persistent walk's later rounds), one K block.
+TEST(Fp8MmaGemmCuda, WgmmaTmaKernelGivesTheCpAsyncKernelsBits) {
+  DSV4_SKIP_WITHOUT_GPU();
+  for (const auto& [m, n, k] : {Shape3{200, 264, 1152}, Shape3{1024, 2304, 384}, Shape3{64, 8192, 256}, Shape3{4, 128, 128}}) {
+    SCOPED_TRACE("m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k));
+    const Operands ops(m, n, k, 1, static_cast<uint32_t>(m + n + k));
+    const size_t size = static_cast<size_t>(m * n);
+    DeviceBuffer<float> tma(size), cp_async(size);
+    tma.poison();
+    cp_async.poison();
+    kernels::Fp8MmaGemmParams p = ops.dense(0, m, 0, tma.get());
+    p.kernel = kernels::Fp8MmaKernel::kWgmmaFp8;
+    ASSERT_TRUE(kernels::fp8_wgmma_dense_takes(p));
+    kernels::fp8_mma_gemm(p, nullptr);
+    // The same scales with rows m + 1 apart, which TMA cannot take.
+    const int64_t ld = m + 1;
+    std::vector<float> xs(static_cast<size_t>(k / 128 * ld), 0.0f);
+    for (int64_t b = 0; b < k / 128; ++b)
+      for (int64_t r = 0; r < m; ++r) xs[b * ld + r] = ops.xs[b * m + r];
+    DeviceBuffer<float> dxs(xs.size());
+    dxs.upload(xs);
+    kernels::Fp8MmaGemmParams q = ops.dense(0, m, 0, cp_async.get());
+    q.kernel = kernels::Fp8MmaKernel::kWgmmaFp8;
+    q.x_scale = dxs.get();
+    q.x_scale_ld = ld;
+    ASSERT_FALSE(kernels::fp8_wgmma_dense_takes(q));
+    EXPECT_THROW(kernels::fp8_wgmma_dense_gemm(q, nullptr), UsageError);
+    kernels::fp8_mma_gemm(q, nullptr);
+    DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> want = cp_async.download();
+    for (float v : want) ASSERT_TRUE(std::isfinite(v)) << "an output was not written";
+    EXPECT_TRUE(same_bits(tma.download(), want));
+  }
+}
+
 TEST(Fp8MmaGemmCuda, RowsAreTheSameBitsAloneInAnyBatchAndGrouped) {
   DSV4_SKIP_WITHOUT_GPU();
   const int64_t m = 77, n = 264, k = 1152;

@@ -1,6 +1,6 @@
 // fp8_mma_gemm's kF16Wgmma: the staged kernel's arithmetic (fp8_mma_gemm.h's summation order) on
 // Hopper's fp16 WGMMA, fed by TMA, for prefill-sized dense GEMMs and the routed experts' grouped
-// GEMMs of MXFP4 weights.
+// GEMMs of MXFP4 weights; and the same dense kernel on FP8 WGMMAs for kWgmmaFp8's dense calls.
 //
 // Why a kernel of its own. The staged kernel converts e4m3 codes to fp16 in every warp's MMA
 // loop and copies tiles with cp.async from every thread; ncu showed those instructions, not the
@@ -90,6 +90,12 @@ constexpr int kDenseStages = 6;
 constexpr int kDenseScaleBytes = kTileRows * 4;
 constexpr int kDenseStageBytes = 2 * kOperandBytes + 1024;
 
+// FP8 (kWgmmaFp8's dense calls): a stage is a K block, [w][x][x scales (512 B, padded)], each
+// operand tile 128 rows of 128 e4m3 codes.
+constexpr int kFp8Stages = 6;
+constexpr int kFp8TileBytes = kTileRows * 128;
+constexpr int kFp8StageBytes = 2 * kFp8TileBytes + 1024;
+
 // E2M1: a stage is a K block, [x (two boxes)][codes][shifts][the block's scale factors of the 128
 // x rows], 1024-aligned.
 constexpr int kE2m1Stages = 5;
@@ -102,6 +108,7 @@ constexpr int kE2m1StageBytes = (kE2m1Factors + 4 * kTileRows + 1023) / 1024 * 1
 // Shared memory: the stages, then the full and empty barriers, + 1024 for the alignment.
 constexpr int shared_bytes(int stages, int stage_bytes) { return 1024 + stages * stage_bytes + 2 * stages * 8; }
 static_assert(shared_bytes(kDenseStages, kDenseStageBytes) <= 227 * 1024 &&
+                  shared_bytes(kFp8Stages, kFp8StageBytes) <= 227 * 1024 &&
                   shared_bytes(kE2m1Stages, kE2m1StageBytes) <= 227 * 1024,
               "f16_wgmma_gemm's shared memory exceeds Hopper's 227 KiB");
 
@@ -278,14 +285,14 @@ __device__ __forceinline__ int grouped_item_columns(int rows) {
   return rows <= 32 ? 32 : rows <= 64 ? 64 : rows <= 96 ? 96 : kTileRows;
 }
 
-// The consumers' walk over the CTA's items: per item, four passes over its K blocks b = pass,
-// pass + 4, ... (staged_tiles.cuh's order, which the producers' copies follow);
+// The consumers' walk over the CTA's items: per item, kPasses passes over its K blocks b = pass,
+// pass + kPasses, ... (four: staged_tiles.cuh's order; one: ascending), which the producers' copies follow;
 // block_sums(blk, q, item, b, turns) computes block b's sums into blk (the dense kernel's first MMA
 // overwrites them; for the grouped one they are zeroed and fenced, all 128 columns whatever an
 // item's MMAs cover: before the wait for the stage, this costs nothing) and adds them, scaled by
 // the block's weight scale and x's scales, into the pass's lane sums q; the passes' sums add in
 // order, and the item's outputs are stored.
-template <bool kGrouped, class BlockSums>
+template <bool kGrouped, int kPasses, class BlockSums>
 __device__ __forceinline__ void consume_items(const F16WgmmaArgs& a, const ItemWalk& walk, BlockSums&& block_sums) {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters) : "memory");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -294,10 +301,10 @@ __device__ __forceinline__ void consume_items(const F16WgmmaArgs& a, const ItemW
   for (int64_t i = 0; i < walk.my_items; ++i) {
     const WorkItem item = item_at<kGrouped>(a, walk, i);
     float sum[kWgmmaN128Accumulators], q[kWgmmaN128Accumulators], blk[kWgmmaN128Accumulators];
-    for (int pass = 0; pass < 4; ++pass) {
+    for (int pass = 0; pass < kPasses; ++pass) {
 #pragma unroll
       for (float& v : q) v = 0.0f;
-      for (int b = pass; b < a.kblocks; b += 4) {
+      for (int b = pass; b < a.kblocks; b += kPasses) {
         if constexpr (kGrouped) {  // the e2m1 MMAs add into zeroed sums (overwriting them spilled)
 #pragma unroll
           for (float& v : blk) v = 0.0f;
@@ -370,7 +377,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int wg = threadIdx.x / 128, t = threadIdx.x % 4;
   int step = 0;
-  consume_items<false>(a, walk, [&](float (&blk)[kWgmmaN128Accumulators], float (&q)[kWgmmaN128Accumulators],
+  consume_items<false, 4>(a, walk, [&](float (&blk)[kWgmmaN128Accumulators], float (&q)[kWgmmaN128Accumulators],
                                     const WorkItem& item, int b, TensorTurns&) {
     const float sw = a.w_scale != nullptr ? __ldg(a.w_scale + (item.n0 / kTileRows) * a.w_scale_ld + b) : 1.0f;
 #pragma unroll
@@ -401,6 +408,69 @@ __global__ void __launch_bounds__(kThreads, 1)
       barrier_arrive(sh.empty0 + 8 * scale_stage);
     }
     step += 2;
+  });
+}
+
+// fp8_mma_gemm's kWgmmaFp8 for dense calls: the dense kernel's persistent walk, TMA producer and
+// consumers on the e4m3 codes as they are (no conversion pass over x or the weight), each K block
+// four wgmma.m64n128k32 e4m3 into a fresh accumulator, then added times the block's scales in
+// ascending block order (one pass, one lane): the instructions and additions of
+// fp8_mma_gemm.cu's fp8_wgmma_gemm_kernel, whose bits these are. A stage is a whole K block
+// (128 codes, one 128-byte swizzled row per operand row) and the block's 128 x scales.
+__global__ void __launch_bounds__(kThreads, 1)
+    fp8_wgmma_dense_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
+                           const __grid_constant__ CUtensorMap scale_map, const F16WgmmaArgs a) {
+  pdl_wait();
+  extern __shared__ uint8_t f16_wgmma_smem_raw[];
+  const SharedStages sh = shared_stages(f16_wgmma_smem_raw, kFp8Stages, kFp8StageBytes);
+  const ItemWalk walk = item_walk(a, false);
+  const int kblocks = a.kblocks;
+  const int my_blocks = static_cast<int>(walk.my_items * kblocks);  // the host keeps it under 2^31
+  init_barriers(sh, kFp8Stages, 1, kWarps);  // empty: an arrival a consumer warp
+
+  if (threadIdx.x >= kWarps * 32) {  // the producer warpgroup: its first lane issues the copies
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters) : "memory");
+    if (threadIdx.x != kWarps * 32) return;
+    int b = 0;
+    int64_t item_i = 0;
+    WorkItem item = walk.my_items > 0 ? item_at<false>(a, walk, 0) : WorkItem{};
+    for (int j = 0; j < my_blocks; ++j) {
+      const int s = j % kFp8Stages;
+      if (j >= kFp8Stages) barrier_wait(sh.empty0 + 8 * s, static_cast<uint32_t>(j / kFp8Stages - 1) & 1u);
+      const uint32_t stage = sh.smem0 + static_cast<uint32_t>(s * kFp8StageBytes), full = sh.full0 + 8 * s;
+      barrier_expect_bytes(full, 2 * kFp8TileBytes + kDenseScaleBytes);
+      tma_load(stage, w_map, b * 128, static_cast<int>(item.n0), full);
+      tma_load(stage + kFp8TileBytes, x_map, b * 128, static_cast<int>(item.m0), full);
+      tma_load(stage + 2 * kFp8TileBytes, scale_map, static_cast<int>(item.m0), b, full);
+      if (++b == kblocks) {
+        b = 0;
+        if (++item_i < walk.my_items) item = item_at<false>(a, walk, item_i);
+      }
+    }
+    return;
+  }
+
+  const int wg = threadIdx.x / 128, t = threadIdx.x % 4;
+  int j = 0;
+  consume_items<false, 1>(a, walk, [&](float (&blk)[kWgmmaN128Accumulators], float (&q)[kWgmmaN128Accumulators],
+                                       const WorkItem& item, int b, TensorTurns&) {
+    const float sw = __ldg(a.w_scale + (item.n0 / kTileRows) * a.w_scale_ld + b);
+    const int s = j % kFp8Stages;
+    barrier_wait(sh.full0 + 8 * s, static_cast<uint32_t>(j / kFp8Stages) & 1u);
+    const uint32_t stage = sh.smem0 + static_cast<uint32_t>(s * kFp8StageBytes);
+    const uint64_t desc_a = wgmma_descriptor(stage + static_cast<uint32_t>(wg * 64 * 128));
+    const uint64_t desc_b = wgmma_descriptor(stage + kFp8TileBytes);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)  // 32 codes of K each: the descriptors move 2 x 16 bytes
+      wgmma_m64n128k32_e4m3(blk, desc_a + 2 * kk, desc_b + 2 * kk, kk > 0);
+    wgmma_commit();
+    wgmma_wait_all();
+    fence_accumulators(blk);
+    add_scaled_block(q, blk, reinterpret_cast<const float*>(sh.smem + s * kFp8StageBytes + 2 * kFp8TileBytes), sw, t);
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) barrier_arrive(sh.empty0 + 8 * s);
+    ++j;
   });
 }
 
@@ -520,7 +590,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The lane's weight rows of the tile: row0 and row0 + 8.
   const int row0 = 64 * (threadIdx.x / 128) + 16 * (threadIdx.x / 32 % 4) + lane / 4, row1 = row0 + 8;
   int j = 0;
-  consume_items<true>(a, walk, [&](float (&blk)[kWgmmaN128Accumulators], float (&q)[kWgmmaN128Accumulators],
+  consume_items<true, 4>(a, walk, [&](float (&blk)[kWgmmaN128Accumulators], float (&q)[kWgmmaN128Accumulators],
                                    const WorkItem& item, int, TensorTurns& turns) {
     const int columns = grouped_item_columns(item.rows);
     const int s = j % kE2m1Stages;
@@ -694,11 +764,9 @@ void launch_dense(const F16WgmmaArgs& a, const void* w, const void* x, int64_t x
              a);
 }
 
-}  // namespace
-
-void f16_wgmma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
+// The kernels' arguments for an fp8_mma_gemm call.
+F16WgmmaArgs args_of(const Fp8MmaGemmParams& p) {
   const bool grouped = p.tiles != nullptr;
-  if (p.m == 0 || p.n == 0 || p.k == 0 || (grouped && p.max_tiles == 0)) return;
   F16WgmmaArgs a;
   a.w_scale = p.w_scale;
   a.w_scale_ld = p.w_scale_ld;
@@ -717,6 +785,15 @@ void f16_wgmma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   a.group_w = p.group_w;
   a.group_w_shift = p.group_w_shift;
   a.group_w_scale = p.group_w_scale;
+  return a;
+}
+
+}  // namespace
+
+void f16_wgmma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
+  const bool grouped = p.tiles != nullptr;
+  if (p.m == 0 || p.n == 0 || p.k == 0 || (grouped && p.max_tiles == 0)) return;
+  const F16WgmmaArgs a = args_of(p);
   if (!grouped) {
     launch_dense<false>(a, p.w16, p.x16, p.k, p.x_scale, p.x_scale_ld, "fp8_mma_gemm", stream);
     return;
@@ -787,6 +864,33 @@ void e4m3_to_f16_mma_order(const uint8_t* codes, uint16_t* out, int64_t rows, in
   if (blocks == 0) return;
   launch_pdl(e4m3_to_f16_mma_order_kernel, dim3(static_cast<unsigned>((blocks + kConvertBlocks - 1) / kConvertBlocks)),
              kConvertThreads, 0, stream, codes, out, blocks);
+}
+
+bool fp8_wgmma_dense_takes(const Fp8MmaGemmParams& p) {
+  return p.tiles == nullptr && p.w_codes == Fp8MmaWeightCodes::kE4M3 && p.second.n == 0 && p.x != nullptr &&
+         p.w != nullptr && p.w_scale != nullptr && aligned16(p.x) && aligned16(p.w) && aligned16(p.x_scale) &&
+         p.x_scale_ld % 4 == 0 && p.x_scale_ld >= p.m && p.k % 128 == 0;
+}
+
+void fp8_wgmma_dense_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
+  if (!fp8_wgmma_dense_takes(p))
+    throw UsageError("fp8_wgmma_dense_gemm: needs a dense call of e4m3 weights with scales and no second output, x, w "
+                     "and x_scale 16-byte aligned, x_scale_ld (" + std::to_string(p.x_scale_ld) +
+                     ") a multiple of 4 and at least m (" + std::to_string(p.m) + "), k (" + std::to_string(p.k) +
+                     ") a multiple of 128");
+  if (p.m == 0 || p.n == 0 || p.k == 0) return;
+  const F16WgmmaArgs a = args_of(p);
+  const auto k = static_cast<uint64_t>(p.k);
+  const CUtensorMap x_map = tensor_map_2d("x", p.x, CU_TENSOR_MAP_DATA_TYPE_UINT8, k, static_cast<uint64_t>(p.m), k, 128,
+                                          kTileRows, CU_TENSOR_MAP_SWIZZLE_128B);
+  const CUtensorMap w_map = tensor_map_2d("w", p.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, k, static_cast<uint64_t>(p.n), k, 128,
+                                          kTileRows, CU_TENSOR_MAP_SWIZZLE_128B);
+  const CUtensorMap scale_map = tensor_map_2d("x_scale", p.x_scale, CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+                                              static_cast<uint64_t>(p.m), k / 128, 4 * static_cast<uint64_t>(p.x_scale_ld),
+                                              kTileRows, 1, CU_TENSOR_MAP_SWIZZLE_NONE);
+  const int bytes = set_shared(reinterpret_cast<const void*>(fp8_wgmma_dense_kernel), shared_bytes(kFp8Stages, kFp8StageBytes));
+  launch_pdl(fp8_wgmma_dense_kernel, persistent_grid(a, "fp8_mma_gemm"), kThreads, bytes, stream, w_map, x_map, scale_map,
+             a);
 }
 
 namespace {

@@ -1,7 +1,8 @@
 // fp8_mma_gemm's kF16Wgmma kernel (the staged kernel's bits on WGMMA over operands converted to
 // fp16 beforehand, fed by TMA), called by fp8_mma_gemm; e4m3_to_f16_mma_order (fp8_mma_gemm.h)
 // writes its operands. The same dense kernel on bf16 operands takes wo_a (grouped_bf16_fp8_gemm.h's
-// numerics and bits) and the bf16 linears (bf16_mma_gemm.h's) at prefill sizes.
+// numerics and bits) and the bf16 linears (bf16_mma_gemm.h's) at prefill sizes, and on e4m3 codes
+// (FP8 WGMMAs) kWgmmaFp8's dense calls.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,6 +20,16 @@ void check_f16_wgmma_gemm(const Fp8MmaGemmParams& p);
 // y = the staged kernel's result for p, from p.x16 and p.w16; p must have passed
 // check_f16_wgmma_gemm (fp8_mma_gemm's choice checks it before it calls this).
 void f16_wgmma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream);
+
+// Whether fp8_wgmma_dense_gemm takes p: dense, e4m3 weights with scales, no second output, x, w
+// and x_scale 16-byte aligned, x_scale_ld a multiple of 4 and at least m (TMA's rules), k a
+// multiple of 128.
+bool fp8_wgmma_dense_takes(const Fp8MmaGemmParams& p);
+
+// kWgmmaFp8's result for a dense call (fp8_mma_gemm.cu's fp8_wgmma_gemm_kernel's bits) from the
+// dense f16-wgmma kernel's persistent, TMA-fed form on FP8 WGMMAs over p.x and p.w as they are;
+// fp8_mma_gemm takes it for the calls it takes. UsageError where fp8_wgmma_dense_takes(p) is false.
+void fp8_wgmma_dense_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream);
 
 // Whether grouped_bf16_wgmma_gemm takes p's shape: r and k multiples of 128.
 bool grouped_bf16_wgmma_takes(const GroupedBf16Fp8GemmParams& p);

@@ -899,6 +899,13 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
     f16_wgmma_gemm(p, stream);
     return;
   }
+  // kWgmmaFp8's dense calls whose alignments TMA takes run on the persistent TMA-fed form of this
+  // kernel (the same instructions and additions, so the same bits; ~2x faster at prefill sizes:
+  // docs/PERF.md session 43).
+  if (kernel == Fp8MmaKernel::kWgmmaFp8 && fp8_wgmma_dense_takes(p)) {
+    fp8_wgmma_dense_gemm(p, stream);
+    return;
+  }
   if (kernel != Fp8MmaKernel::kStreamed) {  // a CTA per 128 x 128 outputs
     const int64_t tiles = grouped ? p.max_tiles : (p.m + kStagedXRows - 1) / kStagedXRows;
     if (p.n == 0 || tiles == 0 || p.k == 0) return;

@@ -69,7 +69,9 @@ enum class Fp8MmaKernel : uint8_t {
   // shared-memory tiles): each 128-wide K block's four MMAs sum into a fresh fp32 accumulator,
   // which is then scaled and added in fp32 in ascending block order (one lane, not four). The FP8
   // MMA keeps fewer bits inside a block than the fp16 one, so these are not the other kernels'
-  // bits; dense or grouped with tiles of up to 128 rows, no second output. Only when asked for
+  // bits; dense or grouped with tiles of up to 128 rows, no second output. Dense calls that
+  // fp8_wgmma_dense_takes (f16_wgmma_gemm.h: x's scales TMA can read) run on the TMA-fed,
+  // persistent form of the same MMAs and additions, with the same bits. Only when asked for
   // (the CUDA backend's Fp8Gemm::kWgmma, `--fp8-gemm wgmma`).
   kWgmmaFp8,
   // The staged kernel's bits from Hopper's fp16 tensor cores through WGMMA, on operands converted
