@@ -1,8 +1,8 @@
 // CudaOps linears. FP8 weights with FP8 activation quantisation (the default mode's FP8/FP4
 // linears) take kernels::act_quant_fp8 and then the GEMM CudaOptions::fp8_gemm names: by default
 // kernels::fp8_mma_gemm (fp16 tensor cores, fp32 sums; dense prefill-sized calls on its f16 WGMMA
-// kernel over operands converted to fp16 first; with kWgmma its FP8 tensor-core kernel at prefill
-// sizes), or cuBLASLt's block-scaled FP8 GEMM.
+// kernel over operands converted to fp16 first; with kWgmma its FP8 tensor-core kernels at prefill
+// sizes, the dense ones TMA-fed over the codes as they are), or cuBLASLt's block-scaled FP8 GEMM.
 // bf16 weights with bf16 activations (the compressors, the indexer's weights_proj, the MoE gate,
 // the head) take kernels::bf16_mma_gemm (bf16 tensor cores, fp32 sums) unless fp8_gemm is kSimple,
 // which keeps every linear in the CPU's arithmetic. Everything else takes kernels::simple_gemm,
@@ -10,7 +10,7 @@
 // weights in exact-math mode (ActQuant::kNone: the e4m3 codes times their pow2 scales, dequantised
 // exactly on the fly, so no fp32 copy of the weight is kept). The grouped wo_a with bf16
 // activations and FP8 weights takes kernels::grouped_bf16_fp8_gemm (bf16 tensor cores, fp32 sums)
-// unless fp8_gemm is kSimple; by default its prefill-sized calls take the same bits on bf16 WGMMAs
+// unless fp8_gemm is kSimple; by default and with kWgmma its prefill-sized calls take the same bits on bf16 WGMMAs
 // (kernels::grouped_bf16_wgmma_gemm, x and the weight re-laid in the MMA steps' K order first), as
 // do the bf16 linears' (kernels::bf16_wgmma_gemm). The tensor-core paths also need a bf16 x and K
 // a multiple of 128 (cuBLASLt: a bf16 y and N a multiple of 8); other FP8-quantised linears
@@ -76,8 +76,11 @@ void CudaOps::linear(const LinearParams& p) {
   if (on_mma || on_cublaslt) {
     kernels::Fp8MmaGemmParams g = fp8_mma_params(nullptr, nullptr, M, w, p.y, M, N, K);
     const bool f16 = on_mma && options_.fp8_gemm == Fp8Gemm::kFp16Mma && linear_takes_f16_wgmma(g);
-    // cuBLASLt wants padded rows; so does the f16 WGMMA kernel's TMA (x's scales).
-    const int64_t mp = on_cublaslt ? fp8_gemm_padded_m(M) : f16 ? (M + 3) / 4 * 4 : M;
+    // cuBLASLt wants padded rows; so do the TMA of the f16 WGMMA kernel and of kWgmma's FP8 one
+    // (x's scales), which kWgmma gives the calls the default runs on its staged kernel.
+    const bool tma = f16 || (on_mma && options_.fp8_gemm == Fp8Gemm::kWgmma &&
+                             kernels::fp8_mma_gemm_choice(g) == kernels::Fp8MmaKernel::kStaged);
+    const int64_t mp = on_cublaslt ? fp8_gemm_padded_m(M) : tma ? (M + 3) / 4 * 4 : M;
     StreamBuffer xq(static_cast<size_t>(mp * K) * (f16 ? sizeof(uint16_t) : 1), stream_, arena());
     StreamBuffer xs(static_cast<size_t>(K / kActQuantBlock * mp) * sizeof(float), stream_, arena());
     kernels::ActQuantParams quant{p.x.data<uint16_t>(), xq.get<uint8_t>(), xs.get<float>(), M, mp, K};
@@ -116,7 +119,7 @@ void CudaOps::linear(const LinearParams& p) {
     const kernels::Bf16MmaGemmParams b{p.x.data<uint16_t>(), K, static_cast<const uint16_t*>(w.data), float_ptr(p.y),
                                        N, M, N, K, {}};
     if (kernels::bf16_mma_gemm_supports(b)) {
-      if (options_.fp8_gemm == Fp8Gemm::kFp16Mma && M >= kF16WgmmaMinRows &&
+      if (uses_fp8_mma(options_.fp8_gemm) && M >= kF16WgmmaMinRows &&
           kernels::bf16_mma_gemm_choice(b) == kernels::Bf16MmaKernel::kStaged) {
         // The same bits on bf16 WGMMAs, x and the weight re-laid in the MMA steps' K order first.
         const StreamBuffer x_mma(static_cast<size_t>(M * K) * sizeof(uint16_t), stream_, arena());
@@ -210,7 +213,7 @@ void CudaOps::grouped_linear(const GroupedLinearParams& p) {
       p.x.dtype() == DType::kBF16 && kernels::aligned16(p.x.bytes()) && kernels::grouped_bf16_fp8_gemm_supports(R, K)) {
     const kernels::GroupedBf16Fp8GemmParams g{p.x.data<uint16_t>(), static_cast<const uint8_t*>(w.data), w.scale,
                                               w.scale_ld, float_ptr(p.y), T, G, R, K};
-    if (options_.fp8_gemm == Fp8Gemm::kFp16Mma && T >= kF16WgmmaMinRows && kernels::grouped_bf16_wgmma_takes(g)) {
+    if (uses_fp8_mma(options_.fp8_gemm) && T >= kF16WgmmaMinRows && kernels::grouped_bf16_wgmma_takes(g)) {
       const StreamBuffer x_mma(static_cast<size_t>(T * G * K) * sizeof(uint16_t), stream_, arena());
       const StreamBuffer w_mma(static_cast<size_t>(G * R * K) * sizeof(uint16_t), stream_, arena());
       kernels::bf16_to_mma_order(g.x, G * K, x_mma.get<uint16_t>(), T, G * K, stream_);

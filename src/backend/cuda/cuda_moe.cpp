@@ -257,10 +257,11 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
 
   // The plan: rows grouped by expert and their tiles.
   // Prefill-sized groups of FP4 experts take the f16 WGMMA kernel (the staged kernel's bits,
-  // converting the e2m1 weights as it goes) over tiles of up to 128 rows; the quantisations then
-  // write the codes' fp16 values, with the scales' rows padded to 4 (its TMA's rule).
+  // converting the e2m1 weights as it goes) over tiles of up to 128 rows, by default and with
+  // kWgmma (whose FP8 MMAs read e4m3 tiles only); the quantisations then write the codes' fp16
+  // values, with the scales' rows padded to 4 (its TMA's rule).
   const int64_t rows_per_expert = (N + std::min<int64_t>(E, N) - 1) / std::min<int64_t>(E, N);
-  const bool f16 = fp4 && options_.fp8_gemm == Fp8Gemm::kFp16Mma && rows_per_expert >= kF16WgmmaMinRowsPerExpert;
+  const bool f16 = fp4 && uses_fp8_mma(options_.fp8_gemm) && rows_per_expert >= kF16WgmmaMinRowsPerExpert;
   const int32_t tile_rows = f16 ? kernels::kFp8MmaStagedTileRows : kernels::fp8_mma_tile_rows(rows_per_expert);
   const int64_t max_tiles = kernels::expert_plan_max_tiles(N, E, tile_rows);
   const int64_t span_ints = kernels::expert_plan_spans(N) * E;

@@ -25,10 +25,12 @@ enum class Fp8Gemm {
   // kernels::fp8_mma_gemm: the codes on fp16 tensor cores, exact products, fp32 sums per 128-wide
   // K block, one summation order for every batch size (the default).
   kFp16Mma,
-  // As kFp16Mma, except that the GEMMs kFp16Mma runs on its staged kernel (prefill sizes: see
-  // kernels::fp8_mma_gemm_choice) take Hopper's FP8 tensor cores (kernels::Fp8MmaKernel::kWgmmaFp8, fp32 sums promoted every 128-wide K block):
-  // faster, but the FP8 MMA keeps fewer bits inside a block, so not kFp16Mma's numbers
-  // (docs/PERF.md has the measurements). FP4 experts kept as stored stay on the staged kernel.
+  // As kFp16Mma, except that the GEMMs of e4m3 weights kFp16Mma runs on its staged or f16 WGMMA
+  // kernels (prefill sizes: see kernels::fp8_mma_gemm_choice) take Hopper's FP8 tensor cores
+  // (kernels::Fp8MmaKernel::kWgmmaFp8, fp32 sums promoted every 128-wide K block; dense calls
+  // TMA-fed over the codes as they are): faster, but the FP8 MMA keeps fewer bits inside a block,
+  // so not kFp16Mma's numbers (docs/PERF.md has the measurements). FP4 experts kept as stored, wo_a
+  // and the bf16 linears keep kFp16Mma's kernels and bits.
   kWgmma,
   // cuBLASLt's block-scaled FP8 GEMM. Hopper's FP8 MMA accumulates inside each K block with less
   // than fp32 precision, and the FP8 activation quantisation downstream turns those last-bit
@@ -49,11 +51,12 @@ constexpr bool uses_fp8_mma(Fp8Gemm g) { return g == Fp8Gemm::kFp16Mma || g == F
 // first (3 bytes moved per code), which the faster kernel repays from below 512 rows at
 // V4-Flash's shapes (bench_fp8_gemm, docs/PERF.md session 20). x's scales' rows are then padded
 // to 4 (its TMA's rule). wo_a's grouped bf16 x FP8 calls and the bf16 linears that would take
-// their staged kernels take the bf16 WGMMA form of that kernel from the same row count (an
+// their staged kernels take the bf16 WGMMA form of that kernel from the same row count, with
+// kWgmma too (an
 // estimate: their conversions move x's and the weight's bytes once more, as the dense ones do).
 constexpr int64_t kF16WgmmaMinRows = 512;
 
-// With kFp16Mma, the routed experts' grouped FP4 GEMMs take the f16 WGMMA kernel (tiles of up to
+// With kFp16Mma or kWgmma, the routed experts' grouped FP4 GEMMs take the f16 WGMMA kernel (tiles of up to
 // 128 rows, each item's MMAs as wide as its rows need, the same bits) once the experts average
 // this many rows (tokens x experts a token / experts); below, the streamed kernel's tiles of 8,
 // 16 or 32 rows. From 16 rows (a 1k-token prefill of V4-Flash) it measured faster than the
