@@ -1,6 +1,7 @@
 // Times the GPU FP8 block-scaled linear (activation quantisation + the GEMM) at V4-Flash shapes,
 // with cuBLASLt's FP8 GEMM and with kernels::fp8_mma_gemm's kernels (streamed, staged, staged
-// with integer x conversions, FP8 WGMMA and f16 WGMMA, each forced; f16 WGMMA with and without
+// with integer x conversions, FP8 WGMMA on its TMA-fed and its cp.async kernel, and f16 WGMMA,
+// each forced; f16 WGMMA with and without
 // its operands' conversions; plus which one a default linear runs), and prints time,
 // TFLOP/s and weight GB/s (of the default) beside the H200's memory floor (4.28 TB/s).
 // Usage: bench_fp8_gemm [iterations]
@@ -40,9 +41,10 @@ int main(int argc, char** argv) {
                         {"shared/expert w1", 2048, 4096}, {"shared/expert w2", 4096, 2048},
                         {"N=4096 K=7168", 4096, 7168}};
   const int64_t ms[] = {1, 16, 64, 512, 2048, 4096, 8192};
-  std::printf("%-18s %6s %12s %8s %12s %8s %10s %8s %12s %8s %10s %8s %10s %8s %10s %8s %8s %9s %10s\n", "gemm", "M",
-              "cuBLASLt us", "TFLOP/s", "streamed us", "TFLOP/s", "staged us", "TFLOP/s", "staged-ix us", "TFLOP/s",
-              "wgmma us", "TFLOP/s", "f16w us", "TFLOP/s", "f16w+cv us", "TFLOP/s", "default", "GB/s", "floor us");
+  std::printf("%-18s %6s %12s %8s %12s %8s %10s %8s %12s %8s %10s %8s %10s %8s %10s %8s %10s %8s %8s %9s %10s\n", "gemm",
+              "M", "cuBLASLt us", "TFLOP/s", "streamed us", "TFLOP/s", "staged us", "TFLOP/s", "staged-ix us", "TFLOP/s",
+              "wgmma us", "TFLOP/s", "wgmma-cp us", "TFLOP/s", "f16w us", "TFLOP/s", "f16w+cv us", "TFLOP/s", "default",
+              "GB/s", "floor us");
   cuda::Fp8BlockGemm gemm;
   for (const Case& c : cases) {
     for (int64_t m : ms) {
@@ -52,8 +54,10 @@ int main(int argc, char** argv) {
       float *xs, *ws;
       const int64_t kb = c.k / 128, nb = (c.n + 127) / 128, kbp = (kb + 3) / 4 * 4;
       DSV4_CUDA_CHECK(cudaMalloc(&x, m * c.k * 2));
-      DSV4_CUDA_CHECK(cudaMalloc(&xq, mp * c.k));
-      DSV4_CUDA_CHECK(cudaMalloc(&xs, mp * kb * 4));
+      // Rows as act_quant writes them: mp, or m + 1 for the cp.async FP8 WGMMA column.
+      const int64_t rows = mp > m + 1 ? mp : m + 1;
+      DSV4_CUDA_CHECK(cudaMalloc(&xq, rows * c.k));
+      DSV4_CUDA_CHECK(cudaMalloc(&xs, rows * kb * 4));
       DSV4_CUDA_CHECK(cudaMalloc(&w, c.n * c.k));
       DSV4_CUDA_CHECK(cudaMalloc(&ws, nb * kbp * 4));
       DSV4_CUDA_CHECK(cudaMalloc(&out, mp * c.n * 2));
@@ -89,7 +93,16 @@ int main(int argc, char** argv) {
       const double streamed_us = bench::time_us([&] { mma_step(kernels::Fp8MmaKernel::kStreamed); }, iters);
       const double staged_us = bench::time_us([&] { mma_step(kernels::Fp8MmaKernel::kStaged); }, iters);
       const double staged_ix_us = bench::time_us([&] { mma_step(kernels::Fp8MmaKernel::kStagedIntegerX); }, iters);
-      const double wgmma_us = bench::time_us([&] { mma_step(kernels::Fp8MmaKernel::kWgmmaFp8); }, iters);
+      // FP8 WGMMA: x's scales at a row stride of mp (a multiple of 4: the TMA-fed kernel) and of
+      // m + 1 (the cp.async kernel, the same bits).
+      const auto wgmma_step = [&](int64_t x_scale_ld) {
+        kernels::act_quant_fp8({x, xq, xs, m, x_scale_ld, c.k}, nullptr);
+        p.x_scale_ld = x_scale_ld;
+        p.kernel = kernels::Fp8MmaKernel::kWgmmaFp8;
+        kernels::fp8_mma_gemm(p, nullptr);
+      };
+      const double wgmma_us = bench::time_us([&] { wgmma_step(mp); }, iters);
+      const double wgmma_cp_us = bench::time_us([&] { wgmma_step(m + 1); }, iters);
       // f16 WGMMA: x's scales at a row stride of mp (a multiple of 4), the operands converted once
       // (f16w), or x quantised straight to fp16 and the weight converted every call (f16w+cv, what
       // a linear pays; like the other columns it includes the quantisation).
@@ -122,10 +135,11 @@ int main(int argc, char** argv) {
       const double flops = 2.0 * m * c.n * c.k;
       const double weight_bytes = static_cast<double>(c.n) * c.k;
       std::printf(
-          "%-18s %6ld %12.2f %8.1f %12.2f %8.1f %10.2f %8.1f %12.2f %8.1f %10.2f %8.1f %10.2f %8.1f %10.2f %8.1f %8s %9.0f "
-          "%10.2f\n",
+          "%-18s %6ld %12.2f %8.1f %12.2f %8.1f %10.2f %8.1f %12.2f %8.1f %10.2f %8.1f %10.2f %8.1f %10.2f %8.1f %10.2f "
+          "%8.1f %8s %9.0f %10.2f\n",
           c.name, static_cast<long>(m), us, flops / us * 1e-6, streamed_us, flops / streamed_us * 1e-6, staged_us,
-          flops / staged_us * 1e-6, staged_ix_us, flops / staged_ix_us * 1e-6, wgmma_us, flops / wgmma_us * 1e-6, f16_us,
+          flops / staged_us * 1e-6, staged_ix_us, flops / staged_ix_us * 1e-6, wgmma_us, flops / wgmma_us * 1e-6,
+          wgmma_cp_us, flops / wgmma_cp_us * 1e-6, f16_us,
           flops / f16_us * 1e-6, f16_converting_us, flops / f16_converting_us * 1e-6, kernels::fp8_mma_kernel_name(chosen),
           weight_bytes / mma_us * 1e-3, weight_bytes / kMemoryBandwidth * 1e6);
       std::fflush(stdout);
