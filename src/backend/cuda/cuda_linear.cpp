@@ -10,8 +10,8 @@
 // weights in exact-math mode (ActQuant::kNone: the e4m3 codes times their pow2 scales, dequantised
 // exactly on the fly, so no fp32 copy of the weight is kept). The grouped wo_a with bf16
 // activations and FP8 weights takes kernels::grouped_bf16_fp8_gemm (bf16 tensor cores, fp32 sums)
-// unless fp8_gemm is kSimple; by default and with kWgmma its prefill-sized calls take the same bits on bf16 WGMMAs
-// (kernels::grouped_bf16_wgmma_gemm, x and the weight re-laid in the MMA steps' K order first), as
+// unless fp8_gemm is kSimple; by default and with kWgmma its prefill-sized calls take the same bits
+// on bf16 WGMMAs (kernels::grouped_bf16_wgmma_gemm, x and the weight re-laid in the MMA steps' K order first), as
 // do the bf16 linears' (kernels::bf16_wgmma_gemm). The tensor-core paths also need a bf16 x and K
 // a multiple of 128 (cuBLASLt: a bf16 y and N a multiple of 8); other FP8-quantised linears
 // quantise x to fp32 values in scratch and use simple_gemm.
@@ -77,7 +77,7 @@ void CudaOps::linear(const LinearParams& p) {
     kernels::Fp8MmaGemmParams g = fp8_mma_params(nullptr, nullptr, M, w, p.y, M, N, K);
     const bool f16 = on_mma && options_.fp8_gemm == Fp8Gemm::kFp16Mma && linear_takes_f16_wgmma(g);
     // cuBLASLt wants padded rows; so do the TMA of the f16 WGMMA kernel and of kWgmma's FP8 one
-    // (x's scales), which kWgmma gives the calls the default runs on its staged kernel.
+    // (x's scales), which kWgmma gives the calls fp8_mma_gemm_choice puts on the staged kernel.
     const bool tma = f16 || (on_mma && options_.fp8_gemm == Fp8Gemm::kWgmma &&
                              kernels::fp8_mma_gemm_choice(g) == kernels::Fp8MmaKernel::kStaged);
     const int64_t mp = on_cublaslt ? fp8_gemm_padded_m(M) : tma ? (M + 3) / 4 * 4 : M;

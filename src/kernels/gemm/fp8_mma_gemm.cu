@@ -900,8 +900,7 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
     return;
   }
   // kWgmmaFp8's dense calls whose alignments TMA takes run on the persistent TMA-fed form of this
-  // kernel (the same instructions and additions, so the same bits; ~2x faster at prefill sizes:
-  // docs/PERF.md session 43).
+  // kernel (the same instructions and additions, so the same bits; faster: docs/PERF.md session 43).
   if (kernel == Fp8MmaKernel::kWgmmaFp8 && fp8_wgmma_dense_takes(p)) {
     fp8_wgmma_dense_gemm(p, stream);
     return;
