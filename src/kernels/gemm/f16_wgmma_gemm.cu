@@ -378,7 +378,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = threadIdx.x / 128, t = threadIdx.x % 4;
   int step = 0;
   consume_items<false, 4>(a, walk, [&](float (&blk)[kWgmmaN128Accumulators], float (&q)[kWgmmaN128Accumulators],
-                                    const WorkItem& item, int b, TensorTurns&) {
+                                       const WorkItem& item, int b, TensorTurns&) {
     const float sw = a.w_scale != nullptr ? __ldg(a.w_scale + (item.n0 / kTileRows) * a.w_scale_ld + b) : 1.0f;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -591,7 +591,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int row0 = 64 * (threadIdx.x / 128) + 16 * (threadIdx.x / 32 % 4) + lane / 4, row1 = row0 + 8;
   int j = 0;
   consume_items<true, 4>(a, walk, [&](float (&blk)[kWgmmaN128Accumulators], float (&q)[kWgmmaN128Accumulators],
-                                   const WorkItem& item, int, TensorTurns& turns) {
+                                      const WorkItem& item, int, TensorTurns& turns) {
     const int columns = grouped_item_columns(item.rows);
     const int s = j % kE2m1Stages;
     barrier_wait(sh.full0 + 8 * s, static_cast<uint32_t>(j / kE2m1Stages) & 1u);
