@@ -702,6 +702,14 @@ CUtensorMap tensor_map_2d(const char* what, const void* base, CUtensorMapDataTyp
   return map;
 }
 
+// The map of x's scales [k / 128, x_scale_ld] (block b's scale of row r at b * x_scale_ld + r), read
+// a K block's 128 rows at a time; rows past m read as zeros.
+CUtensorMap x_scale_map(const float* x_scale, int64_t m, int64_t k, int64_t x_scale_ld) {
+  return tensor_map_2d("x_scale", x_scale, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, static_cast<uint64_t>(m),
+                       static_cast<uint64_t>(k / 128), 4 * static_cast<uint64_t>(x_scale_ld), kTileRows, 1,
+                       CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
 }  // namespace
 
 void check_f16_wgmma_gemm(const Fp8MmaGemmParams& p) {
@@ -754,10 +762,7 @@ void launch_dense(const F16WgmmaArgs& a, const void* w, const void* x, int64_t x
                                           CU_TENSOR_MAP_SWIZZLE_128B);
   // bf16 operands carry no x scales: the kernel never reads this map.
   const CUtensorMap scale_map = kBf16 ? CUtensorMap{}
-                                      : tensor_map_2d("x_scale", x_scale, CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
-                                                      static_cast<uint64_t>(a.m), k / 128,
-                                                      4 * static_cast<uint64_t>(x_scale_ld), kTileRows, 1,
-                                                      CU_TENSOR_MAP_SWIZZLE_NONE);
+                                      : x_scale_map(x_scale, a.m, a.k, x_scale_ld);
   const int bytes = set_shared(reinterpret_cast<const void*>(f16_wgmma_dense_kernel<kBf16>),
                                shared_bytes(kDenseStages, kDenseStageBytes));
   launch_pdl(f16_wgmma_dense_kernel<kBf16>, persistent_grid(a, what), kThreads, bytes, stream, w_map, x_map, scale_map,
@@ -885,9 +890,7 @@ void fp8_wgmma_dense_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
                                           kTileRows, CU_TENSOR_MAP_SWIZZLE_128B);
   const CUtensorMap w_map = tensor_map_2d("w", p.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, k, static_cast<uint64_t>(p.n), k, 128,
                                           kTileRows, CU_TENSOR_MAP_SWIZZLE_128B);
-  const CUtensorMap scale_map = tensor_map_2d("x_scale", p.x_scale, CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
-                                              static_cast<uint64_t>(p.m), k / 128, 4 * static_cast<uint64_t>(p.x_scale_ld),
-                                              kTileRows, 1, CU_TENSOR_MAP_SWIZZLE_NONE);
+  const CUtensorMap scale_map = x_scale_map(p.x_scale, p.m, p.k, p.x_scale_ld);
   const int bytes = set_shared(reinterpret_cast<const void*>(fp8_wgmma_dense_kernel), shared_bytes(kFp8Stages, kFp8StageBytes));
   launch_pdl(fp8_wgmma_dense_kernel, persistent_grid(a, "fp8_mma_gemm"), kThreads, bytes, stream, w_map, x_map, scale_map,
              a);
