@@ -84,25 +84,21 @@ int main(int argc, char** argv) {
       p.m = m;
       p.n = c.n;
       p.k = c.k;
-      auto mma_step = [&](kernels::Fp8MmaKernel kernel) {
-        kernels::act_quant_fp8({x, xq, xs, m, m, c.k}, nullptr);
+      // x quantised with its scales' rows x_scale_ld apart, then the GEMM on `kernel`.
+      auto mma_step = [&](kernels::Fp8MmaKernel kernel, int64_t x_scale_ld) {
+        kernels::act_quant_fp8({x, xq, xs, m, x_scale_ld, c.k}, nullptr);
+        p.x_scale_ld = x_scale_ld;
         p.kernel = kernel;
         kernels::fp8_mma_gemm(p, nullptr);
       };
       const double us = bench::time_us(step, iters);
-      const double streamed_us = bench::time_us([&] { mma_step(kernels::Fp8MmaKernel::kStreamed); }, iters);
-      const double staged_us = bench::time_us([&] { mma_step(kernels::Fp8MmaKernel::kStaged); }, iters);
-      const double staged_ix_us = bench::time_us([&] { mma_step(kernels::Fp8MmaKernel::kStagedIntegerX); }, iters);
+      const double streamed_us = bench::time_us([&] { mma_step(kernels::Fp8MmaKernel::kStreamed, m); }, iters);
+      const double staged_us = bench::time_us([&] { mma_step(kernels::Fp8MmaKernel::kStaged, m); }, iters);
+      const double staged_ix_us = bench::time_us([&] { mma_step(kernels::Fp8MmaKernel::kStagedIntegerX, m); }, iters);
       // FP8 WGMMA: x's scales at a row stride of mp (a multiple of 4: the TMA-fed kernel) and of
       // m + 1 (the cp.async kernel, the same bits).
-      const auto wgmma_step = [&](int64_t x_scale_ld) {
-        kernels::act_quant_fp8({x, xq, xs, m, x_scale_ld, c.k}, nullptr);
-        p.x_scale_ld = x_scale_ld;
-        p.kernel = kernels::Fp8MmaKernel::kWgmmaFp8;
-        kernels::fp8_mma_gemm(p, nullptr);
-      };
-      const double wgmma_us = bench::time_us([&] { wgmma_step(mp); }, iters);
-      const double wgmma_cp_us = bench::time_us([&] { wgmma_step(m + 1); }, iters);
+      const double wgmma_us = bench::time_us([&] { mma_step(kernels::Fp8MmaKernel::kWgmmaFp8, mp); }, iters);
+      const double wgmma_cp_us = bench::time_us([&] { mma_step(kernels::Fp8MmaKernel::kWgmmaFp8, m + 1); }, iters);
       // f16 WGMMA: x's scales at a row stride of mp (a multiple of 4), the operands converted once
       // (f16w), or x quantised straight to fp16 and the weight converted every call (f16w+cv, what
       // a linear pays; like the other columns it includes the quantisation).
