@@ -460,13 +460,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t stage = sh.smem0 + static_cast<uint32_t>(s * kFp8StageBytes);
     const uint64_t desc_a = wgmma_descriptor(stage + static_cast<uint32_t>(wg * 64 * 128));
     const uint64_t desc_b = wgmma_descriptor(stage + kFp8TileBytes);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)  // 32 codes of K each: the descriptors move 2 x 16 bytes
-      wgmma_m64n128k32_e4m3(blk, desc_a + 2 * kk, desc_b + 2 * kk, kk > 0);
-    wgmma_commit();
-    wgmma_wait_all();
-    fence_accumulators(blk);
+    wgmma_e4m3_block(blk, desc_a, desc_b);
     add_scaled_block(q, blk, reinterpret_cast<const float*>(sh.smem + s * kFp8StageBytes + 2 * kFp8TileBytes), sw, t);
     __syncwarp();
     if (threadIdx.x % 32 == 0) barrier_arrive(sh.empty0 + 8 * s);

@@ -731,13 +731,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) fp8_wgmma_gemm_kernel(Fp8Mma
     const uint64_t desc_a = wgmma_descriptor(stage + static_cast<uint32_t>(wg * 64 * 128));
     const uint64_t desc_b = wgmma_descriptor(stage + kTileBytes);
     fence_accumulators(blk);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)  // 32 bytes of K each: the start address moves 2 x 16 bytes
-      wgmma_m64n128k32_e4m3(blk, desc_a + 2 * kk, desc_b + 2 * kk, kk > 0);
-    wgmma_commit();
-    wgmma_wait_all();
-    fence_accumulators(blk);
+    wgmma_e4m3_block(blk, desc_a, desc_b);
 
     const float sw = __ldg(sw_row + b);
     add_scaled_block(q, blk,

@@ -90,6 +90,20 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[kWgmmaN128Accum
       : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0));
 }
 
+// A 128-wide K block of e4m3 codes (one 128-byte swizzled row per operand row at desc_a and
+// desc_b): its four k32 MMAs into d, the first overwriting it, then the wait for them; kWgmmaFp8's
+// kernels (fp8_mma_gemm.cu's cp.async one, f16_wgmma_gemm.cu's TMA-fed one) share it, so that
+// their block sums are the same instructions.
+__device__ __forceinline__ void wgmma_e4m3_block(float (&d)[kWgmmaN128Accumulators], uint64_t desc_a, uint64_t desc_b) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)  // 32 codes of K each: the descriptors move 2 x 16 bytes
+    wgmma_m64n128k32_e4m3(d, desc_a + 2 * kk, desc_b + 2 * kk, kk > 0);
+  wgmma_commit();
+  wgmma_wait_all();
+  fence_accumulators(d);
+}
+
 // d (+)= A (64 x 16, desc_a) x B (128 x 16, desc_b)^T, both K-major, of fp16 values (kBf16 false)
 // or bf16 ones: d += A B where kAccumulate, else d = A B (a K block's first step, so that nothing
 // zeroes d before it; scale-d an immediate, which takes no register).
