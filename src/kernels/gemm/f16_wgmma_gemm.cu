@@ -696,6 +696,14 @@ CUtensorMap tensor_map_2d(const char* what, const void* base, CUtensorMapDataTyp
   return map;
 }
 
+// The map of a row-major [rows, k] matrix of e4m3 codes, read 128 rows by 128 codes (a K block)
+// at a time into the 128-byte swizzle the FP8 WGMMAs read; rows past `rows` read as zeros.
+CUtensorMap e4m3_rows_map(const char* what, const uint8_t* codes, int64_t rows, int64_t k) {
+  const auto cols = static_cast<uint64_t>(k);
+  return tensor_map_2d(what, codes, CU_TENSOR_MAP_DATA_TYPE_UINT8, cols, static_cast<uint64_t>(rows), cols, 128,
+                       kTileRows, CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
 // The map of x's scales [k / 128, x_scale_ld] (block b's scale of row r at b * x_scale_ld + r), read
 // a K block's 128 rows at a time; rows past m read as zeros.
 CUtensorMap x_scale_map(const float* x_scale, int64_t m, int64_t k, int64_t x_scale_ld) {
@@ -879,11 +887,8 @@ void fp8_wgmma_dense_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
                      ") a multiple of 128");
   if (p.m == 0 || p.n == 0 || p.k == 0) return;
   const F16WgmmaArgs a = args_of(p);
-  const auto k = static_cast<uint64_t>(p.k);
-  const CUtensorMap x_map = tensor_map_2d("x", p.x, CU_TENSOR_MAP_DATA_TYPE_UINT8, k, static_cast<uint64_t>(p.m), k, 128,
-                                          kTileRows, CU_TENSOR_MAP_SWIZZLE_128B);
-  const CUtensorMap w_map = tensor_map_2d("w", p.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, k, static_cast<uint64_t>(p.n), k, 128,
-                                          kTileRows, CU_TENSOR_MAP_SWIZZLE_128B);
+  const CUtensorMap x_map = e4m3_rows_map("x", p.x, p.m, p.k);
+  const CUtensorMap w_map = e4m3_rows_map("w", p.w, p.n, p.k);
   const CUtensorMap scale_map = x_scale_map(p.x_scale, p.m, p.k, p.x_scale_ld);
   const int bytes = set_shared(reinterpret_cast<const void*>(fp8_wgmma_dense_kernel), shared_bytes(kFp8Stages, kFp8StageBytes));
   launch_pdl(fp8_wgmma_dense_kernel, persistent_grid(a, "fp8_mma_gemm"), kThreads, bytes, stream, w_map, x_map, scale_map,
