@@ -1,12 +1,13 @@
 // Times the GPU FP8 block-scaled linear (activation quantisation + the GEMM) at V4-Flash shapes,
-// with cuBLASLt's FP8 GEMM and with kernels::fp8_mma_gemm's kernels (streamed, staged, staged
-// with integer x conversions, FP8 WGMMA on its TMA-fed and its cp.async kernel, and f16 WGMMA,
-// each forced; f16 WGMMA with and without
-// its operands' conversions; plus which one a default linear runs), and prints time,
-// TFLOP/s and weight GB/s (of the default) beside the H200's memory floor (4.28 TB/s).
+// with cuBLASLt's FP8 GEMM and with kernels::fp8_mma_gemm's kernels (streamed, staged, staged with
+// integer x conversions, FP8 WGMMA on its TMA-fed and its cp.async kernel, and f16 WGMMA, each
+// forced; f16 WGMMA with and without its operands' conversions; plus which one a default linear
+// runs), and prints time, TFLOP/s and weight GB/s (of the default) beside the H200's memory floor
+// (4.28 TB/s).
 // Usage: bench_fp8_gemm [iterations]
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -55,7 +56,7 @@ int main(int argc, char** argv) {
       const int64_t kb = c.k / 128, nb = (c.n + 127) / 128, kbp = (kb + 3) / 4 * 4;
       DSV4_CUDA_CHECK(cudaMalloc(&x, m * c.k * 2));
       // Rows as act_quant writes them: mp, or m + 1 for the cp.async FP8 WGMMA column.
-      const int64_t rows = mp > m + 1 ? mp : m + 1;
+      const int64_t rows = std::max(mp, m + 1);
       DSV4_CUDA_CHECK(cudaMalloc(&xq, rows * c.k));
       DSV4_CUDA_CHECK(cudaMalloc(&xs, rows * kb * 4));
       DSV4_CUDA_CHECK(cudaMalloc(&w, c.n * c.k));

@@ -11,10 +11,10 @@
 // exactly on the fly, so no fp32 copy of the weight is kept). The grouped wo_a with bf16
 // activations and FP8 weights takes kernels::grouped_bf16_fp8_gemm (bf16 tensor cores, fp32 sums)
 // unless fp8_gemm is kSimple; by default and with kWgmma its prefill-sized calls take the same bits
-// on bf16 WGMMAs (kernels::grouped_bf16_wgmma_gemm, x and the weight re-laid in the MMA steps' K order first), as
-// do the bf16 linears' (kernels::bf16_wgmma_gemm). The tensor-core paths also need a bf16 x and K
-// a multiple of 128 (cuBLASLt: a bf16 y and N a multiple of 8); other FP8-quantised linears
-// quantise x to fp32 values in scratch and use simple_gemm.
+// on bf16 WGMMAs (kernels::grouped_bf16_wgmma_gemm, x and the weight re-laid in the MMA steps' K
+// order first), as do the bf16 linears' (kernels::bf16_wgmma_gemm). The tensor-core paths also need
+// a bf16 x and K a multiple of 128 (cuBLASLt: a bf16 y and N a multiple of 8); other FP8-quantised
+// linears quantise x to fp32 values in scratch and use simple_gemm.
 #include <memory>
 
 #include "backend/cuda/cuda_ops.h"

@@ -286,12 +286,12 @@ __device__ __forceinline__ int grouped_item_columns(int rows) {
 }
 
 // The consumers' walk over the CTA's items: per item, kPasses passes over its K blocks b = pass,
-// pass + kPasses, ... (four: staged_tiles.cuh's order; one: ascending), which the producers' copies follow;
-// block_sums(blk, q, item, b, turns) computes block b's sums into blk (the dense kernel's first MMA
-// overwrites them; for the grouped one they are zeroed and fenced, all 128 columns whatever an
-// item's MMAs cover: before the wait for the stage, this costs nothing) and adds them, scaled by
-// the block's weight scale and x's scales, into the pass's lane sums q; the passes' sums add in
-// order, and the item's outputs are stored.
+// pass + kPasses, ... (four: staged_tiles.cuh's order; one: ascending), which the producers' copies
+// follow; block_sums(blk, q, item, b, turns) computes block b's sums into blk (the dense kernel's
+// first MMA overwrites them; for the grouped one they are zeroed and fenced, all 128 columns
+// whatever an item's MMAs cover: before the wait for the stage, this costs nothing) and adds them,
+// scaled by the block's weight scale and x's scales, into the pass's lane sums q; the passes' sums
+// add in order, and the item's outputs are stored.
 template <bool kGrouped, int kPasses, class BlockSums>
 __device__ __forceinline__ void consume_items(const F16WgmmaArgs& a, const ItemWalk& walk, BlockSums&& block_sums) {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters) : "memory");
@@ -704,8 +704,8 @@ CUtensorMap e4m3_rows_map(const char* what, const uint8_t* codes, int64_t rows, 
                        kTileRows, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
-// The map of x's scales [k / 128, x_scale_ld] (block b's scale of row r at b * x_scale_ld + r), read
-// a K block's 128 rows at a time; rows past m read as zeros.
+// The map of x's scales [k / 128, x_scale_ld] (block b's scale of row r at b * x_scale_ld + r),
+// read a K block's 128 rows at a time; rows past m read as zeros.
 CUtensorMap x_scale_map(const float* x_scale, int64_t m, int64_t k, int64_t x_scale_ld) {
   return tensor_map_2d("x_scale", x_scale, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, static_cast<uint64_t>(m),
                        static_cast<uint64_t>(k / 128), 4 * static_cast<uint64_t>(x_scale_ld), kTileRows, 1,
