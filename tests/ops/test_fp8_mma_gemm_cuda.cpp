@@ -230,10 +230,12 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 // kWgmmaFp8's dense calls run on the persistent TMA-fed kernel (fp8_wgmma_dense_gemm) where x's
 // scales' rows are a multiple of 4 apart, else on the cp.async kernel; the two must give the same
 // bits: a row's result may not depend on how its batch's scales were padded. Shapes: partial x
-// and weight tiles, more items than SMs (the persistent walk's later rounds), one K block.
+// and weight tiles, more items than SMs (the persistent walk's later rounds), one K block, and
+// K blocks odd (9, 3) and even (2, 8), which end the TMA kernel's two-accumulator walk differently.
 TEST(Fp8MmaGemmCuda, WgmmaTmaKernelGivesTheCpAsyncKernelsBits) {
   DSV4_SKIP_WITHOUT_GPU();
-  for (const auto& [m, n, k] : {Shape3{200, 264, 1152}, Shape3{1024, 2304, 384}, Shape3{64, 8192, 256}, Shape3{4, 128, 128}}) {
+  for (const auto& [m, n, k] : {Shape3{200, 264, 1152}, Shape3{1024, 2304, 384}, Shape3{64, 8192, 256},
+                                Shape3{4, 128, 128}, Shape3{300, 520, 1024}}) {
     SCOPED_TRACE("m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k));
     const Operands ops(m, n, k, 1, static_cast<uint32_t>(m + n + k));
     const size_t size = static_cast<size_t>(m * n);

@@ -411,12 +411,91 @@ __global__ void __launch_bounds__(kThreads, 1)
   });
 }
 
+// The dense FP8 kernel's consumers: each item's K blocks as before (four wgmma.m64n128k32 e4m3
+// into a fresh accumulator, then q += the block times its scales, blocks in ascending order), but
+// with two accumulators in turn, so that block b + 1's WGMMAs are issued before the warpgroup
+// waits for block b's and adds it: the tensor cores keep a block in flight while the warpgroup
+// promotes, where one accumulator left them idle from each wait to the next issue. The same
+// instructions and additions in the same order, so the same bits. A stage is freed once its block
+// is added (the next block's WGMMAs are then in flight). The accumulators are pinned around each
+// issue too: without that, ptxas saw the adds of one accumulator inside the other's WGMMAs'
+// pipeline stage and serialised every WGMMA (C7514). 212 registers a consumer thread, no spills.
+template <class WeightScale>
+__device__ __forceinline__ void consume_fp8_dense_items(const F16WgmmaArgs& a, const ItemWalk& walk,
+                                                        const SharedStages& sh, WeightScale&& weight_scale) {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters) : "memory");
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wg = warp / 4, warp_in_group = warp % 4, g = lane / 4, t = lane % 4;
+  int j = 0;  // the CTA's blocks so far: block j sits in stage j % kFp8Stages
+  const auto issue = [&](float (&acc)[kWgmmaN128Accumulators], int jb) {
+    const int s = jb % kFp8Stages;
+    barrier_wait(sh.full0 + 8 * s, static_cast<uint32_t>(jb / kFp8Stages) & 1u);
+    const uint32_t stage = sh.smem0 + static_cast<uint32_t>(s * kFp8StageBytes);
+    const uint64_t desc_a = wgmma_descriptor(stage + static_cast<uint32_t>(wg * 64 * 128));
+    const uint64_t desc_b = wgmma_descriptor(stage + kFp8TileBytes);
+    fence_accumulators(acc);
+    wgmma_e4m3_issue(acc, desc_a, desc_b);
+    fence_accumulators(acc);
+  };
+  for (int64_t i = 0; i < walk.my_items; ++i) {
+    const WorkItem item = item_at<false>(a, walk, i);
+    float q[kWgmmaN128Accumulators], acc0[kWgmmaN128Accumulators], acc1[kWgmmaN128Accumulators];
+#pragma unroll
+    for (float& v : q) v = 0.0f;
+    // Block b's WGMMAs are done (its wait came first): q += it times its scales (the weight's, sw,
+    // loaded when the block was issued, so that the load's latency hides under the MMAs), and its
+    // stage freed.
+    const auto add = [&](float (&acc)[kWgmmaN128Accumulators], int b, float sw) {
+      fence_accumulators(acc);
+      const int s = (j + b) % kFp8Stages;
+      add_scaled_block(q, acc, reinterpret_cast<const float*>(sh.smem + s * kFp8StageBytes + 2 * kFp8TileBytes), sw, t);
+      __syncwarp();
+      if (lane == 0) barrier_arrive(sh.empty0 + 8 * s);
+    };
+    float sw0 = weight_scale(item, 0), sw1 = 0.0f;
+    issue(acc0, j);
+    int b = 0;  // acc0 holds block b (issued)
+    for (; b + 2 < a.kblocks; b += 2) {
+      sw1 = weight_scale(item, b + 1);
+      issue(acc1, j + b + 1);
+      wgmma_wait<1>();
+      add(acc0, b, sw0);
+      sw0 = weight_scale(item, b + 2);
+      issue(acc0, j + b + 2);
+      wgmma_wait<1>();
+      add(acc1, b + 1, sw1);
+    }
+    if (b + 1 < a.kblocks) {
+      sw1 = weight_scale(item, b + 1);
+      issue(acc1, j + b + 1);
+      wgmma_wait<1>();
+      add(acc0, b, sw0);
+      wgmma_wait<0>();
+      add(acc1, b + 1, sw1);
+    } else {
+      wgmma_wait<0>();
+      add(acc0, b, sw0);
+    }
+    j += a.kblocks;
+
+#pragma unroll
+    for (int r16 = 0; r16 < 16; ++r16)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int r = 8 * r16 + 2 * t + (c & 1);
+        const int64_t n = item.n0 + 64 * wg + 16 * warp_in_group + g + (c >= 2 ? 8 : 0);
+        if (r < item.rows && n < a.n) store_float(a.y, (item.m0 + r) * a.ldy + n, q[4 * r16 + c]);
+      }
+  }
+}
+
 // fp8_mma_gemm's kWgmmaFp8 for dense calls: the dense kernel's persistent walk, TMA producer and
 // consumers on the e4m3 codes as they are (no conversion pass over x or the weight), each K block
 // four wgmma.m64n128k32 e4m3 into a fresh accumulator, then added times the block's scales in
 // ascending block order (one pass, one lane): the instructions and additions of
-// fp8_mma_gemm.cu's fp8_wgmma_gemm_kernel, whose bits these are. A stage is a whole K block
-// (128 codes, one 128-byte swizzled row per operand row) and the block's 128 x scales.
+// fp8_mma_gemm.cu's fp8_wgmma_gemm_kernel, whose bits these are, with the next block's MMAs in
+// flight while a block is added (consume_fp8_dense_items). A stage is a whole K block (128 codes,
+// one 128-byte swizzled row per operand row) and the block's 128 x scales.
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_wgmma_dense_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                            const __grid_constant__ CUtensorMap scale_map, const F16WgmmaArgs a) {
@@ -450,21 +529,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
 
-  const int wg = threadIdx.x / 128, t = threadIdx.x % 4;
-  int j = 0;
-  consume_items<false, 1>(a, walk, [&](float (&blk)[kWgmmaN128Accumulators], float (&q)[kWgmmaN128Accumulators],
-                                       const WorkItem& item, int b, TensorTurns&) {
-    const float sw = __ldg(a.w_scale + (item.n0 / kTileRows) * a.w_scale_ld + b);
-    const int s = j % kFp8Stages;
-    barrier_wait(sh.full0 + 8 * s, static_cast<uint32_t>(j / kFp8Stages) & 1u);
-    const uint32_t stage = sh.smem0 + static_cast<uint32_t>(s * kFp8StageBytes);
-    const uint64_t desc_a = wgmma_descriptor(stage + static_cast<uint32_t>(wg * 64 * 128));
-    const uint64_t desc_b = wgmma_descriptor(stage + kFp8TileBytes);
-    wgmma_e4m3_block(blk, desc_a, desc_b);
-    add_scaled_block(q, blk, reinterpret_cast<const float*>(sh.smem + s * kFp8StageBytes + 2 * kFp8TileBytes), sw, t);
-    __syncwarp();
-    if (threadIdx.x % 32 == 0) barrier_arrive(sh.empty0 + 8 * s);
-    ++j;
+  consume_fp8_dense_items(a, walk, sh, [&](const WorkItem& item, int b) {
+    return __ldg(a.w_scale + (item.n0 / kTileRows) * a.w_scale_ld + b);
   });
 }
 

@@ -91,15 +91,21 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[kWgmmaN128Accum
 }
 
 // A 128-wide K block of e4m3 codes (one 128-byte swizzled row per operand row at desc_a and
-// desc_b): its four k32 MMAs into d, the first overwriting it, then the wait for them; kWgmmaFp8's
-// kernels (fp8_mma_gemm.cu's cp.async one, f16_wgmma_gemm.cu's TMA-fed one) share it, so that
-// their block sums are the same instructions.
-__device__ __forceinline__ void wgmma_e4m3_block(float (&d)[kWgmmaN128Accumulators], uint64_t desc_a, uint64_t desc_b) {
+// desc_b): its four k32 MMAs into d, the first overwriting it, issued as one group (not waited
+// for). kWgmmaFp8's kernels (fp8_mma_gemm.cu's cp.async one, through wgmma_e4m3_block, and
+// f16_wgmma_gemm.cu's TMA-fed one, which keeps a block in flight while it adds the last) share it,
+// so that their block sums are the same instructions.
+__device__ __forceinline__ void wgmma_e4m3_issue(float (&d)[kWgmmaN128Accumulators], uint64_t desc_a, uint64_t desc_b) {
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk)  // 32 codes of K each: the descriptors move 2 x 16 bytes
     wgmma_m64n128k32_e4m3(d, desc_a + 2 * kk, desc_b + 2 * kk, kk > 0);
   wgmma_commit();
+}
+
+// wgmma_e4m3_issue, then the wait for its MMAs.
+__device__ __forceinline__ void wgmma_e4m3_block(float (&d)[kWgmmaN128Accumulators], uint64_t desc_a, uint64_t desc_b) {
+  wgmma_e4m3_issue(d, desc_a, desc_b);
   wgmma_wait_all();
   fence_accumulators(d);
 }
