@@ -15,6 +15,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 model=/tmp/dsv4-tiny
 "$here/dsv4" make-model --preset tiny --seed 1 --out "$model" --force 2>/dev/null || status=1
 export DSV4_TINY_MODEL=$model
+# The CPU reference's kernel family, the same on every host (AVX2, which every x86-64 GPU host
+# has): each family sums in its own order, which moves the GPU-vs-CPU figures as much as their
+# margins (tests/model/test_model_cuda.cpp). A caller's own OPENBLAS_CORETYPE wins.
+export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
 # GPU_TESTS (binary names or globs, space-separated, default test_*) picks the test binaries to
 # run; GPU_SANITIZE=0 skips the compute-sanitizer runs and GPU_BENCH=0 the benchmarks, for quick
 # iterations (a full run takes about seven minutes); GPU_SANITIZE_LIMIT (seconds, default 150)

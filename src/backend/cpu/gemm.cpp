@@ -11,6 +11,8 @@ namespace dsv4::cpu {
 
 void configure_blas_threads() { openblas_set_num_threads(1); }
 
+const char* blas_core_name() { return openblas_get_corename(); }
+
 void gemm_xwt(ThreadPool& pool, const float* x, int64_t ldx, int64_t M, int64_t K, const float* w,
               int64_t N, float* y, int64_t ldy) {
   if (M <= 0 || N <= 0) return;

@@ -25,4 +25,10 @@ void gemm_xwt(ThreadPool& pool, const float* x, int64_t ldx, int64_t M, int64_t 
 // switched off, the pool does the splitting.
 void configure_blas_threads();
 
+// The micro-kernel family OpenBLAS chose for this CPU (e.g. "SkylakeX", "Haswell"; the
+// OPENBLAS_CORETYPE environment variable overrides the choice). Each family sums in its own order,
+// so the reference's last bits, and through the FP8 quantisations its logits, depend on it
+// (docs/PERF.md session 45): a comparison against the reference names the family it ran with.
+const char* blas_core_name();
+
 }  // namespace dsv4::cpu
