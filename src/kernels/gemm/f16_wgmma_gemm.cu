@@ -285,6 +285,23 @@ __device__ __forceinline__ int grouped_item_columns(int rows) {
   return rows <= 32 ? 32 : rows <= 64 ? 64 : rows <= 96 ? 96 : kTileRows;
 }
 
+// A consumer thread's 64 sums of an item (the m64n128 accumulator layout of its warpgroup's 64
+// weight rows: x row 8 j + 2 t + (c & 1), weight row g or g + 8 of its warp's 16) into y, those
+// inside the item's rows and n.
+__device__ __forceinline__ void store_item_sums(const F16WgmmaArgs& a, const WorkItem& item,
+                                                const float (&sums)[kWgmmaN128Accumulators]) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wg = warp / 4, warp_in_group = warp % 4, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int r = 8 * j + 2 * t + (c & 1);
+      const int64_t n = item.n0 + 64 * wg + 16 * warp_in_group + g + (c >= 2 ? 8 : 0);
+      if (r < item.rows && n < a.n) store_float(a.y, (item.m0 + r) * a.ldy + n, sums[4 * j + c]);
+    }
+}
+
 // The consumers' walk over the CTA's items: per item, kPasses passes over its K blocks b = pass,
 // pass + kPasses, ... (four: staged_tiles.cuh's order; one: ascending), which the producers' copies
 // follow; block_sums(blk, q, item, b, turns) computes block b's sums into blk (the dense kernel's
@@ -295,9 +312,7 @@ __device__ __forceinline__ int grouped_item_columns(int rows) {
 template <bool kGrouped, int kPasses, class BlockSums>
 __device__ __forceinline__ void consume_items(const F16WgmmaArgs& a, const ItemWalk& walk, BlockSums&& block_sums) {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters) : "memory");
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int wg = warp / 4, warp_in_group = warp % 4, g = lane / 4, t = lane % 4;
-  TensorTurns turns{wg};
+  TensorTurns turns{static_cast<int>(threadIdx.x / 128)};
   for (int64_t i = 0; i < walk.my_items; ++i) {
     const WorkItem item = item_at<kGrouped>(a, walk, i);
     float sum[kWgmmaN128Accumulators], q[kWgmmaN128Accumulators], blk[kWgmmaN128Accumulators];
@@ -315,15 +330,7 @@ __device__ __forceinline__ void consume_items(const F16WgmmaArgs& a, const ItemW
 #pragma unroll
       for (int r = 0; r < kWgmmaN128Accumulators; ++r) sum[r] = pass == 0 ? q[r] : __fadd_rn(sum[r], q[r]);
     }
-
-#pragma unroll
-    for (int j = 0; j < 16; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int r = 8 * j + 2 * t + (c & 1);
-        const int64_t n = item.n0 + 64 * wg + 16 * warp_in_group + g + (c >= 2 ? 8 : 0);
-        if (r < item.rows && n < a.n) store_float(a.y, (item.m0 + r) * a.ldy + n, sum[4 * j + c]);
-      }
+    store_item_sums(a, item, sum);
   }
   turns.finish();
 }
@@ -424,8 +431,7 @@ template <class WeightScale>
 __device__ __forceinline__ void consume_fp8_dense_items(const F16WgmmaArgs& a, const ItemWalk& walk,
                                                         const SharedStages& sh, WeightScale&& weight_scale) {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters) : "memory");
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int wg = warp / 4, warp_in_group = warp % 4, g = lane / 4, t = lane % 4;
+  const int wg = threadIdx.x / 128, lane = threadIdx.x % 32, t = lane % 4;
   int j = 0;  // the CTA's blocks so far: block j sits in stage j % kFp8Stages
   const auto issue = [&](float (&acc)[kWgmmaN128Accumulators], int jb) {
     const int s = jb % kFp8Stages;
@@ -477,15 +483,7 @@ __device__ __forceinline__ void consume_fp8_dense_items(const F16WgmmaArgs& a, c
       add(acc0, b, sw0);
     }
     j += a.kblocks;
-
-#pragma unroll
-    for (int r16 = 0; r16 < 16; ++r16)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int r = 8 * r16 + 2 * t + (c & 1);
-        const int64_t n = item.n0 + 64 * wg + 16 * warp_in_group + g + (c >= 2 ? 8 : 0);
-        if (r < item.rows && n < a.n) store_float(a.y, (item.m0 + r) * a.ldy + n, q[4 * r16 + c]);
-      }
+    store_item_sums(a, item, q);
   }
 }
 
