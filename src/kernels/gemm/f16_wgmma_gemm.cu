@@ -418,9 +418,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   });
 }
 
-// The dense FP8 kernel's consumers: each item's K blocks as before (four wgmma.m64n128k32 e4m3
-// into a fresh accumulator, then q += the block times its scales, blocks in ascending order), but
-// with two accumulators in turn, so that block b + 1's WGMMAs are issued before the warpgroup
+// The dense FP8 kernel's consumers: each item's K blocks (four wgmma.m64n128k32 e4m3 into a fresh
+// accumulator, then q += the block times its scales, blocks in ascending order), with two
+// accumulators in turn, so that block b + 1's WGMMAs are issued before the warpgroup
 // waits for block b's and adds it: the tensor cores keep a block in flight while the warpgroup
 // promotes, where one accumulator left them idle from each wait to the next issue. The same
 // instructions and additions in the same order, so the same bits. A stage is freed once its block
