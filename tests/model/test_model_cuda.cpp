@@ -34,7 +34,8 @@
 //   the width of every margin above. The bounds were set on device hosts whose family was not
 //   recorded; in session 45 an H100 host failed the default's and moved the wgmma figures, most
 //   likely for this (the family was not printed then). The test prints the family, and
-//   scripts/gpu_run.sh pins one (OPENBLAS_CORETYPE) so that hosts compare.
+//   scripts/gpu_run.sh pins one (OPENBLAS_CORETYPE) so that hosts compare; one test measures both
+//   sides' default numerics against the CPU's exact math instead, which the family barely moves.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -126,25 +127,36 @@ class TinyOnCuda : public ::testing::Test {
     return host_floats(ops, model.forward(ops, batch).logits.view());
   }
 
-  static void compare_logits(const std::vector<float>& gpu, const std::vector<float>& cpu, const char* what,
-                             double min_median, double min_argmax, double min_share_above_0999 = 0) {
+  // How two sets of logits [T, V] agree, position by position.
+  struct Agreement {
+    double median = 0, min = 0, share_above_0999 = 0, argmax = 0;
+  };
+  static Agreement agreement(const std::vector<float>& x, const std::vector<float>& y) {
     const int64_t V = cpu_model_->config()->vocab_size;
     std::vector<double> cos;
     int64_t agree = 0, above = 0;
     for (int64_t t = 0; t < kTokens; ++t) {
-      const float* a = gpu.data() + t * V;
-      const float* b = cpu.data() + t * V;
+      const float* a = x.data() + t * V;
+      const float* b = y.data() + t * V;
       cos.push_back(cosine(a, b, V));
       above += cos.back() >= 0.999;
       agree += std::max_element(a, a + V) - a == std::max_element(b, b + V) - b;
     }
-    const double med = median(cos), argmax = double(agree) / kTokens, share = double(above) / kTokens;
-    std::printf("[measure] %s logits GPU vs CPU: cosine median %.6f, min %.6f, share >= 0.999 %.3f; argmax "
-                "agreement %.3f\n",
-                what, med, *std::min_element(cos.begin(), cos.end()), share, argmax);
-    EXPECT_GE(share, min_share_above_0999) << what;
-    EXPECT_GE(med, min_median) << what;
-    EXPECT_GE(argmax, min_argmax) << what;
+    return {median(cos), *std::min_element(cos.begin(), cos.end()), double(above) / kTokens, double(agree) / kTokens};
+  }
+
+  static void print_agreement(const char* what, const char* sides, const Agreement& g) {
+    std::printf("[measure] %s logits %s: cosine median %.6f, min %.6f, share >= 0.999 %.3f; argmax agreement %.3f\n",
+                what, sides, g.median, g.min, g.share_above_0999, g.argmax);
+  }
+
+  static void compare_logits(const std::vector<float>& gpu, const std::vector<float>& cpu, const char* what,
+                             double min_median, double min_argmax, double min_share_above_0999 = 0) {
+    const Agreement g = agreement(gpu, cpu);
+    print_agreement(what, "GPU vs CPU", g);
+    EXPECT_GE(g.share_above_0999, min_share_above_0999) << what;
+    EXPECT_GE(g.median, min_median) << what;
+    EXPECT_GE(g.argmax, min_argmax) << what;
   }
 
   static std::unique_ptr<cpu::CpuOps> cpu_;
@@ -177,6 +189,24 @@ TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumericsOnCublasLt) {
 TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumericsOnWgmma) {
   compare_logits(prefill_logits(*wgmma_model_, *wgmma_, false), prefill_logits(*cpu_model_, *cpu_, false),
                  "default, FP8 tensor cores (wgmma) at prefill sizes", 0.9968, 0.73);
+}
+
+// Each side's default numerics against the CPU's exact math: the FP8 quantisations' own distance,
+// which does not move with the reference host's OpenBLAS kernel family the way GPU vs CPU does
+// (the exact-math paths agree to the last digit; the CPU's default measured 0.997235-0.997260 /
+// 72-74% against it over three families, docs/PERF.md session 45). The GPU's default must be as
+// close to exact math as the CPU's, within that spread and a margin (5e-4 of median cosine, 6
+// points of argmax); wgmma's figure is printed beside them.
+TEST_F(TinyOnCuda, DefaultNumericsAsCloseToExactMathAsTheCpus) {
+  const std::vector<float> exact = prefill_logits(*cpu_model_, *cpu_, true);
+  const Agreement cpu = agreement(prefill_logits(*cpu_model_, *cpu_, false), exact);
+  const Agreement gpu = agreement(prefill_logits(*gpu_model_, *gpu_, false), exact);
+  const Agreement wgmma = agreement(prefill_logits(*wgmma_model_, *wgmma_, false), exact);
+  print_agreement("default", "CPU vs CPU exact math", cpu);
+  print_agreement("default", "GPU vs CPU exact math", gpu);
+  print_agreement("default, FP8 tensor cores (wgmma) at prefill sizes", "GPU vs CPU exact math", wgmma);
+  EXPECT_GE(gpu.median, cpu.median - 5e-4);
+  EXPECT_GE(gpu.argmax, cpu.argmax - 0.06);
 }
 
 TEST_F(TinyOnCuda, WholeModelLogitsExactMath) {
