@@ -4,12 +4,14 @@
 // forced; f16 WGMMA with and without its operands' conversions; plus which one a default linear
 // runs), and prints time, TFLOP/s and weight GB/s (of the default) beside the H200's memory floor
 // (4.28 TB/s).
-// Usage: bench_fp8_gemm [iterations]
+// Usage: bench_fp8_gemm [iterations [gemm [rows]]]: gemm (a substring of a row's name, e.g. wq_b)
+// and rows pick one row of the table, so that ncu can profile its launches alone.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/device.h"
@@ -38,6 +40,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int iters = argc > 1 ? std::atoi(argv[1]) : 50;
+  const std::string only_gemm = argc > 2 ? argv[2] : "";
+  const int64_t only_rows = argc > 3 ? std::atoll(argv[3]) : 0;
+  if (iters < 1 || (argc > 3 && only_rows < 1)) {
+    std::fprintf(stderr, "usage: bench_fp8_gemm [iterations >= 1 [gemm name substring [rows >= 1]]]\n");
+    return 2;
+  }
   const Case cases[] = {{"wq_a+wkv (fused)", 1536, 4096}, {"wq_b", 32768, 1024}, {"wo_b", 4096, 8192},
                         {"shared/expert w1", 2048, 4096}, {"shared/expert w2", 4096, 2048},
                         {"N=4096 K=7168", 4096, 7168}};
@@ -48,7 +56,9 @@ int main(int argc, char** argv) {
               "GB/s", "floor us");
   cuda::Fp8BlockGemm gemm;
   for (const Case& c : cases) {
+    if (std::string(c.name).find(only_gemm) == std::string::npos) continue;
     for (int64_t m : ms) {
+      if (only_rows > 0 && m != only_rows) continue;
       const int64_t mp = cuda::fp8_gemm_padded_m(m);
       uint16_t *x, *out;
       uint8_t *xq, *w;
