@@ -101,6 +101,8 @@ class TinyOnCuda : public ::testing::Test {
     ids_ = test_ids(kTokens, cpu_model_->config()->vocab_size, 5);
   }
   static void TearDownTestSuite() {
+    cpu_logits_[0].clear();
+    cpu_logits_[1].clear();
     wgmma_model_.reset();
     wgmma_.reset();
     tc_model_.reset();
@@ -125,6 +127,14 @@ class TinyOnCuda : public ::testing::Test {
     batch.observer = obs;
     batch.add(cache, ids_);
     return host_floats(ops, model.forward(ops, batch).logits.view());
+  }
+
+  // The reference: the CPU's logits of the test ids, by default numerics (exact false) or exact
+  // math, computed once for the suite's tests.
+  static const std::vector<float>& cpu_logits(bool exact) {
+    std::vector<float>& logits = cpu_logits_[exact ? 1 : 0];
+    if (logits.empty()) logits = prefill_logits(*cpu_model_, *cpu_, exact);
+    return logits;
   }
 
   // How two sets of logits [T, V] agree, position by position.
@@ -164,30 +174,32 @@ class TinyOnCuda : public ::testing::Test {
   static std::unique_ptr<cuda::CudaOps> gpu_, simple_, tc_, wgmma_;
   static std::unique_ptr<Model> cpu_model_, gpu_model_, simple_model_, tc_model_, wgmma_model_;
   static std::vector<int32_t> ids_;
+  static std::vector<float> cpu_logits_[2];
 };
 std::unique_ptr<cpu::CpuOps> TinyOnCuda::cpu_;
 std::unique_ptr<cuda::CudaOps> TinyOnCuda::gpu_, TinyOnCuda::simple_, TinyOnCuda::tc_, TinyOnCuda::wgmma_;
 std::unique_ptr<Model> TinyOnCuda::cpu_model_, TinyOnCuda::gpu_model_, TinyOnCuda::simple_model_,
     TinyOnCuda::tc_model_, TinyOnCuda::wgmma_model_;
 std::vector<int32_t> TinyOnCuda::ids_;
+std::vector<float> TinyOnCuda::cpu_logits_[2];
 
 TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumerics) {
-  compare_logits(prefill_logits(*gpu_model_, *gpu_, false), prefill_logits(*cpu_model_, *cpu_, false), "default",
+  compare_logits(prefill_logits(*gpu_model_, *gpu_, false), cpu_logits(false), "default",
                  0.9984, 0.77);
 }
 
 TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumericsOnCudaCores) {
-  compare_logits(prefill_logits(*simple_model_, *simple_, false), prefill_logits(*cpu_model_, *cpu_, false),
+  compare_logits(prefill_logits(*simple_model_, *simple_, false), cpu_logits(false),
                  "default, FP8 linears and attention in the CPU's order on CUDA cores", 0.9987, 0.80);
 }
 
 TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumericsOnCublasLt) {
-  compare_logits(prefill_logits(*tc_model_, *tc_, false), prefill_logits(*cpu_model_, *cpu_, false),
+  compare_logits(prefill_logits(*tc_model_, *tc_, false), cpu_logits(false),
                  "default, cuBLASLt FP8 tensor cores", 0.99, 0.5);
 }
 
 TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumericsOnWgmma) {
-  compare_logits(prefill_logits(*wgmma_model_, *wgmma_, false), prefill_logits(*cpu_model_, *cpu_, false),
+  compare_logits(prefill_logits(*wgmma_model_, *wgmma_, false), cpu_logits(false),
                  "default, FP8 tensor cores (wgmma) at prefill sizes", 0.9968, 0.73);
 }
 
@@ -198,8 +210,8 @@ TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumericsOnWgmma) {
 // close to exact math as the CPU's, within that spread and a margin (5e-4 of median cosine, 6
 // points of argmax); wgmma's figure is printed beside them.
 TEST_F(TinyOnCuda, DefaultNumericsAsCloseToExactMathAsTheCpus) {
-  const std::vector<float> exact = prefill_logits(*cpu_model_, *cpu_, true);
-  const Agreement cpu = agreement(prefill_logits(*cpu_model_, *cpu_, false), exact);
+  const std::vector<float>& exact = cpu_logits(true);
+  const Agreement cpu = agreement(cpu_logits(false), exact);
   const Agreement gpu = agreement(prefill_logits(*gpu_model_, *gpu_, false), exact);
   const Agreement wgmma = agreement(prefill_logits(*wgmma_model_, *wgmma_, false), exact);
   print_agreement("default", "CPU vs CPU exact math", cpu);
@@ -210,7 +222,7 @@ TEST_F(TinyOnCuda, DefaultNumericsAsCloseToExactMathAsTheCpus) {
 }
 
 TEST_F(TinyOnCuda, WholeModelLogitsExactMath) {
-  compare_logits(prefill_logits(*gpu_model_, *gpu_, true), prefill_logits(*cpu_model_, *cpu_, true), "exact-math",
+  compare_logits(prefill_logits(*gpu_model_, *gpu_, true), cpu_logits(true), "exact-math",
                  0.9999, 0.95, 0.95);
 }
 
