@@ -36,6 +36,10 @@
 //   likely for this (the family was not printed then). The test prints the family, and
 //   scripts/gpu_run.sh pins one (OPENBLAS_CORETYPE) so that hosts compare; one test measures both
 //   sides' default numerics against the CPU's exact math instead, which the family barely moves.
+//   Under the pinned family (Haswell; session 46, H100) the default measured 0.998174 / 81.7% and
+//   kSimple + CPU order 0.998235 / 82.7%, hence 0.9981 / 80% and 0.9982 / 81%; against exact
+//   math the GPU's default measured 0.997257 / 75.0% beside the CPU's 0.997260 / 74.0% (wgmma
+//   0.997296 / 77.7%), hence 1e-4 of median cosine and 2 points of argmax under the CPU's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -185,12 +189,12 @@ std::vector<float> TinyOnCuda::cpu_logits_[2];
 
 TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumerics) {
   compare_logits(prefill_logits(*gpu_model_, *gpu_, false), cpu_logits(false), "default",
-                 0.9984, 0.77);
+                 0.9981, 0.80);
 }
 
 TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumericsOnCudaCores) {
   compare_logits(prefill_logits(*simple_model_, *simple_, false), cpu_logits(false),
-                 "default, FP8 linears and attention in the CPU's order on CUDA cores", 0.9987, 0.80);
+                 "default, FP8 linears and attention in the CPU's order on CUDA cores", 0.9982, 0.81);
 }
 
 TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumericsOnCublasLt) {
@@ -206,9 +210,9 @@ TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumericsOnWgmma) {
 // Each side's default numerics against the CPU's exact math: the FP8 quantisations' own distance,
 // which does not move with the reference host's OpenBLAS kernel family the way GPU vs CPU does
 // (the exact-math paths agree to the last digit; the CPU's default measured 0.997235-0.997260 /
-// 72-74% against it over three families, docs/PERF.md session 45). The GPU's default must be as
-// close to exact math as the CPU's, within that spread and a margin (5e-4 of median cosine, 6
-// points of argmax); wgmma's figure is printed beside them.
+// 72-74% against it over three families, docs/PERF.md session 45). The GPU's default, and the
+// wgmma GEMMs', must be as close to exact math as the CPU's, within 1e-4 of median cosine and 2
+// points of argmax (measured above it and 3e-6 under it: the header).
 TEST_F(TinyOnCuda, DefaultNumericsAsCloseToExactMathAsTheCpus) {
   const std::vector<float>& exact = cpu_logits(true);
   const Agreement cpu = agreement(cpu_logits(false), exact);
@@ -217,8 +221,10 @@ TEST_F(TinyOnCuda, DefaultNumericsAsCloseToExactMathAsTheCpus) {
   print_agreement("default", "CPU vs CPU exact math", cpu);
   print_agreement("default", "GPU vs CPU exact math", gpu);
   print_agreement("default, FP8 tensor cores (wgmma) at prefill sizes", "GPU vs CPU exact math", wgmma);
-  EXPECT_GE(gpu.median, cpu.median - 5e-4);
-  EXPECT_GE(gpu.argmax, cpu.argmax - 0.06);
+  for (const Agreement* g : {&gpu, &wgmma}) {
+    EXPECT_GE(g->median, cpu.median - 1e-4) << (g == &gpu ? "default" : "wgmma");
+    EXPECT_GE(g->argmax, cpu.argmax - 0.02) << (g == &gpu ? "default" : "wgmma");
+  }
 }
 
 TEST_F(TinyOnCuda, WholeModelLogitsExactMath) {
