@@ -2,7 +2,7 @@
 // conversion, for kernels that quantise many values: cvt.rn.satfinite.e4m3x2.f32 rounds to nearest
 // even (subnormals included) and clamps magnitudes past 448, infinities too, to +-448 as
 // float_to_e4m3 does; only NaNs differ (float_to_e4m3 keeps the sign: sign | 0x7f), so they are
-// set apart. tests/ops/e4m3_cast_check.cu compares the two over every float.
+// set apart. tests/ops/cast_checks.cu compares the two over every float.
 #pragma once
 
 #include <cuda_fp8.h>

@@ -5,6 +5,9 @@
 #include <cstdint>
 
 #include "core/numeric.h"
+#if defined(__CUDACC__)
+#include "kernels/bf16_cast.cuh"
+#endif
 
 namespace dsv4::kernels {
 
@@ -56,8 +59,7 @@ __device__ __forceinline__ void store_float8(MutFloatPtr p, int64_t i, const flo
   if (p.bf16) {
     uint32_t words[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-      words[j] = static_cast<uint32_t>(float_to_bf16(v[2 * j])) | static_cast<uint32_t>(float_to_bf16(v[2 * j + 1])) << 16;
+    for (int j = 0; j < 4; ++j) words[j] = float2_to_bf16x2(v[2 * j], v[2 * j + 1]);
     *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.data) + i) = make_uint4(words[0], words[1], words[2], words[3]);
   } else {
     auto* f = reinterpret_cast<float4*>(static_cast<float*>(p.data) + i);

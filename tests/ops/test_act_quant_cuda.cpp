@@ -18,7 +18,7 @@
 #include "kernels/moe/expert_rows.h"
 #include "kernels/moe/swiglu.h"
 #include "tests/ops/cuda_test_util.h"
-#include "tests/ops/e4m3_cast_check.h"
+#include "tests/ops/cast_checks.h"
 
 namespace dsv4 {
 namespace {

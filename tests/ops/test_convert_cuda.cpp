@@ -1,5 +1,6 @@
-// The device runs core/numeric.h's roundings bit-identically to the host, and the FP8
-// block-scaled dequantisation kernel matches the host formula. Skips where no GPU exists.
+// The device runs core/numeric.h's roundings bit-identically to the host (the hardware bf16 pair
+// conversion too, over every float), and the FP8 block-scaled dequantisation kernel matches the
+// host formula. Skips where no GPU exists.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include "core/numeric.h"
 #include "kernels/convert.h"
 #include "kernels/cuda_check.h"
+#include "tests/ops/cast_checks.h"
 #include "tests/ops/cuda_test_util.h"
 
 namespace dsv4 {
@@ -83,6 +85,19 @@ TEST(ConvertCuda, DequantFp8BlockMatchesHost) {
       const float want = e4m3_to_float(w[r * cols + c]) * e8m0_to_float(s[(r / 128) * scols + c / 128]);
       ASSERT_EQ(out[r * cols + c], float_to_bf16(want)) << "at [" << r << ", " << c << "]";
     }
+}
+
+// The hardware conversion the kernels' paired bf16 stores round with (kernels/bf16_cast.cuh) gives
+// float_to_bf16's bits for every float, in either half of the pair.
+TEST(ConvertCuda, HardwareBf16PairGivesTheCpuBitsForEveryFloat) {
+  DSV4_SKIP_WITHOUT_GPU();
+  DeviceBuffer<unsigned long long> mismatches(1);
+  DeviceBuffer<uint32_t> first_bad(1);
+  mismatches.upload({0});
+  first_bad.upload({0});
+  testing::launch_bf16_cast_check(mismatches.get(), first_bad.get());
+  DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(mismatches.download()[0], 0u) << "e.g. float bits 0x" << std::hex << first_bad.download()[0];
 }
 
 TEST(ConvertCuda, ErrorPathFailedCallsThrowCudaError) {
