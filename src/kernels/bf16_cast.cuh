@@ -11,13 +11,19 @@
 
 namespace dsv4::kernels {
 
-// float_to_bf16(lo) in the low half, float_to_bf16(hi) in the high half.
-__device__ __forceinline__ uint32_t float2_to_bf16x2(float lo, float hi) {
+// The hardware's pair: float_to_bf16(lo) in the low half and float_to_bf16(hi) in the high half
+// for every float but NaN (for callers that have set NaNs apart themselves).
+__device__ __forceinline__ uint32_t float2_to_bf16x2_unless_nan(float lo, float hi) {
   uint32_t pair;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(pair) : "f"(hi), "f"(lo));
-  if (isnan(lo) || isnan(hi))
-    pair = static_cast<uint32_t>(float_to_bf16(lo)) | static_cast<uint32_t>(float_to_bf16(hi)) << 16;
   return pair;
+}
+
+// float_to_bf16(lo) in the low half, float_to_bf16(hi) in the high half.
+__device__ __forceinline__ uint32_t float2_to_bf16x2(float lo, float hi) {
+  if (isnan(lo) || isnan(hi))
+    return static_cast<uint32_t>(float_to_bf16(lo)) | static_cast<uint32_t>(float_to_bf16(hi)) << 16;
+  return float2_to_bf16x2_unless_nan(lo, hi);
 }
 
 }  // namespace dsv4::kernels

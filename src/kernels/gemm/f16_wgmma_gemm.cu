@@ -65,6 +65,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "kernels/bf16_cast.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/float_ptr.h"
 #include "kernels/gemm/e2m1_fp16.cuh"
@@ -287,19 +288,60 @@ __device__ __forceinline__ int grouped_item_columns(int rows) {
 
 // A consumer thread's 64 sums of an item (the m64n128 accumulator layout of its warpgroup's 64
 // weight rows: x row 8 j + 2 t + (c & 1), weight row g or g + 8 of its warp's 16) into y, those
-// inside the item's rows and n.
+// inside the item's rows and n. The thread's values lie in y's columns n and n + 8 of rows
+// 2 t + 8 j and the next, so each is a store of its own; what the stores cost is the work around
+// them. ncu found this epilogue holding 42% of the FP8 dense kernel's stall samples and 40% of its
+// instructions at wq_b's shape (32768 x 1024, 8,192 rows; docs/PERF.md session 46), ~21
+// instructions a value: the dtype tested, bounds and a 64-bit address computed and the software
+// bf16 rounding, each value apart. Here the dtype and the columns' bounds are tested once, a row
+// pointer moves 8 rows a step, and two rows' values round in one hardware conversion, which gives
+// float_to_bf16's bits for all but NaNs (kernels/bf16_cast.cuh): a thread whose sums hold a NaN or
+// an infinity (v x 0 is NaN for those alone) stores through store_float instead. Staging the
+// values in shared memory for 16-byte stores halved the instructions again but was slower
+// (session 46: each 16-row chunk's write, warp sync, read and store ran as a dependent chain,
+// where these stores are independent).
 __device__ __forceinline__ void store_item_sums(const F16WgmmaArgs& a, const WorkItem& item,
                                                 const float (&sums)[kWgmmaN128Accumulators]) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int wg = warp / 4, warp_in_group = warp % 4, g = lane / 4, t = lane % 4;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t n = item.n0 + 16 * warp + g;  // the thread's weight rows n and n + 8 (16 warp = 64 wg + 16 warp in wg)
+  const bool n0_in = n < a.n, n8_in = n + 8 < a.n;
+  const int64_t first = (item.m0 + 2 * t) * a.ldy + n, step = 8 * a.ldy;
+  const int rows = item.rows - 2 * t;  // the item's rows from the thread's first
+  if (!a.y.bf16) {
+    float* y = static_cast<float*>(a.y.data) + first;
 #pragma unroll
-  for (int j = 0; j < 16; ++j)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int r = 8 * j + 2 * t + (c & 1);
-      const int64_t n = item.n0 + 64 * wg + 16 * warp_in_group + g + (c >= 2 ? 8 : 0);
-      if (r < item.rows && n < a.n) store_float(a.y, (item.m0 + r) * a.ldy + n, sums[4 * j + c]);
+    for (int j = 0; j < 16; ++j, y += step) {
+      const bool row0 = 8 * j < rows, row1 = 8 * j + 1 < rows;
+      if (row0 & n0_in) y[0] = sums[4 * j];
+      if (row0 & n8_in) y[8] = sums[4 * j + 2];
+      if (row1 & n0_in) y[a.ldy] = sums[4 * j + 1];
+      if (row1 & n8_in) y[a.ldy + 8] = sums[4 * j + 3];
     }
+    return;
+  }
+  float probe[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // NaN iff a sum is NaN or infinite
+#pragma unroll
+  for (int r = 0; r < kWgmmaN128Accumulators; ++r) probe[r % 4] = fmaf(sums[r], 0.0f, probe[r % 4]);
+  if (isnan(probe[0] + probe[1] + probe[2] + probe[3])) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        if (((c & 1) + 8 * j < rows) & (c >= 2 ? n8_in : n0_in))
+          store_float(a.y, first + (8 * j + (c & 1)) * a.ldy + (c >= 2 ? 8 : 0), sums[4 * j + c]);
+    return;
+  }
+  uint16_t* y = static_cast<uint16_t*>(a.y.data) + first;
+#pragma unroll
+  for (int j = 0; j < 16; ++j, y += step) {
+    const uint32_t col0 = float2_to_bf16x2_unless_nan(sums[4 * j], sums[4 * j + 1]);  // rows 8 j, 8 j + 1 of column n
+    const uint32_t col8 = float2_to_bf16x2_unless_nan(sums[4 * j + 2], sums[4 * j + 3]);
+    const bool row0 = 8 * j < rows, row1 = 8 * j + 1 < rows;
+    if (row0 & n0_in) y[0] = static_cast<uint16_t>(col0);
+    if (row0 & n8_in) y[8] = static_cast<uint16_t>(col8);
+    if (row1 & n0_in) y[a.ldy] = static_cast<uint16_t>(col0 >> 16);
+    if (row1 & n8_in) y[a.ldy + 8] = static_cast<uint16_t>(col8 >> 16);
+  }
 }
 
 // The consumers' walk over the CTA's items: per item, kPasses passes over its K blocks b = pass,
