@@ -296,7 +296,7 @@ __device__ __forceinline__ int grouped_item_columns(int rows) {
 // bf16 rounding, each value apart. Here the dtype and the columns' bounds are tested once, a row
 // pointer moves 8 rows a step, and two rows' values round in one hardware conversion, which gives
 // float_to_bf16's bits for all but NaNs (kernels/bf16_cast.cuh): a thread whose sums hold a NaN or
-// an infinity (v x 0 is NaN for those alone) stores through store_float instead. Staging the
+// an infinity (v x 0 is NaN for those alone) rounds each value by float_to_bf16 instead. Staging the
 // values in shared memory for 16-byte stores halved the instructions again but was slower
 // (session 46: each 16-row chunk's write, warp sync, read and store ran as a dependent chain,
 // where these stores are independent).
@@ -322,16 +322,18 @@ __device__ __forceinline__ void store_item_sums(const F16WgmmaArgs& a, const Wor
   float probe[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // NaN iff a sum is NaN or infinite
 #pragma unroll
   for (int r = 0; r < kWgmmaN128Accumulators; ++r) probe[r % 4] = fmaf(sums[r], 0.0f, probe[r % 4]);
+  uint16_t* y = static_cast<uint16_t*>(a.y.data) + first;
   if (isnan(probe[0] + probe[1] + probe[2] + probe[3])) {
 #pragma unroll
-    for (int j = 0; j < 16; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c)
-        if (((c & 1) + 8 * j < rows) & (c >= 2 ? n8_in : n0_in))
-          store_float(a.y, first + (8 * j + (c & 1)) * a.ldy + (c >= 2 ? 8 : 0), sums[4 * j + c]);
+    for (int j = 0; j < 16; ++j, y += step) {
+      const bool row0 = 8 * j < rows, row1 = 8 * j + 1 < rows;
+      if (row0 & n0_in) y[0] = float_to_bf16(sums[4 * j]);
+      if (row0 & n8_in) y[8] = float_to_bf16(sums[4 * j + 2]);
+      if (row1 & n0_in) y[a.ldy] = float_to_bf16(sums[4 * j + 1]);
+      if (row1 & n8_in) y[a.ldy + 8] = float_to_bf16(sums[4 * j + 3]);
+    }
     return;
   }
-  uint16_t* y = static_cast<uint16_t*>(a.y.data) + first;
 #pragma unroll
   for (int j = 0; j < 16; ++j, y += step) {
     const uint32_t col0 = float2_to_bf16x2_unless_nan(sums[4 * j], sums[4 * j + 1]);  // rows 8 j, 8 j + 1 of column n
@@ -346,18 +348,30 @@ __device__ __forceinline__ void store_item_sums(const F16WgmmaArgs& a, const Wor
 
 // The consumers' walk over the CTA's items: per item, kPasses passes over its K blocks b = pass,
 // pass + kPasses, ... (four: staged_tiles.cuh's order; one: ascending), which the producers' copies
-// follow; block_sums(blk, q, item, b, turns) computes block b's sums into blk (the dense kernel's
-// first MMA overwrites them; for the grouped one they are zeroed and fenced, all 128 columns
-// whatever an item's MMAs cover: before the wait for the stage, this costs nothing) and adds them,
-// scaled by the block's weight scale and x's scales, into the pass's lane sums q; the passes' sums
-// add in order, and the item's outputs are stored.
-template <bool kGrouped, int kPasses, class BlockSums>
-__device__ __forceinline__ void consume_items(const F16WgmmaArgs& a, const ItemWalk& walk, BlockSums&& block_sums) {
+// follow. Block b's sums come in two calls: issue(blk, item, b) starts its MMAs into blk (the dense
+// kernel waits for its stages and issues its WGMMAs, whose first overwrites blk; the grouped
+// kernel's MMAs start in finish, and its blk is zeroed and fenced here, all 128 columns whatever an
+// item's MMAs cover: before the wait for the stage, this costs nothing), and finish(blk, q, item,
+// b, turns) completes them and adds them, scaled by the block's weight scale and x's scales, into
+// the pass's lane sums q. The passes' sums add in order into `sum`. The dense kernel stores them
+// once the next item's first block is issued: its MMAs then run under the stores, where the tensor
+// cores idled while a CTA stored (the sums stay in `sum` until the next item's first pass ends; an
+// MMA in flight across the loop's back edge made ptxas wait for every WGMMA, C7514, so the store
+// moves into the next iteration instead). The grouped kernel stores at the item's end: its MMAs
+// start in finish, and `sum` held longer spilled.
+template <bool kGrouped, int kPasses, class Issue, class Finish>
+__device__ __forceinline__ void consume_items(const F16WgmmaArgs& a, const ItemWalk& walk, Issue&& issue,
+                                              Finish&& finish) {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters) : "memory");
   TensorTurns turns{static_cast<int>(threadIdx.x / 128)};
+  float sum[kWgmmaN128Accumulators], q[kWgmmaN128Accumulators], blk[kWgmmaN128Accumulators];
+  WorkItem stored_next;  // dense: the item whose sums `sum` holds, once i > 0
   for (int64_t i = 0; i < walk.my_items; ++i) {
     const WorkItem item = item_at<kGrouped>(a, walk, i);
-    float sum[kWgmmaN128Accumulators], q[kWgmmaN128Accumulators], blk[kWgmmaN128Accumulators];
+    if constexpr (!kGrouped) {  // block 0's MMAs, then the last item's stores under them
+      issue(blk, item, 0);
+      if (i > 0) store_item_sums(a, stored_next, sum);
+    }
     for (int pass = 0; pass < kPasses; ++pass) {
 #pragma unroll
       for (float& v : q) v = 0.0f;
@@ -367,13 +381,16 @@ __device__ __forceinline__ void consume_items(const F16WgmmaArgs& a, const ItemW
           for (float& v : blk) v = 0.0f;
           fence_accumulators(blk);
         }
-        block_sums(blk, q, item, b, turns);
+        if (kGrouped || b > 0) issue(blk, item, b);
+        finish(blk, q, item, b, turns);
       }
 #pragma unroll
       for (int r = 0; r < kWgmmaN128Accumulators; ++r) sum[r] = pass == 0 ? q[r] : __fadd_rn(sum[r], q[r]);
     }
-    store_item_sums(a, item, sum);
+    if constexpr (kGrouped) store_item_sums(a, item, sum);
+    else stored_next = item;
   }
+  if (!kGrouped && walk.my_items > 0) store_item_sums(a, stored_next, sum);
   turns.finish();
 }
 
@@ -426,9 +443,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int wg = threadIdx.x / 128, t = threadIdx.x % 4;
   int step = 0;
-  consume_items<false, 4>(a, walk, [&](float (&blk)[kWgmmaN128Accumulators], float (&q)[kWgmmaN128Accumulators],
-                                       const WorkItem& item, int b, TensorTurns&) {
-    const float sw = a.w_scale != nullptr ? __ldg(a.w_scale + (item.n0 / kTileRows) * a.w_scale_ld + b) : 1.0f;
+  const auto issue = [&](float (&blk)[kWgmmaN128Accumulators], const WorkItem&, int) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int s = (step + half) % kDenseStages;
@@ -443,6 +458,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         else wgmma_m64n128k16_16bit<kBf16>(blk, desc_a + 2 * kk, desc_b + 2 * kk);
       wgmma_commit();
     }
+  };
+  consume_items<false, 4>(a, walk, issue,
+                          [&](float (&blk)[kWgmmaN128Accumulators], float (&q)[kWgmmaN128Accumulators],
+                              const WorkItem& item, int b, TensorTurns&) {
+    const float sw = a.w_scale != nullptr ? __ldg(a.w_scale + (item.n0 / kTileRows) * a.w_scale_ld + b) : 1.0f;
     wgmma_wait_all();
     fence_accumulators(blk);
     const int scale_stage = (step + 1) % kDenseStages;
@@ -485,9 +505,13 @@ __device__ __forceinline__ void consume_fp8_dense_items(const F16WgmmaArgs& a, c
     wgmma_e4m3_issue(acc, desc_a, desc_b);
     fence_accumulators(acc);
   };
+  float q[kWgmmaN128Accumulators], acc0[kWgmmaN128Accumulators], acc1[kWgmmaN128Accumulators];
+  WorkItem stored_next;  // the item whose sums q holds, once i > 0
   for (int64_t i = 0; i < walk.my_items; ++i) {
     const WorkItem item = item_at<false>(a, walk, i);
-    float q[kWgmmaN128Accumulators], acc0[kWgmmaN128Accumulators], acc1[kWgmmaN128Accumulators];
+    float sw0 = weight_scale(item, 0), sw1 = 0.0f;
+    issue(acc0, j);
+    if (i > 0) store_item_sums(a, stored_next, q);  // under block 0's MMAs
 #pragma unroll
     for (float& v : q) v = 0.0f;
     // Block b's WGMMAs are done (its wait came first): q += it times its scales (the weight's, sw,
@@ -500,8 +524,6 @@ __device__ __forceinline__ void consume_fp8_dense_items(const F16WgmmaArgs& a, c
       __syncwarp();
       if (lane == 0) barrier_arrive(sh.empty0 + 8 * s);
     };
-    float sw0 = weight_scale(item, 0), sw1 = 0.0f;
-    issue(acc0, j);
     int b = 0;  // acc0 holds block b (issued)
     for (; b + 2 < a.kblocks; b += 2) {
       sw1 = weight_scale(item, b + 1);
@@ -525,8 +547,9 @@ __device__ __forceinline__ void consume_fp8_dense_items(const F16WgmmaArgs& a, c
       add(acc0, b, sw0);
     }
     j += a.kblocks;
-    store_item_sums(a, item, q);
+    stored_next = item;
   }
+  if (walk.my_items > 0) store_item_sums(a, stored_next, q);
 }
 
 // fp8_mma_gemm's kWgmmaFp8 for dense calls: the dense kernel's persistent walk, TMA producer and
@@ -690,8 +713,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The lane's weight rows of the tile: row0 and row0 + 8.
   const int row0 = 64 * (threadIdx.x / 128) + 16 * (threadIdx.x / 32 % 4) + lane / 4, row1 = row0 + 8;
   int j = 0;
-  consume_items<true, 4>(a, walk, [&](float (&blk)[kWgmmaN128Accumulators], float (&q)[kWgmmaN128Accumulators],
-                                      const WorkItem& item, int, TensorTurns& turns) {
+  consume_items<true, 4>(a, walk, [](float (&)[kWgmmaN128Accumulators], const WorkItem&, int) {},
+                         [&](float (&blk)[kWgmmaN128Accumulators], float (&q)[kWgmmaN128Accumulators],
+                             const WorkItem& item, int, TensorTurns& turns) {
     const int columns = grouped_item_columns(item.rows);
     const int s = j % kE2m1Stages;
     barrier_wait(sh.full0 + 8 * s, static_cast<uint32_t>(j / kE2m1Stages) & 1u);
