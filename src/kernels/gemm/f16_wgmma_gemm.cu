@@ -484,11 +484,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 // accumulator, then q += the block times its scales, blocks in ascending order), with two
 // accumulators in turn, so that block b + 1's WGMMAs are issued before the warpgroup
 // waits for block b's and adds it: the tensor cores keep a block in flight while the warpgroup
-// promotes, where one accumulator left them idle from each wait to the next issue. The same
-// instructions and additions in the same order, so the same bits. A stage is freed once its block
-// is added (the next block's WGMMAs are then in flight). The accumulators are pinned around each
-// issue too: without that, ptxas saw the adds of one accumulator inside the other's WGMMAs'
-// pipeline stage and serialised every WGMMA (C7514). 212 registers a consumer thread, no spills.
+// promotes, where one accumulator left them idle from each wait to the next issue. An item's
+// outputs are stored once the next item's first block is issued (consume_items says why there).
+// The same instructions and additions in the same order, so the same bits. A stage is freed once
+// its block is added (the next block's WGMMAs are then in flight). The accumulators are pinned
+// around each issue too: without that, ptxas saw the adds of one accumulator inside the other's
+// WGMMAs' pipeline stage and serialised every WGMMA (C7514). No spills.
 template <class WeightScale>
 __device__ __forceinline__ void consume_fp8_dense_items(const F16WgmmaArgs& a, const ItemWalk& walk,
                                                         const SharedStages& sh, WeightScale&& weight_scale) {
