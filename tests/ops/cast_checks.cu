@@ -1,11 +1,12 @@
-// launch_e4m3_cast_check and launch_bf16_cast_check (cast_checks.h): grid-strided walks over the
-// 2^32 patterns.
+// e4m3_cast_mismatches and bf16_cast_mismatches (cast_checks.h): grid-strided walks over the 2^32
+// patterns.
 #include "tests/ops/cast_checks.h"
 
 #include "core/numeric.h"
 #include "kernels/bf16_cast.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/e4m3_cast.cuh"
+#include "tests/ops/cuda_test_util.h"
 
 namespace dsv4::testing {
 namespace {
@@ -36,16 +37,22 @@ __global__ void bf16_cast_check_kernel(unsigned long long* mismatches, uint32_t*
              [](float lo, float hi) { return float_to_bf16(lo) | static_cast<uint32_t>(float_to_bf16(hi)) << 16; });
 }
 
+// Runs `kernel` over every pattern and reads back what it found.
+CastMismatches run_check(void (*kernel)(unsigned long long*, uint32_t*)) {
+  DeviceBuffer<unsigned long long> mismatches(1);
+  DeviceBuffer<uint32_t> first_bad(1);
+  mismatches.upload({0});
+  first_bad.upload({0});
+  kernel<<<1024, 256>>>(mismatches.get(), first_bad.get());
+  DSV4_CUDA_CHECK(cudaGetLastError());
+  DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+  return {mismatches.download()[0], first_bad.download()[0]};
+}
+
 }  // namespace
 
-void launch_e4m3_cast_check(unsigned long long* mismatches, uint32_t* first_bad) {
-  e4m3_cast_check_kernel<<<1024, 256>>>(mismatches, first_bad);
-  DSV4_CUDA_CHECK(cudaGetLastError());
-}
+CastMismatches e4m3_cast_mismatches() { return run_check(e4m3_cast_check_kernel); }
 
-void launch_bf16_cast_check(unsigned long long* mismatches, uint32_t* first_bad) {
-  bf16_cast_check_kernel<<<1024, 256>>>(mismatches, first_bad);
-  DSV4_CUDA_CHECK(cudaGetLastError());
-}
+CastMismatches bf16_cast_mismatches() { return run_check(bf16_cast_check_kernel); }
 
 }  // namespace dsv4::testing

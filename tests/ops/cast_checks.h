@@ -7,11 +7,15 @@
 
 namespace dsv4::testing {
 
+// How many float patterns a pair conversion rounds otherwise than the CPU, and one of them.
+struct CastMismatches {
+  unsigned long long count = 0;
+  uint32_t first_bad = 0;
+};
+
 // Every pattern u goes through the pair conversion as lo (paired with ~u as hi) and as hi (paired
-// with u ^ 0x80000000 as lo), so both positions see every float. Adds the patterns whose codes
-// differ to *mismatches and writes one of them to *first_bad (both device memory, zeroed by the
-// caller).
-void launch_e4m3_cast_check(unsigned long long* mismatches, uint32_t* first_bad);
-void launch_bf16_cast_check(unsigned long long* mismatches, uint32_t* first_bad);
+// with u ^ 0x80000000 as lo), so both positions see every float; the call waits for the device.
+CastMismatches e4m3_cast_mismatches();
+CastMismatches bf16_cast_mismatches();
 
 }  // namespace dsv4::testing

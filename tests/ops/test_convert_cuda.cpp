@@ -91,13 +91,8 @@ TEST(ConvertCuda, DequantFp8BlockMatchesHost) {
 // float_to_bf16's bits for every float, in either half of the pair.
 TEST(ConvertCuda, HardwareBf16PairGivesTheCpuBitsForEveryFloat) {
   DSV4_SKIP_WITHOUT_GPU();
-  DeviceBuffer<unsigned long long> mismatches(1);
-  DeviceBuffer<uint32_t> first_bad(1);
-  mismatches.upload({0});
-  first_bad.upload({0});
-  testing::launch_bf16_cast_check(mismatches.get(), first_bad.get());
-  DSV4_CUDA_CHECK(cudaDeviceSynchronize());
-  EXPECT_EQ(mismatches.download()[0], 0u) << "e.g. float bits 0x" << std::hex << first_bad.download()[0];
+  const testing::CastMismatches found = testing::bf16_cast_mismatches();
+  EXPECT_EQ(found.count, 0u) << "e.g. float bits 0x" << std::hex << found.first_bad;
 }
 
 TEST(ConvertCuda, ErrorPathFailedCallsThrowCudaError) {
