@@ -346,20 +346,22 @@ __device__ __forceinline__ void store_item_sums(const F16WgmmaArgs& a, const Wor
   }
 }
 
+constexpr int kPasses = 4;  // staged_block_at's walk: blocks 0, 4, ..; 1, 5, ..; 2, ..; 3, ..
+
 // The consumers' walk over the CTA's items: per item, kPasses passes over its K blocks b = pass,
-// pass + kPasses, ... (four: staged_tiles.cuh's order; one: ascending), which the producers' copies
-// follow. Block b's sums come in two calls: issue(blk, item, b) starts its MMAs into blk (the dense
-// kernel waits for its stages and issues its WGMMAs, whose first overwrites blk; the grouped
-// kernel's MMAs start in finish, and its blk is zeroed and fenced here, all 128 columns whatever an
-// item's MMAs cover: before the wait for the stage, this costs nothing), and finish(blk, q, item,
-// b, turns) completes them and adds them, scaled by the block's weight scale and x's scales, into
-// the pass's lane sums q. The passes' sums add in order into `sum`. The dense kernel stores them
-// once the next item's first block is issued: its MMAs then run under the stores, where the tensor
-// cores idled while a CTA stored (the sums stay in `sum` until the next item's first pass ends; an
-// MMA in flight across the loop's back edge made ptxas wait for every WGMMA, C7514, so the store
-// moves into the next iteration instead). The grouped kernel stores at the item's end: its MMAs
-// start in finish, and `sum` held longer spilled.
-template <bool kGrouped, int kPasses, class Issue, class Finish>
+// pass + kPasses, ... (staged_tiles.cuh's order), which the producers' copies follow. Block b's
+// sums come in two calls: issue(blk, item, b) starts its MMAs into blk (the dense kernel waits for
+// its stages and issues its WGMMAs, whose first overwrites blk; the grouped kernel's MMAs start in
+// finish, and its blk is zeroed and fenced here, all 128 columns whatever an item's MMAs cover:
+// before the wait for the stage, this costs nothing), and finish(blk, q, item, b, turns) completes
+// them and adds them, scaled by the block's weight scale and x's scales, into the pass's lane sums
+// q. The passes' sums add in order into `sum`. The dense kernel stores them once the next item's
+// first block is issued: its MMAs then run under the stores, where the tensor cores idled while a
+// CTA stored (the sums stay in `sum` until the next item's first pass ends; an MMA in flight across
+// the loop's back edge made ptxas wait for every WGMMA, C7514, so the store moves into the next
+// iteration instead). The grouped kernel stores at the item's end: its MMAs start in finish, and
+// `sum` held longer spilled.
+template <bool kGrouped, class Issue, class Finish>
 __device__ __forceinline__ void consume_items(const F16WgmmaArgs& a, const ItemWalk& walk, Issue&& issue,
                                               Finish&& finish) {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters) : "memory");
@@ -459,7 +461,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_commit();
     }
   };
-  consume_items<false, 4>(a, walk, issue,
+  consume_items<false>(a, walk, issue,
                           [&](float (&blk)[kWgmmaN128Accumulators], float (&q)[kWgmmaN128Accumulators],
                               const WorkItem& item, int b, TensorTurns&) {
     const float sw = a.w_scale != nullptr ? __ldg(a.w_scale + (item.n0 / kTileRows) * a.w_scale_ld + b) : 1.0f;
@@ -714,7 +716,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The lane's weight rows of the tile: row0 and row0 + 8.
   const int row0 = 64 * (threadIdx.x / 128) + 16 * (threadIdx.x / 32 % 4) + lane / 4, row1 = row0 + 8;
   int j = 0;
-  consume_items<true, 4>(a, walk, [](float (&)[kWgmmaN128Accumulators], const WorkItem&, int) {},
+  consume_items<true>(a, walk, [](float (&)[kWgmmaN128Accumulators], const WorkItem&, int) {},
                          [&](float (&blk)[kWgmmaN128Accumulators], float (&q)[kWgmmaN128Accumulators],
                              const WorkItem& item, int, TensorTurns& turns) {
     const int columns = grouped_item_columns(item.rows);
