@@ -45,6 +45,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <utility>
 
 #include "backend/cpu/gemm.h"
 #include "backend/cuda/cuda_ops.h"
@@ -221,9 +222,9 @@ TEST_F(TinyOnCuda, DefaultNumericsAsCloseToExactMathAsTheCpus) {
   print_agreement("default", "CPU vs CPU exact math", cpu);
   print_agreement("default", "GPU vs CPU exact math", gpu);
   print_agreement("default, FP8 tensor cores (wgmma) at prefill sizes", "GPU vs CPU exact math", wgmma);
-  for (const Agreement* g : {&gpu, &wgmma}) {
-    EXPECT_GE(g->median, cpu.median - 1e-4) << (g == &gpu ? "default" : "wgmma");
-    EXPECT_GE(g->argmax, cpu.argmax - 0.02) << (g == &gpu ? "default" : "wgmma");
+  for (const auto& [what, g] : {std::pair{"default", gpu}, std::pair{"wgmma", wgmma}}) {
+    EXPECT_GE(g.median, cpu.median - 1e-4) << what;
+    EXPECT_GE(g.argmax, cpu.argmax - 0.02) << what;
   }
 }
 
