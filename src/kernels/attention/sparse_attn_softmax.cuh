@@ -278,16 +278,30 @@ __device__ __forceinline__ void rescale_outputs(float (&o)[kLaneOutputs], const 
 // kernel's two entry tiles hold 128 KB).
 constexpr int64_t kMaxMergedSplits = 256;
 
+// A split's partial rows of a CTA's 64 heads kept in shared memory instead of the workspace: head
+// h's 512 floats at kLastRowStride h, rows padded by 16 bytes so that finish_split's stores (8
+// heads x 4 lanes a warp, 8 bytes each) take two wavefronts, as many as their bytes need, and an
+// address is a row's base plus a constant; merge_splits' loads (a warp a head) are contiguous.
+constexpr int kLastRowStride = kD + 4;
+constexpr size_t kLastRowsBytes = 64 * kLastRowStride * sizeof(float);
+
+// The most splits a token may have for its last split's rows to stay in shared memory, and the
+// merge's scratch (kHeads x (splits + 1) floats) to follow them, in a kernel's kLastRowsRoom bytes.
+constexpr size_t kLastRowsRoom = 152 * 1024;
+constexpr int64_t kMaxSplitsWithLastInSmem = static_cast<int64_t>((kLastRowsRoom - kLastRowsBytes) / (64 * sizeof(float))) - 1;
+
 // Merges a token's splits into the output of its kHeads heads from head0 on, every thread of the
 // CTA (kThreads) calling it once the splits' partials are visible to it: sparse_attn_mma_combine's
 // arithmetic in its order, so the same bits. First each head's max m over the splits, its weights
 // w_z = e^(m_z - m) and den = e^(sink - m) + sum over z of s_z w_z, s_z split z's sum (in
 // `scratch`, kHeads x (splits + 1) floats of shared memory), then a warp a head: lane l sums dims
 // 4l + 128c .. + 3 (c < 4) over the splits, sixteen 16-byte loads in flight, so the partials
-// (read through L2) stream at L2's rate.
+// (read through L2) stream at L2's rate. `last_rows`, unless null, holds the last split's rows
+// in shared memory (kLastRowStride apart) in place of its workspace rows.
 template <int kHeads, int kThreads>
 __device__ __forceinline__ void merge_splits(const SparseAttnRowsParams& p, const SplitWorkspace& ws, int64_t token,
-                                             int64_t head0, int64_t splits, float* scratch) {
+                                             int64_t head0, int64_t splits, float* scratch,
+                                             const float* last_rows = nullptr) {
   const int64_t row0 = (token - ws.token0) * p.heads;  // the launch's partial rows of head 0
   float* dens = scratch;                                 // [kHeads]: 0 where no entry was valid
   float* weights = scratch + kHeads;                     // [kHeads][splits]
@@ -317,19 +331,27 @@ __device__ __forceinline__ void merge_splits(const SparseAttnRowsParams& p, cons
     const float den = dens[h];
     const float* part = ws.out + (row0 + head) * ws.max_splits * kD + 4 * lane;
     float acc[4][4] = {};
-    if (den != 0.0f) {
-#pragma unroll 4
-      for (int64_t z = 0; z < splits; ++z) {
-        const float w = weights[h * splits + z];
+    // Split z's rows (from the workspace, or the last from shared memory) weighted into acc.
+    auto add_split = [&](int64_t z, auto load) {
+      const float w = weights[h * splits + z];
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const float4 v = __ldcg(reinterpret_cast<const float4*>(part + z * kD + 128 * c));
-          acc[c][0] += v.x * w;
-          acc[c][1] += v.y * w;
-          acc[c][2] += v.z * w;
-          acc[c][3] += v.w * w;
-        }
+      for (int c = 0; c < 4; ++c) {
+        const float4 v = load(c);
+        acc[c][0] += v.x * w;
+        acc[c][1] += v.y * w;
+        acc[c][2] += v.z * w;
+        acc[c][3] += v.w * w;
       }
+    };
+    if (den != 0.0f) {
+      const int64_t global_splits = last_rows != nullptr ? splits - 1 : splits;
+#pragma unroll 4
+      for (int64_t z = 0; z < global_splits; ++z)
+        add_split(z, [&](int c) { return __ldcg(reinterpret_cast<const float4*>(part + z * kD + 128 * c)); });
+      if (last_rows != nullptr)
+        add_split(splits - 1, [&](int c) {
+          return *reinterpret_cast<const float4*>(last_rows + kLastRowStride * h + 4 * lane + 128 * c);
+        });
     }
     auto* out = static_cast<uint16_t*>(p.out.data) + (token * p.heads + head) * kD + 4 * lane;
 #pragma unroll
@@ -365,12 +387,14 @@ __device__ __forceinline__ void merge_if_last(const SparseAttnRowsParams& p, con
 // the WGMMA kernel's launches set; `scratch` as it says) or by sparse_attn_mma_combine. The lane's
 // outputs o are dims dim0 + 8j + 2t (+1), j < kLaneOutputs / 4 (a CTA may own a part of the 512
 // dims, sparse_attn_mma.cu's dim parts; `writes_max_sum`: the CTA of the split that stores its max
-// and sum, every part holding the same). Every thread of the CTA (kThreads) calls it.
+// and sum, every part holding the same). `last_rows`, unless null, takes the partial rows instead
+// of the workspace, in shared memory (kLastRowStride apart: the CTA's 64 heads, all 512 dims).
+// Every thread of the CTA (kThreads) calls it.
 template <int kHeads, int kThreads, int kLaneOutputs>
 __device__ __forceinline__ void finish_split(const SparseAttnRowsParams& p, const SplitWorkspace& ws,
                                              const CtaWork& work, int64_t head0, int64_t splits, SoftmaxLane& lane,
                                              const float (&o)[kLaneOutputs], int dim0, bool writes_max_sum,
-                                             float (*sum_part)[kHeads], float* scratch) {
+                                             float (*sum_part)[kHeads], float* scratch, float* last_rows = nullptr) {
   constexpr int kSlices = kLaneOutputs / 4;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -401,7 +425,7 @@ __device__ __forceinline__ void finish_split(const SparseAttnRowsParams& p, cons
       }
     } else {
       const int64_t at = ((work.token - ws.token0) * p.heads + head) * ws.max_splits + work.split;
-      float* out = ws.out + at * kD;
+      float* out = last_rows != nullptr ? last_rows + kLastRowStride * (lane.row0 + 8 * r) : ws.out + at * kD;
 #pragma unroll
       for (int j = 0; j < kSlices; ++j)
         *reinterpret_cast<float2*>(out + dim0 + j * 8 + 2 * lane.t) =

@@ -62,6 +62,15 @@ static_assert(offsetof(Smem<true>, p) == offsetof(Smem<true>, kv) + sizeof(Smem<
                   kHeads * (kMaxMergedSplits + 1) * sizeof(float) <= sizeof(Smem<false>::kv),
               "sparse_attn_wgmma: merge_if_last's scratch (the entry tiles and probabilities, consumed) is too small");
 
+// The last split's rows and the merge's scratch (kLastRowsRoom) from the queries on: the queries,
+// the entry tiles and the probabilities, all consumed when they are written.
+template <bool Packed>
+constexpr bool kLastRowsFit = offsetof(Smem<Packed>, q) == 0 && offsetof(Smem<Packed>, kv) == kOperandBytes &&
+                              offsetof(Smem<Packed>, p) == offsetof(Smem<Packed>, kv) + sizeof(Smem<Packed>::kv) &&
+                              offsetof(Smem<Packed>, p) + sizeof(Smem<Packed>::p) >= kLastRowsRoom;
+static_assert(kLastRowsFit<false> && kLastRowsFit<true>,
+              "sparse_attn_wgmma: the last split's rows and the merge's scratch do not fit where the queries were");
+
 // Byte offset of 16-byte chunk c (of kChunks) of row r in a swizzled 64-row operand.
 __device__ __forceinline__ int swizzled(int r, int c) {
   return (c / 8) * kBlockBytes + r * 128 + ((c % 8) ^ (r % 8)) * 16;
@@ -81,6 +90,12 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAt
   const int64_t splits = ts.splits;
   if (work.split >= splits) return;  // the whole CTA: this token has fewer splits than the batch's most
   const int64_t split_end = kCtaPerToken ? splits : work.split + 1;
+  // A CTA that runs its token's splits keeps the last one's partial rows in shared memory, where
+  // the queries and entry tiles were (consumed by then), the merge's scratch after them, and
+  // merges them from there: a fifth of a CSA token's partials neither stored nor loaded through L2.
+  // Not over packed entries: that kernel, at 255 registers already, spilled with it.
+  const bool last_in_smem = kCtaPerToken && !Packed && splits > 1 && splits <= kMaxSplitsWithLastInSmem;
+  float* const last_rows = reinterpret_cast<float*>(sm.q);
   // The row_of buffer of split z (and with packed entries its scales_of buffer).
   auto rows_of = [&](int64_t z) { return sm.row_of[(z - work.split) & 1]; };
   auto scales_of = [&](int64_t z) {
@@ -205,11 +220,14 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAt
       __syncthreads();  // this buffer and the probabilities are consumed before they are refilled
     }
     finish_split<kHeads, kThreads>(p, ws, CtaWork{i, split}, head0, splits, sl, o, 256 * sl.half, true, sm.sum_part,
-                                   reinterpret_cast<float*>(sm.kv[0]));
+                                   reinterpret_cast<float*>(sm.kv[0]),
+                                   last_in_smem && split + 1 == split_end ? last_rows : nullptr);
   }
   if (kCtaPerToken && splits > 1) {
     __syncthreads();  // the CTA's partials are stored (and the entry tiles consumed: the scratch)
-    merge_splits<kHeads, kThreads>(p, ws, i, head0, splits, reinterpret_cast<float*>(sm.kv[0]));
+    merge_splits<kHeads, kThreads>(p, ws, i, head0, splits,
+                                   last_in_smem ? last_rows + kLastRowsBytes / sizeof(float) : reinterpret_cast<float*>(sm.kv[0]),
+                                   last_in_smem ? last_rows : nullptr);
   }
 }
 
