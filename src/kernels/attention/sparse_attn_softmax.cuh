@@ -15,6 +15,7 @@
 #include "kernels/attention/sparse_attn_entries.cuh"
 #include "kernels/attention/sparse_attn_mma.h"
 #include "kernels/cp_async.cuh"
+#include "kernels/l2_scratch.cuh"
 
 namespace dsv4::kernels::sparse_attn_tc {
 
@@ -288,7 +289,8 @@ constexpr size_t kLastRowsBytes = 64 * kLastRowStride * sizeof(float);
 // The most splits a token may have for its last split's rows to stay in shared memory, and the
 // merge's scratch (kHeads x (splits + 1) floats) to follow them, in a kernel's kLastRowsRoom bytes.
 constexpr size_t kLastRowsRoom = 152 * 1024;
-constexpr int64_t kMaxSplitsWithLastInSmem = static_cast<int64_t>((kLastRowsRoom - kLastRowsBytes) / (64 * sizeof(float))) - 1;
+constexpr int64_t kMaxSplitsWithLastInSmem =
+    static_cast<int64_t>((kLastRowsRoom - kLastRowsBytes) / (64 * sizeof(float))) - 1;
 
 // Merges a token's splits into the output of its kHeads heads from head0 on, every thread of the
 // CTA (kThreads) calling it once the splits' partials are visible to it: sparse_attn_mma_combine's
@@ -297,11 +299,15 @@ constexpr int64_t kMaxSplitsWithLastInSmem = static_cast<int64_t>((kLastRowsRoom
 // `scratch`, kHeads x (splits + 1) floats of shared memory), then a warp a head: lane l sums dims
 // 4l + 128c .. + 3 (c < 4) over the splits, sixteen 16-byte loads in flight, so the partials
 // (read through L2) stream at L2's rate. `last_rows`, unless null, holds the last split's rows
-// in shared memory (kLastRowStride apart) in place of its workspace rows.
+// in shared memory (kLastRowStride apart) in place of its workspace rows. `discard_read` drops the
+// workspace rows' lines from L2 once they are read, so that they are not written to DRAM: a CTA
+// that runs its token's splits merges them soon after storing them, and most are still in L2
+// then, while the launch's partials outgrow it (an 8k prefill's CSA launch -8%, docs/PERF.md
+// session 47). No other reader may want them: the combine kernel and last-CTA merges keep them.
 template <int kHeads, int kThreads>
 __device__ __forceinline__ void merge_splits(const SparseAttnRowsParams& p, const SplitWorkspace& ws, int64_t token,
                                              int64_t head0, int64_t splits, float* scratch,
-                                             const float* last_rows = nullptr) {
+                                             const float* last_rows = nullptr, bool discard_read = false) {
   const int64_t row0 = (token - ws.token0) * p.heads;  // the launch's partial rows of head 0
   float* dens = scratch;                                 // [kHeads]: 0 where no entry was valid
   float* weights = scratch + kHeads;                     // [kHeads][splits]
@@ -352,6 +358,17 @@ __device__ __forceinline__ void merge_splits(const SparseAttnRowsParams& p, cons
         add_split(splits - 1, [&](int c) {
           return *reinterpret_cast<const float4*>(last_rows + kLastRowStride * h + 4 * lane + 128 * c);
         });
+    }
+    if (discard_read) {
+      // The head's partial rows are read (their values summed, every lane past the warp's sync):
+      // their lines leave L2 without going to DRAM, a line a lane of every eight.
+      __syncwarp();
+      if (lane % 8 == 0) {
+        const int64_t global_splits = last_rows != nullptr ? splits - 1 : splits;
+        for (int64_t z = 0; z < global_splits; ++z)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) discard_l2_line(part + z * kD + 128 * c);
+      }
     }
     auto* out = static_cast<uint16_t*>(p.out.data) + (token * p.heads + head) * kD + 4 * lane;
 #pragma unroll

@@ -225,9 +225,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAt
   }
   if (kCtaPerToken && splits > 1) {
     __syncthreads();  // the CTA's partials are stored (and the entry tiles consumed: the scratch)
-    merge_splits<kHeads, kThreads>(p, ws, i, head0, splits,
-                                   last_in_smem ? last_rows + kLastRowsBytes / sizeof(float) : reinterpret_cast<float*>(sm.kv[0]),
-                                   last_in_smem ? last_rows : nullptr);
+    float* const scratch = last_in_smem ? last_rows + kLastRowsBytes / sizeof(float) : reinterpret_cast<float*>(sm.kv[0]);
+    merge_splits<kHeads, kThreads>(p, ws, i, head0, splits, scratch, last_in_smem ? last_rows : nullptr, true);
   }
 }
 
