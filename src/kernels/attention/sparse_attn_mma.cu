@@ -185,65 +185,65 @@ __global__ void __launch_bounds__(kCtaThreads<Pairs, Packed>, 1)
       cp_async_wait<1>();  // all but the newest group (the next tile) have landed
       __syncthreads();
     }
-    const uint16_t* kv = sm.kv[buf];
-    if (!computes) {
-      __syncthreads();  // the compute warps' closing barrier below
-      continue;
-    }
+    // The compute warps' tile; every warp then meets at one barrier (the copy-only warps reached
+    // another __syncthreads before, which compute-sanitizer's synccheck reports as divergent).
+    if (computes) {
+      const uint16_t* kv = sm.kv[buf];
 
-    // Scores of heads row0 (+8) against entries 32*half + 8j + 2t (+1).
-    float s[kScores];
-#pragma unroll
-    for (float& v : s) v = 0.0f;
-#pragma unroll 2
-    for (int k0 = 0; k0 < kD; k0 += 16) {
-      uint32_t a[4];
-      ldmatrix_x4(a, sm.q + (pair * 16 + lane % 16) * kRow + k0 + (lane / 16) * 8);
-#pragma unroll
-      for (int nn = 0; nn < 2; ++nn) {
-        // Matrices: entries +0..7 at k0 (b0 of n-tile 2nn), +0..7 at k0+8 (its b1), +8..15 at
-        // k0 (b0 of n-tile 2nn+1), +8..15 at k0+8 (its b1).
-        uint32_t b[4];
-        const int entry = half * 32 + nn * 16 + lane % 8 + (lane / 16) * 8;
-        ldmatrix_x4(b, kv + entry * kRow + k0 + ((lane / 8) % 2) * 8);
-        mma_bf16(s + 8 * nn, a, b[0], b[1]);
-        mma_bf16(s + 8 * nn + 4, a, b[2], b[3]);
+      // Scores of heads row0 (+8) against entries 32*half + 8j + 2t (+1).
+      float s[kScores];
+  #pragma unroll
+      for (float& v : s) v = 0.0f;
+  #pragma unroll 2
+      for (int k0 = 0; k0 < kD; k0 += 16) {
+        uint32_t a[4];
+        ldmatrix_x4(a, sm.q + (pair * 16 + lane % 16) * kRow + k0 + (lane / 16) * 8);
+  #pragma unroll
+        for (int nn = 0; nn < 2; ++nn) {
+          // Matrices: entries +0..7 at k0 (b0 of n-tile 2nn), +0..7 at k0+8 (its b1), +8..15 at
+          // k0 (b0 of n-tile 2nn+1), +8..15 at k0+8 (its b1).
+          uint32_t b[4];
+          const int entry = half * 32 + nn * 16 + lane % 8 + (lane / 16) * 8;
+          ldmatrix_x4(b, kv + entry * kRow + k0 + ((lane / 8) % 2) * 8);
+          mma_bf16(s + 8 * nn, a, b[0], b[1]);
+          mma_bf16(s + 8 * nn + 4, a, b[2], b[3]);
+        }
       }
-    }
-    float correction[2];
-    softmax_tile<kHeads>(s, sl, sm.row_of + (tile - tile_begin) * kTile, p.softmax_scale, sm.max_part, correction,
-                         [&](int row, int col, uint32_t lo, uint32_t mid, uint32_t hi) {
-                           const int at = row * kPRow + col;
-                           *reinterpret_cast<uint32_t*>(sm.p_lo + at) = lo;
-                           *reinterpret_cast<uint32_t*>(sm.p_mid + at) = mid;
-                           *reinterpret_cast<uint32_t*>(sm.p_hi + at) = hi;
-                         });
-    pair_barrier(pair);
-    rescale_outputs(o, correction);
-#pragma unroll 1
-    for (int k0 = 0; k0 < kTile; k0 += 16) {
-      uint32_t a_hi[4], a_mid[4], a_lo[4];
-      const int a_at = (pair * 16 + lane % 16) * kPRow + k0 + (lane / 16) * 8;
-      ldmatrix_x4(a_hi, sm.p_hi + a_at);
-      ldmatrix_x4(a_mid, sm.p_mid + a_at);
-      ldmatrix_x4(a_lo, sm.p_lo + a_at);
-#pragma unroll
-      for (int nn = 0; nn < kHalfDims / 16; ++nn) {
-        // Transposed matrices: entries k0+0..7 at dims +0..7 (b0 of n-tile 2nn), k0+8..15 at
-        // +0..7 (its b1), k0+0..7 at +8..15 (b0 of n-tile 2nn+1), k0+8..15 at +8..15 (its b1).
-        uint32_t b[4];
-        const int entry = k0 + lane % 8 + ((lane / 8) % 2) * 8;
-        const int dim = dim0 + nn * 16 + (lane / 16) * 8;
-        ldmatrix_x4_trans(b, kv + entry * kRow + dim);
-        // Smallest term first, so the larger ones are added last.
-        float* o_even = o + 8 * nn;
-        float* o_odd = o + 8 * nn + 4;
-        mma_bf16(o_even, a_lo, b[0], b[1]);
-        mma_bf16(o_even, a_mid, b[0], b[1]);
-        mma_bf16(o_even, a_hi, b[0], b[1]);
-        mma_bf16(o_odd, a_lo, b[2], b[3]);
-        mma_bf16(o_odd, a_mid, b[2], b[3]);
-        mma_bf16(o_odd, a_hi, b[2], b[3]);
+      float correction[2];
+      softmax_tile<kHeads>(s, sl, sm.row_of + (tile - tile_begin) * kTile, p.softmax_scale, sm.max_part, correction,
+                           [&](int row, int col, uint32_t lo, uint32_t mid, uint32_t hi) {
+                             const int at = row * kPRow + col;
+                             *reinterpret_cast<uint32_t*>(sm.p_lo + at) = lo;
+                             *reinterpret_cast<uint32_t*>(sm.p_mid + at) = mid;
+                             *reinterpret_cast<uint32_t*>(sm.p_hi + at) = hi;
+                           });
+      pair_barrier(pair);
+      rescale_outputs(o, correction);
+  #pragma unroll 1
+      for (int k0 = 0; k0 < kTile; k0 += 16) {
+        uint32_t a_hi[4], a_mid[4], a_lo[4];
+        const int a_at = (pair * 16 + lane % 16) * kPRow + k0 + (lane / 16) * 8;
+        ldmatrix_x4(a_hi, sm.p_hi + a_at);
+        ldmatrix_x4(a_mid, sm.p_mid + a_at);
+        ldmatrix_x4(a_lo, sm.p_lo + a_at);
+  #pragma unroll
+        for (int nn = 0; nn < kHalfDims / 16; ++nn) {
+          // Transposed matrices: entries k0+0..7 at dims +0..7 (b0 of n-tile 2nn), k0+8..15 at
+          // +0..7 (its b1), k0+0..7 at +8..15 (b0 of n-tile 2nn+1), k0+8..15 at +8..15 (its b1).
+          uint32_t b[4];
+          const int entry = k0 + lane % 8 + ((lane / 8) % 2) * 8;
+          const int dim = dim0 + nn * 16 + (lane / 16) * 8;
+          ldmatrix_x4_trans(b, kv + entry * kRow + dim);
+          // Smallest term first, so the larger ones are added last.
+          float* o_even = o + 8 * nn;
+          float* o_odd = o + 8 * nn + 4;
+          mma_bf16(o_even, a_lo, b[0], b[1]);
+          mma_bf16(o_even, a_mid, b[0], b[1]);
+          mma_bf16(o_even, a_hi, b[0], b[1]);
+          mma_bf16(o_odd, a_lo, b[2], b[3]);
+          mma_bf16(o_odd, a_mid, b[2], b[3]);
+          mma_bf16(o_odd, a_hi, b[2], b[3]);
+        }
       }
     }
     __syncthreads();  // this buffer is consumed before the next iteration refills it
