@@ -1,4 +1,4 @@
-# Session 47's sixth device call: the split merge of sparse attention's 64-head kernels taking two
+# Session 47's fifth device call: the split merge of sparse attention's 64-head kernels taking two
 # heads a warp at a time (both heads' loads in flight), against main 9e3ef25 (base: the last split
 # in shared memory and the discard). Bit tests, racecheck of the CTA-a-token kernel (not yet run on
 # it this session), memcheck, bench_sparse_attention, the whole model A/B. Carry
