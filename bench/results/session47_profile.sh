@@ -1,7 +1,7 @@
-# Session 47's first device call (prepared in session 46; output: session47_profile_h100.txt):
-# where an 8k prefill and a batch-1 step go after session 46's epilogue work, by kernel family, and ncu of the routed experts'
-# grouped kernel (the largest family) to choose the next change. Before: `ninja -C build &&
-# scripts/gpu_bundle.sh build` (-> .dev/gpu.tar.xz). Run: the device tool with carry
+# Session 47's first device call (prepared in session 46; output: session47_profile_h100.txt): where
+# an 8k prefill and a batch-1 step go after session 46's epilogue work, by kernel family, and ncu of
+# the routed experts' grouped kernel (the largest family) to choose the next change. Before: `ninja
+# -C build && scripts/gpu_bundle.sh build` (-> .dev/gpu.tar.xz). Run: the device tool with carry
 # [".dev/gpu.tar.xz"] and `bash bench/results/session47_profile.sh`; timeouts sum to 330 s.
 G=/tmp/gpu; rm -rf $G; tar xJf .dev/gpu.tar.xz -C /tmp; export LD_LIBRARY_PATH=$G/lib; mkdir -p $OUT; cd $G
 O=$OUT/out.txt
