@@ -14,6 +14,7 @@
 #include "kernels/attention/pack_entries.cuh"
 #include "kernels/attention/sparse_attn_entries.cuh"
 #include "kernels/attention/sparse_attn_mma.h"
+#include "kernels/bf16_cast.cuh"
 #include "kernels/cp_async.cuh"
 #include "kernels/l2_scratch.cuh"
 
@@ -185,14 +186,6 @@ __device__ __forceinline__ uint32_t pack_bf16(uint16_t lo, uint16_t hi) {
   return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
 }
 
-// pack_bf16(float_to_bf16(lo), float_to_bf16(hi)) in one instruction: the same round to nearest
-// even, so the same bits for every value but NaN (whose payload may differ).
-__device__ __forceinline__ uint32_t bf16x2_rn(float lo, float hi) {
-  uint32_t packed;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(packed) : "f"(hi), "f"(lo));
-  return packed;
-}
-
 // A lane's place in the accumulator layout and its running softmax state.
 struct SoftmaxLane {
   int pair, half, g, t;
@@ -259,7 +252,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kScores], SoftmaxLane& l
       uint32_t terms[3];  // hi, mid, lo: each a bf16 pair (entries 2t, 2t + 1)
 #pragma unroll
       for (int k = 0; k < 3; ++k) {
-        terms[k] = bf16x2_rn(rest0, rest1);
+        terms[k] = float2_to_bf16x2_unless_nan(rest0, rest1);  // a NaN only feeds MMAs: its payload is moot
         rest0 -= __uint_as_float(terms[k] << 16);
         rest1 -= __uint_as_float(terms[k] & 0xffff0000u);
       }
