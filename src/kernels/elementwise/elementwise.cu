@@ -162,6 +162,63 @@ __global__ void rms_norm_warp_kernel(RmsNormRowsParams p) {
     }
 }
 
+// Rows whose rms_norm_kernel block has 1,024 threads (dim > 4,064: V4's hidden rows, the mHC
+// pre-norms of every prefill token) with up to kNormWideMaxValues values each, at prefill sizes:
+// 256 threads a row, thread j standing in for threads j + 256 m (m = 0..3) with their values in
+// registers. Virtual warp w + 8 m is real warp w's m-th butterfly, and the 32 warp sums are added
+// in warp order as block_sum adds them: rms_norm_kernel's bits, with four times the rows an SM in
+// flight and x read once (the 1,024-thread blocks, each waiting on its block_sum with x read
+// twice, ran an 8k prefill's 8,192 x 4,096 norms at ~4x their memory floor: docs/PERF.md).
+constexpr int kNormWideThreads = 256;
+constexpr int kNormWideVirtual = 4;  // virtual threads a real one: a 1,024-thread block
+constexpr int kNormWideBlock = kNormWideThreads * kNormWideVirtual;
+constexpr int kNormWideMaxValues = 8;
+
+template <int V>
+__global__ void __launch_bounds__(kNormWideThreads) rms_norm_wide_kernel(RmsNormRowsParams p) {
+  pdl_wait();
+  __shared__ float warp_sums[kNormWideBlock / 32];
+  const int j = static_cast<int>(threadIdx.x), warp = j / 32, lane = j % 32;
+  const int64_t base = blockIdx.x * p.dim;
+  const int dim = static_cast<int>(p.dim);  // under 8 x 1,024
+  float x[kNormWideVirtual][V];
+  // The row's values, its dtype tested once (a test a load held more registers: V = 7 spilled).
+  const auto load_row = [&](const auto* row, auto to_float) {
+#pragma unroll
+    for (int m = 0; m < kNormWideVirtual; ++m)
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const int i = j + kNormWideThreads * m + kNormWideBlock * v;
+        x[m][v] = i < dim ? to_float(row[i]) : 0.0f;
+      }
+  };
+  if (p.x.bf16) load_row(static_cast<const uint16_t*>(p.x.data) + base, [](uint16_t b) { return bf16_to_float(b); });
+  else load_row(static_cast<const float*>(p.x.data) + base, [](float f) { return f; });
+#pragma unroll
+  for (int m = 0; m < kNormWideVirtual; ++m) {
+    float ss = 0;
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      if (j + kNormWideThreads * m + kNormWideBlock * v < dim) ss = fmaf(x[m][v], x[m][v], ss);
+    for (int off = 16; off > 0; off /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    if (lane == 0) warp_sums[warp + (kNormWideThreads / 32) * m] = ss;
+  }
+  __syncthreads();
+  float total = 0;
+  for (int w = 0; w < kNormWideBlock / 32; ++w) total += warp_sums[w];
+  const float mean = total / static_cast<float>(p.dim);
+  const float inv = 1.0f / sqrtf(mean + p.eps);
+#pragma unroll
+  for (int m = 0; m < kNormWideVirtual; ++m)
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int i = j + kNormWideThreads * m + kNormWideBlock * v;
+      if (i >= dim) continue;
+      const float y = __fmul_rn(x[m][v], inv);
+      store_float(p.y, base + i, p.weight.data ? __fmul_rn(load_float(p.weight, i), y) : y);
+    }
+}
+
 // Block (r, g) rotates heads [g * heads_per_block, ..) of row r, each block computing the row's
 // angles. A decode step's rows take groups of heads that give each thread one pair (a 64-head row
 // in one block was 8 pairs a thread, one after another); prefill rows keep a block a row, which
@@ -466,6 +523,10 @@ void rms_norm_rows(const RmsNormRowsParams& p, cudaStream_t stream) {
     with_count_1_to_8(values, [&](auto per_thread) {
       launch_pdl(rms_norm_regs_kernel<per_thread>, static_cast<unsigned>(p.rows), static_cast<unsigned>(threads), 0,
                  stream, p);
+    });
+  } else if (threads == kNormWideBlock && values <= kNormWideMaxValues) {
+    with_count_1_to_8(values, [&](auto per_thread) {
+      launch_pdl(rms_norm_wide_kernel<per_thread>, static_cast<unsigned>(p.rows), kNormWideThreads, 0, stream, p);
     });
   } else {
     launch_pdl(rms_norm_kernel, static_cast<unsigned>(p.rows), static_cast<unsigned>(threads), 0, stream, p);
