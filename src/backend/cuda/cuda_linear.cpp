@@ -89,12 +89,7 @@ void CudaOps::linear(const LinearParams& p) {
     g.x_scale = xs.get<float>();
     g.x_scale_ld = mp;
     if (f16) {
-      const StreamBuffer w16(static_cast<size_t>(N * K) * sizeof(uint16_t), stream_, arena());
-      kernels::e4m3_to_f16_mma_order(g.w, w16.get<uint16_t>(), N, K, stream_);
-      g.x16 = xq.get<uint16_t>();
-      g.w16 = w16.get<uint16_t>();
-      g.kernel = kernels::Fp8MmaKernel::kF16Wgmma;
-      kernels::fp8_mma_gemm(g, stream_);
+      run_f16_wgmma(g, xq.get<uint16_t>());
       return;
     }
     if (on_mma) {
@@ -119,14 +114,11 @@ void CudaOps::linear(const LinearParams& p) {
     const kernels::Bf16MmaGemmParams b{p.x.data<uint16_t>(), K, static_cast<const uint16_t*>(w.data), float_ptr(p.y),
                                        N, M, N, K, {}};
     if (kernels::bf16_mma_gemm_supports(b)) {
-      if (uses_fp8_mma(options_.fp8_gemm) && M >= kF16WgmmaMinRows &&
-          kernels::bf16_mma_gemm_choice(b) == kernels::Bf16MmaKernel::kStaged) {
+      if (bf16_takes_wgmma(b)) {
         // The same bits on bf16 WGMMAs, x and the weight re-laid in the MMA steps' K order first.
         const StreamBuffer x_mma(static_cast<size_t>(M * K) * sizeof(uint16_t), stream_, arena());
-        const StreamBuffer w_mma(static_cast<size_t>(N * K) * sizeof(uint16_t), stream_, arena());
         kernels::bf16_to_mma_order(b.x, K, x_mma.get<uint16_t>(), M, K, stream_);
-        kernels::bf16_to_mma_order(b.w, K, w_mma.get<uint16_t>(), N, K, stream_);
-        kernels::bf16_wgmma_gemm(x_mma.get<uint16_t>(), w_mma.get<uint16_t>(), b.y, N, M, N, K, stream_);
+        run_bf16_wgmma(b, x_mma.get<uint16_t>());
         return;
       }
       kernels::bf16_mma_gemm(b, stream_);
@@ -151,6 +143,26 @@ bool linear_takes_f16_wgmma(const kernels::Fp8MmaGemmParams& g) {
          kernels::aligned16(g.w) && kernels::fp8_mma_gemm_choice(g) == kernels::Fp8MmaKernel::kStaged;
 }
 
+void CudaOps::run_f16_wgmma(kernels::Fp8MmaGemmParams g, const uint16_t* x16) {
+  const StreamBuffer w16(static_cast<size_t>(g.n * g.k) * sizeof(uint16_t), stream_, arena());
+  kernels::e4m3_to_f16_mma_order(g.w, w16.get<uint16_t>(), g.n, g.k, stream_);
+  g.x16 = x16;
+  g.w16 = w16.get<uint16_t>();
+  g.kernel = kernels::Fp8MmaKernel::kF16Wgmma;
+  kernels::fp8_mma_gemm(g, stream_);
+}
+
+bool CudaOps::bf16_takes_wgmma(const kernels::Bf16MmaGemmParams& b) const {
+  return uses_fp8_mma(options_.fp8_gemm) && b.m >= kF16WgmmaMinRows &&
+         kernels::bf16_mma_gemm_choice(b) == kernels::Bf16MmaKernel::kStaged;
+}
+
+void CudaOps::run_bf16_wgmma(const kernels::Bf16MmaGemmParams& b, const uint16_t* x_mma) {
+  const StreamBuffer w_mma(static_cast<size_t>(b.n * b.k) * sizeof(uint16_t), stream_, arena());
+  kernels::bf16_to_mma_order(b.w, b.k, w_mma.get<uint16_t>(), b.n, b.k, stream_);
+  kernels::bf16_wgmma_gemm(x_mma, w_mma.get<uint16_t>(), b.y, b.ldy, b.m, b.n, b.k, stream_);
+}
+
 void CudaOps::run_fp8_mma(kernels::Fp8MmaGemmParams g) {
   // --fp8-gemm wgmma: the GEMMs the default would give the staged kernel take the WGMMA one, except
   // on FP4 experts kept as stored (e2m1 weights: WGMMA reads e4m3 tiles only), which keep the
@@ -171,14 +183,14 @@ bool CudaOps::linear_pair(const LinearsParams& p) {
   const LinearOut& b = p.outs[1];
   for (const LinearOut& o : p.outs) check_params(LinearParams{p.x, o.w, o.act_quant, o.y});
   const int64_t M = p.x.dim(0), K = p.x.dim(1);
-  if (M == 0 || M >= kernels::kFp8MmaStagedMinRows || a.act_quant != b.act_quant || p.x.dtype() != DType::kBF16 ||
-      options_.fp8_gemm == Fp8Gemm::kSimple)
+  if (M == 0 || a.act_quant != b.act_quant || p.x.dtype() != DType::kBF16 || options_.fp8_gemm == Fp8Gemm::kSimple)
     return false;
   for (const LinearOut& o : p.outs)
     if (o.w == nullptr || o.w->shape.size() != 2 || o.w->shape[1] != K || o.y.dim(1) != o.w->shape[0]) return false;
   const GemmWeightView wa = gemm_weight("linears", a.w, a.w->shape[0], K);
   const GemmWeightView wb = gemm_weight("linears", b.w, b.w->shape[0], K);
   if (wa.type != wb.type) return false;
+  if (M >= kernels::kFp8MmaStagedMinRows) return linear_pair_on_wgmma(p, wa, wb);
 
   if (wa.type == kernels::GemmWeight::kE4M3 && a.act_quant == ActQuant::kFp8Block128 &&
       uses_fp8_mma(options_.fp8_gemm) && K % kActQuantBlock == 0 && kernels::aligned16(p.x.bytes())) {
@@ -198,6 +210,43 @@ bool CudaOps::linear_pair(const LinearsParams& p) {
                                         b.w->shape[0]}};
     if (!kernels::bf16_mma_gemm_supports(g)) return false;
     kernels::bf16_mma_gemm(g, stream_);
+    return true;
+  }
+  return false;
+}
+
+bool CudaOps::linear_pair_on_wgmma(const LinearsParams& p, const GemmWeightView& wa, const GemmWeightView& wb) {
+  const LinearOut& a = p.outs[0];
+  const LinearOut& b = p.outs[1];
+  const int64_t M = p.x.dim(0), K = p.x.dim(1), Na = a.w->shape[0], Nb = b.w->shape[0];
+  if (wa.type == kernels::GemmWeight::kE4M3 && a.act_quant == ActQuant::kFp8Block128 &&
+      options_.fp8_gemm == Fp8Gemm::kFp16Mma && K % kActQuantBlock == 0 && kernels::aligned16(p.x.bytes())) {
+    const int64_t mp = (M + 3) / 4 * 4;  // the TMA's padded rows, as linear() pads them
+    kernels::Fp8MmaGemmParams ga = fp8_mma_params(nullptr, nullptr, mp, wa, a.y, M, Na, K);
+    kernels::Fp8MmaGemmParams gb = fp8_mma_params(nullptr, nullptr, mp, wb, b.y, M, Nb, K);
+    if (!linear_takes_f16_wgmma(ga) || !linear_takes_f16_wgmma(gb)) return false;
+    const StreamBuffer xq(static_cast<size_t>(mp * K) * sizeof(uint16_t), stream_, arena());
+    const StreamBuffer xs(static_cast<size_t>(K / kActQuantBlock * mp) * sizeof(float), stream_, arena());
+    kernels::ActQuantParams quant{p.x.data<uint16_t>(), nullptr, xs.get<float>(), M, mp, K};
+    quant.q16 = xq.get<uint16_t>();
+    kernels::act_quant_fp8(quant, stream_);
+    ga.x_scale = gb.x_scale = xs.get<float>();
+    run_f16_wgmma(ga, xq.get<uint16_t>());
+    run_f16_wgmma(gb, xq.get<uint16_t>());
+    return true;
+  }
+  if (wa.type == kernels::GemmWeight::kBF16 && a.act_quant == ActQuant::kNone) {
+    const kernels::Bf16MmaGemmParams ba{p.x.data<uint16_t>(), K, static_cast<const uint16_t*>(wa.data), float_ptr(a.y),
+                                        Na, M, Na, K, {}};
+    const kernels::Bf16MmaGemmParams bb{p.x.data<uint16_t>(), K, static_cast<const uint16_t*>(wb.data), float_ptr(b.y),
+                                        Nb, M, Nb, K, {}};
+    if (!kernels::bf16_mma_gemm_supports(ba) || !kernels::bf16_mma_gemm_supports(bb) || !bf16_takes_wgmma(ba) ||
+        !bf16_takes_wgmma(bb))
+      return false;
+    const StreamBuffer x_mma(static_cast<size_t>(M * K) * sizeof(uint16_t), stream_, arena());
+    kernels::bf16_to_mma_order(p.x.data<uint16_t>(), K, x_mma.get<uint16_t>(), M, K, stream_);
+    run_bf16_wgmma(ba, x_mma.get<uint16_t>());
+    run_bf16_wgmma(bb, x_mma.get<uint16_t>());
     return true;
   }
   return false;

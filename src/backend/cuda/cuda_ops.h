@@ -15,10 +15,13 @@
 #include "backend/cuda/fork_join.h"
 #include "backend/cuda/fp8_gemm.h"
 #include "backend/cuda/op_tables.h"
+#include "kernels/gemm/bf16_mma_gemm.h"
 #include "kernels/gemm/fp8_mma_gemm.h"
 #include "ops/ops.h"
 
 namespace dsv4::cuda {
+
+struct GemmWeightView;  // op_checks.h
 
 // How default-mode FP8/FP4 linears (FP8 weights, FP8-quantised activations) are computed.
 enum class Fp8Gemm {
@@ -148,7 +151,9 @@ class CudaOps final : public Ops {
 
   void linear(const LinearParams& p) override;
   // Two linears of one decode-sized x on the same tensor cores run as one launch (one activation
-  // quantisation for FP8 weights); anything else runs as linear() calls.
+  // quantisation for FP8 weights); of a prefill-sized x on the WGMMA kernels, as two GEMMs of one
+  // quantised (or re-laid) x, the kernels and bits of two linear() calls; anything else runs as
+  // linear() calls.
   void linears(const LinearsParams& p) override;
   void grouped_linear(const GroupedLinearParams& p) override;
 
@@ -203,8 +208,19 @@ class CudaOps final : public Ops {
   // moe_experts with the plan, the gathers and the GEMMs all on the device (FP8 experts on
   // kernels::fp8_mma_gemm); false if this call's weights or options need the host-grouped path.
   bool moe_experts_on_device(const MoeExpertsParams& p);
-  // linears() of two outputs as one launch; false (nothing run) where the pair does not qualify.
+  // linears() of two outputs as one launch (decode sizes) or two GEMMs of one x's operand
+  // (prefill sizes); false (nothing run) where the pair does not qualify.
   bool linear_pair(const LinearsParams& p);
+  // linear_pair at prefill sizes: x quantised to fp16 once for both f16 WGMMA GEMMs, or re-laid
+  // once for both bf16 WGMMA GEMMs, where linear() would run each on that kernel.
+  bool linear_pair_on_wgmma(const LinearsParams& p, const GemmWeightView& wa, const GemmWeightView& wb);
+  // The dense f16 WGMMA GEMM `g` of x's fp16 values x16 (act_quant_fp8's q16 form, g.x_scale its
+  // scales), the weight converted to fp16 in the MMA order first.
+  void run_f16_wgmma(kernels::Fp8MmaGemmParams g, const uint16_t* x16);
+  // Whether the bf16 linear `b` runs on bf16 WGMMAs (the staged kernel's shapes at prefill sizes).
+  bool bf16_takes_wgmma(const kernels::Bf16MmaGemmParams& b) const;
+  // The bf16 WGMMA GEMM `b` of x re-laid in the MMA order (x_mma), the weight re-laid first.
+  void run_bf16_wgmma(const kernels::Bf16MmaGemmParams& b, const uint16_t* x_mma);
   // kernels::fp8_mma_gemm of `g` on the current stream, with the kernel options_.fp8_gemm picks.
   void run_fp8_mma(kernels::Fp8MmaGemmParams g);
 
