@@ -391,6 +391,46 @@ __device__ __forceinline__ void merge_if_last(const SparseAttnRowsParams& p, con
   merge_splits<kHeads, kThreads>(p, ws, work.token, head0, splits, scratch);
 }
 
+// Rows of a warp's split partials staged in shared memory (finish_split's `staging`): its 16 heads
+// x 32 dims at a time, rows kStagedRowStride floats apart, so that the lanes' 8-byte writes (8
+// heads x 4 lanes a half-warp) and their 16-byte reads (a quarter-warp a row's 128 bytes) take as
+// many wavefronts as their bytes need.
+constexpr int kStagedRowStride = 40;
+constexpr int kStagedFloatsPerWarp = 16 * kStagedRowStride;
+
+// A warp's partial rows o (heads 16 pair .. + 15 of the CTA from `rows`, rows `row_stride` floats
+// apart, lane (g, t) holding heads g and g + 8 at dims dim0 + 8j + 2t, +1) stored 16 bytes a store
+// by whole rows through the warp's `staging`: half the store instructions of the lanes' 8-byte
+// pieces, which ncu found throttling the CTA-a-token prefill launches (lg_throttle, docs/PERF.md
+// session 47). `heads` is how many of the 16 are real.
+template <int kLaneOutputs>
+__device__ __forceinline__ void store_rows_staged(const float (&o)[kLaneOutputs], float* rows, int64_t row_stride,
+                                                  int dim0, int heads, float* staging, int g, int t) {
+  constexpr int kSlices = kLaneOutputs / 4;
+  static_assert(kSlices % 4 == 0, "store_rows_staged: whole 32-dim chunks");
+  const int lane = static_cast<int>(threadIdx.x % 32);
+#pragma unroll
+  for (int c = 0; c < kSlices / 4; ++c) {
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int j = 4 * c + jj;
+        *reinterpret_cast<float2*>(staging + (g + 8 * r) * kStagedRowStride + 8 * jj + 2 * t) =
+            make_float2(o[4 * j + 2 * r], o[4 * j + 2 * r + 1]);
+      }
+    __syncwarp();
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int e = lane + 32 * k, h = e / 8, q = e % 8;
+      if (h < heads)
+        *reinterpret_cast<float4*>(rows + h * row_stride + dim0 + 32 * c + 4 * q) =
+            *reinterpret_cast<const float4*>(staging + h * kStagedRowStride + 4 * q);
+    }
+    __syncwarp();
+  }
+}
+
 // The end of a split: row sums over the quad, then over the pair (`sum_part` as max_part above);
 // a token of one split gets its output (with the sink) in bf16, a split of several its partial
 // output, row max and sum in the workspace, merged by merge_if_last (with ws.arrivals, which only
@@ -399,12 +439,14 @@ __device__ __forceinline__ void merge_if_last(const SparseAttnRowsParams& p, con
 // dims, sparse_attn_mma.cu's dim parts; `writes_max_sum`: the CTA of the split that stores its max
 // and sum, every part holding the same). `last_rows`, unless null, takes the partial rows instead
 // of the workspace, in shared memory (kLastRowStride apart: the CTA's 64 heads, all 512 dims).
-// Every thread of the CTA (kThreads) calls it.
+// `staging`, unless null, is the warp's kStagedFloatsPerWarp floats of shared memory through which
+// the workspace rows go (store_rows_staged). Every thread of the CTA (kThreads) calls it.
 template <int kHeads, int kThreads, int kLaneOutputs>
 __device__ __forceinline__ void finish_split(const SparseAttnRowsParams& p, const SplitWorkspace& ws,
                                              const CtaWork& work, int64_t head0, int64_t splits, SoftmaxLane& lane,
                                              const float (&o)[kLaneOutputs], int dim0, bool writes_max_sum,
-                                             float (*sum_part)[kHeads], float* scratch, float* last_rows = nullptr) {
+                                             float (*sum_part)[kHeads], float* scratch, float* last_rows = nullptr,
+                                             float* staging = nullptr) {
   constexpr int kSlices = kLaneOutputs / 4;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -435,13 +477,22 @@ __device__ __forceinline__ void finish_split(const SparseAttnRowsParams& p, cons
       }
     } else {
       const int64_t at = ((work.token - ws.token0) * p.heads + head) * ws.max_splits + work.split;
-      float* out = last_rows != nullptr ? last_rows + kLastRowStride * (lane.row0 + 8 * r) : ws.out + at * kD;
+      if (last_rows != nullptr || staging == nullptr) {
+        float* out = last_rows != nullptr ? last_rows + kLastRowStride * (lane.row0 + 8 * r) : ws.out + at * kD;
 #pragma unroll
-      for (int j = 0; j < kSlices; ++j)
-        *reinterpret_cast<float2*>(out + dim0 + j * 8 + 2 * lane.t) =
-            make_float2(o[4 * j + 2 * r], o[4 * j + 2 * r + 1]);
+        for (int j = 0; j < kSlices; ++j)
+          *reinterpret_cast<float2*>(out + dim0 + j * 8 + 2 * lane.t) =
+              make_float2(o[4 * j + 2 * r], o[4 * j + 2 * r + 1]);
+      }
       if (writes_max_sum && lane.half == 0 && lane.t == 0) ws.max_sum[at] = make_float2(m, sum);
     }
+  }
+  if (splits > 1 && last_rows == nullptr && staging != nullptr) {
+    const int64_t warp_head0 = head0 + lane.row0 - lane.g;  // the warp's first head
+    const int64_t at = ((work.token - ws.token0) * p.heads + warp_head0) * ws.max_splits + work.split;
+    const int64_t real = p.heads - warp_head0;
+    store_rows_staged(o, ws.out + at * kD, ws.max_splits * kD, dim0, static_cast<int>(real < 16 ? real : 16), staging,
+                      lane.g, lane.t);
   }
   if (splits > 1 && ws.arrivals != nullptr) merge_if_last<kHeads, kThreads>(p, ws, work, head0, splits, scratch);
 }

@@ -19,7 +19,10 @@
 //   - a CTA a split, or (kCtaPerToken, prefill) a CTA a token that runs its splits in turn: the
 //     queries copied once, the next split's entry rows found while the current split's first
 //     scores are on the tensor cores and its first tile copied during the current split's last,
-//     each split's partials stored as a split's CTA stores them and merged at the end.
+//     each split's partials stored as a split's CTA stores them and merged at the end;
+//   - a split's workspace rows go out 16 bytes a store, a warp's rows staged in the probabilities'
+//     shared memory (consumed by then) 32 dims at a time; not over packed entries, whose kernels
+//     (at 255 registers already) spilled with it.
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -61,6 +64,12 @@ static_assert(offsetof(Smem<true>, p) == offsetof(Smem<true>, kv) + sizeof(Smem<
                   kHeads * (kMaxMergedSplits + 1) * sizeof(float) <= sizeof(Smem<true>::kv) + sizeof(Smem<true>::p) &&
                   kHeads * (kMaxMergedSplits + 1) * sizeof(float) <= sizeof(Smem<false>::kv),
               "sparse_attn_wgmma: merge_if_last's scratch (the entry tiles and probabilities, consumed) is too small");
+
+// The warps' staging rows of finish_split's workspace stores (store_rows_staged) in the
+// probabilities' shared memory, consumed when a split ends.
+static_assert(kThreads / 32 * kStagedFloatsPerWarp * sizeof(float) <= sizeof(Smem<false>::p) &&
+                  sizeof(Smem<false>::p) == sizeof(Smem<true>::p),
+              "sparse_attn_wgmma: the warps' staging rows do not fit in the probabilities' shared memory");
 
 // The last split's rows and the merge's scratch (kLastRowsRoom) from the queries on: the queries,
 // the entry tiles and the probabilities, all consumed when they are written.
@@ -221,7 +230,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAt
     }
     finish_split<kHeads, kThreads>(p, ws, CtaWork{i, split}, head0, splits, sl, o, 256 * sl.half, true, sm.sum_part,
                                    reinterpret_cast<float*>(sm.kv[0]),
-                                   last_in_smem && split + 1 == split_end ? last_rows : nullptr);
+                                   last_in_smem && split + 1 == split_end ? last_rows : nullptr,
+                                   Packed ? nullptr : reinterpret_cast<float*>(sm.p[0]) + warp * kStagedFloatsPerWarp);
   }
   if (kCtaPerToken && splits > 1) {
     __syncthreads();  // the CTA's partials are stored (and the entry tiles consumed: the scratch)
