@@ -655,13 +655,14 @@ TEST_F(CudaOpsCore, WriteCacheRowsSkipsEntriesWithoutAPoolRow) {
   EXPECT_THROW(cpu_.write_cache_rows({src.cpu.view(), dst_rows.cpu.view(), cpu_seqs}), UsageError);
 }
 
-// Shapes: rows of 1000, of 512 (the indexer's and kv norms') and of 7000 and 9000 (over a block's
-// 1024 threads, so more than four values a thread), few (a block per row, values in registers up
-// to 8 a thread), more (a block per row, 300) and many (a warp per row); the last row alone (on a
-// block, values in registers but for 9000) gets the bits it gets in the batch.
+// Shapes: rows of 1000, of 512 (the indexer's and kv norms') and of 4096, 7000 and 9000 (a block's
+// 1024 threads, four or more values a thread), few (a block per row, values in registers up to 8 a
+// thread), more (a block per row, 300; rows of 1024-thread blocks on 256 threads, each four
+// threads' values, up to 8 a thread: 4096 and 7000, not 9000) and many (a warp per row); the last
+// row alone (on a block, values in registers but for 9000) gets the bits it gets in the batch.
 TEST_F(CudaOpsCore, RmsNormMatchesWithinTheLastBit) {
   for (const auto& [rows, dim] : {std::pair<int64_t, int64_t>{7, 1000}, {19, 512}, {2, 7000}, {3, 9000}, {300, 1000},
-                                  {4096, 1000}, {4100, 512}}) {
+                                  {300, 4096}, {260, 7000}, {260, 9000}, {4096, 1000}, {4100, 512}}) {
     const BothWeights w = load_both("norm", WeightFormat::kPlain, random_tensor(DType::kBF16, {dim}, 0.5f));
     for (DType dt : {DType::kF32, DType::kBF16})
       for (bool weighted : {true, false}) {
@@ -860,14 +861,22 @@ TEST_F(CudaOpsCore, LinearRowsDoNotDependOnTheBatchAndRunsRepeat) {
 }
 
 // Two linears of one x (Ops::linears, one launch on the GPU for FP8 or bf16 pairs) give the bits
-// of two linear() calls, at decode sizes (the pair path) and past them (linear() calls).
+// of two linear() calls, at decode sizes (the pair path), past them (linear() calls) and at
+// prefill sizes on the WGMMA kernels (x quantised or re-laid once for both GEMMs: 640 rows of the
+// wide weights, 40+ tiles of 128 x 128 each).
 TEST_F(CudaOpsCore, LinearPairsGiveTheBitsOfSeparateLinears) {
   const auto [codes_a, scales_a] = random_fp8(320, 2048);
   const auto [codes_b, scales_b] = random_fp8(136, 2048);
+  const auto [codes_wa, scales_wa] = random_fp8(1280, 2048);
+  const auto [codes_wb, scales_wb] = random_fp8(1040, 2048);
   const BothWeights fa = load_both("fa", WeightFormat::kFp8, codes_a, &scales_a);
   const BothWeights fb = load_both("fb", WeightFormat::kFp8, codes_b, &scales_b);
+  const BothWeights fwa = load_both("fwa", WeightFormat::kFp8, codes_wa, &scales_wa);
+  const BothWeights fwb = load_both("fwb", WeightFormat::kFp8, codes_wb, &scales_wb);
   const BothWeights ba = load_both("ba", WeightFormat::kPlain, random_tensor(DType::kBF16, {264, 2048}, 0.1f));
   const BothWeights bb = load_both("bb", WeightFormat::kPlain, random_tensor(DType::kBF16, {40, 2048}, 0.1f));
+  const BothWeights bwa = load_both("bwa", WeightFormat::kPlain, random_tensor(DType::kBF16, {1280, 2048}, 0.1f));
+  const BothWeights bwb = load_both("bwb", WeightFormat::kPlain, random_tensor(DType::kBF16, {1040, 2048}, 0.1f));
   struct Case {
     const BothWeights* a;
     const BothWeights* b;
@@ -875,10 +884,11 @@ TEST_F(CudaOpsCore, LinearPairsGiveTheBitsOfSeparateLinears) {
     DType y;
     const char* what;
   };
-  for (const int64_t m : {1, 5, 16, 40, 70}) {
+  for (const int64_t m : {1, 5, 16, 40, 70, 640}) {
     const Both xs = upload_both(random_tensor(DType::kBF16, {m, 2048}));
-    for (const Case& c : {Case{&fa, &fb, ActQuant::kFp8Block128, DType::kBF16, "FP8 pair"},
-                          Case{&ba, &bb, ActQuant::kNone, DType::kF32, "bf16 pair"}}) {
+    const bool wide = m >= 512;
+    for (const Case& c : {Case{wide ? &fwa : &fa, wide ? &fwb : &fb, ActQuant::kFp8Block128, DType::kBF16, "FP8 pair"},
+                          Case{wide ? &bwa : &ba, wide ? &bwb : &bb, ActQuant::kNone, DType::kF32, "bf16 pair"}}) {
       const int64_t na = c.a->gpu.shape[0], nb = c.b->gpu.shape[0];
       const Both ya = outputs(c.y, {m, na}), yb = outputs(c.y, {m, nb});
       const Both sa = outputs(c.y, {m, na}), sb = outputs(c.y, {m, nb});
