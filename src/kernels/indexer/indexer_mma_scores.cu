@@ -112,15 +112,17 @@ struct PackedKeys {
 // the four the launch plans for (docs/PERF.md session 39).
 __host__ __device__ constexpr int key_stages(bool packed) { return packed ? 1 : 2; }
 
-// Whether each key of a copy stage has a pool row, [2][kKeyTile]: found when the stage's copies
-// are issued, so that the head sums need no lookup of their own (a block table load and its
-// latency after every tile's MMAs, docs/PERF.md session 40).
-constexpr size_t kKeyRowFlagBytes = 2 * kKeyTile;
+// Each key's pool row (-1: none) of a copy stage, [2][kKeyTile]: found a tile before the stage's
+// copies are issued, a key a thread (its block table load and division under a tile's MMAs), so
+// that the copies' 16 threads a key need no lookup of their own (ncu: 8 divisions and dependent
+// table loads a thread a tile were a quarter of an 8k prefill launch's stalls, docs/PERF.md
+// session 48), nor do the head sums (session 40).
+constexpr size_t kKeyRowBytes = 2 * kKeyTile * sizeof(int64_t);
 
 // Shared memory of a CTA with `rows` MMA rows, in bytes, in the order the kernel lays it out.
 constexpr size_t smem_bytes_for_rows(int rows, bool packed) {
   return query_or_term_bytes(rows) + sizeof(uint16_t) * key_stages(packed) * kKeyTile * kPitch +
-         sizeof(float) * rows + (packed ? 2 * sizeof(PackedKeys) : 0) + kKeyRowFlagBytes;
+         sizeof(float) * rows + (packed ? 2 * sizeof(PackedKeys) : 0) + kKeyRowBytes;
 }
 
 // Grid: x = token, y = one of gridDim.y ranges of whole key tiles that split the token's visible
@@ -135,14 +137,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkPa
   // [rows][kPitch] the token's queries (rows >= heads zero) until they are in registers, then
   // [rows][kTermPitch] the terms of a key tile; then [key_stages][kKeyTile][kPitch] stages of keys
   // and [rows] w * weight_scale (0 for rows >= heads), then (Packed) the two packed stages and the
-  // stages' key flags (kKeyRowFlagBytes). Every offset but the flags' is a multiple of 16 bytes.
+  // stages' key rows (kKeyRowBytes). Every offset is a multiple of 16 bytes.
   uint16_t* q_s = reinterpret_cast<uint16_t*>(smem);
   float* term_s = reinterpret_cast<float*>(smem);
   uint16_t* key_s = reinterpret_cast<uint16_t*>(smem + query_or_term_bytes(rows));
   float* w_s = reinterpret_cast<float*>(key_s + key_stages(Packed) * kKeyTile * kPitch);
   auto* packed_s = reinterpret_cast<PackedKeys*>(w_s + rows);  // [2] stages, with Packed
-  // [2][kKeyTile]: the copy stage's keys that have a pool row (the rows stage, or the packed one).
-  auto* has_row_s = reinterpret_cast<bool*>(packed_s + (Packed ? 2 : 0));
+  // [2][kKeyTile]: the pool rows of the copy stage's keys (the rows stage, or the packed one).
+  auto* key_row_s = reinterpret_cast<int64_t*>(packed_s + (Packed ? 2 : 0));
 
   const int64_t t = blockIdx.x;
   const IndexerSeqDesc seq = p.seqs[p.seq_of_token[t]];
@@ -157,8 +159,16 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkPa
   const auto* q = static_cast<const uint16_t*>(p.q.data) + t * p.heads * kDh;
   const auto* keys = static_cast<const uint16_t*>(seq.keys.data);
 
-  // Keys [tile_begin, tile_begin + kKeyTile) into a stage, each from its pool row through the
-  // block table; rows at or past key_end and keys without a pool row become zero (their source
+  // Stage `stage`'s key rows for the tile from tile_begin: thread i finds keys i, i + blockDim.x,
+  // ... (the keys the head sums' thread i reads the rows of), -1 at or past key_end.
+  auto find_key_rows = [&](int stage, int64_t tile_begin) {
+    for (int r = static_cast<int>(threadIdx.x); r < kKeyTile; r += static_cast<int>(blockDim.x)) {
+      const int64_t j = tile_begin + r;
+      key_row_s[stage * kKeyTile + r] = j < key_end ? pool_row(seq.key_pages, j) : -1;
+    }
+  };
+  // Keys [tile_begin, tile_begin + kKeyTile) into a stage, each from its pool row (found by
+  // find_key_rows); rows at or past key_end and keys without a pool row become zero (their source
   // address is the token's queries, which are valid, but nothing is read).
   // Packed: the keys' code and scale bytes, zeros for absent ones (which unpack to zero rows).
   auto stage_keys = [&](int stage, int64_t tile_begin) {
@@ -170,24 +180,19 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkPa
       PackedKeys& dst = packed_s[stage];
       for (int i = static_cast<int>(threadIdx.x); i < kKeyTile * kPieces; i += static_cast<int>(blockDim.x)) {
         const int r = i / kPieces, piece = i % kPieces;
-        const int64_t j = tile_begin + r;
-        const int64_t row = j < key_end ? pool_row(seq.key_pages, j) : -1;
+        const int64_t row = key_row_s[stage * kKeyTile + r];
         const int64_t slot = row >= 0 ? row : 0;  // the address of an absent key is not read
-        if (piece < kPieces - 1) {
+        if (piece < kPieces - 1)
           cp_async4(shared_address(dst.codes[r] + 4 * piece), pages + layout.code_offset(slot) + 4 * piece, row >= 0);
-        } else {
+        else
           cp_async4(shared_address(dst.scales[r]), pages + layout.scale_offset(slot), row >= 0);
-          has_row_s[stage * kKeyTile + r] = row >= 0;
-        }
       }
     } else {
       uint16_t* dst = key_s + stage * kKeyTile * kPitch;
       for (int i = static_cast<int>(threadIdx.x); i < kKeyTile * kChunksPerRow; i += static_cast<int>(blockDim.x)) {
         const int r = i / kChunksPerRow, piece = i % kChunksPerRow;
-        const int64_t j = tile_begin + r;
-        const int64_t row = j < key_end ? pool_row(seq.key_pages, j) : -1;
+        const int64_t row = key_row_s[stage * kKeyTile + r];
         cp_async16(dst + r * kPitch + piece * 8, (row >= 0 ? keys + row * kDh : q) + piece * 8, row >= 0);
-        if (piece == 0) has_row_s[stage * kKeyTile + r] = row >= 0;
       }
     }
   };
@@ -212,6 +217,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkPa
   }
   for (int r = static_cast<int>(threadIdx.x); r < rows; r += static_cast<int>(blockDim.x))
     w_s[r] = r < heads ? __fmul_rn(load_float(p.weights, t * p.heads + r), p.weight_scale) : 0.0f;
+  find_key_rows(0, key_begin);
+  find_key_rows(1, key_begin + kKeyTile);
+  __syncthreads();  // the first two tiles' key rows
   stage_keys(0, key_begin);
   cp_async_commit();
   cp_async_wait<0>();
@@ -279,8 +287,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_score_kernel(IndexerTopkPa
       if (j >= key_end) break;
       float sum = 0.0f;
       for (int h = 0; h < heads; ++h) sum = __fadd_rn(sum, term_s[h * kTermPitch + n]);
-      score_row[j] = isnan(sum) || !has_row_s[stage * kKeyTile + n] ? -INFINITY : sum;
+      score_row[j] = isnan(sum) || key_row_s[stage * kKeyTile + n] < 0 ? -INFINITY : sum;
     }
+    // This stage's rows, which only this thread's sums above read, for the tile after next (its
+    // copies go out at the next tile's start, past the barrier below).
+    if (tile + 2 < tiles) find_key_rows(stage, tile_begin + 2 * kKeyTile);
     cp_async_wait<0>();  // the next tile's keys, staged by this thread
     __syncthreads();      // ... and by every thread; term_s and this stage are free again
   }
