@@ -1,9 +1,9 @@
 // kernels::act_quant_fp8 against the CPU's quantisation (core/quant.h) bit for bit, its hardware
-// e4m3 conversion against float_to_e4m3 over every float, and its two fused sources and its fp16
-// output against the kernels they replace, bit for bit: rows gathered through src_row quantise as
-// the gathered copy (kernels::gather_rows) would, a SwiGLU source as kernels::swiglu's bf16 output
-// would (clamps, row weights, padding rows), and the fp16 output (q16) is e4m3_to_f16_mma_order of
-// the codes.
+// e4m3 conversion against float_to_e4m3 over every float, and its fused sources and its fp16
+// output against the kernels they replace, bit for bit: rows gathered through src_row or
+// scattered through scatter_rows quantise as the gathered copy (kernels::gather_rows) would, a
+// SwiGLU source as kernels::swiglu's bf16 output would (clamps, row weights, padding rows), and
+// the fp16 output (q16) is e4m3_to_f16_mma_order of the codes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "core/error.h"
 #include "core/numeric.h"
 #include "core/quant.h"
 #include "kernels/gemm/act_quant.h"
@@ -114,6 +115,31 @@ TEST(ActQuantCuda, GatheredRowsQuantiseAsTheGatheredCopy) {
   kernels::ActQuantParams p{x.get(), nullptr, nullptr, m, m_padded, k};
   p.src_row = rows.get();
   expect_same(quantise(p), copied);
+}
+
+// Each of 5 tokens to 3 of 15 rows (the MoE's (token, slot) pairs to their expert-grouped rows),
+// padded to 17: the rows the gathered copy of the same tokens quantises to.
+TEST(ActQuantCuda, ScatteredRowsQuantiseAsTheGatheredCopy) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const int64_t tokens = 5, fanout = 3, k = 512, m = tokens * fanout, m_padded = 17;
+  const std::vector<int32_t> dest = {4, 0, 11, 7, 1, 14, 2, 9, 5, 13, 6, 3, 8, 12, 10};  // row of (token, slot)
+  std::vector<int32_t> src(static_cast<size_t>(m));
+  for (size_t pair = 0; pair < dest.size(); ++pair)
+    src[static_cast<size_t>(dest[pair])] = static_cast<int32_t>(pair / fanout);
+  DeviceBuffer<uint16_t> x(static_cast<size_t>(tokens * k)), gathered(static_cast<size_t>(m * k));
+  DeviceBuffer<int32_t> src_rows(src.size()), dest_rows(dest.size());
+  x.upload(random_bf16(x.size(), 1.0f, 1));
+  src_rows.upload(src);
+  dest_rows.upload(dest);
+  kernels::gather_rows({x.get(), src_rows.get(), gathered.get(), m, k * 2}, nullptr);
+  const Quantised copied = quantise({gathered.get(), nullptr, nullptr, m, m_padded, k});
+  kernels::ActQuantParams p{x.get(), nullptr, nullptr, m, m_padded, k};
+  p.scatter_rows = dest_rows.get();
+  p.scatter_fanout = fanout;
+  expect_same(quantise(p), copied);
+  kernels::ActQuantParams uneven = p;
+  uneven.scatter_fanout = 4;  // 15 rows are not whole tokens of 4
+  EXPECT_THROW(kernels::act_quant_fp8(uneven, nullptr), UsageError);
 }
 
 // swiglu into bf16 h, then act_quant of h; against the SwiGLU source. Values up to ~12 meet the

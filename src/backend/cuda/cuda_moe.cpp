@@ -26,6 +26,12 @@ namespace dsv4::cuda {
 
 namespace {
 
+// From this many tokens the routed experts' input is quantised a token at a time and scattered to
+// its k grouped rows (an 8k prefill -0.4%: 8,192 rows quantised instead of 49,152); below it each
+// grouped row is gathered and quantised by its own task, which spreads a decode step's few rows
+// over k times the blocks (scattering made a batch-1 step 0.4% slower: docs/PERF.md session 48).
+constexpr int64_t kScatterQuantMinTokens = 512;
+
 kernels::RouteScoring route_scoring(ScoringFunc f) {
   switch (f) {
     case ScoringFunc::kSqrtSoftplus: return kernels::RouteScoring::kSqrtSoftplus;
@@ -288,8 +294,8 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
   const int64_t quant_rows = f16 ? (N + 3) / 4 * 4 : N;
   const size_t code_bytes = f16 ? sizeof(uint16_t) : 1;
 
-  // The gathered inputs, quantised; gate and up; h = swiglu(gate, up), quantised; the experts'
-  // outputs. The quantisation reads x's rows through the plan and computes h itself.
+  // The grouped inputs, quantised; gate and up; h = swiglu(gate, up), quantised; the experts'
+  // outputs. The quantisation gathers (or scatters) x's rows through the plan and computes h itself.
   const StreamBuffer xq(static_cast<size_t>(quant_rows * D) * code_bytes, stream_, arena());
   const StreamBuffer x_scale(static_cast<size_t>(D / 128 * quant_rows) * sizeof(float), stream_, arena());
   const StreamBuffer gate(static_cast<size_t>(N * I) * sizeof(uint16_t), stream_, arena());
@@ -310,7 +316,12 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
     moe_gate_route(p);
     kernels::expert_plan(plan, stream_);
     kernels::ActQuantParams x_quant{p.x.data<uint16_t>(), xq.get<uint8_t>(), x_scale.get<float>(), N, quant_rows, D};
-    x_quant.src_row = plan.src_token;
+    if (T >= kScatterQuantMinTokens) {  // a token's row quantised once, for its k rows
+      x_quant.scatter_rows = plan.row_of;
+      x_quant.scatter_fanout = k;
+    } else {
+      x_quant.src_row = plan.src_token;
+    }
     if (f16) x_quant.q16 = xq.get<uint16_t>();
     kernels::act_quant_fp8(x_quant, stream_);
 

@@ -1,8 +1,10 @@
 // Activation quantisation for the FP8 block-scaled GEMM: bf16 rows -> e4m3 codes with one
 // power-of-two fp32 scale per 1x128 block (MODEL.md §14), written in the layout cuBLASLt's
-// VEC128_32F scale mode expects. The rows may be gathered (row r from x row src_row[r]) or be the
-// MoE experts' SwiGLU of two projections, so that the experts' device path quantises its gathered
-// inputs and its hidden rows without a kernel (and a buffer) of its own before each.
+// VEC128_32F scale mode expects. The rows may be gathered (row r from x row src_row[r]), go to
+// several rows each (x row r to rows scatter_rows[r * fanout + j]) or be the MoE experts' SwiGLU
+// of two projections, so that the experts' device path quantises its grouped inputs (at prefill
+// sizes a token's row once for its k experts' rows) and its hidden rows without a kernel (and a
+// buffer) of its own before each.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,6 +21,11 @@ struct ActQuantParams {
   int64_t m_padded = 0;         // >= m; cuBLASLt wants a multiple of 4 and at least 16
   int64_t k = 0;                // multiple of 128
   const int32_t* src_row = nullptr;  // [m]: row r is x row src_row[r] (x then has the rows those name)
+  // Set (without src_row): x has m / scatter_fanout rows, and x row r's codes and scale go to rows
+  // scatter_rows[r * scatter_fanout + j] (j < scatter_fanout, at most 8; -1: nowhere) of q (q16)
+  // and scale, each row r quantised once. Not with swiglu_up.
+  const int32_t* scatter_rows = nullptr;
+  int64_t scatter_fanout = 0;
   // Set: row r is kernels::swiglu's row r of gate x and up swiglu_up ([m, k] bf16 each) with
   // swiglu_row_weight (nullptr: 1) and swiglu_limit, rounded to bf16 as swiglu writes it.
   const uint16_t* swiglu_up = nullptr;
