@@ -11,6 +11,7 @@
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/e4m3_cast.cuh"
+#include "kernels/elementwise/rms_norm_scale.cuh"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
@@ -60,8 +61,7 @@ __global__ void rms_norm_kernel(RmsNormRowsParams p) {
     ss = fmaf(v, v, ss);
   }
   ss = block_sum(ss, scratch);
-  const float mean = ss / static_cast<float>(p.dim);
-  const float inv = 1.0f / sqrtf(mean + p.eps);
+  const float inv = rms_norm_scale(ss, p.dim, p.eps);
   for (int64_t i = threadIdx.x; i < p.dim; i += blockDim.x) {
     const float v = __fmul_rn(load_float(p.x, base + i), inv);
     store_float(p.y, base + i, p.weight.data ? __fmul_rn(load_float(p.weight, i), v) : v);
@@ -100,8 +100,7 @@ __global__ void rms_norm_regs_kernel(RmsNormRowsParams p) {
   for (int v = 0; v < V; ++v)
     if (tid + v * threads < p.dim) ss = fmaf(x[v], x[v], ss);
   ss = block_sum(ss, scratch);
-  const float mean = ss / static_cast<float>(p.dim);
-  const float inv = 1.0f / sqrtf(mean + p.eps);
+  const float inv = rms_norm_scale(ss, p.dim, p.eps);
 #pragma unroll
   for (int v = 0; v < V; ++v) {
     const int64_t i = tid + v * threads;
@@ -149,8 +148,7 @@ __global__ void rms_norm_warp_kernel(RmsNormRowsParams p) {
     for (int off = 16; off > 0; off /= 2) ss[w] += __shfl_xor_sync(0xffffffffu, ss[w], off);
     total += ss[w];
   }
-  const float mean = total / static_cast<float>(p.dim);
-  const float inv = 1.0f / sqrtf(mean + p.eps);
+  const float inv = rms_norm_scale(total, p.dim, p.eps);
 #pragma unroll
   for (int w = 0; w < V; ++w)
 #pragma unroll
@@ -206,8 +204,7 @@ __global__ void __launch_bounds__(kNormWideThreads) rms_norm_wide_kernel(RmsNorm
   __syncthreads();
   float total = 0;
   for (int w = 0; w < kNormWideBlock / 32; ++w) total += warp_sums[w];
-  const float mean = total / static_cast<float>(p.dim);
-  const float inv = 1.0f / sqrtf(mean + p.eps);
+  const float inv = rms_norm_scale(total, p.dim, p.eps);
 #pragma unroll
   for (int m = 0; m < kNormWideVirtual; ++m)
 #pragma unroll

@@ -6,6 +6,7 @@
 #include "kernels/cp_async.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/elementwise/elementwise.h"
+#include "kernels/elementwise/rms_norm_scale.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/per_device_once.h"
 
@@ -595,8 +596,7 @@ __device__ void norm_row_of_ys(const HcPreFusedParams& p, int64_t t, const float
   asm volatile("bar.sync 1, %0;" ::"r"(y_threads) : "memory");
   float total = 0;
   for (int w = 0; w < threads / 32; ++w) total += scratch[w];
-  const float mean = total / static_cast<float>(f.dim);
-  const float inv = 1.0f / sqrtf(mean + f.norm_eps);
+  const float inv = rms_norm_scale(total, f.dim, f.norm_eps);
   const auto normed = [&](int64_t d) {
     const float v = __fmul_rn(ys[d], inv);
     return weight.data ? __fmul_rn(load_float(weight, d), v) : v;
