@@ -52,8 +52,8 @@ __global__ void __launch_bounds__(kWarps * 32) grouped_bf16_fp8_gemm_kernel(Grou
   for (int j = 0; j < NT; ++j) q[j][0] = q[j][1] = q[j][2] = q[j][3] = 0.0f;
 
   // The weight rows of the warp's next K block are loaded before this block's MMAs: a decode step's
-  // call (512 blocks of 4 warps) had one block's bytes in flight a warp, 65% of HBM's rate for wo_a
-  // at batch 1 (docs/PERF.md session 48).
+  // call (512 blocks of 4 warps) had one block's bytes in flight a warp, ~68% of HBM's rate for
+  // wo_a at batch 1 (docs/PERF.md session 48).
   RowBytes a_lo = load_row_bytes(wa + warp * kKBlock, row_a && warp < kblocks);
   RowBytes a_hi = load_row_bytes(wb + warp * kKBlock, row_b && warp < kblocks);
   for (int64_t b = warp; b < kblocks; b += kWarps) {
