@@ -160,7 +160,7 @@ __global__ void rms_norm_warp_kernel(RmsNormRowsParams p) {
     }
 }
 
-// Rows whose rms_norm_kernel block has 1,024 threads (dim > 4,064: V4's hidden rows, the mHC
+// Rows whose rms_norm_kernel block has 1,024 threads (dim >= 3,972: V4's hidden rows, the mHC
 // pre-norms of every prefill token) with up to kNormWideMaxValues values each, at prefill sizes:
 // 256 threads a row, thread j standing in for threads j + 256 m (m = 0..3) with their values in
 // registers. Virtual warp w + 8 m is real warp w's m-th butterfly, and the 32 warp sums are added
