@@ -192,13 +192,13 @@ __global__ void __launch_bounds__(kCtaThreads<Pairs, Packed>, 1)
 
       // Scores of heads row0 (+8) against entries 32*half + 8j + 2t (+1).
       float s[kScores];
-  #pragma unroll
+#pragma unroll
       for (float& v : s) v = 0.0f;
-  #pragma unroll 2
+#pragma unroll 2
       for (int k0 = 0; k0 < kD; k0 += 16) {
         uint32_t a[4];
         ldmatrix_x4(a, sm.q + (pair * 16 + lane % 16) * kRow + k0 + (lane / 16) * 8);
-  #pragma unroll
+#pragma unroll
         for (int nn = 0; nn < 2; ++nn) {
           // Matrices: entries +0..7 at k0 (b0 of n-tile 2nn), +0..7 at k0+8 (its b1), +8..15 at
           // k0 (b0 of n-tile 2nn+1), +8..15 at k0+8 (its b1).
@@ -219,14 +219,14 @@ __global__ void __launch_bounds__(kCtaThreads<Pairs, Packed>, 1)
                            });
       pair_barrier(pair);
       rescale_outputs(o, correction);
-  #pragma unroll 1
+#pragma unroll 1
       for (int k0 = 0; k0 < kTile; k0 += 16) {
         uint32_t a_hi[4], a_mid[4], a_lo[4];
         const int a_at = (pair * 16 + lane % 16) * kPRow + k0 + (lane / 16) * 8;
         ldmatrix_x4(a_hi, sm.p_hi + a_at);
         ldmatrix_x4(a_mid, sm.p_mid + a_at);
         ldmatrix_x4(a_lo, sm.p_lo + a_at);
-  #pragma unroll
+#pragma unroll
         for (int nn = 0; nn < kHalfDims / 16; ++nn) {
           // Transposed matrices: entries k0+0..7 at dims +0..7 (b0 of n-tile 2nn), k0+8..15 at
           // +0..7 (its b1), k0+0..7 at +8..15 (b0 of n-tile 2nn+1), k0+8..15 at +8..15 (its b1).
