@@ -34,10 +34,10 @@ for bin in "$build"/tests/ops/test_indexer_cuda "$build"/bench/bench_indexer "$b
   cp "$bin" "$out/" && strip "$out/$(basename "$bin")"
 done
 # The kernel tracer (CUPTI injection library) and its summary, for profiling graph replays there,
-# the A/B timing of two builds (ab_step.sh), and the summary of an ncu source page by code region
-# (ncu_sass_regions.py).
+# the A/B timing of two builds (ab_step.sh), the summary of an ncu source page by code region
+# (ncu_sass_regions.py), and the GPU's idle gaps in an nsys capture (gpu_idle.py).
 for file in "$build"/bench/libdsv4_kernel_trace.so scripts/trace_summary.py scripts/ab_step.sh \
-            scripts/ncu_sass_regions.py; do
+            scripts/ncu_sass_regions.py scripts/gpu_idle.py; do
   [ -e "$file" ] || continue
   cp "$file" "$out/"
 done
