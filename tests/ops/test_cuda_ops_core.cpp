@@ -1056,9 +1056,10 @@ TEST_F(CudaOpsMhc, HcPreMatchesInBothModes) {
 
 // hc_pre's and hc_head's mix partials take a kernel by the token count (2 or 8 mixes a block, or
 // the prefill scan with one thread per sum); a token's results are the same bits in a batch of
-// each size. D = 1270 gives chunks of 318 elements (two per position, a short last chunk).
+// each size. D = 1270 gives chunks of 318 elements (two per position, a short last chunk), 4096
+// V4-Flash's four per position.
 TEST_F(CudaOpsMhc, HcPreAndHeadRowsAreTheSameBitsInAnyBatch) {
-  for (const int64_t D : {int64_t{512}, int64_t{1270}}) {
+  for (const int64_t D : {int64_t{512}, int64_t{1270}, int64_t{4096}}) {
     const int64_t n = 4, mix = (2 + n) * n;
     const HcWeightsBoth w = hc_weights(mix, n * D, 3), head = hc_weights(n, n * D, 1);
     const Tensor x = random_tensor(DType::kBF16, {300, n, D});
@@ -1124,9 +1125,13 @@ TEST_F(CudaOpsMhc, HcPreWithTheNormIsHcPreThenRmsNorm) {
   }
 }
 
-// D a multiple of 4 takes the kernel's 4-column accesses, D = 702 its one-column ones.
+// D a multiple of 8 at 256 tokens or more takes the kernel's 8-column accesses, of 4 its 4-column
+// ones, D = 702 its one-column ones.
 TEST_F(CudaOpsMhc, HcPostIsBitExact) {
-  for (const auto& [T, dt, D] : {std::tuple{int64_t{5}, DType::kF32, int64_t{700}},
+  for (const auto& [T, dt, D] : {std::tuple{int64_t{5}, DType::kF32, int64_t{704}},
+                                 std::tuple{int64_t{260}, DType::kF32, int64_t{704}},
+                                 std::tuple{int64_t{300}, DType::kBF16, int64_t{704}},
+                                 std::tuple{int64_t{5}, DType::kF32, int64_t{700}},
                                  std::tuple{int64_t{5}, DType::kBF16, int64_t{700}},
                                  std::tuple{int64_t{300}, DType::kBF16, int64_t{700}},
                                  std::tuple{int64_t{7}, DType::kF32, int64_t{702}},

@@ -399,7 +399,10 @@ __device__ void weighted_stream_sum(const float* g, FloatPtr x, MutFloatPtr y, i
 }
 
 // The part of y one block of the finishing kernels writes.
-constexpr int64_t kStreamSumSlice = 1024;
+// Every thread's 8 columns in one 16-byte load a stream (bf16 streams): slices of 1,024 kept half
+// of a block's threads idle and ncu found an 8k prefill's hc_pre_finish at 49% of DRAM's rate, its
+// blocks each waiting on a chain (the token's partials, pre) for 8 KB in flight (session 49).
+constexpr int64_t kStreamSumSlice = 8 * kThreads;
 
 __device__ float affine(float m, float scale, float base) { return __fadd_rn(__fmul_rn(m, scale), base); }
 
@@ -449,23 +452,25 @@ __device__ float pre_mix(const HcPreFinishParams& p, int64_t k, const float* par
   return __fadd_rn(sigmoid(affine(finish_mix(part, k, mix, n * p.dim, p.norm_eps), scale, base)), p.hc_eps);
 }
 
-// Block (t, 0): post and comb of token t, on warp 0 (the Sinkhorn's latency is its alone).
-// Blocks (t, 1 + s): pre (every block computes it, the same way) and slice s of y.
+// Block (t, s): pre (every block computes it, the same way) and slice s of y; block (t, 0)'s last
+// warp then also post and comb of token t (the Sinkhorn), its weights loaded first. A block of its
+// own for the Sinkhorn (one busy warp of eight) made a fifth of the grid, and those blocks,
+// dispatched before any slice, held the SMs with no loads in flight.
 __global__ void hc_pre_finish_kernel(HcPreFinishParams p) {
   pdl_wait();
   __shared__ float pre[kHcMaxStreams];
   const int64_t t = blockIdx.x, n = p.n;
   const auto k = static_cast<int64_t>(threadIdx.x);
-  if (blockIdx.y == 0) {
-    if (k < 32) post_and_comb(p, t, token_partials(p, t), post_comb_weights(p));
-    return;
-  }
-  const int64_t begin = (blockIdx.y - 1) * kStreamSumSlice;
+  const bool comb_warp = blockIdx.y == 0 && threadIdx.x >= blockDim.x - 32;
+  PostCombWeights comb_weights;
+  if (comb_warp) comb_weights = post_comb_weights(p);
+  const int64_t begin = blockIdx.y * kStreamSumSlice;
   weighted_stream_sum(pre, p.x, p.y, t, n, p.dim, begin, begin + kStreamSumSlice < p.dim ? begin + kStreamSumSlice : p.dim,
                       [&] {
                         if (k < n) pre[k] = pre_mix(p, k, token_partials(p, t), load_float(p.scale, 0), load_float(p.base, k));
                         __syncthreads();
                       });
+  if (comb_warp) post_and_comb(p, t, token_partials(p, t), comb_weights);
 }
 
 // Block (t, s): g of token t (every block computes it, the same way) and slice s of y.
@@ -487,13 +492,18 @@ __global__ void hc_head_finish_kernel(HcHeadFinishParams p) {
 
 // Grid (column groups, tokens): thread g of token t reads x[t, :, d] once for its kVec columns d
 // = kVec g .. kVec g + kVec - 1 and writes out[t, j, d] for every j, looping past the grid's tokens.
-// kVec 4 (dim a multiple of 4, arrays aligned to 4 elements) makes each access one 16-byte (fp32)
-// or 8-byte (bf16) load or store; every element sees the same operations either way.
+// kVec 8 (dim a multiple of 8, arrays 16-byte aligned) makes each access 16 bytes (bf16; fp32 two
+// of them), kVec 4 (a multiple of 4, arrays aligned to 4 elements) one 16-byte (fp32) or 8-byte
+// (bf16) access; every element sees the same operations either way. With bf16 streams kVec 8
+// moves a prefill's 8 KB rows in half the accesses of kVec 4 (docs/PERF.md session 49).
 constexpr int kPostMixThreads = 128;
+constexpr int64_t kPostMixVec8MinTokens = 256;
 
 template <int kVec>
 __device__ __forceinline__ void load_columns(FloatPtr p, int64_t i, float (&v)[kVec]) {
-  if constexpr (kVec == 4) {
+  if constexpr (kVec == 8) {
+    load_float8(p, i, v);
+  } else if constexpr (kVec == 4) {
     if (p.bf16) {
       const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(p.data) + i);
       v[0] = bf16_to_float(raw.x & 0xffffu);
@@ -514,7 +524,9 @@ __device__ __forceinline__ void load_columns(FloatPtr p, int64_t i, float (&v)[k
 
 template <int kVec>
 __device__ __forceinline__ void store_columns(MutFloatPtr p, int64_t i, const float (&v)[kVec]) {
-  if constexpr (kVec == 4) {
+  if constexpr (kVec == 8) {
+    store_float8(p, i, v);
+  } else if constexpr (kVec == 4) {
     if (p.bf16) {
       const uint32_t lo = float_to_bf16(v[0]) | static_cast<uint32_t>(float_to_bf16(v[1])) << 16;
       const uint32_t hi = float_to_bf16(v[2]) | static_cast<uint32_t>(float_to_bf16(v[3])) << 16;
@@ -779,7 +791,7 @@ void hc_pre_finish(const HcPreFinishParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return;
   if (p.n > kHcMaxStreams) throw UsageError("hc_pre_finish: " + std::to_string(p.n) + " streams, at most 4");
   const auto slices = static_cast<unsigned>((p.dim + kStreamSumSlice - 1) / kStreamSumSlice);
-  launch_pdl(hc_pre_finish_kernel, dim3(static_cast<unsigned>(p.tokens), 1 + slices), kThreads, 0, stream, p);
+  launch_pdl(hc_pre_finish_kernel, dim3(static_cast<unsigned>(p.tokens), slices), kThreads, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -820,12 +832,17 @@ void hc_post_mix(const HcPostMixParams& p, cudaStream_t stream) {
   if (p.tokens == 0 || p.n == 0 || p.dim == 0) return;
   if (p.n > kHcMaxStreams) throw UsageError("hc_post_mix: " + std::to_string(p.n) + " streams, at most 4");
   const auto aligned = [](const void* ptr, bool bf16) { return reinterpret_cast<uintptr_t>(ptr) % (bf16 ? 8 : 16) == 0; };
+  // 8 columns a thread from prefill sizes on: a decode step's token in half the threads was slower
+  // (a batch-1 step +1.5%, docs/PERF.md session 49).
+  const bool vec8 = p.tokens >= kPostMixVec8MinTokens && p.dim % 8 == 0 && aligned16(p.x.data) && aligned16(p.a.data) &&
+                    aligned16(p.out.data);
   const bool vec4 = p.dim % 4 == 0 && aligned(p.x.data, p.x.bf16) && aligned(p.a.data, p.a.bf16) &&
                     aligned(p.out.data, p.out.bf16);
-  const int64_t columns_per_block = kPostMixThreads * (vec4 ? 4 : 1);
+  const int64_t columns_per_block = kPostMixThreads * (vec8 ? 8 : vec4 ? 4 : 1);
   const dim3 grid(static_cast<unsigned>((p.dim + columns_per_block - 1) / columns_per_block),
                   static_cast<unsigned>(p.tokens < 65535 ? p.tokens : 65535));
-  if (vec4) launch_pdl(hc_post_mix_kernel<4>, grid, kPostMixThreads, 0, stream, p);
+  if (vec8) launch_pdl(hc_post_mix_kernel<8>, grid, kPostMixThreads, 0, stream, p);
+  else if (vec4) launch_pdl(hc_post_mix_kernel<4>, grid, kPostMixThreads, 0, stream, p);
   else launch_pdl(hc_post_mix_kernel<1>, grid, kPostMixThreads, 0, stream, p);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
