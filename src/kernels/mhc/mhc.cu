@@ -115,11 +115,20 @@ __global__ void __launch_bounds__(kThreads) hc_mix_partials_kernel(HcMixPartials
 // once per trailing one bit of k) adds exactly the butterfly's pairs, then adds the groups in
 // order. Addition commutes, so the bits are the grouped kernels'. A block takes kScanTokens
 // tokens (two per lane) and one chunk; warp g owns sums [5g, 5g + 5) (sum `mix` is the squares),
-// and the chunk comes through shared memory one warp group's 32 x J elements at a time.
+// and the chunk comes through shared memory one warp group's 32 x J elements at a time: x's tile
+// with lane l's two tokens side by side (one 8-byte load), each warp's weights with a position's
+// five side by side (a 16-byte and a 4-byte broadcast load), so that a position's ten FMAs wait on
+// three shared loads instead of seven (docs/PERF.md session 49).
 constexpr int kScanTokens = 64;
 constexpr int kScanTokensPerLane = kScanTokens / 32;
 constexpr int kScanSumsPerWarp = 5;
 constexpr int kScanLevels = 5;  // log2 of the 32 positions of a warp group
+constexpr int kScanXRow = kScanTokens + 2;  // floats a position of x's tile: token l + 32 tt at 2 l + tt, 2 of padding
+constexpr int kScanFSlot = 8;  // floats a position of a warp's weights: its five sums', padded to 32 bytes
+static_assert(kScanTokensPerLane == 2 && kScanSumsPerWarp == 5, "hc_mix_scan's loads take 2 tokens and 5 sums");
+
+// Where x's tile holds token r (of the block's kScanTokens) at position q.
+__device__ __forceinline__ int scan_x_index(int q, int r) { return q * kScanXRow + 2 * (r % 32) + r / 32; }
 
 // Loads `rows` rows of a warp group's tile, a row per warp at a time: lane l of row r reads
 // src[row_start(r) + 32 w + l + 256 j] for j < kDeep (0 past the chunk's length or where row_start
@@ -139,6 +148,29 @@ __device__ __forceinline__ void scan_load_rows(FloatPtr src, int rows, int w, in
     }
 #pragma unroll
     for (int j = 0; j < kDeep; ++j) store(r, 32 * j + lane, v[j]);
+  }
+}
+
+// Warp g's weights of warp group w's tile: rows 5 g + s (s < 5) of fn at fw[q * kScanFSlot + s]
+// (0 for the squares and past mix or the chunk's length), each lane its positions q = 32 j + l;
+// only warp g reads them.
+template <int kDeep>
+__device__ __forceinline__ void scan_load_weights(FloatPtr fn, int64_t mix, int64_t width, int64_t begin, int w,
+                                                  int64_t length, float* fw) {
+  const int lane = static_cast<int>(threadIdx.x % 32), sum0 = static_cast<int>(threadIdx.x / 32) * kScanSumsPerWarp;
+  float v[kDeep][kScanSumsPerWarp];
+#pragma unroll
+  for (int j = 0; j < kDeep; ++j)
+#pragma unroll
+    for (int s = 0; s < kScanSumsPerWarp; ++s) {
+      const int64_t offset = 32 * w + lane + 256 * j;
+      v[j][s] = sum0 + s < mix && offset < length ? load_float(fn, (sum0 + s) * width + begin + offset) : 0.0f;
+    }
+#pragma unroll
+  for (int j = 0; j < kDeep; ++j) {
+    float* slot = fw + (32 * j + lane) * kScanFSlot;
+    *reinterpret_cast<float4*>(slot) = make_float4(v[j][0], v[j][1], v[j][2], v[j][3]);
+    slot[4] = v[j][4];
   }
 }
 
@@ -179,12 +211,13 @@ constexpr int kScanUnrollLevels = 3;  // log2(kScanUnroll)
 static_assert(kScanUnroll == 1 << kScanUnrollLevels && 32 % kScanUnroll == 0);
 
 // One warp group's part of a warp's sums (sums sum0.., fn's rows at fw; with kFiveSums,
-// last_is_squares says whether sum0 + 4 is the squares): see hc_mix_scan_kernel.
+// last_is_squares says whether sum0 + 4 is the squares): see hc_mix_scan_kernel. `length`, the
+// chunk's, is 32-bit (chunks are at most a 16th of a row): each element's test against it was a
+// 64-bit compare of five instructions beside its ten FMAs (SASS, docs/PERF.md session 49).
 template <int kDeep, ScanRole kRole>
 __device__ __forceinline__ void scan_warp_group(const float* xs, const float* fw, int sum0, int64_t mix,
-                                                bool last_is_squares, int w, int64_t length, int lane,
+                                                bool last_is_squares, int w, int length, int lane,
                                                 float (&total)[kScanTokensPerLane][kScanSumsPerWarp]) {
-  constexpr int tile = 32 * kDeep;
   float pending[kScanLevels][kScanTokensPerLane][kScanSumsPerWarp];
 #pragma unroll 1
   for (int group = 0; group < 32 / kScanUnroll; ++group) {
@@ -201,16 +234,17 @@ __device__ __forceinline__ void scan_warp_group(const float* xs, const float* fw
       for (int j = 0; j < kDeep; ++j) {
         if (32 * w + l + 256 * j >= length) break;
         const int q = 32 * j + l;
-        float x[kScanTokensPerLane];
-#pragma unroll
-        for (int tt = 0; tt < kScanTokensPerLane; ++tt) x[tt] = xs[q * (kScanTokens + 1) + lane + 32 * tt];
+        const float2 xv = *reinterpret_cast<const float2*>(xs + scan_x_index(q, lane));
+        const float x[kScanTokensPerLane] = {xv.x, xv.y};
+        const float4 f4 = *reinterpret_cast<const float4*>(fw + q * kScanFSlot);
+        const float fq[kScanSumsPerWarp] = {f4.x, f4.y, f4.z, f4.w, fw[q * kScanFSlot + 4]};
 #pragma unroll
         for (int s = 0; s < kScanSumsPerWarp; ++s) {
           // The squares: the last sum where last_is_squares (kFiveSums), sum `mix` (kAnySums).
           const bool squares = kRole == ScanRole::kFiveSums ? s == kScanSumsPerWarp - 1 && last_is_squares
                                                             : sum0 + s == mix;
           if (kRole == ScanRole::kAnySums && sum0 + s > mix) break;
-          const float f = squares ? 0.0f : fw[s * tile + q];
+          const float f = squares ? 0.0f : fq[s];
 #pragma unroll
           for (int tt = 0; tt < kScanTokensPerLane; ++tt)
             chain[tt][s] = fmaf(x[tt], squares ? x[tt] : f, chain[tt][s]);
@@ -250,8 +284,8 @@ __global__ void __launch_bounds__(kThreads) hc_mix_scan_kernel(HcMixPartialsPara
   pdl_wait();
   extern __shared__ float scan_smem[];
   constexpr int tile = 32 * kDeep;  // elements of one warp group: q = 32 j + l
-  float* xs = scan_smem;                 // [tile][kScanTokens + 1]: x of the block's tokens
-  float* fs = scan_smem + tile * (kScanTokens + 1);  // [mix][tile]
+  float* xs = scan_smem;                 // [tile][kScanXRow]: x of the block's tokens (scan_x_index)
+  float* fs = scan_smem + tile * kScanXRow;  // [warps][tile][kScanFSlot]: each warp's weights
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kScanTokens;
   const HcChunk range = hc_chunk(p.width, blockIdx.y);
   const int64_t begin = range.begin, end = range.end;
@@ -265,21 +299,19 @@ __global__ void __launch_bounds__(kThreads) hc_mix_scan_kernel(HcMixPartialsPara
     for (float& v : row) v = 0.0f;
   for (int w = 0; w < kThreads / 32; ++w) {
     __syncthreads();  // the previous group's tiles are read
-    // Row r = (token, j) of x's tile and (sum, j) of fn's: lane l loads element 32 w + l + 256 j.
+    // x's tile (lane l loads element 32 w + l + 256 j of each token's row), and each warp its weights.
     const auto x_row_start = [&](int r) { return t0 + r < p.tokens ? (t0 + r) * p.width + begin : int64_t{-1}; };
     scan_load_rows<kDeep>(p.x, kScanTokens, w, length, x_row_start,
-                          [&](int r, int q, float v) { xs[q * (kScanTokens + 1) + r] = v; });
-    scan_load_rows<kDeep>(
-        p.fn, static_cast<int>(p.mix), w, length, [&](int r) { return r * p.width + begin; },
-        [&](int r, int q, float v) { fs[r * tile + q] = v; });
+                          [&](int r, int q, float v) { xs[scan_x_index(q, r)] = v; });
+    float* fw = fs + warp * tile * kScanFSlot;
+    scan_load_weights<kDeep>(p.fn, p.mix, p.width, begin, w, length, fw);
     __syncthreads();
     if (w + 1 < kThreads / 32) scan_prefetch_rows<kDeep>(p.x, kScanTokens, w + 1, length, x_row_start);
-    const float* fw = fs + sum0 * tile;
     if (sum0 + kScanSumsPerWarp - 1 <= p.mix)
-      scan_warp_group<kDeep, ScanRole::kFiveSums>(xs, fw, sum0, p.mix, sum0 + kScanSumsPerWarp - 1 == p.mix, w, length,
-                                                  lane, total);
+      scan_warp_group<kDeep, ScanRole::kFiveSums>(xs, fw, sum0, p.mix, sum0 + kScanSumsPerWarp - 1 == p.mix, w,
+                                                  static_cast<int>(length), lane, total);
     else
-      scan_warp_group<kDeep, ScanRole::kAnySums>(xs, fw, sum0, p.mix, false, w, length, lane, total);
+      scan_warp_group<kDeep, ScanRole::kAnySums>(xs, fw, sum0, p.mix, false, w, static_cast<int>(length), lane, total);
   }
 #pragma unroll
   for (int tt = 0; tt < kScanTokensPerLane; ++tt) {
@@ -744,11 +776,14 @@ void launch_grouped(const HcMixPartialsParams& p, unsigned token_blocks, cudaStr
 // hc_mix_scan_kernel<kDeep> over blocks of kScanTokens tokens and one chunk, a warp per 5 sums.
 template <int kDeep>
 void launch_scan(const HcMixPartialsParams& p, cudaStream_t stream) {
-  const size_t smem = static_cast<size_t>(32 * kDeep) * (kScanTokens + 1 + p.mix) * sizeof(float);
-  if (smem > 48 * 1024)
+  const auto warps = static_cast<unsigned>((p.mix + 1 + kScanSumsPerWarp - 1) / kScanSumsPerWarp);
+  const size_t smem = static_cast<size_t>(32 * kDeep) * (kScanXRow + warps * kScanFSlot) * sizeof(float);
+  if (smem > 48 * 1024) {  // V4: 54 KB, four blocks an SM in its largest carveout
     DSV4_CUDA_CHECK(
         cudaFuncSetAttribute(hc_mix_scan_kernel<kDeep>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  const auto warps = static_cast<unsigned>((p.mix + 1 + kScanSumsPerWarp - 1) / kScanSumsPerWarp);
+    DSV4_CUDA_CHECK(cudaFuncSetAttribute(hc_mix_scan_kernel<kDeep>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         cudaSharedmemCarveoutMaxShared));
+  }
   const auto blocks = static_cast<unsigned>((p.tokens + kScanTokens - 1) / kScanTokens);
   launch_pdl(hc_mix_scan_kernel<kDeep>, dim3(blocks, kHcChunks), 32 * warps, smem, stream, p);
 }
