@@ -436,6 +436,9 @@ __device__ void weighted_stream_sum(const float* g, FloatPtr x, MutFloatPtr y, i
 // blocks each waiting on a chain (the token's partials, pre) for 8 KB in flight (session 49).
 constexpr int64_t kStreamSumSlice = 8 * kThreads;
 
+// From this many tokens on (prefill) hc_pre_finish runs the Sinkhorn on a slice's last warp.
+constexpr int64_t kPreFinishCombWarpMinTokens = 256;
+
 __device__ float affine(float m, float scale, float base) { return __fadd_rn(__fmul_rn(m, scale), base); }
 
 // The partials of token t in hc_mix_partials' output.
@@ -484,16 +487,23 @@ __device__ float pre_mix(const HcPreFinishParams& p, int64_t k, const float* par
   return __fadd_rn(sigmoid(affine(finish_mix(part, k, mix, n * p.dim, p.norm_eps), scale, base)), p.hc_eps);
 }
 
-// Block (t, s): pre (every block computes it, the same way) and slice s of y; block (t, 0)'s last
-// warp then also post and comb of token t (the Sinkhorn), its weights loaded first. A block of its
-// own for the Sinkhorn (one busy warp of eight) made a fifth of the grid, and those blocks,
-// dispatched before any slice, held the SMs with no loads in flight.
-__global__ void hc_pre_finish_kernel(HcPreFinishParams p) {
+// Block (t, s < slices): pre (every block computes it, the same way) and slice s of y; post and
+// comb of token t (the Sinkhorn, its weights loaded first) on block (t, 0)'s last warp after its
+// columns, or with comb_block on the first warp of a block (t, slices) of its own. Prefill batches
+// take the first: blocks of their own (one busy warp of eight) made a fifth of the grid, and those
+// blocks, dispatched before any slice, held the SMs with no loads in flight. Decode batches take
+// the second: there the kernel lasts as long as its longest block, and one warp running a slice's
+// columns and then the Sinkhorn would be that block.
+__global__ void hc_pre_finish_kernel(HcPreFinishParams p, bool comb_block) {
   pdl_wait();
   __shared__ float pre[kHcMaxStreams];
   const int64_t t = blockIdx.x, n = p.n;
   const auto k = static_cast<int64_t>(threadIdx.x);
-  const bool comb_warp = blockIdx.y == 0 && threadIdx.x >= blockDim.x - 32;
+  if (comb_block && blockIdx.y == gridDim.y - 1) {
+    if (k < 32) post_and_comb(p, t, token_partials(p, t), post_comb_weights(p));
+    return;
+  }
+  const bool comb_warp = !comb_block && blockIdx.y == 0 && threadIdx.x >= blockDim.x - 32;
   PostCombWeights comb_weights;
   if (comb_warp) comb_weights = post_comb_weights(p);
   const int64_t begin = blockIdx.y * kStreamSumSlice;
@@ -826,7 +836,9 @@ void hc_pre_finish(const HcPreFinishParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return;
   if (p.n > kHcMaxStreams) throw UsageError("hc_pre_finish: " + std::to_string(p.n) + " streams, at most 4");
   const auto slices = static_cast<unsigned>((p.dim + kStreamSumSlice - 1) / kStreamSumSlice);
-  launch_pdl(hc_pre_finish_kernel, dim3(static_cast<unsigned>(p.tokens), slices), kThreads, 0, stream, p);
+  const bool comb_block = p.tokens < kPreFinishCombWarpMinTokens;
+  launch_pdl(hc_pre_finish_kernel, dim3(static_cast<unsigned>(p.tokens), slices + (comb_block ? 1 : 0)), kThreads, 0,
+             stream, p, comb_block);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
