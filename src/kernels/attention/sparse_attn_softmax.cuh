@@ -324,6 +324,7 @@ __device__ __forceinline__ void merge_splits(const SparseAttnRowsParams& p, cons
   }
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t global_splits = last_rows != nullptr ? splits - 1 : splits;  // the splits read from the workspace
   for (int h = warp; h < kHeads; h += kThreads / 32) {
     const int64_t head = head0 + h;
     if (head >= p.heads) continue;
@@ -343,7 +344,6 @@ __device__ __forceinline__ void merge_splits(const SparseAttnRowsParams& p, cons
       }
     };
     if (den != 0.0f) {
-      const int64_t global_splits = last_rows != nullptr ? splits - 1 : splits;
 #pragma unroll 4
       for (int64_t z = 0; z < global_splits; ++z)
         add_split(z, [&](int c) { return __ldcg(reinterpret_cast<const float4*>(part + z * kD + 128 * c)); });
@@ -357,7 +357,6 @@ __device__ __forceinline__ void merge_splits(const SparseAttnRowsParams& p, cons
       // their lines leave L2 without going to DRAM, a line a lane of every eight.
       __syncwarp();
       if (lane % 8 == 0) {
-        const int64_t global_splits = last_rows != nullptr ? splits - 1 : splits;
         for (int64_t z = 0; z < global_splits; ++z)
 #pragma unroll
           for (int c = 0; c < 4; ++c) discard_l2_line(part + z * kD + 128 * c);
