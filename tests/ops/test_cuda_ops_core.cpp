@@ -1056,8 +1056,9 @@ TEST_F(CudaOpsMhc, HcPreMatchesInBothModes) {
 
 // hc_pre's and hc_head's mix partials take a kernel by the token count (2 or 8 mixes a block, or
 // the prefill scan with one thread per sum); a token's results are the same bits in a batch of
-// each size. D = 1270 gives chunks of 318 elements (two per position, a short last chunk), 4096
-// V4-Flash's four per position.
+// each size (300 tokens run hc_pre_finish's Sinkhorn on a slice's warp, 40 on a block of its own,
+// one token the fused kernel). D = 1270 gives chunks of 318 elements (two per position, a short
+// last chunk), D = 4096 V4-Flash's rows (four per position).
 TEST_F(CudaOpsMhc, HcPreAndHeadRowsAreTheSameBitsInAnyBatch) {
   for (const int64_t D : {int64_t{512}, int64_t{1270}, int64_t{4096}}) {
     const int64_t n = 4, mix = (2 + n) * n;
