@@ -436,8 +436,10 @@ __device__ void weighted_stream_sum(const float* g, FloatPtr x, MutFloatPtr y, i
 // blocks each waiting on a chain (the token's partials, pre) for 8 KB in flight (session 49).
 constexpr int64_t kStreamSumSlice = 8 * kThreads;
 
-// From this many tokens on (prefill) hc_pre_finish runs the Sinkhorn on a slice's last warp.
-constexpr int64_t kPreFinishCombWarpMinTokens = 256;
+// From this many tokens on (prefill sizes) hc_pre_finish runs the Sinkhorn on a slice's last warp
+// and the post mix takes 8 columns a thread; decode batches keep the forms that shorten a launch's
+// longest block (docs/PERF.md session 49).
+constexpr int64_t kHcPrefillMinTokens = 256;
 
 __device__ float affine(float m, float scale, float base) { return __fadd_rn(__fmul_rn(m, scale), base); }
 
@@ -539,7 +541,6 @@ __global__ void hc_head_finish_kernel(HcHeadFinishParams p) {
 // (bf16) access; every element sees the same operations either way. With bf16 streams kVec 8
 // moves a prefill's 8 KB rows in half the accesses of kVec 4 (docs/PERF.md session 49).
 constexpr int kPostMixThreads = 128;
-constexpr int64_t kPostMixVec8MinTokens = 256;
 
 template <int kVec>
 __device__ __forceinline__ void load_columns(FloatPtr p, int64_t i, float (&v)[kVec]) {
@@ -836,7 +837,7 @@ void hc_pre_finish(const HcPreFinishParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return;
   if (p.n > kHcMaxStreams) throw UsageError("hc_pre_finish: " + std::to_string(p.n) + " streams, at most 4");
   const auto slices = static_cast<unsigned>((p.dim + kStreamSumSlice - 1) / kStreamSumSlice);
-  const bool comb_block = p.tokens < kPreFinishCombWarpMinTokens;
+  const bool comb_block = p.tokens < kHcPrefillMinTokens;
   launch_pdl(hc_pre_finish_kernel, dim3(static_cast<unsigned>(p.tokens), slices + (comb_block ? 1 : 0)), kThreads, 0,
              stream, p, comb_block);
   DSV4_CUDA_CHECK(cudaGetLastError());
@@ -881,7 +882,7 @@ void hc_post_mix(const HcPostMixParams& p, cudaStream_t stream) {
   const auto aligned = [](const void* ptr, bool bf16) { return reinterpret_cast<uintptr_t>(ptr) % (bf16 ? 8 : 16) == 0; };
   // 8 columns a thread from prefill sizes on: a decode step's token in half the threads was slower
   // (a batch-1 step +1.5%, docs/PERF.md session 49).
-  const bool vec8 = p.tokens >= kPostMixVec8MinTokens && p.dim % 8 == 0 && aligned16(p.x.data) && aligned16(p.a.data) &&
+  const bool vec8 = p.tokens >= kHcPrefillMinTokens && p.dim % 8 == 0 && aligned16(p.x.data) && aligned16(p.a.data) &&
                     aligned16(p.out.data);
   const bool vec4 = p.dim % 4 == 0 && aligned(p.x.data, p.x.bf16) && aligned(p.a.data, p.a.bf16) &&
                     aligned(p.out.data, p.out.bf16);
