@@ -1,5 +1,6 @@
 // Times the routed experts' grouped GEMMs of a V4-Flash prefill on the f16 WGMMA kernel (MXFP4
-// weights converted in the kernel, f16_wgmma_gemm.cu) alone, without the rest of the model: T
+// weights converted in the kernel, f16_wgmma_gemm.cu) and on its chained order's form
+// (kChainedBf16Wgmma, `--fp8-gemm chained`) alone, without the rest of the model: T
 // tokens each routed to 6 of 256 experts drawn at random, the pairs grouped by expert into tiles of
 // up to 128 rows as the expert plan builds them, then gate (or up: the same shape) [I x D] and down
 // [D x I] of every expert. Prints time, TFLOP/s of the useful MACs and the floor at the measured
@@ -101,14 +102,15 @@ int main(int argc, char** argv) {
   if (token_counts.empty()) token_counts = {2048, 8192};
   std::mt19937 rng(7);
   const ExpertWeights gate(kInter, kHidden, rng), down(kHidden, kInter, rng);
-  std::printf("%-6s %6s %6s %10s %8s %10s %8s %10s %8s\n", "tokens", "pairs", "tiles", "gate us", "TFLOP/s", "down us",
-              "TFLOP/s", "layer us", "floor us");
+  std::printf("%-6s %6s %6s %-19s %10s %8s %10s %8s %10s %8s\n", "tokens", "pairs", "tiles", "kernel", "gate us",
+              "TFLOP/s", "down us", "TFLOP/s", "layer us", "floor us");
   for (const int64_t tokens : token_counts) {
     const int64_t pairs = tokens * kTopK, padded = (pairs + 3) / 4 * 4;
     const std::vector<kernels::Fp8MmaTile> tiles = random_tiles(tokens, rng);
     kernels::Fp8MmaTile* tiles_d = bench::device_copy(tiles);
     int32_t* count_d = bench::device_copy(std::vector<int32_t>{static_cast<int32_t>(tiles.size())});
-    // x: fp16 values near 1 (their exact values do not change the time), unit scales.
+    // x: 16-bit values in 2^-15 .. 1 as fp16 or bf16 (their exact values do not change the time),
+    // unit scales.
     const int64_t k_max = std::max(kHidden, kInter);
     std::vector<uint16_t> x_host(static_cast<size_t>(padded * k_max));
     for (uint16_t& v : x_host) v = static_cast<uint16_t>(0x3800 + rng() % 0x800);
@@ -117,14 +119,14 @@ int main(int argc, char** argv) {
     uint16_t* y = nullptr;
     DSV4_CUDA_CHECK(cudaMalloc(&y, static_cast<size_t>(pairs * kHidden) * sizeof(uint16_t)));
 
-    const auto grouped = [&](const ExpertWeights& w) {
+    const auto grouped = [&](const ExpertWeights& w, kernels::Fp8MmaKernel kernel) {
       kernels::Fp8MmaGemmParams p;
       p.x = reinterpret_cast<const uint8_t*>(x16);
       p.x16 = x16;
       p.x_scale = x_scale;
       p.x_scale_ld = padded;
       p.w_codes = kernels::Fp8MmaWeightCodes::kE2M1;
-      p.kernel = kernels::Fp8MmaKernel::kF16Wgmma;
+      p.kernel = kernel;
       p.w_scale_ld = w.scale_ld;
       p.y = {y, true};
       p.ldy = w.n;
@@ -140,14 +142,17 @@ int main(int argc, char** argv) {
       p.group_w_shift = w.shift_of;
       return p;
     };
-    const kernels::Fp8MmaGemmParams gate_p = grouped(gate), down_p = grouped(down);
-    const double gate_us = bench::time_us([&] { kernels::fp8_mma_gemm(gate_p, nullptr); }, iters);
-    const double down_us = bench::time_us([&] { kernels::fp8_mma_gemm(down_p, nullptr); }, iters);
-    const double flops = 2.0 * pairs * kInter * kHidden;  // each GEMM's
-    std::printf("%-6ld %6ld %6zu %10.1f %8.1f %10.1f %8.1f %10.1f %8.1f\n", static_cast<long>(tokens),
-                static_cast<long>(pairs), tiles.size(), gate_us, flops / gate_us * 1e-6, down_us,
-                flops / down_us * 1e-6, 2 * gate_us + down_us, 3 * flops / kTensorRate * 1e6);
-    std::fflush(stdout);
+    for (const kernels::Fp8MmaKernel kernel : {kernels::Fp8MmaKernel::kF16Wgmma, kernels::Fp8MmaKernel::kChainedBf16Wgmma}) {
+      const kernels::Fp8MmaGemmParams gate_p = grouped(gate, kernel), down_p = grouped(down, kernel);
+      const double gate_us = bench::time_us([&] { kernels::fp8_mma_gemm(gate_p, nullptr); }, iters);
+      const double down_us = bench::time_us([&] { kernels::fp8_mma_gemm(down_p, nullptr); }, iters);
+      const double flops = 2.0 * pairs * kInter * kHidden;  // each GEMM's
+      std::printf("%-6ld %6ld %6zu %-19s %10.1f %8.1f %10.1f %8.1f %10.1f %8.1f\n", static_cast<long>(tokens),
+                  static_cast<long>(pairs), tiles.size(), kernels::fp8_mma_kernel_name(kernel), gate_us,
+                  flops / gate_us * 1e-6, down_us, flops / down_us * 1e-6, 2 * gate_us + down_us,
+                  3 * flops / kTensorRate * 1e6);
+      std::fflush(stdout);
+    }
     cudaFree(tiles_d);
     cudaFree(count_d);
     cudaFree(x16);

@@ -28,6 +28,7 @@ std::string_view fp8_gemm_choice_name(Fp8GemmChoice choice) {
   switch (choice) {
     case Fp8GemmChoice::kMma: return "mma";
     case Fp8GemmChoice::kWgmma: return "wgmma";
+    case Fp8GemmChoice::kChained: return "chained";
     case Fp8GemmChoice::kCublasLt: return "cublaslt";
     case Fp8GemmChoice::kSimple: return "simple";
   }
@@ -62,15 +63,18 @@ void add_gpu_options(CLI::App* cmd, GpuOptions& gpu) {
          "--fp8-gemm",
          [&gpu](const std::string& name) {
            for (const Fp8GemmChoice c :
-                {Fp8GemmChoice::kMma, Fp8GemmChoice::kWgmma, Fp8GemmChoice::kCublasLt, Fp8GemmChoice::kSimple})
+                {Fp8GemmChoice::kMma, Fp8GemmChoice::kWgmma, Fp8GemmChoice::kChained, Fp8GemmChoice::kCublasLt,
+                 Fp8GemmChoice::kSimple})
              if (fp8_gemm_choice_name(c) == name) gpu.fp8_gemm = c;
          },
          "--device cuda: the GEMM of the FP8 linears: mma (fp16 tensor cores with fp32 sums, the same "
          "bits for any batch, the closest to the CPU reference), wgmma (as mma, with the prefill-sized e4m3 "
-         "GEMMs on FP8 tensor cores: less precise sums inside each 128-wide block, an 8k prefill ~6% faster), cublaslt (cuBLASLt's FP8 tensor cores: "
+         "GEMMs on FP8 tensor cores: less precise sums inside each 128-wide block; slower since the FP4 experts), "
+         "chained (as mma, with the FP4 experts' prefill-sized GEMMs summing each of their four lanes in one "
+         "tensor-core accumulation: as precise, faster, other bits), cublaslt (cuBLASLt's FP8 tensor cores: "
          "FP8's rate at prefill sizes, less precise sums) or simple (CUDA cores, slow; the bf16 "
          "linears then leave their tensor cores too: every linear in the CPU's arithmetic)")
-      ->check(CLI::IsMember({"mma", "wgmma", "cublaslt", "simple"}))
+      ->check(CLI::IsMember({"mma", "wgmma", "chained", "cublaslt", "simple"}))
       ->default_str(std::string(fp8_gemm_choice_name(GpuOptions{}.fp8_gemm)));
   cmd->add_option_function<std::string>(
          "--attention",
@@ -100,7 +104,7 @@ void add_gpu_options(CLI::App* cmd, GpuOptions& gpu) {
          "--device cuda: keep MXFP4 weights (the routed experts) as stored, half the bytes of their "
          "lossless FP8 cast and the same results, read by the experts' GEMMs of the default numerics "
          "(on; --exact-math and --fp8-gemm cublaslt or simple refuse them), or cast them to FP8 at "
-         "load (off); auto: on with --fp8-gemm mma or wgmma without --exact-math, else off. On the "
+         "load (off); auto: on with --fp8-gemm mma, wgmma or chained without --exact-math, else off. On the "
          "H200 in session 14 FP4 decoded 5-14% faster and prefilled 8% slower than the cast; the "
          "prefill's FP4 GEMM has been rebuilt since (docs/PERF.md, sessions 22-25)")
       ->check(CLI::IsMember({"auto", "on", "off"}))
@@ -147,7 +151,8 @@ bool fp4_experts_for(const GpuOptions& gpu, bool exact_math) {
     case Fp4ExpertsChoice::kOn: return true;
     case Fp4ExpertsChoice::kOff: return false;
     case Fp4ExpertsChoice::kAuto:
-      return !exact_math && (gpu.fp8_gemm == Fp8GemmChoice::kMma || gpu.fp8_gemm == Fp8GemmChoice::kWgmma);
+      return !exact_math && (gpu.fp8_gemm == Fp8GemmChoice::kMma || gpu.fp8_gemm == Fp8GemmChoice::kWgmma ||
+                             gpu.fp8_gemm == Fp8GemmChoice::kChained);
   }
   return false;
 }
@@ -183,6 +188,7 @@ std::unique_ptr<Ops> make_backend(Device device, int threads, const GpuOptions& 
   options.multi_stream = gpu.multi_stream;
   options.fp8_gemm = gpu.fp8_gemm == Fp8GemmChoice::kCublasLt ? cuda::Fp8Gemm::kCublasLt
                      : gpu.fp8_gemm == Fp8GemmChoice::kWgmma  ? cuda::Fp8Gemm::kWgmma
+                     : gpu.fp8_gemm == Fp8GemmChoice::kChained ? cuda::Fp8Gemm::kChained
                      : gpu.fp8_gemm == Fp8GemmChoice::kSimple ? cuda::Fp8Gemm::kSimple
                                                               : cuda::Fp8Gemm::kFp16Mma;
   options.sparse_attention = gpu.attention == AttentionChoice::kCpuOrder ? cuda::SparseAttention::kCpuOrder

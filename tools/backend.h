@@ -24,7 +24,7 @@ void add_device_option(CLI::App* cmd, Device& device);
 
 // How the CUDA backend computes the default numerics' FP8 linears (cuda::Fp8Gemm, named here so
 // that builds without CUDA parse the same options).
-enum class Fp8GemmChoice { kMma, kWgmma, kCublasLt, kSimple };
+enum class Fp8GemmChoice { kMma, kWgmma, kChained, kCublasLt, kSimple };
 std::string_view fp8_gemm_choice_name(Fp8GemmChoice choice);
 // Likewise for the default numerics' sparse attention (cuda::SparseAttention).
 enum class AttentionChoice { kTensorCores, kCpuOrder };

@@ -98,16 +98,21 @@ class TinyOnCuda : public ::testing::Test {
                                                                 .multi_stream = {}});
     tc_ = std::make_unique<cuda::CudaOps>(cuda::CudaOptions{.fp8_gemm = cuda::Fp8Gemm::kCublasLt, .multi_stream = {}});
     wgmma_ = std::make_unique<cuda::CudaOps>(cuda::CudaOptions{.fp8_gemm = cuda::Fp8Gemm::kWgmma, .multi_stream = {}});
+    chained_ = std::make_unique<cuda::CudaOps>(
+        cuda::CudaOptions{.fp8_gemm = cuda::Fp8Gemm::kChained, .multi_stream = {}, .fp4_experts = true});
     cpu_model_ = std::make_unique<Model>(Model::load(*cpu_, tiny_model_dir()));
     gpu_model_ = std::make_unique<Model>(Model::load(*gpu_, tiny_model_dir()));
     simple_model_ = std::make_unique<Model>(Model::load(*simple_, tiny_model_dir()));
     tc_model_ = std::make_unique<Model>(Model::load(*tc_, tiny_model_dir()));
     wgmma_model_ = std::make_unique<Model>(Model::load(*wgmma_, tiny_model_dir()));
+    chained_model_ = std::make_unique<Model>(Model::load(*chained_, tiny_model_dir()));
     ids_ = test_ids(kTokens, cpu_model_->config()->vocab_size, 5);
   }
   static void TearDownTestSuite() {
     cpu_logits_[0].clear();
     cpu_logits_[1].clear();
+    chained_model_.reset();
+    chained_.reset();
     wgmma_model_.reset();
     wgmma_.reset();
     tc_model_.reset();
@@ -175,16 +180,18 @@ class TinyOnCuda : public ::testing::Test {
   }
 
   static std::unique_ptr<cpu::CpuOps> cpu_;
-  // FP8 linears: default / CUDA cores / cuBLASLt / FP8 tensor cores at prefill sizes
-  static std::unique_ptr<cuda::CudaOps> gpu_, simple_, tc_, wgmma_;
-  static std::unique_ptr<Model> cpu_model_, gpu_model_, simple_model_, tc_model_, wgmma_model_;
+  // FP8 linears: default / CUDA cores / cuBLASLt / FP8 tensor cores at prefill sizes / the FP4
+  // experts as stored, in the chained order at prefill sizes
+  static std::unique_ptr<cuda::CudaOps> gpu_, simple_, tc_, wgmma_, chained_;
+  static std::unique_ptr<Model> cpu_model_, gpu_model_, simple_model_, tc_model_, wgmma_model_, chained_model_;
   static std::vector<int32_t> ids_;
   static std::vector<float> cpu_logits_[2];
 };
 std::unique_ptr<cpu::CpuOps> TinyOnCuda::cpu_;
-std::unique_ptr<cuda::CudaOps> TinyOnCuda::gpu_, TinyOnCuda::simple_, TinyOnCuda::tc_, TinyOnCuda::wgmma_;
+std::unique_ptr<cuda::CudaOps> TinyOnCuda::gpu_, TinyOnCuda::simple_, TinyOnCuda::tc_, TinyOnCuda::wgmma_,
+    TinyOnCuda::chained_;
 std::unique_ptr<Model> TinyOnCuda::cpu_model_, TinyOnCuda::gpu_model_, TinyOnCuda::simple_model_,
-    TinyOnCuda::tc_model_, TinyOnCuda::wgmma_model_;
+    TinyOnCuda::tc_model_, TinyOnCuda::wgmma_model_, TinyOnCuda::chained_model_;
 std::vector<int32_t> TinyOnCuda::ids_;
 std::vector<float> TinyOnCuda::cpu_logits_[2];
 
@@ -208,6 +215,11 @@ TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumericsOnWgmma) {
                  "default, FP8 tensor cores (wgmma) at prefill sizes", 0.9968, 0.73);
 }
 
+TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumericsChained) {
+  compare_logits(prefill_logits(*chained_model_, *chained_, false), cpu_logits(false),
+                 "default, FP4 experts in the chained order at prefill sizes", 0.9968, 0.73);
+}
+
 // Each side's default numerics against the CPU's exact math: the FP8 quantisations' own distance,
 // which does not move with the reference host's OpenBLAS kernel family the way GPU vs CPU does
 // (the exact-math paths agree to the last digit; the CPU's default measured 0.997235-0.997260 /
@@ -219,10 +231,13 @@ TEST_F(TinyOnCuda, DefaultNumericsAsCloseToExactMathAsTheCpus) {
   const Agreement cpu = agreement(cpu_logits(false), exact);
   const Agreement gpu = agreement(prefill_logits(*gpu_model_, *gpu_, false), exact);
   const Agreement wgmma = agreement(prefill_logits(*wgmma_model_, *wgmma_, false), exact);
+  const Agreement chained = agreement(prefill_logits(*chained_model_, *chained_, false), exact);
   print_agreement("default", "CPU vs CPU exact math", cpu);
   print_agreement("default", "GPU vs CPU exact math", gpu);
   print_agreement("default, FP8 tensor cores (wgmma) at prefill sizes", "GPU vs CPU exact math", wgmma);
-  for (const auto& [what, g] : {std::pair{"default", gpu}, std::pair{"wgmma", wgmma}}) {
+  print_agreement("default, FP4 experts in the chained order at prefill sizes", "GPU vs CPU exact math", chained);
+  for (const auto& [what, g] :
+       {std::pair{"default", gpu}, std::pair{"wgmma", wgmma}, std::pair{"chained", chained}}) {
     EXPECT_GE(g.median, cpu.median - 1e-4) << what;
     EXPECT_GE(g.argmax, cpu.argmax - 0.02) << what;
   }

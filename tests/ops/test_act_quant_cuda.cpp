@@ -3,7 +3,8 @@
 // output against the kernels they replace, bit for bit: rows gathered through src_row or
 // scattered through scatter_rows quantise as the gathered copy (kernels::gather_rows) would, a
 // SwiGLU source as kernels::swiglu's bf16 output would (clamps, row weights, padding rows), and
-// the fp16 output (q16) is e4m3_to_f16_mma_order of the codes.
+// the fp16 output (q16) is e4m3_to_f16_mma_order of the codes, its bf16 form the codes' values
+// times their scales, exactly, in the same order.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -188,6 +189,42 @@ TEST(ActQuantCuda, Fp16OutputIsTheCodesInTheF16WgmmaLayout) {
   DSV4_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<uint16_t> want = converted.download(), got = q16.download();
   for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "fp16 value " << i;
+  const std::vector<float> got_scales = scales.download();
+  for (size_t i = 0; i < got_scales.size(); ++i) ASSERT_EQ(got_scales[i], codes.scales[i]) << "scale " << i;
+}
+
+// q16 with q16_bf16_scaled: each code's value times its block's scale as an exact bf16, at the
+// position e4m3_to_f16_mma_order gives the code (32 t + 4 s + i of a block -> 16 s + 2 t + (i % 2) +
+// 8 (i / 2)), padding rows zero; the scales as ever. Values spread over 2^-12 .. 2^12, so that
+// the scales take many exponents.
+TEST(ActQuantCuda, Bf16ScaledOutputIsTheValuesInTheF16WgmmaLayout) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const int64_t m = 13, m_padded = 16, k = 640;
+  std::vector<uint16_t> host_x = random_bf16(static_cast<size_t>(m * k), 2.0f, 5);
+  for (size_t i = 0; i < host_x.size(); ++i)
+    host_x[i] = float_to_bf16(std::ldexp(bf16_to_float(host_x[i]), static_cast<int>((i / 128) % 25) - 12));
+  DeviceBuffer<uint16_t> x(host_x.size());
+  x.upload(host_x);
+  const Quantised codes = quantise({x.get(), nullptr, nullptr, m, m_padded, k});
+  DeviceBuffer<uint16_t> q16(codes.codes.size());
+  DeviceBuffer<float> scales(codes.scales.size());
+  q16.poison();
+  scales.poison();
+  kernels::ActQuantParams p{x.get(), nullptr, scales.get(), m, m_padded, k};
+  p.q16 = q16.get();
+  p.q16_bf16_scaled = true;
+  kernels::act_quant_fp8(p, nullptr);
+  DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<uint16_t> got = q16.download();
+  for (int64_t r = 0; r < m_padded; ++r)
+    for (int64_t c = 0; c < k; ++c) {
+      const int64_t kb = c / 128, in_block = c % 128, t = in_block / 32, s4 = in_block % 32 / 4, i = in_block % 4;
+      const int64_t at = r * k + kb * 128 + 16 * s4 + 2 * t + i % 2 + 8 * (i / 2);
+      const double value = static_cast<double>(e4m3_to_float(codes.codes[static_cast<size_t>(r * k + c)])) *
+                           codes.scales[static_cast<size_t>(kb * m_padded + r)];
+      ASSERT_EQ(static_cast<double>(bf16_to_float(got[static_cast<size_t>(at)])), value)
+          << "row " << r << ", input " << c << " (bf16 0x" << std::hex << got[static_cast<size_t>(at)] << ")";
+    }
   const std::vector<float> got_scales = scales.download();
   for (size_t i = 0; i < got_scales.size(); ++i) ASSERT_EQ(got_scales[i], codes.scales[i]) << "scale " << i;
 }

@@ -10,6 +10,8 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/fp8_gemm.h"
@@ -732,14 +734,21 @@ TEST(Fp8MmaGemmCuda, RejectsAWeightTooLargeForOneCall) {
 
 // ---- MXFP4 weights read as stored (Fp8MmaWeightCodes::kE2M1) --------------------------------
 
-// e2m1_mma_order with the streamed kernel's conversion (host code, no GPU needed): slot s of word
-// w of each 16-byte group, as e2m1_slot_f16x2_bits gives it, is the fp16x2 of inputs 8w + 2s and
-// 8w + 2s + 1 times 2^-14, for every byte value.
-TEST(E2m1MmaOrder, GivesEachSlotsPairAsFp16TimesTwoToTheMinus14) {
+// e2m1_mma_order with the kernels' conversions (host code, no GPU needed): slot s of word w of
+// each 16-byte group, as e2m1_slot_f16x2_bits gives it, is the fp16x2 of inputs 8w + 2s and
+// 8w + 2s + 1 times 2^-14, and as e2m1_slot_bf16x2_bits gives it their bf16x2 times 2^-126, for
+// every byte value.
+TEST(E2m1MmaOrder, GivesEachSlotsPairAsFp16TimesTwoToTheMinus14AndBf16TimesTwoToTheMinus126) {
   const auto f16_value = [](uint32_t bits) {
     const uint32_t exponent = (bits >> 10) & 0x1F, mantissa = bits & 0x3FF;
     const double magnitude =
         exponent == 0 ? std::ldexp(mantissa, -24) : std::ldexp(1024 + mantissa, static_cast<int>(exponent) - 25);
+    return (bits & 0x8000) != 0 ? -magnitude : magnitude;
+  };
+  const auto bf16_value = [](uint32_t bits) {
+    const uint32_t exponent = (bits >> 7) & 0xFF, mantissa = bits & 0x7F;
+    const double magnitude =
+        exponent == 0 ? std::ldexp(mantissa, -133) : std::ldexp(128 + mantissa, static_cast<int>(exponent) - 134);
     return (bits & 0x8000) != 0 ? -magnitude : magnitude;
   };
   std::vector<uint8_t> stored(16 * 16);
@@ -762,6 +771,10 @@ TEST(E2m1MmaOrder, GivesEachSlotsPairAsFp16TimesTwoToTheMinus14) {
         EXPECT_EQ(f16_value(bits & 0xFFFF), std::ldexp(static_cast<double>(e2m1_to_float(first)), -14)) << where;
         EXPECT_EQ(f16_value(bits >> 16), std::ldexp(static_cast<double>(e2m1_to_float(second)), -14)) << where;
         EXPECT_EQ(bits & 0x8000, (first & 8u) << 12) << where;  // -0 keeps its sign
+        const uint32_t b16 = kernels::e2m1_slot_bf16x2_bits(word, slot);
+        EXPECT_EQ(bf16_value(b16 & 0xFFFF), std::ldexp(static_cast<double>(e2m1_to_float(first)), -126)) << where;
+        EXPECT_EQ(bf16_value(b16 >> 16), std::ldexp(static_cast<double>(e2m1_to_float(second)), -126)) << where;
+        EXPECT_EQ(b16 & 0x80008000u, (bits & 0x80008000u)) << where;
         seen[slot][first] = seen[slot][second] = true;
       }
     }
@@ -1151,6 +1164,153 @@ TEST(Fp8MmaGemmE2m1StagedCuda, F16WgmmaGivesTheFp8CastBitsGrouped) {
             << (bf16 ? "bf16" : "fp32") << " output, n " << n << ", got = the stored FP4 weights on the f16-wgmma "
             << "kernel over tiles of " << tile_rows << " rows, want = their FP8 casts on the staged kernel";
     }
+  }
+}
+
+// x's operand of the chained order (act_quant_fp8's q16_bf16_scaled) from x's codes and scales on
+// the host: each code's value times its scale as a bf16 (exact), each K block's values re-laid as
+// e4m3_to_f16_mma_order lays codes, rows padded to a multiple of 4 (zeros).
+std::vector<uint16_t> chained_x(const Operands& x) {
+  std::vector<uint16_t> values(static_cast<size_t>((x.m + 3) / 4 * 4 * x.k), 0);
+  for (int64_t r = 0; r < x.m; ++r)
+    for (int64_t c = 0; c < x.k; ++c) {
+      const int64_t in_block = c % 128, t = in_block / 32, step = in_block % 32 / 4, i = in_block % 4;
+      const int64_t at = r * x.k + c - in_block + 16 * step + 2 * t + i % 2 + 8 * (i / 2);
+      values[static_cast<size_t>(at)] = float_to_bf16(static_cast<float>(x.x_at(r, c)));
+    }
+  return values;
+}
+
+// The chained order (kChainedBf16Wgmma, the routed experts at prefill under Fp8Gemm::kChained): not
+// the other kernels' bits, but a row's bits depend on that row alone (the same over tiles of 128,
+// 100, 80, 48 and 20 rows, whose MMAs cover 32 to 128 columns, in fp32 and bf16), every output of
+// the call's rows and n is written and nothing else, and its fp32 sums of exact products agree with
+// the staged kernel's (the same products summed in another order) to fp32 accuracy, with the
+// F16Wgmma test's groups, n and K (9 K blocks; 1 and 3: passes without a block).
+TEST(Fp8MmaGemmE2m1StagedCuda, ChainedBf16WgmmaIsRowwiseAndAsPreciseAsTheStagedOrder) {
+  DSV4_SKIP_WITHOUT_GPU();
+  struct Case {
+    std::vector<int64_t> rows;
+    int64_t n, k;
+  };
+  const Case cases[] = {{{1, 130, 0, 257, 64, 128}, 264, 1152}, {{192, 181, 0, 205, 1, 320}, 2048, 1024},
+                         {{64, 3, 200}, 256, 128}, {{130, 0, 70}, 136, 384}};
+  for (const Case& c : cases) {
+    std::vector<int64_t> begin = {0}, groups;
+    for (const int64_t r : c.rows) {
+      groups.push_back(static_cast<int64_t>(groups.size()));
+      begin.push_back(begin.back() + r);
+    }
+    const int64_t m = begin.back(), n = c.n, k = c.k;
+    const Operands x(m, n, k, 1, static_cast<uint32_t>(47 + n));
+    const Fp4Weights w(n, k, static_cast<int64_t>(groups.size()), static_cast<uint32_t>(48 + k));
+    const Fp4Tables cast_tables(w, x, groups, false), stored_tables(w, x, groups, true);
+    const std::vector<uint16_t> x_values = chained_x(x);
+    DeviceBuffer<uint16_t> x16(x_values.size());
+    x16.upload(x_values);
+    const auto run = [&](bool chained, int32_t tile_rows, bool bf16) {
+      const DeviceTiles tiles = group_tiles(begin, tile_rows);
+      const Fp4Tables& t = chained ? stored_tables : cast_tables;
+      kernels::Fp8MmaGemmParams p = grouped_params(w.dense(x, 0, chained), tiles, tile_rows, t.w_of.get(),
+                                                   t.scale_of.get(), chained ? t.shift_of.get() : nullptr);
+      if (!chained) return run_forced(p, kernels::Fp8MmaKernel::kStaged, m, bf16);
+      p.x16 = x16.get();
+      p.x_scale = nullptr;
+      p.x_scale_ld = 0;
+      return run_forced(p, kernels::Fp8MmaKernel::kChainedBf16Wgmma, m, bf16);
+    };
+    for (const bool bf16 : {false, true}) {
+      const std::vector<uint8_t> first = run(true, 128, bf16);
+      ASSERT_EQ(written_exactly(first, m, n, n, bf16), "") << "n " << n << (bf16 ? ", bf16" : ", fp32");
+      for (const int32_t tile_rows : {100, 80, 48, 20})
+        EXPECT_EQ(first_difference(run(true, tile_rows, bf16), first, n, bf16), "")
+            << (bf16 ? "bf16" : "fp32") << " output, n " << n << ", got = tiles of " << tile_rows
+            << " rows, want = tiles of 128";
+    }
+    std::vector<float> got(static_cast<size_t>(m * n)), want(got.size());
+    const std::vector<uint8_t> got_bytes = run(true, 128, false), want_bytes = run(false, 128, false);
+    std::memcpy(got.data(), got_bytes.data(), got_bytes.size());
+    std::memcpy(want.data(), want_bytes.data(), want_bytes.size());
+    double err2 = 0, ref2 = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      err2 += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+      ref2 += double(want[i]) * want[i];
+    }
+    const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : 0.0;
+    std::printf("[measure] chained bf16 wgmma, n %lld k %lld: relative Frobenius distance to the staged order %.3e\n",
+                static_cast<long long>(n), static_cast<long long>(k), rel);
+    EXPECT_LT(rel, 1e-6) << "n " << n << ", k " << k;
+  }
+}
+
+// e4m3_to_bf16_scaled_mma_order (the chained order's dense weights): each code's value times its
+// 128 x 128 block's scale as an exact bf16, at the code's K position in e4m3_to_f16_mma_order's
+// order, over two 128-row blocks of scales and 3 K blocks.
+TEST(E4m3ToBf16ScaledMmaOrder, PlacesEveryScaledValueAtItsStepSlot) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const Operands w(1, 200, 384, 1, 61);  // its weight: 200 rows, block scales 2^-9 .. 2^-4
+  DeviceBuffer<uint16_t> dout(static_cast<size_t>(w.n * w.k));
+  kernels::e4m3_to_bf16_scaled_mma_order(w.dw.get(), w.dws.get(), w.ws_ld, dout.get(), w.n, w.k, nullptr);
+  DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<uint16_t> out = dout.download();
+  for (int64_t r = 0; r < w.n; ++r)
+    for (int64_t c = 0; c < w.k; ++c) {
+      const int64_t in_block = c % 128, t = in_block / 32, step = in_block % 32 / 4, i = in_block % 4;
+      const uint16_t got = out[static_cast<size_t>(r * w.k + c - in_block + 16 * step + 2 * t + i % 2 + 8 * (i / 2))];
+      const double want = w.w_at(0, r, c);
+      if (std::isnan(want)) ASSERT_TRUE(std::isnan(bf16_to_float(got))) << "row " << r << " input " << c;
+      else ASSERT_EQ(static_cast<double>(bf16_to_float(got)), want) << "row " << r << " input " << c;
+    }
+  EXPECT_THROW(kernels::e4m3_to_bf16_scaled_mma_order(w.dw.get(), w.dws.get(), 2, dout.get(), w.n, w.k, nullptr),
+               UsageError);
+}
+
+// The chained order on dense e4m3 weights (the prefill-sized FP8 linears under Fp8Gemm::kChained):
+// a row's bits depend on that row alone (rows run in uneven slices of the batch give the whole
+// call's bits), every output is written, and the fp32 sums agree with the staged kernel's (the
+// same exact products in another order) to fp32 accuracy; 3 K blocks (a pass without one) and 9.
+TEST(Fp8MmaGemmCuda, ChainedBf16WgmmaDenseIsRowwiseAndAsPreciseAsTheStagedOrder) {
+  DSV4_SKIP_WITHOUT_GPU();
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{300, 256, 384}, {640, 520, 1152}}) {
+    const Operands ops(m, n, k, 1, static_cast<uint32_t>(m + n + k));
+    const std::vector<uint16_t> x_values = chained_x(ops);
+    DeviceBuffer<uint16_t> x16(x_values.size()), w16(static_cast<size_t>(n * k));
+    x16.upload(x_values);
+    kernels::e4m3_to_bf16_scaled_mma_order(ops.dw.get(), ops.dws.get(), ops.ws_ld, w16.get(), n, k, nullptr);
+    const auto chained = [&](int64_t r0, int64_t rows, bool bf16) {
+      kernels::Fp8MmaGemmParams p = ops.inputs(r0, rows, 0);
+      p.x16 = x16.get() + r0 * k;
+      p.w16 = w16.get();
+      p.x_scale = nullptr;
+      p.x_scale_ld = 0;
+      return run_forced(p, kernels::Fp8MmaKernel::kChainedBf16Wgmma, rows, bf16);
+    };
+    for (const bool bf16 : {false, true}) {
+      const std::vector<uint8_t> whole = chained(0, m, bf16);
+      ASSERT_EQ(written_exactly(whole, m, n, n, bf16), "") << m << " x " << n << " x " << k;
+      const size_t elem = bf16 ? 2 : 4;
+      for (const auto& [r0, rows] : {std::pair<int64_t, int64_t>{0, 1}, {1, 130}, {131, m - 131}}) {
+        const std::vector<uint8_t> part = chained(r0, rows, bf16);
+        const std::vector<uint8_t> want(whole.begin() + static_cast<int64_t>(r0 * n * elem),
+                                        whole.begin() + static_cast<int64_t>((r0 + rows) * n * elem));
+        EXPECT_EQ(first_difference(part, want, n, bf16), "")
+            << (bf16 ? "bf16" : "fp32") << ", rows " << r0 << ".." << r0 + rows - 1 << " alone against the whole call";
+      }
+    }
+    std::vector<float> got(static_cast<size_t>(m * n)), want(got.size());
+    const std::vector<uint8_t> got_bytes = chained(0, m, false);
+    const std::vector<uint8_t> want_bytes = run_forced(ops.inputs(0, m, 0), kernels::Fp8MmaKernel::kStaged, m, false);
+    std::memcpy(got.data(), got_bytes.data(), got_bytes.size());
+    std::memcpy(want.data(), want_bytes.data(), want_bytes.size());
+    double err2 = 0, ref2 = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      err2 += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+      ref2 += double(want[i]) * want[i];
+    }
+    const double rel = std::sqrt(err2 / ref2);
+    std::printf("[measure] chained bf16 wgmma dense %lld x %lld x %lld: relative Frobenius distance to the staged "
+                "order %.3e\n", static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k), rel);
+    EXPECT_LT(rel, 1e-6);
   }
 }
 

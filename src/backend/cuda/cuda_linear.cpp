@@ -75,7 +75,7 @@ void CudaOps::linear(const LinearParams& p) {
                            N % 8 == 0;
   if (on_mma || on_cublaslt) {
     kernels::Fp8MmaGemmParams g = fp8_mma_params(nullptr, nullptr, M, w, p.y, M, N, K);
-    const bool f16 = on_mma && options_.fp8_gemm == Fp8Gemm::kFp16Mma && linear_takes_f16_wgmma(g);
+    const bool f16 = on_mma && dense_fp8_on_fp16_mma(options_.fp8_gemm) && linear_takes_f16_wgmma(g);
     // cuBLASLt wants padded rows; so do the TMA of the f16 WGMMA kernel and of kWgmma's FP8 one
     // (x's scales), which kWgmma gives the calls fp8_mma_gemm_choice puts on the staged kernel.
     const bool tma = f16 || (on_mma && options_.fp8_gemm == Fp8Gemm::kWgmma &&
@@ -85,6 +85,7 @@ void CudaOps::linear(const LinearParams& p) {
     StreamBuffer xs(static_cast<size_t>(K / kActQuantBlock * mp) * sizeof(float), stream_, arena());
     kernels::ActQuantParams quant{p.x.data<uint16_t>(), xq.get<uint8_t>(), xs.get<float>(), M, mp, K};
     if (f16) quant.q16 = xq.get<uint16_t>();
+    quant.q16_bf16_scaled = f16 && options_.fp8_gemm == Fp8Gemm::kChained;
     kernels::act_quant_fp8(quant, stream_);
     g.x_scale = xs.get<float>();
     g.x_scale_ld = mp;
@@ -145,10 +146,15 @@ bool linear_takes_f16_wgmma(const kernels::Fp8MmaGemmParams& g) {
 
 void CudaOps::run_f16_wgmma(kernels::Fp8MmaGemmParams g, const uint16_t* x16) {
   const StreamBuffer w16(static_cast<size_t>(g.n * g.k) * sizeof(uint16_t), stream_, arena());
-  kernels::e4m3_to_f16_mma_order(g.w, w16.get<uint16_t>(), g.n, g.k, stream_);
+  if (options_.fp8_gemm == Fp8Gemm::kChained) {  // x16 holds scaled bf16 values (act_quant's q16_bf16_scaled)
+    kernels::e4m3_to_bf16_scaled_mma_order(g.w, g.w_scale, g.w_scale_ld, w16.get<uint16_t>(), g.n, g.k, stream_);
+    g.kernel = kernels::Fp8MmaKernel::kChainedBf16Wgmma;
+  } else {
+    kernels::e4m3_to_f16_mma_order(g.w, w16.get<uint16_t>(), g.n, g.k, stream_);
+    g.kernel = kernels::Fp8MmaKernel::kF16Wgmma;
+  }
   g.x16 = x16;
   g.w16 = w16.get<uint16_t>();
-  g.kernel = kernels::Fp8MmaKernel::kF16Wgmma;
   kernels::fp8_mma_gemm(g, stream_);
 }
 
@@ -220,7 +226,7 @@ bool CudaOps::linear_pair_on_wgmma(const LinearsParams& p, const GemmWeightView&
   const LinearOut& b = p.outs[1];
   const int64_t M = p.x.dim(0), K = p.x.dim(1), Na = a.w->shape[0], Nb = b.w->shape[0];
   if (wa.type == kernels::GemmWeight::kE4M3 && a.act_quant == ActQuant::kFp8Block128 &&
-      options_.fp8_gemm == Fp8Gemm::kFp16Mma && K % kActQuantBlock == 0 && kernels::aligned16(p.x.bytes())) {
+      dense_fp8_on_fp16_mma(options_.fp8_gemm) && K % kActQuantBlock == 0 && kernels::aligned16(p.x.bytes())) {
     const int64_t mp = (M + 3) / 4 * 4;  // the TMA's padded rows, as linear() pads them
     kernels::Fp8MmaGemmParams ga = fp8_mma_params(nullptr, nullptr, mp, wa, a.y, M, Na, K);
     kernels::Fp8MmaGemmParams gb = fp8_mma_params(nullptr, nullptr, mp, wb, b.y, M, Nb, K);
@@ -229,6 +235,7 @@ bool CudaOps::linear_pair_on_wgmma(const LinearsParams& p, const GemmWeightView&
     const StreamBuffer xs(static_cast<size_t>(K / kActQuantBlock * mp) * sizeof(float), stream_, arena());
     kernels::ActQuantParams quant{p.x.data<uint16_t>(), nullptr, xs.get<float>(), M, mp, K};
     quant.q16 = xq.get<uint16_t>();
+    quant.q16_bf16_scaled = options_.fp8_gemm == Fp8Gemm::kChained;
     kernels::act_quant_fp8(quant, stream_);
     ga.x_scale = gb.x_scale = xs.get<float>();
     run_f16_wgmma(ga, xq.get<uint16_t>());

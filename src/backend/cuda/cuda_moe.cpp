@@ -265,9 +265,11 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
   // Prefill-sized groups of FP4 experts take the f16 WGMMA kernel (the staged kernel's bits,
   // converting the e2m1 weights as it goes) over tiles of up to 128 rows, by default and with
   // kWgmma (whose FP8 MMAs read e4m3 tiles only); the quantisations then write the codes' fp16
-  // values, with the scales' rows padded to 4 (its TMA's rule).
+  // values, with the scales' rows padded to 4 (its TMA's rule). With kChained, its chained form,
+  // the quantisations writing the values' bf16 instead.
   const int64_t rows_per_expert = (N + std::min<int64_t>(E, N) - 1) / std::min<int64_t>(E, N);
   const bool f16 = fp4 && uses_fp8_mma(options_.fp8_gemm) && rows_per_expert >= kF16WgmmaMinRowsPerExpert;
+  const bool chained = f16 && options_.fp8_gemm == Fp8Gemm::kChained;  // x's values bf16, their scales folded in
   const int32_t tile_rows = f16 ? kernels::kFp8MmaStagedTileRows : kernels::fp8_mma_tile_rows(rows_per_expert);
   const int64_t max_tiles = kernels::expert_plan_max_tiles(N, E, tile_rows);
   const int64_t span_ints = kernels::expert_plan_spans(N) * E;
@@ -323,6 +325,7 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
       x_quant.src_row = plan.src_token;
     }
     if (f16) x_quant.q16 = xq.get<uint16_t>();
+    x_quant.q16_bf16_scaled = chained;
     kernels::act_quant_fp8(x_quant, stream_);
 
     auto grouped = [&](const uint8_t* x, const float* x_scale_of, int64_t in, int64_t out, int which, int64_t ld,
@@ -333,7 +336,7 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
       g.x_scale_ld = quant_rows;
       if (f16) {
         g.x16 = reinterpret_cast<const uint16_t*>(x);
-        g.kernel = kernels::Fp8MmaKernel::kF16Wgmma;
+        g.kernel = chained ? kernels::Fp8MmaKernel::kChainedBf16Wgmma : kernels::Fp8MmaKernel::kF16Wgmma;
       }
       g.w_scale_ld = ld;
       g.y = {y, true};
@@ -363,6 +366,7 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
     }
     kernels::ActQuantParams h_quant{gate.get<uint16_t>(), hq.get<uint8_t>(), h_scale.get<float>(), N, quant_rows, I};
     if (f16) h_quant.q16 = hq.get<uint16_t>();
+    h_quant.q16_bf16_scaled = chained;
     h_quant.swiglu_up = up.get<uint16_t>();
     h_quant.swiglu_row_weight = plan.row_weight;
     h_quant.swiglu_limit = p.swiglu_limit;

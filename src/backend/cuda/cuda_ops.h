@@ -35,6 +35,14 @@ enum class Fp8Gemm {
   // so not kFp16Mma's numbers (docs/PERF.md has the measurements). FP4 experts kept as stored, wo_a
   // and the bf16 linears keep kFp16Mma's kernels and bits.
   kWgmma,
+  // As kFp16Mma, except that the GEMMs kFp16Mma runs on its f16 WGMMA kernel (dense e4m3 linears
+  // from kF16WgmmaMinRows rows, the routed experts' FP4 weights kept as stored from
+  // kF16WgmmaMinRowsPerExpert rows an expert) take the chained order
+  // (kernels::Fp8MmaKernel::kChainedBf16Wgmma): every product exact and every sum fp32 as in
+  // kFp16Mma, each of the four lanes one tensor-core accumulation over its K blocks instead of a
+  // sum per block promoted into it; faster, and new bits, so a prefill's rows no longer match the
+  // same rows decoded (docs/PERF.md has the measurements).
+  kChained,
   // cuBLASLt's block-scaled FP8 GEMM. Hopper's FP8 MMA accumulates inside each K block with less
   // than fp32 precision, and the FP8 activation quantisation downstream turns those last-bit
   // differences into visible ones (MODEL.md §15; docs/PERF.md has the measurements).
@@ -45,8 +53,13 @@ enum class Fp8Gemm {
   kSimple,
 };
 
-// Whether `g` computes the FP8 linears with kernels::fp8_mma_gemm (kFp16Mma and kWgmma).
-constexpr bool uses_fp8_mma(Fp8Gemm g) { return g == Fp8Gemm::kFp16Mma || g == Fp8Gemm::kWgmma; }
+// Whether `g` computes the FP8 linears with kernels::fp8_mma_gemm (kFp16Mma, kWgmma and kChained).
+constexpr bool uses_fp8_mma(Fp8Gemm g) {
+  return g == Fp8Gemm::kFp16Mma || g == Fp8Gemm::kWgmma || g == Fp8Gemm::kChained;
+}
+
+// Whether `g` runs the dense FP8 linears on kFp16Mma's kernels and bits (kFp16Mma and kChained).
+constexpr bool dense_fp8_on_fp16_mma(Fp8Gemm g) { return g == Fp8Gemm::kFp16Mma || g == Fp8Gemm::kChained; }
 
 // With kFp16Mma, from this many rows a dense e4m3 linear that kernels::fp8_mma_gemm would run on
 // its staged kernel takes its f16 WGMMA kernel instead (the same bits): the activation

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/numeric.h"
+#include "kernels/bf16_cast.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/e4m3_cast.cuh"
 #include "kernels/gemm/mma_lanes.cuh"
@@ -131,11 +132,18 @@ __global__ void __launch_bounds__(kThreadsPerBlock) act_quant_fp8_kernel(ActQuan
         // words 8 s + t (its low two codes) and 8 s + 4 + t (its high two), e4m3_to_f16_mma_order's layout.
         auto* const out = reinterpret_cast<uint32_t*>(p.q16 + dest * p.k + kb * 128);
         const int t = sub / 4;
+        const auto value_pair = [&](uint32_t two_codes) {
+          const uint32_t h = e4m3x2_to_f16x2(two_codes);
+          if (!p.q16_bf16_scaled) return h;
+          const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+          const float scale = ldexpf(1.0f, e);
+          return float2_to_bf16x2(f.x * scale, f.y * scale);
+        };
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           const int s = 2 * (sub % 4) + j;
-          out[8 * s + t] = e4m3x2_to_f16x2(packed[j] & 0xffffu);
-          out[8 * s + 4 + t] = e4m3x2_to_f16x2(packed[j] >> 16);
+          out[8 * s + t] = value_pair(packed[j] & 0xffffu);
+          out[8 * s + 4 + t] = value_pair(packed[j] >> 16);
         }
       } else {
         *reinterpret_cast<uint2*>(p.q + dest * p.k + kb * 128 + sub * 8) = make_uint2(packed[0], packed[1]);

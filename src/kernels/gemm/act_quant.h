@@ -34,6 +34,10 @@ struct ActQuantParams {
   // Set: the codes go here instead of q (which is then unused), as the fp16 values
   // e4m3_to_f16_mma_order would write ([m_padded, k] fp16 in fp8_mma_gemm.h's kF16Wgmma layout).
   uint16_t* q16 = nullptr;
+  // With q16: bf16 values of each code times its block's scale (exact: e4m3's 4 significant bits
+  // and a power of two), in the same layout, for fp8_mma_gemm's kChainedBf16Wgmma, instead of the
+  // codes' fp16 values. The scales are written as ever.
+  bool q16_bf16_scaled = false;
 };
 
 void act_quant_fp8(const ActQuantParams& p, cudaStream_t stream);

@@ -69,6 +69,21 @@ DSV4_HD uint32_t e2m1_slot_f16x2_bits(uint32_t word, int slot) {
   }
 }
 
+// The same pair as bf16x2 bits whose values are the e2m1 values x 2^-126, exactly: the sign at bit
+// 15 and the magnitude at bits 6..8 (bf16's two low exponent bits and its top mantissa bit), codes
+// 0 and 1 coming out as zero and the subnormal 2^-127. For the chained order's kernels, whose x
+// operand (bf16, its scale folded in) makes the weight's bf16 too. A shift and a mask for each of
+// the two fields.
+DSV4_HD uint32_t e2m1_slot_bf16x2_bits(uint32_t word, int slot) {
+  constexpr uint32_t kMagnitude = 0x01C001C0u, kSign = 0x80008000u;
+  switch (slot) {
+    case 0: return ((word >> 2) & kMagnitude) | ((word << 1) & kSign);
+    case 1: return ((word << 6) & kMagnitude) | ((word << 9) & kSign);
+    case 2: return ((word >> 5) & kMagnitude) | ((word << 8) & kSign);
+    default: return ((word << 3) & kMagnitude) | (word & kSign);
+  }
+}
+
 // PTX's prmt.b32 (generic mode) on host and device: byte n of the result is byte (selector >> 4n)
 // & 7 of the eight bytes lo (0..3), hi (4..7), or, where bit 4n + 3 of the selector is set, that
 // byte's top bit copied into all eight. The selector's upper 16 bits are ignored.

@@ -55,6 +55,13 @@
 // producer warpgroup into an fp16 w tile; ncu (session 24) showed those 128 threads, one warp a
 // scheduler, bounding it while the consumers waited for their tiles. The factors come multiplied
 // so that the consumers' per-block work is the fmaf alone (no global load of the weight scale).
+//
+// The chained order (kChainedBf16Wgmma, fp8_mma_gemm.h; the same kernel with kChained): x comes
+// as bf16 values with their scales folded in, the consumers convert the weight into bf16 with its
+// shift and block scale folded in (e2m1_slot_to_bf16x2), and each pass is one bf16 WGMMA
+// accumulation over its blocks (consume_chained_item): no block sum, no fmaf, no wait for a
+// block's MMAs before the next block's are issued. The producers copy the same tiles and put the
+// block's weight scale where the factors were.
 #include "kernels/gemm/f16_wgmma_gemm.h"
 
 #include <cuda.h>
@@ -396,13 +403,90 @@ __device__ __forceinline__ void consume_items(const F16WgmmaArgs& a, const ItemW
   turns.finish();
 }
 
+// The chained order's dense consumers (kChainedBf16Wgmma, fp8_mma_gemm.h: bf16 operands with every
+// scale folded in): per item, kPasses passes over its K blocks (the producers' walk), each pass one
+// WGMMA accumulation over its blocks' k16 steps, then added in pass order into `sum`. A block's two
+// half stages are freed once the next block's MMAs are issued and its own are done (a warpgroup
+// keeps two blocks in flight); the item's sums are stored once the next item's first block is
+// issued, under its MMAs (as consume_items does).
+__device__ __forceinline__ void consume_chained_dense_items(const F16WgmmaArgs& a, const ItemWalk& walk,
+                                                           const SharedStages& sh) {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters) : "memory");
+  const int wg = threadIdx.x / 128;
+  int step = 0;  // the CTA's half blocks so far: half block `step` sits in stage step % kDenseStages
+  float sum[kWgmmaN128Accumulators], acc[kWgmmaN128Accumulators];
+  // Block `step / 2`'s WGMMAs into acc, then the previous block's stages freed once its MMAs are done.
+  int pending = -1;  // the first half block of the pass's previous block, -1 at a pass's start
+  const auto issue_block = [&] {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int s = (step + half) % kDenseStages;
+      barrier_wait(sh.full0 + 8 * s, static_cast<uint32_t>((step + half) / kDenseStages) & 1u);
+      const uint32_t stage = sh.smem0 + static_cast<uint32_t>(s * kDenseStageBytes);
+      const uint64_t desc_a = wgmma_descriptor(stage + static_cast<uint32_t>(wg * 64 * 128));
+      const uint64_t desc_b = wgmma_descriptor(stage + kOperandBytes);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wgmma_m64n128k16_16bit<true>(acc, desc_a + 2 * kk, desc_b + 2 * kk);
+      wgmma_commit();
+    }
+    wgmma_wait<2>();
+    if (pending >= 0) {
+      __syncwarp();
+      if (threadIdx.x % 32 == 0) {
+        barrier_arrive(sh.empty0 + 8 * (pending % kDenseStages));
+        barrier_arrive(sh.empty0 + 8 * ((pending + 1) % kDenseStages));
+      }
+    }
+    pending = step;
+    step += 2;
+  };
+  const auto start_pass = [&] {
+#pragma unroll
+    for (float& v : acc) v = 0.0f;
+    fence_accumulators(acc);
+    pending = -1;
+  };
+  const auto end_pass = [&](int pass) {
+    wgmma_wait_all();
+    fence_accumulators(acc);
+    if (pending >= 0) {
+      __syncwarp();
+      if (threadIdx.x % 32 == 0) {
+        barrier_arrive(sh.empty0 + 8 * (pending % kDenseStages));
+        barrier_arrive(sh.empty0 + 8 * ((pending + 1) % kDenseStages));
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kWgmmaN128Accumulators; ++r) sum[r] = pass == 0 ? acc[r] : __fadd_rn(sum[r], acc[r]);
+  };
+  WorkItem stored_next;  // the item whose sums `sum` holds, once i > 0
+  for (int64_t i = 0; i < walk.my_items; ++i) {
+    const WorkItem item = item_at<false>(a, walk, i);
+    start_pass();
+    issue_block();  // block 0, then the last item's stores under its MMAs
+    if (i > 0) store_item_sums(a, stored_next, sum);
+    for (int b = kPasses; b < a.kblocks; b += kPasses) issue_block();
+    end_pass(0);
+    for (int pass = 1; pass < kPasses; ++pass) {
+      start_pass();
+      for (int b = pass; b < a.kblocks; b += kPasses) issue_block();
+      end_pass(pass);
+    }
+    stored_next = item;
+  }
+  if (walk.my_items > 0) store_item_sums(a, stored_next, sum);
+}
+
 // kBf16: bf16 operands (x and the weight's bf16 values, the MMAs bf16) and no x scales: the
 // block's factor is its weight scale alone (1 without weight scales: a plain sum, fmaf(blk, 1, q)
-// being blk + q), and scale_map is not read.
-template <bool kBf16>
+// being blk + q), and scale_map is not read. kChained (with kBf16): the chained order's consumers
+// (consume_chained_dense_items) over the same stages.
+template <bool kBf16, bool kChained = false>
 __global__ void __launch_bounds__(kThreads, 1)
     f16_wgmma_dense_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                            const __grid_constant__ CUtensorMap scale_map, const F16WgmmaArgs a) {
+  static_assert(kBf16 || !kChained, "the chained order's operands are bf16");
   pdl_wait();
   extern __shared__ uint8_t f16_wgmma_smem_raw[];
   const SharedStages sh = shared_stages(f16_wgmma_smem_raw, kDenseStages, kDenseStageBytes);
@@ -443,6 +527,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
 
+  if constexpr (kChained) {
+    consume_chained_dense_items(a, walk, sh);
+    return;
+  }
   const int wg = threadIdx.x / 128, t = threadIdx.x % 4;
   int step = 0;
   const auto issue = [&](float (&blk)[kWgmmaN128Accumulators], const WorkItem&, int) {
@@ -629,7 +717,7 @@ __device__ __forceinline__ void e2m1_block(float (&blk)[kWgmmaN128Accumulators],
     wgmma_fence();
     // Step i's 16 K: box i / 4, 32 bytes a step along its rows (the descriptor moves 16 bytes a unit).
     const uint64_t desc_x = wgmma_descriptor(x_tile + static_cast<uint32_t>((i / 4) * kOperandBytes)) + 2 * (i % 4);
-    wgmma_m64nk16_f16_a_regs<N>(blk, f, desc_x);
+    wgmma_m64nk16_a_regs<N>(blk, f, desc_x);
     wgmma_commit();
   }
   turns.release();
@@ -638,12 +726,72 @@ __device__ __forceinline__ void e2m1_block(float (&blk)[kWgmmaN128Accumulators],
   add_scaled_block_factors(q, blk, factors, t, N);
 }
 
+// The chained order's consumers (kChainedBf16Wgmma, fp8_mma_gemm.h): per item, kPasses passes over
+// its K blocks as ever, each pass one WGMMA accumulation over its blocks' k16 steps in ascending
+// order (x's bf16 values carry their scales, the weight's conversion its shift and block scale, so
+// that no block needs its own sum), each pass's sum then added in pass order into `sum`. Nothing
+// waits for a block's MMAs but the next block's: the A registers are double-buffered across blocks
+// (step i's wait for step i - 2 reaches back into the previous block for i < 2), and a block's stage
+// is freed once the next block's second step has waited, which leaves only its last step in flight
+// (four sets of A registers, waiting for step i - 4, measured no faster: docs/PERF.md session 50).
+constexpr int kChainedFragSets = 2;
+static_assert(8 % kChainedFragSets == 0, "a block's 8 steps must reuse the fragment sets in the global step order");
+template <int N>
+__device__ __forceinline__ void consume_chained_item(const F16WgmmaArgs& a, const SharedStages& sh, int& j,
+                                                     float (&sum)[kWgmmaN128Accumulators],
+                                                     float (&acc)[kWgmmaN128Accumulators], int row0, int row1, int t) {
+  uint32_t frag[kChainedFragSets][4];
+  for (int pass = 0; pass < kPasses; ++pass) {
+#pragma unroll
+    for (float& v : acc) v = 0.0f;
+    fence_accumulators(acc);
+    int pending = -1;  // the stage of the pass's previous block, whose last MMAs may still run
+    for (int b = pass; b < a.kblocks; b += kPasses, ++j) {
+      const int s = j % kE2m1Stages;
+      barrier_wait(sh.full0 + 8 * s, static_cast<uint32_t>(j / kE2m1Stages) & 1u);
+      const uint8_t* stage = sh.smem + s * kE2m1StageBytes;
+      const uint4 codes0 = *reinterpret_cast<const uint4*>(stage + kE2m1Codes + row0 * kCodesRowBytes +
+                                                           16 * (t ^ codes_swizzle(row0)));
+      const uint4 codes1 = *reinterpret_cast<const uint4*>(stage + kE2m1Codes + row1 * kCodesRowBytes +
+                                                           16 * (t ^ codes_swizzle(row1)));
+      const float block_scale = reinterpret_cast<const float*>(stage + kE2m1Factors)[0];
+      const uint32_t scale0 = e2m1_bf16x2_scale(stage[kE2m1Shifts + 4 * row0 + t], block_scale);
+      const uint32_t scale1 = e2m1_bf16x2_scale(stage[kE2m1Shifts + 4 * row1 + t], block_scale);
+      const uint32_t words0[4] = {codes0.x, codes0.y, codes0.z, codes0.w};
+      const uint32_t words1[4] = {codes1.x, codes1.y, codes1.z, codes1.w};
+      const uint32_t x_tile = sh.smem0 + static_cast<uint32_t>(s * kE2m1StageBytes);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        wgmma_wait<kChainedFragSets - 1>();  // at a pass's first steps nothing runs yet, but ptxas cannot know it
+        if (i == kChainedFragSets - 1 && pending >= 0) barrier_arrive(sh.empty0 + 8 * pending);
+        uint32_t(&f)[4] = frag[i % kChainedFragSets];
+        const int slot = 2 * (i % 2);
+        f[0] = e2m1_slot_to_bf16x2(words0[i / 2], slot, scale0);
+        f[1] = e2m1_slot_to_bf16x2(words1[i / 2], slot, scale1);
+        f[2] = e2m1_slot_to_bf16x2(words0[i / 2], slot + 1, scale0);
+        f[3] = e2m1_slot_to_bf16x2(words1[i / 2], slot + 1, scale1);
+        wgmma_fence();
+        const uint64_t desc_x = wgmma_descriptor(x_tile + static_cast<uint32_t>((i / 4) * kOperandBytes)) + 2 * (i % 4);
+        wgmma_m64nk16_a_regs<N, true>(acc, f, desc_x);
+        wgmma_commit();
+      }
+      pending = s;
+    }
+    wgmma_wait_all();
+    fence_accumulators(acc);
+    if (pending >= 0) barrier_arrive(sh.empty0 + 8 * pending);
+#pragma unroll
+    for (int r = 0; r < kWgmmaN128Accumulators; ++r) sum[r] = pass == 0 ? acc[r] : __fadd_rn(sum[r], acc[r]);
+  }
+}
+
 // x's tensor maps for the grouped items' columns: boxes of 32, 64, 96 and 128 rows (map
 // columns / 32 - 1).
 struct XMapsByColumns {
   CUtensorMap map[4];
 };
 
+template <bool kChained>
 __global__ void __launch_bounds__(kThreads, 1)
     f16_wgmma_e2m1_kernel(const __grid_constant__ XMapsByColumns x_maps, const F16WgmmaArgs a) {
   pdl_wait();
@@ -682,8 +830,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       // x row item.m0 + row's factor of the block, sw x sx as the consumers would multiply them (the
       // A operand holds the cast's values times 2^-14, exactly; sw takes it back); the loads are
       // issued before the wait for the stage.
-      const float sw = __ldg(w_scales + b) * kE2M1ScaleBack;
-      const float sx = x_scales != nullptr ? __ldg(x_scales + b * a.x_scale_ld) : 0.0f;
+      // Chained: the block's weight scale alone, the same for every row (x's values carry theirs).
+      const float sw = __ldg(w_scales + b) * (kChained ? 1.0f : kE2M1ScaleBack);
+      const float sx = kChained ? 1.0f : x_scales != nullptr ? __ldg(x_scales + b * a.x_scale_ld) : 0.0f;
       if (j >= kE2m1Stages) barrier_wait(sh.empty0 + 8 * s, static_cast<uint32_t>(j / kE2m1Stages - 1) & 1u);
       const uint32_t stage = sh.smem0 + static_cast<uint32_t>(s * kE2m1StageBytes), full = sh.full0 + 8 * s;
       const bool valid = row_codes != nullptr;
@@ -716,6 +865,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The lane's weight rows of the tile: row0 and row0 + 8.
   const int row0 = 64 * (threadIdx.x / 128) + 16 * (threadIdx.x / 32 % 4) + lane / 4, row1 = row0 + 8;
   int j = 0;
+  if constexpr (kChained) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters) : "memory");
+    float sum[kWgmmaN128Accumulators], acc[kWgmmaN128Accumulators];
+    for (int64_t i = 0; i < walk.my_items; ++i) {
+      const WorkItem item = item_at<true>(a, walk, i);
+      // Each width's MMAs in a loop of its own (see below).
+      switch (grouped_item_columns(item.rows)) {
+        case 32: consume_chained_item<32>(a, sh, j, sum, acc, row0, row1, t); break;
+        case 64: consume_chained_item<64>(a, sh, j, sum, acc, row0, row1, t); break;
+        case 96: consume_chained_item<96>(a, sh, j, sum, acc, row0, row1, t); break;
+        default: consume_chained_item<128>(a, sh, j, sum, acc, row0, row1, t); break;
+      }
+      store_item_sums(a, item, sum);
+    }
+    return;
+  }
   consume_items<true>(a, walk, [](float (&)[kWgmmaN128Accumulators], const WorkItem&, int) {},
                          [&](float (&blk)[kWgmmaN128Accumulators], float (&q)[kWgmmaN128Accumulators],
                              const WorkItem& item, int, TensorTurns& turns) {
@@ -774,25 +939,38 @@ __global__ void __launch_bounds__(kConvertThreads) e4m3_to_f16_mma_order_kernel(
   reinterpret_cast<uint4*>(out + first * 128)[tid] = make_uint4(o[0], o[1], o[2], o[3]);
 }
 
-// bf16 values in the same layout, from bf16 values (x of wo_a) or e4m3 codes (its weight): thread
-// i writes 16-byte output chunk c = i % 16 of block i / 16, which holds inputs 32 t + 4 s +
-// 2 (c % 2) and the one after, s = c / 2, t = 0..3: input pair 16 t + 2 s + c % 2 of the block.
-// Source rows are `ld` elements apart (out's are contiguous).
+// bf16 values in the same layout, from bf16 values (x of wo_a) or e4m3 codes (its weight; with
+// `scale` set, each code's value times its block scale scale[(row / 128) scale_ld + K block], exact:
+// the chained order's weights): thread i writes 16-byte output chunk c = i % 16 of block i / 16,
+// which holds inputs 32 t + 4 s + 2 (c % 2) and the one after, s = c / 2, t = 0..3: input pair
+// 16 t + 2 s + c % 2 of the block. Source rows are `ld` elements apart (out's are contiguous).
 template <bool kE4m3>
 __global__ void __launch_bounds__(kConvertThreads) to_bf16_mma_order_kernel(const void* src, int64_t ld,
                                                                             uint16_t* out, int64_t blocks,
-                                                                            int64_t row_blocks) {
+                                                                            int64_t row_blocks, const float* scale,
+                                                                            int64_t scale_ld) {
   pdl_wait();
   const int64_t chunk = static_cast<int64_t>(blockIdx.x) * kConvertThreads + threadIdx.x, block = chunk / 16;
   if (block >= blocks) return;
   const int64_t row = block / row_blocks, first_pair = (row * ld + (block - row * row_blocks) * 128) / 2;
   const int c = static_cast<int>(chunk % 16), pair0 = 2 * (c / 2) + c % 2;
+  const float block_scale = kE4m3 && scale != nullptr ? __ldg(scale + row / 128 * scale_ld + block - row * row_blocks) : 1.0f;
   uint32_t o[4];
 #pragma unroll
   for (int t = 0; t < 4; ++t) {
     const int64_t pair = first_pair + 16 * t + pair0;
-    if constexpr (kE4m3) o[t] = e4m3x2_to_bf16x2(static_cast<const uint16_t*>(src)[pair]);
-    else o[t] = static_cast<const uint32_t*>(src)[pair];
+    if constexpr (kE4m3) {
+      const uint32_t codes = static_cast<const uint16_t*>(src)[pair];
+      if (scale == nullptr) {
+        o[t] = e4m3x2_to_bf16x2(codes);
+      } else {
+        const uint32_t h = e4m3x2_to_f16x2(codes);
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+        o[t] = float2_to_bf16x2(f.x * block_scale, f.y * block_scale);
+      }
+    } else {
+      o[t] = static_cast<const uint32_t*>(src)[pair];
+    }
   }
   reinterpret_cast<uint4*>(out)[chunk] = make_uint4(o[0], o[1], o[2], o[3]);
 }
@@ -848,7 +1026,10 @@ CUtensorMap x_scale_map(const float* x_scale, int64_t m, int64_t k, int64_t x_sc
 }  // namespace
 
 void check_f16_wgmma_gemm(const Fp8MmaGemmParams& p) {
-  const auto refuse = [](const std::string& why) { throw UsageError("fp8_mma_gemm: the f16-wgmma kernel " + why); };
+  const bool chained = p.kernel == Fp8MmaKernel::kChainedBf16Wgmma;
+  const auto refuse = [&](const std::string& why) {
+    throw UsageError(std::string("fp8_mma_gemm: the ") + fp8_mma_kernel_name(p.kernel) + " kernel " + why);
+  };
   const bool grouped = p.tiles != nullptr;
   if (grouped && p.w_codes != Fp8MmaWeightCodes::kE2M1) refuse("takes grouped tiles of e2m1 weights only");
   if (!grouped && p.w_codes != Fp8MmaWeightCodes::kE4M3) refuse("takes dense calls of e4m3 weights only");
@@ -858,9 +1039,9 @@ void check_f16_wgmma_gemm(const Fp8MmaGemmParams& p) {
   if (p.second.n > 0) refuse("takes no second output");
   if (p.x16 == nullptr || (!grouped && p.w16 == nullptr))
     refuse("needs x16 and (dense) w16 (the operands e4m3_to_f16_mma_order writes)");
-  if (!aligned16(p.x16) || !aligned16(p.w16) || !aligned16(p.x_scale))
+  if (!aligned16(p.x16) || !aligned16(p.w16) || (!chained && !aligned16(p.x_scale)))
     refuse("needs x16, w16 and x_scale 16-byte aligned");
-  if (p.x_scale_ld % 4 != 0 || p.x_scale_ld < p.m)
+  if (!chained && (p.x_scale_ld % 4 != 0 || p.x_scale_ld < p.m))
     refuse("needs x_scale_ld a multiple of 4 and at least m (x_scale_ld=" + std::to_string(p.x_scale_ld) +
            ", m=" + std::to_string(p.m) + ")");
   if (p.k % 128 != 0) refuse("needs k a multiple of 128 (k=" + std::to_string(p.k) + ")");
@@ -886,7 +1067,7 @@ int set_shared(const void* kernel, int bytes) {
 // The dense kernel over the weight w [a.n, a.k] and x [a.m, x_columns] (16-bit values in the MMA
 // steps' K order; a.group_rows says which columns of x a weight row meets) and, for fp16 operands,
 // x's scales.
-template <bool kBf16>
+template <bool kBf16, bool kChained = false>
 void launch_dense(const F16WgmmaArgs& a, const void* w, const void* x, int64_t x_columns, const float* x_scale,
                   int64_t x_scale_ld, const std::string& what, cudaStream_t stream) {
   const CUtensorMapDataType type = kBf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
@@ -898,10 +1079,10 @@ void launch_dense(const F16WgmmaArgs& a, const void* w, const void* x, int64_t x
   // bf16 operands carry no x scales: the kernel never reads this map.
   const CUtensorMap scale_map = kBf16 ? CUtensorMap{}
                                       : x_scale_map(x_scale, a.m, a.k, x_scale_ld);
-  const int bytes = set_shared(reinterpret_cast<const void*>(f16_wgmma_dense_kernel<kBf16>),
+  const int bytes = set_shared(reinterpret_cast<const void*>(f16_wgmma_dense_kernel<kBf16, kChained>),
                                shared_bytes(kDenseStages, kDenseStageBytes));
-  launch_pdl(f16_wgmma_dense_kernel<kBf16>, persistent_grid(a, what), kThreads, bytes, stream, w_map, x_map, scale_map,
-             a);
+  launch_pdl(f16_wgmma_dense_kernel<kBf16, kChained>, persistent_grid(a, what), kThreads, bytes, stream, w_map, x_map,
+             scale_map, a);
 }
 
 // The kernels' arguments for an fp8_mma_gemm call.
@@ -935,18 +1116,26 @@ void f16_wgmma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0 || p.k == 0 || (grouped && p.max_tiles == 0)) return;
   const F16WgmmaArgs a = args_of(p);
   if (!grouped) {
-    launch_dense<false>(a, p.w16, p.x16, p.k, p.x_scale, p.x_scale_ld, "fp8_mma_gemm", stream);
+    if (p.kernel == Fp8MmaKernel::kChainedBf16Wgmma) {
+      F16WgmmaArgs chained = a;
+      chained.w_scale = nullptr;  // folded into w16 (e4m3_to_bf16_scaled_mma_order)
+      launch_dense<true, true>(chained, p.w16, p.x16, p.k, nullptr, 0, "fp8_mma_gemm", stream);
+    } else {
+      launch_dense<false>(a, p.w16, p.x16, p.k, p.x_scale, p.x_scale_ld, "fp8_mma_gemm", stream);
+    }
     return;
   }
   // The e2m1 weights are converted in the kernel: no w map.
+  const bool chained = p.kernel == Fp8MmaKernel::kChainedBf16Wgmma;
   const auto k = static_cast<uint64_t>(p.k);
   XMapsByColumns x_maps;
   for (int i = 0; i < 4; ++i)
-    x_maps.map[i] = tensor_map_2d("x16", p.x16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, k, static_cast<uint64_t>(p.m), 2 * k,
-                                  kBoxK, static_cast<uint32_t>(32 * (i + 1)), CU_TENSOR_MAP_SWIZZLE_128B);
-  const int bytes = set_shared(reinterpret_cast<const void*>(f16_wgmma_e2m1_kernel),
-                               shared_bytes(kE2m1Stages, kE2m1StageBytes));
-  launch_pdl(f16_wgmma_e2m1_kernel, persistent_grid(a, "fp8_mma_gemm"), kThreads, bytes, stream, x_maps, a);
+    x_maps.map[i] = tensor_map_2d("x16", p.x16, chained ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                                  k, static_cast<uint64_t>(p.m), 2 * k, kBoxK, static_cast<uint32_t>(32 * (i + 1)),
+                                  CU_TENSOR_MAP_SWIZZLE_128B);
+  auto* const kernel = chained ? f16_wgmma_e2m1_kernel<true> : f16_wgmma_e2m1_kernel<false>;
+  const int bytes = set_shared(reinterpret_cast<const void*>(kernel), shared_bytes(kE2m1Stages, kE2m1StageBytes));
+  launch_pdl(kernel, persistent_grid(a, "fp8_mma_gemm"), kThreads, bytes, stream, x_maps, a);
 }
 
 namespace {
@@ -1032,7 +1221,8 @@ namespace {
 
 template <bool kE4m3>
 void to_bf16_mma_order(const char* what, const void* src, size_t src_alignment, int64_t ld, uint16_t* out,
-                       int64_t rows, int64_t k, cudaStream_t stream) {
+                       int64_t rows, int64_t k, cudaStream_t stream, const float* scale = nullptr,
+                       int64_t scale_ld = 0) {
   if (k % 128 != 0) throw UsageError(std::string(what) + ": k=" + std::to_string(k) + " is not a multiple of 128");
   if (ld < k || ld % 2 != 0)
     throw UsageError(std::string(what) + ": the row stride " + std::to_string(ld) + " must be even and at least k=" +
@@ -1043,7 +1233,7 @@ void to_bf16_mma_order(const char* what, const void* src, size_t src_alignment, 
   const int64_t chunks = rows * (k / 128) * 16;
   if (chunks == 0) return;
   launch_pdl(to_bf16_mma_order_kernel<kE4m3>, dim3(static_cast<unsigned>((chunks + kConvertThreads - 1) / kConvertThreads)),
-             kConvertThreads, 0, stream, src, ld, out, chunks / 16, k / 128);
+             kConvertThreads, 0, stream, src, ld, out, chunks / 16, k / 128, scale, scale_ld);
 }
 
 }  // namespace
@@ -1054,6 +1244,14 @@ void bf16_to_mma_order(const uint16_t* x, int64_t ldx, uint16_t* out, int64_t ro
 
 void e4m3_to_bf16_mma_order(const uint8_t* codes, uint16_t* out, int64_t rows, int64_t k, cudaStream_t stream) {
   to_bf16_mma_order<true>("e4m3_to_bf16_mma_order", codes, 2, k, out, rows, k, stream);
+}
+
+void e4m3_to_bf16_scaled_mma_order(const uint8_t* codes, const float* scale, int64_t scale_ld, uint16_t* out,
+                                   int64_t rows, int64_t k, cudaStream_t stream) {
+  if (scale == nullptr || scale_ld < k / 128)
+    throw UsageError("e4m3_to_bf16_scaled_mma_order: needs the block scales with a row stride of at least k / 128 (" +
+                     std::to_string(k / 128) + "), got " + std::to_string(scale_ld));
+  to_bf16_mma_order<true>("e4m3_to_bf16_scaled_mma_order", codes, 2, k, out, rows, k, stream, scale, scale_ld);
 }
 
 }  // namespace dsv4::kernels

@@ -51,4 +51,10 @@ void bf16_wgmma_gemm(const uint16_t* x_mma, const uint16_t* w_mma, MutFloatPtr y
 void bf16_to_mma_order(const uint16_t* x, int64_t ldx, uint16_t* out, int64_t rows, int64_t k, cudaStream_t stream);
 void e4m3_to_bf16_mma_order(const uint8_t* codes, uint16_t* out, int64_t rows, int64_t k, cudaStream_t stream);
 
+// kChainedBf16Wgmma's dense weight: e4m3 codes [rows, k] (2-byte aligned) times their 128 x 128
+// block scales (scale[(row / 128) * scale_ld + K block], scale_ld >= k / 128) as exact bf16 values,
+// in the same K order. out 16-byte aligned.
+void e4m3_to_bf16_scaled_mma_order(const uint8_t* codes, const float* scale, int64_t scale_ld, uint16_t* out,
+                                   int64_t rows, int64_t k, cudaStream_t stream);
+
 }  // namespace dsv4::kernels

@@ -837,7 +837,8 @@ Fp8MmaKernel fp8_mma_gemm_choice(const Fp8MmaGemmParams& p) {
   const bool streamable = !grouped || p.tile_rows == 8 || p.tile_rows == 16 || p.tile_rows == 32;
   const bool paired = p.second.n > 0;
   const bool forced_cta = p.kernel == Fp8MmaKernel::kStaged || p.kernel == Fp8MmaKernel::kStagedIntegerX ||
-                          p.kernel == Fp8MmaKernel::kWgmmaFp8 || p.kernel == Fp8MmaKernel::kF16Wgmma;
+                          p.kernel == Fp8MmaKernel::kWgmmaFp8 || p.kernel == Fp8MmaKernel::kF16Wgmma ||
+                          p.kernel == Fp8MmaKernel::kChainedBf16Wgmma;
   if (paired && ((grouped ? !streamable : p.m >= kFp8MmaStagedMinRows) || forced_cta))
     throw UsageError("fp8_mma_gemm: a second output takes the streamed kernel: dense under " +
                      std::to_string(kFp8MmaStagedMinRows) + " rows (m=" + std::to_string(p.m) +
@@ -864,6 +865,7 @@ Fp8MmaKernel fp8_mma_gemm_choice(const Fp8MmaGemmParams& p) {
     case Fp8MmaKernel::kStagedIntegerX:
     case Fp8MmaKernel::kWgmmaFp8: return p.kernel;
     case Fp8MmaKernel::kF16Wgmma:
+    case Fp8MmaKernel::kChainedBf16Wgmma:
       check_f16_wgmma_gemm(p);
       return p.kernel;
   }
@@ -878,6 +880,7 @@ const char* fp8_mma_kernel_name(Fp8MmaKernel kernel) {
     case Fp8MmaKernel::kStagedIntegerX: return "staged-integer-x";
     case Fp8MmaKernel::kWgmmaFp8: return "wgmma-fp8";
     case Fp8MmaKernel::kF16Wgmma: return "f16-wgmma";
+    case Fp8MmaKernel::kChainedBf16Wgmma: return "chained-bf16-wgmma";
   }
   return "unknown";
 }
@@ -889,7 +892,7 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
                      std::to_string(p.k) + " is too large for one call (split its rows)");
   const bool grouped = p.tiles != nullptr;
   const Fp8MmaKernel kernel = fp8_mma_gemm_choice(p);
-  if (kernel == Fp8MmaKernel::kF16Wgmma) {
+  if (kernel == Fp8MmaKernel::kF16Wgmma || kernel == Fp8MmaKernel::kChainedBf16Wgmma) {
     f16_wgmma_gemm(p, stream);
     return;
   }

@@ -81,6 +81,18 @@ enum class Fp8MmaKernel : uint8_t {
   // up to 128 rows (the kernel's consumers convert them into their MMAs' A registers); x16 set, no
   // second output; only when asked for.
   kF16Wgmma,
+  // The chained order (new bits, not the other kernels'): kF16Wgmma's calls on its kernels with
+  // bf16 WGMMAs, x16 holding x's bf16 values with their scales folded in (act_quant_fp8's
+  // q16_bf16_scaled; x_scale unread) and, dense, w16 the weight's with its block scales folded in
+  // (e4m3_to_bf16_scaled_mma_order, f16_wgmma_gemm.h; w_scale unread). For output (token m,
+  // row n): every operand is exact in bf16 (x's e4m3 code x its power-of-two scale, the weight's
+  // e2m1 x 2^shift x block scale), lane q_j (j = 0..3) is one tensor-core accumulation, from zero,
+  // over the k16 steps of blocks b = j, j + 4, .. in ascending order (each block's steps in the
+  // order the other kernels take them), and y = ((q_0 + q_1) + q_2) + q_3: every product exact and
+  // every sum fp32, as in the order above, without a per-block sum and its promotion (the fmaf
+  // that kF16Wgmma's consumers cannot overlap with their MMAs). A row's bits depend on that row
+  // alone, as above. Only when asked for (the CUDA backend's Fp8Gemm::kChained).
+  kChainedBf16Wgmma,
 };
 
 // The x rows of one staged CTA (the most a grouped tile for it may hold), and the smallest batch
@@ -175,7 +187,8 @@ int32_t fp8_mma_tile_rows(int64_t m);
 // tile_rows outside 1..128 always throws. kE2M1 weights follow the same rules; a forced
 // kStagedIntegerX or kWgmmaFp8 throws UsageError for them. kAuto never picks kF16Wgmma; forced, it
 // throws UsageError unless the call is dense of e4m3 weights with w16 set or grouped of e2m1
-// weights, with no second output, with x16 set and the alignments it needs.
+// weights, with no second output, with x16 set and the alignments it needs. The same for
+// kChainedBf16Wgmma, which needs no x_scale.
 Fp8MmaKernel fp8_mma_gemm_choice(const Fp8MmaGemmParams& p);
 
 const char* fp8_mma_kernel_name(Fp8MmaKernel kernel);

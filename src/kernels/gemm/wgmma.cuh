@@ -128,38 +128,40 @@ __device__ __forceinline__ void wgmma_m64n128k16_16bit(float (&d)[kWgmmaN128Accu
 }
 #undef DSV4_WGMMA_M64N128K16_SS
 
-// d += A (64 x 16 fp16, from registers) x B (N x 16 fp16, desc_b, K-major)^T for N = 32, 64, 96
-// or 128: d holds an m64n128 accumulator, of which the MMA reads and writes the first N / 2
-// registers (columns 0 .. N - 1); an output's sum does not depend on N. Warp w of the warpgroup
-// gives rows 16 w .. 16 w + 15 of A in mma.sync.m16n8k16's fragment layout: lane (g, t) holds a[0]
-// = (row g, columns 2t, 2t + 1), a[1] = (g + 8, 2t..), a[2] = (g, 2t + 8..), a[3] = (g + 8, 2t +
-// 8..), low column in the low half. The registers must keep their values until a wgmma_wait shows
-// the MMA done.
-template <int N>
-__device__ __forceinline__ void wgmma_m64nk16_f16_a_regs(float (&d)[kWgmmaN128Accumulators], const uint32_t (&a)[4],
-                                                         uint64_t desc_b) {
-  static_assert(N == 32 || N == 64 || N == 96 || N == 128, "wgmma_m64nk16_f16_a_regs: N is 32, 64, 96 or 128");
-  if constexpr (N == 32)
-    asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {" DSV4_WGMMA_R0 "}, "
-                 "{%16, %17, %18, %19}, %20, 1, 1, 1, 0;\n"
-                 : DSV4_WGMMA_D16(0)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
-  else if constexpr (N == 64)
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {" DSV4_WGMMA_R0 ", " DSV4_WGMMA_R16 "}, "
-                 "{%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n"
-                 : DSV4_WGMMA_D16(0), DSV4_WGMMA_D16(16)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
-  else if constexpr (N == 96)
-    asm volatile("wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 {" DSV4_WGMMA_R0 ", " DSV4_WGMMA_R16 ", "
-                 DSV4_WGMMA_R32 "}, {%48, %49, %50, %51}, %52, 1, 1, 1, 0;\n"
-                 : DSV4_WGMMA_D16(0), DSV4_WGMMA_D16(16), DSV4_WGMMA_D16(32)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
-  else if constexpr (N == 128)
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " DSV4_WGMMA_N128_REGISTERS
-                 "{%64, %65, %66, %67}, %68, 1, 1, 1, 0;\n"
-                 : DSV4_WGMMA_N128_OUTPUTS
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+// d += A (64 x 16, from registers) x B (N x 16, desc_b, K-major)^T of fp16 values (kBf16 false) or
+// bf16 ones, for N = 32, 64, 96 or 128: d holds an m64n128 accumulator, of which the MMA reads and
+// writes the first N / 2 registers (columns 0 .. N - 1); an output's sum does not depend on N.
+// Warp w of the warpgroup gives rows 16 w .. 16 w + 15 of A in mma.sync.m16n8k16's fragment
+// layout: lane (g, t) holds a[0] = (row g, columns 2t, 2t + 1), a[1] = (g + 8, 2t..), a[2] = (g,
+// 2t + 8..), a[3] = (g + 8, 2t + 8..), low column in the low half. The registers must keep their
+// values until a wgmma_wait shows the MMA done.
+#define DSV4_WGMMA_A_REGS(n, type, registers, operands, ...)                                            \
+  asm volatile("wgmma.mma_async.sync.aligned.m64n" #n "k16.f32." type "." type " " registers operands \
+               ", 1, 1, 1, 0;\n"                                                                      \
+               : __VA_ARGS__                                                                           \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b))
+#define DSV4_WGMMA_A_REGS_TYPED(n, registers, operands, ...)                      \
+  if constexpr (kBf16) DSV4_WGMMA_A_REGS(n, "bf16", registers, operands, __VA_ARGS__); \
+  else DSV4_WGMMA_A_REGS(n, "f16", registers, operands, __VA_ARGS__)
+template <int N, bool kBf16 = false>
+__device__ __forceinline__ void wgmma_m64nk16_a_regs(float (&d)[kWgmmaN128Accumulators], const uint32_t (&a)[4],
+                                                     uint64_t desc_b) {
+  static_assert(N == 32 || N == 64 || N == 96 || N == 128, "wgmma_m64nk16_a_regs: N is 32, 64, 96 or 128");
+  if constexpr (N == 32) {
+    DSV4_WGMMA_A_REGS_TYPED(32, "{" DSV4_WGMMA_R0 "}, ", "{%16, %17, %18, %19}, %20", DSV4_WGMMA_D16(0));
+  } else if constexpr (N == 64) {
+    DSV4_WGMMA_A_REGS_TYPED(64, "{" DSV4_WGMMA_R0 ", " DSV4_WGMMA_R16 "}, ", "{%32, %33, %34, %35}, %36",
+                            DSV4_WGMMA_D16(0), DSV4_WGMMA_D16(16));
+  } else if constexpr (N == 96) {
+    DSV4_WGMMA_A_REGS_TYPED(96, "{" DSV4_WGMMA_R0 ", " DSV4_WGMMA_R16 ", " DSV4_WGMMA_R32 "}, ",
+                            "{%48, %49, %50, %51}, %52",
+                            DSV4_WGMMA_D16(0), DSV4_WGMMA_D16(16), DSV4_WGMMA_D16(32));
+  } else {
+    DSV4_WGMMA_A_REGS_TYPED(128, DSV4_WGMMA_N128_REGISTERS, "{%64, %65, %66, %67}, %68", DSV4_WGMMA_N128_OUTPUTS);
+  }
 }
+#undef DSV4_WGMMA_A_REGS_TYPED
+#undef DSV4_WGMMA_A_REGS
 
 // d += A (64 x 16 bf16, desc_a) x B (32 x 16 bf16, desc_b)^T, both K-major.
 __device__ __forceinline__ void wgmma_m64n32k16_bf16(float (&d)[16], uint64_t desc_a, uint64_t desc_b) {
