@@ -61,7 +61,7 @@ grep -q -- "--max-new-tokens 99999999 exceed the model's max_position_embeddings
 if "$dsv4" generate --model "$model" --prompt-ids 5,6,7 -n 2 --fp8-gemm fast 2>"$work/err.txt"; then
   fail "--fp8-gemm fast was accepted"
 fi
-grep -q -- "--fp8-gemm: fast not in {mma,wgmma,cublaslt,simple}" "$work/err.txt" || fail "error message: $(cat "$work/err.txt")"
+grep -q -- "--fp8-gemm: fast not in {mma,wgmma,chained,cublaslt,simple}" "$work/err.txt" || fail "error message: $(cat "$work/err.txt")"
 if "$dsv4" generate --model "$model" --prompt-ids 5,6,7 -n 2 --fp4-experts yes 2>"$work/err.txt"; then
   fail "--fp4-experts yes was accepted"
 fi

@@ -40,6 +40,11 @@
 //   kSimple + CPU order 0.998235 / 82.7%, hence 0.9981 / 80% and 0.9982 / 81%; against exact
 //   math the GPU's default measured 0.997257 / 75.0% beside the CPU's 0.997260 / 74.0% (wgmma
 //   0.997296 / 77.7%), hence 1e-4 of median cosine and 2 points of argmax under the CPU's.
+// - The FP4 experts kept as stored in the chained order (Fp8Gemm::kChained; 75 rows an expert here,
+//   so its grouped GEMMs, not its dense ones, which start at 512 rows): measured the default's
+//   figures to six digits on both sides (session 50, H100: 0.998174 / 81.7%, 0.997257 / 75.0%
+//   against exact math), hence the default's bounds. Its last bits differ (the op test shows it);
+//   they do not reach these figures.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -217,7 +222,7 @@ TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumericsOnWgmma) {
 
 TEST_F(TinyOnCuda, WholeModelLogitsDefaultNumericsChained) {
   compare_logits(prefill_logits(*chained_model_, *chained_, false), cpu_logits(false),
-                 "default, FP4 experts in the chained order at prefill sizes", 0.9968, 0.73);
+                 "default, FP4 experts in the chained order at prefill sizes", 0.9981, 0.80);
 }
 
 // Each side's default numerics against the CPU's exact math: the FP8 quantisations' own distance,
