@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <sstream>
 #include <string>
@@ -1124,33 +1125,67 @@ TEST(Fp8MmaGemmE2m1StagedCuda, GivesTheFp8CastBitsGrouped) {
 // Grouped on the f16 WGMMA kernel (the routed experts at prefill): the stored FP4 weights, which
 // its consumers convert as they go, over tiles of 128, 100, 80, 48 and 20 rows (items whose MMAs
 // cover 32, 64, 96 or 128 columns) give the bits of their FP8 casts on the staged kernel, in fp32
-// and bf16, with the groups above (partial and empty ones), a ragged n and 9 K blocks, and with
-// larger groups at an expert's n and K; tiles past tile_count don't run.
+// and bf16, over kGroupedE2m1Cases; tiles past tile_count don't run.
+// The grouped e2m1 cases of the f16-wgmma and chained tests: each group's rows (partial and
+// empty groups), n and K: a ragged n and 9 K blocks, larger groups at an expert's n and K, and 1
+// and 3 K blocks (passes without a block).
+struct GroupedE2m1Case {
+  std::vector<int64_t> rows;
+  int64_t n, k;
+};
+const GroupedE2m1Case kGroupedE2m1Cases[] = {{{1, 130, 0, 257, 64, 128}, 264, 1152},
+                                             {{192, 181, 0, 205, 1, 320}, 2048, 1024},
+                                             {{64, 3, 200}, 256, 128},
+                                             {{130, 0, 70}, 136, 384}};
+
+// The first row of each group of rows `rows`, and past the last one the total.
+std::vector<int64_t> group_begins(const std::vector<int64_t>& rows) {
+  std::vector<int64_t> begin = {0};
+  for (const int64_t r : rows) begin.push_back(begin.back() + r);
+  return begin;
+}
+
+// 0, 1, .., count - 1: each group's own weight.
+std::vector<int64_t> group_ids(size_t count) {
+  std::vector<int64_t> ids(count);
+  std::iota(ids.begin(), ids.end(), int64_t{0});
+  return ids;
+}
+
+// A case's operands: x over all groups' rows (seed seed + n), a weight a group (seed seed + 1 + k)
+// and their tables as stored and as the FP8 cast.
+struct GroupedE2m1Operands {
+  GroupedE2m1Operands(const GroupedE2m1Case& c, uint32_t seed)
+      : begin(group_begins(c.rows)), groups(group_ids(c.rows.size())), m(begin.back()), n(c.n), k(c.k),
+        x(m, n, k, 1, seed + static_cast<uint32_t>(n)),
+        w(n, k, static_cast<int64_t>(c.rows.size()), seed + 1 + static_cast<uint32_t>(k)),
+        cast_tables(w, x, groups, false),
+        stored_tables(w, x, groups, true) {}
+
+  // The grouped call over tiles of up to tile_rows rows with the weights as stored (e2m1) or as
+  // their cast, y not yet set; `tiles` must outlive the call.
+  kernels::Fp8MmaGemmParams params(bool stored, const DeviceTiles& tiles, int32_t tile_rows) const {
+    const Fp4Tables& t = stored ? stored_tables : cast_tables;
+    return grouped_params(w.dense(x, 0, stored), tiles, tile_rows, t.w_of.get(), t.scale_of.get(),
+                          stored ? t.shift_of.get() : nullptr);
+  }
+
+  std::vector<int64_t> begin, groups;
+  int64_t m, n, k;
+  Operands x;
+  Fp4Weights w;
+  Fp4Tables cast_tables, stored_tables;
+};
+
 TEST(Fp8MmaGemmE2m1StagedCuda, F16WgmmaGivesTheFp8CastBitsGrouped) {
   DSV4_SKIP_WITHOUT_GPU();
-  struct Case {
-    std::vector<int64_t> rows;
-    int64_t n, k;
-  };
-  const Case cases[] = {{{1, 130, 0, 257, 64, 128}, 264, 1152}, {{192, 181, 0, 205, 1, 320}, 2048, 1024},
-                         // 1 and 3 K blocks: passes without a block
-                         {{64, 3, 200}, 256, 128}, {{130, 0, 70}, 136, 384}};
-  for (const Case& c : cases) {
-    std::vector<int64_t> begin = {0}, groups;
-    for (const int64_t r : c.rows) {
-      groups.push_back(static_cast<int64_t>(groups.size()));
-      begin.push_back(begin.back() + r);
-    }
-    const int64_t m = begin.back(), n = c.n, k = c.k;
-    const Operands x(m, n, k, 1, static_cast<uint32_t>(45 + n));
-    const Fp4Weights w(n, k, static_cast<int64_t>(groups.size()), static_cast<uint32_t>(46 + k));
-    const Fp4Tables cast_tables(w, x, groups, false), stored_tables(w, x, groups, true);
-    const F16Operands f16(w.dense(x, 0, false));  // x's fp16 values and padded scales
+  for (const GroupedE2m1Case& c : kGroupedE2m1Cases) {
+    const GroupedE2m1Operands ops(c, 45);
+    const int64_t m = ops.m, n = ops.n;
+    const F16Operands f16(ops.w.dense(ops.x, 0, false));  // x's fp16 values and padded scales
     const auto run = [&](bool e2m1, int32_t tile_rows, bool bf16) {
-      const DeviceTiles tiles = group_tiles(begin, tile_rows);
-      const Fp4Tables& t = e2m1 ? stored_tables : cast_tables;
-      kernels::Fp8MmaGemmParams p = grouped_params(w.dense(x, 0, e2m1), tiles, tile_rows, t.w_of.get(),
-                                                   t.scale_of.get(), e2m1 ? t.shift_of.get() : nullptr);
+      const DeviceTiles tiles = group_tiles(ops.begin, tile_rows);
+      kernels::Fp8MmaGemmParams p = ops.params(e2m1, tiles, tile_rows);
       if (!e2m1) return run_forced(p, kernels::Fp8MmaKernel::kStaged, m, bf16);
       p.x16 = f16.p.x16;
       p.x_scale = f16.p.x_scale;
@@ -1165,6 +1200,20 @@ TEST(Fp8MmaGemmE2m1StagedCuda, F16WgmmaGivesTheFp8CastBitsGrouped) {
             << "kernel over tiles of " << tile_rows << " rows, want = their FP8 casts on the staged kernel";
     }
   }
+}
+
+// The relative Frobenius distance between two fp32 outputs as run_forced returns them (0 when
+// want is all zeros).
+double relative_distance(const std::vector<uint8_t>& got_bytes, const std::vector<uint8_t>& want_bytes) {
+  std::vector<float> got(got_bytes.size() / 4), want(want_bytes.size() / 4);
+  std::memcpy(got.data(), got_bytes.data(), got.size() * 4);
+  std::memcpy(want.data(), want_bytes.data(), want.size() * 4);
+  double err2 = 0, ref2 = 0;
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    err2 += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    ref2 += double(want[i]) * want[i];
+  }
+  return ref2 > 0 ? std::sqrt(err2 / ref2) : 0.0;
 }
 
 // x's operand of the chained order (act_quant_fp8's q16_bf16_scaled) from x's codes and scales on
@@ -1185,34 +1234,19 @@ std::vector<uint16_t> chained_x(const Operands& x) {
 // the other kernels' bits, but a row's bits depend on that row alone (the same over tiles of 128,
 // 100, 80, 48 and 20 rows, whose MMAs cover 32 to 128 columns, in fp32 and bf16), every output of
 // the call's rows and n is written and nothing else, and its fp32 sums of exact products agree with
-// the staged kernel's (the same products summed in another order) to fp32 accuracy, with the
-// F16Wgmma test's groups, n and K (9 K blocks; 1 and 3: passes without a block).
+// the staged kernel's (the same products summed in another order) to fp32 accuracy, over the
+// F16Wgmma test's cases.
 TEST(Fp8MmaGemmE2m1StagedCuda, ChainedBf16WgmmaIsRowwiseAndAsPreciseAsTheStagedOrder) {
   DSV4_SKIP_WITHOUT_GPU();
-  struct Case {
-    std::vector<int64_t> rows;
-    int64_t n, k;
-  };
-  const Case cases[] = {{{1, 130, 0, 257, 64, 128}, 264, 1152}, {{192, 181, 0, 205, 1, 320}, 2048, 1024},
-                         {{64, 3, 200}, 256, 128}, {{130, 0, 70}, 136, 384}};
-  for (const Case& c : cases) {
-    std::vector<int64_t> begin = {0}, groups;
-    for (const int64_t r : c.rows) {
-      groups.push_back(static_cast<int64_t>(groups.size()));
-      begin.push_back(begin.back() + r);
-    }
-    const int64_t m = begin.back(), n = c.n, k = c.k;
-    const Operands x(m, n, k, 1, static_cast<uint32_t>(47 + n));
-    const Fp4Weights w(n, k, static_cast<int64_t>(groups.size()), static_cast<uint32_t>(48 + k));
-    const Fp4Tables cast_tables(w, x, groups, false), stored_tables(w, x, groups, true);
-    const std::vector<uint16_t> x_values = chained_x(x);
+  for (const GroupedE2m1Case& c : kGroupedE2m1Cases) {
+    const GroupedE2m1Operands ops(c, 47);
+    const int64_t m = ops.m, n = ops.n, k = ops.k;
+    const std::vector<uint16_t> x_values = chained_x(ops.x);
     DeviceBuffer<uint16_t> x16(x_values.size());
     x16.upload(x_values);
     const auto run = [&](bool chained, int32_t tile_rows, bool bf16) {
-      const DeviceTiles tiles = group_tiles(begin, tile_rows);
-      const Fp4Tables& t = chained ? stored_tables : cast_tables;
-      kernels::Fp8MmaGemmParams p = grouped_params(w.dense(x, 0, chained), tiles, tile_rows, t.w_of.get(),
-                                                   t.scale_of.get(), chained ? t.shift_of.get() : nullptr);
+      const DeviceTiles tiles = group_tiles(ops.begin, tile_rows);
+      kernels::Fp8MmaGemmParams p = ops.params(chained, tiles, tile_rows);
       if (!chained) return run_forced(p, kernels::Fp8MmaKernel::kStaged, m, bf16);
       p.x16 = x16.get();
       p.x_scale = nullptr;
@@ -1227,16 +1261,7 @@ TEST(Fp8MmaGemmE2m1StagedCuda, ChainedBf16WgmmaIsRowwiseAndAsPreciseAsTheStagedO
             << (bf16 ? "bf16" : "fp32") << " output, n " << n << ", got = tiles of " << tile_rows
             << " rows, want = tiles of 128";
     }
-    std::vector<float> got(static_cast<size_t>(m * n)), want(got.size());
-    const std::vector<uint8_t> got_bytes = run(true, 128, false), want_bytes = run(false, 128, false);
-    std::memcpy(got.data(), got_bytes.data(), got_bytes.size());
-    std::memcpy(want.data(), want_bytes.data(), want_bytes.size());
-    double err2 = 0, ref2 = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      err2 += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-      ref2 += double(want[i]) * want[i];
-    }
-    const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : 0.0;
+    const double rel = relative_distance(run(true, 128, false), run(false, 128, false));
     std::printf("[measure] chained bf16 wgmma, n %lld k %lld: relative Frobenius distance to the staged order %.3e\n",
                 static_cast<long long>(n), static_cast<long long>(k), rel);
     EXPECT_LT(rel, 1e-6) << "n " << n << ", k " << k;
@@ -1297,17 +1322,8 @@ TEST(Fp8MmaGemmCuda, ChainedBf16WgmmaDenseIsRowwiseAndAsPreciseAsTheStagedOrder)
             << (bf16 ? "bf16" : "fp32") << ", rows " << r0 << ".." << r0 + rows - 1 << " alone against the whole call";
       }
     }
-    std::vector<float> got(static_cast<size_t>(m * n)), want(got.size());
-    const std::vector<uint8_t> got_bytes = chained(0, m, false);
-    const std::vector<uint8_t> want_bytes = run_forced(ops.inputs(0, m, 0), kernels::Fp8MmaKernel::kStaged, m, false);
-    std::memcpy(got.data(), got_bytes.data(), got_bytes.size());
-    std::memcpy(want.data(), want_bytes.data(), want_bytes.size());
-    double err2 = 0, ref2 = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      err2 += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-      ref2 += double(want[i]) * want[i];
-    }
-    const double rel = std::sqrt(err2 / ref2);
+    const double rel = relative_distance(chained(0, m, false),
+                                         run_forced(ops.inputs(0, m, 0), kernels::Fp8MmaKernel::kStaged, m, false));
     std::printf("[measure] chained bf16 wgmma dense %lld x %lld x %lld: relative Frobenius distance to the staged "
                 "order %.3e\n", static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k), rel);
     EXPECT_LT(rel, 1e-6);

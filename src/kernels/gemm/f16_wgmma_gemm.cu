@@ -403,6 +403,18 @@ __device__ __forceinline__ void consume_items(const F16WgmmaArgs& a, const ItemW
   turns.finish();
 }
 
+// The dense kernel's half block `half_block` (a stage): waits for it to land and gives its
+// operands' WGMMA descriptors, warpgroup wg's 64 weight rows (a) and the 128 x rows (b).
+struct DenseStage {
+  uint64_t a, b;
+};
+__device__ __forceinline__ DenseStage dense_stage(const SharedStages& sh, int half_block, int wg) {
+  const int s = half_block % kDenseStages;
+  barrier_wait(sh.full0 + 8 * s, static_cast<uint32_t>(half_block / kDenseStages) & 1u);
+  const uint32_t stage = sh.smem0 + static_cast<uint32_t>(s * kDenseStageBytes);
+  return {wgmma_descriptor(stage + static_cast<uint32_t>(wg * 64 * 128)), wgmma_descriptor(stage + kOperandBytes)};
+}
+
 // The chained order's dense consumers (kChainedBf16Wgmma, fp8_mma_gemm.h: bf16 operands with every
 // scale folded in): per item, kPasses passes over its K blocks (the producers' walk), each pass one
 // WGMMA accumulation over its blocks' k16 steps, then added in pass order into `sum`. A block's two
@@ -417,27 +429,25 @@ __device__ __forceinline__ void consume_chained_dense_items(const F16WgmmaArgs& 
   float sum[kWgmmaN128Accumulators], acc[kWgmmaN128Accumulators];
   // Block `step / 2`'s WGMMAs into acc, then the previous block's stages freed once its MMAs are done.
   int pending = -1;  // the first half block of the pass's previous block, -1 at a pass's start
+  const auto free_pending = [&] {  // one arrival a warp on each of the two stages' empty barriers
+    if (pending < 0) return;
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) {
+      barrier_arrive(sh.empty0 + 8 * (pending % kDenseStages));
+      barrier_arrive(sh.empty0 + 8 * ((pending + 1) % kDenseStages));
+    }
+  };
   const auto issue_block = [&] {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int s = (step + half) % kDenseStages;
-      barrier_wait(sh.full0 + 8 * s, static_cast<uint32_t>((step + half) / kDenseStages) & 1u);
-      const uint32_t stage = sh.smem0 + static_cast<uint32_t>(s * kDenseStageBytes);
-      const uint64_t desc_a = wgmma_descriptor(stage + static_cast<uint32_t>(wg * 64 * 128));
-      const uint64_t desc_b = wgmma_descriptor(stage + kOperandBytes);
+      const DenseStage stage = dense_stage(sh, step + half, wg);
       wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wgmma_m64n128k16_16bit<true>(acc, desc_a + 2 * kk, desc_b + 2 * kk);
+      for (int kk = 0; kk < 4; ++kk) wgmma_m64n128k16_16bit<true>(acc, stage.a + 2 * kk, stage.b + 2 * kk);
       wgmma_commit();
     }
     wgmma_wait<2>();
-    if (pending >= 0) {
-      __syncwarp();
-      if (threadIdx.x % 32 == 0) {
-        barrier_arrive(sh.empty0 + 8 * (pending % kDenseStages));
-        barrier_arrive(sh.empty0 + 8 * ((pending + 1) % kDenseStages));
-      }
-    }
+    free_pending();
     pending = step;
     step += 2;
   };
@@ -450,13 +460,7 @@ __device__ __forceinline__ void consume_chained_dense_items(const F16WgmmaArgs& 
   const auto end_pass = [&](int pass) {
     wgmma_wait_all();
     fence_accumulators(acc);
-    if (pending >= 0) {
-      __syncwarp();
-      if (threadIdx.x % 32 == 0) {
-        barrier_arrive(sh.empty0 + 8 * (pending % kDenseStages));
-        barrier_arrive(sh.empty0 + 8 * ((pending + 1) % kDenseStages));
-      }
-    }
+    free_pending();
 #pragma unroll
     for (int r = 0; r < kWgmmaN128Accumulators; ++r) sum[r] = pass == 0 ? acc[r] : __fadd_rn(sum[r], acc[r]);
   };
@@ -536,16 +540,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const auto issue = [&](float (&blk)[kWgmmaN128Accumulators], const WorkItem&, int) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int s = (step + half) % kDenseStages;
-      barrier_wait(sh.full0 + 8 * s, static_cast<uint32_t>((step + half) / kDenseStages) & 1u);
-      const uint32_t stage = sh.smem0 + static_cast<uint32_t>(s * kDenseStageBytes);
-      const uint64_t desc_a = wgmma_descriptor(stage + static_cast<uint32_t>(wg * 64 * 128));
-      const uint64_t desc_b = wgmma_descriptor(stage + kOperandBytes);
+      const DenseStage stage = dense_stage(sh, step + half, wg);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)  // MMA step 4 half + kk: 32 bytes of K, the descriptors move 2 x 16 bytes
-        if (half + kk == 0) wgmma_m64n128k16_16bit<kBf16, false>(blk, desc_a, desc_b);
-        else wgmma_m64n128k16_16bit<kBf16>(blk, desc_a + 2 * kk, desc_b + 2 * kk);
+        if (half + kk == 0) wgmma_m64n128k16_16bit<kBf16, false>(blk, stage.a, stage.b);
+        else wgmma_m64n128k16_16bit<kBf16>(blk, stage.a + 2 * kk, stage.b + 2 * kk);
       wgmma_commit();
     }
   };
