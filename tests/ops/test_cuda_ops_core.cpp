@@ -903,6 +903,56 @@ TEST_F(CudaOpsCore, LinearPairsGiveTheBitsOfSeparateLinears) {
   }
 }
 
+// --fp8-gemm chained (CudaOptions::fp8_gemm kChained): prefill-sized FP8 linears (640 rows) take
+// the chained kernel, other bits than the default's but as precise (their relative Frobenius
+// distance to the default's fp32 outputs within 1e-6: the kernel tests measure ~7e-8), and a pair
+// of linears of one x, quantised once for both, gives the bits of two linear() calls.
+TEST_F(CudaOpsCore, ChainedLinearsAgreeWithTheDefaultAndPairsGiveTheirBits) {
+  cuda::CudaOps chained(cuda::CudaOptions{.fp8_gemm = cuda::Fp8Gemm::kChained, .multi_stream = {}});
+  const int64_t m = 640, k = 2048;
+  const auto [codes_a, scales_a] = random_fp8(1280, k);
+  const auto [codes_b, scales_b] = random_fp8(1040, k);
+  const auto load = [&](Ops& ops, const char* name, const Tensor& codes, const Tensor& scales) {
+    LoadWeightParams p;
+    p.name = name;
+    p.format = WeightFormat::kFp8;
+    p.weight = codes.view();
+    p.scale = scales.view();
+    return ops.load_weight(p);
+  };
+  const Weight wa = load(*gpu_, "a", codes_a, scales_a), wb = load(*gpu_, "b", codes_b, scales_b);
+  const Weight ca = load(chained, "a", codes_a, scales_a), cb = load(chained, "b", codes_b, scales_b);
+  const Tensor x = random_tensor(DType::kBF16, {m, k});
+  const DeviceTensor gx = gpu_->alloc(DType::kBF16, {m, k}), cx = chained.alloc(DType::kBF16, {m, k});
+  gpu_->upload(x.view(), gx.view());
+  chained.upload(x.view(), cx.view());
+  const auto run = [&](Ops& ops, const DeviceTensor& xd, const Weight& w) {
+    DeviceTensor y = ops.alloc(DType::kF32, {m, w.shape[0]});
+    ops.linear({xd.view(), &w, ActQuant::kFp8Block128, y.view()});
+    return download(ops, y);
+  };
+  for (const auto& [w, c, name] : {std::tuple{&wa, &ca, "a"}, std::tuple{&wb, &cb, "b"}}) {
+    const Tensor want = run(*gpu_, gx, *w), got = run(chained, cx, *c);
+    double err2 = 0, ref2 = 0;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      const double d = double(got.data<float>()[i]) - want.data<float>()[i];
+      err2 += d * d;
+      ref2 += double(want.data<float>()[i]) * want.data<float>()[i];
+    }
+    const double rel = std::sqrt(err2 / ref2);
+    std::printf("[measure] chained linear %s, %lld x %lld x %lld: relative Frobenius distance to the default %.3e\n",
+                name, static_cast<long long>(m), static_cast<long long>(w->shape[0]), static_cast<long long>(k), rel);
+    EXPECT_LT(rel, 1e-6) << "linear " << name;
+    EXPECT_FALSE(std::memcmp(got.data<float>(), want.data<float>(), want.nbytes()) == 0)
+        << "linear " << name << ": the default's bits, so the chained kernel did not run";
+  }
+  DeviceTensor ya = chained.alloc(DType::kF32, {m, 1280}), yb = chained.alloc(DType::kF32, {m, 1040});
+  const LinearOut outs[2] = {{&ca, ActQuant::kFp8Block128, ya.view()}, {&cb, ActQuant::kFp8Block128, yb.view()}};
+  chained.linears({cx.view(), outs});
+  expect_same_bits("chained pair, first output", run(chained, cx, ca), download(chained, ya));
+  expect_same_bits("chained pair, second output", run(chained, cx, cb), download(chained, yb));
+}
+
 // A row's bits do not depend on how many rows share the call, also with a K that is not a multiple
 // of the kernel's K slice (the zero-padded tail).
 // A bf16 linear's rows: simple_gemm (k 200), the bf16 tensor-core kernels (k 4096; streamed for

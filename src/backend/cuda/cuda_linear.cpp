@@ -58,6 +58,23 @@ kernels::Fp8MmaGemmParams fp8_mma_params(const uint8_t* xq, const float* xs, int
 
 }  // namespace
 
+struct CudaOps::QuantisedX {
+  StreamBuffer codes, scales;
+};
+
+CudaOps::QuantisedX CudaOps::quantise_x(const ConstTensorView& x, int64_t padded_rows, bool f16) {
+  const int64_t M = x.dim(0), K = x.dim(1);
+  QuantisedX q{StreamBuffer(static_cast<size_t>(padded_rows * K) * (f16 ? sizeof(uint16_t) : 1), stream_, arena()),
+               StreamBuffer(static_cast<size_t>(K / kActQuantBlock * padded_rows) * sizeof(float), stream_, arena())};
+  kernels::ActQuantParams quant{x.data<uint16_t>(), q.codes.get<uint8_t>(), q.scales.get<float>(), M, padded_rows, K};
+  if (f16) {
+    quant.q16 = q.codes.get<uint16_t>();
+    quant.q16_bf16_scaled = options_.fp8_gemm == Fp8Gemm::kChained;
+  }
+  kernels::act_quant_fp8(quant, stream_);
+  return q;
+}
+
 void CudaOps::linear(const LinearParams& p) {
   check_params(p);
   const int64_t M = p.x.dim(0), K = p.x.dim(1);
@@ -81,12 +98,8 @@ void CudaOps::linear(const LinearParams& p) {
     const bool tma = f16 || (on_mma && options_.fp8_gemm == Fp8Gemm::kWgmma &&
                              kernels::fp8_mma_gemm_choice(g) == kernels::Fp8MmaKernel::kStaged);
     const int64_t mp = on_cublaslt ? fp8_gemm_padded_m(M) : tma ? (M + 3) / 4 * 4 : M;
-    StreamBuffer xq(static_cast<size_t>(mp * K) * (f16 ? sizeof(uint16_t) : 1), stream_, arena());
-    StreamBuffer xs(static_cast<size_t>(K / kActQuantBlock * mp) * sizeof(float), stream_, arena());
-    kernels::ActQuantParams quant{p.x.data<uint16_t>(), xq.get<uint8_t>(), xs.get<float>(), M, mp, K};
-    if (f16) quant.q16 = xq.get<uint16_t>();
-    quant.q16_bf16_scaled = f16 && options_.fp8_gemm == Fp8Gemm::kChained;
-    kernels::act_quant_fp8(quant, stream_);
+    const QuantisedX quantised = quantise_x(p.x, mp, f16);
+    const StreamBuffer &xq = quantised.codes, &xs = quantised.scales;
     g.x_scale = xs.get<float>();
     g.x_scale_ld = mp;
     if (f16) {
@@ -231,15 +244,10 @@ bool CudaOps::linear_pair_on_wgmma(const LinearsParams& p, const GemmWeightView&
     kernels::Fp8MmaGemmParams ga = fp8_mma_params(nullptr, nullptr, mp, wa, a.y, M, Na, K);
     kernels::Fp8MmaGemmParams gb = fp8_mma_params(nullptr, nullptr, mp, wb, b.y, M, Nb, K);
     if (!linear_takes_f16_wgmma(ga) || !linear_takes_f16_wgmma(gb)) return false;
-    const StreamBuffer xq(static_cast<size_t>(mp * K) * sizeof(uint16_t), stream_, arena());
-    const StreamBuffer xs(static_cast<size_t>(K / kActQuantBlock * mp) * sizeof(float), stream_, arena());
-    kernels::ActQuantParams quant{p.x.data<uint16_t>(), nullptr, xs.get<float>(), M, mp, K};
-    quant.q16 = xq.get<uint16_t>();
-    quant.q16_bf16_scaled = options_.fp8_gemm == Fp8Gemm::kChained;
-    kernels::act_quant_fp8(quant, stream_);
-    ga.x_scale = gb.x_scale = xs.get<float>();
-    run_f16_wgmma(ga, xq.get<uint16_t>());
-    run_f16_wgmma(gb, xq.get<uint16_t>());
+    const QuantisedX quantised = quantise_x(p.x, mp, true);
+    ga.x_scale = gb.x_scale = quantised.scales.get<float>();
+    run_f16_wgmma(ga, quantised.codes.get<uint16_t>());
+    run_f16_wgmma(gb, quantised.codes.get<uint16_t>());
     return true;
   }
   if (wa.type == kernels::GemmWeight::kBF16 && a.act_quant == ActQuant::kNone) {

@@ -227,8 +227,15 @@ class CudaOps final : public Ops {
   // linear_pair at prefill sizes: x quantised to fp16 once for both f16 WGMMA GEMMs, or re-laid
   // once for both bf16 WGMMA GEMMs, where linear() would run each on that kernel.
   bool linear_pair_on_wgmma(const LinearsParams& p, const GemmWeightView& wa, const GemmWeightView& wb);
+  // x [M, K] (bf16) quantised by kernels::act_quant_fp8, its rows padded to `padded_rows`: the
+  // codes (e4m3), or where `f16` their fp16 values in the f16 WGMMA kernels' K order (under
+  // kChained their bf16 values times their scales), and the scales [K / 128, padded_rows]
+  // (cuda_linear.cpp).
+  struct QuantisedX;
+  QuantisedX quantise_x(const ConstTensorView& x, int64_t padded_rows, bool f16);
   // The dense f16 WGMMA GEMM `g` of x's fp16 values x16 (act_quant_fp8's q16 form, g.x_scale its
-  // scales), the weight converted to fp16 in the MMA order first.
+  // scales), the weight converted to fp16 in the MMA order first (kChained: x16's and the weight's
+  // bf16 values times their scales, the chained kernel).
   void run_f16_wgmma(kernels::Fp8MmaGemmParams g, const uint16_t* x16);
   // Whether the bf16 linear `b` runs on bf16 WGMMAs (the staged kernel's shapes at prefill sizes).
   bool bf16_takes_wgmma(const kernels::Bf16MmaGemmParams& b) const;
