@@ -135,9 +135,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) act_quant_fp8_kernel(ActQuan
         const auto value_pair = [&](uint32_t two_codes) {
           const uint32_t h = e4m3x2_to_f16x2(two_codes);
           if (!p.q16_bf16_scaled) return h;
-          const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-          const float scale = ldexpf(1.0f, e);
-          return float2_to_bf16x2(f.x * scale, f.y * scale);
+          return f16x2_codes_to_scaled_bf16x2(h, ldexpf(1.0f, e));
         };
 #pragma unroll
         for (int j = 0; j < 2; ++j) {

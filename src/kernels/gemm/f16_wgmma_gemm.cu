@@ -961,13 +961,8 @@ __global__ void __launch_bounds__(kConvertThreads) to_bf16_mma_order_kernel(cons
     const int64_t pair = first_pair + 16 * t + pair0;
     if constexpr (kE4m3) {
       const uint32_t codes = static_cast<const uint16_t*>(src)[pair];
-      if (scale == nullptr) {
-        o[t] = e4m3x2_to_bf16x2(codes);
-      } else {
-        const uint32_t h = e4m3x2_to_f16x2(codes);
-        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-        o[t] = float2_to_bf16x2(f.x * block_scale, f.y * block_scale);
-      }
+      if (scale == nullptr) o[t] = e4m3x2_to_bf16x2(codes);
+      else o[t] = f16x2_codes_to_scaled_bf16x2(e4m3x2_to_f16x2(codes), block_scale);
     } else {
       o[t] = static_cast<const uint32_t*>(src)[pair];
     }
@@ -1115,18 +1110,15 @@ void f16_wgmma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   const bool grouped = p.tiles != nullptr;
   if (p.m == 0 || p.n == 0 || p.k == 0 || (grouped && p.max_tiles == 0)) return;
   const F16WgmmaArgs a = args_of(p);
+  // The chained order's operands are bf16 with every scale folded in (its kernels read no scale of x
+  // or, dense, of the weight).
+  const bool chained = p.kernel == Fp8MmaKernel::kChainedBf16Wgmma;
   if (!grouped) {
-    if (p.kernel == Fp8MmaKernel::kChainedBf16Wgmma) {
-      F16WgmmaArgs chained = a;
-      chained.w_scale = nullptr;  // folded into w16 (e4m3_to_bf16_scaled_mma_order)
-      launch_dense<true, true>(chained, p.w16, p.x16, p.k, nullptr, 0, "fp8_mma_gemm", stream);
-    } else {
-      launch_dense<false>(a, p.w16, p.x16, p.k, p.x_scale, p.x_scale_ld, "fp8_mma_gemm", stream);
-    }
+    if (chained) launch_dense<true, true>(a, p.w16, p.x16, p.k, nullptr, 0, "fp8_mma_gemm", stream);
+    else launch_dense<false>(a, p.w16, p.x16, p.k, p.x_scale, p.x_scale_ld, "fp8_mma_gemm", stream);
     return;
   }
   // The e2m1 weights are converted in the kernel: no w map.
-  const bool chained = p.kernel == Fp8MmaKernel::kChainedBf16Wgmma;
   const auto k = static_cast<uint64_t>(p.k);
   XMapsByColumns x_maps;
   for (int i = 0; i < 4; ++i)

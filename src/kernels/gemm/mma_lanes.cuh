@@ -1,7 +1,8 @@
 // Pieces shared by the GEMMs that stream a weight into registers (kernels::fp8_mma_gemm's
 // streamed kernels, kernels::grouped_bf16_fp8_gemm, kernels::bf16_mma_gemm): a lane's 32 bytes
-// (or 32 bf16 values) of a row's K block, e4m3 pairs as fp16x2, the bf16 MMA, and the end of a
-// block whose warps each summed every kLanes-th K block of the same outputs.
+// (or 32 bf16 values) of a row's K block, e4m3 pairs as fp16x2 (or bf16x2, scaled or not), the
+// bf16 MMA, and the end of a block whose warps each summed every kLanes-th K block of the same
+// outputs.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,6 +10,8 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+
+#include "kernels/bf16_cast.cuh"
 
 namespace dsv4::kernels {
 
@@ -48,6 +51,15 @@ __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two_codes) {
   const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
   const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
   return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+// Two e4m3 codes' fp16 values (e4m3x2_to_f16x2's register) times `scale` (a power of two) as a
+// bf16x2 register: exact, barring underflow past bf16's subnormals (e4m3's 4 significant bits fit
+// bf16's 8); NaN codes stay NaN (float2_to_bf16x2). The chained order's operands (act_quant_fp8's
+// q16_bf16_scaled, e4m3_to_bf16_scaled_mma_order).
+__device__ __forceinline__ uint32_t f16x2_codes_to_scaled_bf16x2(uint32_t h, float scale) {
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  return float2_to_bf16x2(f.x * scale, f.y * scale);
 }
 
 __device__ __forceinline__ void mma_bf16_f32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
