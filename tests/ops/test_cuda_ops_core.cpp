@@ -905,7 +905,7 @@ TEST_F(CudaOpsCore, LinearPairsGiveTheBitsOfSeparateLinears) {
 
 // --fp8-gemm chained (CudaOptions::fp8_gemm kChained): prefill-sized FP8 linears (640 rows) take
 // the chained kernel, other bits than the default's but as precise (their relative Frobenius
-// distance to the default's fp32 outputs within 1e-6: the kernel tests measure ~7e-8), and a pair
+// distance to the default's fp32 outputs within 2e-7), and a pair
 // of linears of one x, quantised once for both, gives the bits of two linear() calls.
 TEST_F(CudaOpsCore, ChainedLinearsAgreeWithTheDefaultAndPairsGiveTheirBits) {
   cuda::CudaOps chained(cuda::CudaOptions{.fp8_gemm = cuda::Fp8Gemm::kChained, .multi_stream = {}});
@@ -942,7 +942,7 @@ TEST_F(CudaOpsCore, ChainedLinearsAgreeWithTheDefaultAndPairsGiveTheirBits) {
     const double rel = std::sqrt(err2 / ref2);
     std::printf("[measure] chained linear %s, %lld x %lld x %lld: relative Frobenius distance to the default %.3e\n",
                 name, static_cast<long long>(m), static_cast<long long>(w->shape[0]), static_cast<long long>(k), rel);
-    EXPECT_LT(rel, 1e-6) << "linear " << name;
+    EXPECT_LT(rel, 2e-7) << "linear " << name;  // measured 8.0e-8 and 8.3e-8 (H100)
     EXPECT_FALSE(std::memcmp(got.data<float>(), want.data<float>(), want.nbytes()) == 0)
         << "linear " << name << ": the default's bits, so the chained kernel did not run";
   }

@@ -1264,7 +1264,7 @@ TEST(Fp8MmaGemmE2m1StagedCuda, ChainedBf16WgmmaIsRowwiseAndAsPreciseAsTheStagedO
     const double rel = relative_distance(run(true, 128, false), run(false, 128, false));
     std::printf("[measure] chained bf16 wgmma, n %lld k %lld: relative Frobenius distance to the staged order %.3e\n",
                 static_cast<long long>(n), static_cast<long long>(k), rel);
-    EXPECT_LT(rel, 1e-6) << "n " << n << ", k " << k;
+    EXPECT_LT(rel, 2e-7) << "n " << n << ", k " << k;  // measured 0 .. 4.1e-8 (H100)
   }
 }
 
@@ -1326,7 +1326,7 @@ TEST(Fp8MmaGemmCuda, ChainedBf16WgmmaDenseIsRowwiseAndAsPreciseAsTheStagedOrder)
                                          run_forced(ops.inputs(0, m, 0), kernels::Fp8MmaKernel::kStaged, m, false));
     std::printf("[measure] chained bf16 wgmma dense %lld x %lld x %lld: relative Frobenius distance to the staged "
                 "order %.3e\n", static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k), rel);
-    EXPECT_LT(rel, 1e-6);
+    EXPECT_LT(rel, 2e-7);  // measured 0 .. 6.9e-8 (H100)
   }
 }
 
