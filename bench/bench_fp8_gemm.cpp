@@ -1,8 +1,8 @@
 // Times the GPU FP8 block-scaled linear (activation quantisation + the GEMM) at V4-Flash shapes,
 // with cuBLASLt's FP8 GEMM and with kernels::fp8_mma_gemm's kernels (streamed, staged, staged with
-// integer x conversions, FP8 WGMMA on its TMA-fed and its cp.async kernel, and f16 WGMMA, each
-// forced; f16 WGMMA with and without its operands' conversions; plus which one a default linear
-// runs), and prints time, TFLOP/s and weight GB/s (of the default) beside the H200's memory floor
+// integer x conversions, FP8 WGMMA on its TMA-fed and its cp.async kernel, f16 WGMMA and the
+// chained order's streamed kernel, each forced; f16 WGMMA with and without its operands'
+// conversions; plus which one a default linear runs), and prints time, TFLOP/s and weight GB/s (of the default) beside the H200's memory floor
 // (4.28 TB/s).
 // Usage: bench_fp8_gemm [iterations [gemm [rows]]]: gemm (a substring of a row's name, e.g. wq_b)
 // and rows pick one row of the table, so that ncu can profile its launches alone.
@@ -50,10 +50,11 @@ int main(int argc, char** argv) {
                         {"shared/expert w1", 2048, 4096}, {"shared/expert w2", 4096, 2048},
                         {"N=4096 K=7168", 4096, 7168}};
   const int64_t ms[] = {1, 16, 64, 512, 2048, 4096, 8192};
-  std::printf("%-18s %6s %12s %8s %12s %8s %10s %8s %12s %8s %10s %8s %10s %8s %10s %8s %10s %8s %8s %9s %10s\n", "gemm",
+  std::printf("%-18s %6s %12s %8s %12s %8s %10s %8s %12s %8s %10s %8s %10s %8s %10s %8s %10s %8s %12s %8s %9s %10s\n",
+              "gemm",
               "M", "cuBLASLt us", "TFLOP/s", "streamed us", "TFLOP/s", "staged us", "TFLOP/s", "staged-ix us", "TFLOP/s",
-              "wgmma us", "TFLOP/s", "wgmma-cp us", "TFLOP/s", "f16w us", "TFLOP/s", "f16w+cv us", "TFLOP/s", "default",
-              "GB/s", "floor us");
+              "wgmma us", "TFLOP/s", "wgmma-cp us", "TFLOP/s", "f16w us", "TFLOP/s", "f16w+cv us", "TFLOP/s", "chained-s us",
+              "default", "GB/s", "floor us");
   cuda::Fp8BlockGemm gemm;
   for (const Case& c : cases) {
     if (std::string(c.name).find(only_gemm) == std::string::npos) continue;
@@ -130,8 +131,23 @@ int main(int argc, char** argv) {
             kernels::fp8_mma_gemm(p, nullptr);
           },
           iters);
+      // The chained order on the streamed kernel: x quantised straight to its scaled bf16 values in
+      // its own K order, then the GEMM (kChainedStreamed, registers form).
+      kernels::ActQuantParams quant_chained{x, nullptr, xs, m, mp, c.k};
+      quant_chained.q16 = x16;
+      quant_chained.q16_bf16_scaled = quant_chained.q16_natural_order = true;
+      p.w16 = nullptr;
+      p.x_scale = nullptr;
+      p.kernel = kernels::Fp8MmaKernel::kChainedStreamed;
+      const double chained_streamed_us = bench::time_us(
+          [&] {
+            kernels::act_quant_fp8(quant_chained, nullptr);
+            kernels::fp8_mma_gemm(p, nullptr);
+          },
+          iters);
+      p.x_scale = xs;
       p.x_scale_ld = m;
-      p.x16 = p.w16 = nullptr;
+      p.x16 = nullptr;
       p.kernel = kernels::Fp8MmaKernel::kAuto;
       // What a default linear runs (CudaOps::linear).
       const kernels::Fp8MmaKernel chosen =
@@ -143,11 +159,12 @@ int main(int argc, char** argv) {
       const double weight_bytes = static_cast<double>(c.n) * c.k;
       std::printf(
           "%-18s %6ld %12.2f %8.1f %12.2f %8.1f %10.2f %8.1f %12.2f %8.1f %10.2f %8.1f %10.2f %8.1f %10.2f %8.1f %10.2f "
-          "%8.1f %8s %9.0f %10.2f\n",
+          "%8.1f %12.2f %8s %9.0f %10.2f\n",
           c.name, static_cast<long>(m), us, flops / us * 1e-6, streamed_us, flops / streamed_us * 1e-6, staged_us,
           flops / staged_us * 1e-6, staged_ix_us, flops / staged_ix_us * 1e-6, wgmma_us, flops / wgmma_us * 1e-6,
           wgmma_cp_us, flops / wgmma_cp_us * 1e-6, f16_us,
-          flops / f16_us * 1e-6, f16_converting_us, flops / f16_converting_us * 1e-6, kernels::fp8_mma_kernel_name(chosen),
+          flops / f16_us * 1e-6, f16_converting_us, flops / f16_converting_us * 1e-6, chained_streamed_us,
+          kernels::fp8_mma_kernel_name(chosen),
           weight_bytes / mma_us * 1e-3, weight_bytes / kMemoryBandwidth * 1e6);
       std::fflush(stdout);
       cudaFree(x);

@@ -195,9 +195,9 @@ TEST(ActQuantCuda, Fp16OutputIsTheCodesInTheF16WgmmaLayout) {
 
 // q16 with q16_bf16_scaled: each code's value times its block's scale as an exact bf16, at the
 // position e4m3_to_f16_mma_order gives the code (32 t + 4 s + i of a block -> 16 s + 2 t + (i % 2) +
-// 8 (i / 2)), padding rows zero; the scales as ever. Values spread over 2^-12 .. 2^12, so that
-// the scales take many exponents.
-TEST(ActQuantCuda, Bf16ScaledOutputIsTheValuesInTheF16WgmmaLayout) {
+// 8 (i / 2)), or with q16_natural_order at the code's own, padding rows zero; the scales as ever.
+// Values spread over 2^-12 .. 2^12, so that the scales take many exponents.
+TEST(ActQuantCuda, Bf16ScaledOutputIsTheValuesInTheF16WgmmaLayoutOrXsOwn) {
   DSV4_SKIP_WITHOUT_GPU();
   const int64_t m = 13, m_padded = 16, k = 640;
   std::vector<uint16_t> host_x = random_bf16(static_cast<size_t>(m * k), 2.0f, 5);
@@ -206,27 +206,31 @@ TEST(ActQuantCuda, Bf16ScaledOutputIsTheValuesInTheF16WgmmaLayout) {
   DeviceBuffer<uint16_t> x(host_x.size());
   x.upload(host_x);
   const Quantised codes = quantise({x.get(), nullptr, nullptr, m, m_padded, k});
-  DeviceBuffer<uint16_t> q16(codes.codes.size());
-  DeviceBuffer<float> scales(codes.scales.size());
-  q16.poison();
-  scales.poison();
-  kernels::ActQuantParams p{x.get(), nullptr, scales.get(), m, m_padded, k};
-  p.q16 = q16.get();
-  p.q16_bf16_scaled = true;
-  kernels::act_quant_fp8(p, nullptr);
-  DSV4_CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<uint16_t> got = q16.download();
-  for (int64_t r = 0; r < m_padded; ++r)
-    for (int64_t c = 0; c < k; ++c) {
-      const int64_t kb = c / 128, in_block = c % 128, t = in_block / 32, s4 = in_block % 32 / 4, i = in_block % 4;
-      const int64_t at = r * k + kb * 128 + 16 * s4 + 2 * t + i % 2 + 8 * (i / 2);
-      const double value = static_cast<double>(e4m3_to_float(codes.codes[static_cast<size_t>(r * k + c)])) *
-                           codes.scales[static_cast<size_t>(kb * m_padded + r)];
-      ASSERT_EQ(static_cast<double>(bf16_to_float(got[static_cast<size_t>(at)])), value)
-          << "row " << r << ", input " << c << " (bf16 0x" << std::hex << got[static_cast<size_t>(at)] << ")";
-    }
-  const std::vector<float> got_scales = scales.download();
-  for (size_t i = 0; i < got_scales.size(); ++i) ASSERT_EQ(got_scales[i], codes.scales[i]) << "scale " << i;
+  for (const bool natural : {false, true}) {
+    DeviceBuffer<uint16_t> q16(codes.codes.size());
+    DeviceBuffer<float> scales(codes.scales.size());
+    q16.poison();
+    scales.poison();
+    kernels::ActQuantParams p{x.get(), nullptr, scales.get(), m, m_padded, k};
+    p.q16 = q16.get();
+    p.q16_bf16_scaled = true;
+    p.q16_natural_order = natural;
+    kernels::act_quant_fp8(p, nullptr);
+    DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<uint16_t> got = q16.download();
+    for (int64_t r = 0; r < m_padded; ++r)
+      for (int64_t c = 0; c < k; ++c) {
+        const int64_t kb = c / 128, in_block = c % 128, t = in_block / 32, s4 = in_block % 32 / 4, i = in_block % 4;
+        const int64_t at = natural ? r * k + c : r * k + kb * 128 + 16 * s4 + 2 * t + i % 2 + 8 * (i / 2);
+        const double value = static_cast<double>(e4m3_to_float(codes.codes[static_cast<size_t>(r * k + c)])) *
+                             codes.scales[static_cast<size_t>(kb * m_padded + r)];
+        ASSERT_EQ(static_cast<double>(bf16_to_float(got[static_cast<size_t>(at)])), value)
+            << (natural ? "x's own order" : "MMA order") << ", row " << r << ", input " << c << " (bf16 0x" << std::hex
+            << got[static_cast<size_t>(at)] << ")";
+      }
+    const std::vector<float> got_scales = scales.download();
+    for (size_t i = 0; i < got_scales.size(); ++i) ASSERT_EQ(got_scales[i], codes.scales[i]) << "scale " << i;
+  }
 }
 
 }  // namespace

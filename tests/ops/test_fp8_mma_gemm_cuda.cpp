@@ -22,6 +22,7 @@
 #include "kernels/gemm/f16_wgmma_gemm.h"
 #include "kernels/gemm/fp8_mma_gemm.h"
 #include "loader/weights.h"
+#include "tests/ops/chained_mma_reference.h"
 #include "tests/ops/cuda_test_util.h"
 
 namespace dsv4 {
@@ -1230,6 +1231,15 @@ std::vector<uint16_t> chained_x(const Operands& x) {
   return values;
 }
 
+// The same values in x's own K order (act_quant_fp8's q16_natural_order: kChainedStreamed's x16).
+std::vector<uint16_t> chained_x_natural(const Operands& x) {
+  std::vector<uint16_t> values(static_cast<size_t>(x.m * x.k));
+  for (int64_t r = 0; r < x.m; ++r)
+    for (int64_t c = 0; c < x.k; ++c)
+      values[static_cast<size_t>(r * x.k + c)] = float_to_bf16(static_cast<float>(x.x_at(r, c)));
+  return values;
+}
+
 // The chained order (kChainedBf16Wgmma, the routed experts at prefill under Fp8Gemm::kChained): not
 // the other kernels' bits, but a row's bits depend on that row alone (the same over tiles of 128,
 // 100, 80, 48 and 20 rows, whose MMAs cover 32 to 128 columns, in fp32 and bf16), every output of
@@ -1327,6 +1337,94 @@ TEST(Fp8MmaGemmCuda, ChainedBf16WgmmaDenseIsRowwiseAndAsPreciseAsTheStagedOrder)
     std::printf("[measure] chained bf16 wgmma dense %lld x %lld x %lld: relative Frobenius distance to the staged "
                 "order %.3e\n", static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k), rel);
     EXPECT_LT(rel, 2e-7);  // measured 0 .. 6.9e-8 (H100)
+  }
+}
+
+// The chained order on mma.sync (chained_mma_sync_reference: one warp a 16 x 8 tile, its four K
+// lanes as four m16n8k16 accumulations) gives the chained WGMMA kernel's bits: a k16 step's sum into
+// a running fp32 accumulator is the same on both instructions, so decode kernels on mma.sync can
+// take the chained order and keep a prefill's rows equal to the same rows decoded. Shapes from a
+// decode row to prefill tiles, 3 K blocks (a lane without one) to 32.
+TEST(Fp8MmaGemmCuda, ChainedOrderOnMmaSyncGivesTheChainedWgmmaBits) {
+  DSV4_SKIP_WITHOUT_GPU();
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 512, 4096}, {5, 1040, 384},
+                                {300, 256, 1152}, {130, 384, 2048}}) {
+    const Operands ops(m, n, k, 1, static_cast<uint32_t>(3 * m + n + k));
+    const std::vector<uint16_t> x_values = chained_x(ops);
+    DeviceBuffer<uint16_t> x16(x_values.size()), w16(static_cast<size_t>(n * k));
+    DeviceBuffer<float> reference(static_cast<size_t>(m * n));
+    x16.upload(x_values);
+    kernels::e4m3_to_bf16_scaled_mma_order(ops.dw.get(), ops.dws.get(), ops.ws_ld, w16.get(), n, k, nullptr);
+    testing::chained_mma_sync_reference(x16.get(), w16.get(), reference.get(), m, n, k);
+    kernels::Fp8MmaGemmParams p = ops.inputs(0, m, 0);
+    p.x16 = x16.get();
+    p.w16 = w16.get();
+    p.x_scale = nullptr;
+    p.x_scale_ld = 0;
+    const std::vector<float> want = reference.download();
+    std::vector<uint8_t> want_bytes(want.size() * 4);
+    std::memcpy(want_bytes.data(), want.data(), want_bytes.size());
+    EXPECT_EQ(first_difference(run_forced(p, kernels::Fp8MmaKernel::kChainedBf16Wgmma, m, false), want_bytes, n, false),
+              "")
+        << m << " x " << n << " x " << k << ": got = the chained WGMMA kernel, want = mma.sync in the chained order";
+  }
+}
+
+// The chained order on the streamed kernel (kChainedStreamed, decode sizes) gives the chained WGMMA
+// kernel's bits, in fp32 and bf16: dense over x tiles of 8, 16 and 32 rows (one and two weight
+// tiles a block) from a single row to 40, 1 to 32 K blocks.
+TEST(Fp8MmaGemmCuda, ChainedStreamedGivesTheChainedWgmmaBitsDense) {
+  DSV4_SKIP_WITHOUT_GPU();
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 520, 4096}, {5, 264, 128}, {13, 384, 1152},
+                                {24, 4096, 384}, {40, 4096, 256}, {8, 136, 2048}}) {
+    const Operands ops(m, n, k, 1, static_cast<uint32_t>(5 * m + n + k));
+    const std::vector<uint16_t> mma_x = chained_x(ops), natural_x = chained_x_natural(ops);
+    DeviceBuffer<uint16_t> x16(mma_x.size()), x16_natural(natural_x.size()), w16(static_cast<size_t>(n * k));
+    x16.upload(mma_x);
+    x16_natural.upload(natural_x);
+    kernels::e4m3_to_bf16_scaled_mma_order(ops.dw.get(), ops.dws.get(), ops.ws_ld, w16.get(), n, k, nullptr);
+    for (const bool bf16 : {false, true}) {
+      kernels::Fp8MmaGemmParams p = ops.inputs(0, m, 0);
+      p.x_scale = nullptr;
+      p.x_scale_ld = 0;
+      p.x16 = x16_natural.get();
+      const std::vector<uint8_t> got = run_forced(p, kernels::Fp8MmaKernel::kChainedStreamed, m, bf16);
+      p.x16 = x16.get();
+      p.w16 = w16.get();
+      EXPECT_EQ(first_difference(got, run_forced(p, kernels::Fp8MmaKernel::kChainedBf16Wgmma, m, bf16), n, bf16), "")
+          << m << " x " << n << " x " << k << (bf16 ? ", bf16" : ", fp32")
+          << ": got = the chained streamed kernel, want = the chained WGMMA kernel";
+    }
+  }
+}
+
+// The same for the routed experts' e2m1 weights as stored: grouped tiles of 8 (one and two weight
+// tiles a block), 16 and 32 rows on the streamed kernel against tiles of 128 on the WGMMA kernel,
+// over kGroupedE2m1Cases.
+TEST(Fp8MmaGemmE2m1StagedCuda, ChainedStreamedGivesTheChainedWgmmaBitsGrouped) {
+  DSV4_SKIP_WITHOUT_GPU();
+  for (const GroupedE2m1Case& c : kGroupedE2m1Cases) {
+    const GroupedE2m1Operands ops(c, 49);
+    const int64_t m = ops.m, n = ops.n;
+    const std::vector<uint16_t> mma_x = chained_x(ops.x), natural_x = chained_x_natural(ops.x);
+    DeviceBuffer<uint16_t> x16(mma_x.size()), x16_natural(natural_x.size());
+    x16.upload(mma_x);
+    x16_natural.upload(natural_x);
+    const auto run = [&](kernels::Fp8MmaKernel kernel, int32_t tile_rows, bool bf16) {
+      const DeviceTiles tiles = group_tiles(ops.begin, tile_rows);
+      kernels::Fp8MmaGemmParams p = ops.params(true, tiles, tile_rows);
+      p.x16 = kernel == kernels::Fp8MmaKernel::kChainedStreamed ? x16_natural.get() : x16.get();
+      p.x_scale = nullptr;
+      p.x_scale_ld = 0;
+      return run_forced(p, kernel, m, bf16);
+    };
+    for (const bool bf16 : {false, true}) {
+      const std::vector<uint8_t> want = run(kernels::Fp8MmaKernel::kChainedBf16Wgmma, 128, bf16);
+      for (const int32_t tile_rows : {8, 16, 32})
+        EXPECT_EQ(first_difference(run(kernels::Fp8MmaKernel::kChainedStreamed, tile_rows, bf16), want, n, bf16), "")
+            << (bf16 ? "bf16" : "fp32") << " output, n " << n << ", got = the chained streamed kernel over tiles of "
+            << tile_rows << " rows, want = the chained WGMMA kernel over tiles of 128";
+    }
   }
 }
 

@@ -137,11 +137,17 @@ __global__ void __launch_bounds__(kThreadsPerBlock) act_quant_fp8_kernel(ActQuan
           if (!p.q16_bf16_scaled) return h;
           return f16x2_codes_to_scaled_bf16x2(h, ldexpf(1.0f, e));
         };
+        if (p.q16_natural_order) {  // the thread's 8 values: words 4 sub .. 4 sub + 3 of the block
+          *reinterpret_cast<uint4*>(out + 4 * sub) =
+              make_uint4(value_pair(packed[0] & 0xffffu), value_pair(packed[0] >> 16), value_pair(packed[1] & 0xffffu),
+                         value_pair(packed[1] >> 16));
+        } else {
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int s = 2 * (sub % 4) + j;
-          out[8 * s + t] = value_pair(packed[j] & 0xffffu);
-          out[8 * s + 4 + t] = value_pair(packed[j] >> 16);
+          for (int j = 0; j < 2; ++j) {
+            const int s = 2 * (sub % 4) + j;
+            out[8 * s + t] = value_pair(packed[j] & 0xffffu);
+            out[8 * s + 4 + t] = value_pair(packed[j] >> 16);
+          }
         }
       } else {
         *reinterpret_cast<uint2*>(p.q + dest * p.k + kb * 128 + sub * 8) = make_uint2(packed[0], packed[1]);

@@ -38,6 +38,9 @@ struct ActQuantParams {
   // and a power of two), in the same layout, for fp8_mma_gemm's kChainedBf16Wgmma, instead of the
   // codes' fp16 values. The scales are written as ever.
   bool q16_bf16_scaled = false;
+  // With q16_bf16_scaled: the values in x's own K order ([m_padded, k] bf16, value c of a row at
+  // c), for fp8_mma_gemm's kChainedStreamed, instead of the MMA steps' order.
+  bool q16_natural_order = false;
 };
 
 void act_quant_fp8(const ActQuantParams& p, cudaStream_t stream);

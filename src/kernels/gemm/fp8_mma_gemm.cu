@@ -115,10 +115,73 @@ __device__ __forceinline__ bool block_rows(const Fp8MmaGemmParams& p, int64_t ti
   return true;
 }
 
+// kChained's lane q of the streamed kernel (fp8_mma_gemm_kernel): the warp's K blocks b = warp,
+// warp + 4, .. in ascending order, each block's eight MMA steps accumulating into q. unit: the
+// lane's weight units (fp8_mma_gemm_kernel); sw_row: the weight tile's row of block scales.
+template <int NT, bool kE2M1, int MT>
+__device__ __forceinline__ void chained_streamed_lane(const Fp8MmaGemmParams& p, const BlockRows& rows,
+                                                      const uint32_t (&unit)[MT][2], const float* sw_row, int warp,
+                                                      int g, int t, float (&q)[MT][NT][4]) {
+  constexpr uint32_t kUnitBytes = kE2M1 ? 16 : 32;
+  constexpr uint32_t kBlockUnits = kE2M1 ? kE2m1BlockShiftStride : 4;
+  const int64_t kblocks = p.k / 128;
+  const uint16_t* x_at[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) x_at[j] = p.x16 + (rows.x_row0 + min(8 * j + g, rows.x_rows - 1)) * p.k + 32 * t;
+  for (int64_t b = warp; b < kblocks; b += kWarps) {
+    const float sw = __ldg(sw_row + b);
+    RowBytes w[MT][2];
+    uint32_t scale[MT][2];  // e2m1: the rows' bf16x2 2^shift x sw
+    const uint8_t* const w_block = rows.w + b * kBlockUnits * kUnitBytes;
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* const w_at = w_block + static_cast<uint64_t>(unit[m][h]) * kUnitBytes;
+        if constexpr (kE2M1) {
+          w[m][h].lo = __ldg(reinterpret_cast<const uint4*>(w_at));
+          scale[m][h] = e2m1_bf16x2_scale(__ldg(rows.w_shift + b * kBlockUnits + unit[m][h]), sw);
+        } else {
+          w[m][h] = load_row_bytes(w_at, true);
+        }
+      }
+    Bf16x32 xv[NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) xv[j] = load_bf16x32(x_at[j] + b * 128, true);
+#pragma unroll
+    for (int s = 0; s < 8; ++s)
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        uint32_t a0, a1, a2, a3;  // as the kernel's: rows g (a0, a2) and g + 8 (a1, a3), inputs 4s .. 4s + 3
+        if constexpr (kE2M1) {
+          const uint32_t wa_w = w[m][0].word(s / 2), wb_w = w[m][1].word(s / 2);
+          a0 = e2m1_slot_to_bf16x2(wa_w, 2 * (s % 2), scale[m][0]);
+          a2 = e2m1_slot_to_bf16x2(wa_w, 2 * (s % 2) + 1, scale[m][0]);
+          a1 = e2m1_slot_to_bf16x2(wb_w, 2 * (s % 2), scale[m][1]);
+          a3 = e2m1_slot_to_bf16x2(wb_w, 2 * (s % 2) + 1, scale[m][1]);
+        } else {
+          const uint32_t wa_s = w[m][0].word(s), wb_s = w[m][1].word(s);
+          a0 = f16x2_codes_to_scaled_bf16x2(e4m3x2_to_f16x2(wa_s & 0xffff), sw);
+          a2 = f16x2_codes_to_scaled_bf16x2(high_e4m3x2_to_f16x2(wa_s), sw);
+          a1 = f16x2_codes_to_scaled_bf16x2(e4m3x2_to_f16x2(wb_s & 0xffff), sw);
+          a3 = f16x2_codes_to_scaled_bf16x2(high_e4m3x2_to_f16x2(wb_s), sw);
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) mma_bf16_f32(q[m][j], a0, a1, a2, a3, xv[j].word(2 * s), xv[j].word(2 * s + 1));
+      }
+  }
+}
+
 // The routed experts' decode GEMM (e2m1, 8-row x tiles) is held to 64 registers, 8 blocks an SM,
 // with one weight tile (with 72 its batch-64 step took 0.3 ms longer, docs/PERF.md, session 15) and
 // to 80, 6 blocks an SM, with two (8 blocks spilled and took 3 ms longer at batch 64, session 17).
-template <int NT, bool kE2M1, int MT = 1>  // 8-row x tiles, 16-row weight tiles a block; weight codes
+//
+// kChained (Fp8MmaKernel::kChainedStreamed): the chained order's arithmetic on the same loads of the
+// weight. x comes as bf16 values with their scales folded in, in x's own K order (x16: the lane's
+// 32 values of a block are its 64 bytes at 64 t), the lane converts its weight pairs into bf16
+// with the block scale (e4m3) or the shift and block scale (e2m1) folded in, and each warp's MMAs
+// accumulate straight into its lane q (no block sum, no fmaf): the chained WGMMA kernels' bits.
+template <int NT, bool kE2M1, int MT = 1, bool kChained = false>  // 8-row x tiles, 16-row weight tiles a block
 __global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? (MT == 1 ? 8 : 6) : 1) fp8_mma_gemm_kernel(Fp8MmaGemmParams p) {
   pdl_wait();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -151,7 +214,7 @@ __global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? (MT == 1 ? 8 :
       unit[m][h] = static_cast<uint32_t>((kE2M1 ? e2m1_row_shifts_at(n, p.k) : n * (p.k / 32)) + t);
     }
   const uint8_t* x_at[NT];
-  int64_t xs_row[NT][2];  // the accumulator's columns: x rows 8j + 2t and 8j + 2t + 1, for their scales
+  int64_t xs_row[NT][2];  // the accumulator's columns: x rows 8j + 2t and 8j + 2t + 1, for their scales (unread by kChained)
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     x_at[j] = p.x + (x_row0 + min(8 * j + g, x_rows - 1)) * p.k + 32 * t;
@@ -166,76 +229,80 @@ __global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? (MT == 1 ? 8 :
 #pragma unroll
     for (int j = 0; j < NT; ++j) q[m][j][0] = q[m][j][1] = q[m][j][2] = q[m][j][3] = 0.0f;
 
-  for (int64_t b = warp; b < kblocks; b += kWarps) {
-    // Weight tile m's rows g + 16m (w[m][0]) and g + 16m + 8 (w[m][1]); e4m3: the 32 codes; e2m1:
-    // the 16 bytes in lo, hi unused.
-    RowBytes w[MT][2];
-    uint32_t scale[MT][2];
-    const uint8_t* const w_block = rows.w + b * kBlockUnits * kUnitBytes;
-    const uint8_t* const shift_block = kE2M1 ? rows.w_shift + b * kBlockUnits : nullptr;
+  if constexpr (kChained) {
+    chained_streamed_lane<NT, kE2M1, MT>(p, rows, unit, sw_row, warp, g, t, q);
+  } else {
+    for (int64_t b = warp; b < kblocks; b += kWarps) {
+      // Weight tile m's rows g + 16m (w[m][0]) and g + 16m + 8 (w[m][1]); e4m3: the 32 codes; e2m1:
+      // the 16 bytes in lo, hi unused.
+      RowBytes w[MT][2];
+      uint32_t scale[MT][2];
+      const uint8_t* const w_block = rows.w + b * kBlockUnits * kUnitBytes;
+      const uint8_t* const shift_block = kE2M1 ? rows.w_shift + b * kBlockUnits : nullptr;
 #pragma unroll
-    for (int m = 0; m < MT; ++m)
+      for (int m = 0; m < MT; ++m)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint8_t* const w_at = w_block + static_cast<uint64_t>(unit[m][h]) * kUnitBytes;
-        if constexpr (kE2M1) {
-          w[m][h].lo = __ldg(reinterpret_cast<const uint4*>(w_at));
-          scale[m][h] = pow2_f16x2(__ldg(shift_block + unit[m][h]));
-        } else {
-          w[m][h] = load_row_bytes(w_at, true);
+        for (int h = 0; h < 2; ++h) {
+          const uint8_t* const w_at = w_block + static_cast<uint64_t>(unit[m][h]) * kUnitBytes;
+          if constexpr (kE2M1) {
+            w[m][h].lo = __ldg(reinterpret_cast<const uint4*>(w_at));
+            scale[m][h] = pow2_f16x2(__ldg(shift_block + unit[m][h]));
+          } else {
+            w[m][h] = load_row_bytes(w_at, true);
+          }
+        }
+      RowBytes xb[NT];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) xb[j] = load_row_bytes(x_at[j] + b * 128, true);
+      float blk[MT][NT][4];
+#pragma unroll
+      for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) blk[m][j][0] = blk[m][j][1] = blk[m][j][2] = blk[m][j][3] = 0.0f;
+#pragma unroll
+      for (int s = 0; s < 8; ++s) {
+        uint32_t x0[NT], x1[NT];  // step s's B operands, converted once for the MT weight tiles
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          const uint32_t x_s = xb[j].word(s);
+          x0[j] = e4m3x2_to_f16x2(x_s & 0xffff);
+          x1[j] = high_e4m3x2_to_f16x2(x_s);
+        }
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          // Step s takes the lane's inputs 4s .. 4s + 3: a0 / a1 (rows g / g + 8) the first two, a2
+          // / a3 the last two. e2m1: those are slots 2 (s % 2) and 2 (s % 2) + 1 of the lane's word
+          // s / 2.
+          uint32_t a0, a1, a2, a3;
+          if constexpr (kE2M1) {
+            const uint32_t wa_w = w[m][0].word(s / 2), wb_w = w[m][1].word(s / 2);
+            a0 = e2m1_slot_to_f16x2(wa_w, 2 * (s % 2), scale[m][0]);
+            a2 = e2m1_slot_to_f16x2(wa_w, 2 * (s % 2) + 1, scale[m][0]);
+            a1 = e2m1_slot_to_f16x2(wb_w, 2 * (s % 2), scale[m][1]);
+            a3 = e2m1_slot_to_f16x2(wb_w, 2 * (s % 2) + 1, scale[m][1]);
+          } else {
+            const uint32_t wa_s = w[m][0].word(s), wb_s = w[m][1].word(s);
+            a0 = e4m3x2_to_f16x2(wa_s & 0xffff);
+            a2 = high_e4m3x2_to_f16x2(wa_s);
+            a1 = e4m3x2_to_f16x2(wb_s & 0xffff);
+            a3 = high_e4m3x2_to_f16x2(wb_s);
+          }
+#pragma unroll
+          for (int j = 0; j < NT; ++j) mma_f16_f32(blk[m][j], a0, a1, a2, a3, x0[j], x1[j]);
         }
       }
-    RowBytes xb[NT];
-#pragma unroll
-    for (int j = 0; j < NT; ++j) xb[j] = load_row_bytes(x_at[j] + b * 128, true);
-    float blk[MT][NT][4];
-#pragma unroll
-    for (int m = 0; m < MT; ++m)
-#pragma unroll
-      for (int j = 0; j < NT; ++j) blk[m][j][0] = blk[m][j][1] = blk[m][j][2] = blk[m][j][3] = 0.0f;
-#pragma unroll
-    for (int s = 0; s < 8; ++s) {
-      uint32_t x0[NT], x1[NT];  // step s's B operands, converted once for the MT weight tiles
+      const float sw = kE2M1 ? __ldg(sw_row + b) * kE2M1ScaleBack : __ldg(sw_row + b);
+      const float* const xs_block = p.x_scale + b * p.x_scale_ld;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        const uint32_t x_s = xb[j].word(s);
-        x0[j] = e4m3x2_to_f16x2(x_s & 0xffff);
-        x1[j] = high_e4m3x2_to_f16x2(x_s);
-      }
+        const float s0 = sw * __ldg(xs_block + xs_row[j][0]), s1 = sw * __ldg(xs_block + xs_row[j][1]);
 #pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        // Step s takes the lane's inputs 4s .. 4s + 3: a0 / a1 (rows g / g + 8) the first two, a2
-        // / a3 the last two. e2m1: those are slots 2 (s % 2) and 2 (s % 2) + 1 of the lane's word
-        // s / 2.
-        uint32_t a0, a1, a2, a3;
-        if constexpr (kE2M1) {
-          const uint32_t wa_w = w[m][0].word(s / 2), wb_w = w[m][1].word(s / 2);
-          a0 = e2m1_slot_to_f16x2(wa_w, 2 * (s % 2), scale[m][0]);
-          a2 = e2m1_slot_to_f16x2(wa_w, 2 * (s % 2) + 1, scale[m][0]);
-          a1 = e2m1_slot_to_f16x2(wb_w, 2 * (s % 2), scale[m][1]);
-          a3 = e2m1_slot_to_f16x2(wb_w, 2 * (s % 2) + 1, scale[m][1]);
-        } else {
-          const uint32_t wa_s = w[m][0].word(s), wb_s = w[m][1].word(s);
-          a0 = e4m3x2_to_f16x2(wa_s & 0xffff);
-          a2 = high_e4m3x2_to_f16x2(wa_s);
-          a1 = e4m3x2_to_f16x2(wb_s & 0xffff);
-          a3 = high_e4m3x2_to_f16x2(wb_s);
+        for (int m = 0; m < MT; ++m) {
+          q[m][j][0] = fmaf(blk[m][j][0], s0, q[m][j][0]);
+          q[m][j][1] = fmaf(blk[m][j][1], s1, q[m][j][1]);
+          q[m][j][2] = fmaf(blk[m][j][2], s0, q[m][j][2]);
+          q[m][j][3] = fmaf(blk[m][j][3], s1, q[m][j][3]);
         }
-#pragma unroll
-        for (int j = 0; j < NT; ++j) mma_f16_f32(blk[m][j], a0, a1, a2, a3, x0[j], x1[j]);
-      }
-    }
-    const float sw = kE2M1 ? __ldg(sw_row + b) * kE2M1ScaleBack : __ldg(sw_row + b);
-    const float* const xs_block = p.x_scale + b * p.x_scale_ld;
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const float s0 = sw * __ldg(xs_block + xs_row[j][0]), s1 = sw * __ldg(xs_block + xs_row[j][1]);
-#pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        q[m][j][0] = fmaf(blk[m][j][0], s0, q[m][j][0]);
-        q[m][j][1] = fmaf(blk[m][j][1], s1, q[m][j][1]);
-        q[m][j][2] = fmaf(blk[m][j][2], s0, q[m][j][2]);
-        q[m][j][3] = fmaf(blk[m][j][3], s1, q[m][j][3]);
       }
     }
   }
@@ -782,6 +849,35 @@ void launch_piped(dim3 grid, cudaStream_t stream, const Fp8MmaGemmParams& p) {
   launch_pdl(kernel, grid, kWarps * 32, bytes, stream, p);
 }
 
+// The streamed kernel's registers form for x tiles of tile_rows (8, 16 or 32) rows, with two
+// weight tiles a block where `wide` (e2m1: 8-row tiles only; dense: 16- and 32-row tiles only).
+template <bool kChained>
+void launch_streamed(dim3 grid, int32_t tile_rows, bool e2m1, bool wide, cudaStream_t stream, const Fp8MmaGemmParams& p) {
+  const auto launch = [&](auto kernel) { launch_pdl(kernel, grid, kWarps * 32, 0, stream, p); };
+  if (e2m1) {
+    switch (tile_rows) {
+      case 8:
+        if (wide) launch(fp8_mma_gemm_kernel<1, true, kWideWeightTiles, kChained>);
+        else launch(fp8_mma_gemm_kernel<1, true, 1, kChained>);
+        break;
+      case 16: launch(fp8_mma_gemm_kernel<2, true, 1, kChained>); break;
+      default: launch(fp8_mma_gemm_kernel<4, true, 1, kChained>); break;
+    }
+    return;
+  }
+  switch (tile_rows) {
+    case 8: launch(fp8_mma_gemm_kernel<1, false, 1, kChained>); break;
+    case 16:
+      if (wide) launch(fp8_mma_gemm_kernel<2, false, kWideWeightTiles, kChained>);
+      else launch(fp8_mma_gemm_kernel<2, false, 1, kChained>);
+      break;
+    default:
+      if (wide) launch(fp8_mma_gemm_kernel<4, false, kWideWeightTiles, kChained>);
+      else launch(fp8_mma_gemm_kernel<4, false, 1, kChained>);
+      break;
+  }
+}
+
 void check_grid_rows(int64_t tiles) {
   if (tiles > 65535)
     throw UsageError("fp8_mma_gemm: " + std::to_string(tiles) + " row tiles, at most 65535 (split the call)");
@@ -857,10 +953,13 @@ Fp8MmaKernel fp8_mma_gemm_choice(const Fp8MmaGemmParams& p) {
                  ? Fp8MmaKernel::kStaged
                  : Fp8MmaKernel::kStreamed;
     case Fp8MmaKernel::kStreamed:
+    case Fp8MmaKernel::kChainedStreamed:
       if (!streamable)
         throw UsageError("fp8_mma_gemm: the streamed kernel takes grouped tiles of 8, 16 or 32 rows, not " +
                          std::to_string(p.tile_rows));
-      return Fp8MmaKernel::kStreamed;
+      if (p.kernel == Fp8MmaKernel::kChainedStreamed && (p.x16 == nullptr || reinterpret_cast<uintptr_t>(p.x16) % 16 != 0))
+        throw UsageError("fp8_mma_gemm: the chained streamed kernel reads x16, which must be set and 16-byte aligned");
+      return p.kernel;
     case Fp8MmaKernel::kStaged:
     case Fp8MmaKernel::kStagedIntegerX:
     case Fp8MmaKernel::kWgmmaFp8: return p.kernel;
@@ -881,6 +980,7 @@ const char* fp8_mma_kernel_name(Fp8MmaKernel kernel) {
     case Fp8MmaKernel::kWgmmaFp8: return "wgmma-fp8";
     case Fp8MmaKernel::kF16Wgmma: return "f16-wgmma";
     case Fp8MmaKernel::kChainedBf16Wgmma: return "chained-bf16-wgmma";
+    case Fp8MmaKernel::kChainedStreamed: return "chained-streamed";
   }
   return "unknown";
 }
@@ -902,7 +1002,7 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
     fp8_wgmma_dense_gemm(p, stream);
     return;
   }
-  if (kernel != Fp8MmaKernel::kStreamed) {  // a CTA per 128 x 128 outputs
+  if (kernel != Fp8MmaKernel::kStreamed && kernel != Fp8MmaKernel::kChainedStreamed) {  // a CTA per 128 x 128 outputs
     const int64_t tiles = grouped ? p.max_tiles : (p.m + kStagedXRows - 1) / kStagedXRows;
     if (p.n == 0 || tiles == 0 || p.k == 0) return;
     check_grid_rows(tiles);
@@ -937,7 +1037,8 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   // those tiles, converted once for both (a batch-64 step -0.46%, batch 16 unchanged: PERF.md
   // session 31); each output's MMAs and sums are the one-tile block's, so the same bits.
   const bool dense_wide = !e2m1 && !grouped && tile_rows >= 16;
-  const int64_t row_blocks = row_blocks_of(kRowsPerBlock * (e2m1_wide || dense_wide ? kWideWeightTiles : 1));
+  const bool wide = e2m1_wide || dense_wide;
+  const int64_t row_blocks = row_blocks_of(kRowsPerBlock * (wide ? kWideWeightTiles : 1));
   if (row_blocks == 0 || tiles == 0 || p.k == 0) return;
   check_grid_rows(tiles);
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(tiles));
@@ -946,33 +1047,14 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   // step's dense calls from 4.7 to 3.7 ms, but beside the routed experts' GEMM (the shared
   // expert's side stream) its 67-100 KB blocks slowed the step by 7 ms (docs/PERF.md, session 15).
   const int64_t kblocks = p.k / 128;
-  if (e2m1) {  // registers only: the piped stages hold e4m3 rows
-    switch (tile_rows) {
-      case 8:
-        if (e2m1_wide)
-          launch_pdl(fp8_mma_gemm_kernel<1, true, kWideWeightTiles>, grid, kWarps * 32, 0, stream, p);
-        else
-          launch_pdl(fp8_mma_gemm_kernel<1, true>, grid, kWarps * 32, 0, stream, p);
-        break;
-      case 16: launch_pdl(fp8_mma_gemm_kernel<2, true>, grid, kWarps * 32, 0, stream, p); break;
-      default: launch_pdl(fp8_mma_gemm_kernel<4, true>, grid, kWarps * 32, 0, stream, p); break;
-    }
-  } else if (!grouped && p.m <= 8 && kblocks >= 32) {
+  if (kernel == Fp8MmaKernel::kChainedStreamed) {
+    launch_streamed<true>(grid, tile_rows, e2m1, wide, stream, p);
+  } else if (!e2m1 && !grouped && p.m <= 8 && kblocks >= 32) {  // e2m1: registers only, the piped stages hold e4m3 rows
     launch_piped<1, 8>(grid, stream, p);
-  } else if (!grouped && p.m <= 8 && kblocks >= 16) {
+  } else if (!e2m1 && !grouped && p.m <= 8 && kblocks >= 16) {
     launch_piped<1, 4>(grid, stream, p);
   } else {
-    switch (tile_rows) {
-      case 8: launch_pdl(fp8_mma_gemm_kernel<1, false>, grid, kWarps * 32, 0, stream, p); break;
-      case 16:
-        if (dense_wide) launch_pdl(fp8_mma_gemm_kernel<2, false, kWideWeightTiles>, grid, kWarps * 32, 0, stream, p);
-        else launch_pdl(fp8_mma_gemm_kernel<2, false>, grid, kWarps * 32, 0, stream, p);
-        break;
-      default:
-        if (dense_wide) launch_pdl(fp8_mma_gemm_kernel<4, false, kWideWeightTiles>, grid, kWarps * 32, 0, stream, p);
-        else launch_pdl(fp8_mma_gemm_kernel<4, false>, grid, kWarps * 32, 0, stream, p);
-        break;
-    }
+    launch_streamed<false>(grid, tile_rows, e2m1, wide, stream, p);
   }
   DSV4_CUDA_CHECK(cudaGetLastError());
 }

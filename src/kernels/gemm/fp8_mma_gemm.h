@@ -93,6 +93,14 @@ enum class Fp8MmaKernel : uint8_t {
   // that kF16Wgmma's consumers cannot overlap with their MMAs). A row's bits depend on that row
   // alone, as above. Only when asked for (the CUDA backend's Fp8Gemm::kChained).
   kChainedBf16Wgmma,
+  // The chained order on the streamed kernel's registers form (decode sizes, second output
+  // allowed, the same tiles and weights as kStreamed): the chained WGMMA kernels' bits from
+  // mma.sync, whose k16 step sums into a running fp32 accumulator as WGMMA's does. x16 holds x's
+  // bf16 values with their scales folded in, in x's own K order (act_quant_fp8's
+  // q16_natural_bf16_scaled: the lane that feeds inputs 32 t .. 32 t + 31 of a block reads them as
+  // they lie); the weight's codes, shifts and block scales as kStreamed reads them, x_scale
+  // unread. Only when asked for.
+  kChainedStreamed,
 };
 
 // The x rows of one staged CTA (the most a grouped tile for it may hold), and the smallest batch
@@ -188,7 +196,8 @@ int32_t fp8_mma_tile_rows(int64_t m);
 // kStagedIntegerX or kWgmmaFp8 throws UsageError for them. kAuto never picks kF16Wgmma; forced, it
 // throws UsageError unless the call is dense of e4m3 weights with w16 set or grouped of e2m1
 // weights, with no second output, with x16 set and the alignments it needs. The same for
-// kChainedBf16Wgmma, which needs no x_scale.
+// kChainedBf16Wgmma, which needs no x_scale. kChainedStreamed follows kStreamed's rules, needs
+// x16 (16-byte aligned) and no x_scale.
 Fp8MmaKernel fp8_mma_gemm_choice(const Fp8MmaGemmParams& p);
 
 const char* fp8_mma_kernel_name(Fp8MmaKernel kernel);
