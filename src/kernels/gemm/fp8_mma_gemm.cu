@@ -115,6 +115,58 @@ __device__ __forceinline__ bool block_rows(const Fp8MmaGemmParams& p, int64_t ti
   return true;
 }
 
+// The streamed kernel's weight units (fp8_mma_gemm_kernel): 32 e4m3 bytes, or 16 bytes of e2m1
+// pairs and their shift byte, a lane's 32 inputs of a row's K block.
+template <bool kE2M1>
+constexpr uint32_t kLaneUnitBytes = kE2M1 ? 16 : 32;
+template <bool kE2M1>
+constexpr uint32_t kBlockUnits = kE2M1 ? kE2m1BlockShiftStride : 4;
+
+// The lane's weight of K block b for weight tile m's rows g + 16m (w[m][0]) and g + 16m + 8
+// (w[m][1]) at their units: e4m3, the 32 codes; e2m1, the 16 bytes in lo (hi unused), and each
+// row's shift byte given to on_shift(m, row, byte) as it is loaded.
+template <int MT, bool kE2M1, typename OnShift>
+__device__ __forceinline__ void load_lane_weights(const BlockRows& rows, const uint32_t (&unit)[MT][2], int64_t b,
+                                                  RowBytes (&w)[MT][2], OnShift on_shift) {
+  const uint8_t* const w_block = rows.w + b * kBlockUnits<kE2M1> * kLaneUnitBytes<kE2M1>;
+  const uint8_t* const shift_block = kE2M1 ? rows.w_shift + b * kBlockUnits<kE2M1> : nullptr;
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* const w_at = w_block + static_cast<uint64_t>(unit[m][h]) * kLaneUnitBytes<kE2M1>;
+      if constexpr (kE2M1) {
+        w[m][h].lo = __ldg(reinterpret_cast<const uint4*>(w_at));
+        on_shift(m, h, static_cast<uint32_t>(__ldg(shift_block + unit[m][h])));
+      } else {
+        w[m][h] = load_row_bytes(w_at, true);
+      }
+    }
+}
+
+// MMA step s's A fragments from a weight tile's rows g (w[0]) and g + 8 (w[1]): the lane's inputs
+// 4s .. 4s + 3, a0 / a1 (rows g / g + 8) the first two, a2 / a3 the last two. e2m1: those are slots
+// 2 (s % 2) and 2 (s % 2) + 1 of the lane's word s / 2, each row's pair given by
+// e2m1_pair(word, slot, row); e4m3: word s's low and high code pairs, their fp16 values given to
+// e4m3_pair (the streamed kernel's operands as they are, the chained form's scaled into bf16).
+template <bool kE2M1, typename E2m1Pair, typename E4m3Pair>
+__device__ __forceinline__ void lane_a_fragments(const RowBytes (&w)[2], int s, E2m1Pair e2m1_pair, E4m3Pair e4m3_pair,
+                                                 uint32_t& a0, uint32_t& a1, uint32_t& a2, uint32_t& a3) {
+  if constexpr (kE2M1) {
+    const uint32_t wa_w = w[0].word(s / 2), wb_w = w[1].word(s / 2);
+    a0 = e2m1_pair(wa_w, 2 * (s % 2), 0);
+    a2 = e2m1_pair(wa_w, 2 * (s % 2) + 1, 0);
+    a1 = e2m1_pair(wb_w, 2 * (s % 2), 1);
+    a3 = e2m1_pair(wb_w, 2 * (s % 2) + 1, 1);
+  } else {
+    const uint32_t wa_s = w[0].word(s), wb_s = w[1].word(s);
+    a0 = e4m3_pair(e4m3x2_to_f16x2(wa_s & 0xffff));
+    a2 = e4m3_pair(high_e4m3x2_to_f16x2(wa_s));
+    a1 = e4m3_pair(e4m3x2_to_f16x2(wb_s & 0xffff));
+    a3 = e4m3_pair(high_e4m3x2_to_f16x2(wb_s));
+  }
+}
+
 // kChained's lane q of the streamed kernel (fp8_mma_gemm_kernel): the warp's K blocks b = warp,
 // warp + 4, .. in ascending order, each block's eight MMA steps accumulating into q. unit: the
 // lane's weight units (fp8_mma_gemm_kernel); sw_row: the weight tile's row of block scales.
@@ -122,8 +174,6 @@ template <int NT, bool kE2M1, int MT>
 __device__ __forceinline__ void chained_streamed_lane(const Fp8MmaGemmParams& p, const BlockRows& rows,
                                                       const uint32_t (&unit)[MT][2], const float* sw_row, int warp,
                                                       int g, int t, float (&q)[MT][NT][4]) {
-  constexpr uint32_t kUnitBytes = kE2M1 ? 16 : 32;
-  constexpr uint32_t kBlockUnits = kE2M1 ? kE2m1BlockShiftStride : 4;
   const int64_t kblocks = p.k / 128;
   const uint16_t* x_at[NT];
 #pragma unroll
@@ -132,19 +182,8 @@ __device__ __forceinline__ void chained_streamed_lane(const Fp8MmaGemmParams& p,
     const float sw = __ldg(sw_row + b);
     RowBytes w[MT][2];
     uint32_t scale[MT][2];  // e2m1: the rows' bf16x2 2^shift x sw
-    const uint8_t* const w_block = rows.w + b * kBlockUnits * kUnitBytes;
-#pragma unroll
-    for (int m = 0; m < MT; ++m)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint8_t* const w_at = w_block + static_cast<uint64_t>(unit[m][h]) * kUnitBytes;
-        if constexpr (kE2M1) {
-          w[m][h].lo = __ldg(reinterpret_cast<const uint4*>(w_at));
-          scale[m][h] = e2m1_bf16x2_scale(__ldg(rows.w_shift + b * kBlockUnits + unit[m][h]), sw);
-        } else {
-          w[m][h] = load_row_bytes(w_at, true);
-        }
-      }
+    load_lane_weights<MT, kE2M1>(rows, unit, b, w,
+                                 [&](int m, int h, uint32_t shift) { scale[m][h] = e2m1_bf16x2_scale(shift, sw); });
     Bf16x32 xv[NT];
 #pragma unroll
     for (int j = 0; j < NT; ++j) xv[j] = load_bf16x32(x_at[j] + b * 128, true);
@@ -152,20 +191,10 @@ __device__ __forceinline__ void chained_streamed_lane(const Fp8MmaGemmParams& p,
     for (int s = 0; s < 8; ++s)
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
-        uint32_t a0, a1, a2, a3;  // as the kernel's: rows g (a0, a2) and g + 8 (a1, a3), inputs 4s .. 4s + 3
-        if constexpr (kE2M1) {
-          const uint32_t wa_w = w[m][0].word(s / 2), wb_w = w[m][1].word(s / 2);
-          a0 = e2m1_slot_to_bf16x2(wa_w, 2 * (s % 2), scale[m][0]);
-          a2 = e2m1_slot_to_bf16x2(wa_w, 2 * (s % 2) + 1, scale[m][0]);
-          a1 = e2m1_slot_to_bf16x2(wb_w, 2 * (s % 2), scale[m][1]);
-          a3 = e2m1_slot_to_bf16x2(wb_w, 2 * (s % 2) + 1, scale[m][1]);
-        } else {
-          const uint32_t wa_s = w[m][0].word(s), wb_s = w[m][1].word(s);
-          a0 = f16x2_codes_to_scaled_bf16x2(e4m3x2_to_f16x2(wa_s & 0xffff), sw);
-          a2 = f16x2_codes_to_scaled_bf16x2(high_e4m3x2_to_f16x2(wa_s), sw);
-          a1 = f16x2_codes_to_scaled_bf16x2(e4m3x2_to_f16x2(wb_s & 0xffff), sw);
-          a3 = f16x2_codes_to_scaled_bf16x2(high_e4m3x2_to_f16x2(wb_s), sw);
-        }
+        uint32_t a0, a1, a2, a3;
+        lane_a_fragments<kE2M1>(
+            w[m], s, [&](uint32_t word, int slot, int row) { return e2m1_slot_to_bf16x2(word, slot, scale[m][row]); },
+            [&](uint32_t f16_pair) { return f16x2_codes_to_scaled_bf16x2(f16_pair, sw); }, a0, a1, a2, a3);
 #pragma unroll
         for (int j = 0; j < NT; ++j) mma_bf16_f32(q[m][j], a0, a1, a2, a3, xv[j].word(2 * s), xv[j].word(2 * s + 1));
       }
@@ -201,9 +230,7 @@ __global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? (MT == 1 ? 8 :
   // the loop's registers (and 64-bit address arithmetic) few. A weight row past the weight's end
   // (or an x row past the tile's) reads the last one instead, so that the loop needs no bounds
   // checks: its sums are never stored.
-  constexpr uint32_t kUnitBytes = kE2M1 ? 16 : 32;
-  constexpr uint32_t kBlockUnits = kE2M1 ? kE2m1BlockShiftStride : 4;
-  static_assert(!kE2M1 || kE2m1BlockCodeStride == kE2m1BlockShiftStride * kUnitBytes,
+  static_assert(!kE2M1 || kE2m1BlockCodeStride == kE2m1BlockShiftStride * kLaneUnitBytes<kE2M1>,
                 "a K block of e2m1 codes is 16 bytes per shift byte");
   uint32_t unit[MT][2];
 #pragma unroll
@@ -233,24 +260,9 @@ __global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? (MT == 1 ? 8 :
     chained_streamed_lane<NT, kE2M1, MT>(p, rows, unit, sw_row, warp, g, t, q);
   } else {
     for (int64_t b = warp; b < kblocks; b += kWarps) {
-      // Weight tile m's rows g + 16m (w[m][0]) and g + 16m + 8 (w[m][1]); e4m3: the 32 codes; e2m1:
-      // the 16 bytes in lo, hi unused.
       RowBytes w[MT][2];
-      uint32_t scale[MT][2];
-      const uint8_t* const w_block = rows.w + b * kBlockUnits * kUnitBytes;
-      const uint8_t* const shift_block = kE2M1 ? rows.w_shift + b * kBlockUnits : nullptr;
-#pragma unroll
-      for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint8_t* const w_at = w_block + static_cast<uint64_t>(unit[m][h]) * kUnitBytes;
-          if constexpr (kE2M1) {
-            w[m][h].lo = __ldg(reinterpret_cast<const uint4*>(w_at));
-            scale[m][h] = pow2_f16x2(__ldg(shift_block + unit[m][h]));
-          } else {
-            w[m][h] = load_row_bytes(w_at, true);
-          }
-        }
+      uint32_t scale[MT][2];  // e2m1: the rows' fp16x2 2^shift
+      load_lane_weights<MT, kE2M1>(rows, unit, b, w, [&](int m, int h, uint32_t shift) { scale[m][h] = pow2_f16x2(shift); });
       RowBytes xb[NT];
 #pragma unroll
       for (int j = 0; j < NT; ++j) xb[j] = load_row_bytes(x_at[j] + b * 128, true);
@@ -270,23 +282,10 @@ __global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? (MT == 1 ? 8 :
         }
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
-          // Step s takes the lane's inputs 4s .. 4s + 3: a0 / a1 (rows g / g + 8) the first two, a2
-          // / a3 the last two. e2m1: those are slots 2 (s % 2) and 2 (s % 2) + 1 of the lane's word
-          // s / 2.
           uint32_t a0, a1, a2, a3;
-          if constexpr (kE2M1) {
-            const uint32_t wa_w = w[m][0].word(s / 2), wb_w = w[m][1].word(s / 2);
-            a0 = e2m1_slot_to_f16x2(wa_w, 2 * (s % 2), scale[m][0]);
-            a2 = e2m1_slot_to_f16x2(wa_w, 2 * (s % 2) + 1, scale[m][0]);
-            a1 = e2m1_slot_to_f16x2(wb_w, 2 * (s % 2), scale[m][1]);
-            a3 = e2m1_slot_to_f16x2(wb_w, 2 * (s % 2) + 1, scale[m][1]);
-          } else {
-            const uint32_t wa_s = w[m][0].word(s), wb_s = w[m][1].word(s);
-            a0 = e4m3x2_to_f16x2(wa_s & 0xffff);
-            a2 = high_e4m3x2_to_f16x2(wa_s);
-            a1 = e4m3x2_to_f16x2(wb_s & 0xffff);
-            a3 = high_e4m3x2_to_f16x2(wb_s);
-          }
+          lane_a_fragments<kE2M1>(
+              w[m], s, [&](uint32_t word, int slot, int row) { return e2m1_slot_to_f16x2(word, slot, scale[m][row]); },
+              [](uint32_t f16_pair) { return f16_pair; }, a0, a1, a2, a3);
 #pragma unroll
           for (int j = 0; j < NT; ++j) mma_f16_f32(blk[m][j], a0, a1, a2, a3, x0[j], x1[j]);
         }
