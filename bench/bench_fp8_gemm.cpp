@@ -2,8 +2,8 @@
 // with cuBLASLt's FP8 GEMM and with kernels::fp8_mma_gemm's kernels (streamed, staged, staged with
 // integer x conversions, FP8 WGMMA on its TMA-fed and its cp.async kernel, f16 WGMMA and the
 // chained order's streamed kernel, each forced; f16 WGMMA with and without its operands'
-// conversions; plus which one a default linear runs), and prints time, TFLOP/s and weight GB/s (of the default) beside the H200's memory floor
-// (4.28 TB/s).
+// conversions; plus which one a default linear runs), and prints time, TFLOP/s and weight GB/s
+// (of the default) beside the H200's memory floor (4.28 TB/s).
 // Usage: bench_fp8_gemm [iterations [gemm [rows]]]: gemm (a substring of a row's name, e.g. wq_b)
 // and rows pick one row of the table, so that ncu can profile its launches alone.
 #include <cuda_runtime.h>
@@ -51,10 +51,9 @@ int main(int argc, char** argv) {
                         {"N=4096 K=7168", 4096, 7168}};
   const int64_t ms[] = {1, 16, 64, 512, 2048, 4096, 8192};
   std::printf("%-18s %6s %12s %8s %12s %8s %10s %8s %12s %8s %10s %8s %10s %8s %10s %8s %10s %8s %12s %8s %9s %10s\n",
-              "gemm",
-              "M", "cuBLASLt us", "TFLOP/s", "streamed us", "TFLOP/s", "staged us", "TFLOP/s", "staged-ix us", "TFLOP/s",
-              "wgmma us", "TFLOP/s", "wgmma-cp us", "TFLOP/s", "f16w us", "TFLOP/s", "f16w+cv us", "TFLOP/s", "chained-s us",
-              "default", "GB/s", "floor us");
+              "gemm", "M", "cuBLASLt us", "TFLOP/s", "streamed us", "TFLOP/s", "staged us", "TFLOP/s", "staged-ix us",
+              "TFLOP/s", "wgmma us", "TFLOP/s", "wgmma-cp us", "TFLOP/s", "f16w us", "TFLOP/s", "f16w+cv us", "TFLOP/s",
+              "chained-s us", "default", "GB/s", "floor us");
   cuda::Fp8BlockGemm gemm;
   for (const Case& c : cases) {
     if (std::string(c.name).find(only_gemm) == std::string::npos) continue;

@@ -241,7 +241,9 @@ __global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? (MT == 1 ? 8 :
       unit[m][h] = static_cast<uint32_t>((kE2M1 ? e2m1_row_shifts_at(n, p.k) : n * (p.k / 32)) + t);
     }
   const uint8_t* x_at[NT];
-  int64_t xs_row[NT][2];  // the accumulator's columns: x rows 8j + 2t and 8j + 2t + 1, for their scales (unread by kChained)
+  // The accumulator's columns: x rows 8j + 2t and 8j + 2t + 1, for their scales (kChained reads
+  // neither x_at nor these).
+  int64_t xs_row[NT][2];
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     x_at[j] = p.x + (x_row0 + min(8 * j + g, x_rows - 1)) * p.k + 32 * t;
@@ -262,7 +264,8 @@ __global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? (MT == 1 ? 8 :
     for (int64_t b = warp; b < kblocks; b += kWarps) {
       RowBytes w[MT][2];
       uint32_t scale[MT][2];  // e2m1: the rows' fp16x2 2^shift
-      load_lane_weights<MT, kE2M1>(rows, unit, b, w, [&](int m, int h, uint32_t shift) { scale[m][h] = pow2_f16x2(shift); });
+      load_lane_weights<MT, kE2M1>(rows, unit, b, w,
+                                   [&](int m, int h, uint32_t shift) { scale[m][h] = pow2_f16x2(shift); });
       RowBytes xb[NT];
 #pragma unroll
       for (int j = 0; j < NT; ++j) xb[j] = load_row_bytes(x_at[j] + b * 128, true);
@@ -851,7 +854,8 @@ void launch_piped(dim3 grid, cudaStream_t stream, const Fp8MmaGemmParams& p) {
 // The streamed kernel's registers form for x tiles of tile_rows (8, 16 or 32) rows, with two
 // weight tiles a block where `wide` (e2m1: 8-row tiles only; dense: 16- and 32-row tiles only).
 template <bool kChained>
-void launch_streamed(dim3 grid, int32_t tile_rows, bool e2m1, bool wide, cudaStream_t stream, const Fp8MmaGemmParams& p) {
+void launch_streamed(dim3 grid, int32_t tile_rows, bool e2m1, bool wide, cudaStream_t stream,
+                     const Fp8MmaGemmParams& p) {
   const auto launch = [&](auto kernel) { launch_pdl(kernel, grid, kWarps * 32, 0, stream, p); };
   if (e2m1) {
     switch (tile_rows) {
@@ -956,7 +960,8 @@ Fp8MmaKernel fp8_mma_gemm_choice(const Fp8MmaGemmParams& p) {
       if (!streamable)
         throw UsageError("fp8_mma_gemm: the streamed kernel takes grouped tiles of 8, 16 or 32 rows, not " +
                          std::to_string(p.tile_rows));
-      if (p.kernel == Fp8MmaKernel::kChainedStreamed && (p.x16 == nullptr || reinterpret_cast<uintptr_t>(p.x16) % 16 != 0))
+      if (p.kernel == Fp8MmaKernel::kChainedStreamed &&
+          (p.x16 == nullptr || reinterpret_cast<uintptr_t>(p.x16) % 16 != 0))
         throw UsageError("fp8_mma_gemm: the chained streamed kernel reads x16, which must be set and 16-byte aligned");
       return p.kernel;
     case Fp8MmaKernel::kStaged:

@@ -97,9 +97,10 @@ enum class Fp8MmaKernel : uint8_t {
   // allowed, the same tiles and weights as kStreamed): the chained WGMMA kernels' bits from
   // mma.sync, whose k16 step sums into a running fp32 accumulator as WGMMA's does. x16 holds x's
   // bf16 values with their scales folded in, in x's own K order (act_quant_fp8's
-  // q16_natural_bf16_scaled: the lane that feeds inputs 32 t .. 32 t + 31 of a block reads them as
-  // they lie); the weight's codes, shifts and block scales as kStreamed reads them, x_scale
-  // unread. Only when asked for.
+  // q16_bf16_scaled with q16_natural_order: the lane that feeds inputs 32 t .. 32 t + 31 of a
+  // block reads them as they lie); the weight's codes, shifts and block scales as kStreamed reads
+  // them, x_scale unread. Only when asked for (the tests, bench_fp8_gemm): the CUDA backend's
+  // Fp8Gemm::kChained does not take it yet (docs/PERF.md, session 51).
   kChainedStreamed,
 };
 
