@@ -726,6 +726,29 @@ __device__ __forceinline__ void e2m1_block(float (&blk)[kWgmmaN128Accumulators],
   add_scaled_block_factors(q, blk, factors, t, N);
 }
 
+// A consumer lane's share of e2m1 stage j % kE2m1Stages once it has landed: the stage, its x tile's
+// shared address, and group t of the lane's weight rows row0 and row1 (words w = 0..3 hold MMA
+// steps 2 w and 2 w + 1) with their shift bytes.
+struct E2m1LaneStage {
+  const uint8_t* stage;
+  uint32_t x_tile;
+  uint32_t words0[4], words1[4];
+  uint32_t shift0, shift1;
+};
+__device__ __forceinline__ E2m1LaneStage wait_e2m1_lane_stage(const SharedStages& sh, int j, int row0, int row1,
+                                                              int t) {
+  const int s = j % kE2m1Stages;
+  barrier_wait(sh.full0 + 8 * s, static_cast<uint32_t>(j / kE2m1Stages) & 1u);
+  const uint8_t* stage = sh.smem + s * kE2m1StageBytes;
+  const uint4 codes0 =
+      *reinterpret_cast<const uint4*>(stage + kE2m1Codes + row0 * kCodesRowBytes + 16 * (t ^ codes_swizzle(row0)));
+  const uint4 codes1 =
+      *reinterpret_cast<const uint4*>(stage + kE2m1Codes + row1 * kCodesRowBytes + 16 * (t ^ codes_swizzle(row1)));
+  return {stage, sh.smem0 + static_cast<uint32_t>(s * kE2m1StageBytes),
+          {codes0.x, codes0.y, codes0.z, codes0.w}, {codes1.x, codes1.y, codes1.z, codes1.w},
+          stage[kE2m1Shifts + 4 * row0 + t], stage[kE2m1Shifts + 4 * row1 + t]};
+}
+
 // The chained order's consumers (kChainedBf16Wgmma, fp8_mma_gemm.h): per item, kPasses passes over
 // its K blocks as ever, each pass one WGMMA accumulation over its blocks' k16 steps in ascending
 // order (x's bf16 values carry their scales, the weight's conversion its shift and block scale, so
@@ -748,18 +771,13 @@ __device__ __forceinline__ void consume_chained_item(const F16WgmmaArgs& a, cons
     int pending = -1;  // the stage of the pass's previous block, whose last MMAs may still run
     for (int b = pass; b < a.kblocks; b += kPasses, ++j) {
       const int s = j % kE2m1Stages;
-      barrier_wait(sh.full0 + 8 * s, static_cast<uint32_t>(j / kE2m1Stages) & 1u);
-      const uint8_t* stage = sh.smem + s * kE2m1StageBytes;
-      const uint4 codes0 = *reinterpret_cast<const uint4*>(stage + kE2m1Codes + row0 * kCodesRowBytes +
-                                                           16 * (t ^ codes_swizzle(row0)));
-      const uint4 codes1 = *reinterpret_cast<const uint4*>(stage + kE2m1Codes + row1 * kCodesRowBytes +
-                                                           16 * (t ^ codes_swizzle(row1)));
-      const float block_scale = reinterpret_cast<const float*>(stage + kE2m1Factors)[0];
-      const uint32_t scale0 = e2m1_bf16x2_scale(stage[kE2m1Shifts + 4 * row0 + t], block_scale);
-      const uint32_t scale1 = e2m1_bf16x2_scale(stage[kE2m1Shifts + 4 * row1 + t], block_scale);
-      const uint32_t words0[4] = {codes0.x, codes0.y, codes0.z, codes0.w};
-      const uint32_t words1[4] = {codes1.x, codes1.y, codes1.z, codes1.w};
-      const uint32_t x_tile = sh.smem0 + static_cast<uint32_t>(s * kE2m1StageBytes);
+      const E2m1LaneStage lane = wait_e2m1_lane_stage(sh, j, row0, row1, t);
+      const float block_scale = reinterpret_cast<const float*>(lane.stage + kE2m1Factors)[0];
+      const uint32_t scale0 = e2m1_bf16x2_scale(lane.shift0, block_scale);
+      const uint32_t scale1 = e2m1_bf16x2_scale(lane.shift1, block_scale);
+      const uint32_t(&words0)[4] = lane.words0;
+      const uint32_t(&words1)[4] = lane.words1;
+      const uint32_t x_tile = lane.x_tile;
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         wgmma_wait<kChainedFragSets - 1>();  // at a pass's first steps nothing runs yet, but ptxas cannot know it
@@ -886,19 +904,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                              const WorkItem& item, int, TensorTurns& turns) {
     const int columns = grouped_item_columns(item.rows);
     const int s = j % kE2m1Stages;
-    barrier_wait(sh.full0 + 8 * s, static_cast<uint32_t>(j / kE2m1Stages) & 1u);
-    const uint8_t* stage = sh.smem + s * kE2m1StageBytes;
-    // Group t of each row: words w = 0..3 hold MMA steps 2 w and 2 w + 1.
-    const uint4 codes0 = *reinterpret_cast<const uint4*>(stage + kE2m1Codes + row0 * kCodesRowBytes +
-                                                         16 * (t ^ codes_swizzle(row0)));
-    const uint4 codes1 = *reinterpret_cast<const uint4*>(stage + kE2m1Codes + row1 * kCodesRowBytes +
-                                                         16 * (t ^ codes_swizzle(row1)));
-    const uint32_t scale0 = pow2_f16x2(stage[kE2m1Shifts + 4 * row0 + t]);
-    const uint32_t scale1 = pow2_f16x2(stage[kE2m1Shifts + 4 * row1 + t]);
-    const uint32_t words0[4] = {codes0.x, codes0.y, codes0.z, codes0.w};
-    const uint32_t words1[4] = {codes1.x, codes1.y, codes1.z, codes1.w};
-    const uint32_t x_tile = sh.smem0 + static_cast<uint32_t>(s * kE2m1StageBytes);
-    const float* factors = reinterpret_cast<const float*>(stage + kE2m1Factors);
+    const E2m1LaneStage lane = wait_e2m1_lane_stage(sh, j, row0, row1, t);
+    const uint32_t scale0 = pow2_f16x2(lane.shift0), scale1 = pow2_f16x2(lane.shift1);
+    const uint32_t(&words0)[4] = lane.words0;
+    const uint32_t(&words1)[4] = lane.words1;
+    const uint32_t x_tile = lane.x_tile;
+    const float* factors = reinterpret_cast<const float*>(lane.stage + kE2m1Factors);
     // Each width's MMAs run to their end in their own branch: with the widths chosen per MMA step,
     // ptxas fenced the warpgroup before each one (C7519), which serialised them.
     switch (columns) {
