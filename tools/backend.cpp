@@ -70,8 +70,9 @@ void add_gpu_options(CLI::App* cmd, GpuOptions& gpu) {
          "--device cuda: the GEMM of the FP8 linears: mma (fp16 tensor cores with fp32 sums, the same "
          "bits for any batch, the closest to the CPU reference), wgmma (as mma, with the prefill-sized e4m3 "
          "GEMMs on FP8 tensor cores: less precise sums inside each 128-wide block; slower since the FP4 experts), "
-         "chained (as mma, with the FP4 experts' prefill-sized GEMMs summing each of their four lanes in one "
-         "tensor-core accumulation: as precise, faster, other bits), cublaslt (cuBLASLt's FP8 tensor cores: "
+         "chained (as mma, with the FP4 experts' and dense e4m3 GEMMs summing each of their four lanes in one "
+         "tensor-core accumulation at every batch size: as precise, other bits; faster prefill, slower "
+         "decode), cublaslt (cuBLASLt's FP8 tensor cores: "
          "FP8's rate at prefill sizes, less precise sums) or simple (CUDA cores, slow; the bf16 "
          "linears then leave their tensor cores too: every linear in the CPU's arithmetic)")
       ->check(CLI::IsMember({"mma", "wgmma", "chained", "cublaslt", "simple"}))

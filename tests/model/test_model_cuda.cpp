@@ -40,11 +40,11 @@
 //   kSimple + CPU order 0.998235 / 82.7%, hence 0.9981 / 80% and 0.9982 / 81%; against exact
 //   math the GPU's default measured 0.997257 / 75.0% beside the CPU's 0.997260 / 74.0% (wgmma
 //   0.997296 / 77.7%), hence 1e-4 of median cosine and 2 points of argmax under the CPU's.
-// - The FP4 experts kept as stored in the chained order (Fp8Gemm::kChained; 75 rows an expert here,
-//   so its grouped GEMMs, not its dense ones, which start at 512 rows): measured the default's
-//   figures to six digits on both sides (session 50, H100: 0.998174 / 81.7%, 0.997257 / 75.0%
-//   against exact math), hence the default's bounds. Its last bits differ (the op test shows it);
-//   they do not reach these figures.
+// - The chained order (Fp8Gemm::kChained: the FP4 experts kept as stored, 75 rows an expert here,
+//   on its WGMMA kernel, the dense linears on its streamed kernel): in session 50, with its
+//   prefill-sized grouped GEMMs alone, the default's figures to six digits on both sides (H100:
+//   0.998174 / 81.7%, 0.997257 / 75.0% against exact math), hence the default's bounds. Its last
+//   bits differ (the op tests show it).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -184,9 +184,13 @@ class TinyOnCuda : public ::testing::Test {
     EXPECT_GE(g.argmax, min_argmax) << what;
   }
 
+  // MODEL.md §15's within-implementation invariant: chunked prefill, and prefill then decode, give
+  // the one-shot prefill's final hidden states bit for bit, over bf16 rows and packed FP8 caches.
+  void expect_chunked_and_decode_equal_one_shot(Model& model, cuda::CudaOps& ops, const char* what);
+
   static std::unique_ptr<cpu::CpuOps> cpu_;
-  // FP8 linears: default / CUDA cores / cuBLASLt / FP8 tensor cores at prefill sizes / the FP4
-  // experts as stored, in the chained order at prefill sizes
+  // FP8 linears: default / CUDA cores / cuBLASLt / FP8 tensor cores at prefill sizes / the dense
+  // linears and the FP4 experts as stored in the chained order
   static std::unique_ptr<cuda::CudaOps> gpu_, simple_, tc_, wgmma_, chained_;
   static std::unique_ptr<Model> cpu_model_, gpu_model_, simple_model_, tc_model_, wgmma_model_, chained_model_;
   static std::vector<int32_t> ids_;
@@ -293,22 +297,30 @@ TEST_F(TinyOnCuda, GpuIsBitIdenticalRunToRun) {
   EXPECT_TRUE(same_bits(prefill_logits(*tc_model_, *tc_, false), prefill_logits(*tc_model_, *tc_, false)));
 }
 
-// MODEL.md §15's within-implementation invariant on the default path: chunked prefill, and
-// prefill then decode, give the one-shot prefill's final hidden states bit for bit, over bf16 rows and
-// over packed FP8 caches.
+// MODEL.md §15's within-implementation invariant on the default path.
 TEST_F(TinyOnCuda, ChunkedPrefillAndDecodeBitIdenticalToOneShot) {
+  expect_chunked_and_decode_equal_one_shot(*gpu_model_, *gpu_, "default");
+}
+
+// The same under --fp8-gemm chained, whose decode-sized GEMMs take the chained streamed kernel and
+// its prefill-sized ones the chained WGMMA kernels (the FP4 experts at 75 rows an expert).
+TEST_F(TinyOnCuda, ChunkedPrefillAndDecodeBitIdenticalToOneShotChained) {
+  expect_chunked_and_decode_equal_one_shot(*chained_model_, *chained_, "chained");
+}
+
+void TinyOnCuda::expect_chunked_and_decode_equal_one_shot(Model& model, cuda::CudaOps& ops, const char* what) {
   auto hidden = [&](SequenceCache& cache, std::span<const int32_t> ids) {
     ForwardBatch batch;
     batch.options.logits = LogitsFor::kNone;
     batch.add(cache, ids);
-    return host_floats(*gpu_, gpu_model_->forward(*gpu_, batch).final_hidden.view());
+    return host_floats(ops, model.forward(ops, batch).final_hidden.view());
   };
-  SequenceCache one = gpu_model_->new_sequence(*gpu_, kTokens, false);
+  SequenceCache one = model.new_sequence(ops, kTokens, false);
   const std::vector<float> ref = hidden(one, ids_);
   const std::span<const int32_t> ids(ids_);
   // With the caches as packed FP8 entries (`--kv-cache-dtype fp8`) too: they hold the same values.
   for (const DType cache_dtype : {DType::kBF16, DType::kF8E4M3}) {
-    SequenceCache chunked = gpu_model_->new_sequence(*gpu_, kTokens, cache_dtype);
+    SequenceCache chunked = model.new_sequence(ops, kTokens, cache_dtype);
     std::vector<float> got;
     const int64_t decode_from = kTokens - 12;
     for (int64_t b = 0; b < decode_from; b += 37) {
@@ -319,7 +331,7 @@ TEST_F(TinyOnCuda, ChunkedPrefillAndDecodeBitIdenticalToOneShot) {
       const std::vector<float> h = hidden(chunked, ids.subspan(t, 1));
       got.insert(got.end(), h.begin(), h.end());
     }
-    EXPECT_TRUE(same_bits(got, ref)) << dtype_name(cache_dtype) << " caches";
+    EXPECT_TRUE(same_bits(got, ref)) << what << ", " << dtype_name(cache_dtype) << " caches";
   }
 }
 

@@ -905,8 +905,8 @@ TEST_F(CudaOpsCore, LinearPairsGiveTheBitsOfSeparateLinears) {
 
 // --fp8-gemm chained (CudaOptions::fp8_gemm kChained): prefill-sized FP8 linears (640 rows) take
 // the chained kernel, other bits than the default's but as precise (their relative Frobenius
-// distance to the default's fp32 outputs within 2e-7), and a pair
-// of linears of one x, quantised once for both, gives the bits of two linear() calls.
+// distance to the default's fp32 outputs within 2e-7), a pair of linears of one x, quantised once
+// for both, gives the bits of two linear() calls, and a row's bits do not depend on its batch.
 TEST_F(CudaOpsCore, ChainedLinearsAgreeWithTheDefaultAndPairsGiveTheirBits) {
   cuda::CudaOps chained(cuda::CudaOptions{.fp8_gemm = cuda::Fp8Gemm::kChained, .multi_stream = {}});
   const int64_t m = 640, k = 2048;
@@ -949,8 +949,31 @@ TEST_F(CudaOpsCore, ChainedLinearsAgreeWithTheDefaultAndPairsGiveTheirBits) {
   DeviceTensor ya = chained.alloc(DType::kF32, {m, 1280}), yb = chained.alloc(DType::kF32, {m, 1040});
   const LinearOut outs[2] = {{&ca, ActQuant::kFp8Block128, ya.view()}, {&cb, ActQuant::kFp8Block128, yb.view()}};
   chained.linears({cx.view(), outs});
-  expect_same_bits("chained pair, first output", run(chained, cx, ca), download(chained, ya));
-  expect_same_bits("chained pair, second output", run(chained, cx, cb), download(chained, yb));
+  const Tensor whole_a = run(chained, cx, ca), whole_b = run(chained, cx, cb);
+  expect_same_bits("chained pair, first output", whole_a, download(chained, ya));
+  expect_same_bits("chained pair, second output", whole_b, download(chained, yb));
+  // One order at every size: rows alone or in slices give the whole call's bits, as single
+  // linears and as pairs; 1 and 5 rows (the chained streamed kernel, a pair in one launch), 130
+  // (streamed: too few tiles for the WGMMA kernel) and 400 (the WGMMA kernel below 512 rows).
+  for (const auto& [r0, rows] : {std::pair<int64_t, int64_t>{0, 1}, {3, 5}, {100, 130}, {200, 400}}) {
+    const ConstTensorView part = slice_rows(ConstTensorView(cx.view()), r0, r0 + rows);
+    const auto rows_of = [&](const Tensor& whole, int64_t n) {
+      Tensor want(DType::kF32, {rows, n});
+      std::memcpy(want.data<float>(), whole.data<float>() + r0 * n, want.nbytes());
+      return want;
+    };
+    DeviceTensor sa = chained.alloc(DType::kF32, {rows, 1280}), sb = chained.alloc(DType::kF32, {rows, 1040});
+    DeviceTensor pa = chained.alloc(DType::kF32, {rows, 1280}), pb = chained.alloc(DType::kF32, {rows, 1040});
+    chained.linear({part, &ca, ActQuant::kFp8Block128, sa.view()});
+    chained.linear({part, &cb, ActQuant::kFp8Block128, sb.view()});
+    const LinearOut pair[2] = {{&ca, ActQuant::kFp8Block128, pa.view()}, {&cb, ActQuant::kFp8Block128, pb.view()}};
+    chained.linears({part, pair});
+    const std::string what = "chained, rows " + std::to_string(r0) + ".." + std::to_string(r0 + rows - 1);
+    expect_same_bits(what + " alone, first linear", rows_of(whole_a, 1280), download(chained, sa));
+    expect_same_bits(what + " alone, second linear", rows_of(whole_b, 1040), download(chained, sb));
+    expect_same_bits(what + " as a pair, first output", rows_of(whole_a, 1280), download(chained, pa));
+    expect_same_bits(what + " as a pair, second output", rows_of(whole_b, 1040), download(chained, pb));
+  }
 }
 
 // A row's bits do not depend on how many rows share the call, also with a K that is not a multiple

@@ -62,17 +62,29 @@ struct CudaOps::QuantisedX {
   StreamBuffer codes, scales;
 };
 
-CudaOps::QuantisedX CudaOps::quantise_x(const ConstTensorView& x, int64_t padded_rows, bool f16) {
+CudaOps::QuantisedX CudaOps::quantise_x(const ConstTensorView& x, int64_t padded_rows, XForm form) {
   const int64_t M = x.dim(0), K = x.dim(1);
-  QuantisedX q{StreamBuffer(static_cast<size_t>(padded_rows * K) * (f16 ? sizeof(uint16_t) : 1), stream_, arena()),
+  const bool values = form != XForm::kCodes;
+  QuantisedX q{StreamBuffer(static_cast<size_t>(padded_rows * K) * (values ? sizeof(uint16_t) : 1), stream_, arena()),
                StreamBuffer(static_cast<size_t>(K / kActQuantBlock * padded_rows) * sizeof(float), stream_, arena())};
   kernels::ActQuantParams quant{x.data<uint16_t>(), q.codes.get<uint8_t>(), q.scales.get<float>(), M, padded_rows, K};
-  if (f16) {
+  if (values) {
     quant.q16 = q.codes.get<uint16_t>();
     quant.q16_bf16_scaled = options_.fp8_gemm == Fp8Gemm::kChained;
+    quant.q16_natural_order = form == XForm::kNatural;
   }
   kernels::act_quant_fp8(quant, stream_);
   return q;
+}
+
+void CudaOps::run_chained_streamed(kernels::Fp8MmaGemmParams g, const ConstTensorView& x) {
+  const QuantisedX quantised = quantise_x(x, g.m, XForm::kNatural);
+  g.x = nullptr;
+  g.x16 = quantised.codes.get<uint16_t>();
+  g.x_scale = nullptr;
+  g.x_scale_ld = 0;
+  g.kernel = kernels::Fp8MmaKernel::kChainedStreamed;
+  kernels::fp8_mma_gemm(g, stream_);
 }
 
 void CudaOps::linear(const LinearParams& p) {
@@ -92,13 +104,20 @@ void CudaOps::linear(const LinearParams& p) {
                            N % 8 == 0;
   if (on_mma || on_cublaslt) {
     kernels::Fp8MmaGemmParams g = fp8_mma_params(nullptr, nullptr, M, w, p.y, M, N, K);
-    const bool f16 = on_mma && dense_fp8_on_fp16_mma(options_.fp8_gemm) && linear_takes_f16_wgmma(g);
+    const bool chained = on_mma && options_.fp8_gemm == Fp8Gemm::kChained;
+    // The chained order at every size: the WGMMA kernel where the default would take its staged
+    // kernel (from 64 rows, not only from kF16WgmmaMinRows), else the streamed kernel.
+    if (chained && !linear_takes_f16_wgmma(g, true)) {
+      run_chained_streamed(g, p.x);
+      return;
+    }
+    const bool f16 = on_mma && dense_fp8_on_fp16_mma(options_.fp8_gemm) && linear_takes_f16_wgmma(g, chained);
     // cuBLASLt wants padded rows; so do the TMA of the f16 WGMMA kernel and of kWgmma's FP8 one
     // (x's scales), which kWgmma gives the calls fp8_mma_gemm_choice puts on the staged kernel.
     const bool tma = f16 || (on_mma && options_.fp8_gemm == Fp8Gemm::kWgmma &&
                              kernels::fp8_mma_gemm_choice(g) == kernels::Fp8MmaKernel::kStaged);
     const int64_t mp = on_cublaslt ? fp8_gemm_padded_m(M) : tma ? (M + 3) / 4 * 4 : M;
-    const QuantisedX quantised = quantise_x(p.x, mp, f16);
+    const QuantisedX quantised = quantise_x(p.x, mp, f16 ? XForm::kMmaOrder : XForm::kCodes);
     const StreamBuffer &xq = quantised.codes, &xs = quantised.scales;
     g.x_scale = xs.get<float>();
     g.x_scale_ld = mp;
@@ -152,9 +171,10 @@ void CudaOps::linear(const LinearParams& p) {
   kernels::simple_gemm({x, K, w.data, w.type, w.scale, w.scale_ld, float_ptr(p.y), N, M, N, K}, stream_);
 }
 
-bool linear_takes_f16_wgmma(const kernels::Fp8MmaGemmParams& g) {
-  return g.tiles == nullptr && g.m >= kF16WgmmaMinRows && g.w_codes == kernels::Fp8MmaWeightCodes::kE4M3 &&
-         kernels::aligned16(g.w) && kernels::fp8_mma_gemm_choice(g) == kernels::Fp8MmaKernel::kStaged;
+bool linear_takes_f16_wgmma(const kernels::Fp8MmaGemmParams& g, bool chained) {
+  return g.tiles == nullptr && (chained || g.m >= kF16WgmmaMinRows) &&
+         g.w_codes == kernels::Fp8MmaWeightCodes::kE4M3 && kernels::aligned16(g.w) &&
+         kernels::fp8_mma_gemm_choice(g) == kernels::Fp8MmaKernel::kStaged;
 }
 
 void CudaOps::run_f16_wgmma(kernels::Fp8MmaGemmParams g, const uint16_t* x16) {
@@ -213,12 +233,16 @@ bool CudaOps::linear_pair(const LinearsParams& p) {
 
   if (wa.type == kernels::GemmWeight::kE4M3 && a.act_quant == ActQuant::kFp8Block128 &&
       uses_fp8_mma(options_.fp8_gemm) && K % kActQuantBlock == 0 && kernels::aligned16(p.x.bytes())) {
-    StreamBuffer xq(static_cast<size_t>(M * K), stream_, arena());
-    StreamBuffer xs(static_cast<size_t>(K / kActQuantBlock * M) * sizeof(float), stream_, arena());
-    kernels::act_quant_fp8({p.x.data<uint16_t>(), xq.get<uint8_t>(), xs.get<float>(), M, M, K}, stream_);
-    kernels::Fp8MmaGemmParams g = fp8_mma_params(xq.get<uint8_t>(), xs.get<float>(), M, wa, a.y, M, a.w->shape[0], K);
+    kernels::Fp8MmaGemmParams g = fp8_mma_params(nullptr, nullptr, M, wa, a.y, M, a.w->shape[0], K);
     g.second = {.w = static_cast<const uint8_t*>(wb.data), .w_scale = wb.scale, .w_scale_ld = wb.scale_ld,
                 .y = float_ptr(b.y), .ldy = b.w->shape[0], .n = b.w->shape[0]};
+    if (options_.fp8_gemm == Fp8Gemm::kChained) {
+      run_chained_streamed(g, p.x);
+      return true;
+    }
+    const QuantisedX quantised = quantise_x(p.x, M, XForm::kCodes);
+    g.x = quantised.codes.get<uint8_t>();
+    g.x_scale = quantised.scales.get<float>();
     run_fp8_mma(g);
     return true;
   }
@@ -244,7 +268,7 @@ bool CudaOps::linear_pair_on_wgmma(const LinearsParams& p, const GemmWeightView&
     kernels::Fp8MmaGemmParams ga = fp8_mma_params(nullptr, nullptr, mp, wa, a.y, M, Na, K);
     kernels::Fp8MmaGemmParams gb = fp8_mma_params(nullptr, nullptr, mp, wb, b.y, M, Nb, K);
     if (!linear_takes_f16_wgmma(ga) || !linear_takes_f16_wgmma(gb)) return false;
-    const QuantisedX quantised = quantise_x(p.x, mp, true);
+    const QuantisedX quantised = quantise_x(p.x, mp, XForm::kMmaOrder);
     ga.x_scale = gb.x_scale = quantised.scales.get<float>();
     run_f16_wgmma(ga, quantised.codes.get<uint16_t>());
     run_f16_wgmma(gb, quantised.codes.get<uint16_t>());

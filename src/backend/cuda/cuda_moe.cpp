@@ -269,7 +269,12 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
   // the quantisations writing the values' bf16 instead.
   const int64_t rows_per_expert = (N + std::min<int64_t>(E, N) - 1) / std::min<int64_t>(E, N);
   const bool f16 = fp4 && uses_fp8_mma(options_.fp8_gemm) && rows_per_expert >= kF16WgmmaMinRowsPerExpert;
-  const bool chained = f16 && options_.fp8_gemm == Fp8Gemm::kChained;  // x's values bf16, their scales folded in
+  // kChained: FP4 experts in the chained order at every size (x's values bf16, their scales folded
+  // in), below those rows on the chained streamed kernel (x's values in x's own order). FP8 experts
+  // keep the default's kernels and order at every size (no chained kernel reads grouped e4m3 tiles).
+  const bool chained = fp4 && options_.fp8_gemm == Fp8Gemm::kChained;
+  const bool chained_streamed = chained && !f16;
+  const bool values = f16 || chained_streamed;  // the quantisations write values (q16), not codes
   const int32_t tile_rows = f16 ? kernels::kFp8MmaStagedTileRows : kernels::fp8_mma_tile_rows(rows_per_expert);
   const int64_t max_tiles = kernels::expert_plan_max_tiles(N, E, tile_rows);
   const int64_t span_ints = kernels::expert_plan_spans(N) * E;
@@ -294,7 +299,7 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
   plan.fault = fault_device_;
 
   const int64_t quant_rows = f16 ? (N + 3) / 4 * 4 : N;
-  const size_t code_bytes = f16 ? sizeof(uint16_t) : 1;
+  const size_t code_bytes = values ? sizeof(uint16_t) : 1;
 
   // The grouped inputs, quantised; gate and up; h = swiglu(gate, up), quantised; the experts'
   // outputs. The quantisation gathers (or scatters) x's rows through the plan and computes h itself.
@@ -324,8 +329,9 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
     } else {
       x_quant.src_row = plan.src_token;
     }
-    if (f16) x_quant.q16 = xq.get<uint16_t>();
+    if (values) x_quant.q16 = xq.get<uint16_t>();
     x_quant.q16_bf16_scaled = chained;
+    x_quant.q16_natural_order = chained_streamed;
     kernels::act_quant_fp8(x_quant, stream_);
 
     auto grouped = [&](const uint8_t* x, const float* x_scale_of, int64_t in, int64_t out, int which, int64_t ld,
@@ -334,9 +340,11 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
       g.x = x;
       g.x_scale = x_scale_of;
       g.x_scale_ld = quant_rows;
-      if (f16) {
+      if (values) {
         g.x16 = reinterpret_cast<const uint16_t*>(x);
-        g.kernel = chained ? kernels::Fp8MmaKernel::kChainedBf16Wgmma : kernels::Fp8MmaKernel::kF16Wgmma;
+        g.kernel = chained_streamed ? kernels::Fp8MmaKernel::kChainedStreamed
+                   : chained        ? kernels::Fp8MmaKernel::kChainedBf16Wgmma
+                                    : kernels::Fp8MmaKernel::kF16Wgmma;
       }
       g.w_scale_ld = ld;
       g.y = {y, true};
@@ -365,8 +373,9 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
       run_fp8_mma(grouped(xq.get<uint8_t>(), x_scale.get<float>(), D, I, 1, ld_in, up.get<void>()));
     }
     kernels::ActQuantParams h_quant{gate.get<uint16_t>(), hq.get<uint8_t>(), h_scale.get<float>(), N, quant_rows, I};
-    if (f16) h_quant.q16 = hq.get<uint16_t>();
+    if (values) h_quant.q16 = hq.get<uint16_t>();
     h_quant.q16_bf16_scaled = chained;
+    h_quant.q16_natural_order = chained_streamed;
     h_quant.swiglu_up = up.get<uint16_t>();
     h_quant.swiglu_row_weight = plan.row_weight;
     h_quant.swiglu_limit = p.swiglu_limit;

@@ -35,13 +35,15 @@ enum class Fp8Gemm {
   // so not kFp16Mma's numbers (docs/PERF.md has the measurements). FP4 experts kept as stored, wo_a
   // and the bf16 linears keep kFp16Mma's kernels and bits.
   kWgmma,
-  // As kFp16Mma, except that the GEMMs kFp16Mma runs on its f16 WGMMA kernel (dense e4m3 linears
-  // from kF16WgmmaMinRows rows, the routed experts' FP4 weights kept as stored from
-  // kF16WgmmaMinRowsPerExpert rows an expert) take the chained order
-  // (kernels::Fp8MmaKernel::kChainedBf16Wgmma): every product exact and every sum fp32 as in
+  // As kFp16Mma, except that the dense e4m3 linears and the routed experts' FP4 weights kept as
+  // stored take the chained order at every size: every product exact and every sum fp32 as in
   // kFp16Mma, each of the four lanes one tensor-core accumulation over its K blocks instead of a
-  // sum per block promoted into it; faster, and new bits, so a prefill's rows no longer match the
-  // same rows decoded (docs/PERF.md has the measurements).
+  // sum per block promoted into it. Where kFp16Mma takes its staged or f16 WGMMA kernels (dense
+  // calls from kFp8MmaStagedMinRows rows that would fill the GPU, experts from
+  // kF16WgmmaMinRowsPerExpert rows an expert), kernels::Fp8MmaKernel::kChainedBf16Wgmma; below,
+  // kChainedStreamed, with the same bits, so a row's bits still do not depend on its batch. New
+  // bits; faster prefill, slower decode (the streamed kernel converts the weight into scaled bf16:
+  // docs/PERF.md has the measurements). FP8 experts keep kFp16Mma's kernels and order.
   kChained,
   // cuBLASLt's block-scaled FP8 GEMM. Hopper's FP8 MMA accumulates inside each K block with less
   // than fp32 precision, and the FP8 activation quantisation downstream turns those last-bit
@@ -82,7 +84,8 @@ constexpr int64_t kF16WgmmaMinRowsPerExpert = 16;
 // Whether a kFp16Mma linear runs the dense call `g` (its x not yet quantised) on the f16 WGMMA
 // kernel, by the rule above (its weight e4m3 and 16-byte aligned). bench_fp8_gemm reports the
 // kernel a linear runs by it too.
-bool linear_takes_f16_wgmma(const kernels::Fp8MmaGemmParams& g);
+// With `chained` (kChained), from any row count: every call the staged kernel would take.
+bool linear_takes_f16_wgmma(const kernels::Fp8MmaGemmParams& g, bool chained = false);
 
 // How the default numerics' sparse attention (bf16 rows) is computed; exact math (f32) always takes
 // the CPU's operation order.
@@ -232,7 +235,14 @@ class CudaOps final : public Ops {
   // kChained their bf16 values times their scales), and the scales [K / 128, padded_rows]
   // (cuda_linear.cpp).
   struct QuantisedX;
-  QuantisedX quantise_x(const ConstTensorView& x, int64_t padded_rows, bool f16);
+  // x's quantised form: e4m3 codes, values in the MMA steps' K order (fp16 codes, or under
+  // kChained bf16 values with their scales folded in: the f16 WGMMA kernels'), or scaled bf16
+  // values in x's own order (kChained's streamed kernel).
+  enum class XForm { kCodes, kMmaOrder, kNatural };
+  QuantisedX quantise_x(const ConstTensorView& x, int64_t padded_rows, XForm form);
+  // kChained's decode-sized call g (a second output allowed, x not yet quantised) on the chained
+  // streamed kernel.
+  void run_chained_streamed(kernels::Fp8MmaGemmParams g, const ConstTensorView& x);
   // The dense f16 WGMMA GEMM `g` of x's fp16 values x16 (act_quant_fp8's q16 form, g.x_scale its
   // scales), the weight converted to fp16 in the MMA order first (kChained: x16's and the weight's
   // bf16 values times their scales, the chained kernel).

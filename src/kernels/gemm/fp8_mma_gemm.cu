@@ -321,14 +321,16 @@ __global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? (MT == 1 ? 8 :
 // A streamed block's pipeline stage (one warp's K block): 16 weight rows and NT * 8 x rows of 128
 // bytes each (16-byte chunk c of row r at chunk c ^ (r % 8), so that the fragment loads of a
 // quarter warp hit distinct banks), the x rows' scales and the weight block's scale. A warp has
-// kStages of them.
-template <int NT, int Stages>
+// kStages of them. kChained: the x rows are x16's 256 bytes (scaled bf16 values, x's own order;
+// chunk c of row r at chained_x_chunk(r, c)) and carry no scales.
+template <int NT, int Stages, bool kChained = false>
 struct StreamStage {
   static constexpr int kStages = Stages;
   static constexpr int kXRows = 8 * NT;
-  static constexpr int kX = 16 * 128;                  // offset of the x rows
-  static constexpr int kXScales = kX + kXRows * 128;   // offset of the x rows' scales
-  static constexpr int kWScale = kXScales + kXRows * 4;
+  static constexpr int kXRowBytes = kChained ? 256 : 128;
+  static constexpr int kX = 16 * 128;                         // offset of the x rows
+  static constexpr int kXScales = kX + kXRows * kXRowBytes;   // offset of the x rows' scales
+  static constexpr int kWScale = kXScales + (kChained ? 0 : kXRows * 4);
   static constexpr int kBytes = (kWScale + 4 + 127) / 128 * 128;
   static constexpr int kBlockBytes = kWarps * kStages * kBytes;  // dynamic shared memory of a block
 };
@@ -336,9 +338,48 @@ struct StreamStage {
 // Byte offset of 16-byte chunk c of row r in a stage's 128-byte-row tile.
 __device__ __forceinline__ uint32_t swizzled(int r, int c) { return static_cast<uint32_t>(r * 128 + ((c ^ (r % 8)) << 4)); }
 
-template <int NT, int Stages>  // 8-row x tiles per block, pipeline stages per warp
+// Byte offset of 16-byte chunk c (0..15) of row r in a kChained stage's 256-byte x rows: lane
+// (g, t) reads chunks 4 t + 2 half and 4 t + 2 half + 1 of row g (inputs 32 t + 16 half ..), and
+// at c ^ ((r % 2) | (c / 8) * 2) the eight lanes of a quarter warp (rows 2i, 2i + 1, t = 0..3) hit
+// eight distinct bank groups.
+__device__ __forceinline__ uint32_t chained_x_chunk(int r, int c) {
+  return static_cast<uint32_t>(r * 256 + ((c ^ ((r % 2) | (c / 8) * 2)) << 4));
+}
+
+// kChained's K block of the piped kernel (fp8_mma_gemm_piped_kernel): the stage's weight rows g,
+// g + 8 (the lane's chunk 2 t + half, as the kernel reads them) converted into bf16 with the block
+// scale sw folded in, against x rows 8 j + g's values, each MMA step accumulating into q: MMA step
+// 4 half + w takes the lane's inputs 32 t + 16 half + 4 w .. + 3, as the streamed kernel's.
+template <int NT>
+__device__ __forceinline__ void chained_piped_step(const uint8_t* stage, float sw, int g, int t, float (&q)[NT][4]) {
+  constexpr int kX = 16 * 128;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const uint4 w_lo = *reinterpret_cast<const uint4*>(stage + swizzled(g, 2 * t + half));
+    const uint4 w_hi = *reinterpret_cast<const uint4*>(stage + swizzled(g + 8, 2 * t + half));
+    uint4 xv[NT][2];  // inputs 32 t + 16 half + 8 e .. + 7 of x row 8 j + g
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        xv[j][e] = *reinterpret_cast<const uint4*>(stage + kX + chained_x_chunk(8 * j + g, 4 * t + 2 * half + e));
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const uint32_t wa_s = word_of(w_lo, w), wb_s = word_of(w_hi, w);
+      const uint32_t a0 = f16x2_codes_to_scaled_bf16x2(e4m3x2_to_f16x2(wa_s & 0xffff), sw);
+      const uint32_t a2 = f16x2_codes_to_scaled_bf16x2(e4m3x2_to_f16x2(wa_s >> 16), sw);
+      const uint32_t a1 = f16x2_codes_to_scaled_bf16x2(e4m3x2_to_f16x2(wb_s & 0xffff), sw);
+      const uint32_t a3 = f16x2_codes_to_scaled_bf16x2(e4m3x2_to_f16x2(wb_s >> 16), sw);
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+        mma_bf16_f32(q[j], a0, a1, a2, a3, word_of(xv[j][w / 2], 2 * (w % 2)), word_of(xv[j][w / 2], 2 * (w % 2) + 1));
+    }
+  }
+}
+
+template <int NT, int Stages, bool kChained = false>  // 8-row x tiles per block, pipeline stages per warp
 __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_piped_kernel(Fp8MmaGemmParams p) {
-  using Stage = StreamStage<NT, Stages>;
+  using Stage = StreamStage<NT, Stages, kChained>;
   extern __shared__ __align__(128) uint8_t stream_smem[];
   // A grouped GEMM's tiles (and so its weights) are the previous kernel's output; a dense one's
   // weights are known before it.
@@ -376,17 +417,27 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_piped_kernel(Fp8MmaG
     if (i >= steps) return;
     const int64_t b = warp + kWarps * i;
     const uint32_t stage = stages_at + static_cast<uint32_t>((i % Stage::kStages) * Stage::kBytes);
+    if constexpr (kChained) {
 #pragma unroll
-    for (int c = 0; c < 2 * NT; ++c) {  // 8 NT rows x 8 chunks
-      const int idx = lane + 32 * c, row = idx / 8, chunk = idx % 8;
-      const bool valid = row < x_rows;
-      cp_async16(stage + Stage::kX + swizzled(row, chunk), valid ? p.x + (x_row0 + row) * p.k + b * 128 + chunk * 16 : p.x,
-                 valid);
-    }
-    if (lane < Stage::kXRows) {
-      const bool valid = lane < x_rows;
-      cp_async4(stage + Stage::kXScales + 4 * lane, valid ? p.x_scale + b * p.x_scale_ld + x_row0 + lane : p.x_scale,
-                valid);
+      for (int c = 0; c < 4 * NT; ++c) {  // 8 NT rows x 16 chunks
+        const int idx = lane + 32 * c, row = idx / 16, chunk = idx % 16;
+        const bool valid = row < x_rows;
+        cp_async16(stage + Stage::kX + chained_x_chunk(row, chunk),
+                   valid ? p.x16 + (x_row0 + row) * p.k + b * 128 + chunk * 8 : p.x16, valid);
+      }
+    } else {
+#pragma unroll
+      for (int c = 0; c < 2 * NT; ++c) {  // 8 NT rows x 8 chunks
+        const int idx = lane + 32 * c, row = idx / 8, chunk = idx % 8;
+        const bool valid = row < x_rows;
+        cp_async16(stage + Stage::kX + swizzled(row, chunk),
+                   valid ? p.x + (x_row0 + row) * p.k + b * 128 + chunk * 16 : p.x, valid);
+      }
+      if (lane < Stage::kXRows) {
+        const bool valid = lane < x_rows;
+        cp_async4(stage + Stage::kXScales + 4 * lane, valid ? p.x_scale + b * p.x_scale_ld + x_row0 + lane : p.x_scale,
+                  valid);
+      }
     }
   };
 
@@ -413,40 +464,45 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_piped_kernel(Fp8MmaG
     cp_async_wait<Stage::kStages - 1>();
     __syncwarp();  // every lane's copies of the stage are in
     const uint8_t* stage = stages + (i % Stage::kStages) * Stage::kBytes;
-    float blk[NT][4];
+    if constexpr (kChained) {
+      chained_piped_step<NT>(stage, *reinterpret_cast<const float*>(stage + Stage::kWScale), g, t, q);
+    } else {
+      float blk[NT][4];
 #pragma unroll
-    for (int j = 0; j < NT; ++j) blk[j][0] = blk[j][1] = blk[j][2] = blk[j][3] = 0.0f;
+      for (int j = 0; j < NT; ++j) blk[j][0] = blk[j][1] = blk[j][2] = blk[j][3] = 0.0f;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {  // MMA steps 4 half .. 4 half + 3: the lane's chunk 2t + half
-      const uint4 w_lo = *reinterpret_cast<const uint4*>(stage + swizzled(g, 2 * t + half));
-      const uint4 w_hi = *reinterpret_cast<const uint4*>(stage + swizzled(g + 8, 2 * t + half));
-      uint4 xv[NT];
+      for (int half = 0; half < 2; ++half) {  // MMA steps 4 half .. 4 half + 3: the lane's chunk 2t + half
+        const uint4 w_lo = *reinterpret_cast<const uint4*>(stage + swizzled(g, 2 * t + half));
+        const uint4 w_hi = *reinterpret_cast<const uint4*>(stage + swizzled(g + 8, 2 * t + half));
+        uint4 xv[NT];
 #pragma unroll
-      for (int j = 0; j < NT; ++j) xv[j] = *reinterpret_cast<const uint4*>(stage + Stage::kX + swizzled(8 * j + g, 2 * t + half));
+        for (int j = 0; j < NT; ++j)
+          xv[j] = *reinterpret_cast<const uint4*>(stage + Stage::kX + swizzled(8 * j + g, 2 * t + half));
 #pragma unroll
-      for (int word = 0; word < 4; ++word) {
-        const uint32_t wa_s = word_of(w_lo, word), wb_s = word_of(w_hi, word);
-        const uint32_t a0 = e4m3x2_to_f16x2(wa_s & 0xffff), a2 = e4m3x2_to_f16x2(wa_s >> 16);
-        const uint32_t a1 = e4m3x2_to_f16x2(wb_s & 0xffff), a3 = e4m3x2_to_f16x2(wb_s >> 16);
+        for (int word = 0; word < 4; ++word) {
+          const uint32_t wa_s = word_of(w_lo, word), wb_s = word_of(w_hi, word);
+          const uint32_t a0 = e4m3x2_to_f16x2(wa_s & 0xffff), a2 = e4m3x2_to_f16x2(wa_s >> 16);
+          const uint32_t a1 = e4m3x2_to_f16x2(wb_s & 0xffff), a3 = e4m3x2_to_f16x2(wb_s >> 16);
 #pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          const uint32_t x_s = word_of(xv[j], word);
-          mma_f16_f32(blk[j], a0, a1, a2, a3, e4m3x2_to_f16x2(x_s & 0xffff), e4m3x2_to_f16x2(x_s >> 16));
+          for (int j = 0; j < NT; ++j) {
+            const uint32_t x_s = word_of(xv[j], word);
+            mma_f16_f32(blk[j], a0, a1, a2, a3, e4m3x2_to_f16x2(x_s & 0xffff), e4m3x2_to_f16x2(x_s >> 16));
+          }
         }
       }
-    }
-    const float sw = *reinterpret_cast<const float*>(stage + Stage::kWScale);
-    const auto* xs = reinterpret_cast<const float*>(stage + Stage::kXScales);
+      const float sw = *reinterpret_cast<const float*>(stage + Stage::kWScale);
+      const auto* xs = reinterpret_cast<const float*>(stage + Stage::kXScales);
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      // The accumulator's columns are x rows 8j + 2t and 8j + 2t + 1.
-      const int r0 = 8 * j + 2 * t, r1 = r0 + 1;
-      const float s0 = r0 < x_rows ? sw * xs[r0] : 0.0f;
-      const float s1 = r1 < x_rows ? sw * xs[r1] : 0.0f;
-      q[j][0] = fmaf(blk[j][0], s0, q[j][0]);
-      q[j][1] = fmaf(blk[j][1], s1, q[j][1]);
-      q[j][2] = fmaf(blk[j][2], s0, q[j][2]);
-      q[j][3] = fmaf(blk[j][3], s1, q[j][3]);
+      for (int j = 0; j < NT; ++j) {
+        // The accumulator's columns are x rows 8j + 2t and 8j + 2t + 1.
+        const int r0 = 8 * j + 2 * t, r1 = r0 + 1;
+        const float s0 = r0 < x_rows ? sw * xs[r0] : 0.0f;
+        const float s1 = r1 < x_rows ? sw * xs[r1] : 0.0f;
+        q[j][0] = fmaf(blk[j][0], s0, q[j][0]);
+        q[j][1] = fmaf(blk[j][1], s1, q[j][1]);
+        q[j][2] = fmaf(blk[j][2], s0, q[j][2]);
+        q[j][3] = fmaf(blk[j][3], s1, q[j][3]);
+      }
     }
     __syncwarp();  // every lane is done with the stage before the copies refill it
     copy_weight(i + Stage::kStages);
@@ -843,10 +899,10 @@ constexpr int64_t kDenseMinBlocksPerSm = 2;
 // so the staged kernel wins from about 132 * 100 / 350 ~ 38 tiles of 128 x 128 on.
 constexpr int64_t kStagedMinTiles = 40;
 
-template <int NT, int Stages>
+template <int NT, int Stages, bool kChained = false>
 void launch_piped(dim3 grid, cudaStream_t stream, const Fp8MmaGemmParams& p) {
-  constexpr int bytes = StreamStage<NT, Stages>::kBlockBytes;
-  auto* const kernel = fp8_mma_gemm_piped_kernel<NT, Stages>;
+  constexpr int bytes = StreamStage<NT, Stages, kChained>::kBlockBytes;
+  auto* const kernel = fp8_mma_gemm_piped_kernel<NT, Stages, kChained>;
   DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   launch_pdl(kernel, grid, kWarps * 32, bytes, stream, p);
 }
@@ -1051,12 +1107,18 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   // step's dense calls from 4.7 to 3.7 ms, but beside the routed experts' GEMM (the shared
   // expert's side stream) its 67-100 KB blocks slowed the step by 7 ms (docs/PERF.md, session 15).
   const int64_t kblocks = p.k / 128;
-  if (kernel == Fp8MmaKernel::kChainedStreamed) {
+  // kChainedStreamed's stages hold x's bf16 values, twice the default's bytes: six stages where the
+  // default has eight keep two blocks an SM.
+  const bool chained = kernel == Fp8MmaKernel::kChainedStreamed;
+  const bool piped = !e2m1 && !grouped && p.m <= 8 && kblocks >= 16;  // e2m1: registers only, the stages hold e4m3 rows
+  if (piped && kblocks >= 32) {
+    if (chained) launch_piped<1, 6, true>(grid, stream, p);
+    else launch_piped<1, 8>(grid, stream, p);
+  } else if (piped) {
+    if (chained) launch_piped<1, 4, true>(grid, stream, p);
+    else launch_piped<1, 4>(grid, stream, p);
+  } else if (chained) {
     launch_streamed<true>(grid, tile_rows, e2m1, wide, stream, p);
-  } else if (!e2m1 && !grouped && p.m <= 8 && kblocks >= 32) {  // e2m1: registers only, the piped stages hold e4m3 rows
-    launch_piped<1, 8>(grid, stream, p);
-  } else if (!e2m1 && !grouped && p.m <= 8 && kblocks >= 16) {
-    launch_piped<1, 4>(grid, stream, p);
   } else {
     launch_streamed<false>(grid, tile_rows, e2m1, wide, stream, p);
   }

@@ -93,14 +93,14 @@ enum class Fp8MmaKernel : uint8_t {
   // that kF16Wgmma's consumers cannot overlap with their MMAs). A row's bits depend on that row
   // alone, as above. Only when asked for (the CUDA backend's Fp8Gemm::kChained).
   kChainedBf16Wgmma,
-  // The chained order on the streamed kernel's registers form (decode sizes, second output
-  // allowed, the same tiles and weights as kStreamed): the chained WGMMA kernels' bits from
+  // The chained order on the streamed kernel (decode sizes, second output allowed, the same tiles,
+  // weights and registers or piped form as kStreamed): the chained WGMMA kernels' bits from
   // mma.sync, whose k16 step sums into a running fp32 accumulator as WGMMA's does. x16 holds x's
   // bf16 values with their scales folded in, in x's own K order (act_quant_fp8's
   // q16_bf16_scaled with q16_natural_order: the lane that feeds inputs 32 t .. 32 t + 31 of a
   // block reads them as they lie); the weight's codes, shifts and block scales as kStreamed reads
-  // them, x_scale unread. Only when asked for (the tests, bench_fp8_gemm): the CUDA backend's
-  // Fp8Gemm::kChained does not take it yet (docs/PERF.md, session 51).
+  // them, x_scale unread. Only when asked for (the CUDA backend's Fp8Gemm::kChained below the
+  // sizes that take kChainedBf16Wgmma).
   kChainedStreamed,
 };
 
