@@ -314,7 +314,7 @@ SparseAttnMmaPlan sparse_attn_mma_plan(int64_t tokens, int64_t heads, int64_t ma
   // Partial rows and (max, sum) pairs of every head's splits, and an arrival count per block of
   // heads (as many as 16 heads a CTA make).
   const size_t per_token = static_cast<size_t>(heads * plan.max_splits) * (kD * sizeof(float) + sizeof(float2)) +
-                           static_cast<size_t>((heads + 15) / 16) * sizeof(int);
+                           static_cast<size_t>((heads + 15) / 16) * sizeof(unsigned);
   plan.tokens_per_launch = std::clamp<int64_t>(static_cast<int64_t>(kWorkspaceCap / per_token), 1, plan.tokens_per_launch);
   const int64_t head_blocks = (heads + 63) / 64;
   if (plan.pairs == kMaxPairs && plan.max_splits <= kMaxMergedSplits) {
@@ -390,12 +390,13 @@ void sparse_attn_mma(const SparseAttnRowsParams& p, const SparseAttnMmaPlan& pla
     ws.out = static_cast<float*>(workspace);
     ws.max_sum = reinterpret_cast<float2*>(ws.out + plan.tokens_per_launch * p.heads * plan.max_splits * kD);
     if (splits == Splits::kLastCtaMerges)
-      ws.arrivals = reinterpret_cast<int*>(ws.max_sum + plan.tokens_per_launch * p.heads * plan.max_splits);
+      ws.arrivals = reinterpret_cast<unsigned*>(ws.max_sum + plan.tokens_per_launch * p.heads * plan.max_splits);
   }
   for (ws.token0 = 0; ws.token0 < p.tokens; ws.token0 += plan.tokens_per_launch) {
     const int64_t tokens = std::min(plan.tokens_per_launch, p.tokens - ws.token0);
     if (ws.arrivals != nullptr)
-      DSV4_CUDA_CHECK(cudaMemsetAsync(ws.arrivals, 0, static_cast<size_t>(tokens) * head_blocks * sizeof(int), stream));
+      DSV4_CUDA_CHECK(
+          cudaMemsetAsync(ws.arrivals, 0, static_cast<size_t>(tokens) * head_blocks * sizeof(unsigned), stream));
     const int64_t ctas_a_token = splits == Splits::kCtaPerToken ? 1 : plan.max_splits;
     const dim3 grid(static_cast<unsigned>(tokens * ctas_a_token), head_blocks);
     switch (plan.pairs) {

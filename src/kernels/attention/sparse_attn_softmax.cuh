@@ -17,6 +17,7 @@
 #include "kernels/bf16_cast.cuh"
 #include "kernels/cp_async.cuh"
 #include "kernels/l2_scratch.cuh"
+#include "kernels/last_block.cuh"
 
 namespace dsv4::kernels::sparse_attn_tc {
 
@@ -34,7 +35,7 @@ constexpr int kOutputs = 128;          // a lane's output sums over 256 dims: 32
 struct SplitWorkspace {
   float* out = nullptr;
   float2* max_sum = nullptr;
-  int* arrivals = nullptr;
+  unsigned* arrivals = nullptr;
   int64_t token0 = 0;
   int max_splits = 1;
 };
@@ -379,14 +380,8 @@ __device__ __forceinline__ void merge_splits(const SparseAttnRowsParams& p, cons
 template <int kHeads, int kThreads>
 __device__ __forceinline__ void merge_if_last(const SparseAttnRowsParams& p, const SplitWorkspace& ws,
                                               const CtaWork& work, int64_t head0, int64_t splits, float* scratch) {
-  __shared__ int merges;
-  __threadfence();  // this CTA's partials are visible to every CTA before it counts itself
-  __syncthreads();
-  if (threadIdx.x == 0)
-    merges = atomicAdd(ws.arrivals + (work.token - ws.token0) * gridDim.y + blockIdx.y, 1) == splits - 1;
-  __syncthreads();
-  if (!merges) return;
-  __threadfence();
+  unsigned* const arrivals = ws.arrivals + (work.token - ws.token0) * gridDim.y + blockIdx.y;
+  if (!last_block_to_arrive(arrivals, static_cast<unsigned>(splits))) return;
   merge_splits<kHeads, kThreads>(p, ws, work.token, head0, splits, scratch);
 }
 

@@ -7,6 +7,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/elementwise/rms_norm_scale.cuh"
+#include "kernels/last_block.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/per_device_once.h"
 
@@ -765,14 +766,8 @@ __global__ void __launch_bounds__(kThreads) hc_pre_fused_kernel(HcPreFusedParams
   pdl_wait();
   extern __shared__ float ys[];  // [dim], then (stage_weight) the norm's weight (finish_token)
   __shared__ float scratch[32], pre[kHcMaxStreams], part[kHcChunks * (kHcMaxMix + 1)];
-  __shared__ bool last;
   mix_partials_block<kGroup, 1>(p.mix);
-  __threadfence();  // this block's partials are visible before its count is
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(p.done + blockIdx.x, 1u) == gridDim.y * gridDim.z - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!last_block_to_arrive(p.done + blockIdx.x, gridDim.y * gridDim.z)) return;
   finish_token(p, blockIdx.x, ys, stage_weight ? ys + p.finish.dim : nullptr, scratch, pre, part);
   if (threadIdx.x == 0) p.done[blockIdx.x] = 0;  // for the next call
 }
