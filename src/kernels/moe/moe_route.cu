@@ -1,7 +1,8 @@
 // One CTA per token: the scores in parallel into shared memory; the top-k selection as k rounds
 // of a warp-wide first-maximum search (the largest selection score among the unchosen experts,
-// the lowest id among equals: for finite scores exactly CpuOps' serial scan); then one thread
-// weights and sorts exactly as CpuOps does (sums in selection order). Only the last bit of
+// the lowest id among equals: for finite scores exactly CpuOps' serial scan); then the same warp
+// weights and sorts as CpuOps does, lane i holding choice i (the weights' sum in selection order,
+// each choice's place in the stable sort by id counted from the others'). Only the last bit of
 // expf/log1pf can differ from the CPU's scores.
 #include "kernels/moe/moe_route.h"
 
@@ -67,13 +68,15 @@ __global__ void moe_route_kernel(MoeRouteParams p) {
   }
   __syncthreads();
 
-  __shared__ int32_t chosen[kMaxRouteK];
+  // Warp 0 alone from here: lane i < k ends with choice i (its expert id) and its score.
+  if (threadIdx.x >= 32) return;
+  const int lane = static_cast<int>(threadIdx.x);
+  const bool mine = lane < k;
+  int32_t id = -1;
   if (p.tid2eid == nullptr) {
-    // Warp 0 alone, no block barrier per round: lane l holds the selection scores of experts
-    // l + 32 j in registers; its first maximum among those not taken (j ascending), then the
-    // butterfly leaves the warp's first maximum in every lane and its owner marks it taken.
-    if (threadIdx.x >= 32) return;
-    const int lane = static_cast<int>(threadIdx.x);
+    // Lane l holds the selection scores of experts l + 32 j in registers; each round its first
+    // maximum among those not taken (j ascending), then the butterfly leaves the warp's first
+    // maximum in every lane and its owner marks it taken.
     float score[kLaneExperts];
     uint32_t taken = 0;  // bit j: expert lane + 32 j chosen, or past the experts
 #pragma unroll
@@ -100,52 +103,40 @@ __global__ void moe_route_kernel(MoeRouteParams p) {
         }
       }
       if (best >= 0 && best % 32 == lane) taken |= 1u << (best / 32);
-      if (lane == 0) chosen[i] = best;
+      if (lane == i) id = best;
     }
-  }
-  if (threadIdx.x != 0) return;
-
-  int32_t* out_e = p.experts + t * k;
-  float* out_w = p.weights + t * k;
-  if (p.tid2eid != nullptr) {
-    const int32_t id = p.token_ids[t];
-    bool ok = id >= 0 && id < p.vocab;
-    for (int64_t i = 0; ok && i < k; ++i) {
-      const int64_t e = p.tid2eid_i64 ? static_cast<const int64_t*>(p.tid2eid)[id * k + i]
-                                      : static_cast<const int32_t*>(p.tid2eid)[id * k + i];
-      ok = e >= 0 && e < E;
-      chosen[i] = static_cast<int32_t>(e);
-    }
+  } else {
+    const int32_t token_id = p.token_ids[t];
+    const bool known = token_id >= 0 && token_id < p.vocab;
+    if (mine && known)
+      id = static_cast<int32_t>(p.tid2eid_i64 ? static_cast<const int64_t*>(p.tid2eid)[token_id * k + lane]
+                                              : static_cast<const int32_t*>(p.tid2eid)[token_id * k + lane]);
+    const bool ok = __all_sync(0xffffffffu, !mine || (known && id >= 0 && id < E));
     if (!ok) {
-      for (int64_t i = 0; i < k; ++i) {
-        out_e[i] = -1;
-        out_w[i] = 0.0f;
+      if (mine) {
+        p.experts[t * k + lane] = -1;
+        p.weights[t * k + lane] = 0.0f;
       }
       return;
     }
   }
-  float w[kMaxRouteK];
+  // The weights as CpuOps computes them: their sum in selection order, each divided by it
+  // (not for softmax scores), then scaled.
+  float w = mine && id >= 0 ? s[id] : 0.0f;
   float sum = 0.0f;
-  for (int64_t i = 0; i < k; ++i) sum = __fadd_rn(sum, w[i] = s[chosen[i]]);
+  for (int64_t i = 0; i < k; ++i) sum = __fadd_rn(sum, __shfl_sync(0xffffffffu, w, static_cast<int>(i)));
+  if (p.scoring != RouteScoring::kSoftmax) w = __fdiv_rn(w, sum);
+  w = __fmul_rn(w, p.route_scale);
+  // Choice i's place in the stable sort by expert id: the choices of lower ids, and the earlier
+  // ones of its id.
+  int place = 0;
   for (int64_t i = 0; i < k; ++i) {
-    if (p.scoring != RouteScoring::kSoftmax) w[i] = __fdiv_rn(w[i], sum);
-    w[i] = __fmul_rn(w[i], p.route_scale);
+    const int32_t other = __shfl_sync(0xffffffffu, id, static_cast<int>(i));
+    place += other < id || (other == id && i < lane) ? 1 : 0;
   }
-  // Stable insertion sort by expert id.
-  for (int64_t i = 1; i < k; ++i) {
-    const int32_t ce = chosen[i];
-    const float cw = w[i];
-    int64_t u = i;
-    for (; u > 0 && chosen[u - 1] > ce; --u) {
-      chosen[u] = chosen[u - 1];
-      w[u] = w[u - 1];
-    }
-    chosen[u] = ce;
-    w[u] = cw;
-  }
-  for (int64_t i = 0; i < k; ++i) {
-    out_e[i] = chosen[i];
-    out_w[i] = w[i];
+  if (mine) {
+    p.experts[t * k + place] = id;
+    p.weights[t * k + place] = w;
   }
 }
 
