@@ -1,0 +1,27 @@
+# Prepared in session 52, not run (the session's device time ran out): the check of
+# session52_late_shared.patch, applied on main and built (output: session52_late_shared_h100.txt):
+# below 512 tokens the MoE's shared expert forked after the routing and the routed experts'
+# input quantisation (kLateSharedMaxTokens in cuda_moe.cpp), so that the gate, route and plan
+# kernels do not run beside its GEMMs (call 2's traces: twice as long beside them). `ab_step`:
+# main (dsv4_base) against the late fork (dsv4); every GPU test; a batch-1 trace of the new build
+# in order.
+# Before: main's stripped dsv4 kept as dsv4_base, the patch applied, `ninja -C build &&
+# scripts/gpu_bundle.sh build`, dsv4_base copied into .dev/gpu, repacked with xz -9.
+# Carry [".dev/gpu.tar.xz"].
+G=/tmp/gpu; rm -rf $G; tar xJf .dev/gpu.tar.xz -C /tmp
+export LD_LIBRARY_PATH=$G/lib OPENBLAS_CORETYPE=Haswell; mkdir -p $OUT; cd $G
+O=$OUT/out.txt
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > $O
+echo "== ab_step base / late shared" >> $O
+timeout 150 bash ab_step.sh --rounds 3 --out /tmp/ab ./dsv4_base ./dsv4 -- --device cuda --model flash \
+  --context 8192 --batch 1,16 --prefill-lengths 2048 >> $O 2>&1; echo "rc=$?" >> $O
+echo "== suite" >> $O
+./dsv4 make-model --preset tiny --seed 1 --out /tmp/tiny --force > /dev/null 2>&1; export DSV4_TINY_MODEL=/tmp/tiny
+GPU_SANITIZE=0 GPU_BENCH=0 OUT=/tmp/suite timeout 300 bash gpu_run.sh > /tmp/suite.txt 2>&1; echo "rc=$?" >> $O
+cat /tmp/suite.txt >> $O
+echo "== trace decode b=1" >> $O
+DSV4_TRACE_OUT=/tmp/b1.csv CUDA_INJECTION64_PATH=$G/libdsv4_kernel_trace.so timeout 60 ./dsv4 bench step \
+  --device cuda --model flash --context 8192 --batch 1 --repeats 1 --iters 4 >> $O 2>&1; echo "rc=$?" >> $O
+python3 trace_summary.py /tmp/b1.csv --by-grid --top 60 > $OUT/trace_b1_bygrid.txt 2>&1
+python3 trace_summary.py /tmp/b1.csv --sequence 200 > $OUT/trace_b1_sequence.txt 2>&1
+echo "== done" >> $O
