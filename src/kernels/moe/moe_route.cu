@@ -108,10 +108,12 @@ __global__ void moe_route_kernel(MoeRouteParams p) {
   } else {
     const int32_t token_id = p.token_ids[t];
     const bool known = token_id >= 0 && token_id < p.vocab;
+    int64_t e = -1;  // checked as stored: an i64 id must not wrap into range
     if (mine && known)
-      id = static_cast<int32_t>(p.tid2eid_i64 ? static_cast<const int64_t*>(p.tid2eid)[token_id * k + lane]
-                                              : static_cast<const int32_t*>(p.tid2eid)[token_id * k + lane]);
-    const bool ok = __all_sync(0xffffffffu, !mine || (known && id >= 0 && id < E));
+      e = p.tid2eid_i64 ? static_cast<const int64_t*>(p.tid2eid)[token_id * k + lane]
+                        : static_cast<const int32_t*>(p.tid2eid)[token_id * k + lane];
+    id = static_cast<int32_t>(e);
+    const bool ok = __all_sync(0xffffffffu, !mine || (known && e >= 0 && e < E));
     if (!ok) {
       if (mine) {
         p.experts[t * k + lane] = -1;
