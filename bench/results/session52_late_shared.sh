@@ -1,20 +1,22 @@
 # Prepared in session 52, not run (the session's device time ran out): the check of
-# session52_late_shared.patch, applied on main and built (output: session52_late_shared_h100.txt):
-# below 512 tokens the MoE's shared expert forked after the routing and the routed experts'
-# input quantisation (kLateSharedMaxTokens in cuda_moe.cpp), so that the gate, route and plan
-# kernels do not run beside its GEMMs (call 2's traces: twice as long beside them). `ab_step`:
-# main (dsv4_base) against the late fork (dsv4); every GPU test; a batch-1 trace of the new build
-# in order.
-# Before: main's stripped dsv4 kept as dsv4_base, the patch applied, `ninja -C build &&
-# scripts/gpu_bundle.sh build`, dsv4_base copied into .dev/gpu, repacked with xz -9.
-# Carry [".dev/gpu.tar.xz"].
+# session52_late_shared.patch (output: session52_late_shared_h100.txt): below kLateSharedMaxTokens
+# tokens the MoE's shared expert forked after the routing and the routed experts' input
+# quantisation, so that the gate, route and plan kernels do not run beside its GEMMs (session 52's
+# traces: twice as long beside them at batch 1). Session 30 measured the opposite move (the fork
+# right after hc_pre, beside the routing) at b=1 -0.03 / -0.21%, b=16 -0.55 / -0.66%, b=64 -0.19 /
+# -0.73%, so the A/B takes batches 1, 16 and 64 and two thresholds: 512 as in the patch (dsv4) and
+# 2, batch 1 alone (dsv4_late1). Then every GPU test and a batch-1 trace in order.
+# Before: main's stripped dsv4 kept as dsv4_base; the patch applied, built, its stripped dsv4 kept
+# as dsv4_late1 after a build with kLateSharedMaxTokens = 2; `ninja -C build && scripts/gpu_bundle.sh
+# build` with the patch as it is; dsv4_base and dsv4_late1 copied into .dev/gpu, repacked with
+# `tar cf - -C .dev gpu | xz -9 -T0 > .dev/gpu.tar.xz`. Carry [".dev/gpu.tar.xz"].
 G=/tmp/gpu; rm -rf $G; tar xJf .dev/gpu.tar.xz -C /tmp
 export LD_LIBRARY_PATH=$G/lib OPENBLAS_CORETYPE=Haswell; mkdir -p $OUT; cd $G
 O=$OUT/out.txt
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > $O
-echo "== ab_step base / late shared" >> $O
-timeout 150 bash ab_step.sh --rounds 3 --out /tmp/ab ./dsv4_base ./dsv4 -- --device cuda --model flash \
-  --context 8192 --batch 1,16 --prefill-lengths 2048 >> $O 2>&1; echo "rc=$?" >> $O
+echo "== ab_step base / late shared below 512 tokens / at batch 1" >> $O
+timeout 300 bash ab_step.sh --rounds 3 --out /tmp/ab ./dsv4_base ./dsv4 ./dsv4_late1 -- --device cuda --model flash \
+  --context 8192 --batch 1,16,64 --prefill-lengths 2048 >> $O 2>&1; echo "rc=$?" >> $O
 echo "== suite" >> $O
 ./dsv4 make-model --preset tiny --seed 1 --out /tmp/tiny --force > /dev/null 2>&1; export DSV4_TINY_MODEL=/tmp/tiny
 GPU_SANITIZE=0 GPU_BENCH=0 OUT=/tmp/suite timeout 300 bash gpu_run.sh > /tmp/suite.txt 2>&1; echo "rc=$?" >> $O
