@@ -3,12 +3,31 @@
 # libraries the GPU machine lacks, gpu_serve_bench.sh and the tokenizer `serve` needs) into
 # .dev/gpu/ and packs it as .dev/gpu.tar.xz, which the device tool carries to the H200 machine
 # (the unpacked folder and the tree together would pass the tool's 64 MiB limit). There: tar xJf .dev/gpu.tar.xz -C /tmp && bash /tmp/gpu/gpu_run.sh.
-# Usage: scripts/gpu_bundle.sh [BUILD_DIR]
+# Usage: scripts/gpu_bundle.sh [BUILD_DIR] [--with NAME=BINARY]...
+# --with puts BINARY, stripped, into the bundle as NAME beside dsv4 (another build of dsv4 for an
+# A/B in one call with scripts/ab_step.sh: main's as dsv4_base, a variant's); the packing below
+# makes each such near-copy cost little.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${1:-build}
+build=build
+extras=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --with)
+      [[ $# -ge 2 && "$2" == ?*=?* ]] || { echo "gpu_bundle: --with needs NAME=BINARY" >&2; exit 2; }
+      [[ -x "${2#*=}" ]] || { echo "gpu_bundle: --with $2: '${2#*=}' is not an executable file" >&2; exit 2; }
+      [[ "${2%%=*}" != */* ]] || { echo "gpu_bundle: --with $2: NAME must be a file name" >&2; exit 2; }
+      extras+=("$2")
+      shift 2 ;;
+    -h | --help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) build=$1; shift ;;
+  esac
+done
 out=.dev/gpu
 rm -rf "$out" && mkdir -p "$out"
+for extra in "${extras[@]}"; do
+  cp "${extra#*=}" "$out/${extra%%=*}" && strip "$out/${extra%%=*}"
+done
 for bin in "$build"/tests/ops/test_ops_cuda "$build"/tests/ops/test_cuda_ops_attention_moe \
            "$build"/tests/model/test_model_cuda "$build"/bench/bench_fp8_gemm "$build"/bench/bench_fp4_gemv "$build"/bench/bench_routed_experts \
            "$build"/tools/dsv4; do

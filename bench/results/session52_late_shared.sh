@@ -6,10 +6,9 @@
 # right after hc_pre, beside the routing) at b=1 -0.03 / -0.21%, b=16 -0.55 / -0.66%, b=64 -0.19 /
 # -0.73%, so the A/B takes batches 1, 16 and 64 and two thresholds: 512 as in the patch (dsv4) and
 # 2, batch 1 alone (dsv4_late1). Then every GPU test and a batch-1 trace in order.
-# Before: main's stripped dsv4 kept as dsv4_base; the patch applied, built, its stripped dsv4 kept
-# as dsv4_late1 after a build with kLateSharedMaxTokens = 2; `ninja -C build && scripts/gpu_bundle.sh
-# build` with the patch as it is; dsv4_base and dsv4_late1 copied into .dev/gpu, repacked with
-# `tar cf - -C .dev gpu | xz -9 -T0 > .dev/gpu.tar.xz`. Carry [".dev/gpu.tar.xz"].
+# Before: main's dsv4 copied to /tmp/dsv4_base; the patch applied with kLateSharedMaxTokens = 2,
+# built, its dsv4 copied to /tmp/dsv4_late1; the patch as it is built; `scripts/gpu_bundle.sh build
+# --with dsv4_base=/tmp/dsv4_base --with dsv4_late1=/tmp/dsv4_late1`. Carry [".dev/gpu.tar.xz"].
 G=/tmp/gpu; rm -rf $G; tar xJf .dev/gpu.tar.xz -C /tmp
 export LD_LIBRARY_PATH=$G/lib OPENBLAS_CORETYPE=Haswell; mkdir -p $OUT; cd $G
 O=$OUT/out.txt
