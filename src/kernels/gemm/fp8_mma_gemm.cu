@@ -348,11 +348,12 @@ __device__ __forceinline__ uint32_t chained_x_chunk(int r, int c) {
 
 // kChained's K block of the piped kernel (fp8_mma_gemm_piped_kernel): the stage's weight rows g,
 // g + 8 (the lane's chunk 2 t + half, as the kernel reads them) converted into bf16 with the block
-// scale sw folded in, against x rows 8 j + g's values, each MMA step accumulating into q: MMA step
-// 4 half + w takes the lane's inputs 32 t + 16 half + 4 w .. + 3, as the streamed kernel's.
+// scale sw folded in, against x rows 8 j + g's values (x_rows: the stage's x rows), each MMA step
+// accumulating into q: MMA step 4 half + w takes the lane's inputs 32 t + 16 half + 4 w .. + 3, as
+// the streamed kernel's.
 template <int NT>
-__device__ __forceinline__ void chained_piped_step(const uint8_t* stage, float sw, int g, int t, float (&q)[NT][4]) {
-  constexpr int kX = 16 * 128;
+__device__ __forceinline__ void chained_piped_step(const uint8_t* stage, const uint8_t* x_rows, float sw, int g, int t,
+                                                   float (&q)[NT][4]) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const uint4 w_lo = *reinterpret_cast<const uint4*>(stage + swizzled(g, 2 * t + half));
@@ -362,7 +363,7 @@ __device__ __forceinline__ void chained_piped_step(const uint8_t* stage, float s
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e)
-        xv[j][e] = *reinterpret_cast<const uint4*>(stage + kX + chained_x_chunk(8 * j + g, 4 * t + 2 * half + e));
+        xv[j][e] = *reinterpret_cast<const uint4*>(x_rows + chained_x_chunk(8 * j + g, 4 * t + 2 * half + e));
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
       const uint32_t wa_s = word_of(w_lo, w), wb_s = word_of(w_hi, w);
@@ -465,7 +466,8 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_piped_kernel(Fp8MmaG
     __syncwarp();  // every lane's copies of the stage are in
     const uint8_t* stage = stages + (i % Stage::kStages) * Stage::kBytes;
     if constexpr (kChained) {
-      chained_piped_step<NT>(stage, *reinterpret_cast<const float*>(stage + Stage::kWScale), g, t, q);
+      const float sw = *reinterpret_cast<const float*>(stage + Stage::kWScale);
+      chained_piped_step<NT>(stage, stage + Stage::kX, sw, g, t, q);
     } else {
       float blk[NT][4];
 #pragma unroll
