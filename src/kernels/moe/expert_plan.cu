@@ -15,14 +15,13 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
+#include "kernels/moe/plan_in_block.cuh"
 
 namespace dsv4::kernels {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
 constexpr int kPlanTilesThreads = 256;
-
-__device__ __forceinline__ bool valid_expert(int32_t e, int32_t num_experts) { return e >= 0 && e < num_experts; }
 
 // A warp walks its span in steps of kChunksAhead chunks of 32, loading a step's ids before it
 // uses any of them, so that it waits for one load's latency per step rather than per chunk.
@@ -71,16 +70,6 @@ __global__ void count_pairs_kernel(ExpertPlanParams p) {
     if (e == 0 && in && !valid_expert(id, p.num_experts) && atomicCAS(p.fault, 0, kFaultExpertId) == 0) p.fault[1] = id;
   });
   if (lane == 0) p.span_count[span * p.num_experts + e] = n;
-}
-
-// Rows [placed, pairs) belong to no expert (pairs whose id is out of range, reported through
-// p.fault): they gather token 0 with weight 0 instead of whatever the buffers held, so the gather
-// reads inside x until the fault surfaces at the next synchronisation.
-__device__ void fill_unplaced_rows(const ExpertPlanParams& p, int64_t placed, int64_t first, int64_t stride) {
-  for (int64_t i = placed + first; i < p.pairs; i += stride) {
-    p.src_token[i] = 0;
-    p.row_weight[i] = 0.0f;
-  }
 }
 
 // One block: thread i takes experts [i per, (i + 1) per) (per = num_experts / kPlanTilesThreads
@@ -152,60 +141,17 @@ int64_t expert_plan_max_tiles(int64_t pairs, int32_t num_experts, int32_t tile_r
 }
 
 constexpr int kSmallThreads = 1024;
-constexpr int64_t kSmallMaxPairs = 1024;
 
-// The whole plan in one block of kSmallThreads, for num_experts <= kSmallThreads and pairs <=
-// kSmallMaxPairs: thread e owns expert e (count, offset, tiles); pair r's rank within its expert
-// is the number of earlier pairs with its id, so rows keep pair order as in the general path.
+// The whole plan in one block (plan_in_block), for num_experts <= kSmallThreads and pairs <=
+// kPlanInBlockMaxPairs.
 __global__ void __launch_bounds__(kSmallThreads) plan_small_kernel(ExpertPlanParams p) {
   pdl_wait();
-  using Scan = cub::BlockScan<int32_t, kSmallThreads>;
-  __shared__ typename Scan::TempStorage scan;
-  __shared__ int32_t ids[kSmallMaxPairs];
-  __shared__ int32_t count[kSmallThreads], offset[kSmallThreads];
-  const int e = static_cast<int>(threadIdx.x);
-  count[e] = 0;
-  for (int64_t r = e; r < p.pairs; r += kSmallThreads) ids[r] = p.experts[r];
-  __syncthreads();
-  for (int64_t r = e; r < p.pairs; r += kSmallThreads) {
-    const int32_t id = ids[r];
-    if (valid_expert(id, p.num_experts)) atomicAdd(&count[id], 1);
-    else if (atomicCAS(p.fault, 0, kFaultExpertId) == 0) p.fault[1] = id;
-  }
-  __syncthreads();
-  const int32_t c = e < p.num_experts ? count[e] : 0;
-  int32_t begin = 0, placed = 0, first_tile = 0, tiles = 0;
-  Scan(scan).ExclusiveSum(c, begin, placed);
-  __syncthreads();
-  Scan(scan).ExclusiveSum((c + p.tile_rows - 1) / p.tile_rows, first_tile, tiles);
-  offset[e] = begin;
-  if (e < p.num_experts) {
-    p.count[e] = c;
-    p.offset[e] = begin;
-    for (int32_t j = 0; j * p.tile_rows < c; ++j)
-      p.tiles[first_tile + j] = {e, begin + j * p.tile_rows, min(p.tile_rows, c - j * p.tile_rows)};
-  }
-  if (e == 0) *p.tile_count = tiles;
-  fill_unplaced_rows(p, placed, e, kSmallThreads);
-  __syncthreads();
-  for (int64_t r = e; r < p.pairs; r += kSmallThreads) {
-    const int32_t id = ids[r];
-    if (!valid_expert(id, p.num_experts)) {
-      p.row_of[r] = -1;
-      continue;
-    }
-    int32_t rank = 0;
-    for (int64_t q = 0; q < r; ++q) rank += ids[q] == id;
-    const int32_t i = offset[id] + rank;
-    p.src_token[i] = static_cast<int32_t>(r / p.k);
-    p.row_weight[i] = p.weights[r];
-    p.row_of[r] = i;
-  }
+  plan_in_block<kSmallThreads>(p);
 }
 
 void expert_plan(const ExpertPlanParams& p, cudaStream_t stream) {
   if (p.num_experts <= 0) return;
-  if (p.num_experts <= kSmallThreads && p.pairs <= kSmallMaxPairs) {
+  if (p.num_experts <= kSmallThreads && p.pairs <= kPlanInBlockMaxPairs) {
     launch_pdl(plan_small_kernel, 1, kSmallThreads, 0, stream, p);
     DSV4_CUDA_CHECK(cudaGetLastError());
     return;
