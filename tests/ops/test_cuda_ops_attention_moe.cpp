@@ -683,9 +683,10 @@ TEST_P(MoeExpertsTest, MatchesCpu) {
   }
   const ExpertWeights cshared{&w[3 * E].cpu, &w[3 * E + 1].cpu, &w[3 * E + 2].cpu};
   const ExpertWeights gshared{&w[3 * E].gpu, &w[3 * E + 1].gpu, &w[3 * E + 2].gpu};
-  // 20 tokens (60 pairs: the one-block plan, streamed tiles) and 400 (1,200 pairs: the general
-  // plan, tiles of 128 rows on the staged kernel).
-  for (const int64_t T : {int64_t{20}, int64_t{400}}) {
+  // 4 tokens (a decode batch: with a gate, the routing in one kernels::gate_route_plan launch),
+  // 20 (60 pairs: the one-block plan, streamed tiles) and 400 (1,200 pairs: the general plan,
+  // tiles of 128 rows on the staged kernel).
+  for (const int64_t T : {int64_t{4}, int64_t{20}, int64_t{400}}) {
     // Routing: k distinct experts per token, ascending, never `unused`.
     std::vector<int32_t> ids;
     std::vector<float> weights;

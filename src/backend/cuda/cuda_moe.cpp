@@ -18,6 +18,7 @@
 #include "kernels/gemm/fp8_mma_gemm.h"
 #include "kernels/moe/expert_plan.h"
 #include "kernels/moe/expert_rows.h"
+#include "kernels/moe/gate_route_plan.h"
 #include "kernels/moe/moe_route.h"
 #include "kernels/moe/swiglu.h"
 #include "ops/param_checks.h"
@@ -57,7 +58,7 @@ kernels::FloatPtr shared_ptr(const DeviceTensor& shared) {
 
 }  // namespace
 
-void CudaOps::moe_route(const MoeRouteParams& p) {
+kernels::MoeRouteParams CudaOps::route_params(const MoeRouteParams& p) {
   check_params(p);
   const int64_t T = p.logits.dim(0), E = p.logits.dim(1);
   const int64_t k = p.experts.dim(1);
@@ -89,7 +90,38 @@ void CudaOps::moe_route(const MoeRouteParams& p) {
   kp.tokens = T;
   kp.num_experts = E;
   kp.k = k;
-  kernels::moe_route(kp, stream_);
+  return kp;
+}
+
+void CudaOps::moe_route(const MoeRouteParams& p) { kernels::moe_route(route_params(p), stream_); }
+
+bool CudaOps::gate_route_plan(const MoeExpertsParams& p, const kernels::ExpertPlanParams& plan) {
+  if (p.gate == nullptr) return false;
+  const MoeGate& g = *p.gate;
+  const int64_t T = p.x.dim(0), D = p.x.dim(1);
+  // Where Ops::moe_gate_route's linear() runs kernels::bf16_mma_gemm (whose bits the kernel keeps).
+  if (T > kernels::kGateRoutePlanMaxTokens || g.act_quant != ActQuant::kNone || options_.fp8_gemm == Fp8Gemm::kSimple ||
+      p.x.dtype() != DType::kBF16 || g.weight == nullptr || g.weight->shape.size() != 2)
+    return false;
+  const int64_t E = g.weight->shape[0];
+  const GemmWeightView w = gemm_weight("moe_experts gate", g.weight, E, D);
+  if (w.type != kernels::GemmWeight::kBF16 || E > kernels::kGateRoutePlanMaxExperts) return false;
+  const DeviceTensor logits = alloc_output(DType::kF32, {T, E});
+  kernels::GateRoutePlanParams k;
+  k.x = p.x.data<uint16_t>();
+  k.ldx = D;
+  k.w = static_cast<const uint16_t*>(w.data);
+  k.d = D;
+  k.logits = logits.view().data<float>();
+  k.route = route_params({logits.view(), g.bias, g.tid2eid, g.token_ids, g.scoring, g.route_scale, p.experts, p.weights});
+  k.plan = plan;
+  k.done = gate_route_done_;
+  const StreamBuffer partials(static_cast<size_t>(kernels::gate_route_plan_partial_floats(E, D)) * sizeof(float), stream_,
+                              arena());
+  k.partials = partials.get<float>();
+  if (!kernels::gate_route_plan_supports(k)) return false;
+  kernels::gate_route_plan(k, stream_);
+  return true;
 }
 
 void CudaOps::swiglu(const SwigluParams& p) {
@@ -314,14 +346,17 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
   // The routing and the routed experts (plan, quantisation, grouped GEMMs) on this stream and the
   // shared expert as a side task, so that a backend with side streams overlaps them (at decode the
   // shared expert's weights stream while the routing's small kernels run, and its small kernels
-  // run under the routed experts'); they meet in the combine.
+  // run under the routed experts'); they meet in the combine. (Forked after the routing instead,
+  // below 512 tokens, decode was 1-2% slower: docs/PERF.md session 53.)
   DeviceTensor shared;
   ForkJoinTasks tasks;
   tasks.chain = "moe";
   tasks.tokens = T;
   tasks.main = [&] {
-    moe_gate_route(p);
-    kernels::expert_plan(plan, stream_);
+    if (!gate_route_plan(p, plan)) {
+      moe_gate_route(p);
+      kernels::expert_plan(plan, stream_);
+    }
     kernels::ActQuantParams x_quant{p.x.data<uint16_t>(), xq.get<uint8_t>(), x_scale.get<float>(), N, quant_rows, D};
     if (T >= kScatterQuantMinTokens) {  // a token's row quantised once, for its k rows
       x_quant.scatter_rows = plan.row_of;

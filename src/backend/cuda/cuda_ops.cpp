@@ -18,6 +18,7 @@
 #include "kernels/gemm/fp8_mma_gemm.h"
 #include "kernels/init/dummy_weight.h"
 #include "kernels/mhc/mhc.h"
+#include "kernels/moe/gate_route_plan.h"
 #include "kernels/sampling/sampling.h"
 #include "kernels/sm_count.h"
 #include "ops/param_checks.h"
@@ -61,9 +62,13 @@ CudaOps::CudaOps(CudaOptions options) : options_(options) {
     DSV4_CUDA_CHECK(cudaHostAlloc(&fault_host_, 2 * sizeof(int32_t), cudaHostAllocMapped));
     fault_host_[0] = fault_host_[1] = 0;
     DSV4_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&fault_device_), fault_host_, 0));
-    constexpr size_t kDoneBytes = kernels::kHcPreFusedMaxTokens * sizeof(unsigned);
-    DSV4_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&hc_pre_done_), kDoneBytes));
-    DSV4_CUDA_CHECK(cudaMemset(hc_pre_done_, 0, kDoneBytes));
+    const size_t done_bytes =
+        static_cast<size_t>(kernels::kHcPreFusedMaxTokens +
+                            kernels::gate_route_plan_counters(kernels::kGateRoutePlanMaxExperts)) *
+        sizeof(unsigned);
+    DSV4_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&hc_pre_done_), done_bytes));
+    DSV4_CUDA_CHECK(cudaMemset(hc_pre_done_, 0, done_bytes));
+    gate_route_done_ = hc_pre_done_ + kernels::kHcPreFusedMaxTokens;
     fp8_gemm_ = std::make_unique<Fp8BlockGemm>();
     if (options_.multi_stream.mode != MultiStreamMode::kOff) fork_join_ = std::make_unique<ForkJoin>();
   } catch (...) {

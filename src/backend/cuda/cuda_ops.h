@@ -19,6 +19,11 @@
 #include "kernels/gemm/fp8_mma_gemm.h"
 #include "ops/ops.h"
 
+namespace dsv4::kernels {
+struct ExpertPlanParams;  // kernels/moe/expert_plan.h
+struct MoeRouteParams;    // kernels/moe/moe_route.h
+}  // namespace dsv4::kernels
+
 namespace dsv4::cuda {
 
 struct GemmWeightView;  // op_checks.h
@@ -224,6 +229,12 @@ class CudaOps final : public Ops {
   // moe_experts with the plan, the gathers and the GEMMs all on the device (FP8 experts on
   // kernels::fp8_mma_gemm); false if this call's weights or options need the host-grouped path.
   bool moe_experts_on_device(const MoeExpertsParams& p);
+  // moe_route's operands, checked, as the kernels take them.
+  kernels::MoeRouteParams route_params(const MoeRouteParams& p);
+  // moe_gate_route and kernels::expert_plan of `plan` as one kernels::gate_route_plan launch (a
+  // decode batch's routing in one kernel's latency, the same bits); false (nothing run) where the
+  // call does not qualify.
+  bool gate_route_plan(const MoeExpertsParams& p, const kernels::ExpertPlanParams& plan);
   // linears() of two outputs as one launch (decode sizes) or two GEMMs of one x's operand
   // (prefill sizes); false (nothing run) where the pair does not qualify.
   bool linear_pair(const LinearsParams& p);
@@ -282,9 +293,11 @@ class CudaOps final : public Ops {
   // [1] = the offending value; synchronize() reads and clears it.
   int32_t* fault_host_ = nullptr;
   int32_t* fault_device_ = nullptr;
-  // kernels::hc_pre_fused's per-token counters (zero between calls; hc_pre runs on one
-  // stream at a time).
+  // The counters of the kernels whose last block finishes a call (kernels/last_block.cuh), zero
+  // between calls, each kernel's run on one stream at a time: kernels::hc_pre_fused's per token,
+  // then kernels::gate_route_plan's (gate_route_done_ points into the same allocation).
   unsigned* hc_pre_done_ = nullptr;
+  unsigned* gate_route_done_ = nullptr;
 };
 
 }  // namespace dsv4::cuda
