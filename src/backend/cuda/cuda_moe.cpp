@@ -1,7 +1,8 @@
 // CudaOps MoE (MODEL.md §6): routing (scores, hash or biased top-k selection, normalised weights,
 // routed scale), the clamped SwiGLU, and the routed experts. With FP8 experts in the default
 // numerics the experts run on the device alone: kernels::expert_plan groups the token rows by
-// expert, and each of the three linears is one grouped kernels::fp8_mma_gemm over every expert.
+// expert (for a decode batch with a gate, kernels::gate_route_plan gates, routes and plans in one
+// launch), and each of the three linears is one grouped kernels::fp8_mma_gemm over every expert.
 // Otherwise the rows are grouped on the host and each expert's linears go through
 // CudaOps::linear. Both give a row the same bits (the GEMM's order does not depend on the other
 // rows), and every token's outputs are summed in ascending expert order plus the shared expert,
