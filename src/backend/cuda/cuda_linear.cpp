@@ -142,8 +142,7 @@ void CudaOps::linear(const LinearParams& p) {
     return;
   }
 
-  if (!quantise && options_.fp8_gemm != Fp8Gemm::kSimple && w.type == kernels::GemmWeight::kBF16 &&
-      p.x.dtype() == DType::kBF16) {
+  if (linear_on_bf16_mma(p.act_quant, p.x.dtype(), w.type)) {
     const kernels::Bf16MmaGemmParams b{p.x.data<uint16_t>(), K, static_cast<const uint16_t*>(w.data), float_ptr(p.y),
                                        N, M, N, K, {}};
     if (kernels::bf16_mma_gemm_supports(b)) {
@@ -189,6 +188,11 @@ void CudaOps::run_f16_wgmma(kernels::Fp8MmaGemmParams g, const uint16_t* x16) {
   g.x16 = x16;
   g.w16 = w16.get<uint16_t>();
   kernels::fp8_mma_gemm(g, stream_);
+}
+
+bool CudaOps::linear_on_bf16_mma(ActQuant act_quant, DType x, kernels::GemmWeight w) const {
+  return act_quant == ActQuant::kNone && options_.fp8_gemm != Fp8Gemm::kSimple && w == kernels::GemmWeight::kBF16 &&
+         x == DType::kBF16;
 }
 
 bool CudaOps::bf16_takes_wgmma(const kernels::Bf16MmaGemmParams& b) const {

@@ -100,13 +100,11 @@ bool CudaOps::gate_route_plan(const MoeExpertsParams& p, const kernels::ExpertPl
   if (p.gate == nullptr) return false;
   const MoeGate& g = *p.gate;
   const int64_t T = p.x.dim(0), D = p.x.dim(1);
-  // Where Ops::moe_gate_route's linear() runs kernels::bf16_mma_gemm (whose bits the kernel keeps).
-  if (T > kernels::kGateRoutePlanMaxTokens || g.act_quant != ActQuant::kNone || options_.fp8_gemm == Fp8Gemm::kSimple ||
-      p.x.dtype() != DType::kBF16 || g.weight == nullptr || g.weight->shape.size() != 2)
-    return false;
+  if (T > kernels::kGateRoutePlanMaxTokens || g.weight == nullptr || g.weight->shape.size() != 2) return false;
   const int64_t E = g.weight->shape[0];
   const GemmWeightView w = gemm_weight("moe_experts gate", g.weight, E, D);
-  if (w.type != kernels::GemmWeight::kBF16 || E > kernels::kGateRoutePlanMaxExperts) return false;
+  // Where Ops::moe_gate_route's linear() keeps kernels::bf16_mma_gemm's order (whose bits the kernel keeps).
+  if (!linear_on_bf16_mma(g.act_quant, p.x.dtype(), w.type) || E > kernels::kGateRoutePlanMaxExperts) return false;
   const DeviceTensor logits = alloc_output(DType::kF32, {T, E});
   kernels::GateRoutePlanParams k;
   k.x = p.x.data<uint16_t>();

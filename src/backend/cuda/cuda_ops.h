@@ -20,6 +20,7 @@
 #include "ops/ops.h"
 
 namespace dsv4::kernels {
+enum class GemmWeight : uint8_t;  // kernels/gemm/simple_gemm.h
 struct ExpertPlanParams;  // kernels/moe/expert_plan.h
 struct MoeRouteParams;    // kernels/moe/moe_route.h
 }  // namespace dsv4::kernels
@@ -258,6 +259,10 @@ class CudaOps final : public Ops {
   // scales), the weight converted to fp16 in the MMA order first (kChained: x16's and the weight's
   // bf16 values times their scales, the chained kernel).
   void run_f16_wgmma(kernels::Fp8MmaGemmParams g, const uint16_t* x16);
+  // Whether linear() takes a linear of these operands to kernels::bf16_mma_gemm's summation order
+  // (its streamed, staged or WGMMA form, where bf16_mma_gemm_supports the shapes; otherwise
+  // kernels::simple_gemm): kernels::gate_route_plan keeps those bits where the gate's would.
+  bool linear_on_bf16_mma(ActQuant act_quant, DType x, kernels::GemmWeight w) const;
   // Whether the bf16 linear `b` runs on bf16 WGMMAs (the staged kernel's shapes at prefill sizes).
   bool bf16_takes_wgmma(const kernels::Bf16MmaGemmParams& b) const;
   // The bf16 WGMMA GEMM `b` of x re-laid in the MMA order (x_mma), the weight re-laid first.
