@@ -44,15 +44,22 @@ DeviceTensor attention(const ForwardContext& ctx, const AttentionWeights& w, int
   DeviceTensor q, kv;
   IndexerQuery index_query;
   const auto q_path = [&] {
-    q = linear(ctx, qr, w.wq_b, ctx.act).reshaped({T * H, d});
-    ctx.ops.rms_norm({q.view(), nullptr, eps, q.view()});
-    q = q.reshaped({T, H, d});
-    ctx.ops.rope({q.view(), ctx.positions.view(), inv_freq.view(), r, false});
+    q = linear(ctx, qr, w.wq_b, ctx.act).reshaped({T, H, d});
+    ctx.ops.norm_rope_quant({.src = q.view(), .y = q.view(), .norm = true, .eps = eps, .positions = ctx.positions.view(),
+                             .inv_freq = inv_freq.view(), .rope_dim = r});
   };
   const auto kv_path = [&] {
-    kv = rms_norm(ctx, kv_lora, &w.kv_norm);
-    ctx.ops.rope({kv.reshaped({T, 1, d}).view(), ctx.positions.view(), inv_freq.view(), r, false});
-    if (ctx.qat) ctx.ops.quant_sim({kv.view(), d - r, 64, QuantFormat::kE4M3});
+    kv = ctx.alloc(ctx.act, {T, d});
+    NormRopeQuantParams finish{.src = kv_lora.reshaped({T, 1, d}).view(),
+                               .y = kv.reshaped({T, 1, d}).view(),
+                               .norm = true,
+                               .norm_weight = &w.kv_norm,
+                               .eps = eps,
+                               .positions = ctx.positions.view(),
+                               .inv_freq = inv_freq.view(),
+                               .rope_dim = r};
+    if (ctx.qat) finish.quant_cols = d - r, finish.quant_block = 64, finish.quant_format = QuantFormat::kE4M3;
+    ctx.ops.norm_rope_quant(finish);
   };
   ForkJoinTasks chains;
   chains.chain = layer_kind_name(ctx.cfg.layer_kind(layer));

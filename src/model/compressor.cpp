@@ -36,16 +36,22 @@ void compress(const ForwardContext& ctx, const CompressorWeights& w, int64_t lay
 
   // The pooled entry is stored in the activation dtype before its norm (OFF: norm(kv.to(bf16))).
   DeviceTensor entry = ctx.alloc(ctx.act, {entries, dc});
-  ctx.ops.copy({pooled.view(), entry.view()});
-  entry = rms_norm(ctx, entry, &w.norm);
   const DeviceTensor positions = ctx.field(ctx.plan.entry_positions(m));
-  ctx.ops.rope({entry.reshaped({entries, 1, dc}).view(), positions.view(), inv_freq.view(), r, false});
+  NormRopeQuantParams finish{.src = pooled.reshaped({entries, 1, dc}).view(),
+                             .y = entry.reshaped({entries, 1, dc}).view(),
+                             .norm = true,
+                             .norm_weight = &w.norm,
+                             .eps = static_cast<float>(p.rms_norm_eps),
+                             .positions = positions.view(),
+                             .inv_freq = inv_freq.view(),
+                             .rope_dim = r};
   if (use == CompressorUse::kIndexer) {
-    ctx.ops.hadamard({entry.view()});
-    if (ctx.qat) ctx.ops.quant_sim({entry.view(), dc, 32, QuantFormat::kE2M1});
+    finish.hadamard = true;
+    if (ctx.qat) finish.quant_cols = dc, finish.quant_block = 32, finish.quant_format = QuantFormat::kE2M1;
   } else if (ctx.qat) {
-    ctx.ops.quant_sim({entry.view(), dc - r, 64, QuantFormat::kE4M3});
+    finish.quant_cols = dc - r, finish.quant_block = 64, finish.quant_format = QuantFormat::kE4M3;
   }
+  ctx.ops.norm_rope_quant(finish);
   ctx.ops.write_cache_rows({entry.view(), ctx.field(ctx.plan.entry_rows(m)).view(), writes});
 }
 

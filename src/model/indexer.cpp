@@ -14,10 +14,10 @@ IndexerQuery indexer_query(const ForwardContext& ctx, const IndexerWeights& w, c
   const int64_t T = ctx.T, heads = p.index_n_heads, dh = p.index_head_dim;
 
   DeviceTensor q = linear(ctx, qr, w.wq_b, ctx.act).reshaped({T, heads, dh});
-  ctx.ops.rope({q.view(), ctx.positions.view(), inv_freq.view(), p.qk_rope_head_dim, false});
-  const DeviceTensor q_rows = q.reshaped({T * heads, dh});
-  ctx.ops.hadamard({q_rows.view()});
-  if (ctx.qat) ctx.ops.quant_sim({q_rows.view(), dh, 32, QuantFormat::kE2M1});
+  NormRopeQuantParams finish{.src = q.view(), .y = q.view(), .positions = ctx.positions.view(),
+                             .inv_freq = inv_freq.view(), .rope_dim = p.qk_rope_head_dim, .hadamard = true};
+  if (ctx.qat) finish.quant_cols = dh, finish.quant_block = 32, finish.quant_format = QuantFormat::kE2M1;
+  ctx.ops.norm_rope_quant(finish);
   return {q, linear(ctx, x, w.weights_proj, ctx.act)};
 }
 

@@ -48,6 +48,20 @@ ConstTensorView slice_rows(ConstTensorView v, int64_t begin, int64_t end) {
   return slice_rows_impl(v, begin, end);
 }
 
+void Ops::norm_rope_quant(const NormRopeQuantParams& p) {
+  check_params(p);
+  const int64_t vectors = p.y.dim(0) * p.y.dim(1), dim = p.y.dim(2);
+  const TensorView flat(p.y.bytes(), p.y.dtype(), {vectors, dim});
+  // The norm reads src itself where the copy would not change it (its dtype already y's).
+  ConstTensorView norm_input = flat;
+  if (p.norm && p.src.dtype() == p.y.dtype()) norm_input = ConstTensorView(p.src.bytes(), p.src.dtype(), {vectors, dim});
+  else if (p.src.bytes() != p.y.bytes()) copy({p.src, p.y});
+  if (p.norm) rms_norm({norm_input, p.norm_weight, p.eps, flat});
+  if (p.rope_dim > 0) rope({p.y, p.positions, p.inv_freq, p.rope_dim, false});
+  if (p.hadamard) hadamard({flat});
+  if (p.quant_cols > 0) quant_sim({flat, p.quant_cols, p.quant_block, p.quant_format});
+}
+
 DeviceTensor Ops::moe_shared_expert(const MoeExpertsParams& p) {
   const ExpertWeights& e = *p.shared;
   const DType act = p.x.dtype();

@@ -248,6 +248,27 @@ struct HadamardParams {
   TensorView x;            // [rows, width], width a power of two
 };
 
+// The steps a projection's vectors take before attention reads them or a cache keeps them (the
+// kv and q paths, the compressors' entries, the indexer's queries): y = src rounded to y's dtype,
+// then per vector of dim values, each step optional and in this order: rms_norm (with the weight
+// or none), rope (the last rope_dim dims at the row's position), hadamard, quant_sim (the first
+// quant_cols dims). Exactly those ops one after another, which the default runs: a backend may
+// fuse them only into the same bits.
+struct NormRopeQuantParams {
+  ConstTensorView src;                  // [rows, heads, dim], any float dtype; may be y itself
+  TensorView y;                         // [rows, heads, dim]
+  bool norm = false;
+  const Weight* norm_weight = nullptr;  // [dim], or nullptr for a weight-free norm
+  float eps = 0;
+  ConstTensorView positions;            // [rows] i32, with rope_dim > 0
+  ConstTensorView inv_freq;             // [rope_dim / 2] f32
+  int64_t rope_dim = 0;                 // 0: no rotation
+  bool hadamard = false;
+  int64_t quant_cols = 0;               // 0: no quantisation rounding
+  int64_t quant_block = 0;
+  QuantFormat quant_format = QuantFormat::kE4M3;
+};
+
 // out[t, j, :] = a[t, j, :] + b[t, :]
 struct AddBroadcastParams {
   ConstTensorView a;       // [T, n, D]
@@ -546,6 +567,8 @@ class Ops {
   virtual void rope(const RopeParams& p) = 0;
   virtual void quant_sim(const QuantSimParams& p) = 0;
   virtual void hadamard(const HadamardParams& p) = 0;
+  // The ops NormRopeQuantParams names, in order, on this backend's own ops; a backend may fuse them.
+  virtual void norm_rope_quant(const NormRopeQuantParams& p);
   virtual void add_broadcast(const AddBroadcastParams& p) = 0;
 
   virtual void linear(const LinearParams& p) = 0;

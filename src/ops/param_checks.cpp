@@ -360,6 +360,32 @@ void check_params(const MoeRouteParams& p) {
   if (k > E) throw UsageError("moe_route: cannot pick " + std::to_string(k) + " of " + std::to_string(E) + " experts");
 }
 
+void check_params(const NormRopeQuantParams& p) {
+  const char* op = "norm_rope_quant";
+  expect_rank(op, "src", p.src, 3);
+  expect_float(op, "src", p.src);
+  expect_shape(op, "y", p.y, p.src.shape());
+  expect_float(op, "y", p.y);
+  const int64_t rows = p.y.dim(0), dim = p.y.dim(2);
+  if (p.norm_weight != nullptr && !p.norm)
+    throw UsageError("norm_rope_quant: a norm weight (" + p.norm_weight->name + ") without the norm");
+  if (p.rope_dim != 0) {
+    if (p.rope_dim < 0 || p.rope_dim % 2 != 0 || p.rope_dim > dim)
+      throw UsageError("norm_rope_quant: rope_dim " + std::to_string(p.rope_dim) + " must be even and at most " +
+                       std::to_string(dim));
+    expect_shape(op, "positions", p.positions, {rows});
+    expect_dtype(op, "positions", p.positions, DType::kI32);
+    expect_shape(op, "inv_freq", p.inv_freq, {p.rope_dim / 2});
+    expect_dtype(op, "inv_freq", p.inv_freq, DType::kF32);
+  }
+  if (p.hadamard && (dim <= 0 || (dim & (dim - 1)) != 0))
+    throw UsageError("norm_rope_quant: the Hadamard transform's width " + std::to_string(dim) +
+                     " is not a power of two");
+  if (p.quant_cols != 0 && (p.quant_block <= 0 || p.quant_cols < 0 || p.quant_cols > dim || p.quant_cols % p.quant_block != 0))
+    throw UsageError("norm_rope_quant: quant_cols " + std::to_string(p.quant_cols) + " must be a multiple of the block " +
+                     std::to_string(p.quant_block) + " and at most the width " + std::to_string(dim));
+}
+
 void check_params(const QuantSimParams& p) {
   expect_rank("quant_sim", "x", p.x, 2);
   expect_float("quant_sim", "x", p.x);

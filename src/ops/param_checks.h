@@ -29,6 +29,7 @@ void check_params(const MoeExpertsParams& p);
 void check_params(const MoeExpertRowsParams& p);
 void check_params(const MoeCombineParams& p);
 void check_params(const MoeRouteParams& p);
+void check_params(const NormRopeQuantParams& p);
 void check_params(const QuantSimParams& p);
 void check_params(const RmsNormParams& p);
 void check_params(const RopeParams& p);

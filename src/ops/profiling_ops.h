@@ -89,6 +89,9 @@ class ProfilingOps final : public Ops {
   void hadamard(const HadamardParams& p) override {
     return timed("hadamard", [&] { return inner_.hadamard(p); });
   }
+  void norm_rope_quant(const NormRopeQuantParams& p) override {
+    return timed("norm_rope_quant", [&] { return inner_.norm_rope_quant(p); });
+  }
   void add_broadcast(const AddBroadcastParams& p) override {
     return timed("add_broadcast", [&] { return inner_.add_broadcast(p); });
   }

@@ -24,6 +24,7 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "core/quant.h"
+#include "kernels/elementwise/elementwise.h"
 #include "sampling/logit_edit.h"
 #include "sampling/token_draw.h"
 #include "tests/ops/cuda_test_util.h"
@@ -760,6 +761,75 @@ TEST_F(CudaOpsCore, HadamardIsBitExact) {
       gpu_->hadamard({x.gpu.view()});
       expect_same_bits("hadamard " + std::to_string(width) + " " + dtype_tag(dt), from_cpu(x.cpu), from_gpu(x.gpu));
     }
+}
+
+// norm_rope_quant as the model calls it at V4-Flash's geometry (the kv and q paths, the two
+// compressors' entries from fp32, the indexer's queries), in one launch up to 4,095 vectors and in
+// separate launches above: the bits of the separate ops on the GPU (Ops' default), and where no
+// norm sums in another order, the CPU's.
+TEST_F(CudaOpsCore, NormRopeQuantGivesTheBitsOfTheOpsInTurn) {
+  struct Case {
+    const char* what;
+    int64_t heads, dim;
+    bool norm, weighted, src_f32, hadamard;
+    int64_t quant_cols, quant_block;
+    QuantFormat format;
+  };
+  const int64_t rd = 64;
+  Tensor freq(DType::kF32, {rd / 2});
+  for (int64_t i = 0; i < rd / 2; ++i)
+    freq.data<float>()[i] = static_cast<float>(std::pow(10000.0, -2.0 * static_cast<double>(i) / rd));
+  const Both f = upload_both(freq);
+  const Case cases[] = {
+      {"kv", 1, 512, true, true, false, false, 448, 64, QuantFormat::kE4M3},
+      {"q", 64, 512, true, false, false, false, 0, 0, QuantFormat::kE4M3},
+      {"compressor entry", 1, 512, true, true, true, false, 448, 64, QuantFormat::kE4M3},
+      {"indexer key", 1, 128, true, true, true, true, 128, 32, QuantFormat::kE2M1},
+      {"indexer q", 64, 128, false, false, false, true, 128, 32, QuantFormat::kE2M1},
+  };
+  for (const Case& c : cases)
+    for (int64_t rows : {1, 5, 63, 65})
+      for (DType dt : {DType::kBF16, DType::kF32}) {
+        const std::string what = std::string("norm_rope_quant ") + c.what + " " + std::to_string(rows) + " rows " +
+                                 dtype_tag(dt);
+        kernels::NormRopeQuantRowsParams shape;
+        shape.vectors = rows * c.heads, shape.dim = c.dim, shape.quant_cols = c.quant_cols;
+        shape.quant_block = c.quant_block;
+        EXPECT_EQ(kernels::norm_rope_quant_fits(shape), rows * c.heads < 4096) << what << ": the launch expected";
+        const BothWeights w = load_both("norm", WeightFormat::kPlain, random_tensor(DType::kBF16, {c.dim}, 0.5f));
+        const Tensor x = random_tensor(c.src_f32 ? DType::kF32 : dt, {rows, c.heads, c.dim}, 3.0f);
+        const Both pos = upload_both(int_tensor({rows}, 0, 200000));
+        const Both src = upload_both(x);
+        const Both fused = outputs(dt, {rows, c.heads, c.dim}), in_turn = outputs(dt, {rows, c.heads, c.dim});
+        NormRopeQuantParams p{.src = src.gpu.view(),
+                              .y = fused.gpu.view(),
+                              .norm = c.norm,
+                              .norm_weight = c.weighted ? &w.gpu : nullptr,
+                              .eps = 1e-6f,
+                              .positions = pos.gpu.view(),
+                              .inv_freq = f.gpu.view(),
+                              .rope_dim = rd,
+                              .hadamard = c.hadamard,
+                              .quant_cols = c.quant_cols,
+                              .quant_block = c.quant_block,
+                              .quant_format = c.format};
+        gpu_->norm_rope_quant(p);
+        p.y = in_turn.gpu.view();
+        gpu_->Ops::norm_rope_quant(p);
+        expect_same_bits(what, from_gpu(in_turn.gpu), from_gpu(fused.gpu));
+        if (!c.norm) {
+          NormRopeQuantParams on_cpu = p;
+          on_cpu.src = src.cpu.view(), on_cpu.y = fused.cpu.view();
+          on_cpu.positions = pos.cpu.view(), on_cpu.inv_freq = f.cpu.view();
+          cpu_.norm_rope_quant(on_cpu);
+          expect_same_bits(what + " against the CPU", from_cpu(fused.cpu), from_gpu(fused.gpu));
+        }
+        if (!c.src_f32 && dt == DType::kBF16) {  // in place, as the model calls the q paths
+          p.y = src.gpu.view();
+          gpu_->norm_rope_quant(p);
+          expect_same_bits(what + " in place", from_gpu(fused.gpu), from_gpu(src.gpu));
+        }
+      }
 }
 
 TEST_F(CudaOpsCore, AddBroadcastIsBitExact) {

@@ -38,6 +38,9 @@ bool overlaps(ConstTensorView a, ConstTensorView b) {
   return a0 < b1 && b0 < a1;
 }
 
+// hadamard_rows' scale for rows of n: 1 / sqrt(n) rounded to fp32, as the CPU scales.
+float hadamard_scale(int64_t n) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(n))); }
+
 }  // namespace
 
 CudaOps::CudaOps(CudaOptions options) : options_(options) {
@@ -551,8 +554,38 @@ void CudaOps::hadamard(const HadamardParams& p) {
   if (n > kernels::kHadamardMaxWidth)
     throw UsageError("hadamard: width " + std::to_string(n) + " exceeds the CUDA kernel's limit of " +
                      std::to_string(kernels::kHadamardMaxWidth));
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(n)));
-  kernels::hadamard_rows({float_ptr(p.x), rows, n, scale}, stream_);
+  kernels::hadamard_rows({float_ptr(p.x), rows, n, hadamard_scale(n)}, stream_);
+}
+
+// One launch where the fused kernel takes the call (decode-sized batches), else the ops in turn.
+void CudaOps::norm_rope_quant(const NormRopeQuantParams& p) {
+  check_params(p);
+  const int64_t rows = p.y.dim(0), heads = p.y.dim(1), dim = p.y.dim(2);
+  if (overlaps(p.src, p.y) && p.src.bytes() != p.y.bytes())
+    throw UsageError("norm_rope_quant: src and y overlap without being the same tensor");
+  kernels::NormRopeQuantRowsParams k;
+  k.src = float_ptr(p.src);
+  k.y = float_ptr(p.y);
+  k.vectors = rows * heads;
+  k.heads = heads;
+  k.dim = dim;
+  k.norm = p.norm;
+  k.norm_weight = p.norm_weight ? weight_floats("norm_rope_quant", p.norm_weight, {dim}) : kernels::FloatPtr{};
+  k.eps = p.eps;
+  if (p.rope_dim > 0) {
+    k.positions = p.positions.data<int32_t>();
+    k.inv_freq = p.inv_freq.data<float>();
+    k.rope_dim = p.rope_dim;
+  }
+  k.hadamard_scale = p.hadamard ? hadamard_scale(dim) : 0.0f;
+  k.quant_cols = p.quant_cols;
+  k.quant_block = p.quant_block;
+  k.quant_e2m1 = p.quant_format == QuantFormat::kE2M1;
+  if (!kernels::norm_rope_quant_fits(k)) {
+    Ops::norm_rope_quant(p);
+    return;
+  }
+  kernels::norm_rope_quant_rows(k, stream_);
 }
 
 void CudaOps::add_broadcast(const AddBroadcastParams& p) {

@@ -169,6 +169,7 @@ class CudaOps final : public Ops {
   void rope(const RopeParams& p) override;
   void quant_sim(const QuantSimParams& p) override;
   void hadamard(const HadamardParams& p) override;
+  void norm_rope_quant(const NormRopeQuantParams& p) override;
   void add_broadcast(const AddBroadcastParams& p) override;
 
   void linear(const LinearParams& p) override;

@@ -410,6 +410,100 @@ __global__ void hadamard_warp_kernel(HadamardRowsParams p) {
   for (int l = 0; l < E; ++l) store_float(p.x, base + l, __fmul_rn(v[l], p.scale));
 }
 
+// v as y stores it: what the next op of a chain reads back.
+__device__ __forceinline__ float stored(MutFloatPtr y, float v) { return y.bf16 ? bf16_to_float(float_to_bf16(v)) : v; }
+
+// norm_rope_quant_rows' launch: block b takes vector b in rms_norm_block_threads(dim) threads, its
+// values in registers for the norm (rms_norm_regs_kernel's loads and sums: thread t holds values
+// t + v * threads), then in a shared row for the rotation (rope_kernel's pairs), the transform
+// (hadamard_kernel's stages) and the rounding (quant_sim_kernel's warp a block), each step's
+// results rounded to y's dtype where its own kernel stores them.
+template <int V>
+__global__ void norm_rope_quant_kernel(NormRopeQuantRowsParams p) {
+  const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
+  const int dim = static_cast<int>(p.dim);
+  float w[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    const int i = tid + v * threads;
+    w[v] = p.norm_weight.data != nullptr && i < dim ? load_float(p.norm_weight, i) : 1.0f;
+  }
+  pdl_wait();
+  __shared__ float scratch[32];
+  __shared__ float row[kNormRopeQuantMaxDim];
+  const int64_t vector = blockIdx.x, base = vector * p.dim;
+  float x[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    const int i = tid + v * threads;
+    x[v] = i < dim ? stored(p.y, load_float(p.src, base + i)) : 0.0f;
+  }
+  if (p.norm) {
+    float ss = 0;
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      if (tid + v * threads < dim) ss = fmaf(x[v], x[v], ss);
+    ss = block_sum(ss, scratch);
+    const float inv = rms_norm_scale(ss, p.dim, p.eps);
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const float y = __fmul_rn(x[v], inv);
+      x[v] = stored(p.y, p.norm_weight.data != nullptr ? __fmul_rn(w[v], y) : y);
+    }
+  }
+#pragma unroll
+  for (int v = 0; v < V; ++v)
+    if (tid + v * threads < dim) row[tid + v * threads] = x[v];
+  __syncthreads();
+  if (p.rope_dim > 0) {
+    const int half = static_cast<int>(p.rope_dim / 2);
+    const float position = static_cast<float>(p.positions[vector / p.heads]);
+    for (int i = tid; i < half; i += threads) {
+      const float angle = __fmul_rn(position, p.inv_freq[i]);
+      double s, c;
+      sincos(static_cast<double>(angle), &s, &c);
+      const float cs = static_cast<float>(c), sn = static_cast<float>(s);
+      const int at = dim - 2 * half + 2 * i;
+      const float a = row[at], b = row[at + 1];
+      row[at] = stored(p.y, __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn)));
+      row[at + 1] = stored(p.y, __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, cs)));
+    }
+    __syncthreads();
+  }
+  if (p.hadamard_scale != 0.0f) {
+    for (int h = 1; h < dim; h *= 2) {
+      for (int q = tid; q < dim / 2; q += threads) {
+        const int j = (q / h) * 2 * h + q % h;
+        const float a = row[j], b = row[j + h];
+        row[j] = __fadd_rn(a, b);
+        row[j + h] = __fsub_rn(a, b);
+      }
+      __syncthreads();
+    }
+    for (int i = tid; i < dim; i += threads) row[i] = stored(p.y, __fmul_rn(row[i], p.hadamard_scale));
+    __syncthreads();
+  }
+  if (p.quant_cols > 0) {
+    const int lane = tid % 32, block = static_cast<int>(p.quant_block);
+    for (int b0 = tid / 32 * block; b0 < p.quant_cols; b0 += threads / 32 * block) {
+      float v[kQuantSimValues];
+      float amax = 0;
+#pragma unroll
+      for (int c = 0; c < kQuantSimValues; ++c) {
+        v[c] = lane + 32 * c < block ? row[b0 + lane + 32 * c] : 0.0f;
+        amax = fmaxf(amax, fabsf(v[c]));
+      }
+      for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+      const BlockRounding rounded(amax, p.quant_e2m1);
+#pragma unroll
+      for (int c = 0; c < kQuantSimValues; ++c)
+        if (lane + 32 * c < block) row[b0 + lane + 32 * c] = stored(p.y, rounded(v[c]));
+    }
+    __syncthreads();
+  }
+  for (int i = tid; i < dim; i += threads) store_float(p.y, base + i, row[i]);
+}
+
 }  // namespace
 
 // The block copies `bytes` bytes, in 16-byte words where both ends and the length allow.
@@ -564,6 +658,25 @@ void hadamard_rows(const HadamardRowsParams& p, cudaStream_t stream) {
   }
   const size_t smem = static_cast<size_t>(p.width) * sizeof(float);
   launch_pdl(hadamard_kernel, static_cast<unsigned>(p.rows), kThreads, smem, stream, p);
+  DSV4_CUDA_CHECK(cudaGetLastError());
+}
+
+bool norm_rope_quant_fits(const NormRopeQuantRowsParams& p) {
+  const int64_t threads = rms_norm_block_threads(p.dim);
+  return p.vectors > 0 && p.vectors < kNormWarpMinRows && p.dim % 32 == 0 && p.dim <= kNormRopeQuantMaxDim &&
+         (p.dim + threads - 1) / threads <= kNormRegsMaxValues &&
+         (p.quant_cols == 0 || p.quant_block <= 32 * kQuantSimValues);
+}
+
+void norm_rope_quant_rows(const NormRopeQuantRowsParams& p, cudaStream_t stream) {
+  if (!norm_rope_quant_fits(p))
+    throw UsageError("norm_rope_quant_rows: " + std::to_string(p.vectors) + " vectors of " + std::to_string(p.dim) +
+                     " (quantisation blocks of " + std::to_string(p.quant_block) + ") are not the fused launch's");
+  const int64_t threads = rms_norm_block_threads(p.dim);
+  with_count_1_to_8((p.dim + threads - 1) / threads, [&](auto per_thread) {
+    launch_pdl(norm_rope_quant_kernel<per_thread>, static_cast<unsigned>(p.vectors), static_cast<unsigned>(threads), 0,
+               stream, p);
+  });
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 

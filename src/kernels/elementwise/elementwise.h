@@ -139,4 +139,32 @@ struct HadamardRowsParams {
 constexpr int64_t kHadamardMaxWidth = 8192;  // the row lives in shared memory (32 KiB)
 void hadamard_rows(const HadamardRowsParams& p, cudaStream_t stream);
 
+// rms_norm_rows, rope_rows, hadamard_rows and quant_sim_rows over vectors of dim values, each
+// step optional and in that order, after y = src rounded to y's dtype: one launch of a block a
+// vector where norm_rope_quant_fits, each step's arithmetic and roundings as its own kernel's (the
+// norm's sum in rms_norm_block_threads(dim) threads' order), so the same bits.
+struct NormRopeQuantRowsParams {
+  FloatPtr src;                        // [vectors, dim]
+  MutFloatPtr y;                       // [vectors, dim]; may alias src
+  int64_t vectors = 0;                 // rows * heads
+  int64_t heads = 1;                   // vectors a position: vector v rotates at positions[v / heads]
+  int64_t dim = 0;
+  bool norm = false;
+  FloatPtr norm_weight;                // [dim], or data nullptr; read before the PDL wait
+  float eps = 0;
+  const int32_t* positions = nullptr;  // [vectors / heads]
+  const float* inv_freq = nullptr;     // [rope_dim / 2]
+  int64_t rope_dim = 0;                // 0: no rotation
+  float hadamard_scale = 0;            // 0: no Hadamard transform; else hadamard_rows' scale
+  int64_t quant_cols = 0;              // 0: no quantisation rounding
+  int64_t quant_block = 0;
+  bool quant_e2m1 = false;
+};
+// Whether the one launch takes p: fewer vectors than the norm's warp-a-row kernel is for (at
+// prefill sizes the separate kernels are faster), dim a multiple of 32 up to
+// kNormRopeQuantMaxDim, quantisation blocks of at most 128 values.
+constexpr int64_t kNormRopeQuantMaxDim = 1024;
+bool norm_rope_quant_fits(const NormRopeQuantRowsParams& p);
+void norm_rope_quant_rows(const NormRopeQuantRowsParams& p, cudaStream_t stream);
+
 }  // namespace dsv4::kernels
