@@ -91,15 +91,26 @@ DeviceTensor attention(const ForwardContext& ctx, const AttentionWeights& w, int
   const auto softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   ctx.ops.sparse_attention({q.view(), kv.view(), &w.attn_sink, topk.empty() ? ConstTensorView() : ConstTensorView(topk.view()),
                             ctx.positions.view(), seqs, p.sliding_window, ratio, softmax_scale, o.view()});
-  append_to_windows(ctx, layer, kv);
   if (!topk.empty()) ctx.observe("layers." + std::to_string(layer) + ".indexer_topk", topk);
 
-  // Output: undo the rotation at the query position, then wo_a per group of H/G heads, then wo_b.
-  ctx.ops.rope({o.view(), ctx.positions.view(), inv_freq.view(), r, true});
-  const int64_t R = w.wo_a.shape.at(0) / G;
-  DeviceTensor z = ctx.alloc(ctx.act, {T, G, R});
-  ctx.ops.grouped_linear({o.reshaped({T, G, H / G * d}).view(), &w.wo_a, z.view()});
-  return linear(ctx, z.reshaped({T, G * R}), w.wo_b, ctx.act);
+  // A second fork/join: the window ring takes the batch's kv rows once attention has read it (a
+  // prefill's rows may overwrite rows its earlier tokens read), and nothing else in the layer reads
+  // the ring, so the write runs beside the output. Main: undo the rotation at the query position,
+  // then wo_a per group of H/G heads, then wo_b. Side 0: the window write.
+  DeviceTensor out;
+  ForkJoinTasks output;
+  output.chain = kOutputChain;
+  output.tokens = T;
+  output.main = [&] {
+    ctx.ops.rope({o.view(), ctx.positions.view(), inv_freq.view(), r, true});
+    const int64_t R = w.wo_a.shape.at(0) / G;
+    DeviceTensor z = ctx.alloc(ctx.act, {T, G, R});
+    ctx.ops.grouped_linear({o.reshaped({T, G, H / G * d}).view(), &w.wo_a, z.view()});
+    out = linear(ctx, z.reshaped({T, G * R}), w.wo_b, ctx.act);
+  };
+  output.side[0] = [&] { append_to_windows(ctx, layer, kv); };
+  ctx.ops.fork_join(output);
+  return out;
 }
 
 }  // namespace dsv4

@@ -1,7 +1,7 @@
 // The fork/join contract on the CPU: Ops' default runs the main task, then the side tasks in slot
 // order, skipping empty slots; the attention layer hands exactly its independent chains to it (Q/KV
-// path, attention compressor, indexer compressor, indexer queries or the KV path, by layer kind);
-// and those chains really are independent: running them in another legal order gives the same bits.
+// path, attention compressor, indexer compressor, indexer queries or the KV path, by layer kind;
+// then the output projections beside the window write); and those chains really are independent: running them in another legal order gives the same bits.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "cpu_forwarding_ops.h"
+#include "model/attention.h"
 #include "model_test_util.h"
 
 namespace dsv4::testing {
@@ -136,9 +137,17 @@ TEST_F(ModelForkJoin, AttentionLayersForkTheirIndependentInputChains) {
   ops.records.clear();
   forward_hidden(model, ops, cache, test_ids(kPrompt, cfg->vocab_size, 3));
 
-  ASSERT_EQ(static_cast<int64_t>(ops.records.size()), cfg.num_layers()) << "one fork/join per attention layer";
+  ASSERT_EQ(static_cast<int64_t>(ops.records.size()), 2 * cfg.num_layers())
+      << "two fork/joins per attention layer: its input chains, then its output beside the window write";
   for (int64_t l = 0; l < cfg.num_layers(); ++l) {
-    const RecordingOps::ForkJoinRecord& r = ops.records[static_cast<size_t>(l)];
+    const RecordingOps::ForkJoinRecord& out = ops.records[static_cast<size_t>(2 * l + 1)];
+    EXPECT_EQ(out.chain, kOutputChain) << "layer " << l;
+    EXPECT_EQ(out.tokens, kPrompt) << "layer " << l;
+    EXPECT_EQ(out.linears[0], (std::vector<std::string>{"layers." + std::to_string(l) + ".attn.wo_b.weight"}));
+    EXPECT_EQ(out.side_present, (std::array<bool, kMaxSideTasks>{true, false, false})) << "layer " << l;
+    EXPECT_TRUE(out.linears[1].empty()) << "layer " << l << ": the window write has no linear";
+
+    const RecordingOps::ForkJoinRecord& r = ops.records[static_cast<size_t>(2 * l)];
     const LayerKind kind = cfg.layer_kind(l);
     const std::string a = "layers." + std::to_string(l) + ".attn.";
     SCOPED_TRACE("layer " + std::to_string(l) + " (" + r.chain + ")");
