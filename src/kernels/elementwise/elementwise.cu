@@ -222,6 +222,20 @@ __global__ void __launch_bounds__(kNormWideThreads) rms_norm_wide_kernel(RmsNorm
 // computes each row's sines once.
 constexpr int64_t kRopeSplitMaxRows = 256;
 
+// The rotation's cosine and sine for a position and frequency: the product in fp32, cos and sin
+// in double rounded to fp32, as the CPU computes them.
+__device__ __forceinline__ float2 rope_cos_sin(int32_t position, float inv_freq) {
+  const float angle = __fmul_rn(static_cast<float>(position), inv_freq);
+  double s, c;
+  sincos(static_cast<double>(angle), &s, &c);
+  return make_float2(static_cast<float>(c), static_cast<float>(s));
+}
+
+// The pair (a, b) rotated by (cs, sn), each product and sum rounded on its own.
+__device__ __forceinline__ float2 rope_rotate(float a, float b, float cs, float sn) {
+  return make_float2(__fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn)), __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, cs)));
+}
+
 __global__ void rope_kernel(RopeRowsParams p, int64_t heads_per_block) {
   pdl_wait();
   extern __shared__ float trig[];  // cos[half], then sin[half]
@@ -229,20 +243,17 @@ __global__ void rope_kernel(RopeRowsParams p, int64_t heads_per_block) {
   const int64_t first_head = blockIdx.y * heads_per_block;
   const int64_t end_head = first_head + heads_per_block < p.heads ? first_head + heads_per_block : p.heads;
   for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
-    const float angle = __fmul_rn(static_cast<float>(p.positions[r]), p.inv_freq[i]);
-    double s, c;
-    sincos(static_cast<double>(angle), &s, &c);
-    trig[i] = static_cast<float>(c);
-    trig[half + i] = p.inverse ? -static_cast<float>(s) : static_cast<float>(s);
+    const float2 cs = rope_cos_sin(p.positions[r], p.inv_freq[i]);
+    trig[i] = cs.x;
+    trig[half + i] = p.inverse ? -cs.y : cs.y;
   }
   __syncthreads();
   for (int64_t q = first_head * half + threadIdx.x; q < end_head * half; q += blockDim.x) {
     const int64_t h = q / half, i = q % half;
     const int64_t off = (r * p.heads + h) * p.head_dim + p.head_dim - p.rope_dim + 2 * i;
-    const float a = load_float(p.x, off), b = load_float(p.x, off + 1);
-    const float cs = trig[i], sn = trig[half + i];
-    store_float(p.x, off, __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn)));
-    store_float(p.x, off + 1, __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, cs)));
+    const float2 rotated = rope_rotate(load_float(p.x, off), load_float(p.x, off + 1), trig[i], trig[half + i]);
+    store_float(p.x, off, rotated.x);
+    store_float(p.x, off + 1, rotated.y);
   }
 }
 
@@ -277,6 +288,18 @@ struct BlockRounding {
 // once and kept in registers for the rounding (wider blocks are read again, a value an iteration).
 constexpr int kQuantSimValues = 4;
 
+// The largest magnitude of a lane's values (those past the block are zeros) and of a warp's.
+__device__ __forceinline__ float lane_amax(const float (&v)[kQuantSimValues]) {
+  float amax = 0;
+#pragma unroll
+  for (const float x : v) amax = fmaxf(amax, fabsf(x));
+  return amax;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int off = 16; off > 0; off /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+
 __global__ void quant_sim_kernel(QuantSimRowsParams p) {
   pdl_wait();
   const int lane = threadIdx.x % 32;
@@ -294,14 +317,11 @@ __global__ void quant_sim_kernel(QuantSimRowsParams p) {
     if (in_registers) {
 #pragma unroll
       for (int c = 0; c < kQuantSimValues; ++c) v[c] = lane + 32 * c < len ? load_float(p.x, base + lane + 32 * c) : 0.0f;
-#pragma unroll
-      for (int c = 0; c < kQuantSimValues; ++c)
-        if (lane + 32 * c < len) amax = fmaxf(amax, fabsf(v[c]));
+      amax = lane_amax(v);
     } else {
       for (int64_t i = lane; i < len; i += 32) amax = fmaxf(amax, fabsf(load_float(p.x, base + i)));
     }
-    for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-    const BlockRounding rounded(amax, p.e2m1);
+    const BlockRounding rounded(warp_max(amax), p.e2m1);
     if (in_registers) {
 #pragma unroll
       for (int c = 0; c < kQuantSimValues; ++c)
@@ -354,12 +374,9 @@ bool quant_sim_lanes_fit(const QuantSimRowsParams& p) {
          reinterpret_cast<uintptr_t>(p.x.data) % 16 == 0;
 }
 
-__global__ void hadamard_kernel(HadamardRowsParams p) {
-  pdl_wait();
-  extern __shared__ float row[];
-  const int64_t n = p.width, base = blockIdx.x * n;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) row[i] = load_float(p.x, base + i);
-  __syncthreads();
+// The transform's butterflies over a block's shared row of n values (a power of two), stage by
+// stage as the CPU runs them: a + b and a - b, unscaled. Every thread calls it; ends synchronised.
+__device__ __forceinline__ void block_hadamard_stages(float* row, int64_t n) {
   for (int64_t h = 1; h < n; h *= 2) {
     for (int64_t q = threadIdx.x; q < n / 2; q += blockDim.x) {
       const int64_t j = (q / h) * 2 * h + q % h;
@@ -369,6 +386,15 @@ __global__ void hadamard_kernel(HadamardRowsParams p) {
     }
     __syncthreads();
   }
+}
+
+__global__ void hadamard_kernel(HadamardRowsParams p) {
+  pdl_wait();
+  extern __shared__ float row[];
+  const int64_t n = p.width, base = blockIdx.x * n;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) row[i] = load_float(p.x, base + i);
+  __syncthreads();
+  block_hadamard_stages(row, n);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) store_float(p.x, base + i, __fmul_rn(row[i], p.scale));
 }
 
@@ -457,29 +483,18 @@ __global__ void norm_rope_quant_kernel(NormRopeQuantRowsParams p) {
   __syncthreads();
   if (p.rope_dim > 0) {
     const int half = static_cast<int>(p.rope_dim / 2);
-    const float position = static_cast<float>(p.positions[vector / p.heads]);
+    const int32_t position = p.positions[vector / p.heads];
     for (int i = tid; i < half; i += threads) {
-      const float angle = __fmul_rn(position, p.inv_freq[i]);
-      double s, c;
-      sincos(static_cast<double>(angle), &s, &c);
-      const float cs = static_cast<float>(c), sn = static_cast<float>(s);
+      const float2 cs = rope_cos_sin(position, p.inv_freq[i]);
       const int at = dim - 2 * half + 2 * i;
-      const float a = row[at], b = row[at + 1];
-      row[at] = stored(p.y, __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn)));
-      row[at + 1] = stored(p.y, __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, cs)));
+      const float2 rotated = rope_rotate(row[at], row[at + 1], cs.x, cs.y);
+      row[at] = stored(p.y, rotated.x);
+      row[at + 1] = stored(p.y, rotated.y);
     }
     __syncthreads();
   }
   if (p.hadamard_scale != 0.0f) {
-    for (int h = 1; h < dim; h *= 2) {
-      for (int q = tid; q < dim / 2; q += threads) {
-        const int j = (q / h) * 2 * h + q % h;
-        const float a = row[j], b = row[j + h];
-        row[j] = __fadd_rn(a, b);
-        row[j + h] = __fsub_rn(a, b);
-      }
-      __syncthreads();
-    }
+    block_hadamard_stages(row, dim);
     for (int i = tid; i < dim; i += threads) row[i] = stored(p.y, __fmul_rn(row[i], p.hadamard_scale));
     __syncthreads();
   }
@@ -487,14 +502,9 @@ __global__ void norm_rope_quant_kernel(NormRopeQuantRowsParams p) {
     const int lane = tid % 32, block = static_cast<int>(p.quant_block);
     for (int b0 = tid / 32 * block; b0 < p.quant_cols; b0 += threads / 32 * block) {
       float v[kQuantSimValues];
-      float amax = 0;
 #pragma unroll
-      for (int c = 0; c < kQuantSimValues; ++c) {
-        v[c] = lane + 32 * c < block ? row[b0 + lane + 32 * c] : 0.0f;
-        amax = fmaxf(amax, fabsf(v[c]));
-      }
-      for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-      const BlockRounding rounded(amax, p.quant_e2m1);
+      for (int c = 0; c < kQuantSimValues; ++c) v[c] = lane + 32 * c < block ? row[b0 + lane + 32 * c] : 0.0f;
+      const BlockRounding rounded(warp_max(lane_amax(v)), p.quant_e2m1);
 #pragma unroll
       for (int c = 0; c < kQuantSimValues; ++c)
         if (lane + 32 * c < block) row[b0 + lane + 32 * c] = stored(p.y, rounded(v[c]));
