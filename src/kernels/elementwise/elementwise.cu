@@ -236,8 +236,10 @@ __device__ __forceinline__ float2 rope_rotate(float a, float b, float cs, float 
   return make_float2(__fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn)), __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, cs)));
 }
 
+// The angles come before the PDL wait (positions and inv_freq are no kernel's output): a decode
+// row's sines and cosines, double precision with the large arguments' reduction, run while the
+// kernel before finishes instead of on the chain after it.
 __global__ void rope_kernel(RopeRowsParams p, int64_t heads_per_block) {
-  pdl_wait();
   extern __shared__ float trig[];  // cos[half], then sin[half]
   const int64_t half = p.rope_dim / 2, r = blockIdx.x;
   const int64_t first_head = blockIdx.y * heads_per_block;
@@ -247,6 +249,7 @@ __global__ void rope_kernel(RopeRowsParams p, int64_t heads_per_block) {
     trig[i] = cs.x;
     trig[half + i] = p.inverse ? -cs.y : cs.y;
   }
+  pdl_wait();
   __syncthreads();
   for (int64_t q = first_head * half + threadIdx.x; q < end_head * half; q += blockDim.x) {
     const int64_t h = q / half, i = q % half;
@@ -448,16 +451,25 @@ template <int V>
 __global__ void norm_rope_quant_kernel(NormRopeQuantRowsParams p) {
   const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
   const int dim = static_cast<int>(p.dim);
+  const int64_t vector = blockIdx.x, base = vector * p.dim;
+  // The norm's weight and the rotation's angles before the PDL wait (no kernel writes them): the
+  // sines and cosines (double precision, the large arguments' reduction) run while the kernel
+  // before finishes, not on the chain after it.
   float w[V];
 #pragma unroll
   for (int v = 0; v < V; ++v) {
     const int i = tid + v * threads;
     w[v] = p.norm_weight.data != nullptr && i < dim ? load_float(p.norm_weight, i) : 1.0f;
   }
+  __shared__ float2 trig[kNormRopeQuantMaxDim / 2];
+  const int half = static_cast<int>(p.rope_dim / 2);
+  if (half > 0) {
+    const int32_t position = p.positions[vector / p.heads];
+    for (int i = tid; i < half; i += threads) trig[i] = rope_cos_sin(position, p.inv_freq[i]);
+  }
   pdl_wait();
   __shared__ float scratch[32];
   __shared__ float row[kNormRopeQuantMaxDim];
-  const int64_t vector = blockIdx.x, base = vector * p.dim;
   float x[V];
 #pragma unroll
   for (int v = 0; v < V; ++v) {
@@ -481,13 +493,10 @@ __global__ void norm_rope_quant_kernel(NormRopeQuantRowsParams p) {
   for (int v = 0; v < V; ++v)
     if (tid + v * threads < dim) row[tid + v * threads] = x[v];
   __syncthreads();
-  if (p.rope_dim > 0) {
-    const int half = static_cast<int>(p.rope_dim / 2);
-    const int32_t position = p.positions[vector / p.heads];
+  if (half > 0) {
     for (int i = tid; i < half; i += threads) {
-      const float2 cs = rope_cos_sin(position, p.inv_freq[i]);
       const int at = dim - 2 * half + 2 * i;
-      const float2 rotated = rope_rotate(row[at], row[at + 1], cs.x, cs.y);
+      const float2 rotated = rope_rotate(row[at], row[at + 1], trig[i].x, trig[i].y);
       row[at] = stored(p.y, rotated.x);
       row[at + 1] = stored(p.y, rotated.y);
     }

@@ -103,6 +103,8 @@ __host__ __device__ constexpr int64_t rms_norm_block_threads(int64_t dim) {
 
 // In place: x[r, h, hd - rope_dim + 2i .. +1] rotated by angle positions[r] * inv_freq[i] (fp32
 // product; cos and sin in double, rounded to fp32, as the CPU does), sin negated when inverse.
+// positions and inv_freq are read before the kernel waits for the kernel launched before it
+// (programmatic dependent launch): that kernel must not write them.
 struct RopeRowsParams {
   MutFloatPtr x;                // [rows, heads, head_dim]
   const int32_t* positions = nullptr;  // [rows]
@@ -152,8 +154,8 @@ struct NormRopeQuantRowsParams {
   bool norm = false;
   FloatPtr norm_weight;                // [dim], or data nullptr; read before the PDL wait
   float eps = 0;
-  const int32_t* positions = nullptr;  // [vectors / heads]
-  const float* inv_freq = nullptr;     // [rope_dim / 2]
+  const int32_t* positions = nullptr;  // [vectors / heads]; read before the PDL wait
+  const float* inv_freq = nullptr;     // [rope_dim / 2]; read before the PDL wait
   int64_t rope_dim = 0;                // 0: no rotation
   float hadamard_scale = 0;            // 0: no Hadamard transform; else hadamard_rows' scale
   int64_t quant_cols = 0;              // 0: no quantisation rounding
