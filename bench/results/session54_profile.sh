@@ -1,12 +1,26 @@
-# Session 54's third device call (output: session54_profile_h100.txt or _h200.txt): ncu of the
-# batch-1 step's latency-bound kernels on the critical chain (eager, one launch each: mHC's pre
-# and the indexer's top-k), then every GPU test on main.
-# Before: `scripts/gpu_bundle.sh build`. Carry [".dev/gpu.tar.xz"].
+# Session 54's third device call (output: session54_profile_h100.txt or _h200.txt): hc_post inside
+# hc_pre again, in the form that keeps its loads in flight (session54_hc_post_in_pre_v2.patch:
+# the chunk's stream found once, the previous streams read through the read-only path so that the
+# stores do not hold the next loads back): its op test under memcheck and a batch-1 A/B against
+# main; ncu of main's hc_pre_fused (eager batch 1). Cut to the device time left.
+# Before: the patch applied, built, its dsv4 and test_ops_cuda copied to /tmp/dsv4_hc2 and
+# /tmp/test_ops_cuda_hc2, the patch reverted and main built; `scripts/gpu_bundle.sh build --with
+# dsv4_hc2=/tmp/dsv4_hc2 --with test_ops_cuda_hc2=/tmp/test_ops_cuda_hc2`. Carry [".dev/gpu.tar.xz"].
 G=/tmp/gpu; rm -rf $G; tar xJf .dev/gpu.tar.xz -C /tmp
 export LD_LIBRARY_PATH=$G/lib OPENBLAS_CORETYPE=Haswell; mkdir -p $OUT; cd $G
 O=$OUT/out.txt
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > $O
-for k in hc_pre_fused_kernel topk_kernel; do
+set -f
+timeout 60 ./test_ops_cuda_hc2 --gtest_filter='*CudaOpsMhc*' 2>&1 | grep -E "OK|FAILED|Failure|PASSED" | tail -10 >> $O
+for tool in memcheck; do
+  timeout 60 compute-sanitizer --tool $tool ./test_ops_cuda_hc2 --gtest_filter='*WithThePostMix*' 2>&1 | \
+    grep -E "ERROR SUMMARY|PASSED|FAILED|Error" | head -4 | sed "s/^/$tool: /" >> $O
+done
+set +f
+echo "== ab_step main / hc_post inside hc_pre (v2), batch 1" >> $O
+timeout 120 bash ab_step.sh --rounds 2 --out /tmp/ab ./dsv4 ./dsv4_hc2 -- --device cuda --model flash --context 8192 \
+  --batch 1 >> $O 2>&1; echo "rc=$?" >> $O
+for k in hc_pre_fused_kernel; do
   echo "== ncu $k, eager batch 1" >> $O
   timeout 70 ncu --clock-control none -k regex:$k --launch-skip 12 --launch-count 1 --section SpeedOfLight \
     --section WarpStateStats --section SourceCounters -f -o /tmp/$k ./dsv4 bench step --device cuda --model flash \
@@ -15,8 +29,4 @@ for k in hc_pre_fused_kernel topk_kernel; do
   ncu -i /tmp/$k.ncu-rep --page source --csv --print-source sass > /tmp/${k}_src.csv 2>/dev/null && \
     python3 ncu_sass_regions.py /tmp/${k}_src.csv --top 6 2>&1 | head -30 >> $O
 done
-echo "== suite" >> $O
-./dsv4 make-model --preset tiny --seed 1 --out /tmp/tiny --force > /dev/null 2>&1; export DSV4_TINY_MODEL=/tmp/tiny
-GPU_SANITIZE=0 GPU_BENCH=0 OUT=/tmp/suite timeout 170 bash gpu_run.sh > /tmp/suite.txt 2>&1; echo "rc=$?" >> $O
-grep -E "^==|PASSED|FAILED|skipped|same ids|differ" /tmp/suite.txt >> $O
 echo "== done" >> $O
