@@ -1,8 +1,9 @@
-# Session 54's third device call (output: session54_profile_h100.txt or _h200.txt): hc_post inside
+# Session 54's third device call, prepared and not run (the session's device time ran out; output
+# would be session54_profile_h100.txt or _h200.txt): hc_post inside
 # hc_pre again, in the form that keeps its loads in flight (session54_hc_post_in_pre_v2.patch:
 # the chunk's stream found once, the previous streams read through the read-only path so that the
 # stores do not hold the next loads back): its op test under memcheck and a batch-1 A/B against
-# main; ncu of main's hc_pre_fused (eager batch 1). Cut to the device time left.
+# main. Cut to the device time left (no ncu).
 # Before: the patch applied, built, its dsv4 and test_ops_cuda copied to /tmp/dsv4_hc2 and
 # /tmp/test_ops_cuda_hc2, the patch reverted and main built; `scripts/gpu_bundle.sh build --with
 # dsv4_hc2=/tmp/dsv4_hc2 --with test_ops_cuda_hc2=/tmp/test_ops_cuda_hc2`. Carry [".dev/gpu.tar.xz"].
@@ -20,13 +21,4 @@ set +f
 echo "== ab_step main / hc_post inside hc_pre (v2), batch 1" >> $O
 timeout 120 bash ab_step.sh --rounds 2 --out /tmp/ab ./dsv4 ./dsv4_hc2 -- --device cuda --model flash --context 8192 \
   --batch 1 >> $O 2>&1; echo "rc=$?" >> $O
-for k in hc_pre_fused_kernel; do
-  echo "== ncu $k, eager batch 1" >> $O
-  timeout 70 ncu --clock-control none -k regex:$k --launch-skip 12 --launch-count 1 --section SpeedOfLight \
-    --section WarpStateStats --section SourceCounters -f -o /tmp/$k ./dsv4 bench step --device cuda --model flash \
-    --context 8192 --batch 1 --repeats 1 --iters 1 --cuda-graphs off > /tmp/ncu_$k.txt 2>&1; echo "ncu rc=$?" >> $O
-  ncu -i /tmp/$k.ncu-rep --page details 2>&1 | grep -E "Duration|Elapsed Cycles|Stall|Warp Cycles|Memory Throughput|Block Size|Grid Size" | head -16 >> $O
-  ncu -i /tmp/$k.ncu-rep --page source --csv --print-source sass > /tmp/${k}_src.csv 2>/dev/null && \
-    python3 ncu_sass_regions.py /tmp/${k}_src.csv --top 6 2>&1 | head -30 >> $O
-done
 echo "== done" >> $O
