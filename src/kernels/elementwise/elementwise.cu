@@ -440,7 +440,7 @@ __global__ void hadamard_warp_kernel(HadamardRowsParams p) {
 }
 
 // v as y stores it: what the next op of a chain reads back.
-__device__ __forceinline__ float stored(MutFloatPtr y, float v) { return y.bf16 ? bf16_to_float(float_to_bf16(v)) : v; }
+__device__ __forceinline__ float stored(MutFloatPtr y, float v) { return y.bf16 ? round_bf16(v) : v; }
 
 // norm_rope_quant_rows' launch: block b takes vector b in rms_norm_block_threads(dim) threads, its
 // values in registers for the norm (rms_norm_regs_kernel's loads and sums: thread t holds values
