@@ -77,6 +77,14 @@ CudaOps::QuantisedX CudaOps::quantise_x(const ConstTensorView& x, int64_t padded
   return q;
 }
 
+bool CudaOps::gemm_quantises_x(kernels::Fp8MmaGemmParams& g, const ConstTensorView& x) const {
+  if (!options_.gemm_quantises_x || x.dtype() != DType::kBF16) return false;
+  g.x_bf16 = x.data<uint16_t>();
+  if (kernels::fp8_mma_gemm_quantises_x(g)) return true;
+  g.x_bf16 = nullptr;
+  return false;
+}
+
 void CudaOps::run_chained_streamed(kernels::Fp8MmaGemmParams g, const ConstTensorView& x) {
   const QuantisedX quantised = quantise_x(x, g.m, XForm::kNatural);
   g.x = nullptr;
@@ -116,6 +124,10 @@ void CudaOps::linear(const LinearParams& p) {
     // (x's scales), which kWgmma gives the calls fp8_mma_gemm_choice puts on the staged kernel.
     const bool tma = f16 || (on_mma && options_.fp8_gemm == Fp8Gemm::kWgmma &&
                              kernels::fp8_mma_gemm_choice(g) == kernels::Fp8MmaKernel::kStaged);
+    if (on_mma && !f16 && !tma && gemm_quantises_x(g, p.x)) {
+      run_fp8_mma(g);
+      return;
+    }
     const int64_t mp = on_cublaslt ? fp8_gemm_padded_m(M) : tma ? (M + 3) / 4 * 4 : M;
     const QuantisedX quantised = quantise_x(p.x, mp, f16 ? XForm::kMmaOrder : XForm::kCodes);
     const StreamBuffer &xq = quantised.codes, &xs = quantised.scales;
@@ -242,6 +254,10 @@ bool CudaOps::linear_pair(const LinearsParams& p) {
                 .y = float_ptr(b.y), .ldy = b.w->shape[0], .n = b.w->shape[0]};
     if (options_.fp8_gemm == Fp8Gemm::kChained) {
       run_chained_streamed(g, p.x);
+      return true;
+    }
+    if (gemm_quantises_x(g, p.x)) {
+      run_fp8_mma(g);
       return true;
     }
     const QuantisedX quantised = quantise_x(p.x, M, XForm::kCodes);

@@ -356,18 +356,6 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
       moe_gate_route(p);
       kernels::expert_plan(plan, stream_);
     }
-    kernels::ActQuantParams x_quant{p.x.data<uint16_t>(), xq.get<uint8_t>(), x_scale.get<float>(), N, quant_rows, D};
-    if (T >= kScatterQuantMinTokens) {  // a token's row quantised once, for its k rows
-      x_quant.scatter_rows = plan.row_of;
-      x_quant.scatter_fanout = k;
-    } else {
-      x_quant.src_row = plan.src_token;
-    }
-    if (values) x_quant.q16 = xq.get<uint16_t>();
-    x_quant.q16_bf16_scaled = chained;
-    x_quant.q16_natural_order = chained_streamed;
-    kernels::act_quant_fp8(x_quant, stream_);
-
     auto grouped = [&](const uint8_t* x, const float* x_scale_of, int64_t in, int64_t out, int which, int64_t ld,
                        void* y) {
       kernels::Fp8MmaGemmParams g;
@@ -399,13 +387,27 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
       return g;
     };
     kernels::Fp8MmaGemmParams gate_up = grouped(xq.get<uint8_t>(), x_scale.get<float>(), D, I, 0, ld_in, gate.get<void>());
-    if (tile_rows <= 32) {  // streamed tiles: up in the same launch (w3 of expert e is table entry E + e)
+    // Streamed tiles: up in the same launch (w3 of expert e is table entry E + e).
+    if (tile_rows <= 32)
       gate_up.second = {.w_scale_ld = ld_in, .y = {up.get<void>(), true}, .ldy = I, .n = I, .group_offset = E};
-      run_fp8_mma(gate_up);
-    } else {
-      run_fp8_mma(gate_up);
-      run_fp8_mma(grouped(xq.get<uint8_t>(), x_scale.get<float>(), D, I, 1, ld_in, up.get<void>()));
+    // Decode sizes: the GEMM quantises each row's token itself (x_src_row: the plan's tokens).
+    gate_up.x_src_row = plan.src_token;
+    if (values || T >= kScatterQuantMinTokens || !gemm_quantises_x(gate_up, p.x)) {
+      gate_up.x_src_row = nullptr;
+      kernels::ActQuantParams x_quant{p.x.data<uint16_t>(), xq.get<uint8_t>(), x_scale.get<float>(), N, quant_rows, D};
+      if (T >= kScatterQuantMinTokens) {  // a token's row quantised once, for its k rows
+        x_quant.scatter_rows = plan.row_of;
+        x_quant.scatter_fanout = k;
+      } else {
+        x_quant.src_row = plan.src_token;
+      }
+      if (values) x_quant.q16 = xq.get<uint16_t>();
+      x_quant.q16_bf16_scaled = chained;
+      x_quant.q16_natural_order = chained_streamed;
+      kernels::act_quant_fp8(x_quant, stream_);
     }
+    run_fp8_mma(gate_up);
+    if (tile_rows > 32) run_fp8_mma(grouped(xq.get<uint8_t>(), x_scale.get<float>(), D, I, 1, ld_in, up.get<void>()));
     kernels::ActQuantParams h_quant{gate.get<uint16_t>(), hq.get<uint8_t>(), h_scale.get<float>(), N, quant_rows, I};
     if (values) h_quant.q16 = hq.get<uint16_t>();
     h_quant.q16_bf16_scaled = chained;
