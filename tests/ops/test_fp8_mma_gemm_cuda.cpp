@@ -1535,6 +1535,48 @@ TEST(Fp8MmaGemmQuantisedXCuda, GivesTheBitsOfActQuantsCodesE2m1) {
   EXPECT_EQ(first_difference(run(true), codes, n, false), "") << "rows 0..6: first output, 7..13: second";
 }
 
+// A SwiGLU source (x_up_bf16, the routed experts' second GEMM): the kernel's h = swiglu(gate, up)
+// with the rows' weights and the limit, quantised, gives the bits of act_quant_fp8's SwiGLU source
+// and the GEMM on its codes; grouped FP4 weights (tiles of 8) and dense FP8 ones on the registers
+// form, with and without row weights.
+TEST(Fp8MmaGemmQuantisedXCuda, GivesTheBitsOfActQuantsSwiglu) {
+  DSV4_SKIP_WITHOUT_GPU();
+  const int64_t rows = 7, n = 264, k = 1024;
+  const Operands gate(rows, n, k, 1, 21), up(rows, n, k, 1, 22);
+  const Fp4Weights w(n, k, 2, 23);
+  std::vector<float> weights(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) weights[static_cast<size_t>(r)] = 0.05f + 0.13f * static_cast<float>(r);
+  DeviceBuffer<float> d_weights(weights.size());
+  d_weights.upload(weights);
+  const DeviceTiles tiles({{1, 0, 4}, {0, 4, 3}}, 2);
+  const Fp4Tables t(w, gate, {0, 1}, true);
+  for (const bool grouped : {true, false}) {
+    for (const bool weighted : {true, false}) {
+      DeviceBuffer<uint8_t> hq(static_cast<size_t>(rows * k));
+      DeviceBuffer<float> hs(static_cast<size_t>(k / 128 * rows));
+      kernels::ActQuantParams quant{gate.dx.get(), hq.get(), hs.get(), rows, rows, k};
+      quant.swiglu_up = up.dx.get();
+      quant.swiglu_row_weight = weighted ? d_weights.get() : nullptr;
+      quant.swiglu_limit = 2.5f;
+      kernels::act_quant_fp8(quant, nullptr);
+      kernels::Fp8MmaGemmParams p =
+          grouped ? grouped_params(w.dense(gate, 0, true), tiles, 8, t.w_of.get(), t.scale_of.get(), t.shift_of.get())
+                  : gate.inputs(0, rows, 0);
+      p.x = hq.get();
+      p.x_scale = hs.get();
+      p.x_scale_ld = rows;
+      const std::vector<uint8_t> codes = run_forced(p, kernels::Fp8MmaKernel::kAuto, rows, true);
+      p = with_bf16_x(p, gate);
+      p.x_up_bf16 = up.dx.get();
+      p.x_row_weight = quant.swiglu_row_weight;
+      p.x_swiglu_limit = quant.swiglu_limit;
+      ASSERT_TRUE(kernels::fp8_mma_gemm_quantises_x(p));
+      EXPECT_EQ(first_difference(run_forced(p, kernels::Fp8MmaKernel::kAuto, rows, true), codes, n, true), "")
+          << (grouped ? "grouped FP4" : "dense FP8") << (weighted ? ", row weights" : ", no row weights");
+    }
+  }
+}
+
 // Which calls quantise x in the kernel (no GPU needed) and a UsageError for one that does not.
 TEST(Fp8MmaGemmQuantisedXCuda, TakesDecodeTilesOnly) {
   alignas(16) static uint16_t x[16];
@@ -1561,6 +1603,10 @@ TEST(Fp8MmaGemmQuantisedXCuda, TakesDecodeTilesOnly) {
   p.x_bf16 = x + 1;
   EXPECT_FALSE(takes(1, 1024)) << "x_bf16 not 16-byte aligned";
   p.x_bf16 = x;
+  p.x_up_bf16 = x;
+  EXPECT_TRUE(takes(8, 1920)) << "a SwiGLU source on the registers form";
+  EXPECT_FALSE(takes(1, 2048)) << "a SwiGLU source on the piped form";
+  p.x_up_bf16 = nullptr;
   const kernels::Fp8MmaTile tile{};
   p.tiles = &tile;
   p.tile_rows = 16;

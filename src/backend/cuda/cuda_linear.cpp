@@ -77,9 +77,9 @@ CudaOps::QuantisedX CudaOps::quantise_x(const ConstTensorView& x, int64_t padded
   return q;
 }
 
-bool CudaOps::gemm_quantises_x(kernels::Fp8MmaGemmParams& g, const ConstTensorView& x) const {
-  if (!options_.gemm_quantises_x || x.dtype() != DType::kBF16) return false;
-  g.x_bf16 = x.data<uint16_t>();
+bool CudaOps::gemm_quantises_x(kernels::Fp8MmaGemmParams& g, const uint16_t* x) const {
+  if (!options_.gemm_quantises_x) return false;
+  g.x_bf16 = x;
   if (kernels::fp8_mma_gemm_quantises_x(g)) return true;
   g.x_bf16 = nullptr;
   return false;
@@ -124,7 +124,7 @@ void CudaOps::linear(const LinearParams& p) {
     // (x's scales), which kWgmma gives the calls fp8_mma_gemm_choice puts on the staged kernel.
     const bool tma = f16 || (on_mma && options_.fp8_gemm == Fp8Gemm::kWgmma &&
                              kernels::fp8_mma_gemm_choice(g) == kernels::Fp8MmaKernel::kStaged);
-    if (on_mma && !f16 && !tma && gemm_quantises_x(g, p.x)) {
+    if (on_mma && !f16 && !tma && gemm_quantises_x(g, p.x.data<uint16_t>())) {
       run_fp8_mma(g);
       return;
     }
@@ -256,7 +256,7 @@ bool CudaOps::linear_pair(const LinearsParams& p) {
       run_chained_streamed(g, p.x);
       return true;
     }
-    if (gemm_quantises_x(g, p.x)) {
+    if (gemm_quantises_x(g, p.x.data<uint16_t>())) {
       run_fp8_mma(g);
       return true;
     }

@@ -257,10 +257,10 @@ class CudaOps final : public Ops {
   // values in x's own order (kChained's streamed kernel).
   enum class XForm { kCodes, kMmaOrder, kNatural };
   QuantisedX quantise_x(const ConstTensorView& x, int64_t padded_rows, XForm form);
-  // Sets g.x_bf16 to x (bf16 rows of g.k, contiguous: g's rows, or those g.x_src_row names) where
-  // the options let the GEMM quantise x itself and it can (kernels::fp8_mma_gemm_quantises_x);
-  // false, g unchanged, otherwise.
-  bool gemm_quantises_x(kernels::Fp8MmaGemmParams& g, const ConstTensorView& x) const;
+  // Sets g.x_bf16 to x (bf16 rows of g.k, contiguous: g's rows, or those g.x_src_row names; with
+  // g.x_up_bf16 set, the SwiGLU's gate) where the options let the GEMM quantise x itself and it
+  // can (kernels::fp8_mma_gemm_quantises_x); false, g unchanged, otherwise.
+  bool gemm_quantises_x(kernels::Fp8MmaGemmParams& g, const uint16_t* x) const;
   // kChained's decode-sized call g (a second output allowed, x not yet quantised) on the chained
   // streamed kernel.
   void run_chained_streamed(kernels::Fp8MmaGemmParams g, const ConstTensorView& x);

@@ -36,6 +36,7 @@
 #include "kernels/gemm/staged_tiles.cuh"
 #include "kernels/gemm/wgmma.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/moe/swiglu_value.cuh"
 #include "kernels/sm_count.h"
 
 namespace dsv4::kernels {
@@ -202,6 +203,10 @@ __device__ __forceinline__ void chained_streamed_lane(const Fp8MmaGemmParams& p,
   }
 }
 
+// Where a streamed kernel's x comes from: act_quant_fp8's codes and scales (x, x_scale), or
+// x_bf16's rows (kBf16) or the SwiGLU of x_bf16 and x_up_bf16 (kSwiglu), quantised by the kernel.
+enum class XSource { kCodes, kBf16, kSwiglu };
+
 // x_bf16's row of the GEMM's row r: x_src_row[r] where set, else r.
 __device__ __forceinline__ int64_t x_source_row(const Fp8MmaGemmParams& p, int64_t r) {
   return p.x_src_row != nullptr ? int64_t{p.x_src_row[r]} : r;
@@ -238,6 +243,33 @@ __device__ __forceinline__ RowBytes quantise_lane_block(const Bf16x32& raw, int&
   return {make_uint4(codes[0], codes[1], codes[2], codes[3]), make_uint4(codes[4], codes[5], codes[6], codes[7])};
 }
 
+// kSwiglu's values of a lane's 32 inputs of a block: kernels::swiglu's of gate and up with the
+// row's weight (weighted) and the limit, as bf16 (rounded as swiglu stores them).
+__device__ __forceinline__ Bf16x32 swiglu_lane_block(const Bf16x32& gate, const Bf16x32& up, bool weighted, float weight,
+                                                     float limit) {
+  Bf16x32 h;
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    const uint32_t g[4] = {gate.v[c].x, gate.v[c].y, gate.v[c].z, gate.v[c].w};
+    const uint32_t u[4] = {up.v[c].x, up.v[c].y, up.v[c].z, up.v[c].w};
+    uint32_t out[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      uint32_t pair = 0;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float v = swiglu_value(bf16_to_float(static_cast<uint16_t>(g[i] >> (16 * half))),
+                               bf16_to_float(static_cast<uint16_t>(u[i] >> (16 * half))), limit);
+        if (weighted) v = __fmul_rn(weight, v);
+        pair |= static_cast<uint32_t>(float_to_bf16(v)) << (16 * half);
+      }
+      out[i] = pair;
+    }
+    h.v[c] = make_uint4(out[0], out[1], out[2], out[3]);
+  }
+  return h;
+}
+
 // The routed experts' decode GEMM (e2m1, 8-row x tiles) is held to 64 registers, 8 blocks an SM,
 // with one weight tile (with 72 its batch-64 step took 0.3 ms longer, docs/PERF.md, session 15) and
 // to 80, 6 blocks an SM, with two (8 blocks spilled and took 3 ms longer at batch 64, session 17).
@@ -248,11 +280,13 @@ __device__ __forceinline__ RowBytes quantise_lane_block(const Bf16x32& raw, int&
 // with the block scale (e4m3) or the shift and block scale (e2m1) folded in, and each warp's MMAs
 // accumulate straight into its lane q (no block sum, no fmaf): the chained WGMMA kernels' bits.
 //
-// kQuantX (x_bf16, 8-row tiles): each lane loads its 32 inputs of a block as bf16 and quantises
-// them (quantise_lane_block); the scales of the accumulator's columns come from the lanes that
-// hold those rows.
-template <int NT, bool kE2M1, int MT = 1, bool kChained = false, bool kQuantX = false>  // 8-row x tiles, 16-row weight tiles a block
+// kBf16 and kSwiglu (x_bf16, 8-row tiles): each lane loads its 32 inputs of a block as bf16 (or
+// its gate's and up's and takes their SwiGLU, swiglu_lane_block) and quantises them
+// (quantise_lane_block); the scales of the accumulator's columns come from the lanes that hold
+// those rows.
+template <int NT, bool kE2M1, int MT = 1, bool kChained = false, XSource kX = XSource::kCodes>  // 8-row x tiles, 16-row weight tiles a block
 __global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? (MT == 1 ? 8 : 6) : 1) fp8_mma_gemm_kernel(Fp8MmaGemmParams p) {
+  constexpr bool kQuantX = kX != XSource::kCodes;
   static_assert(!kQuantX || (NT == 1 && !kChained), "x quantised in the kernel: 8-row tiles of the default order");
   pdl_wait();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -284,12 +318,19 @@ __global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? (MT == 1 ? 8 :
     }
   const uint8_t* x_at[NT];
   const uint16_t* x_bf16_at = nullptr;  // kQuantX: the lane's row's inputs 32 t .. of K block 0
+  const uint16_t* x_up_at = nullptr;    // kSwiglu: the same of x_up_bf16
+  float row_weight = 1.0f;              // kSwiglu: the lane's row's x_row_weight
   // The accumulator's columns: x rows 8j + 2t and 8j + 2t + 1, for their scales (kChained reads
   // neither x_at nor these).
   int64_t xs_row[NT][2];
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
-    if constexpr (kQuantX)
+    if constexpr (kX == XSource::kSwiglu) {
+      const int64_t row = x_row0 + min(g, x_rows - 1);
+      x_bf16_at = p.x_bf16 + row * p.k + 32 * t;
+      x_up_at = p.x_up_bf16 + row * p.k + 32 * t;
+      if (p.x_row_weight != nullptr) row_weight = p.x_row_weight[row];
+    } else if constexpr (kQuantX)
       x_bf16_at = p.x_bf16 + x_source_row(p, x_row0 + min(g, x_rows - 1)) * p.k + 32 * t;
     else
       x_at[j] = p.x + (x_row0 + min(8 * j + g, x_rows - 1)) * p.k + 32 * t;
@@ -314,7 +355,11 @@ __global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? (MT == 1 ? 8 :
                                    [&](int m, int h, uint32_t shift) { scale[m][h] = pow2_f16x2(shift); });
       RowBytes xb[NT];
       int x_exponent = 0;  // kQuantX: of the lane's row's block
-      if constexpr (kQuantX) {
+      if constexpr (kX == XSource::kSwiglu) {
+        const Bf16x32 h = swiglu_lane_block(load_bf16x32(x_bf16_at + b * 128, true), load_bf16x32(x_up_at + b * 128, true),
+                                            p.x_row_weight != nullptr, row_weight, p.x_swiglu_limit);
+        xb[0] = quantise_lane_block(h, x_exponent);
+      } else if constexpr (kQuantX) {
         xb[0] = quantise_lane_block(load_bf16x32(x_bf16_at + b * 128, true), x_exponent);
       } else {
 #pragma unroll
@@ -1035,10 +1080,15 @@ void launch_streamed(dim3 grid, int32_t tile_rows, bool e2m1, bool wide, cudaStr
                      const Fp8MmaGemmParams& p) {
   const auto launch = [&](auto kernel) { launch_pdl(kernel, grid, kWarps * 32, 0, stream, p); };
   if constexpr (!kChained) {
+    if (p.x_bf16 != nullptr && p.x_up_bf16 != nullptr) {  // never wide (fp8_mma_gemm)
+      if (!e2m1) launch(fp8_mma_gemm_kernel<1, false, 1, false, XSource::kSwiglu>);
+      else launch(fp8_mma_gemm_kernel<1, true, 1, false, XSource::kSwiglu>);
+      return;
+    }
     if (p.x_bf16 != nullptr) {
-      if (!e2m1) launch(fp8_mma_gemm_kernel<1, false, 1, false, true>);
-      else if (wide) launch(fp8_mma_gemm_kernel<1, true, kWideWeightTiles, false, true>);
-      else launch(fp8_mma_gemm_kernel<1, true, 1, false, true>);
+      if (!e2m1) launch(fp8_mma_gemm_kernel<1, false, 1, false, XSource::kBf16>);
+      else if (wide) launch(fp8_mma_gemm_kernel<1, true, kWideWeightTiles, false, XSource::kBf16>);
+      else launch(fp8_mma_gemm_kernel<1, true, 1, false, XSource::kBf16>);
       return;
     }
   }
@@ -1118,8 +1168,10 @@ E2m1DeviceWeight e2m1_device_layout(const uint8_t* stored, const uint8_t* shifts
 
 bool fp8_mma_gemm_quantises_x(const Fp8MmaGemmParams& p) {
   if (p.x_bf16 == nullptr || !aligned16(p.x_bf16) || fp8_mma_gemm_choice(p) != Fp8MmaKernel::kStreamed) return false;
+  const bool swiglu = p.x_up_bf16 != nullptr;
+  if (swiglu && (!aligned16(p.x_up_bf16) || p.x_src_row != nullptr)) return false;
   if (p.tiles != nullptr) return p.tile_rows == 8;
-  return p.m <= 8 && (!takes_piped(p) || p.m * p.k <= kPipedQuantisedXMaxCodes);
+  return p.m <= 8 && (!takes_piped(p) || (!swiglu && p.m * p.k <= kPipedQuantisedXMaxCodes));
 }
 
 int32_t fp8_mma_tile_rows(int64_t m) {
@@ -1232,7 +1284,8 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   }
   const int64_t tiles = grouped ? p.max_tiles : (p.m + tile_rows - 1) / tile_rows;
   const bool e2m1 = p.w_codes == Fp8MmaWeightCodes::kE2M1;
-  const bool e2m1_wide = e2m1 && tile_rows == 8 &&
+  // (Not with a SwiGLU source: its gate and up held 80 registers with two tiles and spilled.)
+  const bool e2m1_wide = e2m1 && tile_rows == 8 && p.x_up_bf16 == nullptr &&
                          row_blocks_of(kRowsPerBlock) * tiles > kE2M1WideMinWaves * 8 * current_device_sm_count();
   // Dense calls with x tiles of 16 or 32 rows (decode batches of 9 to 63 rows) take two weight
   // tiles a block too: each x operand, whose conversions are one to two times the weight's at

@@ -188,6 +188,12 @@ struct Fp8MmaGemmParams {
   // plan's rows' tokens). Only where fp8_mma_gemm_quantises_x says so.
   const uint16_t* x_bf16 = nullptr;
   const int32_t* x_src_row = nullptr;
+  // Set with x_bf16 (not with x_src_row): row r's values are kernels::swiglu's of gate x_bf16 and up
+  // x_up_bf16 (the same rows, 16-byte aligned) with the row weight x_row_weight[r] (nullptr: 1)
+  // and x_swiglu_limit, rounded to bf16 as swiglu stores them: act_quant_fp8's SwiGLU source.
+  const uint16_t* x_up_bf16 = nullptr;
+  const float* x_row_weight = nullptr;
+  float x_swiglu_limit = 0;
 };
 
 // The most x codes (m * k) the piped kernel quantises into its shared memory (fp8_mma_gemm_quantises_x):
@@ -196,8 +202,8 @@ constexpr int64_t kPipedQuantisedXMaxCodes = 16384;
 
 // Whether fp8_mma_gemm takes p with x_bf16 set (p's other fields as the call will have them):
 // the streamed kernel's calls with x tiles of 8 rows (not chained), that is dense calls of up to
-// 8 rows (at most kPipedQuantisedXMaxCodes codes where the piped kernel takes them) and grouped
-// calls with tile_rows 8. Each block quantises its tile's x blocks for itself, which costs less
+// 8 rows (at most kPipedQuantisedXMaxCodes codes where the piped kernel takes them; a SwiGLU
+// source, x_up_bf16, not there) and grouped calls with tile_rows 8. Each block quantises its tile's x blocks for itself, which costs less
 // than a launch only at those sizes.
 bool fp8_mma_gemm_quantises_x(const Fp8MmaGemmParams& p);
 
