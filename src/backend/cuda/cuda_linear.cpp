@@ -29,6 +29,7 @@
 #include "kernels/gemm/fp8_mma_gemm.h"
 #include "kernels/gemm/grouped_bf16_fp8_gemm.h"
 #include "kernels/gemm/simple_gemm.h"
+#include "kernels/l2_prefetch.h"
 #include "ops/param_checks.h"
 
 namespace dsv4::cuda {
@@ -226,6 +227,20 @@ void CudaOps::run_fp8_mma(kernels::Fp8MmaGemmParams g) {
       kernels::fp8_mma_gemm_choice(g) == kernels::Fp8MmaKernel::kStaged)
     g.kernel = kernels::Fp8MmaKernel::kWgmmaFp8;
   kernels::fp8_mma_gemm(g, stream_);
+}
+
+void CudaOps::prefetch_weights(std::span<const Weight* const> weights) {
+  if (!options_.prefetch_weights || weights.empty()) return;
+  kernels::L2PrefetchParams p;
+  for (const Weight* w : weights) {
+    if (w == nullptr || w->data.empty()) continue;
+    if (p.count == kernels::kL2PrefetchMaxRanges) {
+      kernels::l2_prefetch(p, stream_);
+      p.count = 0;
+    }
+    p.ranges[p.count++] = {w->data.view().bytes(), static_cast<int64_t>(w->data.view().nbytes())};
+  }
+  kernels::l2_prefetch(p, stream_);
 }
 
 void CudaOps::linears(const LinearsParams& p) {

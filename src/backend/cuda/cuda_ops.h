@@ -121,6 +121,8 @@ struct CudaOptions {
   // (kernels::fp8_mma_gemm_quantises_x) instead of after a kernels::act_quant_fp8 launch: one
   // launch fewer on the chain a GEMM, the same bits either way.
   bool gemm_quantises_x = true;
+  // Whether prefetch_weights brings weights into L2 (kernels::l2_prefetch); off, it does nothing.
+  bool prefetch_weights = true;
   // The GPU the backend runs on (CUDA's device index). Its memory and streams are that device's;
   // a thread other than the one that made the backend calls bind_thread() before using it.
   int device = 0;
@@ -184,6 +186,7 @@ class CudaOps final : public Ops {
   void linears(const LinearsParams& p) override;
   void grouped_linear(const GroupedLinearParams& p) override;
 
+  void prefetch_weights(std::span<const Weight* const> weights) override;
   void hc_pre(const HcPreParams& p) override;
   void hc_post(const HcPostParams& p) override;
   void hc_head(const HcHeadParams& p) override;
