@@ -181,9 +181,9 @@ TEST_F(ModelForkJoin, AttentionLayersForkTheirIndependentInputChains) {
 }
 
 // A decode step's layer adds three fork/joins, each a stretch of small kernels with the prefetch
-// of the weights the GEMMs after it read beside it: hc_pre with wq_b's, the indexer's top-k and
-// attention with wo_a's, hc_post and the FFN's hc_pre with the shared expert's first pair's. A
-// prefill has none (the test above).
+// of the weights the GEMMs after it read beside it: hc_pre with wq_a's, wkv's and wq_b's, the
+// indexer's top-k and attention with wo_a's, hc_post and the FFN's hc_pre with the gate's and the
+// shared expert's first pair's. A prefill has none (the test above).
 TEST_F(ModelForkJoin, DecodeStepsPrefetchTheWeightsOfTheGemmsAfterSmallKernels) {
   RecordingOps ops(false);
   const Model model = Model::load(ops, tiny_model_dir());
@@ -208,13 +208,15 @@ TEST_F(ModelForkJoin, DecodeStepsPrefetchTheWeightsOfTheGemmsAfterSmallKernels) 
       EXPECT_TRUE(r.prefetched[0].empty()) << chain;
       EXPECT_TRUE(r.linears[1].empty()) << chain;
     };
-    expect_prefetch(record(0), "attn-prefetch", {layer + "attn.wq_b.weight"});
+    expect_prefetch(record(0), "attn-prefetch",
+                    {layer + "attn.wq_a.weight", layer + "attn.wkv.weight", layer + "attn.wq_b.weight"});
     EXPECT_TRUE(record(0).linears[0].empty()) << "hc_pre has no linear";
     EXPECT_EQ(record(1).chain, layer_kind_name(cfg.layer_kind(l)));
     expect_prefetch(record(2), "attn-out-prefetch", {layer + "attn.wo_a.weight"});
     EXPECT_EQ(record(3).chain, kOutputChain);
     expect_prefetch(record(4), "ffn-prefetch",
-                    {layer + "ffn.shared_experts.w1.weight", layer + "ffn.shared_experts.w3.weight"});
+                    {layer + "ffn.gate.weight", layer + "ffn.shared_experts.w1.weight",
+                     layer + "ffn.shared_experts.w3.weight"});
   }
 }
 
