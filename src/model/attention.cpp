@@ -79,21 +79,18 @@ DeviceTensor attention(const ForwardContext& ctx, const AttentionWeights& w, int
   }
   ctx.ops.fork_join(chains);
 
-  // After the join, on the main stream: the indexer's scores and top-k over its keys, then
-  // attention; beside them (decode sizes) wo_a's weight comes into the device's cache.
+  // After the join, on the main stream: the indexer's scores and top-k over its keys.
   DeviceTensor topk;
+  if (w.indexer) topk = indexer_topk(ctx, layer, index_query);
+
+  std::vector<AttentionSeq> seqs;
+  for (size_t s = 0; s < ctx.slices.size(); ++s)
+    seqs.push_back(
+        {ctx.slices[s], ctx.cache(s).layer(layer).window.view(), ratio > 0 ? ctx.compressed(s, layer) : PagedCache()});
   DeviceTensor o = ctx.alloc(ctx.act, {T, H, d});
-  run_with_prefetch(ctx, "attn-out-prefetch", {&w.wo_a}, [&] {
-    if (w.indexer) topk = indexer_topk(ctx, layer, index_query);
-    std::vector<AttentionSeq> seqs;
-    for (size_t s = 0; s < ctx.slices.size(); ++s)
-      seqs.push_back(
-          {ctx.slices[s], ctx.cache(s).layer(layer).window.view(), ratio > 0 ? ctx.compressed(s, layer) : PagedCache()});
-    const auto softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-    ctx.ops.sparse_attention({q.view(), kv.view(), &w.attn_sink,
-                              topk.empty() ? ConstTensorView() : ConstTensorView(topk.view()), ctx.positions.view(), seqs,
-                              p.sliding_window, ratio, softmax_scale, o.view()});
-  });
+  const auto softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  ctx.ops.sparse_attention({q.view(), kv.view(), &w.attn_sink, topk.empty() ? ConstTensorView() : ConstTensorView(topk.view()),
+                            ctx.positions.view(), seqs, p.sliding_window, ratio, softmax_scale, o.view()});
   if (!topk.empty()) ctx.observe("layers." + std::to_string(layer) + ".indexer_topk", topk);
 
   // A second fork/join: the window ring takes the batch's kv rows once attention has read it (a

@@ -70,19 +70,4 @@ DeviceTensor rms_norm(const ForwardContext& ctx, const DeviceTensor& x, const We
   return y;
 }
 
-void run_with_prefetch(const ForwardContext& ctx, std::string_view chain, std::initializer_list<const Weight*> weights,
-                       const std::function<void()>& main) {
-  if (ctx.T > kPrefetchMaxTokens) {
-    main();
-    return;
-  }
-  const std::vector<const Weight*> list(weights);
-  ForkJoinTasks tasks;
-  tasks.chain = chain;
-  tasks.tokens = ctx.T;
-  tasks.main = main;
-  tasks.side[0] = [&] { ctx.ops.prefetch_weights(list); };
-  ctx.ops.fork_join(tasks);
-}
-
 }  // namespace dsv4

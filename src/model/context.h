@@ -6,10 +6,7 @@
 #include <array>
 
 #include <cstdint>
-#include <functional>
-#include <initializer_list>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "config/model_config.h"
@@ -76,15 +73,5 @@ std::array<DeviceTensor, 2> linear_pair(const ForwardContext& ctx, const DeviceT
 
 // RMSNorm of the rows of x ([rows, dim]); weight nullptr for the weight-free norm. Output in act.
 DeviceTensor rms_norm(const ForwardContext& ctx, const DeviceTensor& x, const Weight* weight);
-
-// The most tokens for which run_with_prefetch prefetches: decode batches, whose GEMMs are bound by
-// their weights' bytes (a prefill reads each weight for many rows anyway).
-inline constexpr int64_t kPrefetchMaxTokens = 64;
-
-// Runs `main` as one fork/join's main task (`chain` names it) with Ops::prefetch_weights of
-// `weights` as its side task, for ops enqueued after it; at most kPrefetchMaxTokens tokens, else
-// `main` alone. The weights must outlive the call.
-void run_with_prefetch(const ForwardContext& ctx, std::string_view chain, std::initializer_list<const Weight*> weights,
-                       const std::function<void()>& main);
 
 }  // namespace dsv4

@@ -67,18 +67,11 @@ const LayerWeights& Model::layer_weights(int64_t layer) const {
 void Model::run_layer(const ForwardContext& ctx, int64_t layer, DeviceTensor& streams) const {
   const LayerWeights& w = layer_weights(layer);
   const DeviceTensor& inv_freq = inv_freq_.at(static_cast<size_t>(layer));
-  // At decode sizes the GEMMs after each stretch of small kernels (mHC's) find their weights in
-  // the device's cache: the attention's first projections, brought in beside hc_pre, and the
-  // gate's and the shared expert's first pair, beside hc_post and the next hc_pre (the routed
-  // experts' are not known yet).
-  HcMix mix;
-  run_with_prefetch(ctx, "attn-prefetch", {&w.attn.wq_a, &w.attn.wkv, &w.attn.wq_b},
-                    [&] { mix = hc_pre(ctx, w.hc_attn, streams, w.attn_norm); });
+  HcMix mix = hc_pre(ctx, w.hc_attn, streams, w.attn_norm);
   const DeviceTensor a = attention(ctx, w.attn, layer, mix.y, inv_freq);
-  run_with_prefetch(ctx, "ffn-prefetch", {&w.ffn.gate, &w.ffn.shared.w1, &w.ffn.shared.w3}, [&] {
-    streams = hc_post(ctx, a, streams, mix);
-    mix = hc_pre(ctx, w.hc_ffn, streams, w.ffn_norm);
-  });
+  streams = hc_post(ctx, a, streams, mix);
+
+  mix = hc_pre(ctx, w.hc_ffn, streams, w.ffn_norm);
   const DeviceTensor f = moe(ctx, w.ffn, layer, mix.y);
   streams = hc_post(ctx, f, streams, mix);
 }

@@ -599,11 +599,6 @@ class Ops {
   // moe_experts does before its routed experts.
   void moe_gate_route(const MoeExpertsParams& p);
 
-  // A hint with no result: start bringing the weights' bytes into the device's cache, so that an
-  // op enqueued after this one finds them there (a decode step's GEMMs, prefetched beside kernels
-  // that move few bytes). The default, for a backend with no such cache, does nothing.
-  virtual void prefetch_weights(std::span<const Weight* const> /*weights*/) {}
-
   // Runs the tasks of one fork/join (ops/fork_join.h). The default is the sequential contract
   // (run_in_order); a backend with several streams overrides it to overlap the side tasks.
   virtual void fork_join(const ForkJoinTasks& tasks) { run_in_order(tasks); }

@@ -35,9 +35,6 @@ class ProfilingOps final : public Ops {
   bool reads_packed_caches() const override { return inner_.reads_packed_caches(); }
   // The tasks' ops are profiled one by one; the backend still decides whether they overlap.
   void fork_join(const ForkJoinTasks& tasks) override { inner_.fork_join(tasks); }
-  void prefetch_weights(std::span<const Weight* const> weights) override {
-    timed("prefetch_weights", [&] { inner_.prefetch_weights(weights); });
-  }
   DeviceTensor alloc(DType dtype, Shape shape) override {
     return timed("alloc", [&] { return inner_.alloc(dtype, shape); });
   }

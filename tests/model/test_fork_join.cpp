@@ -1,9 +1,7 @@
 // The fork/join contract on the CPU: Ops' default runs the main task, then the side tasks in slot
 // order, skipping empty slots; the attention layer hands exactly its independent chains to it (Q/KV
 // path, attention compressor, indexer compressor, indexer queries or the KV path, by layer kind;
-// then the output projections beside the window write; at decode the prefetches beside the small
-// kernels); and those chains really are independent: running them in another legal order gives
-// the same bits.
+// then the output projections beside the window write); and those chains really are independent: running them in another legal order gives the same bits.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -62,8 +60,6 @@ class RecordingOps final : public CpuForwardingOps {
     // Names of the linears' weights each task ran: [0] main, [1 + i] side i; empty slot: none.
     std::array<std::vector<std::string>, 1 + kMaxSideTasks> linears;
     std::array<bool, kMaxSideTasks> side_present{};
-    // Names of the weights each task prefetched (Ops::prefetch_weights), slots as linears'.
-    std::array<std::vector<std::string>, 1 + kMaxSideTasks> prefetched;
   };
 
   explicit RecordingOps(bool sides_first_reversed) : reversed_(sides_first_reversed) {}
@@ -74,11 +70,6 @@ class RecordingOps final : public CpuForwardingOps {
   void linear(const LinearParams& p) override {
     if (task_ >= 0) records.back().linears[static_cast<size_t>(task_)].push_back(p.w->name);
     cpu_.linear(p);
-  }
-
-  void prefetch_weights(std::span<const Weight* const> weights) override {
-    ASSERT_GE(task_, 0) << "a prefetch outside any fork/join";
-    for (const Weight* w : weights) records.back().prefetched[static_cast<size_t>(task_)].push_back(w->name);
   }
 
   void fork_join(const ForkJoinTasks& tasks) override {
@@ -177,46 +168,6 @@ TEST_F(ModelForkJoin, AttentionLayersForkTheirIndependentInputChains) {
     } else {
       EXPECT_TRUE(r.linears[3].empty());
     }
-  }
-}
-
-// A decode step's layer adds three fork/joins, each a stretch of small kernels with the prefetch
-// of the weights the GEMMs after it read beside it: hc_pre with wq_a's, wkv's and wq_b's, the
-// indexer's top-k and attention with wo_a's, hc_post and the FFN's hc_pre with the gate's and the
-// shared expert's first pair's. A prefill has none (the test above).
-TEST_F(ModelForkJoin, DecodeStepsPrefetchTheWeightsOfTheGemmsAfterSmallKernels) {
-  RecordingOps ops(false);
-  const Model model = Model::load(ops, tiny_model_dir());
-  const ModelConfig& cfg = model.config();
-  const std::vector<int32_t> ids = test_ids(kPrompt + 1, cfg->vocab_size, 3);
-  SequenceCache cache = model.new_sequence(ops, kPrompt + 1, false);
-  forward_hidden(model, ops, cache, std::span(ids).first(static_cast<size_t>(kPrompt)));
-  ops.records.clear();
-  forward_hidden(model, ops, cache, std::span(ids).subspan(static_cast<size_t>(kPrompt), 1));
-
-  ASSERT_EQ(static_cast<int64_t>(ops.records.size()), 5 * cfg.num_layers());
-  for (int64_t l = 0; l < cfg.num_layers(); ++l) {
-    SCOPED_TRACE("layer " + std::to_string(l));
-    const std::string layer = "layers." + std::to_string(l) + ".";
-    const auto record = [&](int i) { return ops.records[static_cast<size_t>(5 * l + i)]; };
-    const auto expect_prefetch = [&](const RecordingOps::ForkJoinRecord& r, std::string_view chain,
-                                     const std::vector<std::string>& weights) {
-      EXPECT_EQ(r.chain, chain);
-      EXPECT_EQ(r.tokens, 1);
-      EXPECT_EQ(r.side_present, (std::array<bool, kMaxSideTasks>{true, false, false}));
-      EXPECT_EQ(r.prefetched[1], weights) << chain;
-      EXPECT_TRUE(r.prefetched[0].empty()) << chain;
-      EXPECT_TRUE(r.linears[1].empty()) << chain;
-    };
-    expect_prefetch(record(0), "attn-prefetch",
-                    {layer + "attn.wq_a.weight", layer + "attn.wkv.weight", layer + "attn.wq_b.weight"});
-    EXPECT_TRUE(record(0).linears[0].empty()) << "hc_pre has no linear";
-    EXPECT_EQ(record(1).chain, layer_kind_name(cfg.layer_kind(l)));
-    expect_prefetch(record(2), "attn-out-prefetch", {layer + "attn.wo_a.weight"});
-    EXPECT_EQ(record(3).chain, kOutputChain);
-    expect_prefetch(record(4), "ffn-prefetch",
-                    {layer + "ffn.gate.weight", layer + "ffn.shared_experts.w1.weight",
-                     layer + "ffn.shared_experts.w3.weight"});
   }
 }
 

@@ -1,8 +1,7 @@
 // The tiny model on the GPU with the attention layer's chains on side streams (multi-stream on,
 // and auto with a threshold that the prefill crosses and the decode does not) against the same
 // model with them in order on one stream: the logits must be bit-identical (memcmp) for a long
-// prefill, decode steps, and a batch of three sequences; the same for the decode GEMMs that
-// quantise x themselves against act_quant's launches. Skips where no GPU exists.
+// prefill, decode steps, and a batch of three sequences. Skips where no GPU exists.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -132,27 +131,6 @@ TEST_F(MultiStreamModel, LogitsBitIdenticalToOneStreamExactMath) {
 // block, two decode steps, a batch of two.
 TEST_F(MultiStreamModel, ShortRunBitIdenticalToOneStream) {
   expect_bit_identical({}, {130, 2, {9, 40}, false});
-}
-
-// The decode GEMMs quantising x themselves (the default, CudaOptions::gemm_quantises_x) against
-// act_quant_fp8's launches before them: the same logits bit for bit, with FP8 and with FP4 routed
-// experts (whose grouped GEMM gathers its rows' tokens), decode steps of one and three rows.
-TEST_F(MultiStreamModel, GemmsQuantisingXGiveActQuantsBits) {
-  for (const bool fp4 : {false, true}) {
-    std::vector<std::vector<float>> results;
-    for (const bool in_gemm : {false, true}) {
-      cuda::CudaOptions options;
-      options.fp4_experts = fp4;
-      options.gemm_quantises_x = in_gemm;
-      cuda::CudaOps ops(options);
-      const Model model = Model::load(ops, tiny_model_dir());
-      results.push_back(run_scenario(model, ops, {130, 3, {9, 40, 3}, false}));
-    }
-    ASSERT_FALSE(results[0].empty());
-    ASSERT_EQ(results[1].size(), results[0].size());
-    EXPECT_EQ(std::memcmp(results[1].data(), results[0].data(), results[0].size() * sizeof(float)), 0)
-        << (fp4 ? "FP4" : "FP8") << " experts: the logits differ";
-  }
 }
 
 }  // namespace

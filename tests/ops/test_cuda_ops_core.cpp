@@ -25,7 +25,6 @@
 #include "core/numeric.h"
 #include "core/quant.h"
 #include "kernels/elementwise/elementwise.h"
-#include "kernels/l2_prefetch.h"
 #include "sampling/logit_edit.h"
 #include "sampling/token_draw.h"
 #include "tests/ops/cuda_test_util.h"
@@ -287,27 +286,6 @@ TEST_F(CudaOpsCore, AllocIsZeroFilledAndTransfersRoundTrip) {
   EXPECT_THROW(gpu_->upload(wrong.view(), u.view()), UsageError);
   EXPECT_THROW(gpu_->download(u.view(), wrong.view()), UsageError);
   EXPECT_THROW(gpu_->alloc(DType::kF32, {2, -1}), UsageError);
-}
-
-// prefetch_weights is a hint: it changes no weight, five weights (past one launch's four ranges)
-// and a weight with no data are taken, and the kernel refuses ranges it cannot prefetch.
-TEST_F(CudaOpsCore, PrefetchWeightsChangesNothingAndRefusesWhatItCannotTake) {
-  const Tensor bf = random_tensor(DType::kBF16, {300, 129});
-  std::vector<BothWeights> weights;
-  for (int i = 0; i < 5; ++i) weights.push_back(load_both("w" + std::to_string(i), WeightFormat::kPlain, bf));
-  const Weight none;
-  std::vector<const Weight*> list{&none};
-  for (const BothWeights& w : weights) list.push_back(&w.gpu);
-  gpu_->prefetch_weights(list);
-  gpu_->synchronize();
-  for (const BothWeights& w : weights) expect_same_bits("prefetched weight", bf, from_gpu(w.gpu.data));
-
-  kernels::L2PrefetchParams p;
-  p.count = kernels::kL2PrefetchMaxRanges + 1;
-  EXPECT_THROW(kernels::l2_prefetch(p, nullptr), UsageError);
-  p.count = 1;
-  p.ranges[0] = {weights[0].gpu.data.view().bytes() + 2, 64};
-  EXPECT_THROW(kernels::l2_prefetch(p, nullptr), UsageError);
 }
 
 TEST_F(CudaOpsCore, LoadWeightKeepsPlainTensorsAsStoredAndIntegersAsInt32) {

@@ -30,25 +30,25 @@ namespace {
 
 using testing::DeviceBuffer;
 
-// Random FP8 operands on the device: x [m, k] (bf16 dx) quantised by act_quant_fp8 (scales
-// [k/128, m]), `groups` weights [n, k] with e8m0 block scales in the kernels' fp32 layout.
+// Random FP8 operands on the device: x [m, k] quantised by act_quant_fp8 (scales [k/128, m]),
+// `groups` weights [n, k] with e8m0 block scales in the kernels' fp32 layout.
 struct Operands {
   int64_t m, n, k, groups;
   std::vector<uint8_t> xq, w;        // host copies of the codes
   std::vector<float> xs, ws;         // host copies of the scales
   int64_t ws_ld = 0, ws_group = 0;   // scale row stride, scales per group
-  DeviceBuffer<uint16_t> dx;
   DeviceBuffer<uint8_t> dxq, dw;
   DeviceBuffer<float> dxs, dws;
 
   Operands(int64_t m_, int64_t n_, int64_t k_, int64_t groups_, uint32_t seed)
-      : m(m_), n(n_), k(k_), groups(groups_), dx(static_cast<size_t>(m_ * k_)), dxq(static_cast<size_t>(m_ * k_)),
-        dw(static_cast<size_t>(groups_ * n_ * k_)), dxs(static_cast<size_t>(k_ / 128 * m_)),
+      : m(m_), n(n_), k(k_), groups(groups_), dxq(static_cast<size_t>(m_ * k_)), dw(static_cast<size_t>(groups_ * n_ * k_)),
+        dxs(static_cast<size_t>(k_ / 128 * m_)),
         dws(static_cast<size_t>(groups_ * ((n_ + 127) / 128) * ((k_ / 128 + 3) / 4 * 4))) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::vector<uint16_t> x(static_cast<size_t>(m * k));
     for (auto& v : x) v = float_to_bf16(normal(rng) * static_cast<float>(1 + rng() % 4));
+    DeviceBuffer<uint16_t> dx(x.size());
     dx.upload(x);
     kernels::act_quant_fp8({dx.get(), dxq.get(), dxs.get(), m, m, k}, nullptr);
     DSV4_CUDA_CHECK(cudaDeviceSynchronize());
@@ -1426,199 +1426,6 @@ TEST(Fp8MmaGemmE2m1StagedCuda, ChainedStreamedGivesTheChainedWgmmaBitsGrouped) {
             << tile_rows << " rows, want = the chained WGMMA kernel over tiles of 128";
     }
   }
-}
-
-// p reading x's bf16 rows (dx from row r0), which the kernel quantises itself, instead of act_quant_fp8's codes.
-kernels::Fp8MmaGemmParams with_bf16_x(kernels::Fp8MmaGemmParams p, const Operands& x, int64_t r0 = 0) {
-  p.x = nullptr;
-  p.x_scale = nullptr;
-  p.x_scale_ld = 0;
-  p.x_bf16 = x.dx.get() + r0 * x.k;
-  return p;
-}
-
-class Fp8MmaGemmQuantisedXCuda : public ::testing::TestWithParam<Shape3> {};
-
-// x_bf16: the GEMM that quantises x itself gives the bits it gives on act_quant_fp8's codes and
-// scales, fp32 and bf16 out, on the registers form (K under 16 blocks), the piped form with 4 and
-// 8 stages (K of 16 and 32+ blocks, up to kPipedQuantisedXMaxCodes codes) and 1 to 8 rows (rows
-// past a tile's read its last); with a second output too (same weight, a y of its own).
-TEST_P(Fp8MmaGemmQuantisedXCuda, GivesTheBitsOfActQuantsCodesDense) {
-  DSV4_SKIP_WITHOUT_GPU();
-  const auto [m, n, k] = GetParam();
-  const Operands x(m, n, k, 1, static_cast<uint32_t>(m * 7 + n + k));
-  for (const bool bf16 : {false, true}) {
-    const std::vector<uint8_t> codes = run_forced(x.inputs(0, m, 0), kernels::Fp8MmaKernel::kAuto, m, bf16);
-    const kernels::Fp8MmaGemmParams p = with_bf16_x(x.inputs(0, m, 0), x);
-    ASSERT_TRUE(kernels::fp8_mma_gemm_quantises_x(p));
-    EXPECT_EQ(first_difference(run_forced(p, kernels::Fp8MmaKernel::kAuto, m, bf16), codes, n, bf16), "")
-        << (bf16 ? "bf16" : "fp32") << " output";
-  }
-  kernels::Fp8MmaGemmParams paired = with_bf16_x(x.inputs(0, m, 0), x);
-  DeviceBuffer<float> second(static_cast<size_t>(m * n));
-  DSV4_CUDA_CHECK(cudaMemset(second.get(), 0xff, static_cast<size_t>(m * n) * sizeof(float)));
-  paired.second = {.w = paired.w, .w_scale = paired.w_scale, .w_scale_ld = paired.w_scale_ld,
-                   .y = {second.get(), false}, .ldy = n, .n = n};
-  const std::vector<uint8_t> first = run_forced(paired, kernels::Fp8MmaKernel::kAuto, m, false);
-  const std::vector<uint8_t> codes = run_forced(x.inputs(0, m, 0), kernels::Fp8MmaKernel::kAuto, m, false);
-  EXPECT_EQ(first_difference(first, codes, n, false), "") << "first of two outputs";
-  const std::vector<float> s = second.download();
-  const auto* bytes = reinterpret_cast<const uint8_t*>(s.data());
-  EXPECT_EQ(first_difference(std::vector<uint8_t>(bytes, bytes + s.size() * sizeof(float)), codes, n, false), "")
-      << "second of two outputs";
-}
-
-INSTANTIATE_TEST_SUITE_P(Shapes, Fp8MmaGemmQuantisedXCuda,
-                         ::testing::Values(Shape3{1, 512, 1024}, Shape3{3, 200, 1152}, Shape3{8, 96, 512},
-                                           Shape3{1, 1536, 4096}, Shape3{2, 256, 2048}, Shape3{8, 264, 2048},
-                                           Shape3{2, 528, 8192}, Shape3{1, 144, 16384}),
-                         testing::gemm_shape_name);
-
-// The same for FP4 weights as stored: dense (5 x 34004 x 256 with two weight tiles a block on an
-// H200, as SameBitsAsTheFp8CastDense says), and grouped (the routed experts' decode GEMM) with
-// the rows' tokens gathered through x_src_row and a second output, against act_quant_fp8's codes
-// of the gathered rows.
-TEST(Fp8MmaGemmQuantisedXCuda, GivesTheBitsOfActQuantsCodesE2m1) {
-  DSV4_SKIP_WITHOUT_GPU();
-  for (const Shape3 shape : {Shape3{1, 256, 512}, Shape3{5, 200, 1152}, Shape3{7, 4096, 4096}, Shape3{5, 34004, 256}}) {
-    const Operands x(shape.m, shape.n, shape.k, 1, static_cast<uint32_t>(shape.n + 3));
-    const Fp4Weights w(shape.n, shape.k, 1, static_cast<uint32_t>(shape.k + 5));
-    const std::vector<uint8_t> codes = run_forced(w.dense(x, 0, true), kernels::Fp8MmaKernel::kAuto, shape.m, true);
-    const kernels::Fp8MmaGemmParams p = with_bf16_x(w.dense(x, 0, true), x);
-    ASSERT_TRUE(kernels::fp8_mma_gemm_quantises_x(p));
-    EXPECT_EQ(first_difference(run_forced(p, kernels::Fp8MmaKernel::kAuto, shape.m, true), codes, shape.n, true), "")
-        << shape.m << " x " << shape.n << " x " << shape.k;
-  }
-
-  const int64_t tokens = 3, n = 264, k = 1024;
-  const Operands x(tokens, n, k, 1, 11);
-  const Fp4Weights w(n, k, 2, 12);
-  // Plan rows [0, 4) meet group 1, [4, 7) group 0; row r is token src_row[r].
-  const std::vector<int32_t> src_row = {2, 0, 1, 2, 1, 1, 0};
-  const auto rows = static_cast<int64_t>(src_row.size());
-  DeviceBuffer<int32_t> d_src(src_row.size());
-  d_src.upload(src_row);
-  DeviceBuffer<uint8_t> gathered_q(static_cast<size_t>(rows * k));
-  DeviceBuffer<float> gathered_s(static_cast<size_t>(k / 128 * rows));
-  kernels::ActQuantParams quant{x.dx.get(), gathered_q.get(), gathered_s.get(), rows, rows, k};
-  quant.src_row = d_src.get();
-  kernels::act_quant_fp8(quant, nullptr);
-  const DeviceTiles tiles({{1, 0, 4}, {0, 4, 3}}, 2);
-  const Fp4Tables t(w, x, {0, 1, 1, 0}, true);
-  const auto run = [&](bool in_kernel) {
-    kernels::Fp8MmaGemmParams p =
-        grouped_params(w.dense(x, 0, true), tiles, 8, t.w_of.get(), t.scale_of.get(), t.shift_of.get());
-    p.m = rows;
-    p.x = gathered_q.get();
-    p.x_scale = gathered_s.get();
-    p.x_scale_ld = rows;
-    if (in_kernel) {
-      p = with_bf16_x(p, x);
-      p.x_src_row = d_src.get();
-      EXPECT_TRUE(kernels::fp8_mma_gemm_quantises_x(p));
-    }
-    DeviceBuffer<float> second(static_cast<size_t>(rows * n));
-    DSV4_CUDA_CHECK(cudaMemset(second.get(), 0xff, static_cast<size_t>(rows * n) * sizeof(float)));
-    p.second = {.w_scale_ld = w.scale_ld, .y = {second.get(), false}, .ldy = n, .n = n, .group_offset = 2};
-    std::vector<uint8_t> both = run_forced(p, kernels::Fp8MmaKernel::kAuto, rows, false);
-    const std::vector<float> s2 = second.download();
-    const auto* bytes = reinterpret_cast<const uint8_t*>(s2.data());
-    both.insert(both.end(), bytes, bytes + s2.size() * sizeof(float));
-    return both;
-  };
-  const std::vector<uint8_t> codes = run(false);
-  for (size_t i = 0; i < codes.size(); i += 4) {
-    uint32_t v = 0;
-    std::memcpy(&v, &codes[i], 4);
-    ASSERT_NE(v, 0xffffffffu) << "output element " << i / 4 << " was not written";
-  }
-  EXPECT_EQ(first_difference(run(true), codes, n, false), "") << "rows 0..6: first output, 7..13: second";
-}
-
-// A SwiGLU source (x_up_bf16, the routed experts' second GEMM): the kernel's h = swiglu(gate, up)
-// with the rows' weights and the limit, quantised, gives the bits of act_quant_fp8's SwiGLU source
-// and the GEMM on its codes; grouped FP4 weights (tiles of 8) and dense FP8 ones on the registers
-// form, with and without row weights.
-TEST(Fp8MmaGemmQuantisedXCuda, GivesTheBitsOfActQuantsSwiglu) {
-  DSV4_SKIP_WITHOUT_GPU();
-  const int64_t rows = 7, n = 264, k = 1024;
-  const Operands gate(rows, n, k, 1, 21), up(rows, n, k, 1, 22);
-  const Fp4Weights w(n, k, 2, 23);
-  std::vector<float> weights(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) weights[static_cast<size_t>(r)] = 0.05f + 0.13f * static_cast<float>(r);
-  DeviceBuffer<float> d_weights(weights.size());
-  d_weights.upload(weights);
-  const DeviceTiles tiles({{1, 0, 4}, {0, 4, 3}}, 2);
-  const Fp4Tables t(w, gate, {0, 1}, true);
-  for (const bool grouped : {true, false}) {
-    for (const bool weighted : {true, false}) {
-      DeviceBuffer<uint8_t> hq(static_cast<size_t>(rows * k));
-      DeviceBuffer<float> hs(static_cast<size_t>(k / 128 * rows));
-      kernels::ActQuantParams quant{gate.dx.get(), hq.get(), hs.get(), rows, rows, k};
-      quant.swiglu_up = up.dx.get();
-      quant.swiglu_row_weight = weighted ? d_weights.get() : nullptr;
-      quant.swiglu_limit = 2.5f;
-      kernels::act_quant_fp8(quant, nullptr);
-      kernels::Fp8MmaGemmParams p =
-          grouped ? grouped_params(w.dense(gate, 0, true), tiles, 8, t.w_of.get(), t.scale_of.get(), t.shift_of.get())
-                  : gate.inputs(0, rows, 0);
-      p.x = hq.get();
-      p.x_scale = hs.get();
-      p.x_scale_ld = rows;
-      const std::vector<uint8_t> codes = run_forced(p, kernels::Fp8MmaKernel::kAuto, rows, true);
-      p = with_bf16_x(p, gate);
-      p.x_up_bf16 = up.dx.get();
-      p.x_row_weight = quant.swiglu_row_weight;
-      p.x_swiglu_limit = quant.swiglu_limit;
-      ASSERT_TRUE(kernels::fp8_mma_gemm_quantises_x(p));
-      EXPECT_EQ(first_difference(run_forced(p, kernels::Fp8MmaKernel::kAuto, rows, true), codes, n, true), "")
-          << (grouped ? "grouped FP4" : "dense FP8") << (weighted ? ", row weights" : ", no row weights");
-    }
-  }
-}
-
-// Which calls quantise x in the kernel (no GPU needed) and a UsageError for one that does not.
-TEST(Fp8MmaGemmQuantisedXCuda, TakesDecodeTilesOnly) {
-  alignas(16) static uint16_t x[16];
-  kernels::Fp8MmaGemmParams p;
-  p.x_bf16 = x;
-  p.n = 256;
-  const auto takes = [&](int64_t m, int64_t k) {
-    p.m = m;
-    p.k = k;
-    return kernels::fp8_mma_gemm_quantises_x(p);
-  };
-  EXPECT_TRUE(takes(1, 1024));
-  EXPECT_TRUE(takes(8, 1024));
-  EXPECT_FALSE(takes(9, 1024)) << "16-row tiles";
-  EXPECT_TRUE(takes(1, 16384)) << "the piped kernel's most codes";
-  EXPECT_FALSE(takes(2, 16384)) << "past the piped kernel's most codes";
-  EXPECT_TRUE(takes(5, 1920)) << "the registers form (15 K blocks) has no bound";
-  EXPECT_FALSE(takes(5, 4096)) << "past the piped kernel's most codes";
-  p.kernel = kernels::Fp8MmaKernel::kChainedStreamed;
-  p.x16 = x;
-  EXPECT_FALSE(takes(1, 1024)) << "the chained order";
-  p.kernel = kernels::Fp8MmaKernel::kAuto;
-  p.x16 = nullptr;
-  p.x_bf16 = x + 1;
-  EXPECT_FALSE(takes(1, 1024)) << "x_bf16 not 16-byte aligned";
-  p.x_bf16 = x;
-  p.x_up_bf16 = x;
-  EXPECT_TRUE(takes(8, 1920)) << "a SwiGLU source on the registers form";
-  EXPECT_FALSE(takes(1, 2048)) << "a SwiGLU source on the piped form";
-  p.x_up_bf16 = nullptr;
-  const kernels::Fp8MmaTile tile{};
-  p.tiles = &tile;
-  p.tile_rows = 16;
-  EXPECT_FALSE(takes(20, 1024)) << "grouped tiles of 16";
-  p.tile_rows = 8;
-  EXPECT_TRUE(takes(20, 8192)) << "grouped tiles of 8";
-}
-
-TEST(Fp8MmaGemmQuantisedXCuda, RefusesACallItDoesNotTake) {
-  DSV4_SKIP_WITHOUT_GPU();
-  const Operands x(9, 64, 1024, 1, 3);
-  EXPECT_THROW(kernels::fp8_mma_gemm(with_bf16_x(x.dense(0, 9, 0, nullptr), x), nullptr), UsageError);
 }
 
 }  // namespace

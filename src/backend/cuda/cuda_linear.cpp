@@ -29,7 +29,6 @@
 #include "kernels/gemm/fp8_mma_gemm.h"
 #include "kernels/gemm/grouped_bf16_fp8_gemm.h"
 #include "kernels/gemm/simple_gemm.h"
-#include "kernels/l2_prefetch.h"
 #include "ops/param_checks.h"
 
 namespace dsv4::cuda {
@@ -78,14 +77,6 @@ CudaOps::QuantisedX CudaOps::quantise_x(const ConstTensorView& x, int64_t padded
   return q;
 }
 
-bool CudaOps::gemm_quantises_x(kernels::Fp8MmaGemmParams& g, const uint16_t* x) const {
-  if (!options_.gemm_quantises_x) return false;
-  g.x_bf16 = x;
-  if (kernels::fp8_mma_gemm_quantises_x(g)) return true;
-  g.x_bf16 = nullptr;
-  return false;
-}
-
 void CudaOps::run_chained_streamed(kernels::Fp8MmaGemmParams g, const ConstTensorView& x) {
   const QuantisedX quantised = quantise_x(x, g.m, XForm::kNatural);
   g.x = nullptr;
@@ -125,10 +116,6 @@ void CudaOps::linear(const LinearParams& p) {
     // (x's scales), which kWgmma gives the calls fp8_mma_gemm_choice puts on the staged kernel.
     const bool tma = f16 || (on_mma && options_.fp8_gemm == Fp8Gemm::kWgmma &&
                              kernels::fp8_mma_gemm_choice(g) == kernels::Fp8MmaKernel::kStaged);
-    if (on_mma && !f16 && !tma && gemm_quantises_x(g, p.x.data<uint16_t>())) {
-      run_fp8_mma(g);
-      return;
-    }
     const int64_t mp = on_cublaslt ? fp8_gemm_padded_m(M) : tma ? (M + 3) / 4 * 4 : M;
     const QuantisedX quantised = quantise_x(p.x, mp, f16 ? XForm::kMmaOrder : XForm::kCodes);
     const StreamBuffer &xq = quantised.codes, &xs = quantised.scales;
@@ -229,20 +216,6 @@ void CudaOps::run_fp8_mma(kernels::Fp8MmaGemmParams g) {
   kernels::fp8_mma_gemm(g, stream_);
 }
 
-void CudaOps::prefetch_weights(std::span<const Weight* const> weights) {
-  if (!options_.prefetch_weights || weights.empty()) return;
-  kernels::L2PrefetchParams p;
-  for (const Weight* w : weights) {
-    if (w == nullptr || w->data.empty()) continue;
-    if (p.count == kernels::kL2PrefetchMaxRanges) {
-      kernels::l2_prefetch(p, stream_);
-      p.count = 0;
-    }
-    p.ranges[p.count++] = {w->data.view().bytes(), static_cast<int64_t>(w->data.view().nbytes())};
-  }
-  kernels::l2_prefetch(p, stream_);
-}
-
 void CudaOps::linears(const LinearsParams& p) {
   if (p.outs.size() == 2 && linear_pair(p)) return;
   Ops::linears(p);
@@ -269,10 +242,6 @@ bool CudaOps::linear_pair(const LinearsParams& p) {
                 .y = float_ptr(b.y), .ldy = b.w->shape[0], .n = b.w->shape[0]};
     if (options_.fp8_gemm == Fp8Gemm::kChained) {
       run_chained_streamed(g, p.x);
-      return true;
-    }
-    if (gemm_quantises_x(g, p.x.data<uint16_t>())) {
-      run_fp8_mma(g);
       return true;
     }
     const QuantisedX quantised = quantise_x(p.x, M, XForm::kCodes);

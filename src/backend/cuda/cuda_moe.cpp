@@ -356,6 +356,18 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
       moe_gate_route(p);
       kernels::expert_plan(plan, stream_);
     }
+    kernels::ActQuantParams x_quant{p.x.data<uint16_t>(), xq.get<uint8_t>(), x_scale.get<float>(), N, quant_rows, D};
+    if (T >= kScatterQuantMinTokens) {  // a token's row quantised once, for its k rows
+      x_quant.scatter_rows = plan.row_of;
+      x_quant.scatter_fanout = k;
+    } else {
+      x_quant.src_row = plan.src_token;
+    }
+    if (values) x_quant.q16 = xq.get<uint16_t>();
+    x_quant.q16_bf16_scaled = chained;
+    x_quant.q16_natural_order = chained_streamed;
+    kernels::act_quant_fp8(x_quant, stream_);
+
     auto grouped = [&](const uint8_t* x, const float* x_scale_of, int64_t in, int64_t out, int which, int64_t ld,
                        void* y) {
       kernels::Fp8MmaGemmParams g;
@@ -387,45 +399,22 @@ bool CudaOps::moe_experts_on_device(const MoeExpertsParams& p) {
       return g;
     };
     kernels::Fp8MmaGemmParams gate_up = grouped(xq.get<uint8_t>(), x_scale.get<float>(), D, I, 0, ld_in, gate.get<void>());
-    // Streamed tiles: up in the same launch (w3 of expert e is table entry E + e).
-    if (tile_rows <= 32)
+    if (tile_rows <= 32) {  // streamed tiles: up in the same launch (w3 of expert e is table entry E + e)
       gate_up.second = {.w_scale_ld = ld_in, .y = {up.get<void>(), true}, .ldy = I, .n = I, .group_offset = E};
-    // Decode sizes: the GEMM quantises each row's token itself (x_src_row: the plan's tokens).
-    gate_up.x_src_row = plan.src_token;
-    if (values || T >= kScatterQuantMinTokens || !gemm_quantises_x(gate_up, p.x.data<uint16_t>())) {
-      gate_up.x_src_row = nullptr;
-      kernels::ActQuantParams x_quant{p.x.data<uint16_t>(), xq.get<uint8_t>(), x_scale.get<float>(), N, quant_rows, D};
-      if (T >= kScatterQuantMinTokens) {  // a token's row quantised once, for its k rows
-        x_quant.scatter_rows = plan.row_of;
-        x_quant.scatter_fanout = k;
-      } else {
-        x_quant.src_row = plan.src_token;
-      }
-      if (values) x_quant.q16 = xq.get<uint16_t>();
-      x_quant.q16_bf16_scaled = chained;
-      x_quant.q16_natural_order = chained_streamed;
-      kernels::act_quant_fp8(x_quant, stream_);
+      run_fp8_mma(gate_up);
+    } else {
+      run_fp8_mma(gate_up);
+      run_fp8_mma(grouped(xq.get<uint8_t>(), x_scale.get<float>(), D, I, 1, ld_in, up.get<void>()));
     }
-    run_fp8_mma(gate_up);
-    if (tile_rows > 32) run_fp8_mma(grouped(xq.get<uint8_t>(), x_scale.get<float>(), D, I, 1, ld_in, up.get<void>()));
-    kernels::Fp8MmaGemmParams down = grouped(hq.get<uint8_t>(), h_scale.get<float>(), I, D, 2, ld_out, ys.get<void>());
-    // Decode sizes: the GEMM takes h = swiglu(gate, up) with the rows' weights and quantises it itself.
-    down.x_up_bf16 = up.get<uint16_t>();
-    down.x_row_weight = plan.row_weight;
-    down.x_swiglu_limit = p.swiglu_limit;
-    if (values || !gemm_quantises_x(down, gate.get<uint16_t>())) {
-      down.x_up_bf16 = nullptr;
-      down.x_row_weight = nullptr;
-      kernels::ActQuantParams h_quant{gate.get<uint16_t>(), hq.get<uint8_t>(), h_scale.get<float>(), N, quant_rows, I};
-      if (values) h_quant.q16 = hq.get<uint16_t>();
-      h_quant.q16_bf16_scaled = chained;
-      h_quant.q16_natural_order = chained_streamed;
-      h_quant.swiglu_up = up.get<uint16_t>();
-      h_quant.swiglu_row_weight = plan.row_weight;
-      h_quant.swiglu_limit = p.swiglu_limit;
-      kernels::act_quant_fp8(h_quant, stream_);
-    }
-    run_fp8_mma(down);
+    kernels::ActQuantParams h_quant{gate.get<uint16_t>(), hq.get<uint8_t>(), h_scale.get<float>(), N, quant_rows, I};
+    if (values) h_quant.q16 = hq.get<uint16_t>();
+    h_quant.q16_bf16_scaled = chained;
+    h_quant.q16_natural_order = chained_streamed;
+    h_quant.swiglu_up = up.get<uint16_t>();
+    h_quant.swiglu_row_weight = plan.row_weight;
+    h_quant.swiglu_limit = p.swiglu_limit;
+    kernels::act_quant_fp8(h_quant, stream_);
+    run_fp8_mma(grouped(hq.get<uint8_t>(), h_scale.get<float>(), I, D, 2, ld_out, ys.get<void>()));
   };
   if (p.shared != nullptr) tasks.side[0] = [&] { shared = moe_shared_expert(p); };
   fork_join(tasks);

@@ -117,12 +117,6 @@ struct CudaOptions {
   // the cast's bits (kernels::Fp8MmaWeightCodes::kE2M1); the FP8 linears' other GEMMs and exact
   // math refuse them. Off: cast to FP8 at load (every path reads them).
   bool fp4_experts = false;
-  // Whether the FP8 GEMMs of decode sizes quantise their bf16 x themselves
-  // (kernels::fp8_mma_gemm_quantises_x) instead of after a kernels::act_quant_fp8 launch: one
-  // launch fewer on the chain a GEMM, the same bits either way.
-  bool gemm_quantises_x = true;
-  // Whether prefetch_weights brings weights into L2 (kernels::l2_prefetch); off, it does nothing.
-  bool prefetch_weights = true;
   // The GPU the backend runs on (CUDA's device index). Its memory and streams are that device's;
   // a thread other than the one that made the backend calls bind_thread() before using it.
   int device = 0;
@@ -186,7 +180,6 @@ class CudaOps final : public Ops {
   void linears(const LinearsParams& p) override;
   void grouped_linear(const GroupedLinearParams& p) override;
 
-  void prefetch_weights(std::span<const Weight* const> weights) override;
   void hc_pre(const HcPreParams& p) override;
   void hc_post(const HcPostParams& p) override;
   void hc_head(const HcHeadParams& p) override;
@@ -260,10 +253,6 @@ class CudaOps final : public Ops {
   // values in x's own order (kChained's streamed kernel).
   enum class XForm { kCodes, kMmaOrder, kNatural };
   QuantisedX quantise_x(const ConstTensorView& x, int64_t padded_rows, XForm form);
-  // Sets g.x_bf16 to x (bf16 rows of g.k, contiguous: g's rows, or those g.x_src_row names; with
-  // g.x_up_bf16 set, the SwiGLU's gate) where the options let the GEMM quantise x itself and it
-  // can (kernels::fp8_mma_gemm_quantises_x); false, g unchanged, otherwise.
-  bool gemm_quantises_x(kernels::Fp8MmaGemmParams& g, const uint16_t* x) const;
   // kChained's decode-sized call g (a second output allowed, x not yet quantised) on the chained
   // streamed kernel.
   void run_chained_streamed(kernels::Fp8MmaGemmParams g, const ConstTensorView& x);

@@ -15,7 +15,6 @@
 #include "kernels/bf16_cast.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/e4m3_cast.cuh"
-#include "kernels/gemm/e4m3_block_quant.cuh"
 #include "kernels/gemm/mma_lanes.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/moe/swiglu_value.cuh"
@@ -33,7 +32,27 @@ constexpr int64_t kMaxScatterFanout = 8;
 // The eight bf16 values of a thread's 16 bytes, as floats.
 __device__ __forceinline__ void unpack_bf16x8(const uint4& raw, float (&v)[8]) {
   const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-  bf16_pairs_to_floats(words, v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = bf16_to_float(words[i] & 0xffff);
+    v[2 * i + 1] = bf16_to_float(words[i] >> 16);
+  }
+}
+
+// The codes of v[0..7] / 2^e, low byte first: with 2^-e a normal float (every block whose amax is
+// finite) a multiply by it, which is ldexpf(v, -e) exactly; otherwise ldexpf itself.
+__device__ __forceinline__ uint2 e4m3_codes(const float (&v)[8], int e) {
+  uint32_t packed[2] = {0, 0};
+  if (e > -127 && e < 127) {
+    const float down = pow2(-e);
+#pragma unroll
+    for (int i = 0; i < 8; i += 2) packed[i / 4] |= float2_to_e4m3x2(v[i] * down, v[i + 1] * down) << (8 * (i % 4));
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; i += 2)
+      packed[i / 4] |= float2_to_e4m3x2(ldexpf(v[i], -e), ldexpf(v[i + 1], -e)) << (8 * (i % 4));
+  }
+  return make_uint2(packed[0], packed[1]);
 }
 
 // The rows of x a call quantises: m, or m / scatter_fanout with scatter_rows.
@@ -102,13 +121,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock) act_quant_fp8_kernel(ActQuan
     for (int off = 8; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
     if (task >= tasks) continue;
     const bool padding = row >= source_rows;  // padding rows: zeros with a unit scale
-    const int e = padding ? 0 : e4m3_block_exponent(amax);
-    const auto block_codes = [&] {
-      uint32_t c[2];
-      e4m3_block_codes(v, e, c);
-      return make_uint2(c[0], c[1]);
-    };
-    const uint2 codes = padding ? make_uint2(0, 0) : block_codes();
+    const int e = padding ? 0 : pow2_scale_exponent(amax, kFp8AmaxFloor, kE4M3Max);
+    const uint2 codes = padding ? make_uint2(0, 0) : e4m3_codes(v, e);
     const uint32_t packed[2] = {codes.x, codes.y};
     // The block's codes and scale into q's row `dest`.
     const auto write_row = [&](int64_t dest) {

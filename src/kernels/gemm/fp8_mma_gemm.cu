@@ -30,13 +30,11 @@
 #include "kernels/cuda_check.h"
 #include "kernels/gemm/e2m1_fp16.cuh"
 #include "kernels/gemm/e2m1_layout.h"
-#include "kernels/gemm/e4m3_block_quant.cuh"
 #include "kernels/gemm/f16_wgmma_gemm.h"
 #include "kernels/gemm/mma_lanes.cuh"
 #include "kernels/gemm/staged_tiles.cuh"
 #include "kernels/gemm/wgmma.cuh"
 #include "kernels/launch.cuh"
-#include "kernels/moe/swiglu_value.cuh"
 #include "kernels/sm_count.h"
 
 namespace dsv4::kernels {
@@ -203,73 +201,6 @@ __device__ __forceinline__ void chained_streamed_lane(const Fp8MmaGemmParams& p,
   }
 }
 
-// Where a streamed kernel's x comes from: act_quant_fp8's codes and scales (x, x_scale), or
-// x_bf16's rows (kBf16) or the SwiGLU of x_bf16 and x_up_bf16 (kSwiglu), quantised by the kernel.
-enum class XSource { kCodes, kBf16, kSwiglu };
-
-// x_bf16's row of the GEMM's row r: x_src_row[r] where set, else r.
-__device__ __forceinline__ int64_t x_source_row(const Fp8MmaGemmParams& p, int64_t r) {
-  return p.x_src_row != nullptr ? int64_t{p.x_src_row[r]} : r;
-}
-
-// x_bf16's form of the registers kernel: a lane's 32 inputs of a K block (raw, bf16) quantised as
-// act_quant_fp8 quantises the block, which the four lanes (g, 0..3) of its row hold between them:
-// their amax by two shuffles, the block's exponent into e and the lane's codes as load_row_bytes
-// would have loaded them (word s: inputs 4 s .. 4 s + 3).
-__device__ __forceinline__ RowBytes quantise_lane_block(const Bf16x32& raw, int& e) {
-  float amax = 0.0f;
-#pragma unroll
-  for (int c = 0; c < 4; ++c) {
-    const uint32_t words[4] = {raw.v[c].x, raw.v[c].y, raw.v[c].z, raw.v[c].w};
-    float v[8];
-    bf16_pairs_to_floats(words, v);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
-  }
-  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-  e = e4m3_block_exponent(amax);
-  uint32_t codes[8];
-#pragma unroll
-  for (int c = 0; c < 4; ++c) {
-    const uint32_t words[4] = {raw.v[c].x, raw.v[c].y, raw.v[c].z, raw.v[c].w};
-    float v[8];
-    bf16_pairs_to_floats(words, v);
-    uint32_t two[2];
-    e4m3_block_codes(v, e, two);
-    codes[2 * c] = two[0];
-    codes[2 * c + 1] = two[1];
-  }
-  return {make_uint4(codes[0], codes[1], codes[2], codes[3]), make_uint4(codes[4], codes[5], codes[6], codes[7])};
-}
-
-// kSwiglu's values of a lane's 32 inputs of a block: kernels::swiglu's of gate and up with the
-// row's weight (weighted) and the limit, as bf16 (rounded as swiglu stores them).
-__device__ __forceinline__ Bf16x32 swiglu_lane_block(const Bf16x32& gate, const Bf16x32& up, bool weighted, float weight,
-                                                     float limit) {
-  Bf16x32 h;
-#pragma unroll
-  for (int c = 0; c < 4; ++c) {
-    const uint32_t g[4] = {gate.v[c].x, gate.v[c].y, gate.v[c].z, gate.v[c].w};
-    const uint32_t u[4] = {up.v[c].x, up.v[c].y, up.v[c].z, up.v[c].w};
-    uint32_t out[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      uint32_t pair = 0;
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float v = swiglu_value(bf16_to_float(static_cast<uint16_t>(g[i] >> (16 * half))),
-                               bf16_to_float(static_cast<uint16_t>(u[i] >> (16 * half))), limit);
-        if (weighted) v = __fmul_rn(weight, v);
-        pair |= static_cast<uint32_t>(float_to_bf16(v)) << (16 * half);
-      }
-      out[i] = pair;
-    }
-    h.v[c] = make_uint4(out[0], out[1], out[2], out[3]);
-  }
-  return h;
-}
-
 // The routed experts' decode GEMM (e2m1, 8-row x tiles) is held to 64 registers, 8 blocks an SM,
 // with one weight tile (with 72 its batch-64 step took 0.3 ms longer, docs/PERF.md, session 15) and
 // to 80, 6 blocks an SM, with two (8 blocks spilled and took 3 ms longer at batch 64, session 17).
@@ -279,15 +210,8 @@ __device__ __forceinline__ Bf16x32 swiglu_lane_block(const Bf16x32& gate, const 
 // 32 values of a block are its 64 bytes at 64 t), the lane converts its weight pairs into bf16
 // with the block scale (e4m3) or the shift and block scale (e2m1) folded in, and each warp's MMAs
 // accumulate straight into its lane q (no block sum, no fmaf): the chained WGMMA kernels' bits.
-//
-// kBf16 and kSwiglu (x_bf16, 8-row tiles): each lane loads its 32 inputs of a block as bf16 (or
-// its gate's and up's and takes their SwiGLU, swiglu_lane_block) and quantises them
-// (quantise_lane_block); the scales of the accumulator's columns come from the lanes that hold
-// those rows.
-template <int NT, bool kE2M1, int MT = 1, bool kChained = false, XSource kX = XSource::kCodes>  // 8-row x tiles, 16-row weight tiles a block
+template <int NT, bool kE2M1, int MT = 1, bool kChained = false>  // 8-row x tiles, 16-row weight tiles a block
 __global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? (MT == 1 ? 8 : 6) : 1) fp8_mma_gemm_kernel(Fp8MmaGemmParams p) {
-  constexpr bool kQuantX = kX != XSource::kCodes;
-  static_assert(!kQuantX || (NT == 1 && !kChained), "x quantised in the kernel: 8-row tiles of the default order");
   pdl_wait();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
@@ -317,23 +241,12 @@ __global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? (MT == 1 ? 8 :
       unit[m][h] = static_cast<uint32_t>((kE2M1 ? e2m1_row_shifts_at(n, p.k) : n * (p.k / 32)) + t);
     }
   const uint8_t* x_at[NT];
-  const uint16_t* x_bf16_at = nullptr;  // kQuantX: the lane's row's inputs 32 t .. of K block 0
-  const uint16_t* x_up_at = nullptr;    // kSwiglu: the same of x_up_bf16
-  float row_weight = 1.0f;              // kSwiglu: the lane's row's x_row_weight
   // The accumulator's columns: x rows 8j + 2t and 8j + 2t + 1, for their scales (kChained reads
   // neither x_at nor these).
   int64_t xs_row[NT][2];
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
-    if constexpr (kX == XSource::kSwiglu) {
-      const int64_t row = x_row0 + min(g, x_rows - 1);
-      x_bf16_at = p.x_bf16 + row * p.k + 32 * t;
-      x_up_at = p.x_up_bf16 + row * p.k + 32 * t;
-      if (p.x_row_weight != nullptr) row_weight = p.x_row_weight[row];
-    } else if constexpr (kQuantX)
-      x_bf16_at = p.x_bf16 + x_source_row(p, x_row0 + min(g, x_rows - 1)) * p.k + 32 * t;
-    else
-      x_at[j] = p.x + (x_row0 + min(8 * j + g, x_rows - 1)) * p.k + 32 * t;
+    x_at[j] = p.x + (x_row0 + min(8 * j + g, x_rows - 1)) * p.k + 32 * t;
     xs_row[j][0] = x_row0 + min(8 * j + 2 * t, x_rows - 1);
     xs_row[j][1] = x_row0 + min(8 * j + 2 * t + 1, x_rows - 1);
   }
@@ -354,17 +267,8 @@ __global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? (MT == 1 ? 8 :
       load_lane_weights<MT, kE2M1>(rows, unit, b, w,
                                    [&](int m, int h, uint32_t shift) { scale[m][h] = pow2_f16x2(shift); });
       RowBytes xb[NT];
-      int x_exponent = 0;  // kQuantX: of the lane's row's block
-      if constexpr (kX == XSource::kSwiglu) {
-        const Bf16x32 h = swiglu_lane_block(load_bf16x32(x_bf16_at + b * 128, true), load_bf16x32(x_up_at + b * 128, true),
-                                            p.x_row_weight != nullptr, row_weight, p.x_swiglu_limit);
-        xb[0] = quantise_lane_block(h, x_exponent);
-      } else if constexpr (kQuantX) {
-        xb[0] = quantise_lane_block(load_bf16x32(x_bf16_at + b * 128, true), x_exponent);
-      } else {
 #pragma unroll
-        for (int j = 0; j < NT; ++j) xb[j] = load_row_bytes(x_at[j] + b * 128, true);
-      }
+      for (int j = 0; j < NT; ++j) xb[j] = load_row_bytes(x_at[j] + b * 128, true);
       float blk[MT][NT][4];
 #pragma unroll
       for (int m = 0; m < MT; ++m)
@@ -390,18 +294,10 @@ __global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? (MT == 1 ? 8 :
         }
       }
       const float sw = kE2M1 ? __ldg(sw_row + b) * kE2M1ScaleBack : __ldg(sw_row + b);
-      const float* const xs_block = kQuantX ? nullptr : p.x_scale + b * p.x_scale_ld;
+      const float* const xs_block = p.x_scale + b * p.x_scale_ld;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        // The scales of rows xs_row[j][0] and [1]; kQuantX: lane 4 r holds row r's exponent.
-        float s0, s1;
-        if constexpr (kQuantX) {
-          s0 = sw * ldexpf(1.0f, __shfl_sync(0xffffffffu, x_exponent, 4 * static_cast<int>(xs_row[j][0] - x_row0)));
-          s1 = sw * ldexpf(1.0f, __shfl_sync(0xffffffffu, x_exponent, 4 * static_cast<int>(xs_row[j][1] - x_row0)));
-        } else {
-          s0 = sw * __ldg(xs_block + xs_row[j][0]);
-          s1 = sw * __ldg(xs_block + xs_row[j][1]);
-        }
+        const float s0 = sw * __ldg(xs_block + xs_row[j][0]), s1 = sw * __ldg(xs_block + xs_row[j][1]);
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
           q[m][j][0] = fmaf(blk[m][j][0], s0, q[m][j][0]);
@@ -426,12 +322,11 @@ __global__ void __launch_bounds__(kWarps * 32, kE2M1 && NT == 1 ? (MT == 1 ? 8 :
 // bytes each (16-byte chunk c of row r at chunk c ^ (r % 8), so that the fragment loads of a
 // quarter warp hit distinct banks), the x rows' scales and the weight block's scale. A warp has
 // kStages of them. kChained: the x rows are x16's 256 bytes (scaled bf16 values, x's own order;
-// chunk c of row r at chained_x_chunk(r, c)) and carry no scales. Without kXInStage (x quantised
-// by the kernel into an area of its own) a stage holds the weight's block and scale only.
-template <int NT, int Stages, bool kChained = false, bool kXInStage = true>
+// chunk c of row r at chained_x_chunk(r, c)) and carry no scales.
+template <int NT, int Stages, bool kChained = false>
 struct StreamStage {
   static constexpr int kStages = Stages;
-  static constexpr int kXRows = kXInStage ? 8 * NT : 0;
+  static constexpr int kXRows = 8 * NT;
   static constexpr int kXRowBytes = kChained ? 256 : 128;
   static constexpr int kX = 16 * 128;                         // offset of the x rows
   static constexpr int kXScales = kX + kXRows * kXRowBytes;   // offset of the x rows' scales
@@ -483,58 +378,9 @@ __device__ __forceinline__ void chained_piped_step(const uint8_t* stage, const u
   }
 }
 
-// The piped kernel's quantised x (kQuantX): a warp's area after the block's stages holds its steps'
-// x blocks, step s's rows r < x_rows laid as a stage's x rows (row r's codes at (s x_rows + r) 128,
-// its 16-byte chunks swizzled as swizzled(r, c)), then their scales (float s x_rows + r).
-__host__ __device__ constexpr int64_t piped_quantised_x_warp_bytes(int64_t k, int64_t x_rows) {
-  return ((k / 128 + kWarps - 1) / kWarps * x_rows * (128 + 4) + 127) / 128 * 128;
-}
-
-// kQuantX's prologue: warp `warp` quantises x's blocks b = warp + 4 s (s < steps) of rows r <
-// rows.x_rows as act_quant_fp8 does into `area` (piped_quantised_x_warp_bytes' layout), lane l
-// taking inputs 4 l .. 4 l + 3 of each block, eight blocks' loads in flight at a time.
-__device__ __forceinline__ void quantise_warp_x(const Fp8MmaGemmParams& p, const BlockRows& rows, int warp, int lane,
-                                                int64_t steps, uint8_t* area) {
-  constexpr int kInFlight = 8;
-  const int x_rows = rows.x_rows;
-  const int64_t blocks = steps * x_rows;
-  auto* const scales = reinterpret_cast<float*>(area + blocks * 128);
-  for (int64_t first = 0; first < blocks; first += kInFlight) {
-    uint2 raw[kInFlight];
-#pragma unroll
-    for (int i = 0; i < kInFlight; ++i) {
-      const int64_t block = first + i, s = block / x_rows, r = block - s * x_rows;
-      raw[i] = block < blocks ? __ldg(reinterpret_cast<const uint2*>(p.x_bf16 + x_source_row(p, rows.x_row0 + r) * p.k +
-                                                                    (warp + kWarps * s) * 128 + 4 * lane))
-                              : make_uint2(0, 0);
-    }
-#pragma unroll
-    for (int i = 0; i < kInFlight; ++i) {
-      const int64_t block = first + i, s = block / x_rows, r = block - s * x_rows;
-      if (block >= blocks) break;  // the same for every lane
-      const uint32_t words[2] = {raw[i].x, raw[i].y};
-      float v[4];
-      bf16_pairs_to_floats(words, v);
-      float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-#pragma unroll
-      for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-      const int e = e4m3_block_exponent(amax);
-      uint32_t codes[1];
-      e4m3_block_codes(v, e, codes);
-      *reinterpret_cast<uint32_t*>(area + s * x_rows * 128 + swizzled(static_cast<int>(r), lane / 4) + 4 * (lane % 4)) =
-          codes[0];
-      if (lane == 0) scales[block] = ldexpf(1.0f, e);
-    }
-  }
-}
-
-// kQuantX (x_bf16, NT 1): the stages hold the weight alone and each warp quantises its blocks of x
-// once, after the wait, into an area of its own (quantise_warp_x), which its steps read instead of
-// a stage's x rows; rows past x_rows read the last row (their sums are never stored).
-template <int NT, int Stages, bool kChained = false, bool kQuantX = false>  // 8-row x tiles per block, pipeline stages per warp
+template <int NT, int Stages, bool kChained = false>  // 8-row x tiles per block, pipeline stages per warp
 __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_piped_kernel(Fp8MmaGemmParams p) {
-  static_assert(!kQuantX || (NT == 1 && !kChained), "x quantised in the kernel: 8-row tiles of the default order");
-  using Stage = StreamStage<NT, Stages, kChained, !kQuantX>;
+  using Stage = StreamStage<NT, Stages, kChained>;
   extern __shared__ __align__(128) uint8_t stream_smem[];
   // A grouped GEMM's tiles (and so its weights) are the previous kernel's output; a dense one's
   // weights are known before it.
@@ -552,7 +398,6 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_piped_kernel(Fp8MmaG
   const int64_t steps = kblocks > warp ? (kblocks - warp + kWarps - 1) / kWarps : 0;  // this warp's blocks
   uint8_t* const stages = stream_smem + warp * Stage::kStages * Stage::kBytes;
   const uint32_t stages_at = shared_address(stages);
-  uint8_t* const x_area = stream_smem + Stage::kBlockBytes + warp * piped_quantised_x_warp_bytes(p.k, x_rows);
   const float* sw_row = rows.w_scale + (n0 / 128) * rows.w_scale_ld;
 
   // Step i's copies into stage i % kStages (K block warp + 4i); none past the warp's blocks.
@@ -570,7 +415,7 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_piped_kernel(Fp8MmaG
     if (lane == 0) cp_async4(stage + Stage::kWScale, sw_row + b, true);
   };
   auto copy_x = [&](int64_t i) {
-    if (kQuantX || i >= steps) return;
+    if (i >= steps) return;
     const int64_t b = warp + kWarps * i;
     const uint32_t stage = stages_at + static_cast<uint32_t>((i % Stage::kStages) * Stage::kBytes);
     if constexpr (kChained) {
@@ -606,12 +451,8 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_piped_kernel(Fp8MmaG
     cp_async_commit();
   }
   if (!grouped) pdl_wait();
-  if constexpr (kQuantX) {
-    quantise_warp_x(p, rows, warp, lane, steps, x_area);
-    __syncwarp();  // the area's codes and scales are in before any lane reads them
-  }
 #pragma unroll
-  for (int i = 0; i < Stage::kStages; ++i) {  // (kQuantX: empty groups, which keep the count)
+  for (int i = 0; i < Stage::kStages; ++i) {
     copy_x(i);
     cp_async_commit();
   }
@@ -638,9 +479,7 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_piped_kernel(Fp8MmaG
         uint4 xv[NT];
 #pragma unroll
         for (int j = 0; j < NT; ++j)
-          xv[j] = kQuantX ? *reinterpret_cast<const uint4*>(x_area + i * x_rows * 128 +
-                                                            swizzled(min(g, x_rows - 1), 2 * t + half))
-                          : *reinterpret_cast<const uint4*>(stage + Stage::kX + swizzled(8 * j + g, 2 * t + half));
+          xv[j] = *reinterpret_cast<const uint4*>(stage + Stage::kX + swizzled(8 * j + g, 2 * t + half));
 #pragma unroll
         for (int word = 0; word < 4; ++word) {
           const uint32_t wa_s = word_of(w_lo, word), wb_s = word_of(w_hi, word);
@@ -654,8 +493,7 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_mma_gemm_piped_kernel(Fp8MmaG
         }
       }
       const float sw = *reinterpret_cast<const float*>(stage + Stage::kWScale);
-      const auto* xs = kQuantX ? reinterpret_cast<const float*>(x_area + steps * x_rows * 128) + i * x_rows
-                               : reinterpret_cast<const float*>(stage + Stage::kXScales);
+      const auto* xs = reinterpret_cast<const float*>(stage + Stage::kXScales);
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         // The accumulator's columns are x rows 8j + 2t and 8j + 2t + 1.
@@ -1063,35 +901,20 @@ constexpr int64_t kDenseMinBlocksPerSm = 2;
 // so the staged kernel wins from about 132 * 100 / 350 ~ 38 tiles of 128 x 128 on.
 constexpr int64_t kStagedMinTiles = 40;
 
-template <int NT, int Stages, bool kChained = false, bool kQuantX = false>
+template <int NT, int Stages, bool kChained = false>
 void launch_piped(dim3 grid, cudaStream_t stream, const Fp8MmaGemmParams& p) {
-  const int bytes = StreamStage<NT, Stages, kChained, !kQuantX>::kBlockBytes +
-                    (kQuantX ? static_cast<int>(kWarps * piped_quantised_x_warp_bytes(p.k, p.m)) : 0);
-  auto* const kernel = fp8_mma_gemm_piped_kernel<NT, Stages, kChained, kQuantX>;
+  constexpr int bytes = StreamStage<NT, Stages, kChained>::kBlockBytes;
+  auto* const kernel = fp8_mma_gemm_piped_kernel<NT, Stages, kChained>;
   DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   launch_pdl(kernel, grid, kWarps * 32, bytes, stream, p);
 }
 
 // The streamed kernel's registers form for x tiles of tile_rows (8, 16 or 32) rows, with two
 // weight tiles a block where `wide` (e2m1: 8-row tiles only; dense: 16- and 32-row tiles only).
-// x_bf16 (8-row tiles): the forms that quantise x themselves.
 template <bool kChained>
 void launch_streamed(dim3 grid, int32_t tile_rows, bool e2m1, bool wide, cudaStream_t stream,
                      const Fp8MmaGemmParams& p) {
   const auto launch = [&](auto kernel) { launch_pdl(kernel, grid, kWarps * 32, 0, stream, p); };
-  if constexpr (!kChained) {
-    if (p.x_bf16 != nullptr && p.x_up_bf16 != nullptr) {  // never wide (fp8_mma_gemm)
-      if (!e2m1) launch(fp8_mma_gemm_kernel<1, false, 1, false, XSource::kSwiglu>);
-      else launch(fp8_mma_gemm_kernel<1, true, 1, false, XSource::kSwiglu>);
-      return;
-    }
-    if (p.x_bf16 != nullptr) {
-      if (!e2m1) launch(fp8_mma_gemm_kernel<1, false, 1, false, XSource::kBf16>);
-      else if (wide) launch(fp8_mma_gemm_kernel<1, true, kWideWeightTiles, false, XSource::kBf16>);
-      else launch(fp8_mma_gemm_kernel<1, true, 1, false, XSource::kBf16>);
-      return;
-    }
-  }
   if (e2m1) {
     switch (tile_rows) {
       case 8:
@@ -1114,13 +937,6 @@ void launch_streamed(dim3 grid, int32_t tile_rows, bool e2m1, bool wide, cudaStr
       else launch(fp8_mma_gemm_kernel<4, false, 1, kChained>);
       break;
   }
-}
-
-// Whether the streamed kernel runs p on its piped form: dense calls of up to 8 rows and K of 16+
-// blocks (a warp's four or more blocks fill 4 or 8 stages); e2m1 weights take the registers form
-// only (the stages hold e4m3 rows).
-bool takes_piped(const Fp8MmaGemmParams& p) {
-  return p.w_codes != Fp8MmaWeightCodes::kE2M1 && p.tiles == nullptr && p.m <= 8 && p.k / 128 >= 16;
 }
 
 void check_grid_rows(int64_t tiles) {
@@ -1164,14 +980,6 @@ E2m1DeviceWeight e2m1_device_layout(const uint8_t* stored, const uint8_t* shifts
       std::copy_n(shifts + r * (k / 32) + 4 * b, 4, out.shifts.begin() + shifts_at);
     }
   return out;
-}
-
-bool fp8_mma_gemm_quantises_x(const Fp8MmaGemmParams& p) {
-  if (p.x_bf16 == nullptr || !aligned16(p.x_bf16) || fp8_mma_gemm_choice(p) != Fp8MmaKernel::kStreamed) return false;
-  const bool swiglu = p.x_up_bf16 != nullptr;
-  if (swiglu && (!aligned16(p.x_up_bf16) || p.x_src_row != nullptr)) return false;
-  if (p.tiles != nullptr) return p.tile_rows == 8;
-  return p.m <= 8 && (!takes_piped(p) || (!swiglu && p.m * p.k <= kPipedQuantisedXMaxCodes));
 }
 
 int32_t fp8_mma_tile_rows(int64_t m) {
@@ -1284,8 +1092,7 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   }
   const int64_t tiles = grouped ? p.max_tiles : (p.m + tile_rows - 1) / tile_rows;
   const bool e2m1 = p.w_codes == Fp8MmaWeightCodes::kE2M1;
-  // (Not with a SwiGLU source: its gate and up held 80 registers with two tiles and spilled.)
-  const bool e2m1_wide = e2m1 && tile_rows == 8 && p.x_up_bf16 == nullptr &&
+  const bool e2m1_wide = e2m1 && tile_rows == 8 &&
                          row_blocks_of(kRowsPerBlock) * tiles > kE2M1WideMinWaves * 8 * current_device_sm_count();
   // Dense calls with x tiles of 16 or 32 rows (decode batches of 9 to 63 rows) take two weight
   // tiles a block too: each x operand, whose conversions are one to two times the weight's at
@@ -1305,20 +1112,12 @@ void fp8_mma_gemm(const Fp8MmaGemmParams& p, cudaStream_t stream) {
   // kChainedStreamed's stages hold x's bf16 values, twice the default's bytes: six stages where the
   // default has eight keep two blocks an SM.
   const bool chained = kernel == Fp8MmaKernel::kChainedStreamed;
-  const bool piped = takes_piped(p);
-  const bool quantise = p.x_bf16 != nullptr;
-  if (quantise && !fp8_mma_gemm_quantises_x(p))
-    throw UsageError("fp8_mma_gemm: x as bf16 (x_bf16) takes the streamed kernel's 8-row tiles (dense m <= 8, at most " +
-                     std::to_string(kPipedQuantisedXMaxCodes) + " codes m * k on the piped kernel, or grouped tile_rows "
-                     "8), not chained, x_bf16 16-byte aligned; m=" + std::to_string(p.m) + ", k=" + std::to_string(p.k) +
-                     ", tile_rows=" + std::to_string(p.tile_rows) + ", kernel " + fp8_mma_kernel_name(kernel));
+  const bool piped = !e2m1 && !grouped && p.m <= 8 && kblocks >= 16;  // e2m1: registers only, the stages hold e4m3 rows
   if (piped && kblocks >= 32) {
     if (chained) launch_piped<1, 6, true>(grid, stream, p);
-    else if (quantise) launch_piped<1, 8, false, true>(grid, stream, p);
     else launch_piped<1, 8>(grid, stream, p);
   } else if (piped) {
     if (chained) launch_piped<1, 4, true>(grid, stream, p);
-    else if (quantise) launch_piped<1, 4, false, true>(grid, stream, p);
     else launch_piped<1, 4>(grid, stream, p);
   } else if (chained) {
     launch_streamed<true>(grid, tile_rows, e2m1, wide, stream, p);

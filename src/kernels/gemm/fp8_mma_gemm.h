@@ -181,31 +181,7 @@ struct Fp8MmaGemmParams {
   // kFp8MmaStagedMinRows, or grouped with tiles of 8, 16 or 32 rows): its rows get the bits they
   // get alone.
   Fp8MmaOutput second;
-  // Set instead of x and x_scale (which are then unread): x's bf16 rows (row stride k, 16-byte
-  // aligned), which the kernel quantises itself as act_quant_fp8 would (e4m3_block_quant.cuh: the
-  // same codes and scales, so the same bits), saving a launch and its latency on a decode step's
-  // chain; with x_src_row, row r of the GEMM is x_bf16's row x_src_row[r] (a device array, e.g. a
-  // plan's rows' tokens). Only where fp8_mma_gemm_quantises_x says so.
-  const uint16_t* x_bf16 = nullptr;
-  const int32_t* x_src_row = nullptr;
-  // Set with x_bf16 (not with x_src_row): row r's values are kernels::swiglu's of gate x_bf16 and up
-  // x_up_bf16 (the same rows, 16-byte aligned) with the row weight x_row_weight[r] (nullptr: 1)
-  // and x_swiglu_limit, rounded to bf16 as swiglu stores them: act_quant_fp8's SwiGLU source.
-  const uint16_t* x_up_bf16 = nullptr;
-  const float* x_row_weight = nullptr;
-  float x_swiglu_limit = 0;
 };
-
-// The most x codes (m * k) the piped kernel quantises into its shared memory (fp8_mma_gemm_quantises_x):
-// with its weight-only stages, blocks that still fit two an SM.
-constexpr int64_t kPipedQuantisedXMaxCodes = 16384;
-
-// Whether fp8_mma_gemm takes p with x_bf16 set (p's other fields as the call will have them):
-// the streamed kernel's calls with x tiles of 8 rows (not chained), that is dense calls of up to
-// 8 rows (at most kPipedQuantisedXMaxCodes codes where the piped kernel takes them; a SwiGLU
-// source, x_up_bf16, not there) and grouped calls with tile_rows 8. Each block quantises its tile's x blocks for itself, which costs less
-// than a launch only at those sizes.
-bool fp8_mma_gemm_quantises_x(const Fp8MmaGemmParams& p);
 
 // The rows a grouped GEMM's tile builder should give each tile for groups of about m rows:
 // 8, 16 or 32 (the streamed kernel) below kFp8MmaStagedMinRows, else kFp8MmaStagedTileRows.
