@@ -14,9 +14,11 @@ timeout 40 ./test_ops_cuda --gtest_filter='*Mhc*:*GateRoutePlan*' 2>&1 | \
 timeout 40 ./test_indexer_cuda --gtest_filter='*Select*:*DecodeBatch1At8k*' 2>&1 | \
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|error" | head -20 >> $O
 for tool in memcheck racecheck synccheck; do
-  ( timeout 70 compute-sanitizer --tool $tool --error-exitcode 1 ./test_ops_cuda --gtest_filter='*HcPreWithTheNorm*:*GateRoutePlan*' \
+  ( timeout 70 compute-sanitizer --tool $tool --error-exitcode 1 ./test_ops_cuda \
+    --gtest_filter='*HcPreWithTheNorm*:*GateRoutePlan*' \
     > $OUT/hc_$tool.log 2>&1; echo "rc=$?" >> $OUT/hc_$tool.log ) &
-  ( timeout 70 compute-sanitizer --tool $tool --error-exitcode 1 ./test_indexer_cuda --gtest_filter='*Select*:*DecodeBatch1At8k*' \
+  ( timeout 70 compute-sanitizer --tool $tool --error-exitcode 1 ./test_indexer_cuda \
+    --gtest_filter='*Select*:*DecodeBatch1At8k*' \
     > $OUT/topk_$tool.log 2>&1; echo "rc=$?" >> $OUT/topk_$tool.log ) &
 done
 wait

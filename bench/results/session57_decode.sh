@@ -30,9 +30,11 @@ timeout 90 ./test_model_multistream_cuda --gtest_filter='*GemmsQuantisingX*' 2>&
 timeout 90 ./test_model_graphs_cuda 2>&1 | grep -E "^\[  (PASSED|FAILED) |Failure|differ" | head -10 >> $O
 echo "== sanitizers (in parallel)" >> $O
 for tool in memcheck racecheck synccheck; do
-  ( timeout 90 compute-sanitizer --tool $tool --error-exitcode 1 ./test_ops_cuda --gtest_filter='*HcPreWithTheNorm*:*GateRoutePlan*' \
+  ( timeout 90 compute-sanitizer --tool $tool --error-exitcode 1 ./test_ops_cuda \
+    --gtest_filter='*HcPreWithTheNorm*:*GateRoutePlan*' \
     > $OUT/hc_$tool.log 2>&1; echo "rc=$?" >> $OUT/hc_$tool.log ) &
-  ( timeout 90 compute-sanitizer --tool $tool --error-exitcode 1 ./test_indexer_cuda --gtest_filter='*Select*:*DecodeBatch1At8k*' \
+  ( timeout 90 compute-sanitizer --tool $tool --error-exitcode 1 ./test_indexer_cuda \
+    --gtest_filter='*Select*:*DecodeBatch1At8k*' \
     > $OUT/topk_$tool.log 2>&1; echo "rc=$?" >> $OUT/topk_$tool.log ) &
 done
 ( timeout 90 compute-sanitizer --tool memcheck --error-exitcode 1 ./test_ops_cuda \
@@ -45,15 +47,18 @@ done
 set +f
 echo "== bench_indexer" >> $O
 for v in _base ""; do echo "-- bench_indexer$v" >> $O; timeout 40 ./bench_indexer$v 5 >> $O 2>&1; done
-echo "== ab_step base / x quantised in the GEMMs (new1) / + prefetch + top-k (new2) / + hc_pre's cluster (new3) / + gate_route_plan's (new4)" >> $O
-timeout 320 bash ab_step.sh --rounds 2 --out /tmp/ab ./dsv4_base ./dsv4_qx ./dsv4_t ./dsv4_hc ./dsv4 -- --device cuda --model flash \
-  --context 8192 --batch 1 >> $O 2>&1; echo "rc=$?" >> $O
+echo "== ab_step base / x quantised in the GEMMs (new1) / + prefetch + top-k (new2) / + hc_pre's cluster (new3)" \
+  "/ + gate_route_plan's (new4)" >> $O
+timeout 320 bash ab_step.sh --rounds 2 --out /tmp/ab ./dsv4_base ./dsv4_qx ./dsv4_t ./dsv4_hc ./dsv4 -- --device cuda \
+  --model flash --context 8192 --batch 1 >> $O 2>&1; echo "rc=$?" >> $O
 echo "== trace batch 1" >> $O
 DSV4_TRACE_OUT=/tmp/b1.csv CUDA_INJECTION64_PATH=$G/libdsv4_kernel_trace.so timeout 50 ./dsv4 bench step --device cuda \
   --model flash --context 8192 --batch 1 --repeats 1 --iters 4 > /dev/null 2>&1
 python3 trace_summary.py /tmp/b1.csv --by-grid --top 40 > $OUT/trace_b1_bygrid.txt 2>&1
 python3 trace_summary.py /tmp/b1.csv --sequence 260 > $OUT/trace_b1_sequence.txt 2>&1
-timeout 90 ncu --clock-control none -k regex:topk_kernel --launch-count 12 --section SpeedOfLight --section WarpStateStats \
-  --section Occupancy --section LaunchStats -f -o /tmp/topk ./bench_indexer 1 > /tmp/ncu.txt 2>&1; echo "ncu rc=$?" >> $O
+timeout 90 ncu --clock-control none -k regex:topk_kernel --launch-count 12 --section SpeedOfLight \
+  --section WarpStateStats --section Occupancy --section LaunchStats -f -o /tmp/topk ./bench_indexer 1 \
+  > /tmp/ncu.txt 2>&1
+echo "ncu rc=$?" >> $O
 ncu -i /tmp/topk.ncu-rep --page details --print-units base > $OUT/ncu_topk.txt 2>&1
 echo "== done" >> $O
