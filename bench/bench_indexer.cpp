@@ -2,9 +2,10 @@
 // (64 heads x 128, top-512, ratio 4) for decode batches 1/16/64 at 8k and 64k context and
 // prefills of 2k and 8k tokens, with the exact CUDA-core score kernel (the old path, kept for
 // exact math) and the tensor-core one (the default numerics), plus the tensor-core scores and
-// the top-k alone; prints microseconds per call beside the memory floor (the keys' bytes read
-// once at 4.43 TB/s). Inputs are bf16 e2m1 values times pow2 scales, as QAT leaves them; each
-// sequence's keys are read through a shuffled block table of 64-key pages, as the model's are.
+// the top-k alone (its CTAs a token by size, and one); prints microseconds per call beside the
+// memory floor (the keys' bytes read once at 4.43 TB/s). Inputs are bf16 e2m1 values times pow2
+// scales, as QAT leaves them; each sequence's keys are read through a shuffled block table of
+// 64-key pages, as the model's are.
 // Usage: bench_indexer [iterations]
 #include <cuda_runtime.h>
 
@@ -60,12 +61,13 @@ int main(int argc, char** argv) {
   const int iters = argc > 1 ? std::atoi(argv[1]) : 20;
   const int exact_iters = std::max(1, iters / 5);  // the exact kernel takes up to ~0.3 s a call
   const Case cases[] = {{"decode b=1 8k", 1, 1, 8191},        {"decode b=16 8k", 16, 1, 8191},
-                        {"decode b=64 8k", 64, 1, 8191},      {"decode b=1 64k", 1, 1, 65535},
+                        {"decode b=64 8k", 64, 1, 8191},      {"decode b=1 16k", 1, 1, 16383},
+                        {"decode b=1 32k", 1, 1, 32767},      {"decode b=1 64k", 1, 1, 65535},
                         {"decode b=16 64k", 16, 1, 65535},    {"decode b=64 64k", 64, 1, 65535},
                         {"prefill 2048", 1, 2048, 0},         {"prefill 8192", 1, 8192, 0}};
   std::mt19937 rng(5);
-  std::printf("%-16s %6s %6s %10s %12s %12s %11s %9s %9s\n", "case", "tokens", "keys", "floor us", "exact us",
-              "tensor us", "scores us", "topk us", "speed-up");
+  std::printf("%-16s %6s %6s %10s %12s %12s %11s %9s %9s %9s %9s %9s %9s\n", "case", "tokens", "keys", "floor us",
+              "exact us", "tensor us", "scores us", "topk us", "1-CTA us", "2-CTA us", "4-CTA us", "8-CTA us", "speed-up");
   for (const Case& c : cases) {
     const int64_t T = c.batch * c.tokens, keys_per_seq = (c.start_pos + c.tokens) / kRatio;
     // Each sequence's keys in memory of their own (a shared pool would sit in L2 and hide the reads).
@@ -121,10 +123,18 @@ int main(int argc, char** argv) {
     const double tensor_us = bench::time_us([&] { kernels::indexer_topk(p, nullptr); }, iters);
     const double scores_us = bench::time_us([&] { kernels::indexer_scores(p, nullptr); }, iters);
     const double topk_us = bench::time_us([&] { kernels::indexer_select_topk(p, nullptr); }, iters);
+    // The top-k on each cluster size the kernel has, for choosing kernels::indexer_topk_ctas_for's bounds.
+    double topk_us_by_ctas[4] = {};
+    for (int i = 0; i < 4; ++i) {
+      p.topk_ctas = 1 << i;
+      topk_us_by_ctas[i] = bench::time_us([&] { kernels::indexer_select_topk(p, nullptr); }, iters);
+    }
+    p.topk_ctas = 0;
     const double key_bytes = static_cast<double>(c.batch * keys_per_seq * kDh * 2);
-    std::printf("%-16s %6ld %6ld %10.2f %12.1f %12.2f %11.2f %9.2f %8.0fx\n", c.name, static_cast<long>(T),
-                static_cast<long>(keys_per_seq), key_bytes / kMemoryBandwidth * 1e6, exact_us, tensor_us, scores_us,
-                topk_us, exact_us / tensor_us);
+    std::printf("%-16s %6ld %6ld %10.2f %12.1f %12.2f %11.2f %9.2f %9.2f %9.2f %9.2f %9.2f %8.0fx\n", c.name,
+                static_cast<long>(T), static_cast<long>(keys_per_seq), key_bytes / kMemoryBandwidth * 1e6, exact_us,
+                tensor_us, scores_us, topk_us, topk_us_by_ctas[0], topk_us_by_ctas[1], topk_us_by_ctas[2],
+                topk_us_by_ctas[3], exact_us / tensor_us);
 
     for (uint16_t* k : keys) cudaFree(k);
     for (int32_t* t : tables) cudaFree(t);

@@ -602,26 +602,47 @@ TEST_P(IndexerSelectTest, MatchesHostSelectionOnCraftedRows) {
   kp.ratio = 1;
   kp.score_stride = stride;
   kp.k = k;
-  kernels::indexer_select_topk(kp, nullptr);
-  DSV4_CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<int32_t> got = d_topk.download();
+  // Each row's CTAs: by size (a cluster of 8 here), one, and clusters of 2 and 4.
+  for (const int ctas : {0, 1, 2, 4}) {
+    kp.topk_ctas = ctas;
+    d_topk.poison();
+    kernels::indexer_select_topk(kp, nullptr);
+    DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<int32_t> got = d_topk.download();
 
-  for (int64_t r = 0; r < R; ++r) {
-    const auto& [name, v] = rows[static_cast<size_t>(r)];
-    const std::vector<int32_t> want = host_topk(v.data(), static_cast<int64_t>(v.size()), k);
-    const std::vector<int32_t> row(got.begin() + r * k, got.begin() + (r + 1) * k);
-    if (row == want) continue;
-    size_t i = 0;
-    while (row[i] == want[i]) ++i;
-    const auto value_of = [&](int32_t id) {
-      return id >= 0 && id < static_cast<int32_t>(v.size()) ? describe_score(v[static_cast<size_t>(id)])
-                                                            : std::string("-");
-    };
-    ADD_FAILURE() << "k=" << k << " row '" << name << "' (" << v.size() << " entries): slot " << i << " holds id "
-                  << row[i] << " (score " << value_of(row[i]) << "), expected " << want[i] << " (score "
-                  << value_of(want[i]) << "); " << missing_from(row, want, SIZE_MAX).size()
-                  << " ids chosen that should not be";
+    for (int64_t r = 0; r < R; ++r) {
+      const auto& [name, v] = rows[static_cast<size_t>(r)];
+      const std::vector<int32_t> want = host_topk(v.data(), static_cast<int64_t>(v.size()), k);
+      const std::vector<int32_t> row(got.begin() + r * k, got.begin() + (r + 1) * k);
+      if (row == want) continue;
+      size_t i = 0;
+      while (row[i] == want[i]) ++i;
+      const auto value_of = [&](int32_t id) {
+        return id >= 0 && id < static_cast<int32_t>(v.size()) ? describe_score(v[static_cast<size_t>(id)])
+                                                              : std::string("-");
+      };
+      ADD_FAILURE() << "k=" << k << ", " << ctas << " CTAs (0: by size): row '" << name << "' (" << v.size()
+                    << " entries): slot " << i << " holds id " << row[i] << " (score " << value_of(row[i])
+                    << "), expected " << want[i] << " (score " << value_of(want[i]) << "); "
+                    << missing_from(row, want, SIZE_MAX).size() << " ids chosen that should not be";
+    }
   }
+}
+
+// The split follows the rows' room and the batch: one CTA where its registers hold a row, a
+// cluster holding the row in registers where they do not, no more blocks than the GPU's SMs.
+TEST(IndexerTopkCtas, FollowTheRowsAndTheBatch) {
+  EXPECT_EQ(kernels::indexer_topk_ctas_for(1, 2048), 1);
+  EXPECT_EQ(kernels::indexer_topk_ctas_for(1, 2560), 1);
+  EXPECT_EQ(kernels::indexer_topk_ctas_for(1, 2561), 2);
+  EXPECT_EQ(kernels::indexer_topk_ctas_for(1, 8192), 4);
+  EXPECT_EQ(kernels::indexer_topk_ctas_for(1, 16384), 8);
+  EXPECT_EQ(kernels::indexer_topk_ctas_for(1, 1 << 20), 8);
+  EXPECT_EQ(kernels::indexer_topk_ctas_for(16, 16384), 8);
+  EXPECT_EQ(kernels::indexer_topk_ctas_for(32, 16384), 4);
+  EXPECT_EQ(kernels::indexer_topk_ctas_for(64, 16384), 2);
+  EXPECT_EQ(kernels::indexer_topk_ctas_for(65, 16384), 1);
+  EXPECT_EQ(kernels::indexer_topk_ctas_for(8192, 2048), 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(K, IndexerSelectTest, ::testing::Values(int64_t{512}, int64_t{16}, int64_t{1}),

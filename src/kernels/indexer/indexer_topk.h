@@ -68,7 +68,15 @@ struct IndexerTopkParams {
   IndexerScoreKernel score_kernel = IndexerScoreKernel::kExact;
   // Every sequence's keys are packed MXFP4 keys (only the tensor-core score kernel reads them).
   bool packed_keys = false;
+  // CTAs a token's top-k is split over (1, 2, 4 or 8: a thread block cluster); 0 picks by the
+  // batch and the row length (indexer_topk_ctas_for).
+  int topk_ctas = 0;
 };
+
+// The CTAs the top-k splits a token's rows of up to score_stride keys over: one where one CTA's
+// registers hold a row (2,560 keys), else as many as hold it in theirs (2,048 keys each), up to 8,
+// fewer where tokens x CTAs would pass 128 blocks (the batch fills the GPU).
+int indexer_topk_ctas_for(int64_t tokens, int64_t score_stride);
 
 // Dynamic shared memory the exact score kernel needs (the token's queries and head weights).
 size_t indexer_scores_smem_bytes(int64_t heads, int64_t dh);
