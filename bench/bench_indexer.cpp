@@ -67,7 +67,8 @@ int main(int argc, char** argv) {
                         {"prefill 2048", 1, 2048, 0},         {"prefill 8192", 1, 8192, 0}};
   std::mt19937 rng(5);
   std::printf("%-16s %6s %6s %10s %12s %12s %11s %9s %9s %9s %9s %9s %9s\n", "case", "tokens", "keys", "floor us",
-              "exact us", "tensor us", "scores us", "topk us", "1-CTA us", "2-CTA us", "4-CTA us", "8-CTA us", "speed-up");
+              "exact us", "tensor us", "scores us", "topk us", "1-CTA us", "2-CTA us", "4-CTA us", "8-CTA us",
+              "speed-up");
   for (const Case& c : cases) {
     const int64_t T = c.batch * c.tokens, keys_per_seq = (c.start_pos + c.tokens) / kRatio;
     // Each sequence's keys in memory of their own (a shared pool would sit in L2 and hide the reads).
