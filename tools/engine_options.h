@@ -14,6 +14,7 @@ struct CacheOptions {
   int64_t memory_bytes = 0;     // --kv-cache-memory-bytes; 0: not used
   double gpu_memory_utilization = 0.9;  // --gpu-memory-utilization; 0: not used
   int64_t max_snapshots = 0;    // --max-prefix-snapshots; 0: the engine's default
+  int64_t snapshot_interval = 0;  // --prefix-snapshot-interval; 0: off
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;  // --kv-cache-dtype auto|bf16|fp8
 };
 

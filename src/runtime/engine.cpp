@@ -497,6 +497,7 @@ SchedulerConfig Engine::Impl::scheduler_config(const EngineConfig& c, const Mode
     for (int64_t l = 0; l < cfg.num_layers(); ++l)
       if (const int64_t m = cfg.compress_ratio(l); m > 0) s.prefix_alignment = std::lcm(s.prefix_alignment, m);
     s.prefix_recompute_tokens = prefix_recompute_tokens(cfg);
+    s.prefix_snapshot_interval = c.prefix_snapshot_interval;
   }
   return s;
 }
@@ -599,7 +600,7 @@ void Engine::Impl::take_snapshots(const SchedulerStep& plan) {
   const int64_t align = scheduler_.config().prefix_alignment;
   for (const ScheduledChunk& c : plan.chunks) {
     const Sequence& s = *c.sequence;
-    const bool prefill_point = s.snapshot_at > 0 && s.num_computed == s.snapshot_at;
+    const bool prefill_point = s.snapshot_point(s.num_computed);
     const bool decode_point = c.samples() && s.num_computed > s.num_prompt_tokens && s.num_computed % align == 0;
     if (!prefill_point && !decode_point) continue;
     if (s.blocks.num_hashed * config_.block_size != s.num_computed)

@@ -259,6 +259,12 @@ struct EngineConfig {
   // top of cache_memory_bytes: at most (max_prefix_snapshots + max_num_seqs) of them at once
   // (gpu_memory_utilization leaves room for that many).
   int64_t max_prefix_snapshots = 0;
+  // > 0: prefills also stop for a state snapshot at every multiple of this many tokens (a multiple
+  // of the block size and of every compression ratio: 128 for V4), so that a later request
+  // sharing only the start of a prompt (a system prompt followed by a question of its own longer
+  // than that alignment) resumes at most this many tokens before where the two part; 0: only at
+  // the last multiple before each prompt's end. Each stop cuts that prefill's chunk there.
+  int64_t prefix_snapshot_interval = 0;
   // With the shared pool: every block's pages are filled with NaN as the block is handed out, so a
   // forward reading a row before writing it (a previous owner's) shows NaN in its output. Costs a
   // copy per page and layer; on by default in debug builds.

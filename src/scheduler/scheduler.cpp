@@ -41,6 +41,10 @@ Scheduler::Scheduler(SchedulerConfig config)
                 " must be a positive multiple of block_size = " + std::to_string(config.block_size));
     require(config.prefix_recompute_tokens >= 0,
             "prefix_recompute_tokens = " + std::to_string(config.prefix_recompute_tokens) + " must not be negative");
+    require(config.prefix_snapshot_interval >= 0 && config.prefix_snapshot_interval % config.prefix_alignment == 0,
+            "prefix_snapshot_interval = " + std::to_string(config.prefix_snapshot_interval) +
+                " must be a multiple of " + std::to_string(config.prefix_alignment) +
+                " (the cache block size and every compression ratio of the model; 0: off)");
   }
 }
 
@@ -140,7 +144,8 @@ std::vector<BlockId> Scheduler::reusable_prefix(const Sequence& s, int64_t& resu
 }
 
 int64_t Scheduler::chunk_size(const Sequence& s, int64_t start, int64_t n) {
-  return start < s.snapshot_at && start + n > s.snapshot_at ? s.snapshot_at - start : n;
+  const int64_t stop = s.next_snapshot_point(start);
+  return stop > 0 && start + n > stop ? stop - start : n;
 }
 
 int64_t Scheduler::chunk_limit(int64_t uncomputed, int64_t budget) const {
@@ -158,6 +163,7 @@ void Scheduler::admit_waiting(SchedulerStep& step, int64_t& budget) {
     const int64_t align = config_.prefix_alignment;
     const int64_t snapshot_at = config_.prefix_caching ? (s.num_prompt_tokens - 1) / align * align : 0;
     s.snapshot_at = snapshot_at > resume ? snapshot_at : 0;
+    s.snapshot_every = config_.prefix_snapshot_interval;
     const int64_t n = chunk_size(s, resume, chunk_limit(s.num_tokens() - resume, budget));
     if (!blocks_.can_take(prefix, resume + n)) return;
     waiting_.pop_front();

@@ -20,8 +20,9 @@
 // sequence's own window and compressor states, the ones before are skipped. A hit shorter than
 // that is not taken. Where the engine holds a state snapshot at an aligned point of the run
 // (add_snapshot, keyed by the chain hash of the blocks up to it), the sequence resumes there
-// instead, recomputing nothing, if that skips more. Each prefill stops once at the last aligned
-// point before its prompt's end (Sequence::snapshot_at), for the engine to take such a snapshot.
+// instead, recomputing nothing, if that skips more. Each prefill stops at the last aligned point
+// before its prompt's end (Sequence::snapshot_at), and with prefix_snapshot_interval at every
+// multiple of it before that, for the engine to take such a snapshot.
 // After each step the sequences' newly full blocks are registered.
 #pragma once
 
@@ -47,6 +48,10 @@ struct SchedulerConfig {
   bool prefix_caching = false;
   int64_t prefix_alignment = 0;         // a reused prefix is a multiple of it (and of block_size)
   int64_t prefix_recompute_tokens = 0;  // recomputed before a reused prefix's end
+  // > 0 (a multiple of prefix_alignment): prefills also stop for a state snapshot at every
+  // multiple of it, so that a later prompt sharing only part of this one (a system prompt, then
+  // a question of its own) resumes at most this many tokens before where they part.
+  int64_t prefix_snapshot_interval = 0;
   // > 0: a sequence's prefill chunk takes at most this many tokens a step (vLLM's
   // long_prefill_token_threshold), so that a long prompt leaves room in each step, and time, for
   // other prompts and keeps the decoding sequences' steps short; 0: up to the step's budget.
@@ -109,7 +114,8 @@ class Scheduler {
   // The cached blocks sequence `s` resumes on, and where it resumes (0 and none: no usable hit);
   // `snapshot` gets the state snapshot's key when it resumes on one.
   std::vector<BlockId> reusable_prefix(const Sequence& s, int64_t& resume, std::optional<uint64_t>& snapshot) const;
-  // The most of `n` tokens from `start` that `s` may run in one chunk (it stops at snapshot_at).
+  // The most of `n` tokens from `start` that `s` may run in one chunk (it stops at its next
+  // snapshot point).
   static int64_t chunk_size(const Sequence& s, int64_t start, int64_t n);
   // The tokens a chunk of a sequence with `uncomputed` tokens left may take from `budget`.
   int64_t chunk_limit(int64_t uncomputed, int64_t budget) const;

@@ -258,6 +258,39 @@ TEST_F(EngineTest, PrefixCacheHitsGiveTheTokensOfAMissBitForBit) {
   EXPECT_GT(cached->stats().cache_blocks_cached, 0);
 }
 
+// With a snapshot interval (256) a's prefill leaves snapshots at 256, 512 and 768 as well as 896,
+// so b, sharing 680 tokens, resumes on the one at 512 instead of recomputing 508 tokens before 640
+// (132 skipped), with the tokens and logprobs of a miss bit for bit.
+TEST_F(EngineTest, ASnapshotIntervalLetsAShorterSharedStartResumeOnASnapshot) {
+  EngineConfig c = long_prompt_config();
+  const std::vector<int32_t> first = ids(900, 21);
+  std::vector<int32_t> shared(first.begin(), first.begin() + 680);
+  for (int32_t id : ids(30, 22)) shared.push_back(id);
+  const GenerateRequest a = request(first, 4), b = request(shared, 5);
+  auto plain = engine(c);
+  RequestHandle b_miss = plain->submit(b);
+  run_until_idle(*plain);
+  const Result want_b = drain(b_miss);
+
+  c.enable_prefix_caching = true;
+  c.prefix_snapshot_interval = 256;
+  c.kv_canary = true;
+  auto cached = engine(c);
+  RequestHandle a_first = cached->submit(a);
+  run_until_idle(*cached);
+  EXPECT_EQ(cached->stats().prefix_snapshots, 4);  // at 256, 512, 768 and 896
+  drain(a_first);
+  RequestHandle b_hit = cached->submit(b);
+  run_until_idle(*cached);
+  const Result got_b = drain(b_hit);
+  EXPECT_EQ(got_b.tokens, want_b.tokens);
+  EXPECT_TRUE(same_bits(got_b.logprobs, want_b.logprobs));
+  EXPECT_EQ(got_b.last.metrics->cached_tokens, 512);
+
+  c.prefix_snapshot_interval = 200;  // not a multiple of 128
+  EXPECT_THROW(engine(c), UsageError);
+}
+
 // Draws on the backend (Ops::edit_logits for logit_bias, penalties and bans, Ops::mask_logits for
 // output constraints, min_tokens and allowed_token_ids, Ops::sample_rows, Ops::row_logprobs; only
 // ids and logprobs downloaded) give the tokens, logprobs, ranks and top logprobs of the host's

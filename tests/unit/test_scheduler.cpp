@@ -435,5 +435,48 @@ TEST(Scheduler, PrefixCachingRefusesAnAlignmentThatIsNotAMultipleOfTheBlockSize)
   EXPECT_THROW(Scheduler{c}, UsageError);
 }
 
+// With a snapshot interval a prefill stops at each of its multiples too, and a later prompt that
+// shares only the start of this one resumes on the snapshot before where they part.
+TEST(Scheduler, PrefillsStopAtEverySnapshotIntervalAndAShorterSharedStartResumesThere) {
+  SchedulerConfig c = caching(40, 100);  // a recomputed hit would never pay: only snapshots hit
+  c.prefix_snapshot_interval = 8;
+  Scheduler s(c);
+  Sequence& a = s.add(counting(30), 2);
+  std::vector<int64_t> stops;
+  while (a.num_computed < 30) {
+    const SchedulerStep step = s.schedule();
+    stops.push_back(step.chunks.at(0).start + step.chunks.at(0).num_tokens);
+    run(s, step);
+  }
+  EXPECT_EQ(stops, (std::vector<int64_t>{8, 16, 24, 30}));
+  for (const int64_t at : {int64_t{8}, int64_t{16}, int64_t{24}}) EXPECT_TRUE(a.snapshot_point(at)) << at;
+  EXPECT_FALSE(a.snapshot_point(12));
+  EXPECT_FALSE(a.snapshot_point(30));
+  const uint64_t at_16 = s.blocks().chain_hash_of(a.blocks.blocks.at(3));
+  s.finish(a.id);
+  s.add_snapshot(at_16);
+
+  // b shares 19 tokens, then its own 11: it resumes at 16 on the snapshot, and stops at 24 for its own.
+  std::vector<int32_t> tokens = counting(19);
+  for (int32_t t = 0; t < 11; ++t) tokens.push_back(500 + t);
+  Sequence& b = s.add(tokens, 2);
+  const SchedulerStep step = s.schedule();
+  EXPECT_EQ(step.chunks.at(0).start, 16);
+  EXPECT_EQ(step.chunks.at(0).num_tokens, 8);
+  EXPECT_EQ(b.resume_snapshot, at_16);
+  run(s, step);
+  s.finish(b.id);
+
+  // Without the interval only the last point (24) stops a prefill: the shorter shared start misses.
+  Scheduler t(caching(40, 100));
+  Sequence& d = t.add(counting(30), 2);
+  EXPECT_EQ(t.schedule().chunks.at(0).num_tokens, 24);
+  EXPECT_FALSE(d.snapshot_point(16));
+
+  SchedulerConfig odd = caching(40, 0);
+  odd.prefix_snapshot_interval = 12;  // not a multiple of the alignment, 8
+  EXPECT_THROW(Scheduler{odd}, UsageError);
+}
+
 }  // namespace
 }  // namespace dsv4
