@@ -111,6 +111,16 @@ class EngineTest : public ::testing::Test {
     for (int i = 0; i < 10000 && e.step(); ++i) {
     }
   }
+  // Runs `r` alone on `e` (which holds cached prefixes) and checks that it gives the tokens and
+  // logprobs of `miss` bit for bit with `cached` of its prompt tokens not computed.
+  static void expect_hit_gives_the_miss(Engine& e, const GenerateRequest& r, const Result& miss, int64_t cached) {
+    RequestHandle h = e.submit(r);
+    run_until_idle(e);
+    const Result got = drain(h);
+    EXPECT_EQ(got.tokens, miss.tokens);
+    EXPECT_TRUE(same_bits(got.logprobs, miss.logprobs));
+    EXPECT_EQ(got.last.metrics->cached_tokens, cached);
+  }
   Result alone(const GenerateRequest& r) {
     auto e = engine();
     RequestHandle h = e->submit(r);
@@ -234,12 +244,7 @@ TEST_F(EngineTest, PrefixCacheHitsGiveTheTokensOfAMissBitForBit) {
   EXPECT_EQ(cached->stats().computed_tokens - computed_a, 710u - 132u + 4u);
   EXPECT_EQ(cached->stats().prompt_tokens_computed - prompt_computed_a, 710u - 132u);  // the decode steps' are not
 
-  RequestHandle d_hit = cached->submit(d);
-  run_until_idle(*cached);
-  const Result got_d = drain(d_hit);
-  EXPECT_EQ(got_d.tokens, want_d.tokens);
-  EXPECT_TRUE(same_bits(got_d.logprobs, want_d.logprobs));
-  EXPECT_EQ(got_d.last.metrics->cached_tokens, 896);
+  expect_hit_gives_the_miss(*cached, d, want_d, 896);
   EXPECT_EQ(cached->stats().prefix_cache_hits, 132u + 896u);
 
   // a again, twice: the second while the first is still running; both resume on the snapshot and
@@ -280,12 +285,7 @@ TEST_F(EngineTest, ASnapshotIntervalLetsAShorterSharedStartResumeOnASnapshot) {
   run_until_idle(*cached);
   EXPECT_EQ(cached->stats().prefix_snapshots, 4);  // at 256, 512, 768 and 896
   drain(a_first);
-  RequestHandle b_hit = cached->submit(b);
-  run_until_idle(*cached);
-  const Result got_b = drain(b_hit);
-  EXPECT_EQ(got_b.tokens, want_b.tokens);
-  EXPECT_TRUE(same_bits(got_b.logprobs, want_b.logprobs));
-  EXPECT_EQ(got_b.last.metrics->cached_tokens, 512);
+  expect_hit_gives_the_miss(*cached, b, want_b, 512);
 
   c.prefix_snapshot_interval = 200;  // not a multiple of 128
   EXPECT_THROW(engine(c), UsageError);
