@@ -154,19 +154,39 @@ int64_t Scheduler::chunk_limit(int64_t uncomputed, int64_t budget) const {
   return cap > 0 ? std::min(n, cap) : n;
 }
 
+bool Scheduler::waits_for_shared_prefix(const Sequence& s, int64_t resume) const {
+  if (!config_.prefix_caching || s.no_prefix_hit) return false;
+  const int64_t align = config_.prefix_alignment, most = (s.num_tokens() - 1) / align * align;
+  for (const Sequence* r : running_) {
+    if (r->num_computed >= r->num_prompt_tokens || most <= std::max(resume, r->num_computed)) continue;
+    const int64_t n = std::min(most, r->num_prompt_tokens);
+    const auto parted = std::mismatch(s.tokens.begin(), s.tokens.begin() + n, r->tokens.begin()).first;
+    const int64_t shared = (parted - s.tokens.begin()) / align * align;
+    // Where `s` could resume once `r` has computed the shared tokens: a snapshot `r` leaves, or a
+    // hit that recomputes the end of the shared run.
+    const int64_t then = std::max(r->last_snapshot_point_by(shared), shared - config_.prefix_recompute_tokens);
+    if (then > resume && shared > r->num_computed) return true;
+  }
+  return false;
+}
+
 void Scheduler::admit_waiting(SchedulerStep& step, int64_t& budget) {
-  while (budget > 0 && num_running() < config_.max_num_seqs && !waiting_.empty()) {
-    Sequence& s = *waiting_.front();
+  for (size_t next = 0; budget > 0 && num_running() < config_.max_num_seqs && next < waiting_.size();) {
+    Sequence& s = *waiting_[next];
     int64_t resume = 0;
     std::optional<uint64_t> snapshot;
     const std::vector<BlockId> prefix = reusable_prefix(s, resume, snapshot);
+    if (waits_for_shared_prefix(s, resume)) {
+      ++next;
+      continue;
+    }
     const int64_t align = config_.prefix_alignment;
     const int64_t snapshot_at = config_.prefix_caching ? (s.num_prompt_tokens - 1) / align * align : 0;
     s.snapshot_at = snapshot_at > resume ? snapshot_at : 0;
     s.snapshot_every = config_.prefix_snapshot_interval;
     const int64_t n = chunk_size(s, resume, chunk_limit(s.num_tokens() - resume, budget));
     if (!blocks_.can_take(prefix, resume + n)) return;
-    waiting_.pop_front();
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(next));
     blocks_.take_prefix(s.blocks, prefix);
     blocks_.grow(s.blocks, resume + n);
     s.num_computed = resume;

@@ -22,7 +22,10 @@
 // (add_snapshot, keyed by the chain hash of the blocks up to it), the sequence resumes there
 // instead, recomputing nothing, if that skips more. Each prefill stops at the last aligned point
 // before its prompt's end (Sequence::snapshot_at), and with prefix_snapshot_interval at every
-// multiple of it before that, for the engine to take such a snapshot.
+// multiple of it before that, for the engine to take such a snapshot. A waiting sequence whose
+// prompt shares more aligned tokens with a running one's than that one has computed, and which
+// could resume further once they are cached, waits for that (later waiting sequences may go
+// first) rather than compute them again beside it.
 // After each step the sequences' newly full blocks are registered.
 #pragma once
 
@@ -114,6 +117,12 @@ class Scheduler {
   // The cached blocks sequence `s` resumes on, and where it resumes (0 and none: no usable hit);
   // `snapshot` gets the state snapshot's key when it resumes on one.
   std::vector<BlockId> reusable_prefix(const Sequence& s, int64_t& resume, std::optional<uint64_t>& snapshot) const;
+  // Whether waiting sequence `s`, which would resume at `resume`, shares more aligned prompt tokens
+  // with a running sequence's prompt than that one has computed yet, and could resume further once
+  // they are cached (on a snapshot the running one leaves, or recomputing less than they skip):
+  // admitted now it would compute them again beside it (as SGLang's in-batch prefix caching, it
+  // waits until they are cached).
+  bool waits_for_shared_prefix(const Sequence& s, int64_t resume) const;
   // The most of `n` tokens from `start` that `s` may run in one chunk (it stops at its next
   // snapshot point).
   static int64_t chunk_size(const Sequence& s, int64_t start, int64_t n);

@@ -48,6 +48,12 @@ struct Sequence {
     return snapshot_at > 0 && at > 0 && at <= snapshot_at &&
            (at == snapshot_at || (snapshot_every > 0 && at % snapshot_every == 0));
   }
+  // The last position at or before `at` where its prefill stops for a snapshot (0: none).
+  int64_t last_snapshot_point_by(int64_t at) const {
+    if (snapshot_at == 0) return 0;
+    if (at >= snapshot_at) return snapshot_at;
+    return snapshot_every > 0 ? at / snapshot_every * snapshot_every : 0;
+  }
   // The first position after `start` where its prefill stops for a snapshot (0: none).
   int64_t next_snapshot_point(int64_t start) const {
     if (snapshot_at <= start) return 0;

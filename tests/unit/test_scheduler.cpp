@@ -478,5 +478,38 @@ TEST(Scheduler, PrefillsStopAtEverySnapshotIntervalAndAShorterSharedStartResumes
   EXPECT_THROW(Scheduler{odd}, UsageError);
 }
 
+// Two prompts sharing 24 aligned tokens, submitted together: the second waits while the first
+// computes them (a third, sharing nothing, goes first), then resumes on the snapshot at 24 rather
+// than compute the shared tokens beside it. Where the first leaves no snapshot it could resume on
+// (no interval: its one point, 32, lies past the shared run), the second does not wait.
+TEST(Scheduler, APromptSharingARunningPrefillsTokensWaitsForThem) {
+  SchedulerConfig c = caching(80, 100);
+  c.prefix_snapshot_interval = 8;
+  Scheduler s(c);
+  std::vector<int32_t> shared = counting(27);
+  shared.insert(shared.end(), {500, 501, 502, 503, 504, 505, 506, 507, 508});
+  Sequence& a = s.add(counting(36), 2);
+  Sequence& b = s.add(shared, 2);
+  Sequence& other = s.add(prompt(5), 20);
+  std::vector<int64_t> b_waited_at;
+  while (b.status == SequenceStatus::kWaiting) {
+    const SchedulerStep step = s.schedule();
+    b_waited_at.push_back(a.num_computed);
+    run(s, step);
+    if (a.num_computed == 24) s.add_snapshot(s.blocks().chain_hash_of(a.blocks.blocks.at(5)));
+  }
+  EXPECT_EQ(b_waited_at, (std::vector<int64_t>{0, 8, 16, 24}));  // a's position when each step was planned
+  EXPECT_EQ(b.num_cached_tokens, 24);
+  EXPECT_NE(other.status, SequenceStatus::kWaiting);
+
+  Scheduler t(caching(80, 100));
+  Sequence& d = t.add(counting(36), 2);
+  Sequence& e = t.add(shared, 2);
+  const SchedulerStep together = t.schedule();
+  EXPECT_EQ(together.chunks.size(), 2u);
+  EXPECT_EQ(d.snapshot_at, 32);
+  EXPECT_EQ(e.num_cached_tokens, 0);
+}
+
 }  // namespace
 }  // namespace dsv4
