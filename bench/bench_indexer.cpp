@@ -1,12 +1,11 @@
 // Times the lightning indexer (kernels::indexer_topk: scores, then the top-k) at V4-Flash geometry
-// (64 heads x 128, top-512, ratio 4) for decode batches 1/16/64 at 8k and 64k context and
-// prefills of 2k and 8k tokens, with the exact CUDA-core score kernel (the old path, kept for
-// exact math) and the tensor-core one (the default numerics), plus the tensor-core scores and
-// the top-k alone (its CTAs a token by size, and one); prints microseconds per call beside the
-// memory floor (the keys' bytes read once at 4.43 TB/s). Inputs are bf16 e2m1 values times pow2
-// scales, as QAT leaves them; each sequence's keys are read through a shuffled block table of
-// 64-key pages, as the model's are.
-// Usage: bench_indexer [iterations]
+// (64 heads x 128, top-512, ratio 4) for decode batches 1/16/64 at 8k and 64k context (batch 1
+// also at 16k and 32k) and prefills of 2k and 8k tokens, with the exact CUDA-core score kernel
+// (the old path, kept for exact math) and the tensor-core one (the default numerics), plus the
+// tensor-core scores and the top-k alone (its CTAs a token by size, then on 1, 2, 4 and 8); prints
+// microseconds per call beside the memory floor (the keys' bytes read once at 4.43 TB/s). Inputs
+// are bf16 e2m1 values times pow2 scales, as QAT leaves them; each sequence's keys are read
+// through a shuffled block table of 64-key pages, as the model's are.
 #include <cuda_runtime.h>
 
 #include <algorithm>

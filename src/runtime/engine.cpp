@@ -600,7 +600,7 @@ void Engine::Impl::take_snapshots(const SchedulerStep& plan) {
   const int64_t align = scheduler_.config().prefix_alignment;
   for (const ScheduledChunk& c : plan.chunks) {
     const Sequence& s = *c.sequence;
-    const bool prefill_point = s.snapshot_point(s.num_computed);
+    const bool prefill_point = scheduler_.snapshot_point(s, s.num_computed);
     const bool decode_point = c.samples() && s.num_computed > s.num_prompt_tokens && s.num_computed % align == 0;
     if (!prefill_point && !decode_point) continue;
     if (s.blocks.num_hashed * config_.block_size != s.num_computed)

@@ -143,8 +143,26 @@ std::vector<BlockId> Scheduler::reusable_prefix(const Sequence& s, int64_t& resu
   return prefix;
 }
 
-int64_t Scheduler::chunk_size(const Sequence& s, int64_t start, int64_t n) {
-  const int64_t stop = s.next_snapshot_point(start);
+bool Scheduler::snapshot_point(const Sequence& s, int64_t at) const {
+  const int64_t every = config_.prefix_snapshot_interval;
+  return s.snapshot_at > 0 && at > 0 && at <= s.snapshot_at && (at == s.snapshot_at || (every > 0 && at % every == 0));
+}
+
+int64_t Scheduler::last_snapshot_point_by(const Sequence& s, int64_t at) const {
+  const int64_t every = config_.prefix_snapshot_interval;
+  if (s.snapshot_at == 0) return 0;
+  if (at >= s.snapshot_at) return s.snapshot_at;
+  return every > 0 ? at / every * every : 0;
+}
+
+int64_t Scheduler::next_snapshot_point(const Sequence& s, int64_t start) const {
+  const int64_t every = config_.prefix_snapshot_interval;
+  if (s.snapshot_at <= start) return 0;
+  return every > 0 ? std::min(s.snapshot_at, (start / every + 1) * every) : s.snapshot_at;
+}
+
+int64_t Scheduler::chunk_size(const Sequence& s, int64_t start, int64_t n) const {
+  const int64_t stop = next_snapshot_point(s, start);
   return stop > 0 && start + n > stop ? stop - start : n;
 }
 
@@ -164,7 +182,7 @@ bool Scheduler::waits_for_shared_prefix(const Sequence& s, int64_t resume) const
     const int64_t shared = (parted - s.tokens.begin()) / align * align;
     // Where `s` could resume once `r` has computed the shared tokens: a snapshot `r` leaves, or a
     // hit that recomputes the end of the shared run.
-    const int64_t then = std::max(r->last_snapshot_point_by(shared), shared - config_.prefix_recompute_tokens);
+    const int64_t then = std::max(last_snapshot_point_by(*r, shared), shared - config_.prefix_recompute_tokens);
     if (then > resume && shared > r->num_computed) return true;
   }
   return false;
@@ -183,7 +201,6 @@ void Scheduler::admit_waiting(SchedulerStep& step, int64_t& budget) {
     const int64_t align = config_.prefix_alignment;
     const int64_t snapshot_at = config_.prefix_caching ? (s.num_prompt_tokens - 1) / align * align : 0;
     s.snapshot_at = snapshot_at > resume ? snapshot_at : 0;
-    s.snapshot_every = config_.prefix_snapshot_interval;
     const int64_t n = chunk_size(s, resume, chunk_limit(s.num_tokens() - resume, budget));
     if (!blocks_.can_take(prefix, resume + n)) return;
     waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(next));

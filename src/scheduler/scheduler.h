@@ -110,6 +110,10 @@ class Scheduler {
   void drop_snapshot(uint64_t key) { snapshots_.erase(key); }
   const BlockManager& blocks() const { return blocks_; }
   const SchedulerConfig& config() const { return config_; }
+  // Whether the prefill of `s` stops at position `at` for the engine's state snapshot: its last
+  // aligned point before its prompt's end (Sequence::snapshot_at) and, with
+  // prefix_snapshot_interval, the interval's multiples before that.
+  bool snapshot_point(const Sequence& s, int64_t at) const;
 
  private:
   void schedule_running(SchedulerStep& step, int64_t& budget, bool decoding);
@@ -123,9 +127,12 @@ class Scheduler {
   // admitted now it would compute them again beside it (as SGLang's in-batch prefix caching, it
   // waits until they are cached).
   bool waits_for_shared_prefix(const Sequence& s, int64_t resume) const;
+  // The last snapshot point of `s` at or before `at`, and its first after `start` (0: none).
+  int64_t last_snapshot_point_by(const Sequence& s, int64_t at) const;
+  int64_t next_snapshot_point(const Sequence& s, int64_t start) const;
   // The most of `n` tokens from `start` that `s` may run in one chunk (it stops at its next
   // snapshot point).
-  static int64_t chunk_size(const Sequence& s, int64_t start, int64_t n);
+  int64_t chunk_size(const Sequence& s, int64_t start, int64_t n) const;
   // The tokens a chunk of a sequence with `uncomputed` tokens left may take from `budget`.
   int64_t chunk_limit(int64_t uncomputed, int64_t budget) const;
   void preempt(Sequence& sequence, SchedulerStep& step, int64_t& budget);

@@ -2,7 +2,6 @@
 // them the cache already holds, and the cache blocks they take.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -34,31 +33,14 @@ struct Sequence {
   // recomputation), rather than recomputing the end of the reused prefix.
   std::optional<uint64_t> resume_snapshot;
   // Prefix caching: its prefill stops at this position (0: none), the last multiple of the
-  // alignment before the prompt's end, for the engine to take a state snapshot there, and (with
-  // snapshot_every > 0) at every multiple of snapshot_every before it too.
+  // alignment before the prompt's end, for the engine to take a state snapshot there (and with
+  // SchedulerConfig::prefix_snapshot_interval at its multiples before: Scheduler::snapshot_point).
   int64_t snapshot_at = 0;
-  int64_t snapshot_every = 0;
   bool no_prefix_hit = false;  // it must compute its whole prompt (prompt logprobs)
   SequenceStatus status = SequenceStatus::kWaiting;
   int64_t num_preemptions = 0;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
-  // Whether its prefill stops at position `at` for a state snapshot.
-  bool snapshot_point(int64_t at) const {
-    return snapshot_at > 0 && at > 0 && at <= snapshot_at &&
-           (at == snapshot_at || (snapshot_every > 0 && at % snapshot_every == 0));
-  }
-  // The last position at or before `at` where its prefill stops for a snapshot (0: none).
-  int64_t last_snapshot_point_by(int64_t at) const {
-    if (snapshot_at == 0) return 0;
-    if (at >= snapshot_at) return snapshot_at;
-    return snapshot_every > 0 ? at / snapshot_every * snapshot_every : 0;
-  }
-  // The first position after `start` where its prefill stops for a snapshot (0: none).
-  int64_t next_snapshot_point(int64_t start) const {
-    if (snapshot_at <= start) return 0;
-    return snapshot_every > 0 ? std::min(snapshot_at, (start / snapshot_every + 1) * snapshot_every) : snapshot_at;
-  }
   int64_t num_output() const { return num_tokens() - num_prompt_tokens; }
   // Tokens still to run through the model before the next token can be sampled (1 when decoding).
   int64_t num_uncomputed() const { return num_tokens() - num_computed; }

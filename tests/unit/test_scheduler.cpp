@@ -449,9 +449,9 @@ TEST(Scheduler, PrefillsStopAtEverySnapshotIntervalAndAShorterSharedStartResumes
     run(s, step);
   }
   EXPECT_EQ(stops, (std::vector<int64_t>{8, 16, 24, 30}));
-  for (const int64_t at : {int64_t{8}, int64_t{16}, int64_t{24}}) EXPECT_TRUE(a.snapshot_point(at)) << at;
-  EXPECT_FALSE(a.snapshot_point(12));
-  EXPECT_FALSE(a.snapshot_point(30));
+  for (const int64_t at : {int64_t{8}, int64_t{16}, int64_t{24}}) EXPECT_TRUE(s.snapshot_point(a, at)) << at;
+  EXPECT_FALSE(s.snapshot_point(a, 12));
+  EXPECT_FALSE(s.snapshot_point(a, 30));
   const uint64_t at_16 = s.blocks().chain_hash_of(a.blocks.blocks.at(3));
   s.finish(a.id);
   s.add_snapshot(at_16);
@@ -471,7 +471,7 @@ TEST(Scheduler, PrefillsStopAtEverySnapshotIntervalAndAShorterSharedStartResumes
   Scheduler t(caching(40, 100));
   Sequence& d = t.add(counting(30), 2);
   EXPECT_EQ(t.schedule().chunks.at(0).num_tokens, 24);
-  EXPECT_FALSE(d.snapshot_point(16));
+  EXPECT_FALSE(t.snapshot_point(d, 16));
 
   SchedulerConfig odd = caching(40, 0);
   odd.prefix_snapshot_interval = 12;  // not a multiple of the alignment, 8
