@@ -81,6 +81,7 @@
 #include "kernels/gemm/staged_tiles.cuh"
 #include "kernels/gemm/wgmma.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/mbarrier.cuh"
 #include "kernels/sm_count.h"
 
 namespace dsv4::kernels {
@@ -194,29 +195,6 @@ __device__ __forceinline__ WorkItem item_at(const F16WgmmaArgs& a, const ItemWal
     item.rows = static_cast<int>(min(static_cast<int64_t>(kTileRows), a.m - item.m0));
   }
   return item;
-}
-
-__device__ __forceinline__ void barrier_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-
-// One arrival that also announces `bytes` of copies that will complete on the barrier.
-__device__ __forceinline__ void barrier_expect_bytes(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void barrier_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-
-// Waits until the barrier's phase of this parity has completed.
-__device__ __forceinline__ void barrier_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
 }
 
 // The box of `map` at (inner, outer) into shared memory at dst, completing on barrier bar.
