@@ -169,9 +169,11 @@ TEST_P(SparseAttnWgmmaTest, GivesTheMmaSyncBits) {
   packed_p.seqs = packed_seqs.get();
 
   using Splits = kernels::SparseAttnMmaPlan::Splits;
-  const auto run = [&](bool packed, bool wgmma, Splits splits, int pairs = 4, int dim_parts = 1) {
+  const auto run = [&](bool packed, bool wgmma, Splits splits, int pairs = 4, int dim_parts = 1,
+                       bool whole_tiles = false) {
     plan.wgmma = wgmma;
     plan.splits = splits;
+    plan.whole_tiles = whole_tiles;
     plan.pairs = pairs;
     plan.dim_parts = dim_parts;
     out.poison();
@@ -194,6 +196,8 @@ TEST_P(SparseAttnWgmmaTest, GivesTheMmaSyncBits) {
     if (packed) expect_mma_bits(run(true, false, Splits::kMergeKernel), entries + "mma.sync");
     for (const Splits splits : {Splits::kMergeKernel, Splits::kLastCtaMerges, Splits::kCtaPerToken})
       expect_mma_bits(run(packed, true, splits), entries + "WGMMA, splits schedule " + std::to_string(static_cast<int>(splits)));
+    // A warpgroup a whole tile (sparse_attn_wgmma_ws over rows; packed entries keep the kernel above).
+    expect_mma_bits(run(packed, true, Splits::kCtaPerToken, 4, 1, true), entries + "WGMMA, a CTA a token, whole tiles");
     for (const int pairs : {1, 2})
       for (const int dim_parts : {1, 2, 4})
         expect_mma_bits(run(packed, false, Splits::kMergeKernel, pairs, dim_parts),
@@ -231,11 +235,17 @@ TEST(SparseAttnMmaPlan, PicksTheSplitScheduleByTheLaunchsWaves) {
     const kernels::SparseAttnMmaPlan prefill = kernels::sparse_attn_mma_plan(8192, heads, kCsaEntries, kSms);
     const int64_t head_blocks = heads / 64;
     EXPECT_EQ(prefill.splits, Splits::kCtaPerToken) << heads << " heads";
+    EXPECT_TRUE(prefill.whole_tiles) << heads << " heads";  // CSA's 5 splits a token
     EXPECT_LT(prefill.tokens_per_launch, 8192) << heads << " heads";  // the scratch bounds it
     EXPECT_EQ(prefill.tokens_per_launch * head_blocks % kSms, 0) << heads << " heads: launches of whole waves";
     EXPECT_GE(prefill.tokens_per_launch * head_blocks, 4 * kSms) << heads << " heads";
     EXPECT_LE(prefill.workspace_bytes, size_t{512} << 20) << heads << " heads";
   }
+
+  const kernels::SparseAttnMmaPlan hca = kernels::sparse_attn_mma_plan(8192, 64, kWindowEntries + 8192 / 128, kSms);
+  EXPECT_EQ(hca.max_splits, 2);
+  EXPECT_EQ(hca.splits, Splits::kCtaPerToken);
+  EXPECT_FALSE(hca.whole_tiles);  // two splits a token: the half-tile warpgroups are faster
 
   const kernels::SparseAttnMmaPlan window = kernels::sparse_attn_mma_plan(8192, 64, kWindowEntries, kSms);
   EXPECT_EQ(window.max_splits, 1);

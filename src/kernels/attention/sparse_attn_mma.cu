@@ -62,6 +62,11 @@ constexpr int64_t kMergeInKernelWaves = 8;
 // splits in one CTA (SparseAttnMmaPlan::Splits::kCtaPerToken; an 8k prefill's HCA launches 9%
 // faster so, its CSA launches 1%: docs/PERF.md session 27).
 constexpr int64_t kCtaPerTokenWaves = 4;
+// The fewest splits a token (the launch's most) for which a CTA-a-token launch takes whole tiles a
+// warpgroup (SparseAttnMmaPlan::whole_tiles). H100, an 8k prefill's launches (docs/PERF.md session
+// 59): CSA (5 splits) 5,870 -> 5,516 us, HCA (2) 2,184 -> 2,241 us, whose few tiles a token do not
+// pay for the doubled scores.
+constexpr int kWholeTilesMinSplits = 3;
 
 // Packed: one buffer of rows, refilled from the packed tile once the previous tile is consumed
 // (the next tile's copy runs while the current one computes); rows: two, filled by cp.async.
@@ -211,8 +216,8 @@ __global__ void __launch_bounds__(kCtaThreads<Pairs, Packed>, 1)
       }
       float correction[2];
       softmax_tile<kHeads>(s, sl, sm.row_of + (tile - tile_begin) * kTile, p.softmax_scale, sm.max_part, correction,
-                           [&](int row, int col, uint32_t lo, uint32_t mid, uint32_t hi) {
-                             const int at = row * kPRow + col;
+                           [&](int j, int r, uint32_t lo, uint32_t mid, uint32_t hi) {
+                             const int at = (sl.row0 + 8 * r) * kPRow + sl.half * 32 + 8 * j + 2 * sl.t;
                              *reinterpret_cast<uint32_t*>(sm.p_lo + at) = lo;
                              *reinterpret_cast<uint32_t*>(sm.p_mid + at) = mid;
                              *reinterpret_cast<uint32_t*>(sm.p_hi + at) = hi;
@@ -320,6 +325,7 @@ SparseAttnMmaPlan sparse_attn_mma_plan(int64_t tokens, int64_t heads, int64_t ma
   if (plan.pairs == kMaxPairs && plan.max_splits <= kMaxMergedSplits) {
     if (plan.tokens_per_launch * head_blocks >= kCtaPerTokenWaves * sm_count) {
       plan.splits = SparseAttnMmaPlan::Splits::kCtaPerToken;
+      plan.whole_tiles = plan.max_splits >= kWholeTilesMinSplits;
       // Whole waves a launch where the scratch bounds it, so no launch but the last ends in a
       // part-filled wave.
       if (plan.tokens_per_launch < tokens)
@@ -403,7 +409,7 @@ void sparse_attn_mma(const SparseAttnRowsParams& p, const SparseAttnMmaPlan& pla
       case 1: launch_sparse_attn_mma_parts<1>(plan.dim_parts, grid, stream, p, ws); break;
       case 2: launch_sparse_attn_mma_parts<2>(plan.dim_parts, grid, stream, p, ws); break;
       default:
-        if (wgmma) launch_sparse_attn_wgmma(grid, splits == Splits::kCtaPerToken, stream, p, ws);
+        if (wgmma) launch_sparse_attn_wgmma(grid, splits == Splits::kCtaPerToken, plan.whole_tiles, stream, p, ws);
         else launch_sparse_attn_mma<kMaxPairs, 1>(grid, stream, p, ws);
         break;
     }

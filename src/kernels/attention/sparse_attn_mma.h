@@ -42,6 +42,10 @@ struct SparseAttnMmaPlan {
   // (prefill launches of many waves of tokens).
   enum class Splits { kMergeKernel, kLastCtaMerges, kCtaPerToken };
   Splits splits = Splits::kMergeKernel;
+  // With kCtaPerToken over rows (not packed entries): the CTA's two warpgroups each compute every
+  // tile's scores and softmax whole (kernels/attention/sparse_attn_wgmma_ws.cu), twice the scores'
+  // MMAs for no waits between them; the same bits. Faster where tokens have many splits.
+  bool whole_tiles = false;
   int64_t tokens_per_launch = 0;
   size_t workspace_bytes = 0;  // device scratch the launches need (0 when max_splits == 1)
 };

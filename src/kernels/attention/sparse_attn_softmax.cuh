@@ -1,11 +1,12 @@
-// What the two tensor-core sparse attention kernels (sparse_attn_mma.cu on mma.sync, and
-// sparse_attn_wgmma.cu on WGMMA) share so that they give the same bits: the cut of a token's
+// What the tensor-core sparse attention kernels (sparse_attn_mma.cu on mma.sync, sparse_attn_wgmma.cu
+// and sparse_attn_wgmma_ws.cu on WGMMA) share so that they give the same bits: the cut of a token's
 // entries into 64-entry tiles and splits, the splits' scratch, one tile's online-softmax step on a
-// lane's scores, and the finish of a lane's output rows. Both kernels give a lane the same scores
+// lane's scores, and the finish of a lane's output rows. The kernels give a lane the same scores
 // and output dims (the m16n8 accumulator layout: lane (g, t) of warp `pair` of half `half` holds
 // heads 16 pair + g and + 8, entries 32 half + 8j + 2t (+1) of a tile, and output dims
-// 256 half + 8j + 2t (+1), or the same walk over a part of them), so every fp32 operation happens
-// in the same order.
+// 256 half + 8j + 2t (+1), or the same walk over a part of them; sparse_attn_wgmma_ws's lanes hold
+// both halves' entries, softmax_tile's whole-tile form), so every fp32 operation happens in the
+// same order.
 #pragma once
 
 #include <cstdint>
@@ -187,32 +188,41 @@ __device__ __forceinline__ uint32_t pack_bf16(uint16_t lo, uint16_t hi) {
   return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
 }
 
-// A lane's place in the accumulator layout and its running softmax state.
+// A lane's place in the accumulator layout and its running softmax state. A lane holds half a
+// tile's scores (4 n8 slices: the mma.sync kernel's warps and sparse_attn_wgmma's, `half` saying
+// which 32 entries) or a whole tile's (8 slices: sparse_attn_wgmma_ws's, one warpgroup all 64).
 struct SoftmaxLane {
   int pair, half, g, t;
   int row0;                                   // 16 pair + g: the first of the lane's two heads
   float row_max[2] = {-INFINITY, -INFINITY};  // heads row0, row0 + 8
-  float row_sum[2] = {0.0f, 0.0f};            // over this lane's entries only
+  // row_sum[q][r]: head row0 + 8 r over this lane's entries of tile half q (a half-tile lane: its
+  // own half's in q = 0), kept apart so that a whole-tile lane sums in the half-tile lanes' order.
+  float row_sum[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
 };
 
-// One tile's step on the lane's scores s (s[4j + c]: head row0 + 8 (c / 2), entry
-// 32 half + 8j + 2t + (c & 1)): masks the missing entries (row_of[entry] == nullptr), scales,
-// agrees with the other half of its pair on the running maxima through `max_part` (the pair's
-// rows of both halves, [2][heads]), turns the scores into probabilities and adds them to the row
-// sums. Returns in `correction` what the output sums must be multiplied by, and hands each
-// probability as three bf16 terms (hi = bf16(p), mid = bf16(p - hi), lo = bf16(p - hi - mid): all
-// 24 bits of fp32, each difference exact) to store(head row, entry column, lo pair, mid pair, hi
-// pair), two entries at a time.
-template <int kHeads, typename StoreTerms>
-__device__ __forceinline__ void softmax_tile(float (&s)[kScores], SoftmaxLane& lane, const uint16_t* const* row_of,
+// One tile's step on the lane's scores s (kSlices n8 slices, s[4j + c]: head row0 + 8 (c / 2),
+// entry e0 + 8j + 2t + (c & 1), e0 = 32 half for a half-tile lane (kSlices 4), 0 for a whole-tile
+// one (8)): masks the missing entries (row_of[entry] == nullptr), scales, takes the running maxima
+// over the tile's 64 entries (a half-tile lane agrees with the other half of its pair through
+// `max_part`, the pair's rows of both halves, [2][heads]), turns the scores into probabilities and
+// adds them to the row sums. Returns in `correction` what the output sums must be multiplied by,
+// and hands each probability as three bf16 terms (hi = bf16(p), mid = bf16(p - hi), lo = bf16(p -
+// hi - mid): all 24 bits of fp32, each difference exact) to store(slice j, row r (head row0 + 8 r),
+// lo pair, mid pair, hi pair), two entries (8j + 2t, + 1 of the lane's slices) at a time. Both
+// forms compute every value in the same order, so they give the same bits.
+template <int kHeads, int kSlices = 4, typename StoreTerms>
+__device__ __forceinline__ void softmax_tile(float (&s)[4 * kSlices], SoftmaxLane& lane, const uint16_t* const* row_of,
                                              float softmax_scale, float (*max_part)[kHeads], float (&correction)[2],
                                              StoreTerms&& store) {
+  static_assert(kSlices == 4 || kSlices == 8, "softmax_tile: half a tile's slices or a whole tile's");
+  constexpr bool kHalfTile = kSlices == 4;
+  const int e0 = kHalfTile ? lane.half * 32 : 0;
   float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-  for (int j = 0; j < 4; ++j)
+  for (int j = 0; j < kSlices; ++j)
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      const int entry = lane.half * 32 + j * 8 + 2 * lane.t + (c & 1);
+      const int entry = e0 + j * 8 + 2 * lane.t + (c & 1);
       float& v = s[4 * j + c];
       v = row_of[entry] != nullptr ? v * softmax_scale : -INFINITY;
       tile_max[c / 2] = fmaxf(tile_max[c / 2], v);
@@ -222,31 +232,36 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kScores], SoftmaxLane& l
     tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
     tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
   }
-  if (lane.t == 0) {
-    max_part[lane.half][lane.row0] = tile_max[0];
-    max_part[lane.half][lane.row0 + 8] = tile_max[1];
+  if constexpr (kHalfTile) {
+    if (lane.t == 0) {
+      max_part[lane.half][lane.row0] = tile_max[0];
+      max_part[lane.half][lane.row0 + 8] = tile_max[1];
+    }
+    pair_barrier(lane.pair);
   }
-  pair_barrier(lane.pair);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float m_new =
-        fmaxf(lane.row_max[r], fmaxf(tile_max[r], max_part[lane.half ^ 1][lane.row0 + 8 * r]));
+    // (fmaxf is exact, so the order of the maxima does not matter)
+    const float tile = kHalfTile ? fmaxf(tile_max[r], max_part[lane.half ^ 1][lane.row0 + 8 * r]) : tile_max[r];
+    const float m_new = fmaxf(lane.row_max[r], tile);
     correction[r] = m_new == -INFINITY ? 1.0f : expf(lane.row_max[r] - m_new);  // 0 after -inf
     lane.row_max[r] = m_new;
   }
 #pragma unroll
-  for (int i = 0; i < kScores; ++i) {
+  for (int i = 0; i < 4 * kSlices; ++i) {
     const float m = lane.row_max[(i % 4) / 2];
     s[i] = m == -INFINITY ? 0.0f : expf(s[i] - m);  // 0 for missing entries
   }
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    lane.row_sum[r] *= correction[r];
+  for (int q = 0; q < kSlices / 4; ++q)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) lane.row_sum[r] += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
-  }
+    for (int r = 0; r < 2; ++r) {
+      lane.row_sum[q][r] *= correction[r];
 #pragma unroll
-  for (int j = 0; j < 4; ++j)
+      for (int j = 4 * q; j < 4 * q + 4; ++j) lane.row_sum[q][r] += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+    }
+#pragma unroll
+  for (int j = 0; j < kSlices; ++j)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float rest0 = s[4 * j + 2 * r], rest1 = s[4 * j + 2 * r + 1];
@@ -257,7 +272,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kScores], SoftmaxLane& l
         rest0 -= __uint_as_float(terms[k] << 16);
         rest1 -= __uint_as_float(terms[k] & 0xffff0000u);
       }
-      store(lane.row0 + 8 * r, lane.half * 32 + j * 8 + 2 * lane.t, terms[2], terms[1], terms[0]);
+      store(j, r, terms[2], terms[1], terms[0]);
     }
 }
 
@@ -286,8 +301,8 @@ constexpr size_t kLastRowsRoom = 152 * 1024;
 constexpr int64_t kMaxSplitsWithLastInSmem =
     static_cast<int64_t>((kLastRowsRoom - kLastRowsBytes) / (64 * sizeof(float))) - 1;
 
-// Merges a token's splits into the output of its kHeads heads from head0 on, every thread of the
-// CTA (kThreads) calling it once the splits' partials are visible to it: sparse_attn_mma_combine's
+// Merges a token's splits into the output of its kHeads heads from head0 on, the CTA's first
+// kThreads threads calling it once the splits' partials are visible to them: sparse_attn_mma_combine's
 // arithmetic in its order, so the same bits. First each head's max m over the splits, its weights
 // w_z = e^(m_z - m) and den = e^(sink - m) + sum over z of s_z w_z, s_z split z's sum (in
 // `scratch`, kHeads x (splits + 1) floats of shared memory), then a warp a head: lane l sums dims
@@ -323,7 +338,7 @@ __device__ __forceinline__ void merge_splits(const SparseAttnRowsParams& p, cons
     }
     dens[h] = den;
   }
-  __syncthreads();
+  asm volatile("bar.sync 0, %0;\n" ::"n"(kThreads) : "memory");  // __syncthreads' barrier, for kThreads of the CTA
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t global_splits = last_rows != nullptr ? splits - 1 : splits;  // the splits read from the workspace
   for (int h = warp; h < kHeads; h += kThreads / 32) {
@@ -425,38 +440,47 @@ __device__ __forceinline__ void store_rows_staged(const float (&o)[kLaneOutputs]
   }
 }
 
-// The end of a split: row sums over the quad, then over the pair (`sum_part` as max_part above);
-// a token of one split gets its output (with the sink) in bf16, a split of several its partial
-// output, row max and sum in the workspace, merged by merge_if_last (with ws.arrivals, which only
-// the WGMMA kernel's launches set; `scratch` as it says) or by sparse_attn_mma_combine. The lane's
+// The end of a split: row sums over the quad, then over the pair (`sum_part` as max_part above;
+// a whole-tile lane, kScoreSlices 8, adds its two halves' sums instead); a token of one split gets
+// its output (with the sink) in bf16, a split of several its partial output, row max and sum in
+// the workspace, merged by merge_if_last (with ws.arrivals, which only sparse_attn_wgmma's
+// launches set; `scratch` as it says; kLastCtaMerges false leaves that code out) or by
+// sparse_attn_mma_combine. The lane's
 // outputs o are dims dim0 + 8j + 2t (+1), j < kLaneOutputs / 4 (a CTA may own a part of the 512
 // dims, sparse_attn_mma.cu's dim parts; `writes_max_sum`: the CTA of the split that stores its max
 // and sum, every part holding the same). `last_rows`, unless null, takes the partial rows instead
 // of the workspace, in shared memory (kLastRowStride apart: the CTA's 64 heads, all 512 dims).
 // `staging`, unless null, is the warp's kStagedFloatsPerWarp floats of shared memory through which
 // the workspace rows go (store_rows_staged). Every thread of the CTA (kThreads) calls it.
-template <int kHeads, int kThreads, int kLaneOutputs>
+template <int kHeads, int kThreads, int kLaneOutputs, int kScoreSlices = 4, bool kLastCtaMerges = true>
 __device__ __forceinline__ void finish_split(const SparseAttnRowsParams& p, const SplitWorkspace& ws,
                                              const CtaWork& work, int64_t head0, int64_t splits, SoftmaxLane& lane,
                                              const float (&o)[kLaneOutputs], int dim0, bool writes_max_sum,
                                              float (*sum_part)[kHeads], float* scratch, float* last_rows = nullptr,
                                              float* staging = nullptr) {
   constexpr int kSlices = kLaneOutputs / 4;
+  constexpr bool kHalfTile = kScoreSlices == 4;  // softmax_tile's lane forms: the other half's sums in sum_part
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    lane.row_sum[r] += __shfl_xor_sync(0xffffffffu, lane.row_sum[r], 1);
-    lane.row_sum[r] += __shfl_xor_sync(0xffffffffu, lane.row_sum[r], 2);
+  for (int q = 0; q < kScoreSlices / 4; ++q)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      lane.row_sum[q][r] += __shfl_xor_sync(0xffffffffu, lane.row_sum[q][r], 1);
+      lane.row_sum[q][r] += __shfl_xor_sync(0xffffffffu, lane.row_sum[q][r], 2);
+    }
+  if constexpr (kHalfTile) {
+    if (lane.t == 0) {
+      sum_part[lane.half][lane.row0] = lane.row_sum[0][0];
+      sum_part[lane.half][lane.row0 + 8] = lane.row_sum[0][1];
+    }
+    pair_barrier(lane.pair);
   }
-  if (lane.t == 0) {
-    sum_part[lane.half][lane.row0] = lane.row_sum[0];
-    sum_part[lane.half][lane.row0 + 8] = lane.row_sum[1];
-  }
-  pair_barrier(lane.pair);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t head = head0 + lane.row0 + 8 * r;
     if (head >= p.heads) continue;
-    const float sum = lane.row_sum[r] + sum_part[lane.half ^ 1][lane.row0 + 8 * r];
+    // The two halves' sums added (in either order: the same bits).
+    const float other = kHalfTile ? sum_part[lane.half ^ 1][lane.row0 + 8 * r] : lane.row_sum[1][r];
+    const float sum = lane.row_sum[0][r] + other;
     const float m = lane.row_max[r];
     const int64_t row = work.token * p.heads + head;
     if (splits == 1) {
@@ -488,12 +512,19 @@ __device__ __forceinline__ void finish_split(const SparseAttnRowsParams& p, cons
     store_rows_staged(o, ws.out + at * kD, ws.max_splits * kD, dim0, static_cast<int>(real < 16 ? real : 16), staging,
                       lane.g, lane.t);
   }
-  if (splits > 1 && ws.arrivals != nullptr) merge_if_last<kHeads, kThreads>(p, ws, work, head0, splits, scratch);
+  if constexpr (kLastCtaMerges)
+    if (splits > 1 && ws.arrivals != nullptr) merge_if_last<kHeads, kThreads>(p, ws, work, head0, splits, scratch);
 }
 
 // The WGMMA kernel (64 heads a CTA, grid as sparse_attn_mma's: tokens x splits, head blocks; with
-// cta_per_token, tokens x head blocks, a CTA running all of its token's splits).
-void launch_sparse_attn_wgmma(dim3 grid, bool cta_per_token, cudaStream_t stream, const SparseAttnRowsParams& p,
-                              const SplitWorkspace& ws);
+// cta_per_token, tokens x head blocks, a CTA running all of its token's splits; with whole_tiles
+// too, over rows, sparse_attn_wgmma_ws's kernel).
+void launch_sparse_attn_wgmma(dim3 grid, bool cta_per_token, bool whole_tiles, cudaStream_t stream,
+                              const SparseAttnRowsParams& p, const SplitWorkspace& ws);
+
+// sparse_attn_wgmma_ws's kernel (a CTA a token of the grid's x, head blocks its y, over rows, not
+// packed entries).
+void launch_sparse_attn_wgmma_ws(dim3 grid, cudaStream_t stream, const SparseAttnRowsParams& p,
+                                 const SplitWorkspace& ws);
 
 }  // namespace dsv4::kernels::sparse_attn_tc

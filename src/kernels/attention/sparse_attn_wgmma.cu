@@ -16,7 +16,8 @@
 //     (K = dims) and the value product's MN-major B row (K = entries, N = dims);
 //   - over packed FP8 entries (p.packed) the tile's bytes go to a packed stage and are unpacked
 //     into the one operand of rows (sparse_attn_mma.cu says how), the same bits;
-//   - a CTA a split, or (kCtaPerToken, prefill) a CTA a token that runs its splits in turn: the
+//   - a CTA a split, or (kCtaPerToken, prefill; with the plan's whole_tiles over rows,
+//     sparse_attn_wgmma_ws's kernel instead) a CTA a token that runs its splits in turn: the
 //     queries copied once, the next split's entry rows found while the current split's first
 //     scores are on the tensor cores and its first tile copied during the current split's last,
 //     each split's partials stored as a split's CTA stores them and merged at the end;
@@ -27,6 +28,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/attention/sparse_attn_operands.cuh"
 #include "kernels/attention/sparse_attn_softmax.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/gemm/wgmma.cuh"
@@ -38,9 +40,6 @@ namespace {
 
 constexpr int kHeads = 64;                     // the MMA's M: a warpgroup's rows
 constexpr int kThreads = 256;                  // two warpgroups
-constexpr int kBlockBytes = 64 * 128;          // a column block: 64 rows x 64 bf16
-constexpr int kOperandBytes = 8 * kBlockBytes;  // 64 rows x 512 dims
-constexpr int kChunks = kD / 8;                // 16-byte chunks of a 512-d bf16 row
 
 // Packed: one operand of rows, refilled from the packed tile once the previous tile is consumed
 // (the next tile's copy runs while the current one computes); rows: two, filled by cp.async. The
@@ -80,11 +79,6 @@ constexpr bool kLastRowsFit = offsetof(Smem<Packed>, q) == 0 && offsetof(Smem<Pa
 static_assert(kLastRowsFit<false> && kLastRowsFit<true>,
               "sparse_attn_wgmma: the last split's rows and the merge's scratch do not fit where the queries were");
 
-// Byte offset of 16-byte chunk c (of kChunks) of row r in a swizzled 64-row operand.
-__device__ __forceinline__ int swizzled(int r, int c) {
-  return (c / 8) * kBlockBytes + r * 128 + ((c % 8) ^ (r % 8)) * 16;
-}
-
 template <bool kCtaPerToken, bool Packed>
 __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAttnRowsParams p, SplitWorkspace ws) {
   pdl_wait();
@@ -117,13 +111,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAt
   };
 
   // The 64 heads' queries (zeros past the last head), in the first cp.async group with tile 0.
-  const auto* q = static_cast<const uint16_t*>(p.q.data);
-  for (int c = tid; c < kHeads * kChunks; c += kThreads) {
-    const int h = c / kChunks, chunk = c % kChunks;
-    uint8_t* dst = sm.q + swizzled(h, chunk);
-    if (head0 + h < p.heads) cp_async16(dst, q + (i * p.heads + head0 + h) * kD + chunk * 8);
-    else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
-  }
+  copy_queries<kThreads>(p, i, head0, sm.q, tid);
   find_rows(work.split);
   __syncthreads();
   // Thread tid copies chunk tid%64 of entries tid/64, tid/64 + 4, ... (a warp: half a row, 8
@@ -134,13 +122,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAt
     if constexpr (Packed) {
       copy_packed_tile<kThreads>(rows, scales, sm.packed.tile, tid);
     } else {
-      const int chunk = tid % kChunks;
-      for (int e = tid / kChunks; e < kTile; e += kThreads / kChunks) {
-        const uint16_t* row = rows[e];
-        uint8_t* dst = sm.kv[buf] + swizzled(e, chunk);
-        if (row != nullptr) cp_async16(dst, row + chunk * 8);
-        else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
-      }
+      copy_tile_rows<kThreads>(rows, sm.kv[buf], tid);
     }
   };
   const uint32_t q_at = shared_address(sm.q);
@@ -182,18 +164,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAt
       }
       const uint32_t kv_at = shared_address(sm.kv[buf]);
 
-      // Scores of the 64 heads against entries 32 half .. + 31, K steps of 16 dims in order.
+      // Scores of the 64 heads against entries 32 half .. + 31.
       float s[kScores];
-#pragma unroll
-      for (float& v : s) v = 0.0f;
-      fence_accumulators(s);
-      wgmma_fence();
-#pragma unroll
-      for (int k0 = 0; k0 < kD; k0 += 16) {
-        const uint32_t k_bytes = (k0 / 64) * kBlockBytes + (k0 % 64) * 2;
-        wgmma_m64n32k16_bf16(s, wgmma_descriptor(q_at + k_bytes), wgmma_descriptor(kv_at + half * 32 * 128 + k_bytes));
-      }
-      wgmma_commit();
+      issue_scores<32>(s, q_at, kv_at + half * 32 * 128);
       // The next split's entry rows, their dependent loads under the scores' MMAs (its buffer's
       // last reader, the split before this one, is done).
       if (next_split && tile == tile_begin) find_rows(split + 1);
@@ -202,8 +175,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_kernel(SparseAt
 
       float correction[2];
       softmax_tile<kHeads>(s, sl, rows + (tile - tile_begin) * kTile, p.softmax_scale, sm.max_part, correction,
-                           [&](int row, int col, uint32_t lo, uint32_t mid, uint32_t hi) {
-                             const int at = swizzled(row, col / 8) + (col % 8) * 2;
+                           [&](int j, int r, uint32_t lo, uint32_t mid, uint32_t hi) {
+                             const int col = sl.half * 32 + 8 * j + 2 * sl.t;  // the pair's first entry
+                             const int at = swizzled(sl.row0 + 8 * r, col / 8) + (col % 8) * 2;
                              *reinterpret_cast<uint32_t*>(sm.p[0] + at) = lo;
                              *reinterpret_cast<uint32_t*>(sm.p[1] + at) = mid;
                              *reinterpret_cast<uint32_t*>(sm.p[2] + at) = hi;
@@ -257,9 +231,10 @@ void launch_for(dim3 grid, bool cta_per_token, cudaStream_t stream, const Sparse
 
 }  // namespace
 
-void launch_sparse_attn_wgmma(dim3 grid, bool cta_per_token, cudaStream_t stream, const SparseAttnRowsParams& p,
-                              const SplitWorkspace& ws) {
-  if (p.packed) launch_for<true>(grid, cta_per_token, stream, p, ws);
+void launch_sparse_attn_wgmma(dim3 grid, bool cta_per_token, bool whole_tiles, cudaStream_t stream,
+                              const SparseAttnRowsParams& p, const SplitWorkspace& ws) {
+  if (!p.packed && cta_per_token && whole_tiles) launch_sparse_attn_wgmma_ws(grid, stream, p, ws);
+  else if (p.packed) launch_for<true>(grid, cta_per_token, stream, p, ws);
   else launch_for<false>(grid, cta_per_token, stream, p, ws);
 }
 

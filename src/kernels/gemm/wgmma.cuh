@@ -1,7 +1,7 @@
 // Hopper's warpgroup MMA (WGMMA) pieces shared by the kernels that use it (fp8_mma_gemm's FP8
-// kernel, f16_wgmma_gemm, sparse_attn_wgmma): shared-memory matrix descriptors of 128-byte-swizzled
-// K-major and MN-major tiles, the fences and waits around the asynchronous MMAs, the MMAs they
-// issue, and adding a K block's sums into the running lane sums.
+// kernel, f16_wgmma_gemm, sparse_attn_wgmma and sparse_attn_wgmma_ws): shared-memory matrix
+// descriptors of 128-byte-swizzled K-major and MN-major tiles, the fences and waits around the
+// asynchronous MMAs, the MMAs they issue, and adding a K block's sums into the running lane sums.
 //
 // Accumulator layout (PTX ISA, wgmma D for m64nN): warp w of the warpgroup holds rows 16 w ..
 // 16 w + 15; lane (g, t) holds, for each n8 slice j, d[4j] = (row g, column 8j + 2t), d[4j + 1] =
@@ -170,6 +170,14 @@ __device__ __forceinline__ void wgmma_m64n32k16_bf16(float (&d)[16], uint64_t de
                : "l"(desc_a), "l"(desc_b));
 }
 
+// d += A (64 x 16 bf16, desc_a) x B (64 x 16 bf16, desc_b)^T, both K-major.
+__device__ __forceinline__ void wgmma_m64n64k16_bf16(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" DSV4_WGMMA_R0 ", " DSV4_WGMMA_R16
+               "}, %32, %33, 1, 1, 1, 0, 0;\n"
+               : DSV4_WGMMA_D16(0), DSV4_WGMMA_D16(16)
+               : "l"(desc_a), "l"(desc_b));
+}
+
 // d += A (64 x 16 bf16, desc_a, K-major) x B (16 x 256 bf16, desc_b, MN-major: wgmma_descriptor_mn_major).
 __device__ __forceinline__ void wgmma_m64n256k16_bf16_mn_b(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
   asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" DSV4_WGMMA_R0 ", " DSV4_WGMMA_R16 ", "
@@ -178,6 +186,19 @@ __device__ __forceinline__ void wgmma_m64n256k16_bf16_mn_b(float (&d)[128], uint
                : DSV4_WGMMA_N128_OUTPUTS, DSV4_WGMMA_D16(64), DSV4_WGMMA_D16(80), DSV4_WGMMA_D16(96),
                  DSV4_WGMMA_D16(112)
                : "l"(desc_a), "l"(desc_b));
+}
+
+// d += A (64 x 16 bf16, from registers in wgmma_m64nk16_a_regs' layout) x B (16 x 256 bf16, desc_b,
+// MN-major: wgmma_descriptor_mn_major). The registers must keep their values until a wgmma_wait
+// shows the MMA done.
+__device__ __forceinline__ void wgmma_m64n256k16_bf16_a_regs_mn_b(float (&d)[128], const uint32_t (&a)[4],
+                                                                 uint64_t desc_b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" DSV4_WGMMA_R0 ", " DSV4_WGMMA_R16 ", "
+               DSV4_WGMMA_R32 ", " DSV4_WGMMA_R48 ", " DSV4_WGMMA_R64 ", " DSV4_WGMMA_R80 ", " DSV4_WGMMA_R96 ", "
+               DSV4_WGMMA_R112 "}, {%128, %129, %130, %131}, %132, 1, 1, 1, 1;\n"
+               : DSV4_WGMMA_N128_OUTPUTS, DSV4_WGMMA_D16(64), DSV4_WGMMA_D16(80), DSV4_WGMMA_D16(96),
+                 DSV4_WGMMA_D16(112)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
 }
 
 // Adds a K block's sums blk (an m64n128 accumulator: columns are x rows) into the lane sums q of
