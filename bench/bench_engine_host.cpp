@@ -2,7 +2,8 @@
 // the draws' plans and the tokens' delivery, with a forward and a sampler that cost nothing (a
 // runner that only advances the caches and hands back one logits tensor, and a backend whose
 // sample_rows writes token 0), so that what is left is what the engine adds to a GPU step.
-// Usage: bench_engine_host [STEPS]; prints ms a step at 1, 16, 64 and 256 running sequences.
+// Usage: bench_engine_host [STEPS]; prints ms a step at 1, 16, 64 and 256 running sequences, then
+// ms a step of a queue of requests waiting behind the prefill of the prompt they share.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -73,6 +74,36 @@ void run(int steps) {
     for (int i = 0; i < steps; ++i) e.step();
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
     std::printf("%9d  %.4f\n", n, ms);
+  }
+  // A queue behind a shared prompt: `queued` requests whose prompts share their first 3,584
+  // tokens (the tiny model's positions end at 4,096) arrive together; the first prefills the shared part in 512-token chunks (the
+  // step's other tokens left to the queue) while the
+  // others wait for it to be cached (Scheduler::waits_for_shared_prefix), each step looking at
+  // every one of them.
+  std::printf("\nqueued  ms a step while the first prefills their shared prompt (engine host time)\n");
+  for (const int queued : {64, 256, 1024}) {
+    EngineConfig c;
+    c.max_model_len = 4096;
+    c.max_num_seqs = 16;
+    c.max_num_batched_tokens = 8192;
+    c.long_prefill_token_threshold = 512;
+    c.enable_prefix_caching = true;
+    c.runner = &forward;
+    Engine e(model, ops, c);
+    std::vector<RequestHandle> handles;
+    for (int i = 0; i < queued; ++i) {
+      GenerateRequest r;
+      for (int j = 0; j < 3584; ++j) r.prompt.push_back(j % 1000 + 1);
+      for (int j = 0; j < 64; ++j) r.prompt.push_back(1000 + i % 1000);
+      r.stop.max_tokens = 1;
+      r.sampling.temperature = 0.0f;
+      handles.push_back(e.submit(r));
+    }
+    const int chunks = 6;  // the shared prompt's chunks: every step of them has the queue waiting
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < chunks; ++i) e.step();
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / chunks;
+    std::printf("%6d  %.4f\n", queued, ms);
   }
 }
 

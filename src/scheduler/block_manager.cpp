@@ -92,13 +92,23 @@ void BlockManager::release(BlockTable& table) {
 }
 
 std::vector<BlockId> BlockManager::cached_prefix(std::span<const int32_t> tokens, int64_t max_blocks) const {
+  std::vector<uint64_t> hashes;
+  if (prefix_caching_) chain_hashes(tokens, max_blocks, hashes);
+  return cached_prefix(tokens, hashes, max_blocks);
+}
+
+std::vector<BlockId> BlockManager::cached_prefix(std::span<const int32_t> tokens, std::span<const uint64_t> hashes,
+                                                 int64_t max_blocks) const {
   std::vector<BlockId> found;
   if (!prefix_caching_) return found;
   const auto bs = static_cast<size_t>(block_size_);
   uint64_t parent = 0;
   for (size_t i = 0; static_cast<int64_t>(i) < max_blocks && (i + 1) * bs <= tokens.size(); ++i) {
+    if (i >= hashes.size())
+      throw UsageError("BlockManager::cached_prefix: " + std::to_string(hashes.size()) + " chain hashes for block " +
+                       std::to_string(i));
     const std::span<const int32_t> own = tokens.subspan(i * bs, bs);
-    const uint64_t h = chain_hash(parent, own);
+    const uint64_t h = hashes[i];
     const auto it = cached_.find(h);
     if (it == cached_.end()) break;
     const Block& block = blocks_[static_cast<size_t>(it->second)];
@@ -108,6 +118,13 @@ std::vector<BlockId> BlockManager::cached_prefix(std::span<const int32_t> tokens
     parent = h;
   }
   return found;
+}
+
+void BlockManager::chain_hashes(std::span<const int32_t> tokens, int64_t blocks, std::vector<uint64_t>& hashes) const {
+  const auto bs = static_cast<size_t>(block_size_);
+  const size_t want = std::min(static_cast<size_t>(std::max<int64_t>(blocks, 0)), tokens.size() / bs);
+  for (size_t i = hashes.size(); i < want; ++i)
+    hashes.push_back(chain_hash(i == 0 ? 0 : hashes[i - 1], tokens.subspan(i * bs, bs)));
 }
 
 bool BlockManager::can_take(std::span<const BlockId> prefix, int64_t tokens) const {

@@ -63,6 +63,15 @@ class BlockManager {
   // Prefix caching: the registered blocks that hold the first full blocks of `tokens`, in order,
   // at most `max_blocks` (empty without prefix caching).
   std::vector<BlockId> cached_prefix(std::span<const int32_t> tokens, int64_t max_blocks) const;
+  // The same with the blocks' chain hashes given (`hashes`, from chain_hashes, at least
+  // min(max_blocks, full blocks of tokens) of them); the blocks' tokens are still compared.
+  std::vector<BlockId> cached_prefix(std::span<const int32_t> tokens, std::span<const uint64_t> hashes,
+                                     int64_t max_blocks) const;
+  // Extends `hashes`, the chain hashes of the first full blocks of `tokens` (a block's covers its
+  // tokens and all before them), to the first `blocks` (or all the full blocks there are). A
+  // caller keeps them for tokens whose blocks stay as they are (a sequence's), so that a block is
+  // hashed once however often it is looked up.
+  void chain_hashes(std::span<const int32_t> tokens, int64_t blocks, std::vector<uint64_t>& hashes) const;
   // Whether an empty table can take `prefix` (from cached_prefix) and then grow to `tokens`.
   bool can_take(std::span<const BlockId> prefix, int64_t tokens) const;
   // Starts the empty `table` with `prefix` (a reference each; free ones leave the free list).

@@ -120,13 +120,13 @@ void Scheduler::schedule_running(SchedulerStep& step, int64_t& budget, bool deco
   }
 }
 
-std::vector<BlockId> Scheduler::reusable_prefix(const Sequence& s, int64_t& resume,
-                                                std::optional<uint64_t>& snapshot) const {
+std::vector<BlockId> Scheduler::reusable_prefix(Sequence& s, int64_t& resume, std::optional<uint64_t>& snapshot) const {
   resume = 0;
   snapshot.reset();
   if (!config_.prefix_caching || s.no_prefix_hit) return {};
   const int64_t bs = config_.block_size, align = config_.prefix_alignment;
-  std::vector<BlockId> prefix = blocks_.cached_prefix(s.tokens, (s.num_tokens() - 1) / bs);
+  blocks_.chain_hashes(s.tokens, (s.num_tokens() - 1) / bs, s.block_hashes);
+  std::vector<BlockId> prefix = blocks_.cached_prefix(s.tokens, s.block_hashes, (s.num_tokens() - 1) / bs);
   int64_t reused = static_cast<int64_t>(prefix.size()) * bs / align * align;
   // The furthest aligned point with a snapshot, if that skips more than recomputing.
   for (int64_t at = reused; at > std::max<int64_t>(0, reused - config_.prefix_recompute_tokens); at -= align) {
@@ -172,14 +172,20 @@ int64_t Scheduler::chunk_limit(int64_t uncomputed, int64_t budget) const {
   return cap > 0 ? std::min(n, cap) : n;
 }
 
-bool Scheduler::waits_for_shared_prefix(const Sequence& s, int64_t resume) const {
+bool Scheduler::waits_for_shared_prefix(Sequence& s, int64_t resume) const {
   if (!config_.prefix_caching || s.no_prefix_hit) return false;
-  const int64_t align = config_.prefix_alignment, most = (s.num_tokens() - 1) / align * align;
-  for (const Sequence* r : running_) {
+  const int64_t bs = config_.block_size, align = config_.prefix_alignment, most = (s.num_tokens() - 1) / align * align;
+  for (Sequence* r : running_) {
     if (r->num_computed >= r->num_prompt_tokens || most <= std::max(resume, r->num_computed)) continue;
-    const int64_t n = std::min(most, r->num_prompt_tokens);
-    const auto parted = std::mismatch(s.tokens.begin(), s.tokens.begin() + n, r->tokens.begin()).first;
-    const int64_t shared = (parted - s.tokens.begin()) / align * align;
+    // The aligned tokens the two prompts share within the first n, from their blocks' chain
+    // hashes (a block's equal only where all tokens up to its end are): alignments are whole
+    // blocks, so the count is the tokens' own.
+    const int64_t n = std::min(most, r->num_prompt_tokens), blocks = n / bs;
+    blocks_.chain_hashes(s.tokens, blocks, s.block_hashes);
+    blocks_.chain_hashes(r->tokens, blocks, r->block_hashes);
+    const auto first = s.block_hashes.begin();
+    const int64_t common = std::mismatch(first, first + blocks, r->block_hashes.begin()).first - first;
+    const int64_t shared = common * bs / align * align;
     // Where `s` could resume once `r` has computed the shared tokens: a snapshot `r` leaves, or a
     // hit that recomputes the end of the shared run.
     const int64_t then = std::max(last_snapshot_point_by(*r, shared), shared - config_.prefix_recompute_tokens);

@@ -119,14 +119,15 @@ class Scheduler {
   void schedule_running(SchedulerStep& step, int64_t& budget, bool decoding);
   void admit_waiting(SchedulerStep& step, int64_t& budget);
   // The cached blocks sequence `s` resumes on, and where it resumes (0 and none: no usable hit);
-  // `snapshot` gets the state snapshot's key when it resumes on one.
-  std::vector<BlockId> reusable_prefix(const Sequence& s, int64_t& resume, std::optional<uint64_t>& snapshot) const;
+  // `snapshot` gets the state snapshot's key when it resumes on one. It and waits_for_shared_prefix
+  // extend the sequences' block_hashes.
+  std::vector<BlockId> reusable_prefix(Sequence& s, int64_t& resume, std::optional<uint64_t>& snapshot) const;
   // Whether waiting sequence `s`, which would resume at `resume`, shares more aligned prompt tokens
   // with a running sequence's prompt than that one has computed yet, and could resume further once
   // they are cached (on a snapshot the running one leaves, or recomputing less than they skip):
   // admitted now it would compute them again beside it (as SGLang's in-batch prefix caching, it
   // waits until they are cached).
-  bool waits_for_shared_prefix(const Sequence& s, int64_t resume) const;
+  bool waits_for_shared_prefix(Sequence& s, int64_t resume) const;
   // The last snapshot point of `s` at or before `at`, and its first after `start` (0: none).
   int64_t last_snapshot_point_by(const Sequence& s, int64_t at) const;
   int64_t next_snapshot_point(const Sequence& s, int64_t start) const;

@@ -37,6 +37,10 @@ struct Sequence {
   // SchedulerConfig::prefix_snapshot_interval at its multiples before: Scheduler::snapshot_point).
   int64_t snapshot_at = 0;
   bool no_prefix_hit = false;  // it must compute its whole prompt (prompt logprobs)
+  // Prefix caching: the chain hashes of its first full blocks of tokens, as far as the scheduler
+  // has needed them (BlockManager::chain_hashes extends them): a waiting sequence is looked up
+  // every step, its blocks hashed once.
+  std::vector<uint64_t> block_hashes;
   SequenceStatus status = SequenceStatus::kWaiting;
   int64_t num_preemptions = 0;
 

@@ -247,6 +247,32 @@ TEST(BlockManagerPrefixCache, FindsRegisteredFullBlocksByTheirWholePrefix) {
   EXPECT_EQ(off.num_cached(), 0);
 }
 
+// Chain hashes kept by the caller (a sequence's block_hashes) are extended block by block, the
+// earlier ones kept, and find what hashing the tokens anew finds; a hash with other tokens behind
+// it (as a collision would have) is no hit, since the blocks' tokens are still compared.
+TEST(BlockManagerPrefixCache, KeptChainHashesFindWhatTheTokensFind) {
+  BlockManager m(10, 4, true);
+  const std::vector<int32_t> a = counting(14);
+  BlockTable ta;
+  m.grow(ta, 14);
+  m.cache_full_blocks(ta, a, 14);
+  std::vector<uint64_t> hashes;
+  m.chain_hashes(a, 1, hashes);
+  ASSERT_EQ(hashes.size(), 1u);
+  const uint64_t first = hashes[0];
+  m.chain_hashes(a, 10, hashes);  // only 3 blocks are full
+  ASSERT_EQ(hashes.size(), 3u);
+  EXPECT_EQ(hashes[0], first);
+  for (size_t i = 0; i < hashes.size(); ++i) EXPECT_EQ(hashes[i], m.chain_hash_of(ta.blocks[i])) << "block " << i;
+  EXPECT_EQ(m.cached_prefix(a, hashes, 10), m.cached_prefix(a, 10));
+  EXPECT_EQ(m.cached_prefix(a, hashes, 2).size(), 2u);
+
+  std::vector<int32_t> b = a;
+  b[9] = 99;  // block 2's tokens differ, its hash kept from a's
+  EXPECT_EQ(m.cached_prefix(b, hashes, 10).size(), 2u);
+  EXPECT_THROW(m.cached_prefix(a, std::span<const uint64_t>(hashes).first(1), 10), UsageError);
+}
+
 TEST(BlockManagerPrefixCache, SharedBlocksAreCountedAndFreeCachedOnesEvictedLast) {
   BlockManager m(6, 4, true);
   const std::vector<int32_t> a = counting(12);
