@@ -47,19 +47,31 @@ class FreeForward final : public ForwardRunner {
   DeviceTensor logits_;
 };
 
+// The engines' config: the free forward, prefix caching on, positions up to the tiny model's 4,096.
+EngineConfig free_config(FreeForward& forward, int64_t max_num_seqs) {
+  EngineConfig c;
+  c.max_model_len = 4096;
+  c.max_num_seqs = max_num_seqs;
+  c.max_num_batched_tokens = 8192;
+  c.enable_prefix_caching = true;
+  c.runner = &forward;
+  return c;
+}
+
+// The mean ms of host time a step over the engine's next `steps` steps.
+double ms_a_step(Engine& e, int steps) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) e.step();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+}
+
 void run(int steps) {
   FreeSamplingOps ops;
   const Model model = Model::dummy(ops, preset_config("tiny"), 0);
   FreeForward forward(ops, model.config()->vocab_size);
   std::printf("sequences  ms a decode step (engine host time, free forward and draws)\n");
   for (const int n : {1, 16, 64, 256}) {
-    EngineConfig c;
-    c.max_model_len = 4096;
-    c.max_num_seqs = n;
-    c.max_num_batched_tokens = 8192;
-    c.enable_prefix_caching = true;
-    c.runner = &forward;
-    Engine e(model, ops, c);
+    Engine e(model, ops, free_config(forward, n));
     std::vector<RequestHandle> handles;
     for (int i = 0; i < n; ++i) {
       GenerateRequest r;
@@ -70,25 +82,16 @@ void run(int steps) {
       handles.push_back(e.submit(r));
     }
     for (int i = 0; i < 10; ++i) e.step();  // the prefills and the first decode steps
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < steps; ++i) e.step();
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
-    std::printf("%9d  %.4f\n", n, ms);
+    std::printf("%9d  %.4f\n", n, ms_a_step(e, steps));
   }
   // A queue behind a shared prompt: `queued` requests whose prompts share their first 3,584
-  // tokens (the tiny model's positions end at 4,096) arrive together; the first prefills the shared part in 512-token chunks (the
-  // step's other tokens left to the queue) while the
-  // others wait for it to be cached (Scheduler::waits_for_shared_prefix), each step looking at
-  // every one of them.
+  // tokens arrive together; the first prefills the shared part in chunks of 512 tokens (the
+  // step's other tokens left to the queue) while the others wait for it to be cached
+  // (Scheduler::waits_for_shared_prefix), each of those six steps looking at all of them.
   std::printf("\nqueued  ms a step while the first prefills their shared prompt (engine host time)\n");
   for (const int queued : {64, 256, 1024}) {
-    EngineConfig c;
-    c.max_model_len = 4096;
-    c.max_num_seqs = 16;
-    c.max_num_batched_tokens = 8192;
+    EngineConfig c = free_config(forward, 16);
     c.long_prefill_token_threshold = 512;
-    c.enable_prefix_caching = true;
-    c.runner = &forward;
     Engine e(model, ops, c);
     std::vector<RequestHandle> handles;
     for (int i = 0; i < queued; ++i) {
@@ -96,14 +99,9 @@ void run(int steps) {
       for (int j = 0; j < 3584; ++j) r.prompt.push_back(j % 1000 + 1);
       for (int j = 0; j < 64; ++j) r.prompt.push_back(1000 + i % 1000);
       r.stop.max_tokens = 1;
-      r.sampling.temperature = 0.0f;
       handles.push_back(e.submit(r));
     }
-    const int chunks = 6;  // the shared prompt's chunks: every step of them has the queue waiting
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < chunks; ++i) e.step();
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / chunks;
-    std::printf("%6d  %.4f\n", queued, ms);
+    std::printf("%6d  %.4f\n", queued, ms_a_step(e, 6));
   }
 }
 
