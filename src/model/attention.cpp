@@ -87,26 +87,27 @@ DeviceTensor attention(const ForwardContext& ctx, const AttentionWeights& w, int
   for (size_t s = 0; s < ctx.slices.size(); ++s)
     seqs.push_back(
         {ctx.slices[s], ctx.cache(s).layer(layer).window.view(), ratio > 0 ? ctx.compressed(s, layer) : PagedCache()});
-  // Attention, then the output projection's first half in the same op: undo the rotation at the
-  // query position, then wo_a per group of H/G heads (a backend may fuse them into the attention's
-  // stores).
   DeviceTensor o = ctx.alloc(ctx.act, {T, H, d});
-  const int64_t R = w.wo_a.shape.at(0) / G;
-  DeviceTensor z = ctx.alloc(ctx.act, {T, G, R});
   const auto softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   ctx.ops.sparse_attention({q.view(), kv.view(), &w.attn_sink, topk.empty() ? ConstTensorView() : ConstTensorView(topk.view()),
-                            ctx.positions.view(), seqs, p.sliding_window, ratio, softmax_scale, o.view(),
-                            {&w.wo_a, inv_freq.view(), r, z.view()}});
+                            ctx.positions.view(), seqs, p.sliding_window, ratio, softmax_scale, o.view()});
   if (!topk.empty()) ctx.observe("layers." + std::to_string(layer) + ".indexer_topk", topk);
 
   // A second fork/join: the window ring takes the batch's kv rows once attention has read it (a
   // prefill's rows may overwrite rows its earlier tokens read), and nothing else in the layer reads
-  // the ring, so the write runs beside the output. Main: wo_b. Side 0: the window write.
+  // the ring, so the write runs beside the output. Main: undo the rotation at the query position,
+  // then wo_a per group of H/G heads, then wo_b. Side 0: the window write.
   DeviceTensor out;
   ForkJoinTasks output;
   output.chain = kOutputChain;
   output.tokens = T;
-  output.main = [&] { out = linear(ctx, z.reshaped({T, G * R}), w.wo_b, ctx.act); };
+  output.main = [&] {
+    ctx.ops.rope({o.view(), ctx.positions.view(), inv_freq.view(), r, true});
+    const int64_t R = w.wo_a.shape.at(0) / G;
+    DeviceTensor z = ctx.alloc(ctx.act, {T, G, R});
+    ctx.ops.grouped_linear({o.reshaped({T, G, H / G * d}).view(), &w.wo_a, z.view()});
+    out = linear(ctx, z.reshaped({T, G * R}), w.wo_b, ctx.act);
+  };
   output.side[0] = [&] { append_to_windows(ctx, layer, kv); };
   ctx.ops.fork_join(output);
   return out;

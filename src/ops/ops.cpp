@@ -62,13 +62,6 @@ void Ops::norm_rope_quant(const NormRopeQuantParams& p) {
   if (p.quant_cols > 0) quant_sim({flat, p.quant_cols, p.quant_block, p.quant_format});
 }
 
-void Ops::project_attention_output(const SparseAttentionParams& p) {
-  const AttentionOutputProjection& pr = p.projection;
-  const int64_t T = p.out.dim(0), H = p.out.dim(1), d = p.out.dim(2), G = pr.y.dim(1);
-  rope({p.out, p.positions, pr.inv_freq, pr.rope_dim, true});
-  grouped_linear({ConstTensorView(p.out.bytes(), p.out.dtype(), {T, G, H / G * d}), pr.wo_a, pr.y});
-}
-
 DeviceTensor Ops::moe_shared_expert(const MoeExpertsParams& p) {
   const ExpertWeights& e = *p.shared;
   const DType act = p.x.dtype();

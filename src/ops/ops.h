@@ -415,17 +415,6 @@ struct AttentionSeq {
 // own from kv), then to compressed entries: none (ratio 0), all j < floor((p+1)/ratio) (topk
 // empty), or the listed ids (topk given). Entries are visited in that order; absent compressed
 // entries (PagedCache) are skipped. The table must reach every entry the slice's tokens see.
-// The output projection's first half (MODEL.md §3.7), fused into sparse_attention where wo_a is
-// set: each head's last rope_dim dims of the output rotated back at the token's position (rope
-// with `inverse`), then y = grouped_linear(out as [T, G, H / G * d], wo_a). A backend may leave
-// `out` holding the output in a form of its own then: only y is the op's result.
-struct AttentionOutputProjection {
-  const Weight* wo_a = nullptr;  // [G * R, H / G * d], or nullptr: no projection
-  ConstTensorView inv_freq;      // [rope_dim / 2] f32
-  int64_t rope_dim = 0;
-  TensorView y;                  // [T, G, R]
-};
-
 struct SparseAttentionParams {
   ConstTensorView q;           // [T, H, d]
   ConstTensorView kv;          // [T, d] the batch's window kv rows
@@ -437,7 +426,6 @@ struct SparseAttentionParams {
   int64_t ratio = 0;
   float softmax_scale = 0;
   TensorView out;              // [T, H, d]
-  AttentionOutputProjection projection = {};  // optional
 };
 
 // ---- MoE (MODEL.md §6) ----------------------------------------------------------------------
@@ -596,9 +584,6 @@ class Ops {
   virtual void compressor_pool(const CompressorPoolParams& p) = 0;
   virtual void indexer_topk(const IndexerTopkParams& p) = 0;
   virtual void sparse_attention(const SparseAttentionParams& p) = 0;
-  // p.projection (wo_a set) through this backend's rope() and grouped_linear(), over p.out as
-  // rows: what sparse_attention does after its attention where the backend fuses none of it.
-  void project_attention_output(const SparseAttentionParams& p);
 
   virtual void moe_route(const MoeRouteParams& p) = 0;
   virtual void swiglu(const SwigluParams& p) = 0;

@@ -431,23 +431,6 @@ void check_params(const SparseAttentionParams& p) {
   }
   if (p.window <= 0) throw UsageError("sparse_attention: window must be positive");
   check_slices("sparse_attention", p.seqs, T);
-  if (const AttentionOutputProjection& pr = p.projection; pr.wo_a != nullptr) {
-    if (pr.rope_dim < 0 || pr.rope_dim % 2 != 0 || pr.rope_dim > d)
-      throw UsageError("sparse_attention: projection rope_dim " + std::to_string(pr.rope_dim) +
-                       " must be even and within the head dim " + std::to_string(d));
-    expect_shape("sparse_attention", "projection inv_freq", pr.inv_freq, {pr.rope_dim / 2});
-    expect_dtype("sparse_attention", "projection inv_freq", pr.inv_freq, DType::kF32);
-    expect_rank("sparse_attention", "projection y", pr.y, 3);
-    expect_float("sparse_attention", "projection y", pr.y);
-    const int64_t G = pr.y.dim(1), R = pr.y.dim(2);
-    if (pr.y.dim(0) != T || G <= 0 || H % G != 0)
-      throw UsageError("sparse_attention: projection y must be [T, G, R] with G dividing the " + std::to_string(H) +
-                       " heads");
-    const Shape want{G * R, H / G * d};
-    if (pr.wo_a->shape != want)
-      throw UsageError("sparse_attention: projection weight " + pr.wo_a->name + " must be [G * R, H / G * d] = [" +
-                       std::to_string(want[0]) + ", " + std::to_string(want[1]) + "]");
-  }
   if (p.ratio > 0)
     for (size_t s = 0; s < p.seqs.size(); ++s) {
       const SeqSlice& sl = p.seqs[s].slice;

@@ -402,93 +402,75 @@ struct FlashAttentionCase {
   int64_t start_pos;  // of the first sequence; later ones start 37 positions further each
 };
 
-class SparseAttentionFlashTest : public CudaOpsAttentionMoeTest, public ::testing::WithParamInterface<FlashAttentionCase> {
- protected:
-  static constexpr int64_t H = 64, d = 512, W = 128, k = 512;
-  // A case's inputs in both backends: random queries, kv rows on the cache's FP8 grid, each
-  // sequence's window and compressed pool (as rows and as packed entries) and top-k lists.
-  struct FlashInputs {
-    int64_t T = 0;
-    bool with_topk = false;
-    Both q, kv, topk, positions;
-    BothWeights sink;
-    std::vector<Both> windows, packed_windows;
-    std::vector<BothPaged> comps, packed_comps;
-    std::vector<AttentionSeq> cseqs, gseqs, packed_seqs;
-    std::vector<SeqSlice> slices;
-    ConstTensorView cpu_topk() const { return with_topk ? ConstTensorView(topk.cpu.view()) : ConstTensorView(); }
-    ConstTensorView gpu_topk() const { return with_topk ? ConstTensorView(topk.gpu.view()) : ConstTensorView(); }
-  };
-  FlashInputs flash_inputs(const FlashAttentionCase& c) {
-    FlashInputs in;
-    const int64_t T = in.T = c.sequences * c.tokens;
-    in.with_topk = c.ratio == 4;
-    in.q = both(random_tensor(DType::kBF16, {T, H, d}, 2.0f));
-    in.kv = both(entry_rows(T));
-    in.sink = plain_weight("sink", random_tensor(DType::kF32, {H}, 1.0f));
-    std::vector<int32_t> topk_ids(static_cast<size_t>(T * k), -1);
-    for (int64_t s = 0; s < c.sequences; ++s) {
-      const SeqSlice sl{s * c.tokens, c.tokens, c.start_pos + 37 * s};
-      in.slices.push_back(sl);
-      const Tensor window_rows = entry_rows(W);
-      in.windows.push_back(both(window_rows));
-      in.packed_windows.push_back(packed_ring(window_rows));
-      const int64_t capacity = c.ratio > 0 ? (sl.start_pos + sl.num_tokens) / c.ratio + 1 : 1;
-      const Tensor comp_rows = entry_rows(capacity);
-      in.comps.push_back(paged(comp_rows, 64));
-      in.packed_comps.push_back(paged(comp_rows, 64, -1, true));
-      for (int64_t i = 0; i < sl.num_tokens && in.with_topk; ++i) {
-        const int64_t visible = (sl.start_pos + i + 1) / c.ratio;
-        std::vector<int32_t> ids(static_cast<size_t>(visible));
-        std::iota(ids.begin(), ids.end(), 0);
-        std::shuffle(ids.begin(), ids.end(), rng_);
-        ids.resize(std::min<size_t>(ids.size(), static_cast<size_t>(k)));
-        std::sort(ids.begin(), ids.end());
-        std::copy(ids.begin(), ids.end(), topk_ids.begin() + (sl.token_begin + i) * k);
-      }
-      in.cseqs.push_back({sl, in.windows.back().cpu.view(), c.ratio > 0 ? in.comps.back().cpu() : PagedCache()});
-      in.gseqs.push_back({sl, in.windows.back().gpu.view(), c.ratio > 0 ? in.comps.back().gpu() : PagedCache()});
-      in.packed_seqs.push_back(
-          {sl, in.packed_windows.back().gpu.view(), c.ratio > 0 ? in.packed_comps.back().gpu() : PagedCache()});
-    }
-    in.topk = both(int_tensor({T, k}, topk_ids));
-    in.positions = positions_of(in.slices, T);
-    return in;
-  }
-  static float softmax_scale() { return 1.0f / std::sqrt(static_cast<float>(d)); }
-};
+class SparseAttentionFlashTest : public CudaOpsAttentionMoeTest, public ::testing::WithParamInterface<FlashAttentionCase> {};
 
 TEST_P(SparseAttentionFlashTest, MatchesCpu) {
   const FlashAttentionCase c = GetParam();
-  const FlashInputs in = flash_inputs(c);
-  const int64_t T = in.T;
-  const float scale = softmax_scale();
+  const int64_t H = 64, d = 512, W = 128, k = 512, T = c.sequences * c.tokens;
+  const bool with_topk = c.ratio == 4;
+  const Both q = both(random_tensor(DType::kBF16, {T, H, d}, 2.0f));
+  const Both kv = both(entry_rows(T));
+  const BothWeights sink = plain_weight("sink", random_tensor(DType::kF32, {H}, 1.0f));
+  std::vector<Both> windows, packed_windows;
+  std::vector<BothPaged> comps, packed_comps;
+  std::vector<AttentionSeq> cseqs, gseqs, packed_seqs;
+  std::vector<int32_t> topk_ids(static_cast<size_t>(T * k), -1);
+  std::vector<SeqSlice> slices;
+  for (int64_t s = 0; s < c.sequences; ++s) {
+    const SeqSlice sl{s * c.tokens, c.tokens, c.start_pos + 37 * s};
+    slices.push_back(sl);
+    const Tensor window_rows = entry_rows(W);
+    windows.push_back(both(window_rows));
+    packed_windows.push_back(packed_ring(window_rows));
+    const int64_t capacity = c.ratio > 0 ? (sl.start_pos + sl.num_tokens) / c.ratio + 1 : 1;
+    const Tensor comp_rows = entry_rows(capacity);
+    comps.push_back(paged(comp_rows, 64));
+    packed_comps.push_back(paged(comp_rows, 64, -1, true));
+    for (int64_t i = 0; i < sl.num_tokens && with_topk; ++i) {
+      const int64_t visible = (sl.start_pos + i + 1) / c.ratio;
+      std::vector<int32_t> ids(static_cast<size_t>(visible));
+      std::iota(ids.begin(), ids.end(), 0);
+      std::shuffle(ids.begin(), ids.end(), rng_);
+      ids.resize(std::min<size_t>(ids.size(), static_cast<size_t>(k)));
+      std::sort(ids.begin(), ids.end());
+      std::copy(ids.begin(), ids.end(), topk_ids.begin() + (sl.token_begin + i) * k);
+    }
+    cseqs.push_back({sl, windows.back().cpu.view(), c.ratio > 0 ? comps.back().cpu() : PagedCache()});
+    gseqs.push_back({sl, windows.back().gpu.view(), c.ratio > 0 ? comps.back().gpu() : PagedCache()});
+    packed_seqs.push_back(
+        {sl, packed_windows.back().gpu.view(), c.ratio > 0 ? packed_comps.back().gpu() : PagedCache()});
+  }
+  const Both topk = both(int_tensor({T, k}, topk_ids));
   Both out = output(DType::kBF16, {T, H, d});
-  cpu_.sparse_attention({in.q.cpu.view(), in.kv.cpu.view(), &in.sink.cpu, in.cpu_topk(), in.positions.cpu.view(),
-                         in.cseqs, W, c.ratio, scale, out.cpu.view()});
-  gpu_->sparse_attention({in.q.gpu.view(), in.kv.gpu.view(), &in.sink.gpu, in.gpu_topk(), in.positions.gpu.view(),
-                          in.gseqs, W, c.ratio, scale, out.gpu.view()});
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const ConstTensorView cpu_topk = with_topk ? ConstTensorView(topk.cpu.view()) : ConstTensorView();
+  const ConstTensorView gpu_topk = with_topk ? ConstTensorView(topk.gpu.view()) : ConstTensorView();
+  const Both positions = positions_of(slices, T);
+  cpu_.sparse_attention({q.cpu.view(), kv.cpu.view(), &sink.cpu, cpu_topk, positions.cpu.view(), cseqs, W, c.ratio, scale,
+                         out.cpu.view()});
+  gpu_->sparse_attention({q.gpu.view(), kv.gpu.view(), &sink.gpu, gpu_topk, positions.gpu.view(), gseqs, W, c.ratio, scale,
+                          out.gpu.view()});
   const std::string what = std::string("sparse_attention flash ") + c.name;
   EXPECT_LT(measure(what, gpu_floats(out), cpu_floats(out)), 1e-3) << what;
   const std::vector<float> batch = gpu_floats(out);
 
   // The caches as packed FP8 entries (`--kv-cache-dtype fp8`) hold the same values: the same bits.
   const DeviceTensor from_packed = gpu_->alloc(DType::kBF16, {T, H, d});
-  gpu_->sparse_attention({in.q.gpu.view(), in.kv.gpu.view(), &in.sink.gpu, in.gpu_topk(), in.positions.gpu.view(),
-                          in.packed_seqs, W, c.ratio, scale, from_packed.view()});
+  gpu_->sparse_attention({q.gpu.view(), kv.gpu.view(), &sink.gpu, gpu_topk, positions.gpu.view(), packed_seqs, W, c.ratio,
+                          scale, from_packed.view()});
   EXPECT_TRUE(same_bits(floats(*gpu_, from_packed), batch)) << what << ": packed caches";
 
   // A decode token alone (a launch of few CTAs, so fewer heads a CTA) gets its bits in the batch.
   if (c.tokens != 1) return;
   for (const int64_t s : {int64_t{0}, c.sequences - 1}) {
-    const std::vector<AttentionSeq> alone_seq = {{SeqSlice{0, 1, in.slices[s].start_pos}, in.windows[s].gpu.view(),
-                                                  c.ratio > 0 ? in.comps[s].gpu() : PagedCache()}};
+    const std::vector<AttentionSeq> alone_seq = {
+        {SeqSlice{0, 1, slices[s].start_pos}, windows[s].gpu.view(), c.ratio > 0 ? comps[s].gpu() : PagedCache()}};
     const DeviceTensor alone = gpu_->alloc(DType::kBF16, {1, H, d});
-    gpu_->sparse_attention({slice_rows(ConstTensorView(in.q.gpu.view()), s, s + 1),
-                            slice_rows(ConstTensorView(in.kv.gpu.view()), s, s + 1), &in.sink.gpu,
-                            in.with_topk ? slice_rows(ConstTensorView(in.topk.gpu.view()), s, s + 1) : ConstTensorView(),
-                            slice_rows(ConstTensorView(in.positions.gpu.view()), s, s + 1), alone_seq, W, c.ratio,
-                            scale, alone.view()});
+    gpu_->sparse_attention({slice_rows(ConstTensorView(q.gpu.view()), s, s + 1),
+                            slice_rows(ConstTensorView(kv.gpu.view()), s, s + 1), &sink.gpu,
+                            with_topk ? slice_rows(ConstTensorView(topk.gpu.view()), s, s + 1) : ConstTensorView(),
+                            slice_rows(ConstTensorView(positions.gpu.view()), s, s + 1), alone_seq, W, c.ratio, scale,
+                            alone.view()});
     EXPECT_TRUE(same_bits(floats(*gpu_, alone), {batch.begin() + s * H * d, batch.begin() + (s + 1) * H * d}))
         << what << ": sequence " << s << " alone";
   }
@@ -661,62 +643,6 @@ QuantizedWeight mxfp4_weight(const std::vector<float>& v, int64_t rows, int64_t 
     }
   return q;
 }
-
-// ---- sparse_attention with the output projection's first half ---------------------------------
-
-class SparseAttentionProjectionTest : public SparseAttentionFlashTest {};
-
-// sparse_attention with its output projection (the rotation undone, then wo_a) gives the bits of
-// the ops the model ran after an attention without it (rope with `inverse`, grouped_linear), over
-// rows and over packed caches: the tensor-core kernels fuse the rotation into their stores, and
-// launches of 512 tokens or more (wo_a on its WGMMA GEMM) the GEMM's operand order too, which
-// every store path takes here (a token of one split, the merge of a CTA's splits, the merge
-// kernel and the last CTA's merge of decode batches, the warp-specialised CSA kernel).
-TEST_P(SparseAttentionProjectionTest, GivesTheBitsOfTheOpsAfterIt) {
-  const FlashAttentionCase c = GetParam();
-  const FlashInputs in = flash_inputs(c);
-  const int64_t T = in.T, G = 8, R = 1024, K = H / G * d, r = 64;
-  const float scale = softmax_scale();
-  std::normal_distribution<float> dist(0.0f, 0.02f);
-  std::vector<float> values(static_cast<size_t>(G * R * K));
-  for (float& v : values) v = dist(rng_);
-  const QuantizedWeight wq = fp8_weight(values, G * R, K);
-  const Weight wo_a = gpu_->load_weight({"wo_a", WeightFormat::kFp8, wq.weight.view(), wq.scale.view()});
-  Tensor inv_freq_host(DType::kF32, {r / 2});
-  for (int64_t i = 0; i < r / 2; ++i)
-    inv_freq_host.data<float>()[i] = static_cast<float>(std::pow(10000.0, -2.0 * static_cast<double>(i) / r));
-  const DeviceTensor inv_freq = gpu_->alloc(DType::kF32, {r / 2});
-  gpu_->upload(inv_freq_host.view(), inv_freq.view());
-
-  const DeviceTensor o = gpu_->alloc(DType::kBF16, {T, H, d});
-  const DeviceTensor want = gpu_->alloc(DType::kBF16, {T, G, R});
-  gpu_->sparse_attention({in.q.gpu.view(), in.kv.gpu.view(), &in.sink.gpu, in.gpu_topk(), in.positions.gpu.view(),
-                          in.gseqs, W, c.ratio, scale, o.view()});
-  gpu_->rope({o.view(), in.positions.gpu.view(), inv_freq.view(), r, true});
-  gpu_->grouped_linear({o.reshaped({T, G, K}).view(), &wo_a, want.view()});
-  const std::vector<float> expected = floats(*gpu_, want);
-  for (const bool packed : {false, true}) {
-    const DeviceTensor out = gpu_->alloc(DType::kBF16, {T, H, d});
-    const DeviceTensor y = gpu_->alloc(DType::kBF16, {T, G, R});
-    DSV4_CUDA_CHECK(cudaMemsetAsync(y.view().bytes(), 0xa5, y.view().nbytes(), gpu_->stream()));
-    gpu_->sparse_attention({in.q.gpu.view(), in.kv.gpu.view(), &in.sink.gpu, in.gpu_topk(), in.positions.gpu.view(),
-                            packed ? in.packed_seqs : in.gseqs, W, c.ratio, scale, out.view(),
-                            {&wo_a, inv_freq.view(), r, y.view()}});
-    EXPECT_TRUE(same_bits(floats(*gpu_, y), expected)) << c.name << (packed ? ": packed caches" : ": rows");
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Flash, SparseAttentionProjectionTest,
-    ::testing::Values(FlashAttentionCase{"CsaDecode1", 4, 1, 1, 8192}, FlashAttentionCase{"CsaDecode64", 4, 64, 1, 8192},
-                      FlashAttentionCase{"CsaPrefillDeep", 4, 1, 192, 8000},
-                      FlashAttentionCase{"CsaPrefillLong", 4, 1, 576, 7000},
-                      FlashAttentionCase{"CsaPrefillFirstLong", 4, 1, 600, 0},
-                      FlashAttentionCase{"HcaDecode16", 128, 16, 1, 8192},
-                      FlashAttentionCase{"HcaPrefillLong", 128, 2, 288, 8000},
-                      FlashAttentionCase{"SwaDecode64", 0, 64, 1, 8192}, FlashAttentionCase{"SwaPrefillFirst", 0, 1, 256, 0},
-                      FlashAttentionCase{"SwaPrefillLong", 0, 1, 544, 0}),
-    [](const ::testing::TestParamInfo<FlashAttentionCase>& info) { return std::string(info.param.name); });
 
 enum class ExpertMode { kDefault, kExact, kPlainBf16 };
 

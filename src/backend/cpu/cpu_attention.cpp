@@ -280,7 +280,6 @@ void CpuOps::sparse_attention(const SparseAttentionParams& p) {
       store_floats(p.out, (t * H + h) * d, d, o.data());
     }
   });
-  if (p.projection.wo_a != nullptr) project_attention_output(p);
 }
 
 }  // namespace dsv4::cpu

@@ -411,24 +411,6 @@ void CudaOps::sparse_attention(const SparseAttentionParams& p) {
   kp.ratio = p.ratio;
   kp.k = k;
   kp.softmax_scale = p.softmax_scale;
-  // The output projection's rotation (and, for wo_a's WGMMA GEMM, its operand order) fused into
-  // the tensor-core kernels' stores; the CUDA-core kernel's output takes the ops after it.
-  const AttentionOutputProjection& projection = p.projection;
-  const int64_t G = projection.wo_a != nullptr ? projection.y.dim(1) : 0;
-  const GroupedLinearParams wo_a{ConstTensorView(p.out.bytes(), p.out.dtype(), {T, G, G > 0 ? H / G * d : 0}),
-                                 projection.wo_a, projection.y};
-  const bool fused = projection.wo_a != nullptr && use_mma;
-  if (fused) {
-    kp.out_inv_freq = projection.inv_freq.data<float>();
-    kp.out_rope_dim = projection.rope_dim;
-    kp.out_mma_order = grouped_linear_on_wgmma(wo_a);
-  }
-  const auto project = [&] {
-    if (projection.wo_a == nullptr) return;
-    if (!fused) project_attention_output(p);
-    else if (kp.out_mma_order) grouped_linear_wgmma(wo_a, p.out.data<uint16_t>());
-    else grouped_linear(wo_a);
-  };
   const auto run_mma = [&] {
     const kernels::SparseAttnMmaPlan plan = kernels::sparse_attn_mma_plan(T, H, max_entries, sm_count_);
     const StreamBuffer workspace(plan.workspace_bytes, stream_, arena());
@@ -452,12 +434,10 @@ void CudaOps::sparse_attention(const SparseAttentionParams& p) {
     kp.kv_page_rows = kv_page_rows;
     kp.packed = true;
     run_mma();
-    project();
     return;
   }
   if (use_mma) run_mma();
   else kernels::sparse_attn_rows(kp, stream_);
-  project();
 }
 
 }  // namespace dsv4::cuda

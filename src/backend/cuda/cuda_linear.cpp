@@ -295,46 +295,27 @@ bool CudaOps::linear_pair_on_wgmma(const LinearsParams& p, const GemmWeightView&
   return false;
 }
 
-std::optional<kernels::GroupedBf16Fp8GemmParams> CudaOps::grouped_bf16_fp8(const GroupedLinearParams& p) {
+void CudaOps::grouped_linear(const GroupedLinearParams& p) {
+  check_params(p);
   const int64_t T = p.x.dim(0), G = p.x.dim(1), K = p.x.dim(2), R = p.y.dim(2);
   const GemmWeightView w = gemm_weight("grouped_linear", p.w, G * R, K);
   // bf16 activations and FP8 weights (the default numerics' wo_a) on bf16 tensor cores, unless
   // the FP8 linears were asked to run on CUDA cores.
-  if (options_.fp8_gemm == Fp8Gemm::kSimple || w.type != kernels::GemmWeight::kE4M3 || p.x.dtype() != DType::kBF16 ||
-      !kernels::aligned16(p.x.bytes()) || !kernels::grouped_bf16_fp8_gemm_supports(R, K))
-    return std::nullopt;
-  return kernels::GroupedBf16Fp8GemmParams{p.x.data<uint16_t>(), static_cast<const uint8_t*>(w.data), w.scale,
-                                           w.scale_ld, float_ptr(p.y), T, G, R, K};
-}
-
-bool CudaOps::grouped_linear_on_wgmma(const GroupedLinearParams& p) {
-  check_params(p);
-  const std::optional<kernels::GroupedBf16Fp8GemmParams> g = grouped_bf16_fp8(p);
-  return g && uses_fp8_mma(options_.fp8_gemm) && g->tokens >= kF16WgmmaMinRows && kernels::grouped_bf16_wgmma_takes(*g);
-}
-
-void CudaOps::grouped_linear_wgmma(const GroupedLinearParams& p, const uint16_t* x_mma) {
-  const kernels::GroupedBf16Fp8GemmParams g = grouped_bf16_fp8(p).value();
-  const StreamBuffer w_mma(static_cast<size_t>(g.groups * g.r * g.k) * sizeof(uint16_t), stream_, arena());
-  kernels::e4m3_to_bf16_mma_order(g.w, w_mma.get<uint16_t>(), g.groups * g.r, g.k, stream_);
-  kernels::grouped_bf16_wgmma_gemm(g, x_mma, w_mma.get<uint16_t>(), stream_);
-}
-
-void CudaOps::grouped_linear(const GroupedLinearParams& p) {
-  check_params(p);
-  if (grouped_linear_on_wgmma(p)) {
-    const int64_t T = p.x.dim(0), GK = p.x.dim(1) * p.x.dim(2);
-    const StreamBuffer x_mma(static_cast<size_t>(T * GK) * sizeof(uint16_t), stream_, arena());
-    kernels::bf16_to_mma_order(p.x.data<uint16_t>(), GK, x_mma.get<uint16_t>(), T, GK, stream_);
-    grouped_linear_wgmma(p, x_mma.get<uint16_t>());
+  if (options_.fp8_gemm != Fp8Gemm::kSimple && w.type == kernels::GemmWeight::kE4M3 &&
+      p.x.dtype() == DType::kBF16 && kernels::aligned16(p.x.bytes()) && kernels::grouped_bf16_fp8_gemm_supports(R, K)) {
+    const kernels::GroupedBf16Fp8GemmParams g{p.x.data<uint16_t>(), static_cast<const uint8_t*>(w.data), w.scale,
+                                              w.scale_ld, float_ptr(p.y), T, G, R, K};
+    if (uses_fp8_mma(options_.fp8_gemm) && T >= kF16WgmmaMinRows && kernels::grouped_bf16_wgmma_takes(g)) {
+      const StreamBuffer x_mma(static_cast<size_t>(T * G * K) * sizeof(uint16_t), stream_, arena());
+      const StreamBuffer w_mma(static_cast<size_t>(G * R * K) * sizeof(uint16_t), stream_, arena());
+      kernels::bf16_to_mma_order(g.x, G * K, x_mma.get<uint16_t>(), T, G * K, stream_);
+      kernels::e4m3_to_bf16_mma_order(g.w, w_mma.get<uint16_t>(), G * R, K, stream_);
+      kernels::grouped_bf16_wgmma_gemm(g, x_mma.get<uint16_t>(), w_mma.get<uint16_t>(), stream_);
+      return;
+    }
+    kernels::grouped_bf16_fp8_gemm(g, stream_);
     return;
   }
-  if (const std::optional<kernels::GroupedBf16Fp8GemmParams> g = grouped_bf16_fp8(p)) {
-    kernels::grouped_bf16_fp8_gemm(*g, stream_);
-    return;
-  }
-  const int64_t T = p.x.dim(0), G = p.x.dim(1), K = p.x.dim(2), R = p.y.dim(2);
-  const GemmWeightView w = gemm_weight("grouped_linear", p.w, G * R, K);
   kernels::SimpleGemmParams g{float_ptr(p.x), G * K, w.data, w.type, w.scale, w.scale_ld, float_ptr(p.y), G * R,
                               T, R, K};
   g.groups = G;

@@ -17,7 +17,6 @@
 #include "backend/cuda/op_tables.h"
 #include "kernels/gemm/bf16_mma_gemm.h"
 #include "kernels/gemm/fp8_mma_gemm.h"
-#include "kernels/gemm/grouped_bf16_fp8_gemm.h"
 #include "ops/ops.h"
 
 namespace dsv4::kernels {
@@ -271,13 +270,6 @@ class CudaOps final : public Ops {
   void run_bf16_wgmma(const kernels::Bf16MmaGemmParams& b, const uint16_t* x_mma);
   // kernels::fp8_mma_gemm of `g` on the current stream, with the kernel options_.fp8_gemm picks.
   void run_fp8_mma(kernels::Fp8MmaGemmParams g);
-  // grouped_linear's bf16 x FP8 kernels' operands (mma.sync, or WGMMA at prefill sizes), where the
-  // call takes them; nullopt: kernels::simple_gemm.
-  std::optional<kernels::GroupedBf16Fp8GemmParams> grouped_bf16_fp8(const GroupedLinearParams& p);
-  // Whether grouped_linear runs p on the bf16 WGMMA GEMM, over x re-laid in the MMA order.
-  bool grouped_linear_on_wgmma(const GroupedLinearParams& p);
-  // That GEMM of p with x already in the MMA order (x_mma, as bf16_to_mma_order writes p.x).
-  void grouped_linear_wgmma(const GroupedLinearParams& p, const uint16_t* x_mma);
 
   // Shared with the deleters of alloc's storage, so tensors that outlive this object still find
   // out how to free their memory.

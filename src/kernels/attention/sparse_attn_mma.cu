@@ -272,32 +272,24 @@ __global__ void __launch_bounds__(kCombineThreads)
   const float2* ms = ws.max_sum + at;
   float m = -INFINITY;
   for (int64_t z = 0; z < splits; ++z) m = fmaxf(m, ms[z].x);
-  float values[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // no valid entry: zeros
-  if (m != -INFINITY) {
-    float den = expf(load_float(p.sink, blockIdx.y) - m);
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int64_t z = 0; z < splits; ++z) {
-      const float w = expf(ms[z].x - m);  // 0 for a split without valid entries (max -inf)
-      den += ms[z].y * w;
-      const float4 v = *reinterpret_cast<const float4*>(ws.out + (at + z) * kD + threadIdx.x * 4);
-      acc[0] += v.x * w;
-      acc[1] += v.y * w;
-      acc[2] += v.z * w;
-      acc[3] += v.w * w;
-    }
-    for (int c = 0; c < 4; ++c) values[c] = acc[c] / den;
+  auto* out = static_cast<uint16_t*>(p.out.data) + (i * p.heads + blockIdx.y) * kD + threadIdx.x * 4;
+  if (m == -INFINITY) {
+    *reinterpret_cast<uint2*>(out) = make_uint2(0, 0);
+    return;
   }
-  const int dim = static_cast<int>(threadIdx.x) * 4;
-  if (!p.out_mma_order) {
-    auto* out = static_cast<uint16_t*>(p.out.data) + (i * p.heads + blockIdx.y) * kD + dim;
-    *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16(float_to_bf16(values[0]), float_to_bf16(values[1])),
-                                                pack_bf16(float_to_bf16(values[2]), float_to_bf16(values[3])));
-  } else {
-    for (int e = 0; e < 2; ++e) store_out_pair(p, i, blockIdx.y, dim + 2 * e, values[2 * e], values[2 * e + 1]);
+  float den = expf(load_float(p.sink, blockIdx.y) - m);
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int64_t z = 0; z < splits; ++z) {
+    const float w = expf(ms[z].x - m);  // 0 for a split without valid entries (max -inf)
+    den += ms[z].y * w;
+    const float4 v = *reinterpret_cast<const float4*>(ws.out + (at + z) * kD + threadIdx.x * 4);
+    acc[0] += v.x * w;
+    acc[1] += v.y * w;
+    acc[2] += v.z * w;
+    acc[3] += v.w * w;
   }
-  for (int e = 0; e < 2; ++e)
-    if (const OutRotation rot = out_rotation(p, i, dim + 2 * e); rot.rotates)
-      rotate_stored_pair(p, i, blockIdx.y, dim + 2 * e, rot);
+  *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16(float_to_bf16(acc[0] / den), float_to_bf16(acc[1] / den)),
+                                              pack_bf16(float_to_bf16(acc[2] / den), float_to_bf16(acc[3] / den)));
 }
 
 }  // namespace

@@ -115,8 +115,6 @@ size_t sparse_attn_rows_smem_bytes(int64_t d) {
 
 void sparse_attn_rows(const SparseAttnRowsParams& p, cudaStream_t stream) {
   if (p.tokens <= 0 || p.heads <= 0) return;
-  if (p.out_rope_dim != 0 || p.out_mma_order)
-    throw UsageError("sparse_attention: the CUDA-core kernel stores its output as rows, without a rotation");
   const size_t smem = sparse_attn_rows_smem_bytes(p.d);
   int device = 0, max_smem = 0;
   DSV4_CUDA_CHECK(cudaGetDevice(&device));

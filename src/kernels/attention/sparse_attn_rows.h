@@ -52,14 +52,6 @@ struct SparseAttnRowsParams {
   int64_t ratio = 0;              // 0: no compressed entries
   int64_t k = 0;                  // topk's row length
   float softmax_scale = 0;
-  // Fused into the output's stores, by the tensor-core kernels only (sparse_attn_mma; this
-  // file's kernel takes neither): each head's last out_rope_dim dims rotated back at the token's
-  // position as rope_rows with `inverse` rotates them (out_inv_freq: [out_rope_dim / 2]), and
-  // with out_mma_order each token's row of heads x d stored as bf16_to_mma_order writes a row
-  // (kernels/gemm/f16_wgmma_gemm.h), the operand order of wo_a's grouped WGMMA GEMM.
-  const float* out_inv_freq = nullptr;
-  int64_t out_rope_dim = 0;
-  bool out_mma_order = false;
 };
 
 // Dynamic shared memory the kernel needs for head dim d (the launcher rejects more than the

@@ -17,7 +17,6 @@
 #include "kernels/attention/sparse_attn_mma.h"
 #include "kernels/bf16_cast.cuh"
 #include "kernels/cp_async.cuh"
-#include "kernels/elementwise/rope.cuh"
 #include "kernels/l2_scratch.cuh"
 #include "kernels/last_block.cuh"
 
@@ -285,52 +284,6 @@ __device__ __forceinline__ void rescale_outputs(float (&o)[kLaneOutputs], const 
   for (int i = 0; i < kLaneOutputs; ++i) o[i] *= correction[(i % 4) / 2];
 }
 
-// The output's stores. A lane stores its output pairs (dims dim, dim + 1 of a head, dim even)
-// rounded to bf16, then, once its output sums are dead (they fill the registers), rotates back
-// the pairs it stored in each head's last p.out_rope_dim dims, reading them from memory as
-// rope_rows does: the same bits as the rotation after the kernel, without the registers the
-// rotation's double-precision sines would take beside the sums.
-
-// The rotation of output pair `dim` of a token: none below the head's last p.out_rope_dim dims
-// (none at all without them), else rope_rows' inverse rotation at the token's position (cos, -sin).
-struct OutRotation {
-  bool rotates;
-  float cs, sn;
-};
-
-__device__ __forceinline__ OutRotation out_rotation(const SparseAttnRowsParams& p, int64_t token, int dim) {
-  const int first = kD - static_cast<int>(p.out_rope_dim);
-  if (p.out_rope_dim == 0 || dim < first) return {false, 1.0f, 0.0f};
-  const float2 cs = rope_cos_sin(p.positions[token], p.out_inv_freq[(dim - first) / 2]);
-  return {true, cs.x, -cs.y};
-}
-
-// Where output pair `dim` of `head` of `token` goes in p.out: rows [tokens, heads, kD], or with
-// p.out_mma_order the token's row of heads x kD values in bf16_to_mma_order's order (pair P of
-// each 128-value block at 32-bit word 4 (P mod 16) + P / 16 of the block).
-__device__ __forceinline__ uint32_t* out_pair_at(const SparseAttnRowsParams& p, int64_t token, int64_t head, int dim) {
-  int64_t at = (token * p.heads + head) * kD + dim;
-  if (p.out_mma_order) {
-    const int pair = (dim % 128) / 2;
-    at += 2 * (4 * (pair % 16) + pair / 16 - pair);
-  }
-  return reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.out.data) + at);
-}
-
-__device__ __forceinline__ void store_out_pair(const SparseAttnRowsParams& p, int64_t token, int64_t head, int dim,
-                                               float v0, float v1) {
-  *out_pair_at(p, token, head, dim) = pack_bf16(float_to_bf16(v0), float_to_bf16(v1));
-}
-
-// A pair this thread stored (store_out_pair), rotated by `rot` in place.
-__device__ __forceinline__ void rotate_stored_pair(const SparseAttnRowsParams& p, int64_t token, int64_t head, int dim,
-                                                   const OutRotation& rot) {
-  uint32_t* const at = out_pair_at(p, token, head, dim);
-  const uint32_t bits = *at;
-  const float2 r = rope_rotate(__uint_as_float(bits << 16), __uint_as_float(bits & 0xffff0000u), rot.cs, rot.sn);
-  *at = pack_bf16(float_to_bf16(r.x), float_to_bf16(r.y));
-}
-
 // The most splits merge_if_last takes: 64 heads' weights fill 64 KB of scratch (the WGMMA
 // kernel's two entry tiles hold 128 KB).
 constexpr int64_t kMaxMergedSplits = 256;
@@ -429,27 +382,11 @@ __device__ __forceinline__ void merge_splits(const SparseAttnRowsParams& p, cons
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const float* a = acc[c];
-      if (!p.out_mma_order) {
-        *reinterpret_cast<uint2*>(out + 128 * c) =
-            den == 0.0f ? make_uint2(0, 0)
-                        : make_uint2(pack_bf16(float_to_bf16(a[0] / den), float_to_bf16(a[1] / den)),
-                                     pack_bf16(float_to_bf16(a[2] / den), float_to_bf16(a[3] / den)));
-        continue;
-      }
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        store_out_pair(p, token, head, 128 * c + 4 * lane + 2 * e, den == 0.0f ? 0.0f : a[2 * e] / den,
-                       den == 0.0f ? 0.0f : a[2 * e + 1] / den);
+      *reinterpret_cast<uint2*>(out + 128 * c) =
+          den == 0.0f ? make_uint2(0, 0)
+                      : make_uint2(pack_bf16(float_to_bf16(a[0] / den), float_to_bf16(a[1] / den)),
+                                   pack_bf16(float_to_bf16(a[2] / den), float_to_bf16(a[3] / den)));
     }
-  }
-  if (p.out_rope_dim == 0) return;
-#pragma unroll 1
-  for (int i = 0; i < 8; ++i) {  // the lane's pairs: dims 128 c + 4 lane + 2 e, i = 2 c + e
-    const int dim = 128 * (i / 2) + 4 * lane + 2 * (i % 2);
-    const OutRotation rot = out_rotation(p, token, dim);
-    if (!rot.rotates) continue;
-    for (int h = warp; h < kHeads; h += kThreads / 32)
-      if (head0 + h < p.heads) rotate_stored_pair(p, token, head0 + h, dim, rot);
   }
 }
 
@@ -545,19 +482,16 @@ __device__ __forceinline__ void finish_split(const SparseAttnRowsParams& p, cons
     const float other = kHalfTile ? sum_part[lane.half ^ 1][lane.row0 + 8 * r] : lane.row_sum[1][r];
     const float sum = lane.row_sum[0][r] + other;
     const float m = lane.row_max[r];
+    const int64_t row = work.token * p.heads + head;
     if (splits == 1) {
       const float den = sum + expf(load_float(p.sink, head) - m);
-      // Pair dim0 + 8j + 2t (dim0 a multiple of 128) at a per-lane offset plus a constant of j:
-      // 8j + 2t in rows, out_pair_at's word 4 ((4j + t) mod 16) + ((4j + t) mod 64) / 16 of its
-      // block in the MMA order, kept apart so that the stores need no registers but the base.
-      uint16_t* const out = static_cast<uint16_t*>(p.out.data) + (work.token * p.heads + head) * kD + dim0 +
-                            (p.out_mma_order ? 8 * lane.t : 2 * lane.t);
+      auto* out = static_cast<uint16_t*>(p.out.data) + row * kD;
 #pragma unroll
       for (int j = 0; j < kSlices; ++j) {
+        const int dim = dim0 + j * 8 + 2 * lane.t;
         const float v0 = m == -INFINITY ? 0.0f : o[4 * j + 2 * r] / den;
         const float v1 = m == -INFINITY ? 0.0f : o[4 * j + 2 * r + 1] / den;
-        const int at = p.out_mma_order ? 128 * (j / 16) + 32 * (j % 4) + 2 * ((j % 16) / 4) : 8 * j;
-        *reinterpret_cast<uint32_t*>(out + at) = pack_bf16(float_to_bf16(v0), float_to_bf16(v1));
+        *reinterpret_cast<uint32_t*>(out + dim) = pack_bf16(float_to_bf16(v0), float_to_bf16(v1));
       }
     } else {
       const int64_t at = ((work.token - ws.token0) * p.heads + head) * ws.max_splits + work.split;
@@ -569,17 +503,6 @@ __device__ __forceinline__ void finish_split(const SparseAttnRowsParams& p, cons
               make_float2(o[4 * j + 2 * r], o[4 * j + 2 * r + 1]);
       }
       if (writes_max_sum && lane.half == 0 && lane.t == 0) ws.max_sum[at] = make_float2(m, sum);
-    }
-  }
-  if (splits == 1 && p.out_rope_dim > 0) {
-#pragma unroll 1
-    for (int j = 0; j < kSlices; ++j) {
-      const int dim = dim0 + j * 8 + 2 * lane.t;
-      const OutRotation rot = out_rotation(p, work.token, dim);
-      if (!rot.rotates) continue;
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-        if (head0 + lane.row0 + 8 * r < p.heads) rotate_stored_pair(p, work.token, head0 + lane.row0 + 8 * r, dim, rot);
     }
   }
   if (splits > 1 && last_rows == nullptr && staging != nullptr) {

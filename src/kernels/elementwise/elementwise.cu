@@ -12,7 +12,6 @@
 #include "kernels/cuda_check.h"
 #include "kernels/e4m3_cast.cuh"
 #include "kernels/elementwise/rms_norm_scale.cuh"
-#include "kernels/elementwise/rope.cuh"
 #include "kernels/launch.cuh"
 
 namespace dsv4::kernels {
@@ -222,6 +221,20 @@ __global__ void __launch_bounds__(kNormWideThreads) rms_norm_wide_kernel(RmsNorm
 // in one block was 8 pairs a thread, one after another); prefill rows keep a block a row, which
 // computes each row's sines once.
 constexpr int64_t kRopeSplitMaxRows = 256;
+
+// The rotation's cosine and sine for a position and frequency: the product in fp32, cos and sin
+// in double rounded to fp32, as the CPU computes them.
+__device__ __forceinline__ float2 rope_cos_sin(int32_t position, float inv_freq) {
+  const float angle = __fmul_rn(static_cast<float>(position), inv_freq);
+  double s, c;
+  sincos(static_cast<double>(angle), &s, &c);
+  return make_float2(static_cast<float>(c), static_cast<float>(s));
+}
+
+// The pair (a, b) rotated by (cs, sn), each product and sum rounded on its own.
+__device__ __forceinline__ float2 rope_rotate(float a, float b, float cs, float sn) {
+  return make_float2(__fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn)), __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, cs)));
+}
 
 // The angles come before the PDL wait (positions and inv_freq are no kernel's output): a decode
 // row's sines and cosines, double precision with the large arguments' reduction, run while the
