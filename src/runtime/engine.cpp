@@ -388,6 +388,10 @@ EngineConfig Engine::Impl::resolve(EngineConfig c, const Model& model, Ops& ops,
                                                                                                  : KvCacheDtype::kBf16;
   check_cache_dtype(ops, model.config(), cache_dtype(c));
   if (c.enable_prefix_caching) c.shared_cache_pool = true;
+  if (!c.enable_prefix_caching && c.prefix_snapshot_interval != 0)
+    throw UsageError("engine: prefix_snapshot_interval = " + std::to_string(c.prefix_snapshot_interval) +
+                     " (--prefix-snapshot-interval) stops prefills for prefix caching's snapshots, and prefix "
+                     "caching is off (--no-enable-prefix-caching)");
   if (c.max_prefix_snapshots < 0)
     throw UsageError("engine: max_prefix_snapshots = " + std::to_string(c.max_prefix_snapshots) + " must not be negative");
   if (c.max_prefix_snapshots == 0) c.max_prefix_snapshots = 2 * c.max_num_seqs;

@@ -263,7 +263,8 @@ struct EngineConfig {
   // of the block size and of every compression ratio: 128 for V4), so that a later request
   // sharing only the start of a prompt (a system prompt followed by a question of its own longer
   // than that alignment) resumes at most this many tokens before where the two part; 0: only at
-  // the last multiple before each prompt's end. Each stop cuts that prefill's chunk there.
+  // the last multiple before each prompt's end. Each stop cuts that prefill's chunk there. Prefix
+  // caching only: set without it, the engine refuses the config.
   int64_t prefix_snapshot_interval = 0;
   // With the shared pool: every block's pages are filled with NaN as the block is handed out, so a
   // forward reading a row before writing it (a previous owner's) shows NaN in its output. Costs a

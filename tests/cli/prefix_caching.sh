@@ -3,7 +3,8 @@
 # hits it should (the first request leaves a state snapshot at 640 tokens, the last multiple of 128
 # before its prompt's end, so the two after it skip all 640 shared tokens), none with
 # --no-enable-prefix-caching, and a
-# block size that does not fit the compression ratios is refused with the numbers; the cache is
+# block size that does not fit the compression ratios is refused with the numbers, as is a
+# snapshot interval without prefix caching; the cache is
 # sized from --kv-cache-memory-bytes, or for the longest requests (the CPU has no GPU memory to
 # size it from), and the start-up line says which.
 set -euo pipefail
@@ -43,4 +44,11 @@ if "$dsv4" bench throughput --model tiny --load-format dummy --num-prompts 1 --b
 fi
 grep -q "block_size (48) to divide or be a multiple of every compression ratio, and 128 is neither" "$work/err.txt" ||
   fail "error message: $(cat "$work/err.txt")"
+# A snapshot interval without prefix caching is refused with both flags named, not ignored.
+if "$dsv4" bench throughput --model tiny --load-format dummy --num-prompts 1 --threads 2 --no-enable-prefix-caching \
+  --prefix-snapshot-interval 256 2>"$work/err.txt"; then
+  fail "--prefix-snapshot-interval accepted without prefix caching"
+fi
+grep -q "prefix_snapshot_interval = 256 (--prefix-snapshot-interval) .* prefix caching is off (--no-enable-prefix-caching)" \
+  "$work/err.txt" || fail "error message: $(cat "$work/err.txt")"
 echo "ok"

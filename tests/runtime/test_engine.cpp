@@ -289,6 +289,9 @@ TEST_F(EngineTest, ASnapshotIntervalLetsAShorterSharedStartResumeOnASnapshot) {
 
   c.prefix_snapshot_interval = 200;  // not a multiple of 128
   EXPECT_THROW(engine(c), UsageError);
+  c.prefix_snapshot_interval = 256;
+  c.enable_prefix_caching = false;  // an interval without prefix caching is refused, not ignored
+  EXPECT_THROW(engine(c), UsageError);
 }
 
 // Draws on the backend (Ops::edit_logits for logit_bias, penalties and bans, Ops::mask_logits for
