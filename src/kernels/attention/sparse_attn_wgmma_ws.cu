@@ -152,14 +152,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attn_wgmma_ws_kernel(Spars
   const TokenSplits ts = token_splits(p, i);
   const int64_t splits = ts.splits;
   if (splits == 0) return;  // the whole CTA: no entries
-  if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      barrier_init(shared_address(&sm.full[s]), kProducerThreads);
-      barrier_init(shared_address(&sm.empty[s]), kConsumerThreads);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
+  init_stage_barriers(shared_address(sm.full), shared_address(sm.empty), kStages, kProducerThreads, kConsumerThreads);
 
   if (tid >= kConsumerThreads) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters) : "memory");

@@ -223,19 +223,6 @@ __device__ __forceinline__ SharedStages shared_stages(uint8_t* raw, int stages, 
   return s;
 }
 
-// Thread 0 sets up the barriers: full ones expect `full_arrivals`, empty ones `empty_arrivals`.
-__device__ __forceinline__ void init_barriers(const SharedStages& s, int stages, uint32_t full_arrivals,
-                                              uint32_t empty_arrivals) {
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < stages; ++i) {
-      barrier_init(s.full0 + 8 * i, full_arrivals);
-      barrier_init(s.empty0 + 8 * i, empty_arrivals);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
-}
-
 // The e2m1 kernel's two consumer warpgroups take turns issuing a K block's WGMMAs, each then
 // waiting for its own and adding the block's sums into its lane sums while the other's WGMMAs run.
 // Issued together (both wait for the same stage), their WGMMAs ended together and both adding
@@ -477,7 +464,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The CTA's steps run on across its items (step i steps + j is step j of item i), so the copies
   // of an item's first stages overlap the last item's end.
   const int my_steps = static_cast<int>(walk.my_items * steps);  // the host keeps it under 2^31
-  init_barriers(sh, kDenseStages, 1, kWarps);  // empty: an arrival a consumer warp
+  init_stage_barriers(sh.full0, sh.empty0, kDenseStages, 1, kWarps);  // empty: an arrival a consumer warp
 
   if (threadIdx.x >= kWarps * 32) {  // the producer warpgroup: its first lane issues the copies
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters) : "memory");
@@ -637,7 +624,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const ItemWalk walk = item_walk(a, false);
   const int kblocks = a.kblocks;
   const int my_blocks = static_cast<int>(walk.my_items * kblocks);  // the host keeps it under 2^31
-  init_barriers(sh, kFp8Stages, 1, kWarps);  // empty: an arrival a consumer warp
+  init_stage_barriers(sh.full0, sh.empty0, kFp8Stages, 1, kWarps);  // empty: an arrival a consumer warp
 
   if (threadIdx.x >= kWarps * 32) {  // the producer warpgroup: its first lane issues the copies
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters) : "memory");
@@ -799,7 +786,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The full barriers: the TMA copy's arrival and two of each producer thread (its row's codes
   // landed, its x row's factor stored). Empty ones: every consumer thread's, each having read its
   // weight rows' codes.
-  init_barriers(sh, kE2m1Stages, 1 + 2 * kTileRows, kWarps * 32);
+  init_stage_barriers(sh.full0, sh.empty0, kE2m1Stages, 1 + 2 * kTileRows, kWarps * 32);
 
   if (threadIdx.x >= kWarps * 32) {  // the producer warpgroup: thread `row` copies weight row `row`
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters) : "memory");
