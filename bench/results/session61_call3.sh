@@ -2,7 +2,8 @@
 # ~41 ms of passes removed came back in the attention kernels, HCA's launches +42%): kernel
 # traces of an 8k prefill for main (dsv4_base), both fusions (dsv4), the output projection alone
 # (dsv4_vproj: Ops::fuses_attention_query_prologue false) and the queries' prologue alone
-# (dsv4_vprol: the projection not fused), the attention kernels' rows side by side.
+# (dsv4_vprol: the projection not fused), the attention kernels' rows side by side, and
+# bench_sparse_attention's prefill launches with each fusion alone and both (the patched build's).
 # Prepared, not run (the session's device time was spent). Builds: main with
 # session61_attention_fusions.patch applied (dsv4), then with CudaOps::fuses_attention_query_prologue
 # returning false (dsv4_vproj), then with cuda_attention.cpp's `fused` (the projection) false
@@ -19,4 +20,6 @@ for b in dsv4_base dsv4 dsv4_vproj dsv4_vprol; do
   python3 trace_summary.py /tmp/$b.csv --eager --by-grid --top 80 > $OUT/trace_$b.txt 2>&1
   grep -E "sparse_attn|rms_norm_warp|rope_kernel|to_bf16_mma_order|norm_rope" $OUT/trace_$b.txt >> $O
 done
+echo "== bench_sparse_attention 10 prefill (each fusion's cost a launch)" >> $O
+timeout 120 ./bench_sparse_attention 10 prefill >> $O 2>&1
 echo "== done" >> $O
