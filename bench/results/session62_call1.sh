@@ -1,4 +1,4 @@
-# Session 62, call 1: session 61's prepared diagnostic (session61_call3.sh) with main's build as
+# Session 62, call 1: session 61's prepared diagnostic (its call 3) with main's build as
 # dsv4: kernel traces of an 8k prefill for main (dsv4), both fusions of session61_attention_fusions.patch
 # (dsv4_fus), the output projection alone (dsv4_vproj: CudaOps::fuses_attention_query_prologue false)
 # and the queries' prologue alone (dsv4_vprol: cuda_attention.cpp's `fused` false), their attention
