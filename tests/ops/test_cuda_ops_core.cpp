@@ -694,25 +694,28 @@ TEST_F(CudaOpsCore, RmsNormMatchesWithinTheLastBit) {
   }
 }
 
-// Few rows (a block per group of heads: 3 heads in one, V4-Pro's 128 in 16) and 300 (a block a
-// row: 3 heads, and 128 with 16 pairs a thread).
+// Few rows (a block per group of heads: 3 heads in one, V4-Pro's 128 in 4 or 16) and 300 (a
+// block a row: 3 heads, and 128 with 4 runs or 16 pairs a thread); rotated parts in aligned runs
+// of 8 values (64 of 192: four pairs a thread) and not (12 of 100: a pair a thread).
 TEST_F(CudaOpsCore, RopeIsBitExact) {
-  const int64_t hd = 192, rd = 64;
-  Tensor freq(DType::kF32, {rd / 2});
-  for (int64_t i = 0; i < rd / 2; ++i)
-    freq.data<float>()[i] = static_cast<float>(std::pow(10000.0, -2.0 * static_cast<double>(i) / rd));
-  const Both f = upload_both(freq);
-  for (const auto& [rows, heads] : {std::pair<int64_t, int64_t>{6, 3}, {6, 128}, {300, 3}, {300, 128}})
-    for (DType dt : {DType::kF32, DType::kBF16})
-      for (bool inverse : {false, true}) {
-        const Both pos = upload_both(int_tensor({rows}, 0, 200000));
-        const Both x = upload_both(random_tensor(dt, {rows, heads, hd}, 2.0f));
-        cpu_.rope({x.cpu.view(), pos.cpu.view(), f.cpu.view(), rd, inverse});
-        gpu_->rope({x.gpu.view(), pos.gpu.view(), f.gpu.view(), rd, inverse});
-        expect_same_bits("rope " + std::to_string(rows) + " rows of " + std::to_string(heads) + " heads " +
-                             dtype_tag(dt) + (inverse ? " inverse" : ""),
-                         from_cpu(x.cpu), from_gpu(x.gpu));
-      }
+  for (const auto& [hd, rd] : {std::pair<int64_t, int64_t>{192, 64}, {100, 12}}) {
+    Tensor freq(DType::kF32, {rd / 2});
+    for (int64_t i = 0; i < rd / 2; ++i)
+      freq.data<float>()[i] = static_cast<float>(std::pow(10000.0, -2.0 * static_cast<double>(i) / rd));
+    const Both f = upload_both(freq);
+    for (const auto& [rows, heads] : {std::pair<int64_t, int64_t>{6, 3}, {6, 128}, {300, 3}, {300, 128}})
+      for (DType dt : {DType::kF32, DType::kBF16})
+        for (bool inverse : {false, true}) {
+          const Both pos = upload_both(int_tensor({rows}, 0, 200000));
+          const Both x = upload_both(random_tensor(dt, {rows, heads, hd}, 2.0f));
+          cpu_.rope({x.cpu.view(), pos.cpu.view(), f.cpu.view(), rd, inverse});
+          gpu_->rope({x.gpu.view(), pos.gpu.view(), f.gpu.view(), rd, inverse});
+          expect_same_bits("rope " + std::to_string(rd) + " of " + std::to_string(hd) + ", " + std::to_string(rows) +
+                               " rows of " + std::to_string(heads) + " heads " + dtype_tag(dt) +
+                               (inverse ? " inverse" : ""),
+                           from_cpu(x.cpu), from_gpu(x.gpu));
+        }
+  }
 }
 
 TEST_F(CudaOpsCore, QuantSimIsBitExact) {

@@ -217,9 +217,9 @@ __global__ void __launch_bounds__(kNormWideThreads) rms_norm_wide_kernel(RmsNorm
 }
 
 // Block (r, g) rotates heads [g * heads_per_block, ..) of row r, each block computing the row's
-// angles. A decode step's rows take groups of heads that give each thread one pair (a 64-head row
-// in one block was 8 pairs a thread, one after another); prefill rows keep a block a row, which
-// computes each row's sines once.
+// angles. A decode step's rows take groups of heads that give each thread one unit (a pair, or a
+// run of four: rope_kernel; a 64-head row in one block was 8 pairs a thread, one after another);
+// prefill rows keep a block a row, which computes each row's sines once.
 constexpr int64_t kRopeSplitMaxRows = 256;
 
 // The rotation's cosine and sine for a position and frequency: the product in fp32, cos and sin
@@ -236,9 +236,20 @@ __device__ __forceinline__ float2 rope_rotate(float a, float b, float cs, float 
   return make_float2(__fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn)), __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, cs)));
 }
 
+// Whether a rotation takes its pairs four at a time (rope_kernel<true>): the rotated values of every
+// head in 16-byte aligned runs of 8 (x 16-byte aligned, rope_dim and head_dim multiples of 8), as
+// the model's rows are (64 of 512). Each run is a 16-byte load and store instead of eight scalar
+// accesses, its indices 32-bit (the host checks the row's size).
+bool rope_takes_runs(const RopeRowsParams& p) {
+  return aligned16(p.x.data) && p.rope_dim % 8 == 0 && p.head_dim % 8 == 0 &&
+         p.heads * p.head_dim < (int64_t{1} << 31);
+}
+
 // The angles come before the PDL wait (positions and inv_freq are no kernel's output): a decode
 // row's sines and cosines, double precision with the large arguments' reduction, run while the
-// kernel before finishes instead of on the chain after it.
+// kernel before finishes instead of on the chain after it. A thread's unit is a pair, or with
+// kRuns a run of four pairs (rope_takes_runs): the same rotation and rounding either way.
+template <bool kRuns>
 __global__ void rope_kernel(RopeRowsParams p, int64_t heads_per_block) {
   extern __shared__ float trig[];  // cos[half], then sin[half]
   const int64_t half = p.rope_dim / 2, r = blockIdx.x;
@@ -251,12 +262,32 @@ __global__ void rope_kernel(RopeRowsParams p, int64_t heads_per_block) {
   }
   pdl_wait();
   __syncthreads();
-  for (int64_t q = first_head * half + threadIdx.x; q < end_head * half; q += blockDim.x) {
-    const int64_t h = q / half, i = q % half;
-    const int64_t off = (r * p.heads + h) * p.head_dim + p.head_dim - p.rope_dim + 2 * i;
-    const float2 rotated = rope_rotate(load_float(p.x, off), load_float(p.x, off + 1), trig[i], trig[half + i]);
-    store_float(p.x, off, rotated.x);
-    store_float(p.x, off + 1, rotated.y);
+  if constexpr (kRuns) {
+    const int runs = static_cast<int>(half / 4);  // a head's
+    const int head_dim = static_cast<int>(p.head_dim), skip = static_cast<int>(p.head_dim - p.rope_dim);
+    const int64_t row = r * p.heads * p.head_dim;
+    for (int u = static_cast<int>(first_head) * runs + static_cast<int>(threadIdx.x);
+         u < static_cast<int>(end_head) * runs; u += static_cast<int>(blockDim.x)) {
+      const int h = u / runs, i0 = 4 * (u - h * runs);
+      const int64_t off = row + h * head_dim + skip + 2 * i0;
+      float v[8];
+      load_float8(FloatPtr{p.x.data, p.x.bf16}, off, v);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 rotated = rope_rotate(v[2 * j], v[2 * j + 1], trig[i0 + j], trig[half + i0 + j]);
+        v[2 * j] = rotated.x;
+        v[2 * j + 1] = rotated.y;
+      }
+      store_float8(p.x, off, v);
+    }
+  } else {
+    for (int64_t q = first_head * half + threadIdx.x; q < end_head * half; q += blockDim.x) {
+      const int64_t h = q / half, i = q % half;
+      const int64_t off = (r * p.heads + h) * p.head_dim + p.head_dim - p.rope_dim + 2 * i;
+      const float2 rotated = rope_rotate(load_float(p.x, off), load_float(p.x, off + 1), trig[i], trig[half + i]);
+      store_float(p.x, off, rotated.x);
+      store_float(p.x, off + 1, rotated.y);
+    }
   }
 }
 
@@ -647,10 +678,12 @@ void rms_norm_rows(const RmsNormRowsParams& p, cudaStream_t stream) {
 void rope_rows(const RopeRowsParams& p, cudaStream_t stream) {
   if (p.rows == 0 || p.heads == 0 || p.rope_dim == 0) return;
   const size_t smem = static_cast<size_t>(p.rope_dim) * sizeof(float);
-  const int64_t half = p.rope_dim / 2;
-  const int64_t heads_per_block = p.rows <= kRopeSplitMaxRows ? std::max<int64_t>(1, kThreads / half) : p.heads;
+  const bool runs = rope_takes_runs(p);
+  const int64_t units = runs ? p.rope_dim / 8 : p.rope_dim / 2;  // a head's
+  const int64_t heads_per_block = p.rows <= kRopeSplitMaxRows ? std::max<int64_t>(1, kThreads / units) : p.heads;
   const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>((p.heads + heads_per_block - 1) / heads_per_block));
-  launch_pdl(rope_kernel, grid, kThreads, smem, stream, p, heads_per_block);
+  if (runs) launch_pdl(rope_kernel<true>, grid, kThreads, smem, stream, p, heads_per_block);
+  else launch_pdl(rope_kernel<false>, grid, kThreads, smem, stream, p, heads_per_block);
   DSV4_CUDA_CHECK(cudaGetLastError());
 }
 
