@@ -5,7 +5,7 @@
 #     size (kernels/mhc/hc_mix_mma, `--hc-mix tensor-cores`, its default; `cuda-cores` keeps main's
 #     kernels), expected to take the 8k prefill's 45 ms mix scan to ~7 ms;
 #   - session62_norm_rope_quant_warp.patch (a warp a vector at prefill sizes);
-#   - session63_rope_runs.patch (RoPE in 16-byte runs).
+#   - session63_rope_runs.patch (RoPE in 16-byte runs; in main since session 63, so the patch is gone).
 # Builds: main -> dsv4_base; the three patches applied to main (git apply, in that order) -> every
 # binary of the bundle. Bundle: `scripts/gpu_bundle.sh build --with dsv4_base=<main's dsv4>`.
 # dsv4_cc (made here) is that build with --hc-mix cuda-cores: base -> dsv4_cc is the last two
