@@ -694,9 +694,9 @@ TEST_F(CudaOpsCore, RmsNormMatchesWithinTheLastBit) {
   }
 }
 
-// Few rows (a block per group of heads: 3 heads in one, V4-Pro's 128 in 4 or 16) and 300 (a
-// block a row: 3 heads, and 128 with 4 runs or 16 pairs a thread); rotated parts in aligned runs
-// of 8 values (64 of 192: four pairs a thread) and not (12 of 100: a pair a thread).
+// Few rows (a block per group of heads: 3 heads in one, V4-Pro's 128 in 4) and 300 (a block a
+// row: 3 heads, and 128 with 4 runs or 3 pairs a thread); rotated parts in aligned runs of 8
+// values (64 of 192: four pairs a unit) and not (12 of 100: a pair a unit).
 TEST_F(CudaOpsCore, RopeIsBitExact) {
   for (const auto& [hd, rd] : {std::pair<int64_t, int64_t>{192, 64}, {100, 12}}) {
     Tensor freq(DType::kF32, {rd / 2});
