@@ -22,27 +22,52 @@ namespace {
 constexpr double kCopyRate = 4.28e12;  // bytes/s
 constexpr int64_t kTokens = 8192, kTopK = 6;
 
-// A device buffer of `count` T, filled from a fixed generator (bf16 values of a spread of sizes
-// for uint16_t, so that blocks' scales differ).
+// The device buffers of the case being timed, freed before the next (each case's fill a few GB).
+std::vector<void*> case_buffers;
+
+template <typename T>
+T* kept(T* p) {
+  case_buffers.push_back(p);
+  return p;
+}
+
+void free_case_buffers() {
+  for (void* p : case_buffers) DSV4_CUDA_CHECK(cudaFree(p));
+  case_buffers.clear();
+}
+
+// A zeroed device buffer of `count` T.
 template <typename T>
 T* device_buffer(int64_t count) {
   void* p = nullptr;
   DSV4_CUDA_CHECK(cudaMalloc(&p, static_cast<size_t>(std::max<int64_t>(1, count)) * sizeof(T)));
   DSV4_CUDA_CHECK(cudaMemset(p, 0, static_cast<size_t>(count) * sizeof(T)));
-  return static_cast<T*>(p);
+  return kept(static_cast<T*>(p));
 }
 
+// bf16 values of a spread of sizes, so that the blocks' scales differ.
 uint16_t* random_bf16(int64_t count, std::mt19937& rng) {
   std::vector<uint16_t> host(static_cast<size_t>(count));
   std::uniform_int_distribution<int> exponent(120, 130), mantissa(0, 127), sign(0, 1);
   for (auto& v : host) v = static_cast<uint16_t>((sign(rng) << 15) | (exponent(rng) << 7) | mantissa(rng));
-  return dsv4::bench::device_copy(host);
+  return kept(dsv4::bench::device_copy(host));
 }
 
-void report(const char* name, int64_t rows, int64_t k, double read_bytes, double write_bytes, double us) {
-  const double floor_us = 1e6 * (read_bytes + write_bytes) / kCopyRate;
+// act_quant_fp8's parameters for `rows` rows of k from x into fresh q16 and scales.
+dsv4::kernels::ActQuantParams quant_params(const uint16_t* x, int64_t rows, int64_t k) {
+  dsv4::kernels::ActQuantParams p{x, nullptr, device_buffer<float>(rows * k / 128), rows, rows, k};
+  p.q16 = device_buffer<uint16_t>(rows * k);
+  return p;
+}
+
+// Times act_quant_fp8(p), prints it beside the floor of `read_bytes` read and q16's values and
+// the scales written, and frees the case's buffers.
+void time_case(const char* name, const dsv4::kernels::ActQuantParams& p, double read_bytes, int iters) {
+  const double us = dsv4::bench::time_us([&] { dsv4::kernels::act_quant_fp8(p, nullptr); }, iters);
+  const double floor_us = 1e6 * (read_bytes + 2.0 * p.m * p.k + 4.0 * p.m * p.k / 128) / kCopyRate;
   std::printf("%-34s %6lld x %-5lld %9.1f us  floor %7.1f us  %5.1f%% of the copy rate\n", name,
-              static_cast<long long>(rows), static_cast<long long>(k), us, floor_us, 100.0 * floor_us / us);
+              static_cast<long long>(p.m), static_cast<long long>(p.k), us, floor_us, 100.0 * floor_us / us);
+  free_case_buffers();
 }
 
 }  // namespace
@@ -57,18 +82,8 @@ int main(int argc, char** argv) {
   std::mt19937 rng(7);
   std::printf("act_quant_fp8 at an 8k prefill's shapes, q16 in the f16 WGMMA order, mean of %d runs\n", iters);
 
-  for (const int64_t k : {int64_t{4096}, int64_t{8192}}) {  // wq_a + wkv's input, wo_b's
-    uint16_t* x = random_bf16(kTokens * k, rng);
-    auto* q16 = device_buffer<uint16_t>(kTokens * k);
-    auto* scale = device_buffer<float>(kTokens * k / 128);
-    kernels::ActQuantParams p{x, nullptr, scale, kTokens, kTokens, k};
-    p.q16 = q16;
-    const double us = bench::time_us([&] { kernels::act_quant_fp8(p, nullptr); }, iters);
-    report("rows", kTokens, k, 2.0 * kTokens * k, 2.0 * kTokens * k + 4.0 * kTokens * k / 128, us);
-    DSV4_CUDA_CHECK(cudaFree(x));
-    DSV4_CUDA_CHECK(cudaFree(q16));
-    DSV4_CUDA_CHECK(cudaFree(scale));
-  }
+  for (const int64_t k : {int64_t{4096}, int64_t{8192}})  // wq_a + wkv's input, wo_b's
+    time_case("rows", quant_params(random_bf16(kTokens * k, rng), kTokens, k), 2.0 * kTokens * k, iters);
 
   const int64_t rows = kTokens * kTopK;
   {  // the experts' input: a token's row to its 6 rows of the plan (a random permutation)
@@ -76,43 +91,21 @@ int main(int argc, char** argv) {
     std::vector<int32_t> row_of(static_cast<size_t>(rows));
     std::iota(row_of.begin(), row_of.end(), 0);
     std::shuffle(row_of.begin(), row_of.end(), rng);
-    int32_t* scatter = bench::device_copy(row_of);
-    uint16_t* x = random_bf16(kTokens * k, rng);
-    auto* q16 = device_buffer<uint16_t>(rows * k);
-    auto* scale = device_buffer<float>(rows * k / 128);
-    kernels::ActQuantParams p{x, nullptr, scale, rows, rows, k};
-    p.q16 = q16;
-    p.scatter_rows = scatter;
+    kernels::ActQuantParams p = quant_params(random_bf16(kTokens * k, rng), rows, k);
+    p.scatter_rows = kept(bench::device_copy(row_of));
     p.scatter_fanout = kTopK;
-    const double us = bench::time_us([&] { kernels::act_quant_fp8(p, nullptr); }, iters);
-    report("scatter (6 rows a token)", rows, k, 2.0 * kTokens * k, 2.0 * rows * k + 4.0 * rows * k / 128, us);
-    DSV4_CUDA_CHECK(cudaFree(scatter));
-    DSV4_CUDA_CHECK(cudaFree(x));
-    DSV4_CUDA_CHECK(cudaFree(q16));
-    DSV4_CUDA_CHECK(cudaFree(scale));
+    time_case("scatter (6 rows a token)", p, 2.0 * kTokens * k, iters);
   }
   {  // the experts' hidden rows: SwiGLU of gate and up, each row weighted
     constexpr int64_t k = 2048;
     std::vector<float> weights(static_cast<size_t>(rows));
     std::uniform_real_distribution<float> weight(0.05f, 0.5f);
     for (auto& w : weights) w = weight(rng);
-    float* row_weight = bench::device_copy(weights);
-    uint16_t* gate = random_bf16(rows * k, rng);
-    uint16_t* up = random_bf16(rows * k, rng);
-    auto* q16 = device_buffer<uint16_t>(rows * k);
-    auto* scale = device_buffer<float>(rows * k / 128);
-    kernels::ActQuantParams p{gate, nullptr, scale, rows, rows, k};
-    p.q16 = q16;
-    p.swiglu_up = up;
-    p.swiglu_row_weight = row_weight;
+    kernels::ActQuantParams p = quant_params(random_bf16(rows * k, rng), rows, k);
+    p.swiglu_up = random_bf16(rows * k, rng);
+    p.swiglu_row_weight = kept(bench::device_copy(weights));
     p.swiglu_limit = 10.0f;
-    const double us = bench::time_us([&] { kernels::act_quant_fp8(p, nullptr); }, iters);
-    report("swiglu (gate, up, row weights)", rows, k, 4.0 * rows * k, 2.0 * rows * k + 4.0 * rows * k / 128, us);
-    DSV4_CUDA_CHECK(cudaFree(row_weight));
-    DSV4_CUDA_CHECK(cudaFree(gate));
-    DSV4_CUDA_CHECK(cudaFree(up));
-    DSV4_CUDA_CHECK(cudaFree(q16));
-    DSV4_CUDA_CHECK(cudaFree(scale));
+    time_case("swiglu (gate, up, row weights)", p, 4.0 * rows * k, iters);
   }
   return 0;
 }
