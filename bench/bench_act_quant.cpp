@@ -22,7 +22,7 @@ namespace {
 constexpr double kCopyRate = 4.28e12;  // bytes/s
 constexpr int64_t kTokens = 8192, kTopK = 6;
 
-// The device buffers of the case being timed, freed before the next (each case's fill a few GB).
+// The device buffers of the case being timed (up to 0.6 GB), freed before the next case.
 std::vector<void*> case_buffers;
 
 template <typename T>

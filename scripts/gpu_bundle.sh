@@ -29,7 +29,8 @@ for extra in "${extras[@]}"; do
   cp "${extra#*=}" "$out/${extra%%=*}" && strip "$out/${extra%%=*}"
 done
 for bin in "$build"/tests/ops/test_ops_cuda "$build"/tests/ops/test_cuda_ops_attention_moe \
-           "$build"/tests/model/test_model_cuda "$build"/bench/bench_fp8_gemm "$build"/bench/bench_act_quant "$build"/bench/bench_fp4_gemv "$build"/bench/bench_routed_experts \
+           "$build"/tests/model/test_model_cuda "$build"/bench/bench_fp8_gemm "$build"/bench/bench_fp4_gemv "$build"/bench/bench_routed_experts \
+           "$build"/bench/bench_act_quant \
            "$build"/tools/dsv4; do
   [ -x "$bin" ] || continue
   cp "$bin" "$out/" && strip "$out/$(basename "$bin")"
